@@ -1,0 +1,184 @@
+"""The emitter: stamps arrivals and closes batches on size or delay (DESIGN §2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from streamjoin.batch import Batch, Columns, InputError
+from streamjoin.query import Query
+
+
+class Emitter:
+    """Turns validated input chunks into stamped, seq-ordered :class:`Batch` es.
+
+    For each tuple it stamps ``seq`` (global arrival number), ``idx`` (rank in its stream),
+    ``ingest_ns`` (when the chunk was handed over, from ``clock``) and ``lo_idx``: the first
+    ``idx`` of the opposite stream (own stream for a self-join) in the tuple's window.
+
+    - count window ``w_Y``: ``lo_idx = max(0, n_Y - w_Y)`` with ``n_Y`` the Y tuples before it;
+    - time window ``t_Y``: Y's ``ts`` is non-decreasing, so the Y tuples before x with
+      ``x.ts - y.ts <= t_Y`` are the contiguous ``idx`` range ``[lo_idx, n_Y)``; ``lo_idx`` is a
+      binary search in the ``ts`` of the Y tuples still reachable.
+
+    Each batch also carries ``horizon``: for each stream, an idx below which no later tuple's
+    window reaches, which lets cores expire.
+
+    A batch closes when it holds ``batch_size`` tuples or when its oldest tuple has waited
+    ``max_delay_ns`` (checked on every chunk and :meth:`on_tick`).
+    """
+
+    def __init__(
+        self,
+        query: Query,
+        batch_size: int,
+        max_delay_ns: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.query = query
+        self.batch_size = batch_size
+        self.max_delay_ns = max_delay_ns
+        self.clock = clock
+        self.n_seen = 0
+        self.count = np.zeros(2, dtype=np.int64)  # tuples seen per stream
+        self.horizon = np.zeros(2, dtype=np.int64)
+        self.last_ts = np.full(2, np.iinfo(np.int64).min, dtype=np.int64)
+        # time windows: ts of stream Y from idx ts_base[Y] on (the reachable part)
+        self.ts_hist = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
+        self.ts_base = np.zeros(2, dtype=np.int64)
+        self._pending: list[Batch] = []
+        self._pending_n = 0
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def on_chunk(self, cols: Columns, ingest_ns: int | None = None) -> list[tuple[str, Batch]]:
+        """Stamp a chunk of arrivals and return the batches it closes."""
+        if ingest_ns is None:
+            ingest_ns = self.clock() if self.clock else 0
+        if len(cols):
+            self._pending.append(self._stamp(cols, ingest_ns))
+            self._pending_n += len(cols)
+        out = self._close(full_only=True)
+        return out + self.on_tick()
+
+    def on_tick(self) -> list[tuple[str, Batch]]:
+        """Close the open batch if its oldest tuple has waited ``max_delay_ns``."""
+        if not self._pending or self.max_delay_ns is None or self.clock is None:
+            return []
+        if self.clock() - int(self._pending[0].ingest_ns[0]) >= self.max_delay_ns:
+            return self._close(full_only=False)
+        return []
+
+    def on_eof(self) -> list[tuple[str, Batch]]:
+        """Flush what is left."""
+        return self._close(full_only=False)
+
+    @property
+    def open_tuples(self) -> int:
+        return self._pending_n
+
+    # -- stamping --------------------------------------------------------------------------------
+
+    def _stamp(self, cols: Columns, ingest_ns: int) -> Batch:
+        n = len(cols)
+        stream = cols.stream
+        seq = np.arange(self.n_seen, self.n_seen + n, dtype=np.int64)
+        is_s = stream.astype(np.int64)
+        n_s_before = self.count[1] + np.cumsum(is_s) - is_s  # S tuples before each row
+        n_r_before = self.count[0] + np.arange(n) - (n_s_before - self.count[1])
+        idx = np.where(is_s == 1, n_s_before, n_r_before)
+        # tuples of the probed stream before each row (own stream for a self-join)
+        n_opp_before = idx if self.query.self_join else np.where(is_s == 1, n_r_before, n_s_before)
+        horizons = np.empty((2, n), dtype=np.int64)
+        if self.query.window.kind == "count":
+            lo_idx = self._count_lo(stream, n_opp_before, horizons, is_s)
+        else:
+            lo_idx = self._time_lo(cols, n_opp_before, horizons)
+        self.n_seen += n
+        self.count[1] += int(is_s.sum())
+        self.count[0] += n - int(is_s.sum())
+        return Batch(
+            seq=seq, stream=stream, idx=idx, ts=cols.ts,
+            ingest_ns=np.full(n, ingest_ns, dtype=np.int64), lo_idx=lo_idx, attrs=cols.attrs,
+            horizon=horizons,  # per-row horizons; cut to the batch's last row in _close
+        )  # fmt: skip
+
+    def _count_lo(self, stream, n_opp_before, horizons, is_s) -> np.ndarray:
+        q = self.query
+        w = np.where(stream == 1, q.window_size(0), q.window_size(1))
+        if q.self_join:
+            w = np.full(len(stream), q.window_size(0))
+        lo_idx = np.maximum(0, n_opp_before - w)
+        # after row g, stream Y holds count_Y(g) tuples; no later window reaches below
+        # count_Y(g) - w_Y
+        n_s_incl = self.count[1] + np.cumsum(is_s)
+        n_r_incl = self.count[0] + np.arange(1, len(stream) + 1) - (n_s_incl - self.count[1])
+        horizons[0] = np.maximum(0, n_r_incl - q.window_size(0))
+        horizons[1] = np.maximum(0, n_s_incl - q.window_size(1))
+        return lo_idx
+
+    def _time_lo(self, cols: Columns, n_opp_before, horizons) -> np.ndarray:
+        q = self.query
+        stream, ts = cols.stream, cols.ts
+        for s in (0, 1):
+            rows = np.flatnonzero(stream == s)
+            if len(rows) and ts[rows[0]] < self.last_ts[s]:
+                name = "R" if s == 0 else "S"
+                raise InputError(
+                    f"column 'ts' decreases within stream {name} at row {self.n_seen + rows[0]} "
+                    f"({self.last_ts[s]} then {ts[rows[0]]}); a time window needs "
+                    "non-decreasing ts per stream"
+                )
+        lo_idx = np.zeros(len(stream), dtype=np.int64)
+        for x in (0, 1):
+            xs = np.flatnonzero(stream == x)
+            y = x if q.self_join else 1 - x
+            ys = np.flatnonzero(stream == y)
+            if len(xs) == 0:
+                continue
+            hist = np.concatenate([self.ts_hist[y], ts[ys]])
+            found = np.searchsorted(hist, ts[xs] - q.window_size(y), side="left")
+            lo_idx[xs] = np.minimum(self.ts_base[y] + found, n_opp_before[xs])
+        for y in (0, 1):
+            x = y if q.self_join else 1 - y
+            # a later x has ts >= the last x's ts, so its lo_idx >= the last x's lo_idx
+            at_x = np.where(stream == x, lo_idx, 0)
+            horizons[y] = np.maximum(self.horizon[y], np.maximum.accumulate(at_x))
+            ys = np.flatnonzero(stream == y)
+            keep_from = int(horizons[y, -1]) if len(stream) else int(self.horizon[y])
+            hist = np.concatenate([self.ts_hist[y], ts[ys]])
+            cut = keep_from - int(self.ts_base[y])
+            self.ts_hist[y] = hist[cut:]
+            self.ts_base[y] = keep_from
+            if len(ys):
+                self.last_ts[y] = ts[ys[-1]]
+        self.horizon[:] = horizons[:, -1]
+        return lo_idx
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def _close(self, full_only: bool) -> list[tuple[str, Batch]]:
+        if not self._pending or (full_only and self._pending_n < self.batch_size):
+            return []
+        stamped = self._pending[0] if len(self._pending) == 1 else _concat_rows(self._pending)
+        n = len(stamped)
+        cut = n - n % self.batch_size if full_only else n
+        out = []
+        for start in range(0, cut, self.batch_size):
+            end = min(start + self.batch_size, cut)
+            part = stamped.take(np.arange(start, end))
+            part.horizon = stamped.horizon[:, end - 1].copy()
+            out.append(("out", part))
+        rest = stamped.take(np.arange(cut, n))
+        rest.horizon = stamped.horizon[:, cut:]
+        self._pending = [rest] if n > cut else []
+        self._pending_n = n - cut
+        return out
+
+
+def _concat_rows(stamped: list[Batch]) -> Batch:
+    """Concatenate stamped chunks whose ``horizon`` is still per row (shape (2, n))."""
+    out = Batch.concat(stamped)
+    out.horizon = np.concatenate([b.horizon for b in stamped], axis=1)
+    return out

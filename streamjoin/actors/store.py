@@ -1,0 +1,65 @@
+"""The tuples a join core holds for one stream, in arrival order, addressed by ref."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamjoin.batch import Batch
+
+
+class TupleStore:
+    """Append-only columnar store of one stream's tuples at one join core.
+
+    A tuple's *ref* is its absolute position in this store: int64, increasing, never reused,
+    which is what the window indexes hold. Array row of a ref = ``ref - base``. Tuples arrive
+    in ``idx`` order, so expiry (``idx`` below a bound) always drops a prefix.
+    """
+
+    def __init__(self, n_attrs: int) -> None:
+        cap = 16
+        self.seq = np.empty(cap, dtype=np.int64)
+        self.idx = np.empty(cap, dtype=np.int64)
+        self.ingest_ns = np.empty(cap, dtype=np.int64)
+        self.attrs = np.empty((n_attrs, cap), dtype=np.float64)
+        self.base = 0  # ref of array row 0
+        self.head = 0  # first live row
+        self.tail = 0  # one past the last row
+
+    def __len__(self) -> int:
+        return self.tail - self.head
+
+    @property
+    def nbytes(self) -> int:
+        return self.seq.nbytes + self.idx.nbytes + self.ingest_ns.nbytes + self.attrs.nbytes
+
+    def append(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
+        """Store the tuples of ``batch`` at positions ``pos``; returns their refs."""
+        n = len(pos)
+        if self.tail + n > len(self.seq):
+            self._make_room(n)
+        t = self.tail
+        self.seq[t : t + n] = batch.seq[pos]
+        self.idx[t : t + n] = batch.idx[pos]
+        self.ingest_ns[t : t + n] = batch.ingest_ns[pos]
+        self.attrs[:, t : t + n] = batch.attrs[:, pos]
+        self.tail = t + n
+        return np.arange(self.base + t, self.base + t + n, dtype=np.int64)
+
+    def _make_room(self, n: int) -> None:
+        live = self.tail - self.head
+        cap = len(self.seq)
+        while live + n > cap // 2:
+            cap *= 2
+        h, t = self.head, self.tail
+        seq, idx, ing = (np.empty(cap, dtype=np.int64) for _ in range(3))
+        attrs = np.empty((self.attrs.shape[0], cap), dtype=np.float64)
+        seq[:live], idx[:live], ing[:live] = self.seq[h:t], self.idx[h:t], self.ingest_ns[h:t]
+        attrs[:, :live] = self.attrs[:, h:t]
+        self.seq, self.idx, self.ingest_ns, self.attrs = seq, idx, ing, attrs
+        self.base += h
+        self.head, self.tail = 0, live
+
+    def expire(self, idx_bound: int) -> int:
+        """Drop tuples with ``idx < idx_bound``; returns the first live ref."""
+        self.head += int(np.searchsorted(self.idx[self.head : self.tail], idx_bound, side="left"))
+        return self.base + self.head

@@ -1,0 +1,269 @@
+"""Input validation at the boundary, and the columnar :class:`Batch` actors exchange.
+
+Input is one arrival-ordered table (pyarrow Table or RecordBatch, pandas DataFrame, or a dict
+of equal-length numpy arrays). Row *g* is the *g*-th arrival. Columns:
+
+- ``stream``: 0 for R, 1 for S (absent, or all 0, for a self-join);
+- ``ts``: int64 event time, non-decreasing per stream (required for time windows; for count
+  windows it defaults to the row number);
+- the query's join attributes (int or float, finite, no nulls); other columns are ignored.
+
+Everything is checked once, in :func:`validate`, before any work starts; each problem raises
+:class:`InputError` naming the column and the first offending row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamjoin.query import Query
+
+#: Integers beyond this magnitude cannot be compared exactly after conversion to float64.
+MAX_EXACT_INT = 2**52
+
+
+class InputError(ValueError):
+    """The input table does not fit the query (raised before any work starts)."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A validated input (or chunk of it): the columns the join needs, as numpy arrays.
+
+    ``attrs`` has shape ``(len(query.attrs), n)``, float64, one row per distinct attribute.
+    """
+
+    stream: np.ndarray  # int8 (n,)
+    ts: np.ndarray  # int64 (n,)
+    attrs: np.ndarray  # float64 (k, n)
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+
+def _column_names(data) -> list[str]:
+    if isinstance(data, dict):
+        return list(data)
+    if hasattr(data, "column_names"):  # pyarrow Table / RecordBatch
+        return list(data.column_names)
+    if hasattr(data, "columns"):  # pandas DataFrame
+        return [str(c) for c in data.columns]
+    raise InputError(
+        "input must be a pyarrow Table, a pandas DataFrame or a dict of numpy arrays, "
+        f"got {type(data).__name__}"
+    )
+
+
+def _to_numpy(col, name: str) -> np.ndarray:
+    """One column (numpy array, list, pandas Series, pyarrow array) as numpy; nulls rejected."""
+    if hasattr(col, "null_count"):  # pyarrow Array / ChunkedArray
+        if col.null_count:
+            raise InputError(f"column {name!r} has {col.null_count} null value(s)")
+        arr = col.to_numpy()
+    elif hasattr(col, "isna"):  # pandas Series
+        na = np.asarray(col.isna())
+        if na.any():
+            raise InputError(f"column {name!r} has a null (or NaN) value at row {_first_bad(na)}")
+        arr = col.to_numpy()
+    else:
+        arr = np.asarray(col)
+    if arr.ndim != 1:
+        raise InputError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _column(data, name: str) -> np.ndarray:
+    if isinstance(data, dict):
+        return _to_numpy(data[name], name)
+    if hasattr(data, "column_names"):
+        return _to_numpy(data.column(name), name)
+    return _to_numpy(data[name], name)
+
+
+def _n_rows(data, names: list[str]) -> int:
+    if isinstance(data, dict):
+        lengths = {name: len(data[name]) for name in names}
+        if len(set(lengths.values())) > 1:
+            detail = ", ".join(f"{k}={v}" for k, v in lengths.items())
+            raise InputError(f"columns have different lengths: {detail}")
+        return next(iter(lengths.values()), 0)
+    return len(data)
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) -> Columns:
+    """Check ``data`` against ``query`` and return the columns the join needs.
+
+    Parameters
+    ----------
+    data : pyarrow.Table | pyarrow.RecordBatch | pandas.DataFrame | dict of numpy arrays
+    query : Query
+    row_offset : int
+        Row number of the first row (for chunks of a longer stream), used in messages and as
+        the default ``ts`` of count windows.
+    check_ts : bool
+        Check that ``ts`` is non-decreasing per stream *within* this table (the caller checks
+        across chunks).
+
+    Raises
+    ------
+    InputError
+        Missing or non-numeric columns, nulls, NaN or infinite join values, integers beyond
+        2**52, ``stream`` values other than 0/1, decreasing ``ts`` under a time window,
+        columns of different lengths.
+    """
+    names = _column_names(data)
+    needed = [*query.attrs]
+    missing = [a for a in needed if a not in names]
+    if missing:
+        raise InputError(
+            f"input has no column {missing[0]!r} (the query joins on {list(query.attrs)}); "
+            f"columns present: {names}"
+        )
+    if query.window.kind == "time" and "ts" not in names:
+        raise InputError("a time window needs an int64 'ts' column; the input has none")
+    if not query.self_join and "stream" not in names:
+        raise InputError(
+            "a two-way join needs a 'stream' column (0 for R, 1 for S); "
+            "for a self-join use Query(..., self_join=True)"
+        )
+    present = [c for c in ("stream", "ts", *needed) if c in names]
+    n = _n_rows(data, present)
+
+    if "stream" in names:
+        stream = _column(data, "stream")
+        if not (np.issubdtype(stream.dtype, np.integer) or stream.dtype == np.bool_):
+            raise InputError(f"column 'stream' must be integer 0/1, got dtype {stream.dtype}")
+        bad = (stream != 0) & (stream != 1)
+        if bad.any():
+            i = _first_bad(bad)
+            raise InputError(
+                f"column 'stream' must hold 0 (R) or 1 (S); row {row_offset + i} has {stream[i]!r}"
+            )
+        if query.self_join and stream.any():
+            i = _first_bad(stream != 0)
+            raise InputError(
+                "a self-join reads one stream, but column 'stream' has 1 at row "
+                f"{row_offset + i}; drop the column or use a two-way Query"
+            )
+        stream = stream.astype(np.int8)
+    else:
+        stream = np.zeros(n, dtype=np.int8)
+
+    if "ts" in names:
+        ts = _column(data, "ts")
+        if not np.issubdtype(ts.dtype, np.integer):
+            if np.issubdtype(ts.dtype, np.datetime64):
+                ts = ts.astype("datetime64[ns]").astype(np.int64)
+            else:
+                raise InputError(f"column 'ts' must be int64 event time, got dtype {ts.dtype}")
+        ts = ts.astype(np.int64)
+        if check_ts and query.window.kind == "time":
+            for s in (0, 1):
+                rows = np.flatnonzero(stream == s)
+                dec = np.diff(ts[rows]) < 0
+                if dec.any():
+                    i = rows[_first_bad(dec) + 1]
+                    name = "R" if s == 0 else "S"
+                    raise InputError(
+                        f"column 'ts' decreases within stream {name} at row {row_offset + i} "
+                        f"({ts[rows[_first_bad(dec)]]} then {ts[i]}); a time window needs "
+                        "non-decreasing ts per stream"
+                    )
+    else:
+        ts = np.arange(row_offset, row_offset + n, dtype=np.int64)
+
+    attrs = np.empty((len(query.attrs), n), dtype=np.float64)
+    for k, name in enumerate(query.attrs):
+        col = _column(data, name)
+        if col.dtype == np.bool_ or not (
+            np.issubdtype(col.dtype, np.integer) or np.issubdtype(col.dtype, np.floating)
+        ):
+            raise InputError(f"join column {name!r} must be int or float, got dtype {col.dtype}")
+        if np.issubdtype(col.dtype, np.integer):
+            big = np.abs(col.astype(np.float64)) > MAX_EXACT_INT
+            if big.any():
+                i = _first_bad(big)
+                raise InputError(
+                    f"join column {name!r} row {row_offset + i} is {col[i]}; integers beyond "
+                    "2**52 in magnitude cannot be compared exactly"
+                )
+        attrs[k] = col
+        bad = ~np.isfinite(attrs[k])
+        if bad.any():
+            i = _first_bad(bad)
+            raise InputError(
+                f"join column {name!r} row {row_offset + i} is {attrs[k, i]}; "
+                "join values must be finite (no NaN, no inf)"
+            )
+    return Columns(stream=stream, ts=ts, attrs=attrs)
+
+
+@dataclass
+class Batch:
+    """Columnar batch of tuples exchanged between actors (DESIGN §2).
+
+    All arrays have one entry per tuple, in ``seq`` order. ``lo_idx`` is the first ``idx`` of
+    the opposite stream (own stream for a self-join) that is in this tuple's window at its
+    arrival, for count and time windows alike, so any core checks window membership as
+    ``y.idx >= x.lo_idx``. ``horizon[Y]`` is a bound stamped by the emitter: no tuple emitted
+    after this batch will need a tuple of stream Y with ``idx < horizon[Y]``.
+    """
+
+    seq: np.ndarray  # int64, global arrival number (input row)
+    stream: np.ndarray  # int8, 0 = R, 1 = S
+    idx: np.ndarray  # int64, rank within its own stream
+    ts: np.ndarray  # int64, event time
+    ingest_ns: np.ndarray  # int64, when the source handed the tuple over (monotonic ns)
+    lo_idx: np.ndarray  # int64, first idx of the other stream in the window
+    attrs: np.ndarray  # float64 (k, n), join attributes
+    horizon: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, f).nbytes for f in _ARRAYS) + self.horizon.nbytes
+
+    def take(self, index: np.ndarray) -> Batch:
+        """The tuples at ``index`` (integer positions or a boolean mask), order kept."""
+        return Batch(
+            *(getattr(self, f)[index] for f in _ARRAYS[:-1]),
+            attrs=np.ascontiguousarray(self.attrs[:, index]),
+            horizon=self.horizon.copy(),
+        )
+
+    @staticmethod
+    def concat(batches: list[Batch]) -> Batch:
+        """Tuples of ``batches`` one after another; the last horizon wins."""
+        return Batch(
+            *(np.concatenate([getattr(b, f) for b in batches]) for f in _ARRAYS[:-1]),
+            attrs=np.concatenate([b.attrs for b in batches], axis=1),
+            horizon=batches[-1].horizon.copy(),
+        )
+
+
+_ARRAYS = ("seq", "stream", "idx", "ts", "ingest_ns", "lo_idx", "attrs")
+
+
+@dataclass
+class PairBatch:
+    """Output pairs of one actor step: input row numbers and the later ingest time."""
+
+    r: np.ndarray  # int64
+    s: np.ndarray  # int64
+    ingest_ns: np.ndarray  # int64, max(ingest of r, ingest of s)
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    @staticmethod
+    def empty() -> PairBatch:
+        z = np.empty(0, dtype=np.int64)
+        return PairBatch(z, z.copy(), z.copy())

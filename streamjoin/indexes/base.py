@@ -1,0 +1,163 @@
+"""The window-index protocol, the registry of indexes by name, and kernels they share.
+
+A window index holds ``(key, ref)`` items of one stream at one join core. ``ref`` is the
+position of the tuple in the core's store: int64, strictly increasing in insertion order, never
+reused, so "expired" is always a prefix of refs.
+
+Probe semantics, the same for every index: ``probe(keys, lo, hi)`` returns every held item with
+``lo[c] <= item_key[c] - keys[c, i] <= hi[c]`` for each key row ``c`` (float64 arithmetic,
+closed bounds, exactly the formula of :mod:`streamjoin.query`). An index may keep items whose
+ref is below the last ``expire`` bound for a while (coarse-grained expiry, DESIGN §2) and return
+them from probes; the join core's window check drops them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+from numba import njit
+
+from streamjoin.query import Predicate
+
+# --------------------------------------------------------------------------------------------
+# Shared kernels
+# --------------------------------------------------------------------------------------------
+
+#: Relative margin that covers the rounding of ``key + bound`` and of ``item - key``
+#: (half an ulp each, with room to spare).
+_REL_MARGIN = 2.0**-50
+
+
+@njit(cache=True, nogil=True, inline="always")
+def key_range(key, lo, hi):
+    """Item-key interval ``[vlo, vhi]`` that contains every item with ``lo <= item - key <= hi``.
+
+    ``key + lo`` rounds, so the interval is widened by a relative margin; callers scan it and
+    then test ``lo <= item - key <= hi`` exactly. Infinite bounds stay infinite.
+    """
+    vlo = key + lo
+    vhi = key + hi
+    vlo -= (abs(key) + abs(lo)) * _REL_MARGIN + 5e-324
+    vhi += (abs(key) + abs(hi)) * _REL_MARGIN + 5e-324
+    return vlo, vhi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def in_band(item, key, lo, hi):
+    """The exact test of the probe semantics: ``lo <= item - key <= hi``."""
+    d = item - key
+    return (d >= lo) & (d <= hi)
+
+
+@njit(cache=True, nogil=True)
+def grow(arr, need):
+    """A copy of 1-d ``arr`` with capacity at least ``need`` (doubling)."""
+    cap = max(16, arr.shape[0])
+    while cap < need:
+        cap *= 2
+    out = np.empty(cap, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Protocol and registry
+# --------------------------------------------------------------------------------------------
+
+
+class WindowIndex(ABC):
+    """Base class of window indexes. State lives in numpy arrays; work in numba kernels.
+
+    Parameters
+    ----------
+    n_keys : int
+        Number of key rows per item. Indexes with ``multi_attribute = False`` serve only the
+        primary condition and are always built with ``n_keys = 1``.
+    """
+
+    #: Registry name.
+    name: ClassVar[str]
+    #: True if the index evaluates every condition of a conjunction (one key row each).
+    multi_attribute: ClassVar[bool] = False
+
+    def __init__(self, n_keys: int = 1) -> None:
+        if n_keys < 1 or (n_keys > 1 and not self.multi_attribute):
+            raise ValueError(f"index {self.name!r} takes one key row, got n_keys={n_keys}")
+        self.n_keys = n_keys
+
+    @classmethod
+    def unsupported(cls, predicate: Predicate) -> str | None:
+        """Why this index cannot serve ``predicate``'s primary condition, or None if it can."""
+        return None
+
+    @abstractmethod
+    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        """Add items. ``keys``: float64 ``(n_keys, n)``; ``refs``: int64 ``(n,)``, increasing
+        and above every ref held."""
+
+    @abstractmethod
+    def probe(
+        self, keys: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Items matching each probe key: ``lo[c] <= item[c] - keys[c, i] <= hi[c]``.
+
+        Returns ``(probe_pos, refs)``: int64 arrays, one entry per match; ``probe_pos`` is the
+        column of ``keys`` that matched.
+        """
+
+    @abstractmethod
+    def expire(self, before_ref: int) -> None:
+        """Items with ``ref < before_ref`` will never be needed again and may be dropped."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Items held, including expired ones not dropped yet."""
+
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes of the arrays holding the index state."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Assert every structural invariant (for tests; O(n))."""
+
+
+_REGISTRY: dict[str, type[WindowIndex]] = {}
+
+
+def register(cls: type[WindowIndex]) -> type[WindowIndex]:
+    """Class decorator: make ``cls`` available under ``cls.name``."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"index name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    """Registered index names."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> type[WindowIndex]:
+    """The index class registered as ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown index {name!r}; available: {', '.join(names())}") from None
+
+
+def check_supports(name: str, predicate: Predicate) -> type[WindowIndex]:
+    """The class of ``name``, after checking it can serve ``predicate``."""
+    cls = get(name)
+    reason = cls.unsupported(predicate)
+    if reason:
+        raise ValueError(f"index {name!r} cannot serve {predicate}: {reason}")
+    return cls
+
+
+def default_for(predicate: Predicate) -> str:
+    """A sensible index for ``predicate``: ``hash`` for an equi-join, else ``nested_loop``."""
+    return "hash" if predicate.conditions[0].is_equality else "nested_loop"

@@ -1,0 +1,128 @@
+"""The reference join: DESIGN §1 written as plainly as possible. The truth for every test.
+
+It shares nothing with the fast paths but input validation: windows are computed from their
+definition (not from the emitter's ``lo_idx``), and each arrival is compared with every earlier
+tuple of the other stream. O(n · window) time; meant for inputs of a few thousand rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from streamjoin.batch import validate
+from streamjoin.query import Query
+
+
+def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
+    """θ(r, s) = ``lo <= s.a - r.a <= hi`` for every condition; ``r`` or ``s`` may be arrays."""
+    ok = True
+    for cond, k in zip(query.predicate, query.condition_attr_index, strict=True):
+        d = attrs[k, s] - attrs[k, r]
+        ok = ok & (cond.lo <= d) & (d <= cond.hi)
+    return ok
+
+
+def join(query: Query, data) -> pa.Table:
+    """All result pairs of ``query`` over ``data`` as a table with int64 columns ``r``, ``s``.
+
+    ``r`` and ``s`` are input row numbers; for a self-join ``r`` is the older row. Rows are in
+    order of the later tuple, then the earlier one.
+    """
+    cols = validate(data, query)
+    stream, ts, attrs = cols.stream, cols.ts, cols.attrs
+    n = len(stream)
+    out_r: list[np.ndarray] = []
+    out_s: list[np.ndarray] = []
+    for g in range(n):
+        x = stream[g]
+        y = x if query.self_join else 1 - x
+        earlier = np.flatnonzero(stream[:g] == y)
+        if query.window.kind == "count":
+            earlier = earlier[max(0, len(earlier) - query.window_size(y)) :]
+        else:
+            earlier = earlier[ts[g] - ts[earlier] <= query.window_size(y)]
+        if query.self_join:
+            ok = _theta(query, attrs, g, earlier) | _theta(query, attrs, earlier, g)
+            out_r.append(earlier[ok])
+            out_s.append(np.full(int(ok.sum()), g))
+        elif x == 0:
+            ok = _theta(query, attrs, g, earlier)
+            out_r.append(np.full(int(ok.sum()), g))
+            out_s.append(earlier[ok])
+        else:
+            ok = _theta(query, attrs, earlier, g)
+            out_r.append(earlier[ok])
+            out_s.append(np.full(int(ok.sum()), g))
+    r = np.concatenate(out_r).astype(np.int64) if out_r else np.empty(0, np.int64)
+    s = np.concatenate(out_s).astype(np.int64) if out_s else np.empty(0, np.int64)
+    return pa.table({"r": r, "s": s})
+
+
+def _pair_columns(pairs) -> tuple[np.ndarray, np.ndarray]:
+    if hasattr(pairs, "pairs") and not isinstance(pairs, pa.Table):  # a Result
+        pairs = pairs.pairs
+    if pairs is None:
+        raise ValueError("this result kept no pairs (collect='count'); run with collect='pairs'")
+    if isinstance(pairs, pa.Table):
+        return pairs.column("r").to_numpy(), pairs.column("s").to_numpy()
+    if isinstance(pairs, dict):
+        return np.asarray(pairs["r"]), np.asarray(pairs["s"])
+    if hasattr(pairs, "columns"):  # pandas
+        return pairs["r"].to_numpy(), pairs["s"].to_numpy()
+    r, s = pairs
+    return np.asarray(r), np.asarray(s)
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    """Outcome of :func:`same_pairs`: truthy iff both sides hold the same pairs exactly once."""
+
+    missing: np.ndarray  # (m, 2) pairs in expected but not in actual
+    extra: np.ndarray  # (e, 2) pairs in actual but not in expected
+    duplicates: np.ndarray  # (d, 2) pairs that actual holds more than once
+    n_actual: int
+    n_expected: int
+
+    def __bool__(self) -> bool:
+        return not (len(self.missing) or len(self.extra) or len(self.duplicates))
+
+    def __repr__(self) -> str:
+        if self:
+            return f"same pairs ({self.n_expected})"
+        parts = [f"pairs differ: {self.n_actual} actual vs {self.n_expected} expected"]
+        for name, arr in (
+            ("missing", self.missing),
+            ("extra", self.extra),
+            ("duplicated", self.duplicates),
+        ):
+            if len(arr):
+                shown = ", ".join(f"(r={a}, s={b})" for a, b in arr[:5])
+                more = f", … {len(arr) - 5} more" if len(arr) > 5 else ""
+                parts.append(f"{len(arr)} {name}: {shown}{more}")
+        return "; ".join(parts)
+
+    __str__ = __repr__
+
+
+def _as_keys(r: np.ndarray, s: np.ndarray) -> np.ndarray:
+    return np.stack([np.asarray(r, np.int64), np.asarray(s, np.int64)], axis=1)
+
+
+def same_pairs(actual, expected) -> PairComparison:
+    """Compare two pair sets (Result, pyarrow/pandas table, dict or ``(r, s)`` arrays).
+
+    Pairs are compared as sets; a pair that ``actual`` holds twice is reported as duplicated.
+    """
+    a = _as_keys(*_pair_columns(actual))
+    e = _as_keys(*_pair_columns(expected))
+    a_u, a_counts = np.unique(a, axis=0, return_counts=True) if len(a) else (a, np.empty(0))
+    e_u = np.unique(e, axis=0) if len(e) else e
+    a_set = {tuple(p) for p in a_u.tolist()}
+    e_set = {tuple(p) for p in e_u.tolist()}
+    missing = np.array(sorted(e_set - a_set), dtype=np.int64).reshape(-1, 2)
+    extra = np.array(sorted(a_set - e_set), dtype=np.int64).reshape(-1, 2)
+    dups = a_u[a_counts > 1] if len(a) else a
+    return PairComparison(missing, extra, dups.reshape(-1, 2), len(a), len(e))

@@ -1,0 +1,300 @@
+"""Join predicates, windows and the :class:`Query` that combines them.
+
+Semantics (DESIGN §1). Every predicate is written with ``r`` from stream R and ``s`` from
+stream S. Each elementary condition is normalised once, here, to a *closed interval on the
+difference* ``d = s.attr - r.attr`` evaluated in float64:
+
+==========================  ======================  ===============================
+condition                   meaning                 interval on ``d = s - r``
+==========================  ======================  ===============================
+``band("x", eps)``          ``|r.x - s.x| <= eps``  ``[-eps, eps]``
+``band("x", lo=a, hi=b)``   ``s.x - r.x in [a, b]`` ``[a, b]``
+``equal("k")``              ``r.k == s.k``          ``[0, 0]``
+``less("a")``               ``r.a < s.a``           ``[TINY, +inf]``
+``less_equal("a")``         ``r.a <= s.a``          ``[0, +inf]``
+``greater("a")``            ``r.a > s.a``           ``[-inf, -TINY]``
+``greater_equal("a")``      ``r.a >= s.a``          ``[-inf, 0]``
+==========================  ======================  ===============================
+
+``TINY`` is the smallest positive float64 (5e-324). For finite IEEE doubles ``s - r > 0`` holds
+exactly when ``s > r`` (gradual underflow), and ``s - r == 0`` exactly when ``s == r``, so the
+strict inequalities become closed intervals without changing their meaning. Every join path
+(oracle, index, core) evaluates the same formula ``lo <= s - r <= hi``, which is what makes the
+result identical on every backend. Integer attributes are converted to float64 at the boundary;
+values beyond ``2**52`` in magnitude are rejected there because their differences would round.
+
+Conjunctions are written with ``&``; the first conjunct is the *primary* one that indexes serve,
+the rest are checked as residual filters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+TINY = float(np.nextafter(0.0, 1.0))
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One elementary condition ``lo <= s.attr - r.attr <= hi`` (float64, closed).
+
+    ``kind`` is kept for display and for indexes that serve only some kinds (``hash``
+    serves ``equal`` only).
+    """
+
+    attr: str
+    lo: float
+    hi: float
+    kind: str
+
+    def __and__(self, other: Condition | Predicate) -> Predicate:
+        return Predicate((self,)) & other
+
+    @property
+    def is_equality(self) -> bool:
+        return self.lo == 0.0 and self.hi == 0.0
+
+    def __str__(self) -> str:
+        a = self.attr
+        match self.kind:
+            case "band":
+                if self.lo == -self.hi:
+                    return f"|r.{a} - s.{a}| <= {self.hi:g}"
+                return f"s.{a} - r.{a} in [{self.lo:g}, {self.hi:g}]"
+            case "equal":
+                return f"r.{a} == s.{a}"
+            case "less":
+                return f"r.{a} < s.{a}"
+            case "less_equal":
+                return f"r.{a} <= s.{a}"
+            case "greater":
+                return f"r.{a} > s.{a}"
+            case _:
+                return f"r.{a} >= s.{a}"
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A conjunction of :class:`Condition`; ``conditions[0]`` is the primary one."""
+
+    conditions: tuple[Condition, ...]
+
+    def __post_init__(self) -> None:
+        if not self.conditions:
+            raise ValueError("a predicate needs at least one condition")
+
+    def __and__(self, other: Condition | Predicate) -> Predicate:
+        if isinstance(other, Condition):
+            return Predicate((*self.conditions, other))
+        if isinstance(other, Predicate):
+            return Predicate(self.conditions + other.conditions)
+        return NotImplemented
+
+    def __iter__(self) -> Iterator[Condition]:
+        return iter(self.conditions)
+
+    def __len__(self) -> int:
+        return len(self.conditions)
+
+    @property
+    def attrs(self) -> tuple[str, ...]:
+        """Join attribute names in condition order (an attribute may repeat)."""
+        return tuple(c.attr for c in self.conditions)
+
+    @property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` float64 arrays, one entry per condition."""
+        lo = np.array([c.lo for c in self.conditions], dtype=np.float64)
+        hi = np.array([c.hi for c in self.conditions], dtype=np.float64)
+        return lo, hi
+
+    @property
+    def symmetric(self) -> bool:
+        """True when ``θ(a, b) ⇔ θ(b, a)`` (every interval is symmetric around 0)."""
+        return all(c.lo == -c.hi for c in self.conditions)
+
+    def __str__(self) -> str:
+        return " AND ".join(str(c) for c in self.conditions)
+
+
+def _attr_name(attr: str) -> str:
+    if not isinstance(attr, str) or not attr:
+        raise ValueError(f"attribute name must be a non-empty string, got {attr!r}")
+    if attr in RESERVED_COLUMNS:
+        raise ValueError(f"{attr!r} is a reserved column and cannot be a join attribute")
+    return attr
+
+
+def _finite(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def band(attr: str, eps: float | None = None, *, lo: float | None = None, hi: float | None = None):
+    """Band condition: ``|r.attr - s.attr| <= eps``, or ``lo <= s.attr - r.attr <= hi``.
+
+    Give either ``eps`` (symmetric band, ``eps >= 0``) or both ``lo`` and ``hi``
+    (``lo <= hi``); bounds are inclusive.
+    """
+    attr = _attr_name(attr)
+    if eps is not None:
+        if lo is not None or hi is not None:
+            raise ValueError("band takes either eps or lo/hi, not both")
+        e = _finite("band eps", eps)
+        if e < 0:
+            raise ValueError(f"band eps must be >= 0, got {eps!r}")
+        return Condition(attr, -e, e, "band")
+    if lo is None or hi is None:
+        raise ValueError("band needs eps, or both lo= and hi=")
+    lo_f, hi_f = _finite("band lo", lo), _finite("band hi", hi)
+    if lo_f > hi_f:
+        raise ValueError(f"band lo must be <= hi, got lo={lo!r} > hi={hi!r}")
+    return Condition(attr, lo_f, hi_f, "band")
+
+
+def equal(attr: str) -> Condition:
+    """Equi-join condition ``r.attr == s.attr``."""
+    return Condition(_attr_name(attr), 0.0, 0.0, "equal")
+
+
+def less(attr: str) -> Condition:
+    """``r.attr < s.attr``."""
+    return Condition(_attr_name(attr), TINY, INF, "less")
+
+
+def less_equal(attr: str) -> Condition:
+    """``r.attr <= s.attr``."""
+    return Condition(_attr_name(attr), 0.0, INF, "less_equal")
+
+
+def greater(attr: str) -> Condition:
+    """``r.attr > s.attr``."""
+    return Condition(_attr_name(attr), -INF, -TINY, "greater")
+
+
+def greater_equal(attr: str) -> Condition:
+    """``r.attr >= s.attr``."""
+    return Condition(_attr_name(attr), -INF, 0.0, "greater_equal")
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class CountWindow:
+    """Count-based sliding window.
+
+    When a tuple of stream X arrives, the window of the other stream Y holds the last ``w_Y``
+    tuples of Y that arrived before it. ``CountWindow(w)`` uses ``w`` for both streams;
+    ``CountWindow(w_r, w_s)`` sets them per stream (``w_r`` bounds the R window that S tuples
+    probe). For a self-join only ``w_r`` is used.
+    """
+
+    r: int
+    s: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "r", _positive_int("count window size", self.r))
+        s = self.r if self.s is None else _positive_int("count window size", self.s)
+        object.__setattr__(self, "s", s)
+
+    kind = "count"
+
+    def size(self, stream: int) -> int:
+        return self.r if stream == 0 else self.s
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Time-based sliding window on the ``ts`` column (int64, any unit the data uses).
+
+    When a tuple x of stream X arrives, the window of Y holds the tuples y of Y that arrived
+    before it with ``x.ts - y.ts <= t_Y`` (inclusive). ``TimeWindow(t)`` uses ``t`` for both
+    streams; ``TimeWindow(t_r, t_s)`` sets them per stream. ``ts`` must be non-decreasing within
+    each stream.
+    """
+
+    r: int
+    s: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "r", _positive_int("time window length", self.r))
+        s = self.r if self.s is None else _positive_int("time window length", self.s)
+        object.__setattr__(self, "s", s)
+
+    kind = "time"
+
+    def size(self, stream: int) -> int:
+        return self.r if stream == 0 else self.s
+
+
+Window = CountWindow | TimeWindow
+
+#: Columns the library itself uses; they cannot be join attributes.
+RESERVED_COLUMNS = frozenset({"stream", "ts", "seq", "idx", "lo_idx", "ingest_ns"})
+
+
+@dataclass(frozen=True)
+class Query:
+    """A sliding-window join: predicate θ(r, s), window, and two-way or self-join.
+
+    The pair (r, s) is in the result iff θ(r, s) holds and, when the later of the two arrives,
+    the earlier is in its stream's window; each pair is emitted once. A self-join (one
+    stream) emits (a, b), a older than b, iff b arrives while a is in the window and
+    θ(a, b) or θ(b, a) holds.
+    """
+
+    predicate: Predicate
+    window: Window
+    self_join: bool = False
+
+    def __init__(self, predicate: Condition | Predicate, window: Window, self_join: bool = False):
+        if isinstance(predicate, Condition):
+            predicate = Predicate((predicate,))
+        if not isinstance(predicate, Predicate):
+            raise ValueError(
+                f"predicate must be built from band/equal/less/..., got {type(predicate).__name__}"
+            )
+        if not isinstance(window, CountWindow | TimeWindow):
+            raise ValueError(f"window must be CountWindow(...) or TimeWindow(...), got {window!r}")
+        if not isinstance(self_join, bool):
+            raise ValueError(f"self_join must be True or False, got {self_join!r}")
+        object.__setattr__(self, "predicate", predicate)
+        object.__setattr__(self, "window", window)
+        object.__setattr__(self, "self_join", self_join)
+
+    @property
+    def attrs(self) -> tuple[str, ...]:
+        """Distinct join attribute names, in order of first use."""
+        return tuple(dict.fromkeys(self.predicate.attrs))
+
+    @property
+    def condition_attr_index(self) -> np.ndarray:
+        """For each condition, the row of its attribute in the batch's ``attrs`` matrix."""
+        pos = {a: i for i, a in enumerate(self.attrs)}
+        return np.array([pos[a] for a in self.predicate.attrs], dtype=np.int64)
+
+    def window_size(self, stream: int) -> int:
+        """Window size (tuples or ts units) of ``stream``; self-joins use the R size."""
+        return self.window.size(0 if self.self_join else stream)
+
+    def __str__(self) -> str:
+        kind = "self-join" if self.self_join else "join"
+        w = self.window
+        size = f"{w.r}" if self.self_join or w.r == w.s else f"R {w.r}, S {w.s}"
+        return f"{kind} on {self.predicate} within {w.kind} window {size}"

@@ -1,0 +1,50 @@
+"""Turning topology nodes into actor logic objects (the same for every executor)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamjoin.actors.collector import Collector
+from streamjoin.actors.emitter import Emitter
+from streamjoin.actors.join_core import JoinCore
+from streamjoin.query import Query
+from streamjoin.topologies.base import Topology
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Run settings shared by all actors of a run."""
+
+    batch_size: int = 1024
+    max_delay_ns: int | None = None
+    collect: str = "pairs"
+    ordered: bool = False
+
+
+def build_actor(role: str, config: dict, query: Query, settings: Settings, clock: Callable):
+    """The logic object for one node; join cores are warmed (kernels compiled or loaded)."""
+    match role:
+        case "emitter":
+            return Emitter(query, settings.batch_size, settings.max_delay_ns, clock)
+        case "join_core":
+            core = JoinCore(query, config.get("index"), config.get("index_options"))
+            core.warm()
+            return core
+        case "collector":
+            return Collector(settings.collect, clock)
+    raise ValueError(f"unknown actor role {role!r}")
+
+
+def check_topology(topology: Topology, query: Query) -> None:
+    """Raise ValueError before any work if ``topology`` cannot run ``query``."""
+    from streamjoin import indexes
+
+    if not isinstance(topology, Topology):
+        raise ValueError(
+            f"topology must be built by streamjoin.topologies, got {type(topology).__name__}"
+        )
+    topology.validate()
+    for node in topology.nodes("join_core"):
+        name = topology.graph.nodes[node]["config"].get("index")
+        indexes.check_supports(name or indexes.default_for(query.predicate), query.predicate)

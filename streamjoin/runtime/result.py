@@ -1,0 +1,113 @@
+"""The outcome of a run: result pairs, throughput and latency metrics, summaries and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from streamjoin import oracle, viz
+from streamjoin.actors.collector import LatencyHistogram
+
+
+def _ms(ns: float) -> str:
+    return "—" if ns != ns else f"{ns / 1e6:,.3f} ms"  # ns != ns: NaN, no pairs
+
+
+def machine_info() -> dict:
+    """What the figures were measured on."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+@dataclass
+class Result:
+    """What :func:`streamjoin.run` returns.
+
+    Attributes
+    ----------
+    pairs : pyarrow.Table or None
+        Columns ``r``, ``s`` (input row numbers; for a self-join ``r`` is the older row) and
+        ``latency_ns``; None when the run used ``collect="count"``.
+    count : int
+        Number of result pairs.
+    metrics : dict
+        ``input_tuples``, ``output_pairs``, ``elapsed_s`` (first ingest to last result),
+        ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max),
+        ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
+        the machine.
+    """
+
+    pairs: pa.Table | None
+    count: int
+    metrics: dict
+    histogram: LatencyHistogram = field(repr=False)
+
+    def same_pairs(self, other) -> oracle.PairComparison:
+        """Compare with another result or pair table as sets (see :func:`oracle.same_pairs`)."""
+        return oracle.same_pairs(self, other)
+
+    def latency_ns(self) -> np.ndarray | None:
+        return None if self.pairs is None else self.pairs.column("latency_ns").to_numpy()
+
+    def summary(self) -> str:
+        """A table of throughput, latency and per-actor load."""
+        m = self.metrics
+        lat = m["latency_ms"]
+        lines = [
+            f"query      {m['query']}",
+            f"topology   {m['topology']} on {m['backend']}, batch {m['settings']['batch_size']}",
+            f"input      {m['input_tuples']:,} tuples in {m['elapsed_s']:.3f} s "
+            f"= {m['input_tuples_per_s']:,.0f} tuples/s",
+            f"output     {m['output_pairs']:,} pairs = {m['output_pairs_per_s']:,.0f} pairs/s",
+            "latency    "
+            + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
+            "",
+            f"{'actor':<16}{'role':<12}{'busy s':>9}{'busy %':>8}{'batches in':>12}"
+            f"{'tuples in':>12}{'batches out':>13}",
+        ]
+        for name, a in m["actors"].items():
+            lines.append(
+                f"{name:<16}{a['role']:<12}{a['busy_s']:>9.3f}{100 * a['busy_share']:>7.1f}%"
+                f"{a['batches_in']:>12,}{a['tuples_in']:>12,}{a['batches_out']:>13,}"
+            )
+        return "\n".join(lines)
+
+    def plot_latency(self, path: str | os.PathLike) -> None:
+        """Write the CDF of per-pair latency to ``path`` (PNG, SVG or PDF)."""
+        h = self.histogram
+        edges = 2.0 ** ((np.arange(len(h.counts)) + 1) / h.PER_OCTAVE)
+        viz.plot_latency_cdf(
+            self.latency_ns(),
+            path,
+            title=f"{self.metrics['topology']}: latency per output pair",
+            histogram=(edges, h.counts),
+        )
+
+    def write_metrics(self, path: str | os.PathLike) -> None:
+        """Write :attr:`metrics` as JSON, atomically."""
+        path = os.fspath(path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.metrics, f, indent=2, default=float)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def __repr__(self) -> str:
+        m = self.metrics
+        return (
+            f"Result({self.count:,} pairs, {m['input_tuples_per_s']:,.0f} tuples/s, "
+            f"p50 {_ms(m['latency_ms']['p50'] * 1e6)})"
+        )

@@ -1,0 +1,39 @@
+"""What an executor records while it runs, and how it becomes :class:`Result` metrics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from streamjoin.actors.collector import Collector
+
+
+@dataclass
+class ActorStats:
+    role: str
+    busy_ns: int = 0
+    batches_in: int = 0
+    tuples_in: int = 0
+    batches_out: int = 0
+    tuples_out: int = 0
+    peak_queue: int = 0
+
+
+@dataclass
+class RunTrace:
+    """Raw record of one run; ``collector`` is the collector's logic object after EOF."""
+
+    input_tuples: int
+    start_ns: int
+    end_ns: int
+    actors: dict[str, ActorStats] = field(default_factory=dict)
+    collector: Collector | None = None
+
+    def actor_metrics(self) -> dict:
+        elapsed = max(1, self.end_ns - self.start_ns)
+        out = {}
+        for name, st in self.actors.items():
+            d = asdict(st)
+            d["busy_s"] = d.pop("busy_ns") / 1e9
+            d["busy_share"] = st.busy_ns / elapsed
+            out[name] = d
+        return out

@@ -1,0 +1,235 @@
+"""Synthetic inputs: value distributions, arrival interleaving, the standard workloads.
+
+Every generator is seeded and returns an in-memory pyarrow Table in arrival order with columns
+``stream`` (0 = R, 1 = S; omitted for self-join data), ``ts`` (int64 event time in
+``ts_per_second`` units, milliseconds by default) and the join attributes. :class:`Stream`
+wraps any table as a source that :func:`streamjoin.run` reads chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+DISTRIBUTIONS = ("uniform", "gaussian", "gamma", "shifting_gaussian")
+
+
+class Source:
+    """Something :func:`streamjoin.run` reads in chunks instead of a whole in-memory table.
+
+    Subclasses yield tables (anything :func:`streamjoin.batch.validate` accepts) in arrival
+    order; ``n_rows`` is the total when known (for progress bars), else None.
+    """
+
+    n_rows: int | None = None
+
+    def __iter__(self) -> Iterator:
+        raise NotImplementedError
+
+
+class Stream(Source):
+    """An in-memory table handed over ``chunk_rows`` rows at a time."""
+
+    def __init__(self, data, chunk_rows: int = 65_536) -> None:
+        if chunk_rows <= 0:
+            raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+        self.data = data
+        self.chunk_rows = chunk_rows
+        self.n_rows = len(next(iter(data.values()))) if isinstance(data, dict) else len(data)
+
+    def __iter__(self):
+        for start in range(0, self.n_rows, self.chunk_rows):
+            end = min(start + self.chunk_rows, self.n_rows)
+            if isinstance(self.data, dict):
+                yield {k: v[start:end] for k, v in self.data.items()}
+            elif hasattr(self.data, "iloc"):
+                yield self.data.iloc[start:end]
+            else:
+                yield self.data.slice(start, end - start)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrivals
+# ---------------------------------------------------------------------------------------------
+
+
+def _arrival_times(rng, n: int, rate: float, process: str) -> np.ndarray:
+    """Arrival times in seconds of ``n`` tuples at ``rate`` tuples/s."""
+    if process == "constant":
+        return np.arange(1, n + 1) / rate
+    if process == "poisson":
+        return np.cumsum(rng.exponential(1.0 / rate, size=n))
+    raise ValueError(f"arrival process must be 'constant' or 'poisson', got {process!r}")
+
+
+def interleave(
+    n: int,
+    rate: float,
+    rate_s: float | None = None,
+    *,
+    process: str = "constant",
+    ts_per_second: int = 1000,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival order of ``n`` tuples from R at ``rate`` and S at ``rate_s`` tuples/s.
+
+    ``rate_s`` defaults to ``rate`` (symmetric streams). Returns ``(stream, ts)``: int8 stream
+    ids and int64 event times (``ts_per_second`` units), sorted by arrival; at equal times R
+    comes first.
+    """
+    rate_s = rate if rate_s is None else rate_s
+    if rate <= 0 or rate_s <= 0:
+        raise ValueError(f"rates must be positive, got R {rate}, S {rate_s}")
+    rng = np.random.default_rng(seed)
+    # n arrivals of each stream always cover the first n of the merge
+    t = np.concatenate(
+        [_arrival_times(rng, n, rate, process), _arrival_times(rng, n, rate_s, process)]
+    )
+    stream = np.repeat(np.array([0, 1], dtype=np.int8), n)
+    order = np.lexsort((stream, t))[:n]
+    return stream[order], np.floor(t[order] * ts_per_second).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
+
+
+def values(
+    n: int, distribution: str = "uniform", *, seed: int = 0, scale: float = 1.0, **params
+) -> np.ndarray:
+    """``n`` join-attribute values from a PIM-Tree §5 distribution.
+
+    - ``uniform``: integers in ``[low, high]`` (defaults ``0`` and ``2**31 - 1``);
+    - ``gaussian``: ``N(mean, std)``, defaults 0.5 and 0.125, times ``scale``;
+    - ``gamma``: shape ``k`` and scale ``theta``, defaults 3 and 3, times ``scale``;
+    - ``shifting_gaussian``: three phases (PIM-Tree §5, Fig. 13): ``N(0.5, std)`` for
+      ``phases[0]`` of the values, a mean moving linearly to ``r + 0.5`` over ``phases[1]``,
+      then ``N(r + 0.5, std)``; ``phases`` defaults to (4, 10, 4) (relative lengths), ``r`` to
+      0.5; times ``scale``.
+    """
+    rng = np.random.default_rng(seed)
+    match distribution:
+        case "uniform":
+            low, high = int(params.pop("low", 0)), int(params.pop("high", 2**31 - 1))
+            if low > high:
+                raise ValueError(f"uniform needs low <= high, got {low} > {high}")
+            out = rng.integers(low, high, size=n, endpoint=True)
+        case "gaussian":
+            out = rng.normal(params.pop("mean", 0.5), params.pop("std", 0.125), size=n) * scale
+        case "gamma":
+            out = rng.gamma(params.pop("k", 3.0), params.pop("theta", 3.0), size=n) * scale
+        case "shifting_gaussian":
+            r = params.pop("r", 0.5)
+            std = params.pop("std", 0.125)
+            phases = np.asarray(params.pop("phases", (4, 10, 4)), dtype=np.float64)
+            cut = np.floor(np.cumsum(phases) / phases.sum() * n).astype(np.int64)
+            pos = np.arange(n)
+            progress = np.clip((pos - cut[0]) / max(1, cut[1] - cut[0]), 0.0, 1.0)
+            out = (rng.normal(0.0, std, size=n) + 0.5 + r * progress) * scale
+        case _:
+            raise ValueError(
+                f"unknown distribution {distribution!r}; choose from {', '.join(DISTRIBUTIONS)}"
+            )
+    if params:
+        raise ValueError(f"unknown parameters for {distribution}: {sorted(params)}")
+    return out
+
+
+def synthetic(
+    n: int,
+    distribution: str = "uniform",
+    *,
+    rate: float = 10_000,
+    rate_s: float | None = None,
+    attrs: tuple[str, ...] = ("x",),
+    self_join: bool = False,
+    process: str = "constant",
+    ts_per_second: int = 1000,
+    seed: int = 0,
+    **params,
+) -> pa.Table:
+    """``n`` arrivals with attributes drawn from ``distribution`` (see :func:`values`).
+
+    Two streams interleaved by rate (see :func:`interleave`), or one stream at ``rate`` for
+    ``self_join=True`` (no ``stream`` column).
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if self_join:
+        rng = np.random.default_rng(seed)
+        ts = np.floor(_arrival_times(rng, n, rate, process) * ts_per_second).astype(np.int64)
+        cols = {"ts": ts}
+    else:
+        stream, ts = interleave(
+            n, rate, rate_s, process=process, ts_per_second=ts_per_second, seed=seed
+        )
+        cols = {"stream": stream, "ts": ts}
+    for k, name in enumerate(attrs):
+        cols[name] = values(n, distribution, seed=seed + 1 + k, **dict(params))
+    return pa.table(cols)
+
+
+def handshake_workload(
+    n: int, rate: float = 2_000, *, rate_s: float | None = None, seed: int = 0,
+    ts_per_second: int = 1000,
+) -> pa.Table:  # fmt: skip
+    """The handshake-join benchmark (Teubner & Mueller): R = (x int, y float), S likewise.
+
+    All values uniform in [1, 10000]; the query is ``band("x", 10) & band("y", 10)`` over a
+    time window (5–15 minutes in the papers). Timestamps follow ``rate`` (per stream).
+    """
+    stream, ts = interleave(n, rate, rate_s, ts_per_second=ts_per_second, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    return pa.table(
+        {
+            "stream": stream,
+            "ts": ts,
+            "x": rng.integers(1, 10_000, size=n, endpoint=True),
+            "y": rng.uniform(1.0, 10_000.0, size=n),
+        }
+    )
+
+
+def band_for_match_rate(
+    r_values: np.ndarray,
+    s_values: np.ndarray | None = None,
+    *,
+    window: int,
+    match_rate: float = 2.0,
+    integer: bool | None = None,
+) -> float:
+    """Band width ``eps`` giving about ``match_rate`` matches per probe (PIM-Tree §5).
+
+    With ``window`` tuples per stream window and selectivity ``σ(eps) = P(|r - s| <= eps)``,
+    the match rate is ``σ_s = window · σ``. ``σ`` is estimated on (a sample of) the values and
+    ``eps`` found by bisection. ``integer`` (default: whether the values are integers) rounds
+    ``eps`` down to a whole number, as PIM-Tree uses for integer keys.
+    """
+    if window <= 0:
+        raise ValueError(f"window must be positive, got {window}")
+    if match_rate <= 0:
+        raise ValueError(f"match_rate must be positive, got {match_rate}")
+    r = np.asarray(r_values)
+    s = r if s_values is None else np.asarray(s_values)
+    if integer is None:
+        integer = np.issubdtype(r.dtype, np.integer) and np.issubdtype(s.dtype, np.integer)
+    rng = np.random.default_rng(0)
+    r = rng.choice(r, size=min(len(r), 20_000), replace=False).astype(np.float64)
+    s = np.sort(rng.choice(s, size=min(len(s), 200_000), replace=False).astype(np.float64))
+    target = match_rate / window
+
+    def selectivity(eps: float) -> float:
+        hits = np.searchsorted(s, r + eps, "right") - np.searchsorted(s, r - eps, "left")
+        return float(hits.mean()) / len(s)
+
+    lo, hi = 0.0, float(s[-1] - s[0]) + 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if selectivity(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return float(np.floor(hi)) if integer else hi

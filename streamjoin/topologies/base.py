@@ -1,0 +1,60 @@
+"""A topology is data: a networkx graph of actor specs, with ports on the edges.
+
+Node attributes: ``role`` (``emitter``, ``join_core``, ``collector``, …), ``config`` (a dict
+passed to the actor's constructor), ``pos`` (x, y for drawing), ``label``. Edge attributes:
+``src_port``, ``dst_port`` and ``label`` (what flows: ``R``, ``S``, ``R+S``, ``pairs``). The same
+graph drives every executor.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import networkx as nx
+
+from streamjoin import viz
+
+
+@dataclass
+class Topology:
+    """A named actor graph."""
+
+    name: str
+    graph: nx.DiGraph
+
+    def nodes(self, role: str | None = None) -> list[str]:
+        """Node names, in insertion order, optionally only those of ``role``."""
+        return [n for n, d in self.graph.nodes(data=True) if role is None or d["role"] == role]
+
+    def routes(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
+        """``(node, out_port) -> [(dest_node, in_port), …]``."""
+        out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for u, v, d in self.graph.edges(data=True):
+            out.setdefault((u, d["src_port"]), []).append((v, d["dst_port"]))
+        return out
+
+    def validate(self) -> None:
+        """Raise ValueError if the graph is not a runnable topology."""
+        roles = [d.get("role") for _, d in self.graph.nodes(data=True)]
+        for role in ("emitter", "collector"):
+            if roles.count(role) != 1:
+                raise ValueError(f"topology {self.name!r} needs exactly one {role}")
+        if "join_core" not in roles:
+            raise ValueError(f"topology {self.name!r} has no join core")
+        if not nx.is_directed_acyclic_graph(self.graph):
+            raise ValueError(f"topology {self.name!r} has a cycle")
+
+    def to_dot(self) -> str:
+        """Graphviz DOT text of the graph."""
+        lines = [f'digraph "{self.name}" {{', "  rankdir=LR;"]
+        for n, d in self.graph.nodes(data=True):
+            lines.append(f'  "{n}" [label="{d.get("label", n)}", shape=box];')
+        for u, v, d in self.graph.edges(data=True):
+            lines.append(f'  "{u}" -> "{v}" [label="{d.get("label", "")}"];')
+        lines.append("}")
+        return "\n".join(lines)
+
+    def draw(self, path: str | os.PathLike) -> None:
+        """Render the graph to an image (PNG, SVG or PDF by extension) at the nodes' positions."""
+        viz.draw_graph(self.graph, self.name, path)

@@ -1,0 +1,99 @@
+"""Pictures: actor graphs and latency plots. Depends on no other streamjoin module, so every
+layer may use it. Files are written atomically: a failed render leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+ROLE_COLORS = {
+    "emitter": "#8ecae6",
+    "join_core": "#ffb703",
+    "collector": "#90be6d",
+    "manager": "#e5989b",
+}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    """Write ``fig`` to ``path`` atomically (through a temporary file in the same folder)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    suffix = os.path.splitext(path)[1] or ".png"
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=suffix, prefix=".tmp-")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def draw_graph(graph, title: str, path: str | os.PathLike) -> None:
+    """Draw an actor graph: nodes at their ``pos``, coloured by ``role``, edges labelled."""
+    import networkx as nx
+
+    plt = _pyplot()
+    pos = {n: d.get("pos", (i, 0)) for i, (n, d) in enumerate(graph.nodes(data=True))}
+    xs = [p[0] for p in pos.values()]
+    ys = [p[1] for p in pos.values()]
+    fig, ax = plt.subplots(
+        figsize=(max(4.0, 2.0 * (max(xs) - min(xs) + 1)), max(2.5, 1.6 * (max(ys) - min(ys) + 1)))
+    )
+    colors = [ROLE_COLORS.get(d.get("role"), "#d9d9d9") for _, d in graph.nodes(data=True)]
+    labels = {n: d.get("label", n) for n, d in graph.nodes(data=True)}
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=colors, node_size=2600,
+                           node_shape="s", edgecolors="#333333")  # fmt: skip
+    nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=8)
+    nx.draw_networkx_edges(graph, pos, ax=ax, arrows=True, arrowsize=16, node_size=2600,
+                           node_shape="s")  # fmt: skip
+    edge_labels = {(u, v): d.get("label", "") for u, v, d in graph.edges(data=True)}
+    nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, ax=ax, font_size=8)
+    ax.set_title(title)
+    ax.margins(0.25)
+    ax.axis("off")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_latency_cdf(
+    latency_ns: np.ndarray | None,
+    path: str | os.PathLike,
+    *,
+    title: str = "",
+    histogram: tuple[np.ndarray, np.ndarray] | None = None,
+) -> None:
+    """CDF of per-pair latency, from exact latencies or from ``(bucket_upper_ns, counts)``."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if latency_ns is not None and len(latency_ns):
+        x = np.sort(latency_ns) / 1e6
+        y = np.arange(1, len(x) + 1) / len(x)
+        ax.step(x, y, where="post")
+    elif histogram is not None and histogram[1].sum():
+        edges, counts = histogram
+        keep = counts > 0
+        ax.step(edges[keep] / 1e6, np.cumsum(counts[keep]) / counts.sum(), where="post")
+    else:
+        ax.text(0.5, 0.5, "no output pairs", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per output pair (ms, log scale)")
+    ax.set_ylabel("fraction of pairs")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title or "latency CDF")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)

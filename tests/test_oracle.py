@@ -1,0 +1,122 @@
+"""The oracle itself, checked by hand-worked cases and against SQL in DuckDB."""
+
+import duckdb
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import predicates, tables, windows
+
+import streamjoin as sj
+
+
+def pairs(table):
+    return sorted(zip(table.column("r").to_pylist(), table.column("s").to_pylist(), strict=True))
+
+
+def test_count_window_by_hand():
+    # rows: 0:R5 1:S5 2:R6 3:S4 4:R5 ; window of 1 tuple per stream
+    data = {"stream": np.array([0, 1, 0, 1, 0]), "x": np.array([5, 5, 6, 4, 5])}
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(1))
+    # row1 S5 sees R{0}: (0,1). row2 R6 sees S{1}: (2,1). row3 S4 sees R{2}: 6-4=2 no.
+    # row4 R5 sees S{3}: |5-4|=1 yes (4,3).
+    assert pairs(sj.oracle.join(q, data)) == [(0, 1), (2, 1), (4, 3)]
+
+
+def test_asymmetric_count_window_by_hand():
+    data = {"stream": np.array([0, 0, 0, 1]), "x": np.array([1, 1, 1, 1])}
+    # S arrives last and sees the last w_r = 2 R tuples
+    q = sj.Query(sj.equal("x"), window=sj.CountWindow(2, 5))
+    assert pairs(sj.oracle.join(q, data)) == [(1, 3), (2, 3)]
+
+
+def test_time_window_inclusive_by_hand():
+    data = {"stream": np.array([0, 1, 1]), "ts": np.array([10, 15, 16]), "x": np.array([0, 0, 0])}
+    q = sj.Query(sj.equal("x"), window=sj.TimeWindow(5))
+    assert pairs(sj.oracle.join(q, data)) == [(0, 1)]  # 15 - 10 <= 5, 16 - 10 > 5
+
+
+def test_self_join_either_orientation_by_hand():
+    data = {"x": np.array([3, 1, 2])}
+    q = sj.Query(sj.less("x"), window=sj.CountWindow(10), self_join=True)
+    # θ(a,b) or θ(b,a) with less: any two distinct values; r is the older row
+    assert pairs(sj.oracle.join(q, data)) == [(0, 1), (0, 2), (1, 2)]
+
+
+def test_inequality_direction_by_hand():
+    data = {"stream": np.array([0, 1, 1]), "x": np.array([2, 3, 1])}
+    assert pairs(sj.oracle.join(sj.Query(sj.less("x"), sj.CountWindow(5)), data)) == [(0, 1)]
+    assert pairs(sj.oracle.join(sj.Query(sj.greater("x"), sj.CountWindow(5)), data)) == [(0, 2)]
+
+
+def test_empty_input():
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(3))
+    empty = {"stream": np.array([], np.int8), "x": np.array([], float)}
+    assert len(sj.oracle.join(q, empty)) == 0
+
+
+def _sql_condition(query, r, s):
+    parts = []
+    for c in query.predicate:
+        d = f"({s}.{c.attr}::DOUBLE - {r}.{c.attr}::DOUBLE)"
+        parts.append(f"{d} >= {c.lo!r} AND {d} <= {c.hi!r}".replace("inf", "'inf'::DOUBLE"))
+    return " AND ".join(parts)
+
+
+def duckdb_join(query, data) -> list[tuple[int, int]]:
+    """The definition of DESIGN §1 in SQL, independent of the oracle's code."""
+    n = len(data["x"])
+    stream = data.get("stream", np.zeros(n, np.int8))
+    t = {
+        "g": np.arange(n),
+        "stream": stream.astype(np.int64),
+        "ts": data["ts"],
+        "x": data["x"].astype(np.float64),
+        "y": data["y"].astype(np.float64),
+    }
+    con = duckdb.connect()
+    con.register("raw", t)
+    con.execute(
+        "CREATE TABLE t AS SELECT *, row_number() OVER (PARTITION BY stream ORDER BY g) - 1 AS idx,"
+        " g - (row_number() OVER (PARTITION BY stream ORDER BY g) - 1) AS other_before FROM raw"
+    )
+    w = query.window
+    if query.self_join:
+        win = f"b.idx - a.idx <= {w.r}" if w.kind == "count" else f"b.ts - a.ts <= {w.r}"
+        theta = f"(({_sql_condition(query, 'a', 'b')}) OR ({_sql_condition(query, 'b', 'a')}))"
+        sql = f"SELECT a.g, b.g FROM t a JOIN t b ON a.g < b.g AND {win} AND {theta}"
+    else:
+        # later x of stream X sees y of Y iff y.idx >= (#Y before x) - w_Y (count) or
+        # x.ts - y.ts <= t_Y (time); #Y before x = x.g - x.idx
+        def win(x, y, size):
+            if w.kind == "count":
+                return f"{y}.idx >= ({x}.g - {x}.idx) - {size}"
+            return f"{x}.ts - {y}.ts <= {size}"
+
+        theta = _sql_condition(query, "r", "s")
+        sql = (
+            "SELECT r.g, s.g FROM t r JOIN t s ON r.stream = 0 AND s.stream = 1 AND "
+            f"{theta} AND ((r.g < s.g AND {win('s', 'r', w.r)}) OR "
+            f"(s.g < r.g AND {win('r', 's', w.s)}))"
+        )
+    return sorted(tuple(map(int, row)) for row in con.execute(sql).fetchall())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_oracle_matches_sql(data):
+    self_join = data.draw(st.booleans())
+    table = data.draw(tables(self_join))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
+    assert pairs(sj.oracle.join(query, table)) == duckdb_join(query, table)
+
+
+def test_same_pairs_reports_missing_extra_duplicates():
+    exp = {"r": np.array([0, 1, 2]), "s": np.array([5, 5, 5])}
+    act = {"r": np.array([0, 0, 3]), "s": np.array([5, 5, 5])}
+    cmp = sj.oracle.same_pairs(act, exp)
+    assert not cmp
+    assert cmp.missing.tolist() == [[1, 5], [2, 5]]
+    assert cmp.extra.tolist() == [[3, 5]]
+    assert cmp.duplicates.tolist() == [[0, 5]]
+    assert "2 missing" in repr(cmp) and "1 extra" in repr(cmp) and "1 duplicated" in repr(cmp)
+    assert sj.oracle.same_pairs(exp, {"r": exp["r"][::-1], "s": exp["s"]})
