@@ -143,7 +143,7 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
         if bad.any():
             i = _first_bad(bad)
             raise InputError(
-                f"column 'stream' must hold 0 (R) or 1 (S); row {row_offset + i} has {stream[i]!r}"
+                f"column 'stream' must hold 0 (R) or 1 (S); row {row_offset + i} has {stream[i]}"
             )
         if query.self_join and stream.any():
             i = _first_bad(stream != 0)

@@ -34,6 +34,7 @@ def save_figure(fig, path: str | os.PathLike) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -77,6 +78,8 @@ def plot_latency_cdf(
 ) -> None:
     """CDF of per-pair latency, from exact latencies or from ``(bucket_upper_ns, counts)``."""
     plt = _pyplot()
+    import matplotlib.ticker
+
     fig, ax = plt.subplots(figsize=(6, 4))
     if latency_ns is not None and len(latency_ns):
         x = np.sort(latency_ns) / 1e6
@@ -89,6 +92,7 @@ def plot_latency_cdf(
     else:
         ax.text(0.5, 0.5, "no output pairs", ha="center", va="center", transform=ax.transAxes)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("latency per output pair (ms, log scale)")
     ax.set_ylabel("fraction of pairs")
     ax.set_ylim(0, 1.02)

@@ -20,24 +20,35 @@ def scan_window(items, start, end, keys, lo, hi):
 
     ``items``: float64 ``(C, cap)``, rows ``[start, end)`` held; ``keys``: float64 ``(C, m)``.
     Returns ``(probe_pos, item_pos)``. O(m · (end - start) · C).
+
+    Each condition is one branch-free pass over the window into a mask (loops numba/LLVM
+    vectorise), then matches are compacted without branches.
     """
     n_cond = keys.shape[0]
+    w = end - start
+    mask = np.empty(w, dtype=np.uint8)
     out_p = np.empty(64, dtype=np.int64)
     out_j = np.empty(64, dtype=np.int64)
     n = 0
     for i in range(keys.shape[1]):
-        for j in range(start, end):
-            ok = True
-            for c in range(n_cond):
-                d = items[c, j] - keys[c, i]
-                ok &= (d >= lo[c]) & (d <= hi[c])
-            if ok:
-                if n == out_p.shape[0]:
-                    out_p = grow(out_p, n + 1)
-                    out_j = grow(out_j, n + 1)
-                out_p[n] = i
-                out_j[n] = j
-                n += 1
+        k, kl, kh = keys[0, i], lo[0], hi[0]
+        row = items[0, start:end]
+        for j in range(w):
+            d = row[j] - k
+            mask[j] = (d >= kl) & (d <= kh)
+        for c in range(1, n_cond):
+            k, kl, kh = keys[c, i], lo[c], hi[c]
+            row = items[c, start:end]
+            for j in range(w):
+                d = row[j] - k
+                mask[j] &= (d >= kl) & (d <= kh)
+        if out_p.shape[0] < n + w:
+            out_p = grow(out_p, n + w)
+            out_j = grow(out_j, n + w)
+        for j in range(w):  # branch-free compaction: write always, advance on a match
+            out_p[n] = i
+            out_j[n] = start + j
+            n += mask[j]
     return out_p[:n], out_j[:n]
 
 

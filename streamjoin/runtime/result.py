@@ -69,8 +69,7 @@ class Result:
             f"input      {m['input_tuples']:,} tuples in {m['elapsed_s']:.3f} s "
             f"= {m['input_tuples_per_s']:,.0f} tuples/s",
             f"output     {m['output_pairs']:,} pairs = {m['output_pairs_per_s']:,.0f} pairs/s",
-            "latency    "
-            + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
+            "latency    " + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
             "",
             f"{'actor':<16}{'role':<12}{'busy s':>9}{'busy %':>8}{'batches in':>12}"
             f"{'tuples in':>12}{'batches out':>13}",
@@ -100,6 +99,7 @@ class Result:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(self.metrics, f, indent=2, default=float)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -73,7 +73,7 @@ def run(
     max_delay: float | None = None,
     collect: str = "pairs",
     ordered: bool = False,
-    chunk_rows: int = 65_536,
+    chunk_rows: int | None = None,
     progress: bool | None = None,
 ) -> Result:
     """Run ``query`` over ``data`` on ``topology`` and return the exact result with metrics.
@@ -96,8 +96,9 @@ def run(
         Keep every pair (``Result.pairs``) or only count them (large runs).
     ordered : bool
         Return pairs in order of the later tuple's row (as tuple-at-a-time processing emits).
-    chunk_rows : int
-        Rows the source hands the emitter at a time (in-memory input).
+    chunk_rows : int, optional
+        Rows handed to the emitter at a time from in-memory input (default: ``batch_size``).
+        All rows of a chunk share one ingest time, so latency counts from the chunk hand-over.
     progress : bool, optional
         Show a progress bar on runs longer than two seconds (default: when stderr is a tty).
     """
@@ -106,7 +107,7 @@ def run(
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     batch_size = _positive_int("batch_size", batch_size)
-    chunk_rows = _positive_int("chunk_rows", chunk_rows)
+    chunk_rows = batch_size if chunk_rows is None else _positive_int("chunk_rows", chunk_rows)
     if max_delay is not None and not (isinstance(max_delay, int | float) and max_delay >= 0):
         raise ValueError(f"max_delay must be a number of seconds >= 0, got {max_delay!r}")
     if collect not in ("pairs", "count"):

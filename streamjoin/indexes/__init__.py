@@ -1,0 +1,11 @@
+"""Window indexes, one module each, available by name through the registry.
+
+>>> from streamjoin import indexes
+>>> indexes.names()
+['hash', 'nested_loop']
+"""
+
+from streamjoin.indexes import hash, nested_loop  # noqa: F401  (registers the indexes)
+from streamjoin.indexes.base import WindowIndex, check_supports, default_for, get, names, register
+
+__all__ = ["WindowIndex", "check_supports", "default_for", "get", "names", "register"]

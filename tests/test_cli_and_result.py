@@ -1,0 +1,95 @@
+"""The CLI, Result metrics, summaries and plots (real files, looked at by shape)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import streamjoin as sj
+from streamjoin.cli import main
+
+
+def test_result_metrics_summary_and_plot(tmp_path):
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(2000, low=0, high=500, seed=1)
+    res = sj.run(q, data, batch_size=128)
+    m = res.metrics
+    assert res.count == len(res.pairs) == m["output_pairs"] > 0
+    assert m["input_tuples"] == 2000
+    assert m["input_tuples_per_s"] > 0
+    lat = res.pairs.column("latency_ns").to_numpy()
+    assert np.all(lat >= 0)
+    assert m["latency_ms"]["p50"] == pytest.approx(np.percentile(lat, 50) / 1e6)
+    assert set(m["actors"]) == {"emitter", "core", "collector"}
+    assert m["actors"]["core"]["tuples_in"] == 2000
+    assert m["actors"]["collector"]["tuples_in"] == res.count
+    text = res.summary()
+    assert "tuples/s" in text and "p99" in text and "join_core" in text
+    res.plot_latency(tmp_path / "lat.png")
+    assert (tmp_path / "lat.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_count_mode_keeps_no_pairs_but_counts_and_percentiles():
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(2000, low=0, high=500, seed=1)
+    full = sj.run(q, data)
+    counted = sj.run(q, data, collect="count")
+    assert counted.pairs is None and counted.count == full.count
+    assert counted.metrics["latency_ms"]["p50"] > 0
+    with pytest.raises(ValueError, match="kept no pairs"):
+        counted.same_pairs(full)
+
+
+def test_latency_histogram_percentiles_are_close():
+    from streamjoin.actors.collector import LatencyHistogram
+
+    rng = np.random.default_rng(0)
+    values = rng.lognormal(13, 1.5, size=100_000).astype(np.int64)
+    h = LatencyHistogram()
+    h.add(values[:50_000])
+    h.add(values[50_000:])
+    for q in (50, 95, 99):
+        assert h.percentile(q) == pytest.approx(np.percentile(values, q), rel=0.03)
+
+
+def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["run", "-n", "3000", "--window", "200", "--check", "-o", str(out),
+                 "--no-progress"])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "oracle: same pairs" in text
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["input_tuples"] == 3000
+    for png in ("latency.png", "graph.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in os.listdir(out) if p.startswith(".tmp")]
+
+
+def test_cli_bad_settings_leave_nothing_behind(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit):
+        main(["run", "--window", "0", "-o", str(out)])
+    assert "must be positive" in capsys.readouterr().err
+    code = main(
+        ["run", "-n", "5000", "--window", "100", "--index", "hash", "-o", str(out), "--no-progress"]
+    )
+    assert code == 2
+    assert "hash serves equi-joins only" in capsys.readouterr().err
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_cli_help_and_indexes(capsys):
+    assert main([]) == 0
+    assert "streamjoin run" in capsys.readouterr().out
+    assert main(["indexes"]) == 0
+    assert "nested_loop" in capsys.readouterr().out
+
+
+def test_topology_draw_and_dot(tmp_path):
+    topo = sj.topologies.single("nested_loop")
+    topo.draw(tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 1000
+    dot = topo.to_dot()
+    assert '"emitter" -> "core"' in dot and '"core" -> "collector"' in dot
