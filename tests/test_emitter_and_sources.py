@@ -1,0 +1,101 @@
+"""Emitter stamping and batch closing; the synthetic sources."""
+
+import numpy as np
+import pytest
+
+import streamjoin as sj
+from streamjoin.actors import Emitter
+from streamjoin.batch import validate
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0
+
+    def __call__(self):
+        return self.now
+
+
+def test_batches_close_on_size_and_on_delay():
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(3))
+    data = {"stream": np.array([0, 1, 0, 1, 0]), "x": np.arange(5.0)}
+    cols = validate(data, q)
+    clock = FakeClock()
+    em = Emitter(q, batch_size=2, max_delay_ns=1_000, clock=clock)
+    out = em.on_chunk(cols)  # 5 tuples: two full batches, one tuple waits
+    assert [len(b) for _, b in out] == [2, 2] and em.open_tuples == 1
+    clock.now = 999
+    assert em.on_tick() == []
+    clock.now = 1_000
+    (_, last), = em.on_tick()  # fmt: skip
+    assert len(last) == 1 and em.open_tuples == 0
+    assert last.seq.tolist() == [4] and last.idx.tolist() == [2]
+
+
+def test_stamps_follow_the_definition():
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(2, 1))
+    data = {"stream": np.array([0, 0, 0, 1, 1, 0]), "x": np.zeros(6)}
+    em = Emitter(q, batch_size=100)
+    em.on_chunk(validate(data, q))
+    (_, b), = em.on_eof()  # fmt: skip
+    assert b.idx.tolist() == [0, 1, 2, 0, 1, 3]
+    # S tuples see the last w_r = 2 R tuples; R tuples the last w_s = 1 S tuple
+    assert b.lo_idx.tolist() == [0, 0, 0, 1, 1, 1]
+    assert b.horizon.tolist() == [2, 1]  # after 4 R and 2 S: no window reaches below
+
+
+def test_time_window_lo_idx_across_chunks():
+    q = sj.Query(sj.equal("x"), window=sj.TimeWindow(10))
+    em = Emitter(q, batch_size=100)
+    a = {"stream": np.array([0, 0, 0]), "ts": np.array([0, 5, 20]), "x": np.zeros(3)}
+    b = {"stream": np.array([1, 1]), "ts": np.array([14, 31]), "x": np.zeros(2)}
+    em.on_chunk(validate(a, q))
+    em.on_chunk(validate(b, q, row_offset=3))
+    (_, batch), = em.on_eof()  # fmt: skip
+    # S at ts 14 sees R with ts >= 4: idx 1, 2; S at ts 31 sees R with ts >= 21: none (lo 3)
+    assert batch.lo_idx[3:].tolist() == [1, 3]
+
+
+def test_interleave_rates_and_order():
+    stream, ts = sj.sources.interleave(40_000, rate=1000, rate_s=3000, seed=1)
+    assert np.mean(stream == 1) == pytest.approx(0.75, abs=0.01)
+    for s in (0, 1):
+        assert np.all(np.diff(ts[stream == s]) >= 0)
+    stream, ts = sj.sources.interleave(40_000, rate=1000, process="poisson", seed=1)
+    assert np.mean(stream == 1) == pytest.approx(0.5, abs=0.02)
+
+
+def test_distributions_and_shifting_gaussian():
+    g = sj.sources.values(100_000, "gaussian", seed=1)
+    assert g.mean() == pytest.approx(0.5, abs=0.01) and g.std() == pytest.approx(0.125, rel=0.05)
+    gam = sj.sources.values(100_000, "gamma", seed=1, k=3, theta=3)
+    assert gam.mean() == pytest.approx(9, rel=0.03)
+    sh = sj.sources.values(180_000, "shifting_gaussian", seed=1, r=1.0)
+    assert sh[:40_000].mean() == pytest.approx(0.5, abs=0.01)
+    assert sh[-40_000:].mean() == pytest.approx(1.5, abs=0.01)
+    with pytest.raises(ValueError, match="unknown distribution 'zipf'"):
+        sj.sources.values(10, "zipf")
+    with pytest.raises(ValueError, match="unknown parameters"):
+        sj.sources.values(10, "gamma", mean=3)
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "gaussian", "gamma"])
+def test_band_for_match_rate_gives_that_match_rate(distribution):
+    n, window = 40_000, 1000
+    params = {"low": 0, "high": 10**6} if distribution == "uniform" else {}
+    data = sj.sources.synthetic(n, distribution, seed=3, **params)
+    x, s = data.column("x").to_numpy(), data.column("stream").to_numpy()
+    eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=window, match_rate=2)
+    q = sj.Query(sj.band("x", eps), window=sj.CountWindow(window))
+    res = sj.run(q, data, collect="count")
+    probes_with_full_window = n - 2 * window
+    assert res.count / probes_with_full_window == pytest.approx(2, rel=0.15)
+
+
+def test_handshake_workload_shape():
+    t = sj.sources.handshake_workload(10_000, rate=2_000, seed=1)
+    assert t.column_names == ["stream", "ts", "x", "y"]
+    x = t.column("x").to_numpy()
+    assert x.min() >= 1 and x.max() <= 10_000 and x.dtype.kind == "i"
+    ts = t.column("ts").to_numpy()
+    assert ts[-1] == pytest.approx(10_000 / 2 / 2_000 * 1000, rel=0.01)  # ms at 2,000/s each
