@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     execution = run.add_argument_group("execution")
     execution.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="run in this process, or as one Ray actor per node (default: %(default)s)",
+    )
+    execution.add_argument(
         "--index",
         choices=["auto", *indexes.names()],
         default="auto",
@@ -164,8 +170,16 @@ def cmd_run(args) -> int:
     collect = "pairs" if args.check else args.collect
     print(f"{query}  ({args.tuples:,} tuples, {args.distribution})", flush=True)
     t0 = time.perf_counter()
-    result = sj.run(query, data, topology, batch_size=args.batch_size, max_delay=args.max_delay,
-                    collect=collect, progress=False if args.no_progress else None)  # fmt: skip
+    result = sj.run(
+        query,
+        data,
+        topology,
+        backend=args.backend,
+        batch_size=args.batch_size,
+        max_delay=args.max_delay,
+        collect=collect,
+        progress=False if args.no_progress else None,
+    )
     print(result.summary())
     print(f"wall time {time.perf_counter() - t0:.1f} s (includes compiling or loading kernels)")
     if args.check:

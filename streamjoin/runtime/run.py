@@ -18,7 +18,7 @@ from streamjoin.runtime.trace import RunTrace
 from streamjoin.sources import Source
 from streamjoin.topologies import Topology, single
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "ray")
 
 
 def _slices(cols: Columns, rows: int) -> Iterator[Columns]:
@@ -75,6 +75,7 @@ def run(
     ordered: bool = False,
     chunk_rows: int | None = None,
     progress: bool | None = None,
+    address: str | None = None,
 ) -> Result:
     """Run ``query`` over ``data`` on ``topology`` and return the exact result with metrics.
 
@@ -86,8 +87,10 @@ def run(
         by chunk as it is read.
     topology : Topology, optional
         Default: ``topologies.single()`` with the index chosen from the predicate.
-    backend : {"local"}
-        Where the actors run.
+    backend : {"local", "ray"}
+        Where the actors run: in this process with deterministic FIFO delivery, or one Ray
+        actor per node (``ray.init()`` locally unless Ray is already initialised or
+        ``address`` names a cluster).
     batch_size : int
         Tuples per batch the emitter sends (a batch also closes after ``max_delay``).
     max_delay : float, optional
@@ -101,6 +104,8 @@ def run(
         All rows of a chunk share one ingest time, so latency counts from the chunk hand-over.
     progress : bool, optional
         Show a progress bar on runs longer than two seconds (default: when stderr is a tty).
+    address : str, optional
+        Ray cluster address for ``backend="ray"``.
     """
     if not isinstance(query, Query):
         raise ValueError(f"query must be a streamjoin.Query, got {type(query).__name__}")
@@ -129,11 +134,16 @@ def run(
         cols = validate(data, query)
         total, chunks = len(cols), _slices(cols, chunk_rows)
 
-    from streamjoin.runtime.local import run_local
-
     bar = _Progress(total, progress)
     try:
-        trace = run_local(query, topology, chunks, settings, bar)
+        if backend == "ray":
+            from streamjoin.runtime.ray_executor import run_ray
+
+            trace = run_ray(query, topology, chunks, settings, bar, address=address)
+        else:
+            from streamjoin.runtime.local import run_local
+
+            trace = run_local(query, topology, chunks, settings, bar)
     finally:
         bar.close()
     return _result(query, topology, backend, settings, trace)

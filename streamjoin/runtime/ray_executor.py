@@ -1,0 +1,187 @@
+"""The ``ray`` executor: one Ray actor per topology node, running the same logic objects.
+
+- Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`_Host` actor; kernels
+  are warmed in its constructor (numba's disk cache makes that a load, not a compile).
+- An actor sends each output message to the downstream hosts with ``.remote`` calls. Ray runs
+  the calls of one submitter to a synchronous actor in submission order, so every edge is
+  FIFO.
+- Backpressure: a host keeps at most ``max_in_flight`` unfinished calls per run and waits
+  for the oldest before sending more; the driver does the same for input chunks, so memory
+  stays bounded when the source is faster than the join.
+- End of stream goes through the graph in topological order; each host first waits for all
+  its outstanding calls, which also surfaces any downstream exception.
+- Any exception in an actor ends the run with :class:`ActorFailed` naming the actor, and all
+  actors are killed: never a hang, never a short result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+
+import networkx as nx
+import ray
+
+from streamjoin.batch import Columns
+from streamjoin.query import Query
+from streamjoin.runtime.build import Settings, build_actor
+from streamjoin.runtime.trace import ActorStats, RunTrace
+from streamjoin.topologies.base import Topology
+
+MAX_IN_FLIGHT = 8
+
+
+class ActorFailed(RuntimeError):
+    """An actor raised; the message names the actor and its exception."""
+
+
+@ray.remote(max_restarts=0, max_task_retries=0)
+class _Host:
+    def __init__(self, name: str, role: str, config: dict, query: Query, settings: Settings):
+        self.name = name
+        self.stats = ActorStats(role=role)
+        self.routes: dict[str, list] = {}
+        self.in_flight: list = []
+        self.logic = self._guard(build_actor, role, config, query, settings, time.monotonic_ns)
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise ActorFailed(f"actor {self.name!r} ({self.stats.role}) failed: "
+                              f"{type(e).__name__}: {e}") from e  # fmt: skip
+
+    def ready(self) -> bool:
+        return True
+
+    def connect(self, routes: dict[str, list]) -> None:
+        """``routes[out_port] = [(handle, dst_port), …]``."""
+        self.routes = routes
+
+    def _send(self, messages) -> None:
+        for port, msg in messages:
+            self.stats.batches_out += 1
+            self.stats.tuples_out += len(msg)
+            for handle, dst_port in self.routes.get(port, ()):
+                self.in_flight.append(handle.on_batch.remote(dst_port, msg))
+        if len(self.in_flight) > MAX_IN_FLIGHT:
+            done, self.in_flight = ray.wait(
+                self.in_flight, num_returns=len(self.in_flight) - MAX_IN_FLIGHT
+            )
+            ray.get(done)  # re-raises a downstream failure here
+        self.stats.peak_queue = max(self.stats.peak_queue, len(self.in_flight))
+
+    def _step(self, fn, *args) -> None:
+        t0 = time.perf_counter_ns()
+        out = self._guard(fn, *args)
+        self.stats.busy_ns += time.perf_counter_ns() - t0
+        self._send(out)
+
+    def on_batch(self, port: str, msg) -> None:
+        self.stats.batches_in += 1
+        self.stats.tuples_in += len(msg)
+        self._step(self.logic.on_batch, port, msg)
+
+    def on_chunk(self, cols: Columns) -> None:
+        self.stats.tuples_in += len(cols)
+        self._step(self.logic.on_chunk, cols)
+
+    def on_eof(self) -> None:
+        self._step(self.logic.on_eof)
+        ray.get(self.in_flight)
+        self.in_flight = []
+
+    def report(self):
+        """``(stats, logic)``: the logic object is returned for the collector only."""
+        return self.stats, (self.logic if self.stats.role == "collector" else None)
+
+
+def _ensure_ray(address: str | None) -> None:
+    if not ray.is_initialized():
+        ray.init(
+            address=address,
+            num_cpus=None if address else os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+
+
+def _unwrap(err: Exception) -> ActorFailed:
+    """An :class:`ActorFailed` with the message the failing actor raised.
+
+    Ray wraps it in a chain of task errors (a failed call) or only in the text of an
+    ``ActorDiedError`` (a failed constructor); take the innermost message in either case.
+    """
+    found = re.findall(r"ActorFailed: (actor '[^\n]*)", str(err))
+    if found:
+        return ActorFailed(found[0])
+    cause = err
+    while cause is not None:
+        if isinstance(cause, ActorFailed) and cause.args:
+            return ActorFailed(str(cause.args[0]).splitlines()[0])
+        cause = getattr(cause, "cause", None) or cause.__cause__
+    return ActorFailed(f"a Ray actor failed: {err}")
+
+
+def run_ray(
+    query: Query,
+    topology: Topology,
+    chunks: Iterable[Columns],
+    settings: Settings,
+    progress,
+    address: str | None = None,
+) -> RunTrace:
+    """Run the topology with one Ray actor per node (see module docstring)."""
+    _ensure_ray(address)
+    graph = topology.graph
+    share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
+    hosts = {
+        n: _Host.options(num_cpus=share).remote(n, d["role"], d["config"], query, settings)
+        for n, d in graph.nodes(data=True)
+    }
+    try:
+        return _drive(topology, hosts, chunks, progress)
+    except ray.exceptions.RayError as e:
+        raise _unwrap(e) from None
+    finally:
+        for h in hosts.values():
+            ray.kill(h)
+
+
+def _drive(topology: Topology, hosts: dict, chunks, progress) -> RunTrace:
+    ray.get([h.ready.remote() for h in hosts.values()])  # constructors (and warm-up) done
+    for node, host in hosts.items():
+        routes: dict[str, list] = {}
+        for (src, port), dests in topology.routes().items():
+            if src == node:
+                routes[port] = [(hosts[d], dp) for d, dp in dests]
+        ray.get(host.connect.remote(routes))
+    (emitter,) = topology.nodes("emitter")
+    (collector,) = topology.nodes("collector")
+    clock = time.monotonic_ns
+    start_ns = None
+    n_in = 0
+    in_flight: list = []
+    for cols in chunks:
+        if start_ns is None:
+            start_ns = clock()
+        in_flight.append(hosts[emitter].on_chunk.remote(cols))
+        if len(in_flight) > MAX_IN_FLIGHT:
+            done, in_flight = ray.wait(in_flight, num_returns=len(in_flight) - MAX_IN_FLIGHT)
+            ray.get(done)
+        n_in += len(cols)
+        progress.update(len(cols))
+    ray.get(in_flight)
+    if start_ns is None:
+        start_ns = clock()
+    for node in nx.topological_sort(topology.graph):
+        ray.get(hosts[node].on_eof.remote())
+    end_ns = clock()
+    reports = dict(zip(hosts, ray.get([h.report.remote() for h in hosts.values()]), strict=True))
+    return RunTrace(
+        input_tuples=n_in, start_ns=start_ns, end_ns=end_ns,
+        actors={n: r[0] for n, r in reports.items()}, collector=reports[collector][1],
+    )  # fmt: skip

@@ -1,0 +1,65 @@
+"""The same scenarios under every backend (one fixture), checked against the oracle."""
+
+import numpy as np
+import pytest
+
+import streamjoin as sj
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(params=sj.runtime.BACKENDS)
+def backend(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    return request.param
+
+
+SCENARIOS = [
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(30, 50)), False, "nested_loop", 1),
+    (sj.Query(sj.equal("x") & sj.less("y"), window=sj.TimeWindow(20)), False, "hash", 64),
+    (sj.Query(sj.band("x", lo=-1, hi=3), window=sj.CountWindow(40), self_join=True), True,
+     "nested_loop", 16),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("query", "self_join", "index", "batch_size"), SCENARIOS)
+def test_backend_equals_oracle(backend, query, self_join, index, batch_size):
+    data = sj.sources.synthetic(600, low=0, high=60, attrs=("x", "y"), self_join=self_join,
+                                seed=batch_size)  # fmt: skip
+    expected = sj.oracle.join(query, data)
+    assert len(expected) > 0
+    res = sj.run(query, data, sj.topologies.single(index), backend=backend, batch_size=batch_size)
+    assert res.same_pairs(expected)
+    assert res.metrics["backend"] == backend
+    assert res.metrics["actors"]["core"]["tuples_in"] == 600
+    assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
+
+
+def test_ray_actor_failure_names_the_actor(ray_session):
+    from streamjoin.runtime.ray_executor import ActorFailed
+
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(5))
+    data = sj.sources.synthetic(100, low=0, high=10, seed=1)
+    with pytest.raises(ActorFailed, match="actor 'core' \\(join_core\\) failed: TypeError"):
+        sj.run(q, data, sj.topologies.single("nested_loop", bogus=1), backend="ray")
+
+
+def test_ray_failure_mid_run_ends_the_run(ray_session):
+    from streamjoin.runtime.ray_executor import ActorFailed
+
+    class Chunks(sj.sources.Source):
+        def __iter__(self):
+            yield {"stream": np.array([0, 1]), "ts": np.array([5, 6]), "x": np.array([1.0, 1])}
+            yield {"stream": np.array([0]), "ts": np.array([4]), "x": np.array([1.0])}
+
+    q = sj.Query(sj.band("x", 1), window=sj.TimeWindow(5))
+    with pytest.raises(ActorFailed, match="actor 'emitter'.*decreases within stream R"):
+        sj.run(q, Chunks(), backend="ray")
