@@ -14,6 +14,7 @@ Everything is checked once, in :func:`validate`, before any work starts; each pr
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -212,7 +213,9 @@ class Batch:
     the opposite stream (own stream for a self-join) that is in this tuple's window at its
     arrival, for count and time windows alike, so any core checks window membership as
     ``y.idx >= x.lo_idx``. ``horizon[Y]`` is a bound stamped by the emitter: no tuple emitted
-    after this batch will need a tuple of stream Y with ``idx < horizon[Y]``.
+    after this batch will need a tuple of stream Y with ``idx < horizon[Y]``. ``store`` tells
+    the receiving join core whether to keep the batch's tuples (False: probe only, as at the
+    cores of a split join that do not own the batch).
     """
 
     seq: np.ndarray  # int64, global arrival number (input row)
@@ -223,6 +226,7 @@ class Batch:
     lo_idx: np.ndarray  # int64, first idx of the other stream in the window
     attrs: np.ndarray  # float64 (k, n), join attributes
     horizon: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
+    store: bool = True
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -237,7 +241,12 @@ class Batch:
             *(getattr(self, f)[index] for f in _ARRAYS[:-1]),
             attrs=np.ascontiguousarray(self.attrs[:, index]),
             horizon=self.horizon.copy(),
+            store=self.store,
         )
+
+    def with_store(self, store: bool) -> Batch:
+        """The same tuples (arrays shared, not copied) with another ``store`` flag."""
+        return dataclasses.replace(self, store=store)
 
     @staticmethod
     def concat(batches: list[Batch]) -> Batch:

@@ -46,18 +46,26 @@ def draw_graph(graph, title: str, path: str | os.PathLike) -> None:
     import networkx as nx
 
     plt = _pyplot()
+    simple = nx.DiGraph()  # one arrow per node pair, labelled with everything it carries
+    simple.add_nodes_from(graph.nodes(data=True))
+    for u, v, d in graph.edges(data=True):
+        label = d.get("label", "")
+        if simple.has_edge(u, v) and label not in simple[u][v]["label"].split("+"):
+            label = f"{simple[u][v]['label']}+{label}"
+        simple.add_edge(u, v, label=label)
+    graph = simple
     pos = {n: d.get("pos", (i, 0)) for i, (n, d) in enumerate(graph.nodes(data=True))}
     xs = [p[0] for p in pos.values()]
     ys = [p[1] for p in pos.values()]
     fig, ax = plt.subplots(
-        figsize=(max(4.0, 2.0 * (max(xs) - min(xs) + 1)), max(2.5, 1.6 * (max(ys) - min(ys) + 1)))
+        figsize=(max(4.0, 2.4 * (max(xs) - min(xs) + 1)), max(2.5, 2.2 * (max(ys) - min(ys) + 1)))
     )
     colors = [ROLE_COLORS.get(d.get("role"), "#d9d9d9") for _, d in graph.nodes(data=True)]
     labels = {n: d.get("label", n) for n, d in graph.nodes(data=True)}
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=colors, node_size=2600,
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=colors, node_size=2000,
                            node_shape="s", edgecolors="#333333")  # fmt: skip
     nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=8)
-    nx.draw_networkx_edges(graph, pos, ax=ax, arrows=True, arrowsize=16, node_size=2600,
+    nx.draw_networkx_edges(graph, pos, ax=ax, arrows=True, arrowsize=16, node_size=2000,
                            node_shape="s")  # fmt: skip
     edge_labels = {(u, v): d.get("label", "") for u, v, d in graph.edges(data=True)}
     nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, ax=ax, font_size=8)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from streamjoin.actors.router import Route
 from streamjoin.batch import Batch, Columns, InputError
 from streamjoin.query import Query
 
@@ -26,7 +27,8 @@ class Emitter:
     window reaches, which lets cores expire.
 
     A batch closes when it holds ``batch_size`` tuples or when its oldest tuple has waited
-    ``max_delay_ns`` (checked on every chunk and :meth:`on_tick`).
+    ``max_delay_ns`` (checked on every chunk and :meth:`on_tick`); ``route`` decides which
+    cores it goes to (:mod:`streamjoin.actors.router`).
     """
 
     def __init__(
@@ -35,8 +37,10 @@ class Emitter:
         batch_size: int,
         max_delay_ns: int | None = None,
         clock: Callable[[], int] | None = None,
+        route: Route | None = None,
     ) -> None:
         self.query = query
+        self.route = route or Route()
         self.batch_size = batch_size
         self.max_delay_ns = max_delay_ns
         self.clock = clock
@@ -169,7 +173,7 @@ class Emitter:
             end = min(start + self.batch_size, cut)
             part = stamped.take(np.arange(start, end))
             part.horizon = stamped.horizon[:, end - 1].copy()
-            out.append(("out", part))
+            out.extend(self.route(part))
         rest = stamped.take(np.arange(cut, n))
         rest.horizon = stamped.horizon[:, cut:]
         self._pending = [rest] if n > cut else []

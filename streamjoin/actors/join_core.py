@@ -39,6 +39,12 @@ class JoinCore:
     Each pair is produced once, by the later tuple. One entry point, :meth:`on_batch`, so every
     executor drives the same object.
 
+    In parallel topologies a core sees part of the input: a batch with ``store=False`` is only
+    probed (split join: another core owns it), and R and S may arrive on different ports
+    (``ports`` maps each input port to the streams it carries; DP-Join grid). Each port is FIFO,
+    so expiry of stream Y follows only the horizons of batches from ports that carry Y's
+    probers: a prober emitted earlier can then no longer be on its way.
+
     Parameters
     ----------
     query : Query
@@ -47,9 +53,20 @@ class JoinCore:
         ``nested_loop``).
     index_options : dict, optional
         Keyword arguments for the index constructor (fan-out, chain length, …).
+    ports : dict, optional
+        Input port -> streams it carries (default: one port ``"in"`` with both).
+    forward : bool
+        Send every input batch on, unchanged, on port ``"<in port>_next"`` (chain layouts).
     """
 
-    def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
+    def __init__(
+        self,
+        query: Query,
+        index: str | None = None,
+        index_options: dict | None = None,
+        ports: dict[str, tuple[int, ...]] | None = None,
+        forward: bool = False,
+    ):
         self.query = query
         self.index_name = index or indexes.default_for(query.predicate)
         cls = indexes.check_supports(self.index_name, query.predicate)
@@ -59,6 +76,8 @@ class JoinCore:
         self.index_options = options
         self.stores = {y: TupleStore(len(query.attrs)) for y in self.streams}
         self.indexes = {y: cls(self.n_keys, **options) for y in self.streams}
+        self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
+        self.forward = forward
         self.cond_attr = query.condition_attr_index
         self.lo, self.hi = query.predicate.bounds
         self.stats = {"probes": 0, "candidates": 0, "pairs": 0, "inserted": 0, "expired": 0}
@@ -66,18 +85,24 @@ class JoinCore:
     # -- one batch ---------------------------------------------------------------------------
 
     def on_batch(self, port: str, batch: Batch) -> list[tuple[str, PairBatch]]:
-        """Join one batch; returns ``[("out", PairBatch)]`` when it produced pairs."""
+        """Join one batch; returns ``[("out", PairBatch)]`` when it produced pairs (preceded by
+        the batch itself on ``"<port>_next"`` when forwarding)."""
+        if port not in self.ports:
+            raise ValueError(f"join core has no input port {port!r}; ports: {list(self.ports)}")
+        sent = [(f"{port}_next", batch)] if self.forward else []
         parts = [self._probe_stored(batch, x) for x in self.streams]
-        parts.append(self._join_batch(batch))
-        self._insert_and_expire(batch)
+        if batch.store:
+            parts.append(self._join_batch(batch))
+            self._insert(batch)
+        self._expire(batch, self.ports[port])
         pairs = [p for p in parts if len(p)]
         if not pairs:
-            return []
+            return sent
         out = pairs[0] if len(pairs) == 1 else PairBatch(
             *(np.concatenate([getattr(p, f) for p in pairs]) for f in ("r", "s", "ingest_ns"))
         )  # fmt: skip
         self.stats["pairs"] += len(out)
-        return [("out", out)]
+        return [*sent, ("out", out)]
 
     def on_eof(self) -> list[tuple[str, PairBatch]]:
         return []
@@ -121,7 +146,8 @@ class JoinCore:
         rows = refs - store.base
         bpos = xs[pos]
         keep = filter_candidates(
-            batch.attrs, batch.lo_idx, bpos, store.attrs, store.idx, rows,
+            batch.attrs, batch.seq, batch.idx, batch.lo_idx, bpos,
+            store.attrs, store.seq, store.idx, store.lo_idx, rows,
             self.cond_attr, self.lo, self.hi, first, orient,
         )  # fmt: skip
         later, earlier = bpos[keep], rows[keep]
@@ -151,20 +177,25 @@ class JoinCore:
             return PairBatch(earlier, later, ingest)
         return PairBatch(later, earlier, ingest)
 
-    def _insert_and_expire(self, batch: Batch) -> None:
-        """Step 3: store and index the batch, then expire below the horizon."""
+    def _insert(self, batch: Batch) -> None:
+        """Step 3a: store and index the batch's tuples."""
         for y in self.streams:
             ys = np.flatnonzero(batch.stream == y)
-            store, index = self.stores[y], self.indexes[y]
             if len(ys):
-                refs = store.append(batch, ys)
+                refs = self.stores[y].append(batch, ys)
                 keys = np.ascontiguousarray(batch.attrs[self.cond_attr[: self.n_keys]][:, ys])
-                index.insert(keys, refs)
+                self.indexes[y].insert(keys, refs)
                 self.stats["inserted"] += len(ys)
+
+    def _expire(self, batch: Batch, carried: tuple[int, ...]) -> None:
+        """Step 3b: expire each stream probed by a stream this batch's port carries."""
+        probed = {x if self.query.self_join else 1 - x for x in carried}
+        for y in probed & set(self.streams):
+            store = self.stores[y]
             before = len(store)
             first_live = store.expire(int(batch.horizon[y]))
             self.stats["expired"] += before - len(store)
-            index.expire(first_live)
+            self.indexes[y].expire(first_live)
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -179,11 +210,11 @@ class JoinCore:
         """Compile (or load from the disk cache) every kernel on a throwaway two-tuple run."""
         probe = JoinCore(self.query, self.index_name, self.index_options)
         k = len(self.query.attrs)
-        for n in (2, 2):  # second pass probes what the first stored
-            probe.on_batch("in", _warm_batch(n, k, self.query.self_join))
+        for _ in range(2):  # the second batch probes what the first stored
+            probe.on_batch("in", _warm_batch(k, self.query.self_join))
 
 
-def _warm_batch(n: int, k: int, self_join: bool) -> Batch:
+def _warm_batch(k: int, self_join: bool, n: int = 2) -> Batch:
     z = np.zeros(n, dtype=np.int64)
     stream = np.zeros(n, dtype=np.int8) if self_join else (np.arange(n) % 2).astype(np.int8)
     return Batch(

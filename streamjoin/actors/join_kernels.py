@@ -41,19 +41,24 @@ def theta_oriented(p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient):
 
 @njit(cache=True, nogil=True)
 def filter_candidates(
-    p_attrs, p_lo_idx, p_pos, c_attrs, c_idx, c_rows, cond_attr, lo, hi, first, orient
-):
-    """Keep candidate ``t`` iff it is in the probing tuple's window and passes θ.
+    p_attrs, p_seq, p_idx, p_lo_idx, p_pos,
+    c_attrs, c_seq, c_idx, c_lo_idx, c_rows,
+    cond_attr, lo, hi, first, orient,
+):  # fmt: skip
+    """Keep candidate ``t`` iff the earlier of the two is in the later one's window and θ holds.
 
-    ``p_pos[t]`` is the probing tuple's column in ``p_attrs``; ``c_rows[t]`` the candidate's
-    column in ``c_attrs`` / ``c_idx``. Conditions before ``first`` were already checked by the
-    index. Window check (DESIGN §2 step 1): ``c_idx >= p_lo_idx``.
+    ``p_pos[t]`` is the probing tuple's column in the ``p_*`` arrays; ``c_rows[t]`` the
+    candidate's column in the ``c_*`` arrays. Conditions before ``first`` were already checked
+    by the index. Window check (DESIGN §2 step 1): ``c_idx >= p_lo_idx`` when the candidate
+    arrived first; a stored candidate can also be the *later* tuple when the two streams reach
+    a core by different paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``.
     """
     keep = np.empty(p_pos.shape[0], dtype=np.bool_)
     for t in range(p_pos.shape[0]):
         i = p_pos[t]
         j = c_rows[t]
-        keep[t] = c_idx[j] >= p_lo_idx[i] and theta_oriented(
+        in_window = c_idx[j] >= p_lo_idx[i] if c_seq[j] < p_seq[i] else p_idx[i] >= c_lo_idx[j]
+        keep[t] = in_window and theta_oriented(
             p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient
         )
     return keep
@@ -61,8 +66,8 @@ def filter_candidates(
 
 @njit(cache=True, nogil=True)
 def join_within_batch(stream, idx, lo_idx, attrs, cond_attr, lo, hi, self_join):
-    """Pairs ``(i, j)``, ``j < i``, of one batch: ``j`` is of ``i``'s opposite stream (its own
-    for a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
+    """Pairs ``(i, j)``, ``j < i``, of one seq-ordered batch: ``j`` is of ``i``'s opposite
+    stream (its own for a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
 
     DESIGN §2 step 2 (PIM-Tree §4's edge tuple: what is not indexed yet is scanned). Each
     stream's tuples are sorted on the primary attribute and every tuple range-searches the

@@ -19,6 +19,7 @@ class TupleStore:
         cap = 16
         self.seq = np.empty(cap, dtype=np.int64)
         self.idx = np.empty(cap, dtype=np.int64)
+        self.lo_idx = np.empty(cap, dtype=np.int64)
         self.ingest_ns = np.empty(cap, dtype=np.int64)
         self.attrs = np.empty((n_attrs, cap), dtype=np.float64)
         self.base = 0  # ref of array row 0
@@ -30,7 +31,7 @@ class TupleStore:
 
     @property
     def nbytes(self) -> int:
-        return self.seq.nbytes + self.idx.nbytes + self.ingest_ns.nbytes + self.attrs.nbytes
+        return sum(a.nbytes for a in (self.seq, self.idx, self.lo_idx, self.ingest_ns, self.attrs))
 
     def append(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
         """Store the tuples of ``batch`` at positions ``pos``; returns their refs."""
@@ -40,6 +41,7 @@ class TupleStore:
         t = self.tail
         self.seq[t : t + n] = batch.seq[pos]
         self.idx[t : t + n] = batch.idx[pos]
+        self.lo_idx[t : t + n] = batch.lo_idx[pos]
         self.ingest_ns[t : t + n] = batch.ingest_ns[pos]
         self.attrs[:, t : t + n] = batch.attrs[:, pos]
         self.tail = t + n
@@ -51,11 +53,13 @@ class TupleStore:
         while live + n > cap // 2:
             cap *= 2
         h, t = self.head, self.tail
-        seq, idx, ing = (np.empty(cap, dtype=np.int64) for _ in range(3))
+        for name in ("seq", "idx", "lo_idx", "ingest_ns"):
+            new = np.empty(cap, dtype=np.int64)
+            new[:live] = getattr(self, name)[h:t]
+            setattr(self, name, new)
         attrs = np.empty((self.attrs.shape[0], cap), dtype=np.float64)
-        seq[:live], idx[:live], ing[:live] = self.seq[h:t], self.idx[h:t], self.ingest_ns[h:t]
         attrs[:, :live] = self.attrs[:, h:t]
-        self.seq, self.idx, self.ingest_ns, self.attrs = seq, idx, ing, attrs
+        self.attrs = attrs
         self.base += h
         self.head, self.tail = 0, live
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.router import make_route
 from streamjoin.query import Query
 from streamjoin.topologies.base import Topology
 
@@ -26,9 +27,16 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
     """The logic object for one node; join cores are warmed (kernels compiled or loaded)."""
     match role:
         case "emitter":
-            return Emitter(query, settings.batch_size, settings.max_delay_ns, clock)
+            route = make_route(config.get("route"))
+            return Emitter(query, settings.batch_size, settings.max_delay_ns, clock, route)
         case "join_core":
-            core = JoinCore(query, config.get("index"), config.get("index_options"))
+            core = JoinCore(
+                query,
+                config.get("index"),
+                config.get("index_options"),
+                ports=config.get("ports"),
+                forward=config.get("forward", False),
+            )
             core.warm()
             return core
         case "collector":
@@ -45,6 +53,7 @@ def check_topology(topology: Topology, query: Query) -> None:
             f"topology must be built by streamjoin.topologies, got {type(topology).__name__}"
         )
     topology.validate()
+    topology.check_query(query)
     for node in topology.nodes("join_core"):
         name = topology.graph.nodes[node]["config"].get("index")
         indexes.check_supports(name or indexes.default_for(query.predicate), query.predicate)

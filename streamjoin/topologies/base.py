@@ -1,9 +1,10 @@
-"""A topology is data: a networkx graph of actor specs, with ports on the edges.
+"""A topology is data: a networkx multigraph of actor specs, with ports on the edges.
 
 Node attributes: ``role`` (``emitter``, ``join_core``, ``collector``, …), ``config`` (a dict
 passed to the actor's constructor), ``pos`` (x, y for drawing), ``label``. Edge attributes:
-``src_port``, ``dst_port`` and ``label`` (what flows: ``R``, ``S``, ``R+S``, ``pairs``). The same
-graph drives every executor.
+``src_port``, ``dst_port`` and ``label`` (what flows: ``R``, ``S``, ``R+S``, ``pairs``); two nodes
+may be joined by several edges with different ports. Graph attribute ``self_join``: whether the
+layout can run self-joins. The same graph drives every executor.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Topology:
     """A named actor graph."""
 
     name: str
-    graph: nx.DiGraph
+    graph: nx.MultiDiGraph
 
     def nodes(self, role: str | None = None) -> list[str]:
         """Node names, in insertion order, optionally only those of ``role``."""
@@ -44,6 +45,11 @@ class Topology:
             raise ValueError(f"topology {self.name!r} has no join core")
         if not nx.is_directed_acyclic_graph(self.graph):
             raise ValueError(f"topology {self.name!r} has a cycle")
+
+    def check_query(self, query) -> None:
+        """Raise ValueError if this layout cannot run ``query``."""
+        if query.self_join and not self.graph.graph.get("self_join", True):
+            raise ValueError(f"topology {self.name!r} runs two-way joins only, not self-joins")
 
     def to_dot(self) -> str:
         """Graphviz DOT text of the graph."""

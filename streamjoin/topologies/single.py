@@ -21,7 +21,7 @@ def single(index: str | None = None, **index_options) -> Topology:
     """
     if index is not None:
         indexes.get(index)  # unknown names fail here, before any run
-    g = nx.DiGraph()
+    g = nx.MultiDiGraph(self_join=True)
     g.add_node("emitter", role="emitter", config={}, pos=(0, 0), label="emitter")
     label = f"join core\n{index or 'auto'}"
     g.add_node("core", role="join_core", config={"index": index, "index_options": index_options},
