@@ -36,22 +36,11 @@ def _positive(kind):
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the `run` job (also taken by `compare`)."""
     from streamjoin import indexes, sources
 
-    parser = argparse.ArgumentParser(
-        prog="streamjoin", description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    run = sub.add_parser(
-        "run", help="run a synthetic band join and report throughput and latency",
-        description="Run a band join |r.x - s.x| <= eps on synthetic streams, print a "
-        "summary and write metrics.json, latency.png and graph.png.",
-        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    data = run.add_argument_group("data")
+    data = parser.add_argument_group("data")
     data.add_argument(
         "-n",
         "--tuples",
@@ -73,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data.add_argument("--self-join", action="store_true", help="join one stream with itself")
     data.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
-    query = run.add_argument_group("query")
+    query = parser.add_argument_group("query")
     query.add_argument(
         "--window",
         type=_positive(int),
@@ -92,7 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=2.0,
         help="average matches per probe; sets eps (default: %(default)s)",
     )
-    execution = run.add_argument_group("execution")
+    execution = parser.add_argument_group("execution")
+    execution.add_argument(
+        "--topology",
+        default="single",
+        help="actor layout: single, split:N, grid:MxN or grid:MxN:direct (default: %(default)s)",
+    )
+    execution.add_argument(
+        "--pace",
+        type=_positive(float),
+        default=None,
+        metavar="TUPLES_PER_S",
+        help="hand input over at this wall-clock rate (default: as fast as possible)",
+    )
     execution.add_argument(
         "--backend",
         choices=("local", "ray"),
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compare the result with the oracle (slow beyond ~20,000 tuples)",
     )
-    output = run.add_argument_group("output")
+    output = parser.add_argument_group("output")
     output.add_argument(
         "-o",
         "--out",
@@ -138,7 +139,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     output.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamjoin", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", help="run a synthetic band join and report throughput and latency",
+        description="Run a band join |r.x - s.x| <= eps on synthetic streams, print a "
+        "summary and write metrics.json, latency.png and graph.png.",
+        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    _add_job_options(run)
+
     sub.add_parser("indexes", help="list the window indexes")
+
+    draw = sub.add_parser("draw", help="draw a topology's actor graph",
+                          description="Draw the actor graph of a topology (PNG, SVG or PDF).")  # fmt: skip
+    draw.add_argument("topology", help="single, split:N, grid:MxN or grid:MxN:direct")
+    draw.add_argument("-o", "--out", default="graph.png", help="file (default: %(default)s)")
+    draw.add_argument("--dot", action="store_true", help="print Graphviz DOT text as well")
+
+    compare = sub.add_parser(
+        "compare",
+        help="run several layouts on the same data; plot throughput and latency per layout",
+        description="Run the `run` job once per layout on the same input and write "
+        "compare.csv and compare.png (throughput and latency vs layout, DP-Join Fig. 6/7).",
+    )  # fmt: skip
+    _add_job_options(compare)
+    compare.add_argument("--layouts", default="1x4,2x2,4x1",
+                         help="comma-separated topologies (default: %(default)s)")  # fmt: skip
     return parser
 
 
@@ -150,7 +183,8 @@ def _make_data(args):
                              self_join=args.self_join, seed=args.seed, **params)  # fmt: skip
 
 
-def cmd_run(args) -> int:
+def _run_job(args):
+    """The `run` job: data, query and topology from ``args``, run. Returns what it made."""
     import streamjoin as sj
 
     data = _make_data(args)
@@ -158,17 +192,16 @@ def cmd_run(args) -> int:
     # tuples per window: the count, or rate × time (ts is in ms)
     per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
     if args.self_join:
-        eps = sj.sources.band_for_match_rate(x, window=int(per_window), match_rate=args.match_rate)
+        r, s = x, None
     else:
         stream = data.column("stream").to_numpy()
-        eps = sj.sources.band_for_match_rate(x[stream == 0], x[stream == 1],
-                                             window=int(per_window), match_rate=args.match_rate)  # fmt: skip
+        r, s = x[stream == 0], x[stream == 1]
+    eps = sj.sources.band_for_match_rate(r, s, window=int(per_window), match_rate=args.match_rate)
     window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
     query = sj.Query(sj.band("x", eps), window=window, self_join=args.self_join)
     index = sj.indexes.default_for(query.predicate) if args.index == "auto" else args.index
-    topology = sj.topologies.single(index)
-    collect = "pairs" if args.check else args.collect
-    print(f"{query}  ({args.tuples:,} tuples, {args.distribution})", flush=True)
+    topology = sj.topologies.parse(args.topology, index)
+    print(f"{query}  ({args.tuples:,} tuples, {args.distribution}, {topology.name})", flush=True)
     t0 = time.perf_counter()
     result = sj.run(
         query,
@@ -177,11 +210,19 @@ def cmd_run(args) -> int:
         backend=args.backend,
         batch_size=args.batch_size,
         max_delay=args.max_delay,
-        collect=collect,
+        pace=args.pace,
+        collect="pairs" if args.check else args.collect,
         progress=False if args.no_progress else None,
     )
     print(result.summary())
-    print(f"wall time {time.perf_counter() - t0:.1f} s (includes compiling or loading kernels)")
+    print(f"wall time {time.perf_counter() - t0:.1f} s (includes starting actors, loading kernels)")
+    return result, topology, query, data
+
+
+def cmd_run(args) -> int:
+    import streamjoin as sj
+
+    result, topology, query, data = _run_job(args)
     if args.check:
         cmp = result.same_pairs(sj.oracle.join(query, data))
         print(f"oracle: {cmp}")
@@ -204,6 +245,49 @@ def _write_outputs(result, topology, out: str) -> None:
     print("wrote " + ", ".join(os.path.join(out, n) for n in names))
 
 
+def cmd_draw(args) -> int:
+    from streamjoin import topologies
+
+    topo = topologies.parse(args.topology)
+    topo.draw(args.out)
+    if args.dot:
+        print(topo.to_dot())
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import csv
+    import io
+
+    from streamjoin import viz
+
+    rows = []
+    for layout in args.layouts.split(","):
+        args.topology = layout
+        result = _run_job(args)[0]
+        m = result.metrics
+        rows.append({"layout": layout, "topology": m["topology"], "backend": m["backend"],
+                     "input_tuples_per_s": m["input_tuples_per_s"],
+                     **{f"latency_{k}_ms": v for k, v in m["latency_ms"].items()}})  # fmt: skip
+    os.makedirs(args.out, exist_ok=True)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    with tempfile.NamedTemporaryFile("w", dir=args.out, delete=False, suffix=".csv") as f:
+        f.write(text.getvalue())
+    os.chmod(f.name, 0o644)
+    os.replace(f.name, os.path.join(args.out, "compare.csv"))
+    viz.plot_layouts(rows, os.path.join(args.out, "compare.png"))
+    print(f"{'layout':<18}{'tuples/s':>14}{'p50 ms':>10}{'p99 ms':>10}")
+    for r in rows:
+        print(f"{r['layout']:<18}{r['input_tuples_per_s']:>14,.0f}"
+              f"{r['latency_p50_ms']:>10.2f}{r['latency_p99_ms']:>10.2f}")  # fmt: skip
+    print(f"wrote {os.path.join(args.out, 'compare.csv')}, {os.path.join(args.out, 'compare.png')}")
+    return 0
+
+
 def cmd_indexes(args) -> int:
     from streamjoin import indexes
 
@@ -220,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return {"run": cmd_run, "indexes": cmd_indexes}[args.command](args)
+        commands = {"run": cmd_run, "indexes": cmd_indexes, "draw": cmd_draw,
+                    "compare": cmd_compare}  # fmt: skip
+        return commands[args.command](args)
     except ValueError as e:  # bad input or settings: a message, not a traceback
         print(f"streamjoin: error: {e}", file=sys.stderr)
         return 2

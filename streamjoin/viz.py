@@ -109,3 +109,25 @@ def plot_latency_cdf(
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def plot_layouts(rows: list[dict], path: str | os.PathLike) -> None:
+    """Throughput and latency (p50, p99) per layout, side by side (DP-Join Fig. 6/7 style)."""
+    plt = _pyplot()
+    labels = [r["layout"] for r in rows]
+    x = np.arange(len(rows))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(7.0, 1.6 * len(rows) + 4), 3.8))
+    ax1.bar(x, [r["input_tuples_per_s"] / 1e3 for r in rows], color="#219ebc")
+    ax1.set_ylabel("input throughput (K tuples/s)")
+    ax2.plot(x, [r["latency_p50_ms"] for r in rows], "o-", label="p50")
+    ax2.plot(x, [r["latency_p99_ms"] for r in rows], "s--", label="p99")
+    ax2.set_ylabel("latency per output pair (ms)")
+    ax2.legend()
+    for ax in (ax1, ax2):
+        ax.set_xticks(x, labels)
+        ax.set_xlabel("layout")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"layouts on {rows[0]['backend']}")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)

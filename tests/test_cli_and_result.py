@@ -93,3 +93,33 @@ def test_topology_draw_and_dot(tmp_path):
     assert (tmp_path / "g.png").stat().st_size > 1000
     dot = topo.to_dot()
     assert '"emitter" -> "core"' in dot and '"core" -> "collector"' in dot
+
+
+def test_cli_topology_draw_and_compare(tmp_path, capsys):
+    code = main(["run", "-n", "3000", "--window", "100", "--topology", "grid:2x2", "--check",
+                 "-o", str(tmp_path / "g"), "--no-progress"])  # fmt: skip
+    assert code == 0 and "oracle: same pairs" in capsys.readouterr().out
+    assert main(["draw", "split:3", "-o", str(tmp_path / "s.png"), "--dot"]) == 0
+    assert '"emitter" -> "core2"' in capsys.readouterr().out
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    code = main(["compare", "-n", "3000", "--window", "100", "--layouts", "single,1x2,2x1",
+                 "-o", str(tmp_path / "c"), "--no-progress"])  # fmt: skip
+    assert code == 0
+    lines = (tmp_path / "c" / "compare.csv").read_text().splitlines()
+    assert lines[0].startswith("layout,") and [ln.split(",")[0] for ln in lines[1:]] == [
+        "single", "1x2", "2x1"]  # fmt: skip
+    assert (tmp_path / "c" / "compare.png").stat().st_size > 1000
+    assert main(["draw", "mesh:3"]) == 2
+    assert "cannot read topology 'mesh:3'" in capsys.readouterr().err
+
+
+def test_paced_run_takes_the_input_time():
+    import time
+
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(100))
+    data = sj.sources.synthetic(4000, low=0, high=4000, seed=1)
+    t0 = time.perf_counter()
+    res = sj.run(q, data, pace=8000, batch_size=32, max_delay=0.002)
+    assert time.perf_counter() - t0 >= 0.45  # 4000 tuples at 8000/s
+    assert res.metrics["input_tuples_per_s"] == pytest.approx(8000, rel=0.2)
+    assert res.same_pairs(sj.oracle.join(q, data))

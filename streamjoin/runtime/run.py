@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -33,6 +34,18 @@ def _validated_chunks(source: Source, query: Query) -> Iterator[Columns]:
         cols = validate(chunk, query, row_offset=offset)
         offset += len(cols)
         yield cols
+
+
+def _paced(chunks: Iterator[Columns], rate: float) -> Iterator[Columns]:
+    """Hand chunks over no faster than ``rate`` tuples per second of wall time."""
+    start = time.perf_counter()
+    sent = 0
+    for cols in chunks:
+        wait = start + sent / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        yield cols
+        sent += len(cols)
 
 
 class _Progress:
@@ -74,6 +87,7 @@ def run(
     collect: str = "pairs",
     ordered: bool = False,
     chunk_rows: int | None = None,
+    pace: float | None = None,
     progress: bool | None = None,
     address: str | None = None,
 ) -> Result:
@@ -102,6 +116,10 @@ def run(
     chunk_rows : int, optional
         Rows handed to the emitter at a time from in-memory input (default: ``batch_size``).
         All rows of a chunk share one ingest time, so latency counts from the chunk hand-over.
+        With ``pace`` the default is one millisecond of input.
+    pace : float, optional
+        Hand the input over at this many tuples per second of wall time (default: as fast as
+        the join takes it), to measure latency at a given input rate.
     progress : bool, optional
         Show a progress bar on runs longer than two seconds (default: when stderr is a tty).
     address : str, optional
@@ -112,7 +130,11 @@ def run(
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     batch_size = _positive_int("batch_size", batch_size)
-    chunk_rows = batch_size if chunk_rows is None else _positive_int("chunk_rows", chunk_rows)
+    if pace is not None and not (isinstance(pace, int | float) and pace > 0):
+        raise ValueError(f"pace must be a positive rate in tuples/s, got {pace!r}")
+    if chunk_rows is None:
+        chunk_rows = batch_size if pace is None else max(1, int(pace // 1000))
+    chunk_rows = _positive_int("chunk_rows", chunk_rows)
     if max_delay is not None and not (isinstance(max_delay, int | float) and max_delay >= 0):
         raise ValueError(f"max_delay must be a number of seconds >= 0, got {max_delay!r}")
     if collect not in ("pairs", "count"):
@@ -134,6 +156,8 @@ def run(
         cols = validate(data, query)
         total, chunks = len(cols), _slices(cols, chunk_rows)
 
+    if pace is not None:
+        chunks = _paced(chunks, pace)
     bar = _Progress(total, progress)
     try:
         if backend == "ray":
@@ -146,10 +170,10 @@ def run(
             trace = run_local(query, topology, chunks, settings, bar)
     finally:
         bar.close()
-    return _result(query, topology, backend, settings, trace)
+    return _result(query, topology, backend, settings, trace, pace)
 
 
-def _result(query, topology, backend, settings: Settings, trace: RunTrace) -> Result:
+def _result(query, topology, backend, settings: Settings, trace: RunTrace, pace) -> Result:
     col = trace.collector
     end = col.last_ns if col.last_ns is not None else trace.end_ns
     elapsed_s = max(end - trace.start_ns, 1) / 1e9
@@ -173,6 +197,7 @@ def _result(query, topology, backend, settings: Settings, trace: RunTrace) -> Re
             "max_delay_s": None if settings.max_delay_ns is None else settings.max_delay_ns / 1e9,
             "collect": settings.collect,
             "ordered": settings.ordered,
+            "pace": pace,
         },
         "input_tuples": trace.input_tuples,
         "output_pairs": col.count,
