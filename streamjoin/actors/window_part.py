@@ -1,0 +1,175 @@
+"""What every join actor shares: the query's compiled form, and a part of one stream's window
+(a tuple store plus a window index over it) that batches probe and fill."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamjoin import indexes
+from streamjoin.actors.join_kernels import (
+    EITHER,
+    R_PROBES,
+    S_PROBES,
+    filter_candidates,
+    join_within_batch,
+)
+from streamjoin.actors.store import TupleStore
+from streamjoin.batch import Batch, PairBatch
+from streamjoin.query import Query
+
+
+def _unique_pairs(pos: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((refs, pos))
+    pos, refs = pos[order], refs[order]
+    first = np.ones(len(pos), dtype=bool)
+    first[1:] = (pos[1:] != pos[:-1]) | (refs[1:] != refs[:-1])
+    return pos[first], refs[first]
+
+
+def concat_pairs(parts: list[PairBatch]) -> PairBatch | None:
+    """One PairBatch of all non-empty ``parts``, or None."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return PairBatch(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("r", "s", "ingest_ns"))
+    )
+
+
+class JoinSpec:
+    """The query in the form kernels use, and the index class that serves it.
+
+    Parameters
+    ----------
+    query : Query
+    index : str, optional
+        Registry name (default: ``hash`` for an equi-join, else ``nested_loop``).
+    index_options : dict, optional
+        Keyword arguments for each index instance.
+    """
+
+    def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
+        self.query = query
+        self.index_name = index or indexes.default_for(query.predicate)
+        self.index_cls = indexes.check_supports(self.index_name, query.predicate)
+        self.index_options = dict(index_options or {})
+        self.n_keys = len(query.predicate) if self.index_cls.multi_attribute else 1
+        self.streams = (0,) if query.self_join else (0, 1)
+        self.cond_attr = query.condition_attr_index
+        self.lo, self.hi = query.predicate.bounds
+
+    def probed(self, x: int) -> int:
+        """The stream that tuples of stream ``x`` probe."""
+        return x if self.query.self_join else 1 - x
+
+    def new_part(self) -> WindowPart:
+        return WindowPart(self)
+
+    def keys(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
+        """Index key rows of the tuples at ``pos``: float64 ``(n_keys, len(pos))``."""
+        return np.ascontiguousarray(batch.attrs[self.cond_attr[: self.n_keys]][:, pos])
+
+    def probe_boxes(self, orient: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Index probe boxes (``item - key`` intervals) for probing tuples of one orientation."""
+        lo, hi = self.lo[: self.n_keys], self.hi[: self.n_keys]
+        if orient == R_PROBES:  # stored items are s: s - r in [lo, hi]
+            return [(lo, hi)]
+        stored_r = (-hi, -lo)  # stored items are r: r - s in [-hi, -lo]
+        if orient == S_PROBES or self.query.predicate.symmetric:
+            return [stored_r]
+        # self-join, asymmetric: stored a may be r (θ(a, b)) or s (θ(b, a))
+        if self.n_keys == 1 and max(lo[0], -hi[0]) <= min(hi[0], -lo[0]):  # intervals overlap
+            return [(np.minimum(lo, -hi), np.maximum(hi, -lo))]
+        return [stored_r, (lo, hi)]
+
+    def pairs(self, x: int, later: np.ndarray, earlier: np.ndarray, ingest: np.ndarray):
+        """Pair columns from the rows of the later (stream ``x``) and earlier tuples."""
+        if self.query.self_join or x == 1:  # earlier is r (the older row, for a self-join)
+            return PairBatch(earlier, later, ingest)
+        return PairBatch(later, earlier, ingest)
+
+    def join_batch(self, batch: Batch) -> PairBatch:
+        """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too."""
+        if len(batch) < 2:
+            return PairBatch.empty()
+        i, j = join_within_batch(
+            batch.stream, batch.idx, batch.lo_idx, batch.attrs,
+            self.cond_attr, self.lo, self.hi, self.query.self_join,
+        )  # fmt: skip
+        if len(i) == 0:
+            return PairBatch.empty()
+        ingest = np.maximum(batch.ingest_ns[i], batch.ingest_ns[j])
+        if self.query.self_join:
+            return PairBatch(batch.seq[j], batch.seq[i], ingest)
+        later_is_r = batch.stream[i] == 0
+        r = np.where(later_is_r, batch.seq[i], batch.seq[j])
+        s = np.where(later_is_r, batch.seq[j], batch.seq[i])
+        return PairBatch(r, s, ingest)
+
+
+class WindowPart:
+    """Tuples of one stream held in one place — a join core's whole window, or one PanJoin
+    subwindow — with a window index over them.
+
+    ``probe`` is DESIGN §2 step 1 against this part; ``insert`` and ``expire`` step 3.
+    """
+
+    def __init__(self, spec: JoinSpec) -> None:
+        self.spec = spec
+        self.store = TupleStore(len(spec.query.attrs))
+        self.index = spec.index_cls(spec.n_keys, **spec.index_options)
+        self.candidates = 0
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.nbytes + self.index.nbytes
+
+    def probe(self, batch: Batch, x: int, xs: np.ndarray) -> PairBatch:
+        """Pairs of the stream-``x`` tuples at ``xs`` with the tuples held here.
+
+        A candidate is kept iff the earlier of the two is in the later one's window
+        (:func:`filter_candidates`) and θ holds exactly.
+        """
+        spec, store = self.spec, self.store
+        if len(self.index) == 0 or len(xs) == 0:
+            return PairBatch.empty()
+        orient = EITHER if spec.query.self_join else (R_PROBES if x == 0 else S_PROBES)
+        keys = spec.keys(batch, xs)
+        found = [self.index.probe(keys, lo, hi) for lo, hi in spec.probe_boxes(orient)]
+        if len(found) == 1:
+            pos, refs = found[0]
+        else:
+            pos, refs = _unique_pairs(*map(np.concatenate, zip(*found, strict=True)))
+        self.candidates += len(pos)
+        first = spec.n_keys
+        if orient == EITHER and spec.query.predicate.symmetric:
+            orient = S_PROBES  # θ(a, b) ⇔ θ(b, a): one orientation decides
+        elif orient == EITHER:
+            first = 0  # each box guaranteed only its own orientation
+        rows = refs - store.base
+        bpos = xs[pos]
+        keep = filter_candidates(
+            batch.attrs, batch.seq, batch.idx, batch.lo_idx, bpos,
+            store.attrs, store.seq, store.idx, store.lo_idx, rows,
+            spec.cond_attr, spec.lo, spec.hi, first, orient,
+        )  # fmt: skip
+        later, earlier = bpos[keep], rows[keep]
+        ingest = np.maximum(batch.ingest_ns[later], store.ingest_ns[earlier])
+        return spec.pairs(x, batch.seq[later], store.seq[earlier], ingest)
+
+    def insert(self, batch: Batch, pos: np.ndarray) -> None:
+        """Store and index the tuples at ``pos`` (all of this part's stream)."""
+        if len(pos):
+            refs = self.store.append(batch, pos)
+            self.index.insert(self.spec.keys(batch, pos), refs)
+
+    def expire(self, idx_bound: int) -> int:
+        """Drop tuples with ``idx < idx_bound``; returns how many were dropped."""
+        before = len(self.store)
+        self.index.expire(self.store.expire(idx_bound))
+        return before - len(self.store)
