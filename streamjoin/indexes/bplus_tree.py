@@ -1,0 +1,541 @@
+"""``bplus_tree``: a mutable B+-tree in flat numpy arrays, the IBWJ baseline of PIM-Tree §2.2.1.
+
+Items are ordered by ``(key, ref)``: refs are unique, so duplicate keys still have one place
+each and an expired item is deleted by a single descent. Nodes are rows of 2-d arrays:
+
+- leaves hold up to ``leaf_size`` items (``leaf_keys``, ``leaf_refs``) and a link to the next
+  leaf, so a range search descends once and then walks the leaf chain (§2.2.1 step 1);
+- inner nodes hold up to ``fanout`` entries ``(key, ref, child)``; the ``(key, ref)`` of entry
+  ``j >= 1`` is the separator below which child ``j`` holds nothing (entry 0's pair is unused),
+  so child ``j`` holds the items in ``[sep_j, sep_{j+1})``.
+
+Every node but the root is at least half full, ``(capacity + 1) // 2`` entries; inserts split
+full nodes and deletes borrow from or merge with a sibling. Leaf 0 is always the first leaf of
+the chain (splits and merges keep the left node). Released nodes go on free lists (threaded
+through ``leaf_next`` and column 0 of ``inner_child``). Splits push the right node's first
+``(key, ref)`` up, which is its separator in both leaves and inner nodes, so one routine splits
+both kinds; before moving entries between inner siblings, the right one's slot 0 is refreshed
+with its separator from the parent, which makes entries self-describing and lets one routine
+borrow and merge for both kinds too (``inner`` selects whether a child column moves along).
+
+The index keeps its items in insertion order as well (a log of ``(key, ref)``): expiry needs
+the keys of the items that fall out of the window to find them in the tree.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.sorted_runs import lower_bound, scan_run
+
+# slots of BPlusArrays.meta
+ROOT, HEIGHT, LEAF_HWM, LEAF_FREE, INNER_HWM, INNER_FREE = range(6)
+#: Height bound for the path buffers: every inner node has >= 2 children, so 2**64 items.
+MAX_HEIGHT = 64
+_NO_REF = np.iinfo(np.int64).min
+
+
+class BPlusArrays(NamedTuple):
+    """State of one B+-tree; kernels mutate it in place (growth replaces arrays)."""
+
+    #: float64 (leaf_cap, leaf_size): keys of each leaf, ascending with refs in its first count
+    leaf_keys: np.ndarray
+    #: int64 (leaf_cap, leaf_size)
+    leaf_refs: np.ndarray
+    #: int64 (leaf_cap,): items per leaf
+    leaf_count: np.ndarray
+    #: int64 (leaf_cap,): next leaf in key order (-1 at the end), or next free leaf
+    leaf_next: np.ndarray
+    #: float64 (inner_cap, fanout): separator keys (slot 0 unused)
+    inner_keys: np.ndarray
+    #: int64 (inner_cap, fanout): separator refs (slot 0 unused)
+    inner_refs: np.ndarray
+    #: int64 (inner_cap, fanout): child ids (leaves at the last inner level); slot 0 links
+    #: free nodes
+    inner_child: np.ndarray
+    #: int64 (inner_cap,): children per inner node
+    inner_count: np.ndarray
+    #: int64 (6,): root id, height (0: the root is a leaf), high-water marks and free-list heads
+    meta: np.ndarray
+
+
+def new_tree(fanout: int, leaf_size: int, leaf_cap: int, inner_cap: int) -> BPlusArrays:
+    """An empty tree: leaf 0 is the root."""
+    meta = np.zeros(6, dtype=np.int64)
+    meta[LEAF_HWM] = 1
+    meta[LEAF_FREE] = meta[INNER_FREE] = -1
+    leaf_next = np.empty(leaf_cap, dtype=np.int64)
+    leaf_next[0] = -1
+    leaf_count = np.empty(leaf_cap, dtype=np.int64)
+    leaf_count[0] = 0
+    return BPlusArrays(
+        np.empty((leaf_cap, leaf_size)), np.empty((leaf_cap, leaf_size), dtype=np.int64),
+        leaf_count, leaf_next,
+        np.empty((inner_cap, fanout)), np.empty((inner_cap, fanout), dtype=np.int64),
+        np.empty((inner_cap, fanout), dtype=np.int64), np.empty(inner_cap, dtype=np.int64),
+        meta,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Node primitives (shared by leaves and inner nodes; `inner` says whether `child` moves along)
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_lower_bound(keys, refs, start, stop, k, r):
+    """First position in ``[start, stop)`` whose ``(keys, refs)`` is not below ``(k, r)``."""
+    while start < stop:
+        mid = (start + stop) >> 1
+        if keys[mid] < k or (keys[mid] == k and refs[mid] < r):
+            start = mid + 1
+        else:
+            stop = mid
+    return start
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(keys, refs, child, inner, node, j, k, r, c):
+    keys[node, j] = k
+    refs[node, j] = r
+    if inner:
+        child[node, j] = c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy(keys, refs, child, inner, src, i, dst, j):
+    _put(
+        keys, refs, child, inner, dst, j, keys[src, i], refs[src, i], child[src, i] if inner else 0
+    )
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _shift(keys, refs, child, inner, node, start, stop, by):
+    """Move entries ``[start, stop)`` of ``node`` by ``by`` (+1 or -1) slots."""
+    if by > 0:
+        for i in range(stop - 1, start - 1, -1):
+            _copy(keys, refs, child, inner, node, i, node, i + by)
+    else:
+        for i in range(start, stop):
+            _copy(keys, refs, child, inner, node, i, node, i + by)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _alloc(meta, free, hwm, link):
+    """A node id from the free list ``meta[free]`` (linked through ``link``), else a fresh one."""
+    node = meta[free]
+    if node >= 0:
+        meta[free] = link[node]
+    else:
+        node = meta[hwm]
+        meta[hwm] += 1
+    return node
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _release(meta, free, link, node):
+    link[node] = meta[free]
+    meta[free] = node
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _insert_entry(keys, refs, child, count, inner, node, p, k, r, c):
+    """Put entry ``(k, r, c)`` at slot ``p`` of a node that has room."""
+    _shift(keys, refs, child, inner, node, p, count[node], 1)
+    _put(keys, refs, child, inner, node, p, k, r, c)
+    count[node] += 1
+
+
+@njit(cache=True, nogil=True)
+def _split_insert(keys, refs, child, count, inner, node, new, p, k, r, c):
+    """Insert ``(k, r, c)`` at slot ``p`` of the full ``node``, moving the upper half to ``new``.
+
+    Of the ``capacity + 1`` entries the left node keeps ``(capacity + 1) // 2``: both halves
+    are at least half full.
+    """
+    cap = keys.shape[1]
+    half = (cap + 1) // 2
+    for t in range(half, cap + 1):  # entry t of the virtual row with (k, r, c) at p
+        if t < p:
+            _copy(keys, refs, child, inner, node, t, new, t - half)
+        elif t == p:
+            _put(keys, refs, child, inner, new, t - half, k, r, c)
+        else:
+            _copy(keys, refs, child, inner, node, t - 1, new, t - half)
+    if p < half:
+        _shift(keys, refs, child, inner, node, p, half - 1, 1)
+        _put(keys, refs, child, inner, node, p, k, r, c)
+    count[node] = half
+    count[new] = cap + 1 - half
+
+
+@njit(cache=True, nogil=True)
+def _rebalance(t, keys, refs, child, count, inner, parent, j):
+    """Refill child ``j`` of ``parent``, which fell below half full after a delete.
+
+    Borrows one entry from the adjacent sibling if it can spare one, else merges the right of
+    the two into the left and removes it from ``parent``. Returns the id of the node merged
+    away (for the caller to release), or -1 after a borrow.
+    """
+    half = (keys.shape[1] + 1) // 2
+    jr = max(j, 1)  # parent slot of the right node of the pair (the left one is at jr - 1)
+    left, right = t.inner_child[parent, jr - 1], t.inner_child[parent, jr]
+    if inner:  # the separator moves into the entries (see module docstring)
+        keys[right, 0] = t.inner_keys[parent, jr]
+        refs[right, 0] = t.inner_refs[parent, jr]
+    if j > 0 and count[left] > half:  # last entry of the left sibling to the front
+        _shift(keys, refs, child, inner, right, 0, count[right], 1)
+        _copy(keys, refs, child, inner, left, count[left] - 1, right, 0)
+        count[left] -= 1
+        count[right] += 1
+    elif j == 0 and count[right] > half:  # first entry of the right sibling to the end
+        _copy(keys, refs, child, inner, right, 0, left, count[left])
+        _shift(keys, refs, child, inner, right, 1, count[right], -1)
+        count[left] += 1
+        count[right] -= 1
+    else:
+        for i in range(count[right]):
+            _copy(keys, refs, child, inner, right, i, left, count[left] + i)
+        count[left] += count[right]
+        _shift(t.inner_keys, t.inner_refs, t.inner_child, True, parent, jr + 1,
+               t.inner_count[parent], -1)  # fmt: skip
+        t.inner_count[parent] -= 1
+        return right
+    t.inner_keys[parent, jr] = keys[right, 0]
+    t.inner_refs[parent, jr] = refs[right, 0]
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _descend(t, k, r, path_node, path_slot):
+    """Leaf whose range holds ``(k, r)``; records the inner nodes and child slots on the way."""
+    node = t.meta[ROOT]
+    for level in range(t.meta[HEIGHT]):
+        # child j covers [sep_j, sep_{j+1}): find the first separator above (k, r), which
+        # is the first one not below (k, r + 1) since refs are integers
+        j = _pair_lower_bound(t.inner_keys[node], t.inner_refs[node], 1, t.inner_count[node],
+                              k, r + 1) - 1  # fmt: skip
+        path_node[level] = node
+        path_slot[level] = j
+        node = t.inner_child[node, j]
+    return node
+
+
+# --------------------------------------------------------------------------------------------
+# Operations
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def insert_items(t, keys, refs):
+    """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
+
+    ``keys`` float64 (b,), ``refs`` int64 (b,), new to the tree; sorted by ``(key, ref)`` the
+    descents touch neighbouring leaves in turn. The caller reserves room for the new nodes.
+    O(b · height · log(fanout)).
+    """
+    fanout = t.inner_keys.shape[1]
+    leaf_size = t.leaf_keys.shape[1]
+    no_child = np.empty((0, 0), dtype=np.int64)  # leaf entries have no child column
+    path_node = np.empty(MAX_HEIGHT, dtype=np.int64)
+    path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
+    for i in range(keys.shape[0]):
+        k, r = keys[i], refs[i]
+        leaf = _descend(t, k, r, path_node, path_slot)
+        p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
+        if t.leaf_count[leaf] < leaf_size:
+            _insert_entry(t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, leaf, p, k, r, 0)
+            continue
+        new = _alloc(t.meta, LEAF_FREE, LEAF_HWM, t.leaf_next)
+        _split_insert(
+            t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, leaf, new, p, k, r, 0
+        )
+        t.leaf_next[new] = t.leaf_next[leaf]
+        t.leaf_next[leaf] = new
+        # the new right node enters its parent after the node it split from
+        sk, sr, c = t.leaf_keys[new, 0], t.leaf_refs[new, 0], new
+        level = t.meta[HEIGHT] - 1
+        while level >= 0 and t.inner_count[path_node[level]] == fanout:
+            node = path_node[level]
+            new = _alloc(t.meta, INNER_FREE, INNER_HWM, t.inner_child[:, 0])
+            _split_insert(t.inner_keys, t.inner_refs, t.inner_child, t.inner_count, True,
+                          node, new, path_slot[level] + 1, sk, sr, c)  # fmt: skip
+            sk, sr, c = t.inner_keys[new, 0], t.inner_refs[new, 0], new
+            level -= 1
+        if level >= 0:
+            _insert_entry(t.inner_keys, t.inner_refs, t.inner_child, t.inner_count, True,
+                          path_node[level], path_slot[level] + 1, sk, sr, c)  # fmt: skip
+        else:  # the root split: grow a level
+            root = _alloc(t.meta, INNER_FREE, INNER_HWM, t.inner_child[:, 0])
+            _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 0, -np.inf, _NO_REF,
+                 t.meta[ROOT])  # fmt: skip
+            _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 1, sk, sr, c)
+            t.inner_count[root] = 2
+            t.meta[ROOT] = root
+            t.meta[HEIGHT] += 1
+
+
+@njit(cache=True, nogil=True)
+def delete_items(t, keys, refs):
+    """Delete items one by one (PIM-Tree §2.2.1 step 2), rebalancing on the way up.
+
+    ``keys`` float64 (b,), ``refs`` int64 (b,): items held by the tree. O(b · height ·
+    (log(fanout) + fanout)) (a borrow or merge moves up to a node's worth of entries).
+    """
+    no_child = np.empty((0, 0), dtype=np.int64)
+    half_leaf = (t.leaf_keys.shape[1] + 1) // 2
+    half_inner = (t.inner_keys.shape[1] + 1) // 2
+    path_node = np.empty(MAX_HEIGHT, dtype=np.int64)
+    path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
+    for i in range(keys.shape[0]):
+        k, r = keys[i], refs[i]
+        leaf = _descend(t, k, r, path_node, path_slot)
+        p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
+        _shift(t.leaf_keys, t.leaf_refs, no_child, False, leaf, p + 1, t.leaf_count[leaf], -1)
+        t.leaf_count[leaf] -= 1
+        level = t.meta[HEIGHT] - 1
+        if level < 0 or t.leaf_count[leaf] >= half_leaf:
+            continue
+        parent, j = path_node[level], path_slot[level]
+        gone = _rebalance(t, t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, parent, j)
+        if gone < 0:
+            continue
+        t.leaf_next[t.inner_child[parent, max(j - 1, 0)]] = t.leaf_next[gone]
+        _release(t.meta, LEAF_FREE, t.leaf_next, gone)
+        # the parent lost an entry; repair inner nodes upwards while they underflow
+        while level > 0 and t.inner_count[path_node[level]] < half_inner:
+            parent, j = path_node[level - 1], path_slot[level - 1]
+            gone = _rebalance(t, t.inner_keys, t.inner_refs, t.inner_child, t.inner_count,
+                              True, parent, j)  # fmt: skip
+            if gone < 0:
+                break
+            _release(t.meta, INNER_FREE, t.inner_child[:, 0], gone)
+            level -= 1
+        root = t.meta[ROOT]
+        if t.inner_count[root] == 1:  # a root with one child gives way to it
+            t.meta[ROOT] = t.inner_child[root, 0]
+            t.meta[HEIGHT] -= 1
+            _release(t.meta, INNER_FREE, t.inner_child[:, 0], root)
+
+
+@njit(cache=True, nogil=True)
+def probe_tree(t, keys, lo, hi):
+    """Items with ``lo <= item_key - keys[i] <= hi``, for every ``i``.
+
+    One descent to the first key ``>= key + lo`` (widened), then a walk along the leaf chain
+    (PIM-Tree §2.2.1 step 1). ``keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
+    O(m · height · log(fanout) + items scanned).
+    """
+    out_p = np.empty(64, dtype=np.int64)
+    out_r = np.empty(64, dtype=np.int64)
+    n = 0
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        node = t.meta[ROOT]
+        for _ in range(t.meta[HEIGHT]):
+            # separators compare on keys alone: children left of the first one >= vlo hold
+            # only keys below vlo
+            j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], vlo) - 1
+            node = t.inner_child[node, j]
+        leaf = node
+        p = lower_bound(t.leaf_keys[leaf], 0, t.leaf_count[leaf], vlo)
+        done = False
+        while not done and leaf >= 0:
+            out_p, out_r, n, done = scan_run(t.leaf_keys[leaf], t.leaf_refs[leaf], p,
+                                             t.leaf_count[leaf], key, lo, hi, vhi, _NO_REF, i,
+                                             out_p, out_r, n)  # fmt: skip
+            leaf = t.leaf_next[leaf]
+            p = 0
+    return out_p[:n], out_r[:n]
+
+
+# --------------------------------------------------------------------------------------------
+# Window index
+# --------------------------------------------------------------------------------------------
+
+
+@register
+class BPlusTreeIndex(WindowIndex):
+    """Mutable B+-tree on the primary key with exact, item-by-item expiry.
+
+    Complexity (n items, height ≈ log_{fanout/2}(n / leaf_size)): ``insert`` of b items
+    O(b log b + b · height · log(fanout)) (sorted first for locality); ``probe`` of m keys
+    O(m · height · log(fanout) + items scanned); ``expire`` of e items
+    O(e log e + e · height · fanout). Memory: 16 bytes per leaf slot, and leaves are at least
+    half full (at most 32 bytes per item, about 23 in practice); the insertion log, 16 bytes
+    per item; inner nodes, at most about ``96 / leaf_size`` bytes per item. Capacities grow by
+    doubling (measured: 68 bytes per item at 2**20 items with the defaults).
+
+    Parameters
+    ----------
+    n_keys : int
+        Must be 1.
+    fanout : int
+        Maximum children per inner node, >= 3.
+    leaf_size : int
+        Maximum items per leaf, >= 3.
+    """
+
+    name = "bplus_tree"
+
+    def __init__(self, n_keys: int = 1, fanout: int = 32, leaf_size: int = 64) -> None:
+        super().__init__(n_keys)
+        if fanout < 3:
+            raise ValueError(f"bplus_tree fanout must be at least 3, got {fanout}")
+        if leaf_size < 3:
+            raise ValueError(f"bplus_tree leaf_size must be at least 3, got {leaf_size}")
+        self.fanout = int(fanout)
+        self.leaf_size = int(leaf_size)
+        self._tree = new_tree(self.fanout, self.leaf_size, 16, 16)
+        self._log_keys = np.empty(16, dtype=np.float64)
+        self._log_refs = np.empty(16, dtype=np.int64)
+        self._head = 0
+        self._tail = 0
+
+    def _reserve(self, n_items: int, n_new: int) -> None:
+        """Make room for the nodes needed while inserting ``n_new`` items, ``n_items`` in all.
+
+        Each insert splits at most one leaf, and non-root leaves hold at least
+        ``(leaf_size + 1) // 2`` items, so ``min(leaf high-water mark + n_new,
+        n_items // half)`` leaves suffice. A tree of L leaves whose root has >= 2 children and
+        other inner nodes >= c has at most ``(L + c - 3) / (c - 1)`` inner nodes. Node ids stay
+        valid: arrays only grow.
+        """
+        bound = max(1, n_items // ((self.leaf_size + 1) // 2))
+        leaves = min(int(self._tree.meta[LEAF_HWM]) + n_new, bound)
+        c = (self.fanout + 1) // 2
+        inners = -(-(bound + c - 3) // (c - 1)) + 1
+        t = self._tree
+        grown = {}
+        for names, need in (
+            (("leaf_keys", "leaf_refs", "leaf_count", "leaf_next"), leaves),
+            (("inner_keys", "inner_refs", "inner_child", "inner_count"), inners),
+        ):
+            cap = len(getattr(t, names[0]))
+            if cap >= need:
+                continue
+            while cap < need:
+                cap *= 2
+            for name in names:
+                old = getattr(t, name)
+                arr = np.empty((cap, *old.shape[1:]), dtype=old.dtype)
+                arr[: len(old)] = old
+                grown[name] = arr
+        if grown:
+            self._tree = t._replace(**grown)
+
+    def _log(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        """Append to the insertion log, compacting it when full.
+
+        Compaction leaves at least a quarter of the capacity free (doubling if needed), so its
+        copying is amortised O(1) per item.
+        """
+        n = len(refs)
+        if self._tail + n > len(self._log_refs):
+            live = self._tail - self._head
+            cap = len(self._log_refs)
+            while live + n > cap * 3 // 4:
+                cap *= 2
+            log_keys, log_refs = np.empty(cap), np.empty(cap, dtype=np.int64)
+            log_keys[:live] = self._log_keys[self._head : self._tail]
+            log_refs[:live] = self._log_refs[self._head : self._tail]
+            self._log_keys, self._log_refs = log_keys, log_refs
+            self._head, self._tail = 0, live
+        self._log_keys[self._tail : self._tail + n] = keys
+        self._log_refs[self._tail : self._tail + n] = refs
+        self._tail += n
+
+    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        if len(refs) == 0:
+            return
+        self._log(keys[0], refs)
+        self._reserve(len(self), len(refs))
+        # a stable sort keeps equal keys in ref order: the batch arrives in (key, ref) order
+        order = np.argsort(keys[0], kind="stable")
+        insert_items(self._tree, keys[0][order], refs[order])
+
+    def probe(self, keys, lo, hi):
+        return probe_tree(self._tree, np.ascontiguousarray(keys[0]), lo[0], hi[0])
+
+    def expire(self, before_ref: int) -> None:
+        live = self._log_refs[self._head : self._tail]
+        n = int(np.searchsorted(live, before_ref, side="left"))
+        if n == 0:
+            return
+        keys = self._log_keys[self._head : self._head + n]
+        order = np.argsort(keys, kind="stable")  # the log is in ref order
+        delete_items(self._tree, keys[order], live[:n][order])
+        self._head += n
+
+    def __len__(self) -> int:
+        return self._tail - self._head
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._tree) + self._log_keys.nbytes + self._log_refs.nbytes
+
+    def check(self) -> None:
+        t = self._tree
+        meta = t.meta
+        height, fanout, size = int(meta[HEIGHT]), self.fanout, self.leaf_size
+        half_leaf, half_inner = (size + 1) // 2, (fanout + 1) // 2
+        leaves: list[int] = []
+        inners: list[int] = []
+
+        def visit(node: int, depth: int, lo: tuple, hi: tuple) -> None:
+            """Check the subtree of ``node``, whose items must lie in ``[lo, hi)``."""
+            is_root = depth == 0
+            if depth == height:
+                leaves.append(node)
+                c = int(t.leaf_count[node])
+                assert (0 if is_root else half_leaf) <= c <= size, f"leaf {node} holds {c}"
+                items = list(
+                    zip(t.leaf_keys[node, :c].tolist(), t.leaf_refs[node, :c].tolist(), strict=True)
+                )
+                assert items == sorted(set(items)), f"leaf {node} not strictly ascending"
+                assert not items or (lo <= items[0] and items[-1] < hi), f"leaf {node} bounds"
+                return
+            inners.append(node)
+            c = int(t.inner_count[node])
+            assert (2 if is_root else half_inner) <= c <= fanout, f"inner {node} has {c} children"
+            seps = list(
+                zip(t.inner_keys[node, 1:c].tolist(), t.inner_refs[node, 1:c].tolist(), strict=True)
+            )
+            bounds = [lo, *seps, hi]
+            assert all(a < b for a, b in pairwise(bounds)), f"inner {node} separators"
+            for j in range(c):
+                visit(int(t.inner_child[node, j]), depth + 1, bounds[j], bounds[j + 1])
+
+        visit(int(meta[ROOT]), 0, (-np.inf, _NO_REF), (np.inf, _NO_REF))
+        assert leaves[0] == 0, "leaf 0 heads the chain"
+        chain, leaf = [], 0
+        while leaf >= 0 and len(chain) <= len(leaves):
+            chain.append(leaf)
+            leaf = int(t.leaf_next[leaf])
+        assert chain == leaves, "the leaf chain lists the leaves in key order, once each"
+
+        for used, hwm_slot, free_slot, link in (
+            (leaves, LEAF_HWM, LEAF_FREE, t.leaf_next),
+            (inners, INNER_HWM, INNER_FREE, t.inner_child[:, 0]),
+        ):
+            hwm = int(meta[hwm_slot])
+            unused, node = [], int(meta[free_slot])
+            while node >= 0 and len(unused) <= hwm:
+                unused.append(node)
+                node = int(link[node])
+            assert sorted(used + unused) == list(range(hwm)), "nodes are used or free, once"
+
+        held = [(float(t.leaf_keys[n, j]), int(t.leaf_refs[n, j]))
+                for n in leaves for j in range(int(t.leaf_count[n]))]  # fmt: skip
+        h, e = self._head, self._tail
+        log_refs = self._log_refs[h:e]
+        assert np.all(np.diff(log_refs) > 0), "log refs strictly increasing"
+        assert held == sorted(zip(self._log_keys[h:e].tolist(), log_refs.tolist(), strict=True)), (
+            "the tree holds exactly the logged items"
+        )

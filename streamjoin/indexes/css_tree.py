@@ -1,0 +1,208 @@
+"""``css_tree``: the immutable B+-tree (CSS-tree) of PIM-Tree §3.1 and Alg. 3.
+
+The leaf level is one array of items sorted by ``(key, ref)``, cut into leaves of
+``leaf_size`` items. Inner nodes hold ``fanout - 1`` keys and no child references: they sit
+level by level in breadth-first order in one flat array, and child ``j`` of node ``i`` at depth
+``d`` is node ``i · fanout + j`` at depth ``d + 1`` (PIM-Tree App. A.3), or leaf
+``i · fanout + j`` below the last inner level. Dropping the references leaves room for a higher
+fan-out than a pointer-based B+-tree, hence a shallower tree and faster lookups.
+
+Every leaf's largest key is stored once, in in-order position (Alg. 3); unused slots hold
+``+inf``. A descent that counts the keys below ``x`` in each node therefore ends at the first
+leaf whose largest key is ``>= x``, i.e. the leaf holding the first item ``>= x``.
+
+:func:`build_css_tree`, :func:`descend_css_tree` and :func:`search_css_tree` take plain arrays,
+so the static component of IM-Tree / PIM-Tree reuses them; :class:`CSSTreeIndex` is the tree as
+a standalone window index, rebuilt on every insert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, scan_run
+
+
+@njit(cache=True, nogil=True)
+def build_css_tree(keys, fanout, leaf_size):
+    """Inner nodes of the immutable B+-tree over sorted ``keys`` (PIM-Tree Alg. 3).
+
+    Parameters
+    ----------
+    keys : float64 (n,)
+        The leaf level, non-decreasing.
+    fanout : int
+        Children per inner node (>= 2); a node holds ``fanout - 1`` keys.
+    leaf_size : int
+        Items per leaf (>= 1); the last leaf may be shorter.
+
+    Returns
+    -------
+    inner : float64 (offsets[-1],)
+        Inner-node keys in breadth-first order, ``fanout - 1`` per node, ``+inf`` where unused.
+    offsets : int64 (depth + 1,)
+        ``inner[offsets[d]:offsets[d + 1]]`` is depth ``d`` (the root is depth 0).
+
+    Complexity O(n / leaf_size) after the leaf level is sorted (Eq. 7).
+    """
+    n = keys.shape[0]
+    n_leaves = -(-n // leaf_size)
+    width = fanout - 1
+    # l. 1: a full tree of depth d has fanout**d - 1 key slots, and each leaf needs one
+    depth, span = 0, 1
+    while span <= n_leaves:
+        depth += 1
+        span *= fanout
+    # l. 2-7: node i at depth k covers leaves [i·f^h, (i+1)·f^h) with h = depth - k. Allocate
+    # every node a descent can reach (its first leaf <= n_leaves, the end position), even if
+    # Alg. 3 writes no key into it, so descents never leave the array.
+    offsets = np.zeros(depth + 1, dtype=np.int64)
+    for k in range(depth):
+        offsets[k + 1] = offsets[k] + (n_leaves // span + 1) * width
+        span //= fanout
+    inner = np.full(offsets[depth], np.inf)
+    # l. 8-23: hand out leaf maxima in leaf order to the deepest level whose current node has
+    # room; a full node is closed and the key goes one level up, which is in-order placement
+    node_size = np.zeros(depth, dtype=np.int64)
+    slot = offsets[:depth].copy()  # Current_Slot, as an absolute position in `inner`
+    for leaf in range(n_leaves):
+        k = depth - 1
+        while node_size[k] == width:
+            node_size[k] = 0
+            k -= 1
+        inner[slot[k]] = keys[min((leaf + 1) * leaf_size, n) - 1]
+        node_size[k] += 1
+        slot[k] += 1
+    return inner, offsets
+
+
+@njit(cache=True, nogil=True)
+def descend_css_tree(inner, offsets, fanout, x, levels):
+    """Index of the node at depth ``levels`` on the path to the first item ``>= x``.
+
+    With ``levels = len(offsets) - 1`` that is the leaf holding the first item ``>= x``, or the
+    leaf count when every item is below ``x``. PIM-Tree Alg. 1 l. 1-7 (its comparison at l. 5
+    is printed the wrong way round: the descent skips the keys below ``x``).
+    O(levels · log(fanout)).
+    """
+    width = fanout - 1
+    p = 0
+    for d in range(levels):
+        node = offsets[d] + p * width
+        p = p * fanout + lower_bound(inner, node, node + width, x) - node
+    return p
+
+
+@njit(cache=True, nogil=True)
+def search_css_tree(keys, refs, inner, offsets, fanout, leaf_size, probe_keys, lo, hi, min_ref):
+    """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref``, for every ``i``.
+
+    ``keys``/``refs``: the sorted leaf level (n,); ``inner``/``offsets`` from
+    :func:`build_css_tree` with the same ``fanout`` and ``leaf_size``; ``probe_keys`` float64
+    (m,). Returns ``(probe_pos, refs)`` int64. O(m · (depth · log(fanout) + log(leaf_size))
+    + items scanned), where the scan covers the widened key interval, expired items included.
+    """
+    n = keys.shape[0]
+    depth = offsets.shape[0] - 1
+    out_p = np.empty(64, dtype=np.int64)
+    out_r = np.empty(64, dtype=np.int64)
+    n_out = 0
+    for i in range(probe_keys.shape[0]):
+        key = probe_keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        start = min(descend_css_tree(inner, offsets, fanout, vlo, depth) * leaf_size, n)
+        # Alg. 2 l. 10-15: find vlo in the leaf, then scan the leaf level while keys <= vhi
+        p = lower_bound(keys, start, min(start + leaf_size, n), vlo)
+        out_p, out_r, n_out, _ = scan_run(
+            keys, refs, p, n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
+        )
+    return out_p[:n_out], out_r[:n_out]
+
+
+@register
+class CSSTreeIndex(WindowIndex):
+    """Immutable B+-tree (CSS-tree) as a window index: every insert merges and rebuilds.
+
+    Expiry is lazy: ``expire`` only raises a bound; probes skip items below it and the next
+    insert drops them while merging. Built for read-mostly use (the static part of IM-Tree /
+    PIM-Tree); as a standalone index each insert costs a full rebuild.
+
+    Complexity: ``insert`` of b items O(n + b log b) (merge, then Alg. 3);
+    ``probe`` O(m · (depth · log(fanout) + log(leaf_size)) + items scanned) with
+    depth ≈ log_fanout(n / leaf_size); ``expire`` O(1). Memory: 16 bytes per item plus about
+    ``8 / leaf_size`` bytes per item of inner keys.
+
+    Parameters
+    ----------
+    n_keys : int
+        Must be 1.
+    fanout : int
+        Children per inner node, >= 2 (``fanout - 1`` keys; default 65: 64 keys, 512 bytes).
+    leaf_size : int
+        Items per leaf, >= 1.
+    """
+
+    name = "css_tree"
+
+    def __init__(self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32) -> None:
+        super().__init__(n_keys)
+        if fanout < 2:
+            raise ValueError(f"css_tree fanout must be at least 2, got {fanout}")
+        if leaf_size < 1:
+            raise ValueError(f"css_tree leaf_size must be at least 1, got {leaf_size}")
+        self.fanout = int(fanout)
+        self.leaf_size = int(leaf_size)
+        self._keys = np.empty(0, dtype=np.float64)
+        self._refs = np.empty(0, dtype=np.int64)
+        self._before_ref = np.iinfo(np.int64).min
+        self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
+
+    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        if len(refs) == 0:
+            return
+        # a stable sort keeps equal keys in ref order: the batch becomes a (key, ref)-sorted run
+        order = np.argsort(keys[0], kind="stable")
+        self._keys, self._refs = merge_runs(
+            self._keys, self._refs, keys[0][order], refs[order], self._before_ref
+        )
+        self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
+
+    def probe(self, keys, lo, hi):
+        return search_css_tree(
+            self._keys, self._refs, self._inner, self._offsets, self.fanout, self.leaf_size,
+            np.ascontiguousarray(keys[0]), lo[0], hi[0], self._before_ref,
+        )  # fmt: skip
+
+    def expire(self, before_ref: int) -> None:
+        self._before_ref = max(self._before_ref, int(before_ref))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @property
+    def nbytes(self) -> int:
+        return self._keys.nbytes + self._refs.nbytes + self._inner.nbytes + self._offsets.nbytes
+
+    def check(self) -> None:
+        keys, refs, inner, offsets = self._keys, self._refs, self._inner, self._offsets
+        f, size, n = self.fanout, self.leaf_size, len(keys)
+        assert keys.dtype == np.float64 and refs.dtype == np.int64 and refs.shape == (n,)
+        assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "items sorted by (key, ref)"
+        assert len(np.unique(refs)) == n, "refs are unique"
+        n_leaves = -(-n // size)
+        depth = len(offsets) - 1
+        assert offsets[0] == 0 and len(inner) == offsets[-1]
+        assert f**depth > n_leaves and (depth == 0 or f ** (depth - 1) <= n_leaves), "minimal depth"
+        leaf_max = keys[np.minimum(np.arange(1, n_leaves + 1) * size, n) - 1]
+        for k in range(depth):
+            h = depth - k
+            n_nodes = n_leaves // f**h + 1
+            assert offsets[k + 1] - offsets[k] == n_nodes * (f - 1), f"level {k} size"
+            node, j = np.divmod(np.arange(n_nodes * (f - 1)), f - 1)
+            # slot j of node i separates its children j and j + 1: the largest key of the last
+            # leaf under child j
+            leaf = node * f**h + (j + 1) * f ** (h - 1) - 1
+            want = np.where(leaf < n_leaves, leaf_max[np.minimum(leaf, n_leaves - 1)], np.inf)
+            assert np.array_equal(inner[offsets[k] : offsets[k + 1]], want), f"level {k} keys"

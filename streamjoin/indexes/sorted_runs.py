@@ -1,0 +1,83 @@
+"""Kernels over runs of ``(key, ref)`` items sorted by ``(key, ref)``, shared by the tree indexes.
+
+A *run* is a pair of parallel arrays ``keys`` (float64) and ``refs`` (int64) in ascending
+``(key, ref)`` order: a B+-tree leaf, or the whole leaf level of an immutable B+-tree. The tree
+indexes descend with :func:`lower_bound`, collect matches with :func:`scan_run` and rebuild
+immutable levels with :func:`merge_runs`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.base import grow, in_band
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lower_bound(keys, start, stop, x):
+    """First position in ``[start, stop)`` with ``keys[pos] >= x`` (``stop`` if none).
+
+    ``keys[start:stop]`` must be non-decreasing. O(log(stop - start)).
+    """
+    while start < stop:
+        mid = (start + stop) >> 1
+        if keys[mid] < x:
+            start = mid + 1
+        else:
+            stop = mid
+    return start
+
+
+@njit(cache=True, nogil=True, inline="always")
+def scan_run(keys, refs, start, stop, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n):
+    """Append ``(probe, ref)`` for each item of ``[start, stop)`` in the probe band.
+
+    Scans in key order and stops at the first key above ``vhi`` (the top of the widened
+    interval from :func:`~streamjoin.indexes.base.key_range`); every scanned item is tested
+    exactly with :func:`~streamjoin.indexes.base.in_band`, and items with ``ref < min_ref``
+    (known to be expired) are skipped. ``out_p``/``out_r`` hold ``n`` matches so far.
+
+    Returns ``(out_p, out_r, n, done)``: the (possibly regrown) outputs, the new count, and
+    whether a key above ``vhi`` ended the scan. O(stop - start).
+    """
+    for j in range(start, stop):
+        v = keys[j]
+        if v > vhi:
+            return out_p, out_r, n, True
+        if in_band(v, key, lo, hi) and refs[j] >= min_ref:
+            if n == out_p.shape[0]:
+                out_p = grow(out_p, n + 1)
+                out_r = grow(out_r, n + 1)
+            out_p[n] = probe
+            out_r[n] = refs[j]
+            n += 1
+    return out_p, out_r, n, False
+
+
+@njit(cache=True, nogil=True)
+def merge_runs(a_keys, a_refs, b_keys, b_refs, min_ref):
+    """Merge two sorted runs into one, dropping items with ``ref < min_ref``.
+
+    Returns new ``(keys, refs)`` arrays of exactly the surviving length. O(len(a) + len(b)).
+    """
+    na, nb = a_keys.shape[0], b_keys.shape[0]
+    n = np.count_nonzero(a_refs >= min_ref) + np.count_nonzero(b_refs >= min_ref)
+    keys = np.empty(n, dtype=np.float64)
+    refs = np.empty(n, dtype=np.int64)
+    i = j = k = 0
+    while i < na or j < nb:
+        take_a = j == nb or (
+            i < na and (a_keys[i] < b_keys[j] or (a_keys[i] == b_keys[j] and a_refs[i] < b_refs[j]))
+        )
+        if take_a:
+            key, ref = a_keys[i], a_refs[i]
+            i += 1
+        else:
+            key, ref = b_keys[j], b_refs[j]
+            j += 1
+        if ref >= min_ref:
+            keys[k] = key
+            refs[k] = ref
+            k += 1
+    return keys, refs
