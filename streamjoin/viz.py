@@ -13,6 +13,7 @@ ROLE_COLORS = {
     "join_core": "#ffb703",
     "collector": "#90be6d",
     "manager": "#e5989b",
+    "worker": "#ffb703",
 }
 
 

@@ -29,6 +29,7 @@ SCENARIOS = [
      "split", 16),
     (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8),
     (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1),
+    (sj.Query(sj.equal("x"), window=sj.CountWindow(60), self_join=True), True, "panjoin", 4),
 ]  # fmt: skip
 
 LAYOUTS = {
@@ -36,6 +37,7 @@ LAYOUTS = {
     "split": lambda: sj.topologies.split(2),
     "grid": lambda: sj.topologies.grid(2, 2),
     "grid_direct": lambda: sj.topologies.grid(1, 2, forward="direct"),
+    "panjoin": lambda: sj.topologies.panjoin(2, 4),
 }
 
 
@@ -48,7 +50,7 @@ def test_backend_equals_oracle(backend, query, self_join, layout, batch_size):
     res = sj.run(query, data, LAYOUTS[layout](), backend=backend, batch_size=batch_size)
     assert res.same_pairs(expected)
     assert res.metrics["backend"] == backend
-    cores = [a for a in res.metrics["actors"].values() if a["role"] == "join_core"]
+    cores = [a for a in res.metrics["actors"].values() if a["role"] in ("join_core", "manager")]
     assert sum(a["tuples_in"] for a in cores) >= 600
     assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
 

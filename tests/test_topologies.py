@@ -1,4 +1,4 @@
-"""Parallel layouts (split, DP-Join grid) give the oracle's answer on random inputs."""
+"""Parallel layouts (split, DP-Join grid, PanJoin) give the oracle's answer on random inputs."""
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +14,8 @@ LAYOUTS = [
     lambda: sj.topologies.grid(2, 2),
     lambda: sj.topologies.grid(4, 1),
     lambda: sj.topologies.grid(2, 3, forward="direct"),
+    lambda: sj.topologies.panjoin(2, 4),
+    lambda: sj.topologies.panjoin(3, 1, subwindow_size=5),
 ]
 
 
@@ -51,3 +53,32 @@ def test_layout_errors():
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(4), self_join=True)
     with pytest.raises(ValueError, match="two-way joins only"):
         sj.run(q, {"x": [1.0, 2.0]}, sj.topologies.grid(2, 2))
+
+
+def test_panjoin_expires_whole_subwindows_and_spreads_them():
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(400))
+    data = sj.sources.synthetic(20_000, low=0, high=5000, seed=3)
+    res = sj.run(q, data, sj.topologies.panjoin(2, 4), batch_size=100)
+    assert res.same_pairs(sj.oracle.join(q, data))
+    workers = [a for a in res.metrics["actors"].values() if a["role"] == "worker"]
+    assert len(workers) == 2 and all(w["batches_in"] > 0 for w in workers)
+
+
+def test_panjoin_manager_commands():
+    from streamjoin.actors.emitter import Emitter
+    from streamjoin.actors.panjoin import PanJoinManager
+    from streamjoin.batch import validate
+
+    q = sj.Query(sj.equal("x"), window=sj.CountWindow(4))
+    data = {"stream": [0] * 10 + [1], "x": [1.0] * 11}
+    em = Emitter(q, batch_size=100)
+    em.on_chunk(validate(data, q))
+    ((_, batch),) = em.on_eof()
+    manager = PanJoinManager(q, workers=2, subwindows=2)  # 2 tuples per subwindow
+    out = dict(manager.on_batch("in", batch))
+    # 10 R tuples fill 5 subwindows placed round robin from worker 0; S starts on worker 1;
+    # after the batch only the R subwindows holding idx >= 10 - 4 = 6 stay live
+    assert [c for c in out["w0"].create] == [0, 2, 4]
+    assert [c for c in out["w1"].create] == [1, 3, 5]
+    assert sorted(out["w0"].expire + out["w1"].expire) == [0, 1, 2]
+    assert [s.id for s in manager.chains[0]] == [3, 4]

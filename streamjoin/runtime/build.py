@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.panjoin import PanJoinManager, PanJoinWorker
 from streamjoin.actors.router import make_route
 from streamjoin.query import Query
 from streamjoin.topologies.base import Topology
@@ -41,6 +42,13 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
             return core
         case "collector":
             return Collector(settings.collect, clock)
+        case "manager":
+            return PanJoinManager(query, config["workers"], config["subwindows"],
+                                  config.get("subwindow_size"), config.get("index"))  # fmt: skip
+        case "worker":
+            worker = PanJoinWorker(query, config.get("index"), config.get("index_options"))
+            JoinCore(query, config.get("index"), config.get("index_options")).warm()
+            return worker
     raise ValueError(f"unknown actor role {role!r}")
 
 
@@ -54,6 +62,6 @@ def check_topology(topology: Topology, query: Query) -> None:
         )
     topology.validate()
     topology.check_query(query)
-    for node in topology.nodes("join_core"):
+    for node in topology.nodes("join_core") + topology.nodes("worker"):
         name = topology.graph.nodes[node]["config"].get("index")
         indexes.check_supports(name or indexes.default_for(query.predicate), query.predicate)

@@ -3,15 +3,17 @@
 import re
 
 from streamjoin.topologies.base import Topology
+from streamjoin.topologies.panjoin import panjoin
 from streamjoin.topologies.parallel import grid, split
 from streamjoin.topologies.single import single
 
-__all__ = ["Topology", "grid", "parse", "single", "split"]
+__all__ = ["Topology", "grid", "panjoin", "parse", "single", "split"]
 
 
 def parse(spec: str, index: str | None = None) -> Topology:
     """A topology from a short spec: ``single``, ``split:4``, ``grid:2x2``, ``grid:2x2:direct``,
-    or a bare layout ``2x2`` (a chain-forwarding grid)."""
+    a bare layout ``2x2`` (a chain-forwarding grid), or ``panjoin:2x4`` (workers x subwindows
+    per window)."""
     text = spec.strip().lower()
     if re.fullmatch(r"\d+x\d+", text):
         text = f"grid:{text}"
@@ -21,6 +23,9 @@ def parse(spec: str, index: str | None = None) -> Topology:
         return split(int(m[1]), index)
     if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(\w+))?", text):
         return grid(int(m[1]), int(m[2]), index, forward=m[3] or "chain")
+    if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):
+        return panjoin(int(m[1]), int(m[2] or 4), index)
     raise ValueError(
-        f"cannot read topology {spec!r}; use single, split:N, grid:MxN or grid:MxN:direct"
+        f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct "
+        "or panjoin:WORKERSxSUBWINDOWS"
     )

@@ -41,7 +41,7 @@ class Topology:
         for role in ("emitter", "collector"):
             if roles.count(role) != 1:
                 raise ValueError(f"topology {self.name!r} needs exactly one {role}")
-        if "join_core" not in roles:
+        if "join_core" not in roles and "worker" not in roles:
             raise ValueError(f"topology {self.name!r} has no join core")
         if not nx.is_directed_acyclic_graph(self.graph):
             raise ValueError(f"topology {self.name!r} has a cycle")

@@ -1,0 +1,174 @@
+"""PanJoin's manager and workers (Pan & Jacobsen §III-A), over any registered window index.
+
+Each stream's window is a chronological chain of subwindows placed round robin on the
+workers. The manager owns that topology — which subwindows exist, where, how full, the last
+``idx`` each holds — and turns every batch into commands for the workers: *create* a
+subwindow, *probe* subwindows of the opposite stream, *insert* tuples into the newest one,
+*expire* the oldest whole. Workers never talk to each other; they send result pairs to the
+collector. The manager joins the batch with itself (pairs whose earlier tuple is in the same
+batch, DESIGN §2 step 2), so the workers only probe what was stored before the batch.
+
+The paper's workers report "oldest subwindow empty / newest full" back to the manager (Step
+5). Here the manager counts what it inserted and knows the window bounds from the emitter's
+horizons, so it needs no feedback and the actor graph stays acyclic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamjoin.actors.window_part import JoinSpec, WindowPart, concat_pairs
+from streamjoin.batch import Batch, PairBatch
+from streamjoin.query import Query
+
+
+@dataclass
+class WorkerCommand:
+    """One batch and what one worker must do with it, in this order: create, probe, insert,
+    expire (probing sees the subwindows as they stood at the batch start)."""
+
+    batch: Batch
+    create: list[int] = field(default_factory=list)
+    probe: list[tuple[int, list[int]]] = field(default_factory=list)  # (stream x, subwindows)
+    insert: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (subwindow, positions)
+    expire: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+@dataclass
+class _Subwindow:
+    id: int
+    stream: int
+    worker: int
+    count: int = 0
+    last_idx: int = -1
+
+
+class PanJoinManager:
+    """Plans the subwindow commands for every batch (PanJoin §III-A Steps 1–3).
+
+    Parameters
+    ----------
+    query : Query
+    workers : int
+        Number of workers (ports ``w0``, ``w1``, … on the topology).
+    subwindows : int
+        Subwindows per window for a count window: each holds ``ceil(w / subwindows)`` tuples.
+    subwindow_size : int, optional
+        Tuples per subwindow, overriding ``subwindows`` (required sense for time windows;
+        default 4096 there).
+    index : str, optional
+        Only used for the batch's self-join kernels (the workers hold the indexes).
+    """
+
+    def __init__(
+        self,
+        query: Query,
+        workers: int,
+        subwindows: int,
+        subwindow_size: int | None = None,
+        index: str | None = None,
+    ) -> None:
+        self.spec = JoinSpec(query, index)
+        self.workers = workers
+        if subwindow_size is not None:
+            self.size = {y: subwindow_size for y in (0, 1)}
+        elif query.window.kind == "count":
+            self.size = {y: math.ceil(query.window_size(y) / subwindows) for y in (0, 1)}
+        else:
+            self.size = {y: 4096 for y in (0, 1)}
+        self.chains: dict[int, deque[_Subwindow]] = {y: deque() for y in self.spec.streams}
+        self.next_id = 0
+        self.placed = {y: y for y in self.spec.streams}  # streams start on different workers
+
+    def on_batch(self, port: str, batch: Batch) -> list[tuple[str, object]]:
+        spec = self.spec
+        commands: dict[int, WorkerCommand] = {}
+
+        def command(worker: int) -> WorkerCommand:
+            if worker not in commands:
+                commands[worker] = WorkerCommand(batch)
+            return commands[worker]
+
+        # probe: every live subwindow of the probed stream, as it stands at the batch start
+        for x in spec.streams:
+            if not np.any(batch.stream == x):
+                continue
+            by_worker: dict[int, list[int]] = {}
+            for sub in self.chains[spec.probed(x)]:
+                if sub.count:
+                    by_worker.setdefault(sub.worker, []).append(sub.id)
+            for worker, subs in by_worker.items():
+                command(worker).probe.append((x, subs))
+        # insert: fill the newest subwindow, create the next one when it is full
+        if batch.store:
+            for y in spec.streams:
+                pos = np.flatnonzero(batch.stream == y)
+                while len(pos):
+                    sub = self._newest(y, command)
+                    take = pos[: self.size[y] - sub.count]
+                    command(sub.worker).insert.append((sub.id, take))
+                    sub.count += len(take)
+                    sub.last_idx = int(batch.idx[take[-1]])
+                    pos = pos[len(take) :]
+        # expire whole subwindows no later tuple can reach (PanJoin §III-G)
+        for y in spec.streams:
+            chain = self.chains[y]
+            while chain and chain[0].count and chain[0].last_idx < batch.horizon[y]:
+                old = chain.popleft()
+                command(old.worker).expire.append(old.id)
+        out: list[tuple[str, object]] = [(f"w{w}", c) for w, c in sorted(commands.items())]
+        pairs = spec.join_batch(batch) if batch.store else PairBatch.empty()
+        if len(pairs):
+            out.append(("out", pairs))
+        return out
+
+    def _newest(self, y: int, command) -> _Subwindow:
+        chain = self.chains[y]
+        if not chain or chain[-1].count >= self.size[y]:
+            worker = self.placed[y] % self.workers
+            self.placed[y] += 1
+            chain.append(_Subwindow(self.next_id, y, worker))
+            command(worker).create.append(self.next_id)
+            self.next_id += 1
+        return chain[-1]
+
+    def on_eof(self) -> list:
+        return []
+
+
+class PanJoinWorker:
+    """Holds subwindows (one :class:`WindowPart` each) and carries out the manager's commands
+    (PanJoin §III-A Step 4)."""
+
+    def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
+        self.spec = JoinSpec(query, index, index_options)
+        self.parts: dict[int, WindowPart] = {}
+
+    def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
+        batch = cmd.batch
+        for sub in cmd.create:
+            self.parts[sub] = self.spec.new_part()
+        found = []
+        for x, subs in cmd.probe:
+            xs = np.flatnonzero(batch.stream == x)
+            found.extend(self.parts[sub].probe(batch, x, xs) for sub in subs)
+        for sub, pos in cmd.insert:
+            self.parts[sub].insert(batch, pos)
+        for sub in cmd.expire:
+            del self.parts[sub]
+        out = concat_pairs(found)
+        return [] if out is None else [("out", out)]
+
+    def on_eof(self) -> list:
+        return []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts.values())
