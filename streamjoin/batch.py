@@ -244,6 +244,17 @@ class Batch:
             store=self.store,
         )
 
+    def freeze(self) -> Batch:
+        """Mark every array read-only (in place) and return self.
+
+        Batches that crossed a process boundary (Ray's object store) arrive read-only, and numba
+        compiles read-only and writable arguments separately; join actors freeze what they
+        receive so each kernel has one signature on every executor.
+        """
+        for name in _ARRAYS:
+            getattr(self, name).setflags(write=False)
+        return self
+
     def with_store(self, store: bool) -> Batch:
         """The same tuples (arrays shared, not copied) with another ``store`` flag."""
         return dataclasses.replace(self, store=store)

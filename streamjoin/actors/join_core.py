@@ -67,6 +67,7 @@ class JoinCore:
         if port not in self.ports:
             raise ValueError(f"join core has no input port {port!r}; ports: {list(self.ports)}")
         spec = self.spec
+        batch = batch.freeze()
         sent = [(f"{port}_next", batch)] if self.forward else []
         found = []
         for x in spec.streams:  # step 1
@@ -100,8 +101,8 @@ class JoinCore:
 
     def warm(self) -> None:
         """Compile (or load from the disk cache) every kernel on a throwaway two-tuple run."""
-        probe = JoinCore(self.query, self.index_name, self.spec.index_options)
         k = len(self.query.attrs)
+        probe = JoinCore(self.query, self.index_name, self.spec.index_options)
         for _ in range(2):  # the second batch probes what the first stored
             probe.on_batch("in", _warm_batch(k, self.query.self_join))
 

@@ -89,6 +89,7 @@ class PanJoinManager:
 
     def on_batch(self, port: str, batch: Batch) -> list[tuple[str, object]]:
         spec = self.spec
+        batch = batch.freeze()
         commands: dict[int, WorkerCommand] = {}
 
         def command(worker: int) -> WorkerCommand:
@@ -152,7 +153,7 @@ class PanJoinWorker:
         self.parts: dict[int, WindowPart] = {}
 
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
-        batch = cmd.batch
+        batch = cmd.batch.freeze()
         for sub in cmd.create:
             self.parts[sub] = self.spec.new_part()
         found = []

@@ -1,12 +1,13 @@
 """The ``ray`` executor: one Ray actor per topology node, running the same logic objects.
 
 - Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`_Host` actor; kernels
-  are warmed in its constructor (numba's disk cache makes that a load, not a compile).
+  are warmed in its constructor (numba's disk cache makes that a load, not a compile). The
+  emitter runs in the driver, next to the source.
 - An actor sends each output message to the downstream hosts with ``.remote`` calls. Ray runs
   the calls of one submitter to a synchronous actor in submission order, so every edge is
   FIFO.
 - Backpressure: a host keeps at most ``max_in_flight`` unfinished calls per run and waits
-  for the oldest before sending more; the driver does the same for input chunks, so memory
+  for the oldest before sending more (the emitter in the driver too), so memory
   stays bounded when the source is faster than the join.
 - End of stream goes through the graph in topological order; each host first waits for all
   its outstanding calls, which also surfaces any downstream exception.
@@ -30,15 +31,20 @@ from streamjoin.runtime.build import Settings, build_actor
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
-MAX_IN_FLIGHT = 8
+MAX_IN_FLIGHT = 4
 
 
 class ActorFailed(RuntimeError):
     """An actor raised; the message names the actor and its exception."""
 
 
-@ray.remote(max_restarts=0, max_task_retries=0)
-class _Host:
+class _Node:
+    """One topology node: its logic object, its outgoing routes and the calls in flight.
+
+    Runs inside a Ray actor (:class:`_Host`), or in the driver for the emitter, which saves a
+    process and a copy of every input batch.
+    """
+
     def __init__(self, name: str, role: str, config: dict, query: Query, settings: Settings):
         self.name = name
         self.stats = ActorStats(role=role)
@@ -98,6 +104,11 @@ class _Host:
         return self.stats, (self.logic if self.stats.role == "collector" else None)
 
 
+@ray.remote(max_restarts=0, max_task_retries=0)
+class _Host(_Node):
+    """A node in its own Ray actor."""
+
+
 def _ensure_ray(address: str | None) -> None:
     if not ray.is_initialized():
         ray.init(
@@ -137,13 +148,16 @@ def run_ray(
     """Run the topology with one Ray actor per node (see module docstring)."""
     _ensure_ray(address)
     graph = topology.graph
+    (emitter,) = topology.nodes("emitter")
     share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
     hosts = {
         n: _Host.options(num_cpus=share).remote(n, d["role"], d["config"], query, settings)
         for n, d in graph.nodes(data=True)
+        if n != emitter
     }
     try:
-        return _drive(topology, hosts, chunks, progress)
+        source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
+        return _drive(topology, source, hosts, chunks, progress)
     except ray.exceptions.RayError as e:
         raise _unwrap(e) from None
     finally:
@@ -151,37 +165,36 @@ def run_ray(
             ray.kill(h)
 
 
-def _drive(topology: Topology, hosts: dict, chunks, progress) -> RunTrace:
+def _drive(topology: Topology, source: _Node, hosts: dict, chunks, progress) -> RunTrace:
     ray.get([h.ready.remote() for h in hosts.values()])  # constructors (and warm-up) done
-    for node, host in hosts.items():
-        routes: dict[str, list] = {}
-        for (src, port), dests in topology.routes().items():
-            if src == node:
-                routes[port] = [(hosts[d], dp) for d, dp in dests]
-        ray.get(host.connect.remote(routes))
-    (emitter,) = topology.nodes("emitter")
+    routes = topology.routes()
+
+    def outgoing(node: str) -> dict[str, list]:
+        return {port: [(hosts[d], dp) for d, dp in dests]
+                for (src, port), dests in routes.items() if src == node}  # fmt: skip
+
+    source.connect(outgoing(source.name))
+    ray.get([h.connect.remote(outgoing(n)) for n, h in hosts.items()])
     (collector,) = topology.nodes("collector")
     clock = time.monotonic_ns
     start_ns = None
     n_in = 0
-    in_flight: list = []
     for cols in chunks:
         if start_ns is None:
             start_ns = clock()
-        in_flight.append(hosts[emitter].on_chunk.remote(cols))
-        if len(in_flight) > MAX_IN_FLIGHT:
-            done, in_flight = ray.wait(in_flight, num_returns=len(in_flight) - MAX_IN_FLIGHT)
-            ray.get(done)
+        source.on_chunk(cols)
         n_in += len(cols)
         progress.update(len(cols))
-    ray.get(in_flight)
     if start_ns is None:
         start_ns = clock()
+    source.on_eof()
     for node in nx.topological_sort(topology.graph):
-        ray.get(hosts[node].on_eof.remote())
+        if node != source.name:
+            ray.get(hosts[node].on_eof.remote())
     end_ns = clock()
     reports = dict(zip(hosts, ray.get([h.report.remote() for h in hosts.values()]), strict=True))
+    actors = {source.name: source.stats, **{n: r[0] for n, r in reports.items()}}
     return RunTrace(
-        input_tuples=n_in, start_ns=start_ns, end_ns=end_ns,
-        actors={n: r[0] for n, r in reports.items()}, collector=reports[collector][1],
+        input_tuples=n_in, start_ns=start_ns, end_ns=end_ns, actors=actors,
+        collector=reports[collector][1],
     )  # fmt: skip
