@@ -14,6 +14,7 @@ ROLE_COLORS = {
     "collector": "#90be6d",
     "manager": "#e5989b",
     "worker": "#ffb703",
+    "handshake_core": "#ffb703",
 }
 
 

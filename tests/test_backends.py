@@ -30,6 +30,7 @@ SCENARIOS = [
     (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8),
     (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1),
     (sj.Query(sj.equal("x"), window=sj.CountWindow(60), self_join=True), True, "panjoin", 4),
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8),
 ]  # fmt: skip
 
 LAYOUTS = {
@@ -38,6 +39,7 @@ LAYOUTS = {
     "grid": lambda: sj.topologies.grid(2, 2),
     "grid_direct": lambda: sj.topologies.grid(1, 2, forward="direct"),
     "panjoin": lambda: sj.topologies.panjoin(2, 4),
+    "handshake": lambda: sj.topologies.handshake(3, segment=10),
 }
 
 
@@ -50,7 +52,11 @@ def test_backend_equals_oracle(backend, query, self_join, layout, batch_size):
     res = sj.run(query, data, LAYOUTS[layout](), backend=backend, batch_size=batch_size)
     assert res.same_pairs(expected)
     assert res.metrics["backend"] == backend
-    cores = [a for a in res.metrics["actors"].values() if a["role"] in ("join_core", "manager")]
+    cores = [
+        a
+        for a in res.metrics["actors"].values()
+        if a["role"] in ("join_core", "manager", "handshake_core")
+    ]
     assert sum(a["tuples_in"] for a in cores) >= 600
     assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
 

@@ -1,4 +1,5 @@
-"""Parallel layouts (split, DP-Join grid, PanJoin) give the oracle's answer on random inputs."""
+"""Parallel layouts (split, DP-Join grid, PanJoin, handshake) give the oracle's answer on random
+inputs, under FIFO delivery and under random interleavings that keep each link FIFO."""
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,8 @@ LAYOUTS = [
     lambda: sj.topologies.grid(2, 3, forward="direct"),
     lambda: sj.topologies.panjoin(2, 4),
     lambda: sj.topologies.panjoin(3, 1, subwindow_size=5),
+    lambda: sj.topologies.handshake(1),
+    lambda: sj.topologies.handshake(3, segment=2),
 ]
 
 
@@ -29,8 +32,10 @@ def test_layout_equals_oracle(make, data):
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
     expected = sj.oracle.join(query, table)
     for batch_size in (1, 3, 64):
-        res = sj.run(query, table, topo, batch_size=batch_size)
-        assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}"
+        # FIFO delivery, then a random interleaving that keeps each link FIFO (as Ray does)
+        for seed in (None, data.draw(st.integers(0, 2**16), label="delivery_seed")):
+            res = sj.run(query, table, topo, batch_size=batch_size, delivery_seed=seed)
+            assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}, seed {seed}"
 
 
 def test_every_core_does_its_share():
@@ -82,3 +87,17 @@ def test_panjoin_manager_commands():
     assert [c for c in out["w1"].create] == [1, 3, 5]
     assert sorted(out["w0"].expire + out["w1"].expire) == [0, 1, 2]
     assert [s.id for s in manager.chains[0]] == [3, 4]
+
+
+def test_handshake_moves_tuples_along_the_chain():
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(300))
+    data = sj.sources.synthetic(6000, low=0, high=3000, seed=5)
+    res = sj.run(q, data, sj.topologies.handshake(4), batch_size=50, delivery_seed=1)
+    assert res.same_pairs(sj.oracle.join(q, data))
+    actors = res.metrics["actors"]
+    # the inner cores receive only what their neighbours forward
+    assert actors["core1"]["tuples_in"] > 0 and actors["core2"]["tuples_in"] > 0
+    assert sj.topologies.handshake(4).cyclic
+    with pytest.raises(ValueError, match="two-way joins only"):
+        sj.run(sj.Query(sj.band("x", 1), sj.CountWindow(3), self_join=True), {"x": [1.0]},
+               sj.topologies.handshake(2))  # fmt: skip

@@ -75,8 +75,8 @@ class Emitter:
         return []
 
     def on_eof(self) -> list[tuple[str, Batch]]:
-        """Flush what is left."""
-        return self._close(full_only=False)
+        """Flush what is left, then whatever the route sends after the last batch."""
+        return self._close(full_only=False) + self.route.eof()
 
     @property
     def open_tuples(self) -> int:

@@ -6,9 +6,19 @@ stores a tuple does not change the answer, only the balance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from streamjoin.batch import Batch
+
+
+@dataclass(frozen=True)
+class Drain:
+    """End of input, sent after the last batch where a layout must push its state on."""
+
+    def __len__(self) -> int:
+        return 0
 
 
 class Route:
@@ -16,6 +26,10 @@ class Route:
 
     def __call__(self, batch: Batch) -> list[tuple[str, Batch]]:
         return [("out", batch)]
+
+    def eof(self) -> list[tuple[str, object]]:
+        """Messages that follow the last batch."""
+        return []
 
 
 class SplitRoute(Route):
@@ -50,6 +64,17 @@ class GridRoute(Route):
         return out
 
 
+class HandshakeRoute(GridRoute):
+    """Handshake join: R to the left end of the chain (``row0``), S to the right end
+    (``col0``); at the end of input a drain marker down each."""
+
+    def __init__(self) -> None:
+        super().__init__(1, 1)
+
+    def eof(self):
+        return [("row0", Drain()), ("col0", Drain())]
+
+
 def make_route(spec: dict | None) -> Route:
     """A route from a topology's emitter config: ``{"kind": "split", "n": 4}``, …"""
     spec = spec or {"kind": "single"}
@@ -60,4 +85,6 @@ def make_route(spec: dict | None) -> Route:
             return SplitRoute(spec["n"])
         case "grid":
             return GridRoute(spec["m"], spec["n"])
+        case "handshake":
+            return HandshakeRoute()
     raise ValueError(f"unknown route kind {spec['kind']!r}")

@@ -6,6 +6,9 @@ import numpy as np
 
 from streamjoin.batch import Batch
 
+#: The int64 columns a store keeps of every tuple (besides the join attributes).
+COLUMNS = ("seq", "idx", "lo_idx", "ts", "ingest_ns")
+
 
 class TupleStore:
     """Append-only columnar store of one stream's tuples at one join core.
@@ -17,10 +20,8 @@ class TupleStore:
 
     def __init__(self, n_attrs: int) -> None:
         cap = 16
-        self.seq = np.empty(cap, dtype=np.int64)
-        self.idx = np.empty(cap, dtype=np.int64)
-        self.lo_idx = np.empty(cap, dtype=np.int64)
-        self.ingest_ns = np.empty(cap, dtype=np.int64)
+        for name in COLUMNS:
+            setattr(self, name, np.empty(cap, dtype=np.int64))
         self.attrs = np.empty((n_attrs, cap), dtype=np.float64)
         self.base = 0  # ref of array row 0
         self.head = 0  # first live row
@@ -31,7 +32,7 @@ class TupleStore:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.seq, self.idx, self.lo_idx, self.ingest_ns, self.attrs))
+        return self.attrs.nbytes + sum(getattr(self, name).nbytes for name in COLUMNS)
 
     def append(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
         """Store the tuples of ``batch`` at positions ``pos``; returns their refs."""
@@ -39,10 +40,8 @@ class TupleStore:
         if self.tail + n > len(self.seq):
             self._make_room(n)
         t = self.tail
-        self.seq[t : t + n] = batch.seq[pos]
-        self.idx[t : t + n] = batch.idx[pos]
-        self.lo_idx[t : t + n] = batch.lo_idx[pos]
-        self.ingest_ns[t : t + n] = batch.ingest_ns[pos]
+        for name in COLUMNS:
+            getattr(self, name)[t : t + n] = getattr(batch, name)[pos]
         self.attrs[:, t : t + n] = batch.attrs[:, pos]
         self.tail = t + n
         return np.arange(self.base + t, self.base + t + n, dtype=np.int64)
@@ -53,7 +52,7 @@ class TupleStore:
         while live + n > cap // 2:
             cap *= 2
         h, t = self.head, self.tail
-        for name in ("seq", "idx", "lo_idx", "ingest_ns"):
+        for name in COLUMNS:
             new = np.empty(cap, dtype=np.int64)
             new[:live] = getattr(self, name)[h:t]
             setattr(self, name, new)
@@ -67,3 +66,15 @@ class TupleStore:
         """Drop tuples with ``idx < idx_bound``; returns the first live ref."""
         self.head += int(np.searchsorted(self.idx[self.head : self.tail], idx_bound, side="left"))
         return self.base + self.head
+
+    def rows_from(self, idx_bound: int) -> int:
+        """First live row whose ``idx >= idx_bound``."""
+        live = self.idx[self.head : self.tail]
+        return self.head + int(np.searchsorted(live, idx_bound, side="left"))
+
+    def batch(self, start: int, end: int, stream: int) -> Batch:
+        """Rows ``[start, end)`` as a new Batch of ``stream`` (copies)."""
+        cols = {name: getattr(self, name)[start:end].copy() for name in COLUMNS}
+        n = end - start
+        return Batch(stream=np.full(n, stream, dtype=np.int8), attrs=self.attrs[:, start:end].copy(),
+                     **cols)  # fmt: skip

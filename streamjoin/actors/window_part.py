@@ -129,8 +129,9 @@ class WindowPart:
     def nbytes(self) -> int:
         return self.store.nbytes + self.index.nbytes
 
-    def probe(self, batch: Batch, x: int, xs: np.ndarray) -> PairBatch:
-        """Pairs of the stream-``x`` tuples at ``xs`` with the tuples held here.
+    def probe(self, batch: Batch, x: int, xs: np.ndarray, min_idx: int = 0) -> PairBatch:
+        """Pairs of the stream-``x`` tuples at ``xs`` with the tuples held here whose
+        ``idx >= min_idx``.
 
         A candidate is kept iff the earlier of the two is in the later one's window
         (:func:`filter_candidates`) and θ holds exactly.
@@ -158,6 +159,8 @@ class WindowPart:
             store.attrs, store.seq, store.idx, store.lo_idx, rows,
             spec.cond_attr, spec.lo, spec.hi, first, orient,
         )  # fmt: skip
+        if min_idx > 0:
+            keep &= store.idx[rows] >= min_idx
         later, earlier = bpos[keep], rows[keep]
         ingest = np.maximum(batch.ingest_ns[later], store.ingest_ns[earlier])
         return spec.pairs(x, batch.seq[later], store.seq[earlier], ingest)

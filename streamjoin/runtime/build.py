@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import Emitter
+from streamjoin.actors.handshake import HandshakeCore
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.panjoin import PanJoinManager, PanJoinWorker
 from streamjoin.actors.router import make_route
 from streamjoin.query import Query
 from streamjoin.topologies.base import Topology
+from streamjoin.topologies.handshake import segment_capacity
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class Settings:
     max_delay_ns: int | None = None
     collect: str = "pairs"
     ordered: bool = False
+    #: local executor only: deliver in a random per-edge-FIFO order (tests of interleavings)
+    delivery_seed: int | None = None
 
 
 def build_actor(role: str, config: dict, query: Query, settings: Settings, clock: Callable):
@@ -45,6 +49,12 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
         case "manager":
             return PanJoinManager(query, config["workers"], config["subwindows"],
                                   config.get("subwindow_size"), config.get("index"))  # fmt: skip
+        case "handshake_core":
+            capacity = segment_capacity(query, config["n"], config.get("segment"))
+            core = HandshakeCore(query, config["k"], config["n"], capacity, config.get("index"),
+                                 config.get("index_options"))  # fmt: skip
+            JoinCore(query, config.get("index"), config.get("index_options")).warm()
+            return core
         case "worker":
             worker = PanJoinWorker(query, config.get("index"), config.get("index_options"))
             JoinCore(query, config.get("index"), config.get("index_options")).warm()
@@ -62,6 +72,6 @@ def check_topology(topology: Topology, query: Query) -> None:
         )
     topology.validate()
     topology.check_query(query)
-    for node in topology.nodes("join_core") + topology.nodes("worker"):
+    for node in [n for n, d in topology.graph.nodes(data=True) if "index" in d["config"]]:
         name = topology.graph.nodes[node]["config"].get("index")
         indexes.check_supports(name or indexes.default_for(query.predicate), query.predicate)

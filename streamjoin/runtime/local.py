@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections import deque
 from collections.abc import Iterable
-
-import networkx as nx
 
 from streamjoin.batch import Columns
 from streamjoin.query import Query
@@ -19,7 +18,13 @@ def run_local(
     query: Query, topology: Topology, chunks: Iterable[Columns], settings: Settings, progress
 ) -> RunTrace:
     """Drive ``chunks`` through ``topology``: each chunk goes to the emitter, then every message
-    it causes is delivered in FIFO order before the next chunk is read."""
+    it causes is delivered in FIFO order before the next chunk is read.
+
+    With ``settings.delivery_seed`` messages are instead delivered in a random order that keeps
+    each sender → receiver link FIFO (what Ray promises: calls of one submitter to one actor
+    run in order), and only some of them before the next chunk: a test of a topology against
+    the interleavings other executors may produce.
+    """
     clock = time.monotonic_ns
     graph = topology.graph
     actors = {
@@ -30,7 +35,7 @@ def run_local(
     routes = topology.routes()
     (emitter,) = topology.nodes("emitter")
     (collector,) = topology.nodes("collector")
-    queue: deque = deque()
+    queue = _Mailboxes(settings.delivery_seed)
 
     def deliver(src: str, messages) -> None:
         st = stats[src]
@@ -38,7 +43,7 @@ def run_local(
             st.batches_out += 1
             st.tuples_out += len(msg)
             for dst, dst_port in routes.get((src, port), ()):
-                queue.append((dst, dst_port, msg))
+                queue.push((src, dst), (dst_port, msg))
         peak = len(queue)
         if peak > st.peak_queue:
             st.peak_queue = peak
@@ -49,9 +54,11 @@ def run_local(
         stats[node].busy_ns += time.perf_counter_ns() - t0
         deliver(node, out)
 
-    def drain() -> None:
-        while queue:
-            dst, port, msg = queue.popleft()
+    def drain(limit: int | None = None) -> None:
+        while queue and (limit is None or limit > 0):
+            (_, dst), (port, msg) = queue.pop()
+            if limit is not None:
+                limit -= 1
             st = stats[dst]
             st.batches_in += 1
             st.tuples_in += len(msg)
@@ -64,14 +71,14 @@ def run_local(
             start_ns = clock()
         stats[emitter].tuples_in += len(cols)
         step(emitter, actors[emitter].on_chunk, cols)
-        drain()
+        drain(queue.some())
         n_in += len(cols)
         progress.update(len(cols))
     if start_ns is None:
         start_ns = clock()
     step(emitter, actors[emitter].on_eof)
     drain()
-    for node in nx.topological_sort(graph):
+    for node in topology.eof_order():
         if node != emitter:
             step(node, actors[node].on_eof)
             drain()
@@ -80,3 +87,35 @@ def run_local(
         input_tuples=n_in, start_ns=start_ns, end_ns=end_ns, actors=stats,
         collector=actors[collector],
     )  # fmt: skip
+
+
+class _Mailboxes:
+    """Messages in flight: one FIFO queue, or (with a seed) one FIFO queue per sender →
+    receiver link, served in a random order."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.rng = None if seed is None else random.Random(seed)
+        self.edges: dict[tuple, deque] = {}
+        self.fifo: deque = deque()
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def push(self, edge: tuple, msg) -> None:
+        if self.rng is None:
+            self.fifo.append((edge, msg))
+        else:
+            self.edges.setdefault(edge, deque()).append(msg)
+        self.n += 1
+
+    def pop(self):
+        self.n -= 1
+        if self.rng is None:
+            return self.fifo.popleft()
+        edge = self.rng.choice([e for e, q in self.edges.items() if q])
+        return edge, self.edges[edge].popleft()
+
+    def some(self) -> int | None:
+        """How many to deliver before the next chunk: all (None), or a random share."""
+        return None if self.rng is None else self.rng.randint(0, self.n)

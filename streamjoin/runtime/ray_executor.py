@@ -10,7 +10,8 @@
   for the oldest before sending more (the emitter in the driver too), so memory
   stays bounded when the source is faster than the join.
 - End of stream goes through the graph in topological order; each host first waits for all
-  its outstanding calls, which also surfaces any downstream exception.
+  its outstanding calls, which also surfaces any downstream exception. Actors that call each
+  other (handshake neighbours) never block on a send, and the end is found by quiescence.
 - Any exception in an actor ends the run with :class:`ActorFailed` naming the actor, and all
   actors are killed: never a hang, never a short result.
 """
@@ -22,7 +23,6 @@ import re
 import time
 from collections.abc import Iterable
 
-import networkx as nx
 import ray
 
 from streamjoin.batch import Columns
@@ -50,6 +50,9 @@ class _Node:
         self.stats = ActorStats(role=role)
         self.routes: dict[str, list] = {}
         self.in_flight: list = []
+        self.bounded = True
+        self.calls_sent = 0
+        self.calls_received = 0
         self.logic = self._guard(build_actor, role, config, query, settings, time.monotonic_ns)
 
     def _guard(self, fn, *args):
@@ -62,9 +65,12 @@ class _Node:
     def ready(self) -> bool:
         return True
 
-    def connect(self, routes: dict[str, list]) -> None:
-        """``routes[out_port] = [(handle, dst_port), …]``."""
+    def connect(self, routes: dict[str, list], bounded: bool = True) -> None:
+        """``routes[out_port] = [(handle, dst_port), …]``. ``bounded=False`` for actors that
+        call each other (a cyclic graph): waiting on a neighbour that waits on us would
+        deadlock, so those never block on a send."""
         self.routes = routes
+        self.bounded = bounded
 
     def _send(self, messages) -> None:
         for port, msg in messages:
@@ -72,7 +78,14 @@ class _Node:
             self.stats.tuples_out += len(msg)
             for handle, dst_port in self.routes.get(port, ()):
                 self.in_flight.append(handle.on_batch.remote(dst_port, msg))
-        if len(self.in_flight) > MAX_IN_FLIGHT:
+                self.calls_sent += 1
+        if not self.bounded:
+            if len(self.in_flight) > 64:  # forget finished calls, surfacing their errors
+                done, self.in_flight = ray.wait(
+                    self.in_flight, num_returns=len(self.in_flight), timeout=0
+                )
+                ray.get(done)
+        elif len(self.in_flight) > MAX_IN_FLIGHT:
             done, self.in_flight = ray.wait(
                 self.in_flight, num_returns=len(self.in_flight) - MAX_IN_FLIGHT
             )
@@ -86,6 +99,7 @@ class _Node:
         self._send(out)
 
     def on_batch(self, port: str, msg) -> None:
+        self.calls_received += 1
         self.stats.batches_in += 1
         self.stats.tuples_in += len(msg)
         self._step(self.logic.on_batch, port, msg)
@@ -96,8 +110,13 @@ class _Node:
 
     def on_eof(self) -> None:
         self._step(self.logic.on_eof)
+        self.settle()
+
+    def settle(self) -> tuple[int, int]:
+        """Wait for every call this node made; returns ``(calls sent, calls received)``."""
         ray.get(self.in_flight)
         self.in_flight = []
+        return self.calls_sent, self.calls_received
 
     def report(self):
         """``(stats, logic)``: the logic object is returned for the collector only."""
@@ -165,6 +184,21 @@ def run_ray(
             ray.kill(h)
 
 
+def _quiesce(source: _Node, hosts: dict) -> None:
+    """Wait until no message is in flight anywhere (actors that call each other keep making
+    work for one another): settle the hosts one at a time — at once, two settling neighbours
+    would each wait on a call queued behind the other — until every call sent was received
+    and a whole round changed nothing."""
+    previous = None
+    while True:
+        counts = [ray.get(h.settle.remote()) for h in hosts.values()]
+        sent = source.calls_sent + sum(c[0] for c in counts)
+        received = sum(c[1] for c in counts)
+        if sent == received and (sent, received) == previous:
+            return
+        previous = (sent, received)
+
+
 def _drive(topology: Topology, source: _Node, hosts: dict, chunks, progress) -> RunTrace:
     ray.get([h.ready.remote() for h in hosts.values()])  # constructors (and warm-up) done
     routes = topology.routes()
@@ -174,7 +208,8 @@ def _drive(topology: Topology, source: _Node, hosts: dict, chunks, progress) -> 
                 for (src, port), dests in routes.items() if src == node}  # fmt: skip
 
     source.connect(outgoing(source.name))
-    ray.get([h.connect.remote(outgoing(n)) for n, h in hosts.items()])
+    bounded = not topology.cyclic
+    ray.get([h.connect.remote(outgoing(n), bounded) for n, h in hosts.items()])
     (collector,) = topology.nodes("collector")
     clock = time.monotonic_ns
     start_ns = None
@@ -188,7 +223,9 @@ def _drive(topology: Topology, source: _Node, hosts: dict, chunks, progress) -> 
     if start_ns is None:
         start_ns = clock()
     source.on_eof()
-    for node in nx.topological_sort(topology.graph):
+    if topology.cyclic:
+        _quiesce(source, hosts)
+    for node in topology.eof_order():
         if node != source.name:
             ray.get(hosts[node].on_eof.remote())
     end_ns = clock()

@@ -90,6 +90,7 @@ def run(
     pace: float | None = None,
     progress: bool | None = None,
     address: str | None = None,
+    delivery_seed: int | None = None,
 ) -> Result:
     """Run ``query`` over ``data`` on ``topology`` and return the exact result with metrics.
 
@@ -124,6 +125,9 @@ def run(
         Show a progress bar on runs longer than two seconds (default: when stderr is a tty).
     address : str, optional
         Ray cluster address for ``backend="ray"``.
+    delivery_seed : int, optional
+        ``local`` only: deliver messages in a seeded random order that keeps each edge FIFO,
+        to test a topology against the interleavings of a real parallel backend.
     """
     if not isinstance(query, Query):
         raise ValueError(f"query must be a streamjoin.Query, got {type(query).__name__}")
@@ -148,6 +152,7 @@ def run(
         max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
         collect=collect,
         ordered=ordered,
+        delivery_seed=delivery_seed,
     )
 
     if isinstance(data, Source):

@@ -3,11 +3,12 @@
 import re
 
 from streamjoin.topologies.base import Topology
+from streamjoin.topologies.handshake import handshake
 from streamjoin.topologies.panjoin import panjoin
 from streamjoin.topologies.parallel import grid, split
 from streamjoin.topologies.single import single
 
-__all__ = ["Topology", "grid", "panjoin", "parse", "single", "split"]
+__all__ = ["Topology", "grid", "handshake", "panjoin", "parse", "single", "split"]
 
 
 def parse(spec: str, index: str | None = None) -> Topology:
@@ -23,9 +24,11 @@ def parse(spec: str, index: str | None = None) -> Topology:
         return split(int(m[1]), index)
     if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(\w+))?", text):
         return grid(int(m[1]), int(m[2]), index, forward=m[3] or "chain")
+    if m := re.fullmatch(r"handshake:(\d+)", text):
+        return handshake(int(m[1]), index)
     if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):
         return panjoin(int(m[1]), int(m[2] or 4), index)
     raise ValueError(
-        f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct "
-        "or panjoin:WORKERSxSUBWINDOWS"
+        f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct, "
+        "handshake:N or panjoin:WORKERSxSUBWINDOWS"
     )

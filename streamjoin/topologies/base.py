@@ -3,8 +3,9 @@
 Node attributes: ``role`` (``emitter``, ``join_core``, ``collector``, …), ``config`` (a dict
 passed to the actor's constructor), ``pos`` (x, y for drawing), ``label``. Edge attributes:
 ``src_port``, ``dst_port`` and ``label`` (what flows: ``R``, ``S``, ``R+S``, ``pairs``); two nodes
-may be joined by several edges with different ports. Graph attribute ``self_join``: whether the
-layout can run self-joins. The same graph drives every executor.
+may be joined by several edges with different ports. Graph attributes: ``self_join`` (whether the
+layout can run self-joins) and ``cyclic`` (actors that talk back and forth). The same graph
+drives every executor.
 """
 
 from __future__ import annotations
@@ -41,10 +42,26 @@ class Topology:
         for role in ("emitter", "collector"):
             if roles.count(role) != 1:
                 raise ValueError(f"topology {self.name!r} needs exactly one {role}")
-        if "join_core" not in roles and "worker" not in roles:
-            raise ValueError(f"topology {self.name!r} has no join core")
-        if not nx.is_directed_acyclic_graph(self.graph):
+        if not set(roles) - {"emitter", "collector"}:
+            raise ValueError(f"topology {self.name!r} has no join actor")
+        if not self.cyclic and not nx.is_directed_acyclic_graph(self.graph):
             raise ValueError(f"topology {self.name!r} has a cycle")
+
+    @property
+    def cyclic(self) -> bool:
+        """Whether actors talk back and forth (handshake neighbours): executors then must not
+        block a sender on its receiver, and detect the end by quiescence."""
+        return bool(self.graph.graph.get("cyclic", False))
+
+    def eof_order(self) -> list[str]:
+        """Nodes in the order end of stream reaches them: topological, or for a cyclic graph
+        emitter first, collector last."""
+        if not self.cyclic:
+            return list(nx.topological_sort(self.graph))
+        (emitter,) = self.nodes("emitter")
+        (collector,) = self.nodes("collector")
+        middle = [n for n in self.graph if n not in (emitter, collector)]
+        return [emitter, *middle, collector]
 
     def check_query(self, query) -> None:
         """Raise ValueError if this layout cannot run ``query``."""

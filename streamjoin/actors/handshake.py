@@ -1,0 +1,124 @@
+"""Handshake join (Teubner & Mueller, SIGMOD 2011), batch by batch, with two-phase forwarding.
+
+A chain of cores: R enters at core 0 and flows right, S enters at core n-1 and flows left.
+Each core holds a segment of each window; when its R segment holds more than ``capacity``
+tuples it forwards the oldest to its right neighbour (S: the left one). Every (r, s) pair
+meets at exactly one core, because the two move in opposite directions — but they may also
+*cross* on a link, each forwarded before the other arrived. Two-phase forwarding catches that:
+a forwarded batch stays in the sender's segment, marked in transit, until the neighbour
+acknowledges it; an arriving R batch probes the S segment *including* S in transit, an arriving
+S batch probes the R segment *excluding* R in transit. In a crossing, the R side sees the S
+copy (its acknowledgement cannot have overtaken the R batch on the FIFO link) and the S side
+does not see the R copy, so the pair is found once; without a crossing, the acknowledgement
+arrives before the other tuple and nothing is found twice.
+
+The last core keeps R until the emitter's horizon says no future S tuple can need it (core 0
+does the same for S). At end of input a drain marker flows from each end and pushes every
+segment through the chain, so pairs still apart meet. The window check (the earlier of a pair
+in the later one's window) keeps the result exact whatever the segment sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamjoin.actors.router import Drain
+from streamjoin.actors.window_part import JoinSpec
+from streamjoin.batch import Batch
+from streamjoin.query import Query
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The neighbour has taken every forwarded tuple with ``idx < upto``."""
+
+    upto: int
+
+    def __len__(self) -> int:
+        return 0
+
+
+# the input ports of a core, by stream: data, acknowledgements of what it forwarded
+_IN = {0: "r_in", 1: "s_in"}
+_ACK = {0: "r_ack", 1: "s_ack"}
+
+
+class HandshakeCore:
+    """Core ``k`` of ``n`` in a handshake-join chain (see module docstring).
+
+    Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
+    right, or from the emitter at core n-1), ``r_ack`` / ``s_ack`` (acknowledgements of what
+    it forwarded). Out: ``r_out`` / ``s_out`` (forwarded tuples), ``r_ack_out`` / ``s_ack_out``
+    (acknowledgements), ``out`` (pairs).
+    """
+
+    def __init__(
+        self,
+        query: Query,
+        k: int,
+        n: int,
+        capacity: tuple[int, int],
+        index: str | None = None,
+        index_options: dict | None = None,
+    ) -> None:
+        if query.self_join:
+            raise ValueError("the handshake join runs two-way joins only")
+        self.spec = JoinSpec(query, index, index_options)
+        self.k, self.n = k, n
+        self.capacity = capacity
+        self.parts = {y: self.spec.new_part() for y in (0, 1)}
+        self.sent_upto = [0, 0]  # tuples with idx < sent_upto[y] were forwarded
+        self.draining = [False, False]
+        # R leaves the chain at the right end, S at the left
+        self.last = {0: k == n - 1, 1: k == 0}
+        self.from_emitter = {0: k == 0, 1: k == n - 1}
+
+    def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
+        if port in _ACK.values():
+            y = 0 if port == "r_ack" else 1
+            self.parts[y].expire(msg.upto)  # the neighbour holds them now
+            return []
+        x = 0 if port == "r_in" else 1
+        if isinstance(msg, Drain):
+            self.draining[x] = True
+            return [*self._forward(x), *([] if self.last[x] else [(f"{'rs'[x]}_out", msg)])]
+        batch = msg.freeze()
+        y = 1 - x
+        xs = np.arange(len(batch))
+        # R probes S including S in transit; S probes R excluding R in transit
+        min_idx = self.sent_upto[0] if x == 1 else 0
+        pairs = self.parts[y].probe(batch, x, xs, min_idx=min_idx)
+        self.parts[x].insert(batch, xs)
+        out: list[tuple[str, object]] = []
+        if not self.from_emitter[x]:
+            out.append((f"{'rs'[x]}_ack_out", Ack(int(batch.idx[-1]) + 1)))
+        elif self.last[y]:  # tuples of x come straight from the emitter: expire y at its end
+            self.parts[y].expire(int(batch.horizon[y]))
+        out.extend(self._forward(x))
+        if len(pairs):
+            out.append(("out", pairs))
+        return out
+
+    def _forward(self, x: int) -> list[tuple[str, Batch]]:
+        """Send the oldest tuples of stream ``x`` beyond the segment capacity (all of them
+        when draining) on to the neighbour; they stay here, in transit, until acknowledged."""
+        if self.last[x]:
+            return []
+        store = self.parts[x].store
+        start = store.rows_from(self.sent_upto[x])
+        keep = 0 if self.draining[x] else self.capacity[x]
+        end = store.tail - keep
+        if end <= start:
+            return []
+        batch = store.batch(start, end, x)
+        self.sent_upto[x] = int(batch.idx[-1]) + 1
+        return [(f"{'rs'[x]}_out", batch)]
+
+    def on_eof(self) -> list:
+        return []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts.values())
