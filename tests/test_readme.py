@@ -1,0 +1,12 @@
+"""The README's Python example runs as written (and its oracle assertion holds)."""
+
+import re
+from pathlib import Path
+
+
+def test_readme_example_runs(tmp_path, monkeypatch):
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S)[1]
+    monkeypatch.chdir(tmp_path)  # it writes its pictures to the working directory
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "latency.png").exists()
