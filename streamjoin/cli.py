@@ -39,6 +39,7 @@ def _positive(kind):
 def _add_job_options(parser: argparse.ArgumentParser) -> None:
     """The options of the `run` job (also taken by `compare`)."""
     from streamjoin import indexes, sources
+    from streamjoin.cli_sim import add_sim_options
 
     data = parser.add_argument_group("data")
     data.add_argument(
@@ -96,10 +97,12 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
     )
     execution.add_argument(
         "--backend",
-        choices=("local", "ray"),
+        choices=("local", "ray", "sim"),
         default="local",
-        help="run in this process, or as one Ray actor per node (default: %(default)s)",
+        help="run in this process, as one Ray actor per node, or on simulated cores under a "
+        "virtual clock (default: %(default)s)",
     )
+    add_sim_options(execution)
     execution.add_argument(
         "--index",
         choices=["auto", *indexes.names()],
@@ -141,6 +144,8 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from streamjoin.cli_sim import add_calibrate_command
+
     parser = argparse.ArgumentParser(
         prog="streamjoin", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -156,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_options(run)
 
     sub.add_parser("indexes", help="list the window indexes")
+    add_calibrate_command(sub)
 
     draw = sub.add_parser("draw", help="draw a topology's actor graph",
                           description="Draw the actor graph of a topology (PNG, SVG or PDF).")  # fmt: skip
@@ -186,6 +192,7 @@ def _make_data(args):
 def _run_job(args):
     """The `run` job: data, query and topology from ``args``, run. Returns what it made."""
     import streamjoin as sj
+    from streamjoin.cli_sim import sim_run_kwargs
 
     data = _make_data(args)
     x = data.column("x").to_numpy()
@@ -213,6 +220,7 @@ def _run_job(args):
         pace=args.pace,
         collect="pairs" if args.check else args.collect,
         progress=False if args.no_progress else None,
+        **sim_run_kwargs(args),
     )
     print(result.summary())
     print(f"wall time {time.perf_counter() - t0:.1f} s (includes starting actors, loading kernels)")
@@ -304,8 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        from streamjoin.cli_sim import cmd_calibrate
+
         commands = {"run": cmd_run, "indexes": cmd_indexes, "draw": cmd_draw,
-                    "compare": cmd_compare}  # fmt: skip
+                    "compare": cmd_compare, "calibrate": cmd_calibrate}  # fmt: skip
         return commands[args.command](args)
     except ValueError as e:  # bad input or settings: a message, not a traceback
         print(f"streamjoin: error: {e}", file=sys.stderr)

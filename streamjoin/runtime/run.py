@@ -19,7 +19,7 @@ from streamjoin.runtime.trace import RunTrace
 from streamjoin.sources import Source
 from streamjoin.topologies import Topology, single
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "ray", "sim")
 
 
 def _slices(cols: Columns, rows: int) -> Iterator[Columns]:
@@ -91,6 +91,8 @@ def run(
     progress: bool | None = None,
     address: str | None = None,
     delivery_seed: int | None = None,
+    machine=None,
+    arrival=None,
 ) -> Result:
     """Run ``query`` over ``data`` on ``topology`` and return the exact result with metrics.
 
@@ -102,10 +104,11 @@ def run(
         by chunk as it is read.
     topology : Topology, optional
         Default: ``topologies.single()`` with the index chosen from the predicate.
-    backend : {"local", "ray"}
-        Where the actors run: in this process with deterministic FIFO delivery, or one Ray
+    backend : {"local", "ray", "sim"}
+        Where the actors run: in this process with deterministic FIFO delivery, one Ray
         actor per node (``ray.init()`` locally unless Ray is already initialised or
-        ``address`` names a cluster).
+        ``address`` names a cluster), or on simulated cores under a virtual clock
+        (:mod:`streamjoin.runtime.sim`: latency and throughput of a modelled machine).
     batch_size : int
         Tuples per batch the emitter sends (a batch also closes after ``max_delay``).
     max_delay : float, optional
@@ -117,10 +120,11 @@ def run(
     chunk_rows : int, optional
         Rows handed to the emitter at a time from in-memory input (default: ``batch_size``).
         All rows of a chunk share one ingest time, so latency counts from the chunk hand-over.
-        With ``pace`` the default is one millisecond of input.
+        With ``pace`` (or a ``sim`` arrival rate) the default is one millisecond of input.
     pace : float, optional
         Hand the input over at this many tuples per second of wall time (default: as fast as
-        the join takes it), to measure latency at a given input rate.
+        the join takes it), to measure latency at a given input rate. On ``sim``: a constant
+        arrival rate in virtual time.
     progress : bool, optional
         Show a progress bar on runs longer than two seconds (default: when stderr is a tty).
     address : str, optional
@@ -128,6 +132,11 @@ def run(
     delivery_seed : int, optional
         ``local`` only: deliver messages in a seeded random order that keeps each edge FIFO,
         to test a topology against the interleavings of a real parallel backend.
+    machine : MachineProfile, path to its JSON, or dict, optional
+        ``sim`` only: the cost coefficients (default: the shipped profile).
+    arrival : streamjoin.runtime.sim.Arrival, optional
+        ``sim`` only: when input arrives (default: ``pace`` as a constant rate, else a
+        replay of ``ts``).
     """
     if not isinstance(query, Query):
         raise ValueError(f"query must be a streamjoin.Query, got {type(query).__name__}")
@@ -136,6 +145,12 @@ def run(
     batch_size = _positive_int("batch_size", batch_size)
     if pace is not None and not (isinstance(pace, int | float) and pace > 0):
         raise ValueError(f"pace must be a positive rate in tuples/s, got {pace!r}")
+    if backend == "sim":
+        from streamjoin.runtime.sim import sim_defaults
+
+        arrival, chunk_rows = sim_defaults(arrival, pace, chunk_rows, batch_size, data, query)
+    elif machine is not None or arrival is not None:
+        raise ValueError("machine= and arrival= are for backend='sim'")
     if chunk_rows is None:
         chunk_rows = batch_size if pace is None else max(1, int(pace // 1000))
     chunk_rows = _positive_int("chunk_rows", chunk_rows)
@@ -161,7 +176,7 @@ def run(
         cols = validate(data, query)
         total, chunks = len(cols), _slices(cols, chunk_rows)
 
-    if pace is not None:
+    if pace is not None and backend != "sim":  # sim: pace is the virtual arrival rate
         chunks = _paced(chunks, pace)
     bar = _Progress(total, progress)
     try:
@@ -169,13 +184,23 @@ def run(
             from streamjoin.runtime.ray_executor import run_ray
 
             trace = run_ray(query, topology, chunks, settings, bar, address=address)
+        elif backend == "sim":
+            from streamjoin.runtime.sim import run_sim
+
+            trace = run_sim(query, topology, chunks, settings, bar, machine=machine,
+                            arrival=arrival)  # fmt: skip
         else:
             from streamjoin.runtime.local import run_local
 
             trace = run_local(query, topology, chunks, settings, bar)
     finally:
         bar.close()
-    return _result(query, topology, backend, settings, trace, pace)
+    result = _result(query, topology, backend, settings, trace, pace)
+    if backend == "sim":
+        from streamjoin.runtime.sim import sim_metrics
+
+        result.metrics.update(sim_metrics(trace))
+    return result
 
 
 def _result(query, topology, backend, settings: Settings, trace: RunTrace, pace) -> Result:

@@ -1,0 +1,77 @@
+"""The simulator's part of the ``streamjoin`` command: ``--backend sim`` options and
+``streamjoin calibrate``. :mod:`streamjoin.cli` wires these in."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_sim_options(group) -> None:
+    """``--machine`` and ``--arrival`` for the `run` and `compare` jobs (``--backend sim``)."""
+    group.add_argument(
+        "--machine",
+        default=None,
+        metavar="PROFILE_JSON",
+        help="sim: machine profile from `streamjoin calibrate` (default: the shipped one)",
+    )
+    group.add_argument(
+        "--arrival",
+        choices=("replay", "constant", "poisson"),
+        default=None,
+        help="sim: input arrivals in virtual time: replay ts, or --pace tuples/s evenly or as "
+        "a Poisson process (default: constant with --pace, else replay)",
+    )
+
+
+def sim_run_kwargs(args) -> dict:
+    """Keyword arguments of :func:`streamjoin.run` for the sim options in ``args``."""
+    if args.backend != "sim":
+        if args.machine or args.arrival:
+            raise ValueError("--machine and --arrival need --backend sim")
+        return {}
+    from streamjoin.runtime.sim import Arrival
+
+    arrival = None
+    if args.arrival == "replay":
+        arrival = Arrival.replay()
+    elif args.arrival is not None:
+        if args.pace is None:
+            raise ValueError(f"--arrival {args.arrival} needs --pace TUPLES_PER_S")
+        arrival = (Arrival.constant(args.pace) if args.arrival == "constant"
+                   else Arrival.poisson(args.pace, seed=args.seed))  # fmt: skip
+    return {"machine": args.machine, "arrival": arrival}
+
+
+def add_calibrate_command(sub) -> None:
+    """The ``calibrate`` subcommand."""
+    from streamjoin import indexes
+
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure this machine's join kernels and Ray messaging for --backend sim",
+        description="Time the join kernels of every window index (per call, candidate, "
+        "insert, pair, ...) and Ray actor messaging, fit the simulator's cost model and "
+        "write a machine profile JSON for `--backend sim --machine FILE`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cal.add_argument("-o", "--out", default="machine.json", help="file (default: %(default)s)")
+    cal.add_argument("--index", action="append", choices=indexes.names(), metavar="NAME",
+                     help="measure only this index (repeatable; default: all)")  # fmt: skip
+    cal.add_argument("--quick", action="store_true", help="smaller workloads, coarser fit")
+    cal.add_argument("--no-ray", action="store_true",
+                     help="keep the shipped message costs instead of timing Ray")  # fmt: skip
+    cal.add_argument("--name", default=None, help="profile name (default: the host name)")
+
+
+def cmd_calibrate(args) -> int:
+    from streamjoin.runtime.cost_model import calibrate
+
+    print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
+    profile = calibrate(args.out, indexes=args.index, ray=not args.no_ray, quick=args.quick,
+                        name=args.name)  # fmt: skip
+    print(profile.summary())
+    fit = profile.info["fit"]
+    worst = max((q["median_rel_error"], k) for k, q in fit.items() if "median_rel_error" in q)
+    print(f"fit: worst median relative error {worst[0]:.0%} ({worst[1]})")
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,602 @@
+"""What an actor step costs in virtual time: the ``sim`` backend's cost model and calibration.
+
+The simulator (:mod:`streamjoin.runtime.sim`) runs the real actor logic and charges each step
+from what the step *did*, read off the counters the logic already keeps and the messages it
+sent — never from how long it took on this host. That keeps virtual time deterministic and lets
+a profile describe another machine.
+
+Each step is reduced to a short feature vector (the ``FEATURES`` of its role) and charged the
+dot product with the machine profile's coefficients (ns per unit):
+
+- emitter: one call, tuples stamped, batches sent, tuples sent;
+- join core, PanJoin worker and handshake core (one coefficient set per window index, shared
+  by these roles): one call, window-part calls (each probe/insert/expire kernel call,
+  subwindow create/drop), tuples in the batch (and those a handshake core passes on), probing
+  tuples, *scan units* (probing tuples × the part's size for a scanning index, × log2 of it
+  for a tree, nothing for a hash table; PIM-Tree §2.2.3 Eq. 4 charges a probe ``H · λ`` for
+  its descent), candidates the index returned (``WindowPart.candidates``), result pairs,
+  tuples inserted, tuples expired (``JoinCore.stats``);
+- PanJoin manager: one call, tuples planned, commands sent, pairs of the batch's self-join;
+- collector: one call, pairs received.
+
+Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CPU per destination, travel
+``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy meanwhile), and cost the
+receiver ``recv_ns`` of CPU.
+
+:func:`calibrate` measures this host: it runs the join kernels through the simulator with a
+recording model that times every step, fits the coefficients by non-negative least squares on
+relative error, times Ray actor round trips for the message costs, and writes a profile JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamjoin.actors.panjoin import WorkerCommand
+from streamjoin.batch import Batch, PairBatch
+
+#: Feature names per cost group; a profile holds one coefficient (ns) per feature.
+FEATURES = {
+    "emitter": ("calls", "tuples_in", "msgs_out", "tuples_out"),
+    "join": ("calls", "part_calls", "tuples", "probes", "scan", "candidates", "pairs",
+             "inserted", "expired"),
+    "manager": ("calls", "tuples", "msgs_out", "pairs"),
+    "collector": ("calls", "pairs"),
+}  # fmt: skip
+
+#: How a probe's work grows with the part it searches (default ``log``: a search tree).
+SCAN_KINDS = {"nested_loop": "linear", "hash": "const"}
+
+#: Index whose coefficients stand in for an index the profile has not measured, by scan kind.
+_FALLBACK = {"linear": "nested_loop", "const": "hash", "log": "bplus_tree"}
+
+
+def scan_units(index: str, size: int) -> float:
+    """Work units of one probe into a window part of ``size`` items held by ``index``."""
+    kind = SCAN_KINDS.get(index, "log")
+    if kind == "linear":
+        return float(size)
+    if kind == "log":
+        return math.log2(size + 1)
+    return 0.0
+
+
+def message_nbytes(msg) -> int:
+    """Payload bytes of a message between actors (what a transport would copy)."""
+    if isinstance(msg, Batch):
+        return msg.nbytes
+    if isinstance(msg, PairBatch):
+        return msg.r.nbytes + msg.s.nbytes + msg.ingest_ns.nbytes
+    if isinstance(msg, WorkerCommand):
+        return msg.batch.nbytes + sum(pos.nbytes for _, pos in msg.insert)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine profile
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageCosts:
+    """Per-message costs in ns (see the module docstring for where each is charged)."""
+
+    send_ns: float = 0.0
+    send_per_byte_ns: float = 0.0
+    hop_ns: float = 0.0
+    hop_per_byte_ns: float = 0.0
+    recv_ns: float = 0.0
+
+    def scaled(self, factor: float) -> MessageCosts:
+        """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
+        return MessageCosts(**{k: v / factor for k, v in dataclasses.asdict(self).items()})
+
+
+@dataclass(frozen=True, eq=False)
+class MachineProfile:
+    """Cost coefficients of one machine, in ns per feature unit (:data:`FEATURES`).
+
+    Parameters
+    ----------
+    name : str
+    roles : dict
+        ``"emitter"``, ``"manager"``, ``"collector"`` -> ``{feature: ns}``.
+    indexes : dict
+        Window index name -> ``{feature: ns}`` for join-core and worker steps.
+    messages : MessageCosts
+    cpu_scale, net_scale : float
+        Speed-ups applied by :meth:`scaled` since calibration (recorded, not re-applied).
+    info : dict
+        Where and how it was measured (machine, date, fit quality).
+    """
+
+    name: str
+    roles: dict
+    indexes: dict
+    messages: MessageCosts = field(default_factory=MessageCosts)
+    cpu_scale: float = 1.0
+    net_scale: float = 1.0
+    info: dict = field(default_factory=dict)
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "cpu_scale": self.cpu_scale,
+            "net_scale": self.net_scale,
+            "roles": self.roles,
+            "indexes": self.indexes,
+            "messages": dataclasses.asdict(self.messages),
+            "info": self.info,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MachineProfile:
+        """A profile from :meth:`to_dict` output; missing features cost 0, unknown ones fail."""
+        roles = {r: _coefficients(r, d.get("roles", {}).get(r, {})) for r in
+                 ("emitter", "manager", "collector")}  # fmt: skip
+        idx = {name: _coefficients("join", c) for name, c in d.get("indexes", {}).items()}
+        try:
+            messages = MessageCosts(**d.get("messages", {}))
+        except TypeError as e:
+            raise ValueError(f"bad 'messages' in machine profile: {e}") from None
+        return cls(name=str(d.get("name", "unnamed")), roles=roles, indexes=idx,
+                   messages=messages, cpu_scale=float(d.get("cpu_scale", 1.0)),
+                   net_scale=float(d.get("net_scale", 1.0)), info=dict(d.get("info", {})))  # fmt: skip
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the profile as JSON (an editable text file)."""
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> MachineProfile:
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def summary(self) -> str:
+        """A text table of the coefficients (µs per unit) and the message costs."""
+        lines = [
+            f"machine profile {self.name!r} (cpu x{self.cpu_scale:g}, net x{self.net_scale:g})"
+        ]
+        for title, table in (("role", self.roles), ("index", self.indexes)):
+            for key, coefs in sorted(table.items()):
+                cells = "  ".join(f"{f} {c / 1e3:.4g}" for f, c in coefs.items() if c)
+                lines.append(f"  {title} {key:<12} {cells or '(free)'}")
+        m = self.messages
+        lines.append(f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
+                     f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
+                     f"receive {m.recv_ns / 1e3:.4g}  (µs)")  # fmt: skip
+        return "\n".join(lines)
+
+    # -- variants ------------------------------------------------------------------------------
+
+    def scaled(self, cpu: float = 1.0, net: float = 1.0) -> MachineProfile:
+        """The same machine with compute ``cpu`` times and messaging ``net`` times as fast.
+
+        ``profile.scaled(cpu=2.0)`` halves every compute coefficient; ``net`` divides the
+        message costs.
+        """
+        for name, v in (("cpu", cpu), ("net", net)):
+            if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a positive factor, got {v!r}")
+
+        def div(table: dict) -> dict:
+            return {k: {f: c / cpu for f, c in coefs.items()} for k, coefs in table.items()}
+
+        return dataclasses.replace(
+            self, roles=div(self.roles), indexes=div(self.indexes),
+            messages=self.messages.scaled(net), cpu_scale=self.cpu_scale * cpu,
+            net_scale=self.net_scale * net,
+        )  # fmt: skip
+
+    def with_messages(self, messages: MessageCosts) -> MachineProfile:
+        """The same compute costs with another transport (e.g. shared-memory queues)."""
+        return dataclasses.replace(self, messages=messages, net_scale=1.0)
+
+
+def _coefficients(group: str, coefs: dict) -> dict:
+    unknown = set(coefs) - set(FEATURES[group])
+    if unknown:
+        raise ValueError(f"machine profile: unknown {group} cost feature(s) {sorted(unknown)}; "
+                         f"known: {list(FEATURES[group])}")  # fmt: skip
+    return {f: float(coefs.get(f, 0.0)) for f in FEATURES[group]}
+
+
+def default_profile() -> MachineProfile:
+    """The profile shipped with streamjoin (calibrated on the development machine)."""
+    from streamjoin.runtime.machine_default import DEFAULT_PROFILE
+
+    return MachineProfile.from_dict(DEFAULT_PROFILE)
+
+
+def as_profile(machine) -> MachineProfile:
+    """``machine`` as a profile: a :class:`MachineProfile`, a path to its JSON, a dict, or None
+    for :func:`default_profile`."""
+    if machine is None:
+        return default_profile()
+    if isinstance(machine, MachineProfile):
+        return machine
+    if isinstance(machine, dict):
+        return MachineProfile.from_dict(machine)
+    if isinstance(machine, str | os.PathLike):
+        return MachineProfile.load(machine)
+    raise ValueError(f"machine must be a MachineProfile, a JSON path or a dict, got "
+                     f"{type(machine).__name__}")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Charging steps
+# ---------------------------------------------------------------------------------------------
+
+
+def _per_stream(stream: np.ndarray, streams: tuple) -> tuple[int, int]:
+    """Tuples of R and S in a batch (all R for a self-join); ``stream`` holds 0s and 1s."""
+    if len(streams) == 1:
+        return len(stream), 0
+    n_s = int(np.count_nonzero(stream))
+    return len(stream) - n_s, n_s
+
+
+class CostModel:
+    """Charges actor steps and messages from a :class:`MachineProfile`.
+
+    The simulator calls :meth:`snapshot` before a step (counters the step will change),
+    :meth:`step_ns` after it, and :meth:`send_ns` / :meth:`hop_ns` per message sent.
+    """
+
+    def __init__(self, profile: MachineProfile) -> None:
+        self.profile = profile
+        m = profile.messages
+        self._msg = (m.send_ns, m.send_per_byte_ns, m.hop_ns, m.hop_per_byte_ns)
+        self.recv_ns = m.recv_ns
+        self._coefs: dict[tuple, tuple] = {}
+        self.fallbacks: dict[str, str] = {}
+
+    # -- features ------------------------------------------------------------------------------
+
+    def snapshot(self, role: str, logic, msg):
+        """What :meth:`features` needs from before the step (None for most roles)."""
+        if role == "join_core" and isinstance(msg, Batch):
+            st = logic.stats
+            parts = logic.parts
+            return ((st["inserted"], st["pairs"], st["expired"]),
+                    {y: len(p.index) for y, p in parts.items()},
+                    sum(p.candidates for p in parts.values()))  # fmt: skip
+        if role == "handshake_core":
+            parts = logic.parts
+            return ({y: (len(p.index), len(p.store)) for y, p in parts.items()},
+                    sum(p.candidates for p in parts.values()))  # fmt: skip
+        if role == "worker" and isinstance(msg, WorkerCommand):
+            # probed subwindows may be dropped by the same command: keep the objects
+            return [(x, [(p, len(p.index), p.candidates) for p in map(logic.parts.get, subs)])
+                    for x, subs in msg.probe]  # fmt: skip
+        return None
+
+    def features(self, role: str, logic, kind: str, msg, out: list, snap) -> tuple:
+        """The step's feature vector, in the order of ``FEATURES`` for its group."""
+        n_out = sum(len(m) for _, m in out)
+        if role == "emitter":
+            return (1, len(msg) if kind == "chunk" else 0, len(out), n_out)
+        if role == "collector":
+            return (1, len(msg) if kind == "batch" else 0)
+        if kind != "batch":
+            return (1,) + (0,) * (len(FEATURES[_group(role)]) - 1)
+        if role == "manager":
+            pairs = sum(len(m) for p, m in out if p == "out")
+            return (1, len(msg), len(out) - (pairs > 0), pairs)
+        if role == "join_core":
+            return self._core_features(logic, msg, snap)
+        if role == "worker":
+            return self._worker_features(logic, msg, out, snap)
+        if role == "handshake_core":
+            return self._handshake_features(logic, msg, out, snap)
+        raise ValueError(f"no cost model for actor role {role!r}")
+
+    @staticmethod
+    def _core_features(core, batch: Batch, snap) -> tuple:
+        (ins0, pairs0, exp0), sizes, cand0 = snap
+        spec, st = core.spec, core.stats
+        part_calls = probes = 0
+        scan = 0.0
+        inserted = st["inserted"] - ins0
+        counts = _per_stream(batch.stream, spec.streams)
+        for x in spec.streams:
+            n_x = counts[x]
+            size = sizes[spec.probed(x)]
+            if n_x and size:
+                part_calls += 1
+                probes += n_x
+                scan += n_x * scan_units(core.index_name, size)
+            if n_x and inserted:  # one insert call per stream the batch stores tuples of
+                part_calls += 1
+        cand = sum(p.candidates for p in core.parts.values()) - cand0
+        return (1, part_calls, len(batch), probes, scan, cand, st["pairs"] - pairs0,
+                inserted, st["expired"] - exp0)  # fmt: skip
+
+    @staticmethod
+    def _worker_features(worker, cmd: WorkerCommand, out: list, snap) -> tuple:
+        spec, batch = worker.spec, cmd.batch
+        part_calls = probes = cand = 0
+        scan = 0.0
+        counts = _per_stream(batch.stream, spec.streams)
+        for x, parts in snap:
+            n_x = counts[x]
+            for part, size, cand0 in parts:
+                cand += part.candidates - cand0
+                if n_x and size:
+                    part_calls += 1
+                    probes += n_x
+                    scan += n_x * scan_units(spec.index_name, size)
+        inserted = sum(len(pos) for _, pos in cmd.insert)
+        # whole subwindows are created and dropped in O(1): a part call each, no per-tuple cost
+        part_calls += len(cmd.insert) + len(cmd.create) + len(cmd.expire)
+        pairs = sum(len(m) for _, m in out)
+        return (1, part_calls, len(batch), probes, scan, cand, pairs, inserted, 0)
+
+    @staticmethod
+    def _handshake_features(core, msg, out: list, snap) -> tuple:
+        sizes, cand0 = snap
+        part_calls = probes = inserted = 0
+        scan = 0.0
+        x = None
+        if isinstance(msg, Batch):  # probe the other stream's segment, store in our own
+            x = int(msg.stream[0]) if len(msg) else 0
+            probes = inserted = len(msg)
+            part_calls = 1
+            if sizes[1 - x][0]:
+                part_calls += 1
+                scan = probes * scan_units(core.spec.index_name, sizes[1 - x][0])
+        expired = 0
+        for y, part in core.parts.items():
+            gone = sizes[y][1] + (inserted if y == x else 0) - len(part.store)
+            if gone > 0:
+                part_calls += 1
+                expired += gone
+        # tuples passed on to a neighbour are copied out of the store
+        moved = sum(len(m) for p, m in out if p != "out" and isinstance(m, Batch))
+        pairs = sum(len(m) for p, m in out if p == "out")
+        cand = sum(p.candidates for p in core.parts.values()) - cand0
+        return (1, part_calls, len(msg) + moved, probes, scan, cand, pairs, inserted, expired)
+
+    # -- charging ------------------------------------------------------------------------------
+
+    def coefficients(self, role: str, logic) -> tuple:
+        """Coefficients for ``role`` (and the index of a join core or worker), in feature order."""
+        group = _group(role)
+        index = logic.spec.index_name if group == "join" else None
+        key = (group, index)
+        if key not in self._coefs:
+            table = self._index_costs(index) if group == "join" else self.profile.roles[group]
+            self._coefs[key] = tuple(table[f] for f in FEATURES[group])
+        return self._coefs[key]
+
+    def _index_costs(self, index: str) -> dict:
+        costs = self.profile.indexes
+        if index in costs:
+            return costs[index]
+        stand_in = _FALLBACK[SCAN_KINDS.get(index, "log")]
+        if stand_in not in costs:
+            raise ValueError(f"machine profile {self.profile.name!r} has no costs for index "
+                             f"{index!r}; calibrate it: cost_model.calibrate(indexes=[{index!r}])")  # fmt: skip
+        warnings.warn(f"machine profile {self.profile.name!r} has no costs for index {index!r}; "
+                      f"using those of {stand_in!r}", stacklevel=3)  # fmt: skip
+        self.fallbacks[index] = stand_in
+        return costs[stand_in]
+
+    def step_ns(self, role: str, logic, kind: str, msg, out: list, snap, wall_ns: int) -> int:
+        """Virtual ns of one step's compute (``wall_ns``, the host's time, is not used here)."""
+        f = self.features(role, logic, kind, msg, out, snap)
+        c = self.coefficients(role, logic)
+        ns = sum(a * b for a, b in zip(f, c, strict=True))
+        if kind == "batch":
+            ns += self.recv_ns
+        return int(round(ns))
+
+    def send_ns(self, msg) -> int:
+        """Sender CPU time to hand one message to one destination."""
+        return int(round(self._msg[0] + self._msg[1] * message_nbytes(msg)))
+
+    def hop_ns(self, msg) -> int:
+        """Wire latency of one message (no core busy)."""
+        return int(round(self._msg[2] + self._msg[3] * message_nbytes(msg)))
+
+
+def _group(role: str) -> str:
+    return "join" if role in ("join_core", "worker", "handshake_core") else role
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration
+# ---------------------------------------------------------------------------------------------
+
+
+class _Recorder(CostModel):
+    """Charges each step its measured host time and keeps ``(group key, features, ns)``."""
+
+    def __init__(self, profile: MachineProfile, skip: int = 3) -> None:
+        super().__init__(profile)
+        self.rows: dict[tuple, list] = {}
+        self.skip = skip  # first steps of each actor run colder (caches, allocator)
+        self._seen: dict[int, int] = {}
+        self.run = 0  # workload number, so each workload weighs the same in the fit
+
+    def step_ns(self, role, logic, kind, msg, out, snap, wall_ns):
+        seen = self._seen.get(id(logic), 0)
+        self._seen[id(logic)] = seen + 1
+        if seen >= self.skip and kind != "eof":
+            group = _group(role)
+            key = (group, logic.spec.index_name if group == "join" else None)
+            self.rows.setdefault(key, []).append(
+                (self.features(role, logic, kind, msg, out, snap), wall_ns, self.run)
+            )
+        return wall_ns
+
+
+def nnls(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+    """Non-negative least squares ``min ||a x - b||, x >= 0`` (Lawson & Hanson's active set)."""
+    n = a.shape[1]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    a = a / norms  # scale columns so one tolerance fits features of any magnitude
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    for _ in range(3 * n):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max() <= tol * max(1.0, np.abs(b).max()):
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if np.all(z[passive] > 0):
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+    return x / norms
+
+
+def fit_costs(rows: list, names: tuple) -> tuple[dict, dict]:
+    """Coefficients (ns per feature) minimising relative error over measured steps.
+
+    ``rows`` are ``(features, measured ns, workload)``. Relative error, because a latency is a
+    sum of small steps and a plain fit would be dominated by the largest ones; each workload
+    weighs the same, or the many small steps of batch size 1 would drown the few large ones
+    that reveal per-tuple costs. Steps off by more than 3× after a first fit (GC pauses,
+    preemption on a shared host) are dropped and the fit repeated once.
+    """
+    x = np.array([f for f, _, _ in rows], dtype=np.float64)
+    y = np.array([t for _, t, _ in rows], dtype=np.float64)
+    run = np.array([r for _, _, r in rows])
+    per_run = np.bincount(run)[run]
+    keep = np.ones(len(y), dtype=bool)
+    for _ in range(2):
+        w = 1.0 / (np.maximum(y[keep], 1_000.0) * np.sqrt(per_run[keep]))
+        coef = nnls(x[keep] * w[:, None], y[keep] * w)
+        ratio = (x @ coef) / np.maximum(y, 1.0)
+        keep = (ratio > 1 / 3) & (ratio < 3)
+        if keep.sum() < len(names):
+            break
+    err = np.abs(x @ coef - y) / np.maximum(y, 1.0)
+    quality = {"steps": len(y), "median_rel_error": float(np.median(err)),
+               "p90_rel_error": float(np.percentile(err, 90))}  # fmt: skip
+    return {n: float(c) for n, c in zip(names, coef, strict=True)}, quality
+
+
+def _calibration_runs(index: str, quick: bool, seed: int):
+    """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes, batch sizes and
+    match rates, so every feature varies independently enough to be fitted."""
+    import streamjoin as sj
+
+    windows = (256, 4096) if quick else (256, 4096, 16384)
+    batches = (1, 32, 512)
+    cls = sj.indexes.get(index)
+    band_ok = cls.unsupported(sj.Query(sj.band("x", 1), window=sj.CountWindow(1)).predicate) is None
+    for w in windows:
+        for b in batches:
+            for k, match in enumerate((0.5, 16.0)):
+                steps = 300 if quick else 1_200  # per actor: bounds the run time
+                n = int(min(3 * w + 4 * b, steps * b))
+                if band_ok:
+                    data = sj.sources.synthetic(n, low=0, high=1_000_000, seed=seed)
+                    x = data.column("x").to_numpy()
+                    eps = sj.sources.band_for_match_rate(x, window=w, match_rate=match)
+                    query = sj.Query(sj.band("x", eps), window=sj.CountWindow(w))
+                else:
+                    data = sj.sources.synthetic(n, low=0, high=max(1, int(w / match)), seed=seed)
+                    query = sj.Query(sj.equal("x"), window=sj.CountWindow(w))
+                if cls.unsupported(query.predicate) is not None:
+                    continue
+                # varied chunk sizes, so the emitter's per-chunk and per-tuple costs separate
+                chunk = max((1, 64, 1024)[(k + b + w) % 3], -(-n // steps))
+                yield query, data, sj.topologies.single(index), b, chunk
+                if b > 1:  # workers: the same kernels behind per-subwindow calls
+                    yield query, data, sj.topologies.panjoin(2, 4, index), b, chunk
+
+
+def calibrate(
+    path: str | os.PathLike | None = None,
+    *,
+    indexes: list[str] | None = None,
+    ray: bool = True,
+    quick: bool = False,
+    seed: int = 0,
+    name: str | None = None,
+) -> MachineProfile:
+    """Measure this machine and return (and optionally write) its :class:`MachineProfile`.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        Write the profile JSON here.
+    indexes : list of str, optional
+        Window indexes to measure (default: every registered index).
+    ray : bool
+        Time Ray actor messaging for the message costs (starts a 2-CPU Ray instance if none is
+        running); with False the message costs of :func:`default_profile` are kept.
+    quick : bool
+        Fewer and smaller workloads (a few seconds per index; coarser fit).
+    seed : int
+    name : str, optional
+        Profile name (default: the host name).
+
+    Returns
+    -------
+    MachineProfile
+        Its ``info`` holds the machine, the date and each group's fit quality (median and p90
+        relative error of the fitted step times against the measured ones).
+    """
+    from streamjoin import __version__
+    from streamjoin import indexes as registry
+    from streamjoin.runtime import sim
+    from streamjoin.runtime.result import machine_info
+
+    names = list(indexes) if indexes is not None else registry.names()
+    for n in names:
+        registry.get(n)
+    base = default_profile()
+    recorder = _Recorder(base)
+    for index in names:
+        for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
+            # costs are the measured host times, so the arrival rate only orders the steps
+            recorder.run += 1
+            sim.run(query, data, topo, batch_size=b, chunk_rows=chunk, collect="count",
+                    progress=False, machine=recorder, arrival=sim.Arrival.constant(1e6))  # fmt: skip
+    quality = {}
+    roles, index_costs = {}, {}
+    for (group, index), rows in sorted(recorder.rows.items(), key=str):
+        coefs, q = fit_costs(rows, FEATURES[group])
+        if group == "join":
+            index_costs[index] = coefs
+            quality[f"index:{index}"] = q
+        else:
+            roles[group] = coefs
+            quality[group] = q
+    for group in ("emitter", "manager", "collector"):
+        roles.setdefault(group, base.roles[group])
+    messages = base.messages
+    if ray:
+        from streamjoin.runtime.ray_calibrate import measure_messages
+
+        messages, quality["messages"] = measure_messages()
+    profile = MachineProfile(
+        name=name or os.uname().nodename, roles=roles, indexes=index_costs, messages=messages,
+        info={"machine": machine_info(), "date": datetime.date.today().isoformat(),
+              "streamjoin": __version__, "quick": quick, "fit": quality},
+    )  # fmt: skip
+    if path is not None:
+        profile.save(path)
+    return profile

@@ -1,0 +1,714 @@
+"""The ``sim`` executor: the real actor logic on simulated cores under a virtual clock.
+
+Every topology node becomes a simulated core (a SimPy process) with a FIFO mailbox. A core
+takes the next message, runs the *same* logic object as ``local`` (built by
+:func:`~streamjoin.runtime.build.build_actor`, so results stay exact), and is then busy for
+the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the step
+did. Its output messages leave one after another (each costs the sender CPU), travel a modelled
+wire latency, and join the destinations' mailboxes in FIFO order per link. A batch a core only
+forwards along a chain (DP-Join, §III-C) leaves before the core's own work, as DP-Join passes
+the pointer on first.
+
+The virtual clock (int ns) is what the emitter stamps as ingest time (the chunk's arrival) and
+what the collector reads, so every latency, throughput and busy time in the result is virtual
+and deterministic: it depends on the input, the topology, the arrival process and the machine
+profile, not on this host's load.
+
+Input chunks arrive by an :class:`Arrival` process: a constant or Poisson rate (tuples/s of
+virtual time; one total rate or one per stream), or a replay of the input's own ``ts``. A chunk
+arrives with its last row. End of stream follows the data through every link, so a core ends
+after all its inputs have.
+
+Per actor the trace records virtual busy time, messages and tuples in and out, peak and
+time-averaged mailbox length, and the mailbox (in tuples) sampled over time;
+:func:`max_sustainable_rate` bisects the input rate for the highest one the layout sustains
+(DP-Join Fig. 5b).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from streamjoin.batch import Columns, validate
+from streamjoin.query import Query
+from streamjoin.runtime.build import Settings, build_actor, check_topology
+from streamjoin.runtime.cost_model import CostModel, MachineProfile, as_profile
+from streamjoin.runtime.result import Result
+from streamjoin.runtime.run import (
+    _positive_int,
+    _result,
+    _slices,
+)
+from streamjoin.runtime.run import run as run_any_backend
+from streamjoin.runtime.trace import ActorStats, RunTrace
+from streamjoin.sources import Source
+from streamjoin.topologies.base import Topology
+
+# mailbox item kinds
+_CHUNK, _BATCH, _TICK, _EOF = "chunk", "batch", "tick", "eof"
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrival processes
+# ---------------------------------------------------------------------------------------------
+
+
+def _positive_rate(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise ValueError(f"{name} must be a rate in tuples/s, got {value!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite rate in tuples/s, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """When input chunks reach the emitter, in virtual time.
+
+    Build with :meth:`constant`, :meth:`poisson` or :meth:`replay`. Rows keep the input's
+    order. With one total rate each row arrives one (constant or exponential) gap after the
+    one before, and the input's interleaving decides each stream's share. With one rate per
+    stream a row arrives at its own stream's schedule or right after the row before it,
+    whichever is later: rows whose stream is ahead of the input's interleaving arrive in
+    clumps (two independent Poisson streams forced into a fixed order arrive about half in
+    pairs). For per-stream Poisson arrivals generate the input with matching ``ts``
+    (``sources.synthetic(process="poisson", ...)``) and replay it.
+    """
+
+    process: str
+    rate: float | None = None  # total tuples/s, both streams together
+    rates: tuple[float, float] | None = None  # (R, S) tuples/s
+    seed: int = 0
+    speed: float = 1.0
+    ts_unit_ns: int = 1_000_000
+
+    @classmethod
+    def constant(cls, rate: float | None = None, *, rate_r: float | None = None,
+                 rate_s: float | None = None) -> Arrival:  # fmt: skip
+        """Evenly spaced arrivals: ``rate`` tuples/s in total, or ``rate_r`` / ``rate_s`` per
+        stream (asymmetric streams, DP-Join §IV-C2)."""
+        return cls("constant", *cls._rates(rate, rate_r, rate_s))
+
+    @classmethod
+    def poisson(cls, rate: float | None = None, *, rate_r: float | None = None,
+                rate_s: float | None = None, seed: int = 0) -> Arrival:  # fmt: skip
+        """Exponential inter-arrival times (seeded), at the same rates as :meth:`constant`."""
+        return cls("poisson", *cls._rates(rate, rate_r, rate_s), seed=seed)
+
+    @classmethod
+    def replay(cls, speed: float = 1.0, ts_unit_ns: int = 1_000_000) -> Arrival:
+        """Each row arrives at its own ``ts`` (milliseconds by default) from the first row's,
+        ``speed`` times faster than recorded."""
+        _positive_rate("speed", speed)
+        if not isinstance(ts_unit_ns, int) or ts_unit_ns <= 0:
+            raise ValueError(f"ts_unit_ns must be a positive int, got {ts_unit_ns!r}")
+        return cls("replay", speed=float(speed), ts_unit_ns=ts_unit_ns)
+
+    @staticmethod
+    def _rates(rate, rate_r, rate_s):
+        if rate is not None:
+            if rate_r is not None or rate_s is not None:
+                raise ValueError("give either rate (total) or rate_r and rate_s, not both")
+            return _positive_rate("rate", rate), None
+        if rate_r is None or rate_s is None:
+            raise ValueError("give rate (total tuples/s) or both rate_r and rate_s")
+        return None, (_positive_rate("rate_r", rate_r), _positive_rate("rate_s", rate_s))
+
+    @property
+    def total_rate(self) -> float | None:
+        """Tuples/s over both streams (None for a replay)."""
+        return self.rate if self.rates is None else (sum(self.rates) if self.rates else None)
+
+    def scaled(self, factor: float) -> Arrival:
+        """The same process ``factor`` times as fast (a replay: ``speed`` times ``factor``)."""
+        if self.process == "replay":
+            return Arrival("replay", speed=self.speed * factor, ts_unit_ns=self.ts_unit_ns)
+        rates = None if self.rates is None else tuple(r * factor for r in self.rates)
+        rate = None if self.rate is None else self.rate * factor
+        return Arrival(self.process, rate, rates, self.seed)
+
+    def to_dict(self) -> dict:
+        d = {"process": self.process}
+        if self.process == "replay":
+            d.update(speed=self.speed, ts_unit_ns=self.ts_unit_ns)
+        else:
+            d.update({"rate": self.rate} if self.rates is None else
+                     {"rate_r": self.rates[0], "rate_s": self.rates[1]})  # fmt: skip
+            if self.process == "poisson":
+                d["seed"] = self.seed
+        return d
+
+    def start(self) -> _ArrivalClock:
+        """A fresh schedule for one run."""
+        return _ArrivalClock(self)
+
+
+class _ArrivalClock:
+    """Arrival time of each chunk (its last row), chunk by chunk, non-decreasing."""
+
+    def __init__(self, arrival: Arrival) -> None:
+        self.a = arrival
+        self.last = 0.0  # virtual seconds
+        self.n = np.zeros(3, dtype=np.int64)  # rows so far: R, S, total
+        self.t = np.zeros(3)  # Poisson: current time per stream and total (seconds)
+        self.rngs = [np.random.default_rng([arrival.seed, s]) for s in range(3)]
+        self.ts0: int | None = None
+
+    def chunk_ns(self, cols: Columns) -> int:
+        a, n = self.a, len(cols)
+        if a.process == "replay":
+            if n:
+                if self.ts0 is None:
+                    self.ts0 = int(cols.ts.min())
+                t = (int(cols.ts.max()) - self.ts0) * a.ts_unit_ns / a.speed / 1e9
+                self.last = max(self.last, t)
+        elif a.rates is None:
+            self.last = max(self.last, self._advance(2, n, a.rate))
+        else:
+            for s in (0, 1):
+                k = int(np.count_nonzero(cols.stream == s))
+                if k:
+                    self.last = max(self.last, self._advance(s, k, a.rates[s]))
+        return int(round(self.last * 1e9))
+
+    def _advance(self, s: int, k: int, rate: float) -> float:
+        """Time (s) of the last of ``k`` more arrivals on schedule ``s``."""
+        self.n[s] += k
+        if self.a.process == "constant":
+            return self.n[s] / rate
+        # per-row draws, so the schedule does not depend on how the input is chunked
+        self.t[s] += self.rngs[s].standard_exponential(k).sum() / rate
+        return self.t[s]
+
+
+# ---------------------------------------------------------------------------------------------
+# The trace
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SimStats(ActorStats):
+    """:class:`ActorStats` in virtual time, plus what only a simulator can see."""
+
+    peak_queue_tuples: int = 0
+    mean_queue: float = 0.0  # time-averaged mailbox length, messages
+    compute_wall_ns: int = 0  # host time the logic took (model vs. host check)
+
+
+@dataclass
+class SimTrace(RunTrace):
+    """:class:`RunTrace` of a simulated run (all times virtual ns)."""
+
+    profile: MachineProfile | None = None
+    arrival: Arrival | None = None
+    last_arrival_ns: int = 0
+    queue_t_ns: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    queue_tuples: dict[str, np.ndarray] = field(default_factory=dict)
+    steps: int = 0  # actor steps simulated
+    messages: int = 0  # messages delivered (one per destination)
+    wall_s: float = 0.0
+    fallbacks: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def drain_ns(self) -> int:
+        """Virtual time from the last arrival until the collector ended."""
+        return max(0, self.end_ns - self.last_arrival_ns)
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+
+class _Simulation:
+    """One run: the cores, their mailboxes and the links between them."""
+
+    def __init__(self, query, topology: Topology, settings: Settings, model: CostModel,
+                 arrival: Arrival, progress, sample_every_ns: int, max_samples: int) -> None:  # fmt: skip
+        self.env = env = simpy.Environment()
+        graph = topology.graph
+        self.settings, self.model, self.arrival = settings, model, arrival
+        self.progress = progress or _NoProgress()
+
+        def clock() -> int:
+            return env.now
+
+        self.nodes = list(graph.nodes)
+        self.role = {n: d["role"] for n, d in graph.nodes(data=True)}
+        self.actors = {n: build_actor(d["role"], d["config"], query, settings, clock)
+                       for n, d in graph.nodes(data=True)}  # fmt: skip
+        self.stats = {n: SimStats(role=self.role[n]) for n in self.nodes}
+        self.routes = topology.routes()
+        (self.emitter,) = topology.nodes("emitter")
+        (self.collector,) = topology.nodes("collector")
+        self.successors = {n: list(dict.fromkeys(graph.successors(n))) for n in self.nodes}
+        # end of stream: along every link in a DAG; in a cyclic graph (handshake neighbours)
+        # from a closer that hands it to one node at a time once everything is quiet
+        self.cyclic = topology.cyclic
+        self.eof_order = topology.eof_order()
+        self.n_inputs = {n: 1 if self.cyclic else len(set(graph.predecessors(n)))
+                         for n in self.nodes}  # fmt: skip
+        self.n_inputs[self.emitter] = 1  # the source
+        self.active = 0  # messages scheduled or being served (ticks aside)
+        self.quiet = None  # event the closer waits on until active == 0
+        self.mailbox = {n: simpy.Store(env) for n in self.nodes}
+        self.link_free = {}  # (src, dst) -> last arrival time: keeps every link FIFO
+        # mailbox accounting: messages, tuples, time of last change, integral over time
+        self.q = dict.fromkeys(self.nodes, 0)
+        self.qt = dict.fromkeys(self.nodes, 0)
+        self.q_since = dict.fromkeys(self.nodes, 0)
+        self.q_area = dict.fromkeys(self.nodes, 0)
+        self.samples: list[tuple[int, list[int]]] = []
+        self.sample_every = sample_every_ns
+        self.max_samples = max_samples
+        # emitter batching timer (max_delay): chunks the emitter took, as (end row, ingest)
+        self.taken = deque()
+        self.rows_taken = 0
+        self.tick_armed = False
+        self.start_ns: int | None = None
+        self.n_in = 0
+        self.last_arrival = 0
+        self.done = env.event()
+        self.steps = self.messages = 0
+
+    # -- mailboxes -------------------------------------------------------------------------
+
+    def _count(self, node: str, dq: int, dt: int) -> None:
+        now = self.env.now
+        self.q_area[node] += self.q[node] * (now - self.q_since[node])
+        self.q_since[node] = now
+        self.q[node] += dq
+        self.qt[node] += dt
+        st = self.stats[node]
+        st.peak_queue = max(st.peak_queue, self.q[node])
+        st.peak_queue_tuples = max(st.peak_queue_tuples, self.qt[node])
+
+    def _arrive(self, node: str, item) -> None:
+        if item[0] in (_BATCH, _CHUNK):
+            self._count(node, 1, len(item[3]))
+        self.mailbox[node].put(item)
+
+    def _deliver_at(self, t: int, node: str, item) -> None:
+        # always through the event queue, even at delay 0: equal times keep scheduling order
+        if item[0] != _TICK:  # a timer left after end of input is no work in flight
+            self.active += 1
+        ev = self.env.timeout(t - self.env.now)
+        ev.callbacks.append(lambda e, n=node, i=item: self._arrive(n, i))
+
+    def _served(self) -> None:
+        self.active -= 1
+        if self.active == 0 and self.quiet is not None:
+            event, self.quiet = self.quiet, None
+            event.succeed()
+
+    def _send(self, src: str, out_port: str, msg, t: int) -> int:
+        """Send ``msg`` on ``out_port`` starting at ``t``; returns when the sender is done."""
+        st = self.stats[src]
+        st.batches_out += 1
+        st.tuples_out += len(msg)
+        model = self.model
+        for dst, dst_port in self.routes.get((src, out_port), ()):
+            t += model.send_ns(msg)
+            arrive = max(t + model.hop_ns(msg), self.link_free.get((src, dst), 0))
+            self.link_free[(src, dst)] = arrive
+            self._deliver_at(arrive, dst, (_BATCH, src, dst_port, msg))
+            self.messages += 1
+        return t
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def source(self, chunks: Iterable[Columns]):
+        env = self.env
+        schedule = self.arrival.start()
+        for cols in chunks:
+            t = schedule.chunk_ns(cols)
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            if self.start_ns is None:
+                self.start_ns = env.now
+            self._deliver_at(env.now, self.emitter, (_CHUNK, None, env.now, cols))
+            self.n_in += len(cols)
+            self.progress.update(len(cols))
+        if self.start_ns is None:
+            self.start_ns = env.now
+        self.last_arrival = env.now
+        self._deliver_at(env.now, self.emitter, (_EOF, "source", None, None))
+        if self.cyclic:
+            env.process(self.closer())
+
+    def closer(self):
+        """End of stream for a cyclic graph, as ``local`` does it: each node in
+        ``eof_order`` after the emitter gets it once no message is left anywhere."""
+        for node in self.eof_order[1:]:
+            if self.active:
+                self.quiet = self.env.event()
+                yield self.quiet
+            self._deliver_at(self.env.now, node, (_EOF, "closer", None, None))
+
+    def serve(self, node: str):
+        env, model = self.env, self.model
+        role, logic, st = self.role[node], self.actors[node], self.stats[node]
+        box = self.mailbox[node]
+        ended = 0
+        while True:
+            kind, src, port, msg = yield box.get()
+            if kind in (_BATCH, _CHUNK):
+                self._count(node, -1, -len(msg))
+            if kind == _EOF:
+                ended += 1
+                if ended < self.n_inputs[node]:
+                    self._served()
+                    continue
+                call, args = logic.on_eof, ()
+            elif kind == _CHUNK:
+                st.tuples_in += len(msg)
+                call, args = logic.on_chunk, (msg, port)  # port slot: the chunk's arrival
+            elif kind == _TICK:
+                self.tick_armed = False
+                call, args = logic.on_tick, ()
+            else:
+                st.batches_in += 1
+                st.tuples_in += len(msg)
+                call, args = logic.on_batch, (port, msg)
+            self.steps += 1
+            t0 = env.now
+            snap = model.snapshot(role, logic, msg) if kind == _BATCH else None
+            w0 = time.perf_counter_ns()
+            out = call(*args)
+            wall = time.perf_counter_ns() - w0
+            st.compute_wall_ns += wall
+            compute = model.step_ns(role, logic, kind, msg, out, snap, wall)
+            t = t0
+            # a batch forwarded unchanged along a chain leaves before the core's own work
+            forwards = [(p, m) for p, m in out if m is msg]
+            for p, m in forwards:
+                t = self._send(node, p, m, t)
+            t += compute
+            for p, m in out:
+                if m is not msg:
+                    t = self._send(node, p, m, t)
+            if kind == _CHUNK:
+                self.rows_taken += len(msg)
+                self.taken.append((self.rows_taken, port))
+            if role == "emitter" and kind != _EOF:
+                self._arm_tick(logic)
+            if kind == _EOF and not self.cyclic:
+                for dst in self.successors[node]:  # after all data on every link
+                    arrive = max(t, self.link_free.get((node, dst), 0))
+                    self.link_free[(node, dst)] = arrive
+                    self._deliver_at(arrive, dst, (_EOF, node, None, None))
+            st.busy_ns += t - t0
+            yield env.timeout(t - t0)
+            if kind != _TICK:
+                self._served()
+            if kind == _EOF:
+                if node == self.collector:
+                    self.done.succeed()
+                return
+
+    def _arm_tick(self, emitter) -> None:
+        """Wake the emitter when its oldest open tuple has waited ``max_delay``."""
+        delay = self.settings.max_delay_ns
+        if delay is None or self.tick_armed or not emitter.open_tuples:
+            return
+        oldest_row = self.rows_taken - emitter.open_tuples
+        while self.taken and self.taken[0][0] <= oldest_row:
+            self.taken.popleft()
+        due = max(self.taken[0][1] + delay, self.env.now)
+        self.tick_armed = True
+        self._deliver_at(due, self.emitter, (_TICK, None, None, None))
+
+    def sampler(self):
+        """Mailbox lengths (tuples) every ``sample_every`` ns; when ``max_samples`` are
+        kept, every other one is dropped and the interval doubles, so memory stays bounded."""
+        env = self.env
+        while True:
+            yield env.timeout(self.sample_every)
+            self.samples.append((env.now, [self.qt[n] for n in self.nodes]))
+            if len(self.samples) >= self.max_samples:
+                self.samples = self.samples[1::2]
+                self.sample_every *= 2
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self, chunks: Iterable[Columns]) -> SimTrace:
+        env = self.env
+        w0 = time.perf_counter()
+        env.process(self.source(chunks))
+        for node in self.nodes:
+            env.process(self.serve(node))
+        env.process(self.sampler())
+        env.run(until=self.done)
+        end = env.now
+        for n in self.nodes:
+            self._count(n, 0, 0)  # close the time integral
+            self.stats[n].mean_queue = self.q_area[n] / max(1, end - (self.start_ns or 0))
+        t = np.array([s[0] for s in self.samples], dtype=np.int64)
+        series = np.array([s[1] for s in self.samples], dtype=np.int64).reshape(len(t), -1)
+        return SimTrace(
+            input_tuples=self.n_in, start_ns=self.start_ns or 0, end_ns=end, actors=self.stats,
+            collector=self.actors[self.collector], profile=self.model.profile,
+            arrival=self.arrival, last_arrival_ns=self.last_arrival, queue_t_ns=t,
+            queue_tuples={n: series[:, k] for k, n in enumerate(self.nodes)},
+            steps=self.steps, messages=self.messages, wall_s=time.perf_counter() - w0,
+            fallbacks=dict(self.model.fallbacks),
+        )  # fmt: skip
+
+
+def run_sim(
+    query: Query,
+    topology: Topology,
+    chunks: Iterable[Columns],
+    settings: Settings,
+    progress,
+    machine: MachineProfile | CostModel | str | dict | None = None,
+    arrival: Arrival | None = None,
+    *,
+    sample_every_ns: int = 100_000,
+    max_samples: int = 1024,
+) -> SimTrace:
+    """Drive ``chunks`` through ``topology`` on simulated cores (see the module docstring).
+
+    Parameters
+    ----------
+    query, topology, chunks, settings, progress
+        As for :func:`~streamjoin.runtime.local.run_local` (``progress`` may be None).
+    machine : MachineProfile, path to its JSON, dict, CostModel or None
+        Cost coefficients (default: :func:`~streamjoin.runtime.cost_model.default_profile`).
+    arrival : Arrival, optional
+        When chunks arrive (default: :meth:`Arrival.replay` of the input's ``ts``).
+    sample_every_ns : int
+        First interval of the mailbox sampling (it doubles to keep ``max_samples``).
+    max_samples : int
+
+    Returns
+    -------
+    SimTrace
+        A :class:`RunTrace` in virtual time, with the profile, arrival process and mailbox
+        samples.
+    """
+    model = machine if isinstance(machine, CostModel) else CostModel(as_profile(machine))
+    if arrival is None:
+        arrival = Arrival.replay()
+    if not isinstance(arrival, Arrival):
+        raise ValueError(f"arrival must be a sim.Arrival, got {type(arrival).__name__}")
+    sim = _Simulation(query, topology, settings, model, arrival, progress,
+                      int(sample_every_ns), int(max_samples))  # fmt: skip
+    return sim.run(chunks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Result and run()
+# ---------------------------------------------------------------------------------------------
+
+
+def sim_metrics(trace: SimTrace, max_points: int = 256) -> dict:
+    """What a simulated run adds to :attr:`Result.metrics`: the profile and arrival process in
+    use, drain time, simulator cost, and the mailbox samples (at most ``max_points``)."""
+    step = max(1, math.ceil(len(trace.queue_t_ns) / max_points))
+    return {
+        "machine_profile": trace.profile.to_dict() if trace.profile else None,
+        "sim": {
+            "arrival": trace.arrival.to_dict() if trace.arrival else None,
+            "last_arrival_s": trace.last_arrival_ns / 1e9,
+            "drain_s": trace.drain_ns / 1e9,
+            "steps": trace.steps,
+            "messages": trace.messages,
+            "wall_s": trace.wall_s,
+            "index_fallbacks": trace.fallbacks,
+            "queue_tuples": {
+                "t_s": (trace.queue_t_ns[::step] / 1e9).tolist(),
+                **{n: s[::step].tolist() for n, s in trace.queue_tuples.items()},
+            },
+        },
+    }
+
+
+def _default_chunk_rows(arrival: Arrival, cols: Columns | None, batch_size: int) -> int:
+    """One millisecond of input (as ``run(pace=)`` does), or ``batch_size`` if unknown."""
+    rate = arrival.total_rate
+    if rate is None and cols is not None and len(cols) > 1:
+        span_s = (int(cols.ts.max()) - int(cols.ts.min())) * arrival.ts_unit_ns / 1e9
+        rate = len(cols) * arrival.speed / span_s if span_s > 0 else None
+    return batch_size if rate is None else max(1, int(rate // 1000))
+
+
+def sim_defaults(arrival, pace, chunk_rows, batch_size: int, data, query):
+    """``(arrival, chunk_rows)`` of a ``sim`` run from :func:`streamjoin.run`'s arguments.
+
+    ``pace`` (tuples/s) means a constant arrival rate in virtual time; with neither the input
+    replays its own ``ts``. ``chunk_rows`` defaults to one millisecond of input at the arrival
+    rate (for a replay, estimated from the in-memory input's ``ts`` span), so the source's own
+    chunking adds about a millisecond to latency as ``run(pace=)`` does on ``local``.
+    """
+    if arrival is None and pace is not None:
+        arrival = Arrival.constant(_positive_rate("pace", pace))
+    arrival = arrival or Arrival.replay()
+    if not isinstance(arrival, Arrival):
+        raise ValueError(f"arrival must be a sim.Arrival, got {type(arrival).__name__}")
+    if chunk_rows is None and not isinstance(data, Source) and isinstance(query, Query):
+        cols = validate(data, query) if arrival.total_rate is None else None
+        chunk_rows = _default_chunk_rows(arrival, cols, batch_size)
+    return arrival, chunk_rows
+
+
+def run(
+    query: Query,
+    data,
+    topology: Topology | None = None,
+    *,
+    batch_size: int = 1024,
+    max_delay: float | None = None,
+    collect: str = "pairs",
+    ordered: bool = False,
+    chunk_rows: int | None = None,
+    pace: float | None = None,
+    progress: bool | None = None,
+    machine: MachineProfile | CostModel | str | dict | None = None,
+    arrival: Arrival | None = None,
+) -> Result:
+    """:func:`streamjoin.run` on the ``sim`` backend.
+
+    Parameters are those of :func:`streamjoin.run`, with ``pace`` read as a constant arrival
+    rate in virtual time (see :func:`sim_defaults`), plus:
+
+    machine : MachineProfile, path, dict, CostModel, optional
+        Cost coefficients (default: the shipped profile).
+    arrival : Arrival, optional
+        Arrival process (default: ``Arrival.constant(pace)`` with ``pace``, else a replay of
+        ``ts``).
+
+    The result's metrics also hold ``machine_profile`` and ``sim`` (:func:`sim_metrics`).
+    """
+    return run_any_backend(query, data, topology, backend="sim", batch_size=batch_size,
+                           max_delay=max_delay, collect=collect, ordered=ordered,
+                           chunk_rows=chunk_rows, pace=pace, progress=progress,
+                           machine=machine, arrival=arrival)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Maximum sustainable input rate (DP-Join Fig. 5b)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RateSearch:
+    """Outcome of :func:`max_sustainable_rate`.
+
+    Attributes
+    ----------
+    rate : float
+        Highest total input rate (tuples/s, both streams) found sustainable.
+    arrival : Arrival
+        The arrival process at that rate (per-stream rates in ``arrival.rates``).
+    runs : list of dict
+        Every simulated run: ``rate``, ``sustainable``, ``drain_s``, ``span_s``,
+        ``input_tuples_per_s``, ``latency_p50_ms``, ``latency_p99_ms``, ``peak_backlog``.
+    """
+
+    rate: float
+    arrival: Arrival
+    runs: list[dict]
+
+
+def max_sustainable_rate(
+    query: Query,
+    data,
+    topology: Topology | None = None,
+    *,
+    arrival: Arrival | None = None,
+    machine: MachineProfile | str | dict | None = None,
+    batch_size: int = 1024,
+    max_delay: float | None = None,
+    chunk_rows: int | None = None,
+    slack: float = 0.05,
+    rel_tol: float = 0.02,
+    max_runs: int = 30,
+) -> RateSearch:
+    """Bisect the input rate for the highest one ``topology`` sustains under ``machine``.
+
+    A rate is sustainable when the layout keeps up: after the last arrival it finishes within
+    ``slack`` × the arrival span. Above capacity the backlog — and so this drain time — grows
+    in proportion to the run, so the criterion separates rates within about ``slack`` of the
+    capacity. Use an input several windows long, so the steady state dominates the window's
+    fill-up.
+
+    Parameters
+    ----------
+    query, data, topology
+        As for :func:`run` (``data`` in memory: it is replayed at every rate tried).
+    arrival : Arrival, optional
+        The process whose rates are scaled (default ``Arrival.constant(1.0)``: one total rate
+        over the input's order); e.g. ``Arrival.constant(rate_r=1, rate_s=3)`` keeps S three
+        times as fast as R (DP-Join §IV-C2).
+    machine, batch_size, max_delay, chunk_rows
+        As for :func:`run` (``chunk_rows`` defaults to one millisecond of input at each
+        rate tried).
+    slack : float
+        Tolerated drain time as a share of the arrival span.
+    rel_tol : float
+        Stop when the bracket ``[sustainable, unsustainable]`` is this tight (relative).
+    max_runs : int
+
+    Returns
+    -------
+    RateSearch
+    """
+    from streamjoin.topologies import single
+
+    template = arrival or Arrival.constant(1.0)
+    if template.process == "replay":
+        raise ValueError("max_sustainable_rate scales a rate: use Arrival.constant or poisson")
+    topology = single() if topology is None else topology
+    check_topology(topology, query)
+    cols = validate(data, query)
+    settings = Settings(batch_size=_positive_int("batch_size", batch_size),
+                        max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
+                        collect="count")  # fmt: skip
+    model = CostModel(as_profile(machine))
+    base = template.total_rate
+    runs: list[dict] = []
+
+    def attempt(rate: float) -> bool:
+        arr = template.scaled(rate / base)
+        rows = chunk_rows or _default_chunk_rows(arr, cols, batch_size)
+        trace = run_sim(query, topology, _slices(cols, rows), settings, None,
+                        machine=model, arrival=arr)  # fmt: skip
+        res = _result(query, topology, "sim", settings, trace, None)
+        span = max(1, trace.last_arrival_ns)
+        ok = trace.drain_ns <= slack * span
+        backlog = sum(trace.queue_tuples.values()) if trace.queue_tuples else np.zeros(1)
+        runs.append({"rate": rate, "sustainable": ok, "drain_s": trace.drain_ns / 1e9,
+                     "span_s": span / 1e9,
+                     "input_tuples_per_s": res.metrics["input_tuples_per_s"],
+                     "latency_p50_ms": res.metrics["latency_ms"]["p50"],
+                     "latency_p99_ms": res.metrics["latency_ms"]["p99"],
+                     "peak_backlog": int(np.max(backlog)) if len(backlog) else 0})  # fmt: skip
+        return ok
+
+    # first guess: throughput with the whole input there at once
+    flood = len(cols) * 1e6
+    attempt(flood)
+    guess = max(runs[0]["input_tuples_per_s"], 1.0)
+    lo, hi = guess / 2, guess * 2
+    while not attempt(lo) and len(runs) < max_runs:
+        hi, lo = lo, lo / 4
+    while attempt(hi) and len(runs) < max_runs:
+        lo, hi = hi, hi * 4
+    while hi / lo > 1 + rel_tol and len(runs) < max_runs:
+        mid = math.sqrt(lo * hi)
+        if attempt(mid):
+            lo = mid
+        else:
+            hi = mid
+    found = [r["rate"] for r in runs if r["sustainable"]]
+    best = max(found) if found else 0.0
+    return RateSearch(rate=best, arrival=template.scaled(best / base) if best else template,
+                      runs=runs)  # fmt: skip

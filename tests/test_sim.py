@@ -1,0 +1,244 @@
+"""The ``sim`` backend: exact results under a virtual clock, a cost model that adds up, and
+determinism."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import predicates, tables, windows
+
+import streamjoin as sj
+from streamjoin.runtime import cost_model, sim
+
+LAYOUTS = [
+    lambda: sj.topologies.single(),
+    lambda: sj.topologies.split(3),
+    lambda: sj.topologies.grid(2, 2),
+    lambda: sj.topologies.grid(1, 4, forward="direct"),
+    lambda: sj.topologies.panjoin(2, 4),
+    lambda: sj.topologies.handshake(3, segment=2),
+]
+
+ARRIVALS = st.sampled_from([
+    sim.Arrival.replay(),
+    sim.Arrival.constant(5_000),
+    sim.Arrival.poisson(rate_r=2_000, rate_s=6_000, seed=3),
+])  # fmt: skip
+
+
+@pytest.mark.parametrize("make", LAYOUTS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_sim_equals_oracle(make, data):
+    topo = make()
+    self_join = data.draw(st.booleans()) and topo.graph.graph["self_join"]
+    table = data.draw(tables(self_join, max_rows=70))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
+    arrival = data.draw(ARRIVALS)
+    max_delay = data.draw(st.sampled_from([None, 0.0, 0.002]))
+    expected = sj.oracle.join(query, table)
+    for batch_size in (1, 3, 64):
+        res = sim.run(query, table, topo, batch_size=batch_size, arrival=arrival,
+                      max_delay=max_delay)  # fmt: skip
+        assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}, {arrival}"
+        assert res.metrics["backend"] == "sim"
+        assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
+
+
+# -- the virtual clock ---------------------------------------------------------------------------
+
+RATE = 200.0  # tuples/s: far below what one core sustains under any calibrated profile
+N = 160
+
+
+def _profile():
+    """The shipped profile with byte-independent message costs (simpler expectations)."""
+    p = cost_model.default_profile()
+    return p.with_messages(dataclasses.replace(p.messages, send_per_byte_ns=0.0,
+                                               hop_per_byte_ns=0.0))  # fmt: skip
+
+
+def _chain_input(n: int = N):
+    """R, S, R, S, … all with x = 0: under a count window of 1 every tuple joins exactly its
+    predecessor, so each step's counters are known in advance."""
+    return {"stream": np.arange(n) % 2, "x": np.zeros(n)}
+
+
+QUERY = sj.Query(sj.band("x", 0), window=sj.CountWindow(1))
+
+
+def _cost(coefs: dict, **counts) -> float:
+    return sum(coefs[f] * counts.get(f, 0) for f in coefs)
+
+
+def _service(p, batch: int) -> float:
+    """Emitter step that closes a batch, the core's steady-state step on it, and the two
+    messages (emitter → core → collector), in ns."""
+    m, em = p.messages, p.roles["emitter"]
+    core = p.indexes["nested_loop"]
+    emitter = _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=batch)
+    # steady state: each part holds one tuple; every tuple probes it (one candidate each),
+    # the batch stores its tuples and expires as many; each tuple joins its predecessor
+    join = _cost(core, calls=1, part_calls=4 if batch > 1 else 2, tuples=batch, probes=batch,
+                 scan=batch, candidates=batch, pairs=batch, inserted=batch, expired=batch)  # fmt: skip
+    hop = m.send_ns + m.hop_ns
+    return emitter + hop + m.recv_ns + join + hop
+
+
+def _run(batch: int, rate: float = RATE, **kw):
+    return sim.run(QUERY, _chain_input(kw.pop("n", N)), sj.topologies.single("nested_loop"),
+                   batch_size=batch, chunk_rows=1, machine=kw.pop("machine", _profile()),
+                   arrival=sim.Arrival.constant(rate), **kw)  # fmt: skip
+
+
+def test_latency_is_service_time_at_low_rate():
+    p = _profile()
+    res = _run(1)
+    lat = res.pairs.column("latency_ns").to_numpy()
+    assert len(lat) == N - 1
+    assert np.median(lat[4:]) == pytest.approx(_service(p, 1), rel=1e-6)
+    assert res.metrics["input_tuples_per_s"] == pytest.approx(RATE, rel=0.02)
+    assert res.metrics["machine_profile"]["name"] == p.name
+    core = res.metrics["actors"]["core"]
+    assert core["peak_queue"] == 1 and core["busy_share"] < 0.5
+
+
+def test_latency_adds_batching_delay():
+    p = _profile()
+    batch = 4
+    res = _run(batch)
+    r, s, lat = (res.pairs.column(c).to_numpy() for c in ("r", "s", "latency_ns"))
+    later = np.maximum(r, s)
+    steady = later >= 2 * batch
+    # the later tuple waits for the rest of its batch to arrive, one every 1/RATE s
+    waiting = (batch - 1 - later % batch) / RATE * 1e9
+    expected = waiting + _service(p, batch)
+    np.testing.assert_allclose(lat[steady], expected[steady], rtol=1e-6)
+
+
+def test_max_delay_closes_batches_on_the_virtual_clock():
+    res = _run(64, max_delay=0.004)  # 4 ms: a batch closes with about one tuple in it
+    lat = res.pairs.column("latency_ns").to_numpy()
+    wait = 0.004 * 1e9
+    assert wait < np.median(lat) < wait + 2 * _service(_profile(), 1)
+
+
+def _capacity(p) -> float:
+    """Tuples/s of the slowest actor at batch size 1, one tuple per chunk."""
+    em, core, m = p.roles["emitter"], p.indexes["nested_loop"], p.messages
+    per_tuple = {  # ns each actor is busy per input tuple, its sends included
+        "emitter": _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=1) + m.send_ns,
+        "core": _cost(core, calls=1, part_calls=2, tuples=1, probes=1, scan=1, candidates=1,
+                      pairs=1, inserted=1, expired=1) + m.recv_ns + m.send_ns,
+        "collector": _cost(p.roles["collector"], calls=1, pairs=1) + m.recv_ns,
+    }  # fmt: skip
+    return 1e9 / max(per_tuple.values())
+
+
+def test_queues_grow_above_capacity():
+    p = _profile()
+    capacity = _capacity(p)
+    res = _run(1, rate=5 * capacity, n=400)
+    lat = res.pairs.column("latency_ns").to_numpy()
+    assert np.median(lat[-40:]) > 5 * np.median(lat[:40])
+    busiest = max(res.metrics["actors"].values(), key=lambda a: a["busy_share"])
+    assert busiest["peak_queue"] > 100 and busiest["busy_share"] > 0.95
+    # saturated: the output keeps pace with the bottleneck, not with the input
+    assert res.metrics["input_tuples_per_s"] == pytest.approx(capacity, rel=0.03)
+    assert res.metrics["sim"]["drain_s"] > 0.5 * res.metrics["sim"]["last_arrival_s"]
+    queued = np.array(res.metrics["sim"]["queue_tuples"]["core"])
+    assert queued[len(queued) // 2 :].mean() > queued[: len(queued) // 2].mean() > 10
+
+
+def test_max_sustainable_rate_finds_the_bottleneck():
+    p = _profile()
+    capacity = _capacity(p)
+    found = sim.max_sustainable_rate(QUERY, _chain_input(600), sj.topologies.single("nested_loop"),
+                                     machine=p, batch_size=1, chunk_rows=1, rel_tol=0.02)  # fmt: skip
+    assert found.rate == pytest.approx(capacity, rel=0.08)
+    assert any(not r["sustainable"] for r in found.runs)
+
+
+def test_profile_scaling_and_json(tmp_path):
+    p = _profile()
+    fast = p.scaled(cpu=2.0)
+    assert fast.indexes["nested_loop"]["calls"] == p.indexes["nested_loop"]["calls"] / 2
+    assert fast.messages == p.messages and fast.cpu_scale == 2.0
+    path = tmp_path / "machine.json"
+    fast.save(path)
+    again = cost_model.MachineProfile.load(path)
+    assert again.to_dict() == fast.to_dict()
+    slow, quick = _run(1, machine=p, n=40), _run(1, machine=again, n=40)
+    assert quick.metrics["machine_profile"]["cpu_scale"] == 2.0
+    core = "core"
+    assert quick.metrics["actors"][core]["busy_s"] < slow.metrics["actors"][core]["busy_s"]
+    with pytest.raises(ValueError, match="unknown join cost feature"):
+        cost_model.MachineProfile.from_dict({"indexes": {"hash": {"probs": 1.0}}})
+    with pytest.raises(ValueError, match="cpu must be a positive factor"):
+        p.scaled(cpu=0)
+
+
+# -- determinism ---------------------------------------------------------------------------------
+
+
+def test_same_seed_same_virtual_metrics():
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(1_500, low=0, high=1_000, seed=5)
+
+    def once(seed):
+        res = sim.run(query, data, sj.topologies.grid(2, 2), batch_size=16, collect="pairs",
+                      arrival=sim.Arrival.poisson(20_000, seed=seed), max_delay=0.001)  # fmt: skip
+        virtual = {k: v for k, v in res.metrics.items() if k not in ("machine", "sim")}
+        for a in virtual["actors"].values():
+            a.pop("compute_wall_ns")
+        return virtual, res.latency_ns(), res.metrics["sim"]["queue_tuples"]
+
+    first, again, other = once(1), once(1), once(2)
+    assert first[0] == again[0]
+    np.testing.assert_array_equal(first[1], again[1])
+    assert first[2] == again[2]
+    assert first[0]["latency_ms"] != other[0]["latency_ms"]
+
+
+def test_arrival_validation():
+    with pytest.raises(ValueError, match="either rate"):
+        sim.Arrival.constant(10, rate_r=1, rate_s=2)
+    with pytest.raises(ValueError, match="positive finite rate"):
+        sim.Arrival.poisson(-1)
+    with pytest.raises(ValueError, match="arrival must be a sim.Arrival"):
+        sim.run(QUERY, _chain_input(4), arrival="poisson")
+
+
+# -- calibration ---------------------------------------------------------------------------------
+
+
+def test_calibrate_measures_kernels(tmp_path):
+    path = tmp_path / "machine.json"
+    prof = cost_model.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here")
+    assert set(prof.indexes) == {"hash"} and prof.name == "here"
+    assert prof.indexes["hash"]["calls"] + prof.indexes["hash"]["part_calls"] > 0
+    assert all(c >= 0 for coefs in prof.roles.values() for c in coefs.values())
+    assert prof.info["fit"]["index:hash"]["steps"] > 100
+    assert cost_model.MachineProfile.load(path).to_dict() == prof.to_dict()
+    q = sj.Query(sj.equal("x"), window=sj.CountWindow(20))
+    data = sj.sources.synthetic(300, low=0, high=20, seed=2)
+    res = sim.run(q, data, sj.topologies.single("hash"), batch_size=8, machine=str(path))
+    assert res.same_pairs(sj.oracle.join(q, data))
+    assert res.metrics["machine_profile"]["name"] == "here"
+    with pytest.raises(ValueError, match="no costs for index 'nested_loop'"):
+        sim.run(QUERY, _chain_input(8), sj.topologies.single("nested_loop"), machine=prof)
+    # an index the profile has not measured borrows the costs of one of its kind, loudly
+    trees = prof.to_dict() | {"indexes": {"bplus_tree": _profile().indexes["bplus_tree"]}}
+    with pytest.warns(UserWarning, match="using those of 'bplus_tree'"):
+        res = sim.run(QUERY, _chain_input(8), sj.topologies.single("css_tree"), machine=trees)
+    assert res.metrics["sim"]["index_fallbacks"] == {"css_tree": "bplus_tree"}
+
+
+@pytest.mark.slow
+def test_calibrate_ray_messages():
+    from streamjoin.runtime.ray_calibrate import measure_messages
+
+    costs, raw = measure_messages(repeat=20)
+    assert costs.send_ns > 0 and raw["rtt_ns"][8] > costs.send_ns
