@@ -2,10 +2,20 @@
 
 >>> from streamjoin import indexes
 >>> indexes.names()
-['bplus_tree', 'css_tree', 'hash', 'nested_loop']
+['bisort', 'bplus_tree', 'chained', 'css_tree', 'hash', 'im_tree', 'nested_loop', 'pim_tree', 'rap_table', 'wib_tree']
 """
 
-from streamjoin.indexes import bplus_tree, css_tree, hash, nested_loop  # noqa: F401  (registers the indexes)
+from streamjoin.indexes import (  # noqa: F401  (registers the indexes)
+    bisort,
+    bplus_tree,
+    chained,
+    css_tree,
+    hash,
+    nested_loop,
+    pim_tree,
+    rap_table,
+    wib_tree,
+)
 from streamjoin.indexes.base import WindowIndex, check_supports, default_for, get, names, register
 
 __all__ = ["WindowIndex", "check_supports", "default_for", "get", "names", "register"]

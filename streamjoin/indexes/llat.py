@@ -1,0 +1,182 @@
+"""PanJoin's Linked List Adaptive Table (§III-B2) and the partition sweep of batch-mode probes.
+
+An LLAT is a pool of fixed-width *entries*; a partition (a RaP-Table partition or a WiB+-Tree
+leaf) stores its items unsorted in a chain of entries linked by ``next``. Items go to the last
+entry of the chain; when it is full the chain takes the entry that the global pointer ``PtrG``
+designates and ``PtrG`` advances. Entries are never freed: a subwindow is expired whole
+(§III-G1), so neither the entries' ``Tail`` pointers nor a delete operation are kept.
+
+RaP-Table starts with one *normal* entry per partition (entries ``0 .. P-1``, ``PtrG = P``);
+WiB+-Tree starts with ``PtrG = 0`` and gives each leaf an entry when the leaf is created
+(§III-C). :func:`scan_partitions` is the probe phase both share.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.subwindows import match_item
+
+# slot of LLAT.meta
+PTR_G = 0
+
+
+class LLAT(NamedTuple):
+    """State of one LLAT; kernels mutate it in place (WiB+-Tree growth replaces the arrays)."""
+
+    #: float64 (entries, width): item keys, the first ``fill[e]`` of each entry in use
+    keys: np.ndarray
+    #: int64 (entries, width)
+    refs: np.ndarray
+    #: int64 (entries,): items in each entry (the paper's ``Head``)
+    fill: np.ndarray
+    #: int64 (entries,): next entry of the chain, -1 at its end
+    next: np.ndarray
+    #: int64 (1,): ``PtrG``, the first entry never handed out
+    meta: np.ndarray
+
+
+def new_llat(entries: int, width: int, normal: int) -> LLAT:
+    """An LLAT of ``entries`` entries of ``width`` items; entries ``[0, normal)`` start as
+    empty one-entry chains (the normal entries) and ``PtrG = normal``."""
+    fill = np.zeros(entries, dtype=np.int64)
+    nxt = np.full(entries, -1, dtype=np.int64)
+    return LLAT(
+        np.empty((entries, width)), np.empty((entries, width), dtype=np.int64), fill, nxt,
+        np.array([normal], dtype=np.int64),
+    )  # fmt: skip
+
+
+def grown_llat(llat: LLAT, entries: int) -> LLAT:
+    """A copy of ``llat`` with room for ``entries`` entries."""
+    used = int(llat.meta[PTR_G])
+    out = new_llat(entries, llat.keys.shape[1], 0)
+    for new, old in zip(out[:4], llat[:4], strict=True):
+        new[:used] = old[:used]
+    out.meta[PTR_G] = used
+    return out
+
+
+def chain_entries(llat: LLAT, head: int) -> list[int]:
+    """Entries of the chain starting at ``head``, in order (for checks; stops on a cycle)."""
+    chain, e = [], int(head)
+    while e >= 0 and len(chain) <= len(llat.fill):
+        chain.append(e)
+        e = int(llat.next[e])
+    return chain
+
+
+@njit(cache=True, nogil=True, inline="always")
+def take_entry(llat):
+    """Hand out the entry at ``PtrG`` as an empty chain end. The caller ensures it exists."""
+    g = llat.meta[PTR_G]
+    llat.meta[PTR_G] = g + 1
+    llat.fill[g] = 0
+    llat.next[g] = -1
+    return g
+
+
+@njit(cache=True, nogil=True, inline="always")
+def llat_append(llat, tail, part, v, r):
+    """Add item ``(v, r)`` to partition ``part``, whose chain ends at entry ``tail[part]``.
+
+    §III-B2: a full last entry is linked to the entry at ``PtrG``. Keeping each chain's last
+    entry in ``tail`` spares the walk down the list the paper describes. O(1).
+    """
+    e = tail[part]
+    if llat.fill[e] == llat.keys.shape[1]:
+        g = take_entry(llat)
+        llat.next[e] = g
+        tail[part] = g
+        e = g
+    f = llat.fill[e]
+    llat.keys[e, f] = v
+    llat.refs[e, f] = r
+    llat.fill[e] = f + 1
+
+
+@njit(cache=True, nogil=True)
+def _sweep(
+    llat, part_high, part_next, part_head, start_part, keys, vlo, vhi, lo, hi, min_ref,
+    out_p, out_r, write,
+):  # fmt: skip
+    """One pass of :func:`scan_partitions`: count the matches, and store them if ``write``."""
+    m = keys.shape[0]
+    n = 0
+    a = b = 0  # active probes: [a, b)
+    p = -1
+    while a < m:
+        if a == b:  # nothing active: jump to the next probe's start partition
+            p = start_part[b]
+            b += 1
+        high = part_high[p]
+        while b < m and vlo[b] <= high:
+            b += 1
+        first, last = vlo[a], vhi[b - 1]  # the active probes' hull: most items fall outside
+        e = part_head[p]
+        while e >= 0:
+            for t in range(llat.fill[e]):
+                v = llat.keys[e, t]
+                if first <= v <= last and llat.refs[e, t] >= min_ref:
+                    n = match_item(
+                        v, llat.refs[e, t], keys, vlo, vhi, a, b, lo, hi, out_p, out_r, n, write
+                    )
+            e = llat.next[e]
+        while a < b and vhi[a] < high:  # later partitions hold keys >= high only
+            a += 1
+        p = part_next[p]
+        if p < 0:  # the last partition's high is +inf: every probe was active there
+            break
+    return n
+
+
+@njit(cache=True, nogil=True)
+def scan_partitions(
+    llat, part_high, part_next, part_head, start_part, keys, vlo, vhi, lo, hi, min_ref
+):
+    """Probe a sorted batch against partitions stored as LLAT chains (PanJoin §III-E).
+
+    Partitions are visited once, in key order: a probe becomes *active* at its start partition
+    (found beforehand, e.g. by rebounding binary search) and retires after the partition where
+    its interval ends; while no probe is active the sweep jumps to the next probe's start
+    partition. Each item of a visited partition is then matched against the active probes -- the
+    paper's nested loop (outer: partition tuples, inner: related batch tuples), with the inner
+    loop cut to the probes whose interval holds the item (:func:`match_item`). The sweep runs
+    twice, counting and then storing the matches.
+
+    Parameters
+    ----------
+    llat : LLAT
+    part_high : float64 (P,)
+        Upper bound of each partition's keys (closed; ``+inf`` for the last partition). Items
+        of the partitions after ``p`` are ``>= part_high[p]``.
+    part_next : int64 (P,)
+        The next partition in key order, -1 after the last.
+    part_head : int64 (P,)
+        First entry of each partition's chain.
+    start_part : int64 (m,)
+        For each probe, the partition where keys ``>= vlo[i]`` can begin: every partition
+        before it holds smaller keys only.
+    keys, vlo, vhi : float64 (m,)
+        Sorted probe keys and their intervals from
+        :func:`~streamjoin.indexes.subwindows.band_bounds`.
+    lo, hi : float
+    min_ref : int
+        Items with a smaller ref are skipped (expired).
+
+    Returns
+    -------
+    probe_pos, refs : int64
+        One entry per match. O(partitions visited + items scanned · log(active probes) +
+        matches).
+    """
+    none = np.empty(0, dtype=np.int64)
+    args = (llat, part_high, part_next, part_head, start_part, keys, vlo, vhi, lo, hi, min_ref)
+    n = _sweep(*args, none, none, False)
+    out_p = np.empty(n, dtype=np.int64)
+    out_r = np.empty(n, dtype=np.int64)
+    _sweep(*args, out_p, out_r, True)
+    return out_p, out_r

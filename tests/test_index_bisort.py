@@ -1,0 +1,118 @@
+"""``bisort`` (PanJoin §III-D, §III-E): random action sequences at tiny subwindows, index
+arrays and buffers against a sorted-array oracle, and whole joins against the reference join."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
+from window_index_oracle import (
+    JOIN_PREDICATES,
+    JOIN_WINDOWS,
+    join_matches_oracle,
+    machine,
+    probe_pairs,
+    random_actions,
+)
+
+import streamjoin.indexes.bisort  # noqa: F401  (registers "bisort")
+from streamjoin import indexes
+from streamjoin.indexes.bisort import BUFFERED, MAIN, STRIDE
+
+#: Subwindows of 8 items: a 40-tuple count window spans six of them.
+TINY = {"subwindow_size": 8, "partitions": 3, "buffer_size": 4}
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "subwindow_size": st.integers(1, 12),
+        "partitions": st.integers(1, 4),
+        "buffer_size": st.integers(0, 5),
+    }
+)
+
+TestBISortMachine = machine("bisort", OPTIONS, exact_expiry=False).TestCase
+TestBISortMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+def bisort(**options):
+    return indexes.get("bisort")(1, **options)
+
+
+@pytest.mark.parametrize(
+    ("subwindow_size", "partitions", "buffer_size"), [(8, 2, 3), (16, 3, 0), (64, 5, 7), (1, 1, 1)]
+)
+def test_random_actions(subwindow_size, partitions, buffer_size):
+    options = {"subwindow_size": subwindow_size, "partitions": partitions,
+               "buffer_size": buffer_size}  # fmt: skip
+    rng = np.random.default_rng(subwindow_size)
+    random_actions(bisort(**options), rng, steps=120, window=300)
+    increasing_actions(bisort(**options), rng, steps=120, window=60)
+
+
+def test_buffer_fills_then_merges_into_main_array():
+    """§III-D: batches wait in the buffer until one does not fit; then buffer and batch merge
+    into the main array, and the index array samples every ceil(M / P)-th key."""
+    index = bisort(subwindow_size=100, partitions=4, buffer_size=5)
+    t = lambda: index._subwindows[-1]._t  # noqa: E731
+    index.insert(np.array([[3.0, 1.0, 2.0]]), np.arange(3))
+    assert (t().meta[MAIN], t().meta[BUFFERED]) == (0, 3)
+    index.insert(np.array([[2.0, 0.0, 9.0]]), np.arange(3, 6))
+    assert (t().meta[MAIN], t().meta[BUFFERED]) == (6, 0)
+    index.insert(np.arange(20.0)[None, ::-1], np.arange(6, 26))  # larger than the buffer
+    assert (t().meta[MAIN], t().meta[BUFFERED], t().meta[STRIDE]) == (26, 0, 7)
+    index.check()
+    assert probe_pairs(index, [2.0], 0.0, 0.0) == [(0, 2), (0, 3), (0, 23)]
+
+
+def test_equal_probe_keys_share_their_range():
+    """§III-E: sorted equal probe keys get the same result range."""
+    index = bisort(subwindow_size=1000, partitions=8, buffer_size=0)
+    values = np.repeat(np.arange(50.0), 20)
+    index.insert(values[None, :], np.arange(1000))
+    probes = [7.0, 7.0, 3.0, 7.0]
+    got = probe_pairs(index, probes, -1.0, 1.0)
+    want = sorted(
+        (i, int(r)) for i, k in enumerate(probes) for r in np.flatnonzero(abs(values - k) <= 1)
+    )
+    assert got == want and len(got) == 4 * 60
+
+
+def test_subwindows_expire_whole():
+    index = bisort(subwindow_size=4, partitions=2, buffer_size=2)
+    index.insert(np.arange(10.0)[None, :], np.arange(10))
+    assert [len(s) for s in index._subwindows] == [4, 4, 2]
+    index.expire(5)  # the oldest subwindow ends at ref 3: dropped; the next one is filtered
+    assert len(index) == 6
+    index.check()
+    assert probe_pairs(index, [0.0], -np.inf, np.inf) == [(0, r) for r in range(5, 10)]
+    index.expire(10)
+    assert len(index) == 0 and len(index._subwindows) == 1
+    index.check()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subwindow_size": 0}, "subwindow_size must be at least 1"),
+        ({"partitions": 0}, "partitions must be at least 1"),
+        ({"buffer_size": -1}, "buffer_size must be at least 0"),
+        ({"buffer_size": 2.5}, "buffer_size must be an integer"),
+    ],
+)
+def test_rejects_bad_options(options, message):
+    with pytest.raises(ValueError, match=f"bisort {message}"):
+        bisort(**options)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+@pytest.mark.parametrize("window", JOIN_WINDOWS)
+@pytest.mark.parametrize("predicate", JOIN_PREDICATES)
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+def test_join_matches_oracle(predicate, window, self_join, batch_size):
+    join_matches_oracle("bisort", TINY, predicate, window, self_join, batch_size)
+
+
+def test_panjoin_topology_matches_oracle():
+    panjoin_matches_oracle("bisort", {"partitions": 2, "buffer_size": 2})

@@ -1,0 +1,161 @@
+"""``rap_table`` (PanJoin §III-B): Alg. 1 on the paper's examples, LLAT chaining, random action
+sequences at tiny subwindows / P / σ against a sorted-array oracle, and whole joins against
+the reference join."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
+from window_index_oracle import (
+    JOIN_PREDICATES,
+    JOIN_WINDOWS,
+    join_matches_oracle,
+    machine,
+    probe_pairs,
+    random_actions,
+)
+
+import streamjoin.indexes.rap_table  # noqa: F401  (registers "rap_table")
+from streamjoin import indexes
+from streamjoin.indexes.llat import PTR_G
+from streamjoin.indexes.rap_table import adjust_splitters
+
+#: Subwindows of 8 items: a 40-tuple count window spans six of them.
+TINY = {"subwindow_size": 8, "partitions": 3, "sigma": 1.1}
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "subwindow_size": st.integers(1, 16),
+        "partitions": st.integers(1, 5),
+        "sigma": st.floats(1.01, 2.0),
+        "domain": st.sampled_from([(-(2.0**31), 2.0**31), (0.0, 10.0), (-1e300, 1e300)]),
+    }
+)
+
+TestRaPTableMachine = machine("rap_table", OPTIONS, exact_expiry=False).TestCase
+TestRaPTableMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+def rap_table(**options):
+    return indexes.get("rap_table")(1, **options)
+
+
+def balanced(store) -> bool:
+    """No partition both overflows its normal entry and holds two distinct keys: nothing an
+    adjustment could still split."""
+    t, width = store._t, store._llat.keys.shape[1]
+    return bool(np.all((t.count <= width) | (t.kmin == t.kmax)))
+
+
+@pytest.mark.parametrize(
+    ("subwindow_size", "partitions", "sigma"),
+    [(8, 2, 1.1), (16, 4, 1.25), (50, 7, 1.5), (1, 1, 2.0)],
+)
+def test_random_actions(subwindow_size, partitions, sigma):
+    options = {"subwindow_size": subwindow_size, "partitions": partitions, "sigma": sigma,
+               "domain": (0.0, 60.0)}  # fmt: skip
+    rng = np.random.default_rng(subwindow_size)
+    random_actions(rap_table(**options), rng, steps=120, window=300)
+    increasing_actions(rap_table(**options), rng, steps=120, window=60)
+
+
+def test_splitters_on_the_fig_3_histogram():
+    """Alg. 1: N = 16, P = 4, prefix sums 2, 5, 10, 16; bal_2 = 8 in (5, 10] puts s_2 in the
+    3rd partition, at (8 - 5) / 5 of its [min, max] (§III-B1, Fig. 3)."""
+    count = np.array([2, 3, 5, 6])
+    kmin, kmax = np.array([0.0, 20.0, 40.0, 70.0]), np.array([10.0, 35.0, 60.0, 100.0])
+    high = adjust_splitters(count, kmin, kmax, np.array([15.0, 38.0, 65.0, np.inf]))
+    assert high.tolist() == [20.0 + 2 / 3 * 15.0, 40.0 + 3 / 5 * 20.0, 70.0 + 2 / 6 * 30.0, np.inf]
+
+
+@pytest.mark.parametrize("partitions", [4, 16, 1024])
+def test_fig_4_worst_case_converges_in_log_p_of_2_32_adjustments(partitions):
+    """§III-B1, Fig. 4: every key in the first partition, the largest 2^32 - 1, then each next
+    one P times smaller, the rest 0. Each adjustment peels one value off, so the table needs
+    ceil(log_P 2^32) of them before the first partition holds a single key."""
+    values = []
+    v = 2**32 - 1
+    while v:
+        values.append(v)
+        v //= partitions
+    n = 8 * partitions
+    data = np.array(values + [0] * (n - len(values)), dtype=np.float64)[None, :]
+    # the first table's first partition is (-inf, 2^32]: it takes every key
+    index = rap_table(subwindow_size=n, partitions=partitions, domain=(0.0, partitions * 2.0**32))
+    bound = math.ceil(32 / math.log2(partitions))
+    adjustments = 0
+    for step in range(bound + 2):
+        index.insert(data, np.arange(step * n, (step + 1) * n))
+        index.expire(step * n)
+        newest = index._subwindows[-1]
+        if balanced(newest):
+            break
+        assert newest._t.count[0] == n - adjustments, "one value leaves the first partition"
+        adjustments += 1
+    index.check()
+    assert adjustments == bound
+
+
+def test_adjustment_balances_skewed_keys():
+    """§V-A1: from a table for the 32-bit range, a few adjustments balance gaussian keys."""
+    rng = np.random.default_rng(3)
+    index = rap_table(subwindow_size=4096, partitions=16, sigma=1.25)
+    for step in range(4):
+        index.insert(rng.normal(1000, 5, (1, 4096)), np.arange(step * 4096, (step + 1) * 4096))
+    index.check()
+    counts = [s._t.count.max() for s in index._subwindows]
+    assert counts[0] == 4096 and counts[-1] <= 2 * 4096 / 16
+
+
+def test_llat_chains_equal_keys_into_reserved_entries():
+    """§III-B2: a partition overflowing its normal entry takes reserved entries, at most P."""
+    index = rap_table(subwindow_size=100, partitions=4, sigma=1.25)
+    index.insert(np.full((1, 100), 7.0), np.arange(100))
+    store = index._subwindows[-1]
+    width = store._llat.keys.shape[1]
+    assert width == 32 and store._llat.meta[PTR_G] == 4 + 3  # 100 items: 4 entries of 32
+    index.check()
+    assert probe_pairs(index, [7.0], 0.0, 0.0) == [(0, r) for r in range(100)]
+
+
+def test_increasing_keys_pile_into_the_last_partition():
+    """§III-B3: keys above the previous subwindow's range all land in the last partition."""
+    index = rap_table(subwindow_size=64, partitions=8)
+    index.insert(np.arange(128.0)[None, :], np.arange(128))
+    index.check()
+    assert index._subwindows[-1]._t.count[-1] == 64
+    assert probe_pairs(index, [100.0], -1.0, 1.0) == [(0, 99), (0, 100), (0, 101)]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subwindow_size": 0}, "subwindow_size must be at least 1"),
+        ({"partitions": 0}, "partitions must be at least 1"),
+        ({"sigma": 1.0}, "sigma must be a finite number above 1"),
+        ({"sigma": "big"}, "sigma must be a finite number above 1"),
+        ({"domain": (5.0, 5.0)}, "domain must be finite with lo < hi"),
+        ({"domain": (0.0, np.inf)}, "domain must be finite with lo < hi"),
+        ({"domain": 3.0}, "domain must be a pair of numbers"),
+    ],
+)
+def test_rejects_bad_options(options, message):
+    with pytest.raises(ValueError, match=f"rap_table {message}"):
+        rap_table(**options)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+@pytest.mark.parametrize("window", JOIN_WINDOWS)
+@pytest.mark.parametrize("predicate", JOIN_PREDICATES)
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+def test_join_matches_oracle(predicate, window, self_join, batch_size):
+    join_matches_oracle("rap_table", TINY, predicate, window, self_join, batch_size)
+
+
+def test_panjoin_topology_matches_oracle():
+    panjoin_matches_oracle("rap_table", {"partitions": 3, "domain": (0.0, 50.0)})

@@ -1,0 +1,121 @@
+"""``wib_tree`` (PanJoin §III-C): random action sequences at tiny subwindows, leaves and
+fan-outs against a sorted-array oracle, equal-key leaves chained in the LLAT, and whole joins
+against the reference join."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
+from window_index_oracle import (
+    JOIN_PREDICATES,
+    JOIN_WINDOWS,
+    join_matches_oracle,
+    machine,
+    probe_pairs,
+    random_actions,
+)
+
+import streamjoin.indexes.wib_tree  # noqa: F401  (registers "wib_tree")
+from streamjoin import indexes
+from streamjoin.indexes.llat import chain_entries
+from streamjoin.indexes.wib_tree import HEIGHT, LEAVES
+
+#: Subwindows of 8 items: a 40-tuple count window spans six of them.
+TINY = {"subwindow_size": 8, "leaf_width": 2, "fanout": 3}
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "subwindow_size": st.integers(1, 24),
+        "leaf_width": st.integers(2, 5),
+        "fanout": st.integers(3, 5),
+    }
+)
+
+TestWiBTreeMachine = machine("wib_tree", OPTIONS, exact_expiry=False).TestCase
+TestWiBTreeMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+def wib_tree(**options):
+    return indexes.get("wib_tree")(1, **options)
+
+
+def equal_flags_in_key_order(store) -> list[bool]:
+    return [bool(store._t.leaf_equal[leaf]) for leaf in store._leaves_in_order()]
+
+
+@pytest.mark.parametrize(
+    ("subwindow_size", "leaf_width", "fanout"), [(8, 2, 3), (40, 3, 3), (120, 4, 4), (2, 2, 3)]
+)
+def test_random_actions(subwindow_size, leaf_width, fanout):
+    options = {"subwindow_size": subwindow_size, "leaf_width": leaf_width, "fanout": fanout}
+    rng = np.random.default_rng(subwindow_size)
+    random_actions(wib_tree(**options), rng, steps=120, window=300)
+    increasing_actions(wib_tree(**options), rng, steps=120, window=60)
+
+
+def test_grows_deep_with_tiny_nodes():
+    rng = np.random.default_rng(5)
+    values = np.concatenate([rng.normal(0, 1e3, 1500), np.arange(1500.0)])
+    index = wib_tree(subwindow_size=3000, leaf_width=3, fanout=3)
+    for start in range(0, 3000, 250):
+        index.insert(values[None, start : start + 250], np.arange(start, start + 250))
+    index.check()
+    store = index._subwindows[-1]
+    assert store._t.meta[HEIGHT] >= 6 and store._t.meta[LEAVES] >= 3000 // 3
+    probes = [-50.0, 0.0, 700.25]
+    want = sorted((i, int(r)) for i, k in enumerate(probes)
+                  for r in np.flatnonzero(np.abs(values - k) <= 2))  # fmt: skip
+    assert probe_pairs(index, probes, -2.0, 2.0) == want
+
+
+def test_equal_keys_chain_llat_entries_then_split_off():
+    """§III-C: one key never splits a leaf; its leaf chains LLAT entries. Other keys arriving
+    in its range move to new leaves on either side."""
+    index = wib_tree(subwindow_size=200, leaf_width=4, fanout=3)
+    index.insert(np.full((1, 50), 5.0), np.arange(50))
+    store = index._subwindows[-1]
+    t, llat = store._t, store._llat
+    assert t.meta[LEAVES] == 1 and t.leaf_equal[0]
+    assert len(chain_entries(llat, t.leaf_head[0])) == 13
+    index.insert(np.array([[4.0, 5.0, 6.0, 5.0]]), np.arange(50, 54))
+    index.check()
+    assert equal_flags_in_key_order(store) == [False, True, False]
+    assert probe_pairs(index, [5.0], 0.0, 0.0) == [(0, r) for r in [*range(50), 51, 53]]
+    assert probe_pairs(index, [5.0], -1.0, -1.0) == [(0, 50)]
+
+
+def test_heavy_median_run_becomes_an_equal_key_leaf():
+    index = wib_tree(subwindow_size=100, leaf_width=8, fanout=3)
+    index.insert(np.array([[1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 9.0, 3.0]]), np.arange(9))
+    index.check()
+    assert equal_flags_in_key_order(index._subwindows[-1]) == [False, True, False]
+    assert probe_pairs(index, [3.0], 0.0, 6.0) == [(0, r) for r in range(2, 9)]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subwindow_size": 0}, "subwindow_size must be at least 1"),
+        ({"leaf_width": 1}, "leaf_width must be at least 2"),
+        ({"fanout": 2}, "fanout must be at least 3"),
+        ({"fanout": "64"}, "fanout must be an integer"),
+    ],
+)
+def test_rejects_bad_options(options, message):
+    with pytest.raises(ValueError, match=f"wib_tree {message}"):
+        wib_tree(**options)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+@pytest.mark.parametrize("window", JOIN_WINDOWS)
+@pytest.mark.parametrize("predicate", JOIN_PREDICATES)
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+def test_join_matches_oracle(predicate, window, self_join, batch_size):
+    join_matches_oracle("wib_tree", TINY, predicate, window, self_join, batch_size)
+
+
+def test_panjoin_topology_matches_oracle():
+    panjoin_matches_oracle("wib_tree", {"leaf_width": 3, "fanout": 3})
