@@ -1,4 +1,5 @@
-"""Shared test drivers for window indexes: a sorted-array oracle and random action sequences.
+"""Shared test drivers for window indexes: a sorted-array oracle, random action sequences and
+a whole-join check against the reference join.
 
 Each driver inserts batches, expires prefixes of refs and probes random bands, calls the
 index's ``check()`` after every step and compares probe results, as sorted ``(probe_pos, ref)``
@@ -12,6 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+import streamjoin as sj
 from streamjoin import indexes
 
 INF = float("inf")
@@ -125,3 +127,23 @@ def random_actions(index, rng: np.random.Generator, steps: int, window: int) -> 
         probe_keys = rng.normal(30, 25, 4).round(int(rng.integers(0, 2)))
         lo, hi = sorted(rng.choice(edges, 2))
         assert probe_pairs(index, probe_keys, lo, hi) == oracle.probe(probe_keys, lo, hi), step
+
+
+#: Predicates and windows of the join-level tests: a band, an equi-join and an inequality,
+#: over count and time windows.
+JOIN_PREDICATES = {"band": sj.band("x", 3), "equal": sj.equal("x"), "less": sj.less("x")}
+JOIN_WINDOWS = {"count": sj.CountWindow(40), "time": sj.TimeWindow(4)}
+
+
+def join_matches_oracle(
+    index: str, options: dict, predicate: str, window: str, self_join: bool, batch_size: int
+) -> None:
+    """A whole join on one core with ``index`` built with ``options`` gives the reference pairs.
+
+    ``predicate``/``window`` name entries of :data:`JOIN_PREDICATES` / :data:`JOIN_WINDOWS`;
+    300 tuples with values in [0, 50], two streams or one (``self_join``).
+    """
+    data = sj.sources.synthetic(300, low=0, high=50, seed=batch_size, self_join=self_join)
+    q = sj.Query(JOIN_PREDICATES[predicate], window=JOIN_WINDOWS[window], self_join=self_join)
+    res = sj.run(q, data, sj.topologies.single(index, **options), batch_size=batch_size)
+    assert res.same_pairs(sj.oracle.join(q, data))

@@ -20,6 +20,11 @@ borrow and merge for both kinds too (``inner`` selects whether a child column mo
 
 The index keeps its items in insertion order as well (a log of ``(key, ref)``): expiry needs
 the keys of the items that fall out of the window to find them in the tree.
+
+The kernels name a tree by its ``(root, height)`` pair (``top``), so several trees can share
+one set of node arrays: a *forest* (:func:`new_forest`), whose tree ``p`` starts at leaf ``p``
+and whose leaf chains run on from one tree into the next, as PIM-Tree's partitioned T_I needs
+(§3.3.1). A lone tree keeps its pair in ``meta[ROOT:HEIGHT + 1]``.
 """
 
 from __future__ import annotations
@@ -212,10 +217,10 @@ def _rebalance(t, keys, refs, child, count, inner, parent, j):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _descend(t, k, r, path_node, path_slot):
+def _descend(t, root, height, k, r, path_node, path_slot):
     """Leaf whose range holds ``(k, r)``; records the inner nodes and child slots on the way."""
-    node = t.meta[ROOT]
-    for level in range(t.meta[HEIGHT]):
+    node = root
+    for level in range(height):
         # child j covers [sep_j, sep_{j+1}): find the first separator above (k, r), which
         # is the first one not below (k, r + 1) since refs are integers
         j = _pair_lower_bound(t.inner_keys[node], t.inner_refs[node], 1, t.inner_count[node],
@@ -233,20 +238,34 @@ def _descend(t, k, r, path_node, path_slot):
 
 @njit(cache=True, nogil=True)
 def insert_items(t, keys, refs):
+    """Insert items into the lone tree of ``t``: :func:`insert_into` on its
+    ``meta[ROOT:HEIGHT + 1]``."""
+    insert_into(t, t.meta[ROOT : HEIGHT + 1], keys, refs, new_path())
+
+
+@njit(cache=True, nogil=True)
+def new_path():
+    """Scratch for :func:`insert_into`: the inner nodes and child slots of a descent."""
+    return np.empty((2, MAX_HEIGHT), dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def insert_into(t, top, keys, refs, path):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
 
+    ``top``: int64 (2,), the tree's ``(root, height)``, updated when the root splits.
     ``keys`` float64 (b,), ``refs`` int64 (b,), new to the tree; sorted by ``(key, ref)`` the
-    descents touch neighbouring leaves in turn. The caller reserves room for the new nodes.
-    O(b · height · log(fanout)).
+    descents touch neighbouring leaves in turn. ``path``: scratch from :func:`new_path` (a
+    caller inserting many short runs reuses one). The caller reserves room for the new nodes
+    (:func:`reserve`). O(b · height · log(fanout)).
     """
     fanout = t.inner_keys.shape[1]
     leaf_size = t.leaf_keys.shape[1]
-    no_child = np.empty((0, 0), dtype=np.int64)  # leaf entries have no child column
-    path_node = np.empty(MAX_HEIGHT, dtype=np.int64)
-    path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
+    no_child = path[:0, :0]  # leaf entries have no child column (an empty view, not allocated)
+    path_node, path_slot = path[0], path[1]
     for i in range(keys.shape[0]):
         k, r = keys[i], refs[i]
-        leaf = _descend(t, k, r, path_node, path_slot)
+        leaf = _descend(t, top[0], top[1], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
         if t.leaf_count[leaf] < leaf_size:
             _insert_entry(t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, leaf, p, k, r, 0)
@@ -259,7 +278,7 @@ def insert_items(t, keys, refs):
         t.leaf_next[leaf] = new
         # the new right node enters its parent after the node it split from
         sk, sr, c = t.leaf_keys[new, 0], t.leaf_refs[new, 0], new
-        level = t.meta[HEIGHT] - 1
+        level = top[1] - 1
         while level >= 0 and t.inner_count[path_node[level]] == fanout:
             node = path_node[level]
             new = _alloc(t.meta, INNER_FREE, INNER_HWM, t.inner_child[:, 0])
@@ -273,16 +292,17 @@ def insert_items(t, keys, refs):
         else:  # the root split: grow a level
             root = _alloc(t.meta, INNER_FREE, INNER_HWM, t.inner_child[:, 0])
             _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 0, -np.inf, _NO_REF,
-                 t.meta[ROOT])  # fmt: skip
+                 top[0])  # fmt: skip
             _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 1, sk, sr, c)
             t.inner_count[root] = 2
-            t.meta[ROOT] = root
-            t.meta[HEIGHT] += 1
+            top[0] = root
+            top[1] += 1
 
 
 @njit(cache=True, nogil=True)
 def delete_items(t, keys, refs):
-    """Delete items one by one (PIM-Tree §2.2.1 step 2), rebalancing on the way up.
+    """Delete items from the lone tree of ``t`` one by one (PIM-Tree §2.2.1 step 2),
+    rebalancing on the way up.
 
     ``keys`` float64 (b,), ``refs`` int64 (b,): items held by the tree. O(b · height ·
     (log(fanout) + fanout)) (a borrow or merge moves up to a node's worth of entries).
@@ -294,7 +314,7 @@ def delete_items(t, keys, refs):
     path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
     for i in range(keys.shape[0]):
         k, r = keys[i], refs[i]
-        leaf = _descend(t, k, r, path_node, path_slot)
+        leaf = _descend(t, t.meta[ROOT], t.meta[HEIGHT], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
         _shift(t.leaf_keys, t.leaf_refs, no_child, False, leaf, p + 1, t.leaf_count[leaf], -1)
         t.leaf_count[leaf] -= 1
@@ -323,9 +343,25 @@ def delete_items(t, keys, refs):
             _release(t.meta, INNER_FREE, t.inner_child[:, 0], root)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def seek(t, root, height, x):
+    """``(leaf, pos)`` of the first item with key ``>= x`` in the tree ``(root, height)``.
+
+    ``pos`` may equal the leaf's count: the item is then the first of a later leaf on the chain
+    (or there is none). O(height · log(fanout)).
+    """
+    node = root
+    for _ in range(height):
+        # separators compare on keys alone: children left of the first one >= x hold only
+        # keys below x
+        j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], x) - 1
+        node = t.inner_child[node, j]
+    return node, lower_bound(t.leaf_keys[node], 0, t.leaf_count[node], x)
+
+
 @njit(cache=True, nogil=True)
-def probe_tree(t, keys, lo, hi):
-    """Items with ``lo <= item_key - keys[i] <= hi``, for every ``i``.
+def probe_tree(t, keys, lo, hi, min_ref=_NO_REF):
+    """Items of the lone tree with ``lo <= item_key - keys[i] <= hi`` and ``ref >= min_ref``.
 
     One descent to the first key ``>= key + lo`` (widened), then a walk along the leaf chain
     (PIM-Tree §2.2.1 step 1). ``keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
@@ -337,22 +373,168 @@ def probe_tree(t, keys, lo, hi):
     for i in range(keys.shape[0]):
         key = keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        node = t.meta[ROOT]
-        for _ in range(t.meta[HEIGHT]):
-            # separators compare on keys alone: children left of the first one >= vlo hold
-            # only keys below vlo
-            j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], vlo) - 1
-            node = t.inner_child[node, j]
-        leaf = node
-        p = lower_bound(t.leaf_keys[leaf], 0, t.leaf_count[leaf], vlo)
+        leaf, p = seek(t, t.meta[ROOT], t.meta[HEIGHT], vlo)
         done = False
         while not done and leaf >= 0:
             out_p, out_r, n, done = scan_run(t.leaf_keys[leaf], t.leaf_refs[leaf], p,
-                                             t.leaf_count[leaf], key, lo, hi, vhi, _NO_REF, i,
+                                             t.leaf_count[leaf], key, lo, hi, vhi, min_ref, i,
                                              out_p, out_r, n)  # fmt: skip
             leaf = t.leaf_next[leaf]
             p = 0
     return out_p[:n], out_r[:n]
+
+
+@njit(cache=True, nogil=True)
+def chain_items(t, leaf, n):
+    """The ``n`` items on the leaf chain from ``leaf`` on, as a sorted run ``(keys, refs)``.
+
+    O(n + leaves visited).
+    """
+    keys = np.empty(n, dtype=np.float64)
+    refs = np.empty(n, dtype=np.int64)
+    k = 0
+    while k < n:
+        c = t.leaf_count[leaf]
+        keys[k : k + c] = t.leaf_keys[leaf, :c]
+        refs[k : k + c] = t.leaf_refs[leaf, :c]
+        k += c
+        leaf = t.leaf_next[leaf]
+    return keys, refs
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity and forests
+# --------------------------------------------------------------------------------------------
+
+_LEAF_ARRAYS = ("leaf_keys", "leaf_refs", "leaf_count", "leaf_next")
+_INNER_ARRAYS = ("inner_keys", "inner_refs", "inner_child", "inner_count")
+
+
+def _grow(t: BPlusArrays, leaves: int, inners: int) -> BPlusArrays:
+    """``t`` with room for ``leaves`` leaves and ``inners`` inner nodes (capacities double)."""
+    grown = {}
+    for names, need in ((_LEAF_ARRAYS, leaves), (_INNER_ARRAYS, inners)):
+        cap = len(getattr(t, names[0]))
+        if cap >= need:
+            continue
+        while cap < need:
+            cap *= 2
+        for name in names:
+            old = getattr(t, name)
+            arr = np.empty((cap, *old.shape[1:]), dtype=old.dtype)
+            arr[: len(old)] = old
+            grown[name] = arr
+    return t._replace(**grown) if grown else t
+
+
+def reserve(t: BPlusArrays, n_items: int, n_new: int, n_trees: int = 1) -> BPlusArrays:
+    """``t`` with room for the nodes needed to insert ``n_new`` items, ``n_items`` in all.
+
+    Each insert splits at most one leaf, and non-root leaves hold at least
+    ``(leaf_size + 1) // 2`` items, so ``min(leaf high-water mark + n_new,
+    n_trees - 1 + n_items // half)`` leaves suffice (at least one per tree). A tree of L leaves
+    whose root has >= 2 children and other inner nodes >= c has at most
+    ``(L + c - 3) / (c - 1)`` inner nodes; one more per tree covers rounding. Node ids stay
+    valid: arrays only grow.
+    """
+    bound = n_trees - 1 + max(1, n_items // ((t.leaf_keys.shape[1] + 1) // 2))
+    leaves = min(int(t.meta[LEAF_HWM]) + n_new, bound)
+    c = (t.inner_keys.shape[1] + 1) // 2
+    inners = -(-(bound + n_trees * (c - 3)) // (c - 1)) + 2 * n_trees - 1
+    return _grow(t, leaves, inners)
+
+
+def shrink_to_fit(t: BPlusArrays) -> BPlusArrays:
+    """A copy of ``t`` whose node arrays end at the high-water marks (for a tree that is done
+    growing: the doubling slack is given back). O(nodes)."""
+    hwm = {_LEAF_ARRAYS: int(t.meta[LEAF_HWM]), _INNER_ARRAYS: int(t.meta[INNER_HWM])}
+    return t._replace(
+        **{name: getattr(t, name)[:n].copy() for names, n in hwm.items() for name in names}
+    )
+
+
+def new_forest(
+    n_trees: int, fanout: int, leaf_size: int, reuse: BPlusArrays | None = None
+) -> tuple[BPlusArrays, np.ndarray]:
+    """``n_trees`` empty trees over shared node arrays, their root leaves chained in order.
+
+    Tree ``p``'s root is leaf ``p``, which stays its first leaf (splits keep the left node).
+    ``reuse``: old arrays to clear and keep (their capacity saves regrowing). Returns
+    ``(t, tops)`` with ``tops`` int64 ``(n_trees, 2)``: each tree's ``(root, height)``.
+    O(n_trees).
+    """
+    t = _grow(reuse if reuse is not None else new_tree(fanout, leaf_size, 16, 16), n_trees, 0)
+    t.meta[:] = 0
+    t.meta[LEAF_HWM] = n_trees
+    t.meta[LEAF_FREE] = t.meta[INNER_FREE] = -1
+    t.leaf_count[:n_trees] = 0
+    t.leaf_next[:n_trees] = np.arange(1, n_trees + 1)
+    t.leaf_next[n_trees - 1] = -1
+    tops = np.zeros((n_trees, 2), dtype=np.int64)
+    tops[:, 0] = np.arange(n_trees)
+    return t, tops
+
+
+def check_forest(t: BPlusArrays, tops: np.ndarray) -> list[list[tuple[float, int]]]:
+    """Assert the invariants of the trees ``tops`` (rows ``(root, height)``) over ``t``.
+
+    Every tree is a valid B+-tree whose first leaf is leaf ``p`` (its row in ``tops``), the leaf
+    chain from leaf 0 lists the trees' leaves in order, once each, and every node of ``t`` is
+    used once or free. Returns each tree's items in order. O(nodes).
+    """
+    fanout, size = t.inner_keys.shape[1], t.leaf_keys.shape[1]
+    half_leaf, half_inner = (size + 1) // 2, (fanout + 1) // 2
+    leaves: list[int] = []
+    inners: list[int] = []
+
+    def visit(node: int, depth: int, height: int, lo: tuple, hi: tuple) -> None:
+        """Check the subtree of ``node``, whose items must lie in ``[lo, hi)``."""
+        is_root = depth == 0
+        if depth == height:
+            leaves.append(node)
+            c = int(t.leaf_count[node])
+            assert (0 if is_root else half_leaf) <= c <= size, f"leaf {node} holds {c}"
+            items = list(
+                zip(t.leaf_keys[node, :c].tolist(), t.leaf_refs[node, :c].tolist(), strict=True)
+            )
+            assert items == sorted(set(items)), f"leaf {node} not strictly ascending"
+            assert not items or (lo <= items[0] and items[-1] < hi), f"leaf {node} bounds"
+            return
+        inners.append(node)
+        c = int(t.inner_count[node])
+        assert (2 if is_root else half_inner) <= c <= fanout, f"inner {node} has {c} children"
+        seps = list(
+            zip(t.inner_keys[node, 1:c].tolist(), t.inner_refs[node, 1:c].tolist(), strict=True)
+        )
+        bounds = [lo, *seps, hi]
+        assert all(a < b for a, b in pairwise(bounds)), f"inner {node} separators"
+        for j in range(c):
+            visit(int(t.inner_child[node, j]), depth + 1, height, bounds[j], bounds[j + 1])
+
+    items = []
+    for p, (root, height) in enumerate(tops.tolist()):
+        first = len(leaves)
+        visit(root, 0, height, (-np.inf, _NO_REF), (np.inf, _NO_REF))
+        assert leaves[first] == p, f"leaf {p} heads tree {p}"
+        items.append([(float(t.leaf_keys[n, j]), int(t.leaf_refs[n, j]))
+                      for n in leaves[first:] for j in range(int(t.leaf_count[n]))])  # fmt: skip
+    chain, leaf = [], 0
+    while leaf >= 0 and len(chain) <= len(leaves):
+        chain.append(leaf)
+        leaf = int(t.leaf_next[leaf])
+    assert chain == leaves, "the leaf chain lists the leaves in key order, once each"
+
+    for used, hwm_slot, free_slot, link in (
+        (leaves, LEAF_HWM, LEAF_FREE, t.leaf_next),
+        (inners, INNER_HWM, INNER_FREE, t.inner_child[:, 0]),
+    ):
+        hwm = int(t.meta[hwm_slot])
+        unused, node = [], int(t.meta[free_slot])
+        while node >= 0 and len(unused) <= hwm:
+            unused.append(node)
+            node = int(link[node])
+        assert sorted(used + unused) == list(range(hwm)), "nodes are used or free, once"
+    return items
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,38 +580,6 @@ class BPlusTreeIndex(WindowIndex):
         self._head = 0
         self._tail = 0
 
-    def _reserve(self, n_items: int, n_new: int) -> None:
-        """Make room for the nodes needed while inserting ``n_new`` items, ``n_items`` in all.
-
-        Each insert splits at most one leaf, and non-root leaves hold at least
-        ``(leaf_size + 1) // 2`` items, so ``min(leaf high-water mark + n_new,
-        n_items // half)`` leaves suffice. A tree of L leaves whose root has >= 2 children and
-        other inner nodes >= c has at most ``(L + c - 3) / (c - 1)`` inner nodes. Node ids stay
-        valid: arrays only grow.
-        """
-        bound = max(1, n_items // ((self.leaf_size + 1) // 2))
-        leaves = min(int(self._tree.meta[LEAF_HWM]) + n_new, bound)
-        c = (self.fanout + 1) // 2
-        inners = -(-(bound + c - 3) // (c - 1)) + 1
-        t = self._tree
-        grown = {}
-        for names, need in (
-            (("leaf_keys", "leaf_refs", "leaf_count", "leaf_next"), leaves),
-            (("inner_keys", "inner_refs", "inner_child", "inner_count"), inners),
-        ):
-            cap = len(getattr(t, names[0]))
-            if cap >= need:
-                continue
-            while cap < need:
-                cap *= 2
-            for name in names:
-                old = getattr(t, name)
-                arr = np.empty((cap, *old.shape[1:]), dtype=old.dtype)
-                arr[: len(old)] = old
-                grown[name] = arr
-        if grown:
-            self._tree = t._replace(**grown)
-
     def _log(self, keys: np.ndarray, refs: np.ndarray) -> None:
         """Append to the insertion log, compacting it when full.
 
@@ -455,7 +605,7 @@ class BPlusTreeIndex(WindowIndex):
         if len(refs) == 0:
             return
         self._log(keys[0], refs)
-        self._reserve(len(self), len(refs))
+        self._tree = reserve(self._tree, len(self), len(refs))
         # a stable sort keeps equal keys in ref order: the batch arrives in (key, ref) order
         order = np.argsort(keys[0], kind="stable")
         insert_items(self._tree, keys[0][order], refs[order])
@@ -482,57 +632,7 @@ class BPlusTreeIndex(WindowIndex):
 
     def check(self) -> None:
         t = self._tree
-        meta = t.meta
-        height, fanout, size = int(meta[HEIGHT]), self.fanout, self.leaf_size
-        half_leaf, half_inner = (size + 1) // 2, (fanout + 1) // 2
-        leaves: list[int] = []
-        inners: list[int] = []
-
-        def visit(node: int, depth: int, lo: tuple, hi: tuple) -> None:
-            """Check the subtree of ``node``, whose items must lie in ``[lo, hi)``."""
-            is_root = depth == 0
-            if depth == height:
-                leaves.append(node)
-                c = int(t.leaf_count[node])
-                assert (0 if is_root else half_leaf) <= c <= size, f"leaf {node} holds {c}"
-                items = list(
-                    zip(t.leaf_keys[node, :c].tolist(), t.leaf_refs[node, :c].tolist(), strict=True)
-                )
-                assert items == sorted(set(items)), f"leaf {node} not strictly ascending"
-                assert not items or (lo <= items[0] and items[-1] < hi), f"leaf {node} bounds"
-                return
-            inners.append(node)
-            c = int(t.inner_count[node])
-            assert (2 if is_root else half_inner) <= c <= fanout, f"inner {node} has {c} children"
-            seps = list(
-                zip(t.inner_keys[node, 1:c].tolist(), t.inner_refs[node, 1:c].tolist(), strict=True)
-            )
-            bounds = [lo, *seps, hi]
-            assert all(a < b for a, b in pairwise(bounds)), f"inner {node} separators"
-            for j in range(c):
-                visit(int(t.inner_child[node, j]), depth + 1, bounds[j], bounds[j + 1])
-
-        visit(int(meta[ROOT]), 0, (-np.inf, _NO_REF), (np.inf, _NO_REF))
-        assert leaves[0] == 0, "leaf 0 heads the chain"
-        chain, leaf = [], 0
-        while leaf >= 0 and len(chain) <= len(leaves):
-            chain.append(leaf)
-            leaf = int(t.leaf_next[leaf])
-        assert chain == leaves, "the leaf chain lists the leaves in key order, once each"
-
-        for used, hwm_slot, free_slot, link in (
-            (leaves, LEAF_HWM, LEAF_FREE, t.leaf_next),
-            (inners, INNER_HWM, INNER_FREE, t.inner_child[:, 0]),
-        ):
-            hwm = int(meta[hwm_slot])
-            unused, node = [], int(meta[free_slot])
-            while node >= 0 and len(unused) <= hwm:
-                unused.append(node)
-                node = int(link[node])
-            assert sorted(used + unused) == list(range(hwm)), "nodes are used or free, once"
-
-        held = [(float(t.leaf_keys[n, j]), int(t.leaf_refs[n, j]))
-                for n in leaves for j in range(int(t.leaf_count[n]))]  # fmt: skip
+        (held,) = check_forest(t, t.meta[None, ROOT : HEIGHT + 1])
         h, e = self._head, self._tail
         log_refs = self._log_refs[h:e]
         assert np.all(np.diff(log_refs) > 0), "log refs strictly increasing"

@@ -3,13 +3,16 @@
 A *run* is a pair of parallel arrays ``keys`` (float64) and ``refs`` (int64) in ascending
 ``(key, ref)`` order: a B+-tree leaf, or the whole leaf level of an immutable B+-tree. The tree
 indexes descend with :func:`lower_bound`, collect matches with :func:`scan_run` and rebuild
-immutable levels with :func:`merge_runs`.
+immutable levels with :func:`merge_runs`; batched searches hide memory latency with
+:func:`prefetch`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from streamjoin.indexes.base import grow, in_band
 
@@ -27,6 +30,32 @@ def lower_bound(keys, start, stop, x):
         else:
             stop = mid
     return start
+
+
+@intrinsic
+def prefetch(typingctx, arr, i):
+    """Hint the CPU to load the cache line of element ``i`` of the C-contiguous ``arr``, counted
+    flat (LLVM ``llvm.prefetch``: read, keep in all cache levels). No effect on results."""
+
+    def codegen(context, builder, sig, args):
+        ptr = builder.gep(
+            context.make_array(sig.args[0])(context, builder, args[0]).data, [args[1]]
+        )
+        i8p = ir.PointerType(ir.IntType(8))
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p] + [ir.IntType(32)] * 3)
+        )
+        builder.call(fn, [builder.bitcast(ptr, i8p), *(ir.IntType(32)(v) for v in (0, 3, 1))])
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_range(arr, start, stop):
+    """:func:`prefetch` the cache lines of flat elements ``[start, stop)`` of 8-byte ``arr``."""
+    for i in range(start, stop, 8):
+        prefetch(arr, i)
 
 
 @njit(cache=True, nogil=True, inline="always")

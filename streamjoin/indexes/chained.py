@@ -1,0 +1,223 @@
+"""``chained``: the chained index of PIM-Tree §2.2.2 (Lin et al., Ya-xin et al.).
+
+The window is cut, in arrival order, into subindexes of ``s`` items. New items go into the
+*active* subindex, a mutable B+-tree; when it holds ``s`` items it is archived (pushed onto the
+chain) and a new empty one takes its place. Nothing is deleted item by item: a subindex leaves
+the chain as a whole once its newest item has expired (§2.2.2 step 2, cost zero). A probe
+searches every subindex, and the items of the oldest one that have already expired are skipped
+by the scan (their refs are below the expiry bound).
+
+With chain length L the window spans L - 1 full subindexes, ``s = w / (L - 1)``, so the chain
+holds at most L subindexes and a probe meets σ_s / (2 (L - 1)) expired matches on average
+(Eq. 3).
+
+Two designs (§5.1): ``archive="bplus"`` (B-chain) keeps archived subindexes as B+-trees;
+``archive="css"`` (IB-chain) converts each to an immutable B+-tree (CSS-tree, Alg. 3) when it
+is archived, which searches faster.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from streamjoin.indexes.base import WindowIndex, register
+from streamjoin.indexes.bplus_tree import (
+    HEIGHT,
+    ROOT,
+    BPlusArrays,
+    chain_items,
+    check_forest,
+    insert_items,
+    new_tree,
+    probe_tree,
+    reserve,
+    shrink_to_fit,
+)
+from streamjoin.indexes.css_tree import build_css_tree, search_css_tree
+
+_NO_REF = np.iinfo(np.int64).min
+ARCHIVES = ("bplus", "css")
+
+
+class CSSRun(NamedTuple):
+    """An archived subindex of an IB-chain: a sorted leaf level and its CSS-tree inner keys."""
+
+    keys: np.ndarray
+    refs: np.ndarray
+    inner: np.ndarray
+    offsets: np.ndarray
+
+
+@register
+class ChainedIndex(WindowIndex):
+    """Chained index (§2.2.2) of B+-tree subindexes, archived as B+-trees or CSS-trees (§5.1).
+
+    Complexity (w window, L chain length, s = w / (L - 1) items per subindex, H_c its height):
+    ``insert`` of b items O(b log b + b · H_c · log(fanout)) plus, for ``archive="css"``,
+    O(s) per archived subindex, i.e. O(1) per item (Eq. 7); ``probe`` of m keys
+    O(m · L · H_c · log(fanout) + items scanned), expired ones included (Eq. 3 step 1);
+    ``expire`` O(L) (whole subindexes, Eq. 3 step 2). Memory: the active subindex as a B+-tree;
+    archived ones as trimmed B+-trees (up to 32 bytes per item in leaves) or as CSS-trees
+    (16 bytes per item plus ``8 / css_leaf_size`` of inner keys).
+
+    Parameters
+    ----------
+    n_keys : int
+        Must be 1.
+    chain_length : int
+        L >= 2.
+    subindex_size : int, optional
+        s, items per subindex. Default: ``ceil(window / (L - 1))``.
+    window : int, optional
+        w, the window in items, to derive s. If neither is given, s is measured each time a
+        subindex fills as the ref span of the live items over L - 1 (refs are consecutive
+        store positions in a join core), which also serves time windows.
+    archive : {"css", "bplus"}
+        Archived subindexes as CSS-trees (IB-chain) or B+-trees (B-chain).
+    fanout, leaf_size : int
+        Node sizes of the B+-trees (see ``bplus_tree``).
+    css_fanout, css_leaf_size : int
+        Node sizes of the CSS-trees (see ``css_tree``).
+    """
+
+    name = "chained"
+
+    def __init__(
+        self,
+        n_keys: int = 1,
+        chain_length: int = 2,
+        subindex_size: int | None = None,
+        window: int | None = None,
+        archive: str = "css",
+        fanout: int = 32,
+        leaf_size: int = 64,
+        css_fanout: int = 65,
+        css_leaf_size: int = 32,
+    ) -> None:
+        super().__init__(n_keys)
+        if chain_length < 2:
+            raise ValueError(f"chained chain_length must be at least 2, got {chain_length}")
+        if subindex_size is not None and window is not None:
+            raise ValueError("chained takes subindex_size or window, not both")
+        if any(v is not None and v < 1 for v in (subindex_size, window)):
+            raise ValueError("chained subindex_size and window must be positive")
+        if archive not in ARCHIVES:
+            raise ValueError(f"chained archive must be one of {ARCHIVES}, got {archive!r}")
+        if fanout < 3 or leaf_size < 3:
+            raise ValueError("chained fanout and leaf_size must be at least 3")
+        if css_fanout < 2 or css_leaf_size < 1:
+            raise ValueError("chained needs css_fanout >= 2 and css_leaf_size >= 1")
+        if subindex_size is None and window is not None:
+            subindex_size = -(-window // (chain_length - 1))  # s = w / (L - 1), rounded up
+        self.chain_length = int(chain_length)
+        self.subindex_size = subindex_size
+        self.archive = archive
+        self.fanout, self.leaf_size = int(fanout), int(leaf_size)
+        self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
+        self._before = _NO_REF
+        self._first_ref = None
+        self._active_last = _NO_REF
+        self._clear_active()
+        # archived subindexes, oldest first, with their item counts and newest refs
+        self._chain: list[BPlusArrays | CSSRun] = []
+        self._chain_n: list[int] = []
+        self._chain_last: list[int] = []
+
+    def _capacity(self, newest: int) -> int:
+        """s: the option, or the ref span of the live items up to ``newest`` over L - 1."""
+        if self.subindex_size:
+            return self.subindex_size
+        span = newest + 1 - max(self._before, self._first_ref)
+        return max(1, -(-span // (self.chain_length - 1)))
+
+    def _clear_active(self) -> None:
+        """Start an empty active subindex."""
+        self._active = new_tree(self.fanout, self.leaf_size, 16, 16)
+        self._active_n = 0
+
+    def _archive_active(self) -> None:
+        """Push the full active subindex onto the chain and start an empty one (§2.2.2)."""
+        t = self._active
+        if self.archive == "css":  # §5.1 IB-chain: convert before archiving
+            keys, refs = chain_items(t, 0, self._active_n)
+            sub = CSSRun(keys, refs, *build_css_tree(keys, self.css_fanout, self.css_leaf_size))
+        else:
+            sub = shrink_to_fit(t)
+        self._chain.append(sub)
+        self._chain_n.append(self._active_n)
+        self._chain_last.append(self._active_last)
+        self._clear_active()
+
+    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        if len(refs) == 0:
+            return
+        if self._first_ref is None:
+            self._first_ref = int(refs[0])
+        i = 0
+        while i < len(refs):  # fill the active subindex, archiving it whenever it is full
+            cap = self._capacity(int(refs[i]))  # a measured s may shrink below the fill
+            j = min(len(refs), i + max(0, cap - self._active_n))
+            if j > i:
+                # sorted (stably: equal keys stay in ref order), descents touch leaves in turn
+                order = i + np.argsort(keys[0, i:j], kind="stable")
+                self._active = reserve(self._active, self._active_n + j - i, j - i)
+                insert_items(self._active, keys[0, order], refs[order])
+                self._active_n += j - i
+                self._active_last = int(refs[j - 1])
+            if self._active_n >= cap:
+                self._archive_active()
+            i = j
+
+    def probe(self, keys, lo, hi):
+        k, lo, hi, before = np.ascontiguousarray(keys[0]), lo[0], hi[0], self._before
+        found = [probe_tree(self._active, k, lo, hi, before)] if self._active_n else []
+        for sub in self._chain:  # §2.2.2 step 1: search every subindex
+            if isinstance(sub, CSSRun):
+                found.append(search_css_tree(*sub, self.css_fanout, self.css_leaf_size, k, lo,
+                                             hi, before))  # fmt: skip
+            else:
+                found.append(probe_tree(sub, k, lo, hi, before))
+        if not found:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        pos, refs = zip(*found, strict=True)
+        return np.concatenate(pos), np.concatenate(refs)
+
+    def expire(self, before_ref: int) -> None:
+        self._before = max(self._before, int(before_ref))
+        drop = int(np.searchsorted(self._chain_last, self._before, side="left"))
+        if drop:  # §2.2.2 step 2: release whole subindexes whose newest item expired
+            del self._chain[:drop], self._chain_n[:drop], self._chain_last[:drop]
+        if self._active_n and self._active_last < self._before:
+            self._clear_active()
+
+    def __len__(self) -> int:
+        return self._active_n + sum(self._chain_n)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for sub in (self._active, *self._chain) for a in sub)
+
+    def check(self) -> None:
+        runs = []  # each subindex's items, oldest subindex first
+        for sub, n in zip(self._chain, self._chain_n, strict=True):
+            if isinstance(sub, CSSRun):
+                assert np.array_equal(np.lexsort((sub.refs, sub.keys)), np.arange(n)), "sorted"
+                inner, offsets = build_css_tree(sub.keys, self.css_fanout, self.css_leaf_size)
+                assert np.array_equal(inner, sub.inner) and np.array_equal(offsets, sub.offsets)
+                runs.append(sub.refs.tolist())
+            else:
+                (items,) = check_forest(sub, sub.meta[None, ROOT : HEIGHT + 1])
+                runs.append([r for _, r in items])
+            assert len(runs[-1]) == n, "archived subindex count"
+        (items,) = check_forest(self._active, self._active.meta[None, ROOT : HEIGHT + 1])
+        assert len(items) == self._active_n, "active subindex count"
+        runs.append([r for _, r in items])
+        assert all(runs[:-1]), "no empty archived subindex"
+        assert [max(r) for r in runs[:-1]] == self._chain_last, "newest ref of each subindex"
+        assert all(r >= self._before for r in self._chain_last), "expired subindexes released"
+        flat = [r for run in runs for r in sorted(run)]
+        assert flat == sorted(set(flat)), "subindexes hold disjoint ref ranges in arrival order"
+        if items:
+            assert max(r for _, r in items) == self._active_last >= self._before

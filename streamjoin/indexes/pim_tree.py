@@ -1,0 +1,369 @@
+"""``pim_tree`` and ``im_tree``: the Partitioned In-memory Merge-Tree of PIM-Tree §3.3 and the
+In-memory Merge-Tree of §3.2 it extends.
+
+Both have two components (§3.1):
+
+- T_S, an immutable B+-tree (:mod:`~streamjoin.indexes.css_tree`): a sorted leaf level of
+  ``(key, ref)`` items and breadth-first inner keys; searched, never updated;
+- T_I, mutable B+-trees (:mod:`~streamjoin.indexes.bplus_tree`) that take every insert.
+
+When T_I holds ``m · w`` items (``m`` the merge ratio, ``w`` the window) both are merged into a
+new T_S, and the items that expired meanwhile are dropped in the same pass (§3.2). Until then an
+expired item is only *flagged*: its ref is below the expiry bound, and every scan skips it.
+
+PIM-Tree cuts T_I into subindexes B_0 … B_n, one per node of T_S at the insertion depth D_I
+(§3.3.1). B_p takes the keys that T_S's descent routes through node ``p`` at depth D_I, so the
+partitions follow T_S's inner nodes and adapt to the value distribution at each merge. The B_p
+share one set of node arrays (a forest, :func:`~streamjoin.indexes.bplus_tree.new_forest`): the
+first leaf of B_p is leaf ``p`` and the tail of B_p links to it, so all of T_I is one sorted
+leaf chain, and a scan has left B_p exactly when the next leaf's id is below the number of
+partitions (the paper's *last leaf* flag, App. A.2). Each B_p has a lock slot; operations take
+it as Alg. 1 and Alg. 2 prescribe, although here one thread runs them (numba has no atomics;
+the slots document and check the protocol: all are free between operations).
+
+IM-Tree is the same structure with D_I = 0: one partition, T_I a single B+-tree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.bplus_tree import (
+    chain_items,
+    check_forest,
+    insert_into,
+    new_forest,
+    new_path,
+    reserve,
+    seek,
+)
+from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, prefetch_range, scan_run
+
+_NO_REF = np.iinfo(np.int64).min
+
+
+@njit(cache=True, nogil=True)
+def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
+    """The partitions of T_I for the T_S over ``keys`` (§3.3.1).
+
+    The insertion depth is capped at the deepest inner level (the root is depth 0; a T_S with
+    no inner level has one partition). Partition ``p`` is node ``p`` at that depth, which covers
+    ``stride`` consecutive leaves, and holds the keys ``x`` with
+    ``upper[p - 1] < x <= upper[p]``: the descent of ``x`` ends at the first leaf whose largest
+    key is ``>= x``.
+
+    Returns ``(depth, stride, upper)``: the insertion depth used, the leaves per partition, and
+    float64 ``(n_partitions,)`` upper key bounds (``+inf`` for partitions past the last key).
+    O(n_partitions).
+    """
+    n = keys.shape[0]
+    n_leaves = -(-n // leaf_size)
+    levels = offsets.shape[0] - 1
+    depth = max(0, min(insertion_depth, levels - 1))
+    stride = fanout ** (levels - depth)
+    upper = np.full(n_leaves // stride + 1, np.inf)
+    for p in range(n_leaves // stride):
+        # the largest key of the partition's last leaf, the T_S inner key that separates it
+        # from the next partition (Alg. 2 l. 31-32)
+        upper[p] = keys[min((p + 1) * stride * leaf_size, n) - 1]
+    return depth, stride, upper
+
+
+@njit(cache=True, nogil=True)
+def insert_partitioned(t, tops, locks, inner, offsets, fanout, depth, keys, refs):
+    """Insert a ``(key, ref)``-sorted batch into T_I (PIM-Tree Alg. 1).
+
+    Each item descends ``depth`` levels of T_S to find its subindex, the node it reaches
+    (l. 1-7; the paper's loop header reads "0 to D_I", one level too many for a node at depth
+    D_I, and its comparison at l. 5 is printed the wrong way round, see
+    :func:`~streamjoin.indexes.css_tree.descend_css_tree`). A run of items bound for the same
+    subindex is inserted under one acquisition of its lock (l. 8-11): sorted, the batch visits
+    the subindexes in order. The caller reserves node room (:func:`reserve`).
+    O(b · (depth · log(fanout_S) + H'_I · log(fanout_I))), Eq. 6 step 3.
+    """
+    b = keys.shape[0]
+    path = new_path()
+    start = 0
+    p = descend_css_tree(inner, offsets, fanout, keys[0], depth)
+    for j in range(1, b + 1):
+        q = descend_css_tree(inner, offsets, fanout, keys[j], depth) if j < b else -1
+        if q == p:
+            continue
+        locks[p] += 1  # l. 8
+        # l. 9-10: fetch Roots[p], the B+-tree insert (tops[p] is updated if the root splits)
+        insert_into(t, tops[p], keys[start:j], refs[start:j], path)
+        locks[p] -= 1  # l. 11
+        start, p = j, q
+
+
+#: How many keys ahead of the one being searched a batched probe fetches the nodes its scans
+#: start in: enough loads in flight to cover memory latency, few enough to stay in cache.
+AHEAD = 8
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_ahead(ts_keys, ts_refs, leaf_size, t, top, leaf):
+    """Prefetch the T_S leaf ``leaf`` and the root node of the T_I subindex ``top``."""
+    n = ts_keys.shape[0]
+    start = min(leaf * leaf_size, n)
+    prefetch_range(ts_keys, start, min(start + leaf_size, n))
+    prefetch_range(ts_refs, start, min(start + leaf_size, n))
+    root, height = top[0], top[1]
+    if height:
+        f = t.inner_keys.shape[1]
+        prefetch_range(t.inner_keys, root * f, root * f + f)
+        prefetch_range(t.inner_child, root * f, root * f + f)
+    else:
+        size = t.leaf_keys.shape[1]
+        prefetch_range(t.leaf_keys, root * size, root * size + size)
+
+
+@njit(cache=True, nogil=True)
+def probe_partitioned(
+    ts_keys, ts_refs, inner, offsets, fanout, leaf_size, stride,
+    t, tops, upper, locks, probe_keys, lo, hi, min_ref,
+):  # fmt: skip
+    """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2).
+
+    One descent of T_S finds both the first leaf to scan and, as the node at the insertion
+    depth on the way, the subindex that holds the bottom of the range; then T_S's leaf level and
+    T_I's leaf chain are scanned from there. The batch runs the descents first (they touch only
+    T_S's inner levels, which stay in cache) so that the scans can prefetch their first nodes
+    :data:`AHEAD` keys in advance. Returns ``(probe_pos, refs)`` int64.
+    O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
+    """
+    n = ts_keys.shape[0]
+    m = probe_keys.shape[0]
+    n_parts = tops.shape[0]
+    out_p = np.empty(64, dtype=np.int64)
+    out_r = np.empty(64, dtype=np.int64)
+    n_out = 0
+    # l. 1-9: descend T_S for Range.min; the node at depth D_I is the leaf's ancestor
+    leaves = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        vlo, _ = key_range(probe_keys[i], lo, hi)
+        leaves[i] = descend_css_tree(inner, offsets, fanout, vlo, offsets.shape[0] - 1)
+    for i in range(min(AHEAD, m)):
+        _fetch_ahead(ts_keys, ts_refs, leaf_size, t, tops[leaves[i] // stride], leaves[i])
+    for i in range(m):
+        if i + AHEAD < m:
+            ahead = leaves[i + AHEAD]
+            _fetch_ahead(ts_keys, ts_refs, leaf_size, t, tops[ahead // stride], ahead)
+        key = probe_keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        sub = leaves[i] // stride  # l. 3-4
+        # l. 10-15: find Range.min in the T_S leaf, scan the leaf level while keys <= Range.max
+        start = min(leaves[i] * leaf_size, n)
+        pos = lower_bound(ts_keys, start, min(start + leaf_size, n), vlo)
+        out_p, out_r, n_out, _ = scan_run(
+            ts_keys, ts_refs, pos, n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
+        )
+        locks[sub] += 1  # l. 16
+        node, pos = seek(t, tops[sub, 0], tops[sub, 1], vlo)  # l. 17-18
+        while True:  # l. 19-38
+            out_p, out_r, n_out, done = scan_run(
+                t.leaf_keys[node], t.leaf_refs[node], pos, t.leaf_count[node],
+                key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out,
+            )  # fmt: skip
+            nxt = t.leaf_next[node]
+            if done or nxt < 0:  # l. 25, 37-38
+                break
+            if nxt < n_parts:  # l. 27: the last leaf of B_sub; the next is B_{sub + 1}'s head
+                # l. 31-33, tested before the hop: later subindexes hold keys > upper[sub]
+                if vhi <= upper[sub]:
+                    break
+                locks[sub + 1] += 1  # l. 28-30
+                locks[sub] -= 1
+                sub += 1
+            node, pos = nxt, 0  # l. 29, 36, 39
+        locks[sub] -= 1  # l. 39 (the paper's second "39")
+    return out_p[:n_out], out_r[:n_out]
+
+
+@register
+class PIMTreeIndex(WindowIndex):
+    """PIM-Tree (§3.3): immutable T_S plus T_I partitioned by T_S's nodes at depth D_I.
+
+    Complexity (w window, m merge ratio, H_S ≈ log_{css_fanout}(w / css_leaf_size) the height
+    of T_S, H'_I the height of a subindex, about log_{fanout/2}(m · w / (P · leaf_size)) for
+    P partitions): ``insert`` of b items O(b log b + b · (D_I · log(css_fanout) +
+    H'_I · log(fanout))) plus, amortised, a merge O(w) every m · w items, i.e. O(1 / m) per
+    item (Eq. 6 steps 2-3, Eq. 7); ``probe`` of m keys O(m log m + m · (H_S · log(css_fanout) +
+    H'_I · log(fanout)) + items scanned), expired ones included (Eq. 6 step 1); ``expire``
+    O(1) (flags by a bound). Memory: T_S 16 bytes per item plus ``8 / css_leaf_size`` of inner
+    keys; T_I at most m · w items in B+-tree nodes (up to 32 bytes per item in leaves); the
+    node arrays keep their capacity across merges.
+
+    Parameters
+    ----------
+    n_keys : int
+        Must be 1.
+    merge_ratio : float
+        m in (0, 1]: T_I is merged into T_S when it holds ``m · w`` items (§3.2).
+    insertion_depth : int
+        D_I >= 0: T_I has one subindex per node of T_S at this depth (root: 0), capped at
+        T_S's deepest inner level. Deeper means smaller subindexes (more room for concurrency)
+        but colder ones for a single thread: 1 was fastest here (§5.2, Fig. 8c).
+    window : int, optional
+        w, the window in items. By default it is measured at each insert as the ref span of the
+        live items (refs are consecutive store positions in a join core), which also serves
+        time windows.
+    fanout, leaf_size : int
+        Node sizes of T_I's B+-trees (see ``bplus_tree``).
+    css_fanout, css_leaf_size : int
+        Node sizes of T_S (see ``css_tree``).
+    """
+
+    name = "pim_tree"
+
+    def __init__(
+        self,
+        n_keys: int = 1,
+        merge_ratio: float = 0.125,
+        insertion_depth: int = 1,
+        window: int | None = None,
+        fanout: int = 32,
+        leaf_size: int = 64,
+        css_fanout: int = 65,
+        css_leaf_size: int = 32,
+    ) -> None:
+        super().__init__(n_keys)
+        if not 0 < merge_ratio <= 1:
+            raise ValueError(f"{self.name} merge_ratio must be in (0, 1], got {merge_ratio}")
+        if insertion_depth < 0:
+            raise ValueError(f"{self.name} insertion_depth must be >= 0, got {insertion_depth}")
+        if window is not None and window < 1:
+            raise ValueError(f"{self.name} window must be positive, got {window}")
+        if fanout < 3 or leaf_size < 3:
+            raise ValueError(f"{self.name} fanout and leaf_size must be at least 3")
+        if css_fanout < 2 or css_leaf_size < 1:
+            raise ValueError(f"{self.name} needs css_fanout >= 2 and css_leaf_size >= 1")
+        self.merge_ratio = float(merge_ratio)
+        self.insertion_depth = int(insertion_depth)
+        self.window = window
+        self.fanout, self.leaf_size = int(fanout), int(leaf_size)
+        self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
+        self._before = _NO_REF  # the expiry flag: items with smaller refs are expired
+        self._first_ref = self._last_ref = None
+        self._n_ti = 0
+        self._forest = None  # T_I's node arrays, reused from merge to merge
+        self._rebuild(np.empty(0), np.empty(0, dtype=np.int64))
+
+    def _rebuild(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        """Make ``(keys, refs)`` the leaf level of a new T_S, with empty T_I partitions."""
+        self._ts_keys, self._ts_refs = keys, refs
+        self._inner, self._offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
+        self._depth, self._stride, self._upper = partitions(
+            keys, self._offsets, self.css_fanout, self.css_leaf_size, self.insertion_depth
+        )
+        n_parts = len(self._upper)
+        self._forest, self._tops = new_forest(n_parts, self.fanout, self.leaf_size, self._forest)
+        self._locks = np.zeros(n_parts, dtype=np.int64)
+        self._n_ti = 0
+
+    def _merge(self) -> None:
+        """Merge T_I into T_S, dropping expired items (§3.2, §3.3.1; App. A, Fig. 14)."""
+        ti_keys, ti_refs = chain_items(self._forest, 0, self._n_ti)
+        self._rebuild(*merge_runs(self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before))
+
+    def _merge_size(self) -> int:
+        """m · w, with w the ``window`` option or the ref span of the live items."""
+        w = self.window or self._last_ref + 1 - max(self._before, self._first_ref)
+        return max(1, int(np.ceil(self.merge_ratio * w)))
+
+    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        if len(refs) == 0:
+            return
+        if self._first_ref is None:
+            self._first_ref = int(refs[0])
+        self._last_ref = int(refs[-1])
+        # sorted, the batch walks T_S and the subindexes in order (a stable sort keeps equal
+        # keys in ref order, so the batch is a (key, ref)-sorted run)
+        order = np.argsort(keys[0], kind="stable")
+        self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
+        insert_partitioned(
+            self._forest, self._tops, self._locks, self._inner, self._offsets, self.css_fanout,
+            self._depth, keys[0][order], refs[order],
+        )  # fmt: skip
+        self._n_ti += len(refs)
+        if self._n_ti >= self._merge_size():
+            self._merge()
+
+    def probe(self, keys, lo, hi):
+        # in key order the descents share T_S's inner nodes and meet leaves in address order
+        # (measured in a 2**20 join: 25% less probe time, the sort included)
+        order = np.argsort(keys[0])
+        pos, refs = probe_partitioned(
+            self._ts_keys, self._ts_refs, self._inner, self._offsets, self.css_fanout,
+            self.css_leaf_size, self._stride, self._forest, self._tops, self._upper,
+            self._locks, keys[0][order], lo[0], hi[0], self._before,
+        )  # fmt: skip
+        return order[pos], refs
+
+    def expire(self, before_ref: int) -> None:
+        self._before = max(self._before, int(before_ref))
+
+    def __len__(self) -> int:
+        return len(self._ts_refs) + self._n_ti
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self._ts_keys, self._ts_refs, self._inner, self._offsets, self._upper,
+                  self._tops, self._locks, *self._forest)  # fmt: skip
+        return sum(a.nbytes for a in arrays)
+
+    def check(self) -> None:
+        keys, refs = self._ts_keys, self._ts_refs
+        n = len(keys)
+        assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by (key, ref)"
+        inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
+        assert np.array_equal(inner, self._inner) and np.array_equal(offsets, self._offsets)
+        depth, stride, upper = partitions(
+            keys, offsets, self.css_fanout, self.css_leaf_size, self.insertion_depth
+        )
+        assert (depth, stride) == (self._depth, self._stride) and np.array_equal(upper, self._upper)
+        assert not self._locks.any(), "every lock released"
+        held = check_forest(self._forest, self._tops)
+        assert len(held) == len(upper), "one subindex per node at the insertion depth"
+        ti_refs = []
+        for p, items in enumerate(held):
+            for key, ref in items:
+                part = descend_css_tree(inner, offsets, self.css_fanout, key, depth)
+                assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
+                ti_refs.append(ref)
+        assert len(ti_refs) == self._n_ti, "T_I item count"
+        assert not ti_refs or not n or refs.max() < min(ti_refs), "T_I holds what came after T_S"
+        assert len(set(ti_refs)) == len(ti_refs) and len(np.unique(refs)) == n, "refs unique"
+
+
+@register
+class IMTreeIndex(PIMTreeIndex):
+    """IM-Tree (§3.2): T_S plus one mutable B+-tree T_I, merged at m · w items.
+
+    PIM-Tree with insertion depth 0: the root's range is the only partition, so T_I is a
+    single B+-tree and an insert does not descend T_S. Complexity as PIM-Tree with
+    H'_I = H_I, the height of a B+-tree of up to m · w items (Eq. 5).
+
+    Parameters
+    ----------
+    n_keys, merge_ratio, window, fanout, leaf_size, css_fanout, css_leaf_size
+        As for ``pim_tree``.
+    """
+
+    name = "im_tree"
+
+    def __init__(
+        self,
+        n_keys: int = 1,
+        merge_ratio: float = 0.125,
+        window: int | None = None,
+        fanout: int = 32,
+        leaf_size: int = 64,
+        css_fanout: int = 65,
+        css_leaf_size: int = 32,
+    ) -> None:
+        super().__init__(n_keys, merge_ratio, 0, window, fanout, leaf_size, css_fanout,
+                         css_leaf_size)  # fmt: skip
