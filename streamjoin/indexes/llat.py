@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.subwindows import match_item
+from streamjoin.indexes.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
 PTR_G = 0
@@ -180,3 +180,18 @@ def scan_partitions(
     out_r = np.empty(n, dtype=np.int64)
     _sweep(*args, out_p, out_r, True)
     return out_p, out_r
+
+
+class LLATStore(SubwindowStore):
+    """A subwindow store whose items live in an LLAT (``self._llat``) under a structure of its
+    own (``self._t``, a NamedTuple of arrays): RaP-Table and WiB+-Tree. Subclasses keep
+    ``self._size`` up to date."""
+
+    _size: int
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._t) + sum(a.nbytes for a in self._llat)

@@ -27,10 +27,16 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
-from streamjoin.indexes.llat import PTR_G, chain_entries, llat_append, new_llat, scan_partitions
+from streamjoin.indexes.llat import (
+    PTR_G,
+    LLATStore,
+    chain_entries,
+    llat_append,
+    new_llat,
+    scan_partitions,
+)
 from streamjoin.indexes.subwindows import (
     SubwindowIndex,
-    SubwindowStore,
     int_option,
     rebound_search,
 )
@@ -148,7 +154,7 @@ def probe_rap_table(t, llat, keys, vlo, vhi, lo, hi, min_ref):
     )
 
 
-class RaPTable(SubwindowStore):
+class RaPTable(LLATStore):
     """One RaP-Table subwindow (see the module docstring).
 
     Complexity: ``insert`` of n sorted items O(n · log(2 + P / n)); ``probe`` of m sorted
@@ -224,13 +230,6 @@ class RaPTable(SubwindowStore):
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_rap_table(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)
-
-    def __len__(self) -> int:
-        return self._size
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._t) + sum(a.nbytes for a in self._llat)
 
     def items(self):
         keys, refs = [], []

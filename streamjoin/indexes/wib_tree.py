@@ -37,6 +37,7 @@ from numba import njit
 from streamjoin.indexes.base import register
 from streamjoin.indexes.llat import (
     PTR_G,
+    LLATStore,
     chain_entries,
     grown_llat,
     llat_append,
@@ -46,7 +47,6 @@ from streamjoin.indexes.llat import (
 )
 from streamjoin.indexes.subwindows import (
     SubwindowIndex,
-    SubwindowStore,
     int_option,
     rebound_search,
 )
@@ -368,7 +368,7 @@ def _grown(arr: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
-class WiBTree(SubwindowStore):
+class WiBTree(LLATStore):
     """One WiB+-Tree subwindow (see the module docstring).
 
     Complexity: ``insert`` of n sorted items O(n · log(fanout) · levels re-descended + n log W)
@@ -430,13 +430,6 @@ class WiBTree(SubwindowStore):
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_wib_tree(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)
-
-    def __len__(self) -> int:
-        return self._size
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._t) + sum(a.nbytes for a in self._llat)
 
     def _leaves_in_order(self) -> list[int]:
         leaves, leaf = [], 0
