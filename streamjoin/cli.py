@@ -23,6 +23,8 @@ examples:
   streamjoin run -n 50000 --window 1000 --check     # small run, checked against the oracle
   streamjoin run --window-kind time --window 500    # time window of 500 ms
   streamjoin run --self-join --distribution gaussian --index nested_loop
+  streamjoin generate -n 1000000 -o data.parquet    # a workload written by Spark
+  streamjoin run --source parquet:data.parquet --window-kind time --window 100
 """
 
 
@@ -40,8 +42,10 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
     """The options of the `run` job (also taken by `compare`)."""
     from streamjoin import indexes, sources
     from streamjoin.cli_sim import add_sim_options
+    from streamjoin.cli_spark import add_source_options
 
     data = parser.add_argument_group("data")
+    add_source_options(data)
     data.add_argument(
         "-n",
         "--tuples",
@@ -145,6 +149,7 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from streamjoin.cli_sim import add_calibrate_command
+    from streamjoin.cli_spark import add_generate_command
 
     parser = argparse.ArgumentParser(
         prog="streamjoin", description=DESCRIPTION,
@@ -162,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("indexes", help="list the window indexes")
     add_calibrate_command(sub)
+    add_generate_command(sub)
 
     draw = sub.add_parser("draw", help="draw a topology's actor graph",
                           description="Draw the actor graph of a topology (PNG, SVG or PDF).")  # fmt: skip
@@ -193,22 +199,31 @@ def _run_job(args):
     """The `run` job: data, query and topology from ``args``, run. Returns what it made."""
     import streamjoin as sj
     from streamjoin.cli_sim import sim_run_kwargs
+    from streamjoin.cli_spark import parse_source, spark_source
 
-    data = _make_data(args)
-    x = data.column("x").to_numpy()
-    # tuples per window: the count, or rate × time (ts is in ms)
-    per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
-    if args.self_join:
-        r, s = x, None
+    if parse_source(args.source) is None:
+        data, attr = _make_data(args), "x"
+        x = data.column("x").to_numpy()
+        if args.self_join:
+            r, s = x, None
+        else:
+            stream = data.column("stream").to_numpy()
+            r, s = x[stream == 0], x[stream == 1]
+        described = f"{args.tuples:,} tuples, {args.distribution}"
     else:
-        stream = data.column("stream").to_numpy()
-        r, s = x[stream == 0], x[stream == 1]
-    eps = sj.sources.band_for_match_rate(r, s, window=int(per_window), match_rate=args.match_rate)
+        (data, r, s), attr = spark_source(args), args.attr
+        described = args.source
+    eps = args.eps
+    if eps is None:
+        # tuples per window: the count, or rate × time (ts is in ms)
+        per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
+        eps = sj.sources.band_for_match_rate(r, s, window=max(1, int(per_window)),
+                                             match_rate=args.match_rate)  # fmt: skip
     window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
-    query = sj.Query(sj.band("x", eps), window=window, self_join=args.self_join)
+    query = sj.Query(sj.band(attr, eps), window=window, self_join=args.self_join)
     index = sj.indexes.default_for(query.predicate) if args.index == "auto" else args.index
     topology = sj.topologies.parse(args.topology, index)
-    print(f"{query}  ({args.tuples:,} tuples, {args.distribution}, {topology.name})", flush=True)
+    print(f"{query}  ({described}, {topology.name})", flush=True)
     t0 = time.perf_counter()
     result = sj.run(
         query,
@@ -232,6 +247,8 @@ def cmd_run(args) -> int:
 
     result, topology, query, data = _run_job(args)
     if args.check:
+        if isinstance(data, sj.sources.Source):  # a Spark source: its rows in arrival order
+            data = data.ordered.select(*data.columns).toArrow()
         cmp = result.same_pairs(sj.oracle.join(query, data))
         print(f"oracle: {cmp}")
         if not cmp:
@@ -306,6 +323,8 @@ def cmd_indexes(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from streamjoin.spark_bridge.session import SparkSetupError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -313,10 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         from streamjoin.cli_sim import cmd_calibrate
+        from streamjoin.cli_spark import cmd_generate
 
         commands = {"run": cmd_run, "indexes": cmd_indexes, "draw": cmd_draw,
-                    "compare": cmd_compare, "calibrate": cmd_calibrate}  # fmt: skip
+                    "compare": cmd_compare, "calibrate": cmd_calibrate,
+                    "generate": cmd_generate}  # fmt: skip
         return commands[args.command](args)
-    except ValueError as e:  # bad input or settings: a message, not a traceback
+    except (ValueError, SparkSetupError) as e:  # bad input or settings: a message
         print(f"streamjoin: error: {e}", file=sys.stderr)
         return 2

@@ -25,6 +25,11 @@ class Source:
 
     n_rows: int | None = None
 
+    def check(self, query) -> None:
+        """Check the source against ``query`` before the job starts (missing columns, nulls);
+        raise :class:`streamjoin.InputError` naming the problem. Chunks are still validated
+        as they are read; this hook lets a source fail before any work when it can tell."""
+
     def __iter__(self) -> Iterator:
         raise NotImplementedError
 
@@ -98,9 +103,20 @@ def interleave(
 
 
 def values(
-    n: int, distribution: str = "uniform", *, seed: int = 0, scale: float = 1.0, **params
+    n: int,
+    distribution: str = "uniform",
+    *,
+    seed: int = 0,
+    scale: float = 1.0,
+    start: int = 0,
+    total: int | None = None,
+    **params,
 ) -> np.ndarray:
     """``n`` join-attribute values from a PIM-Tree §5 distribution.
+
+    ``start`` and ``total`` place these values at rows ``[start, start + n)`` of a sequence of
+    ``total`` rows (default: the ``n`` rows alone); only ``shifting_gaussian`` depends on the
+    position, the other distributions are independent draws.
 
     - ``uniform``: integers in ``[low, high]`` (defaults ``0`` and ``2**31 - 1``);
     - ``gaussian``: ``N(mean, std)``, defaults 0.5 and 0.125, times ``scale``;
@@ -125,8 +141,9 @@ def values(
             r = params.pop("r", 0.5)
             std = params.pop("std", 0.125)
             phases = np.asarray(params.pop("phases", (4, 10, 4)), dtype=np.float64)
-            cut = np.floor(np.cumsum(phases) / phases.sum() * n).astype(np.int64)
-            pos = np.arange(n)
+            total = n if total is None else total
+            cut = np.floor(np.cumsum(phases) / phases.sum() * total).astype(np.int64)
+            pos = np.arange(start, start + n)
             progress = np.clip((pos - cut[0]) / max(1, cut[1] - cut[0]), 0.0, 1.0)
             out = (rng.normal(0.0, std, size=n) + 0.5 + r * progress) * scale
         case _:
@@ -169,6 +186,78 @@ def synthetic(
         cols = {"stream": stream, "ts": ts}
     for k, name in enumerate(attrs):
         cols[name] = values(n, distribution, seed=seed + 1 + k, **dict(params))
+    return pa.table(cols)
+
+
+def synthetic_part(
+    n: int,
+    part: int,
+    parts: int,
+    distribution: str = "uniform",
+    *,
+    rate: float = 10_000,
+    rate_s: float | None = None,
+    attrs: tuple[str, ...] = ("x",),
+    self_join: bool = False,
+    process: str = "constant",
+    ts_per_second: int = 1000,
+    seed: int = 0,
+    **params,
+) -> pa.Table:
+    """Part ``part`` of ``parts`` of an ``n``-row workload, generated independently of the rest.
+
+    For generating at scale, one part per task (:func:`streamjoin.spark_bridge.generate`): the
+    workload's duration ``n / (rate + rate_s)`` seconds is cut into ``parts`` equal spans of
+    event time and each part holds the arrivals of its span, so the parts in order form one
+    arrival-ordered input of about ``n`` rows (exactly the arrivals of the whole span). Constant
+    arrivals are those of :func:`interleave` (R's k-th at ``k / rate`` s); Poisson arrivals are a
+    Poisson process per span, which is the same process. Values are independent draws seeded
+    by ``(seed, part, attribute)``; ``shifting_gaussian`` follows the row's position in the
+    whole workload. ``distribution="handshake"`` gives the two attributes of
+    :func:`handshake_workload`. A ``seq`` column numbers the rows in arrival order (not
+    contiguous across parts: ``part * 2**40 + i``), the tie-break that keeps the order when the
+    parts are read back in any order.
+    """
+    if not 0 <= part < parts:
+        raise ValueError(f"part must be in [0, {parts}), got {part}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rate_s = rate if rate_s is None else rate_s
+    if rate <= 0 or rate_s <= 0:
+        raise ValueError(f"rates must be positive, got R {rate}, S {rate_s}")
+    rates = (rate,) if self_join else (rate, rate_s)
+    span = n / sum(rates) / parts
+    t0, t1 = part * span, (part + 1) * span
+    rng = np.random.default_rng([seed, part])
+    times, streams = [], []
+    for y, lam in enumerate(rates):
+        if process == "constant":  # arrivals k / lam, k = 1, 2, ...: those in (t0, t1]
+            k = np.arange(np.floor(t0 * lam) + 1, np.floor(t1 * lam) + 1)
+            t = k / lam
+        elif process == "poisson":
+            t = np.sort(rng.uniform(t0, t1, size=rng.poisson(lam * (t1 - t0))))
+        else:
+            raise ValueError(f"arrival process must be 'constant' or 'poisson', got {process!r}")
+        times.append(t)
+        streams.append(np.full(len(t), y, dtype=np.int8))
+    t, stream = np.concatenate(times), np.concatenate(streams)
+    order = np.lexsort((stream, t))
+    t, stream = t[order], stream[order]
+    m = len(t)
+    cols = {"seq": part * 2**40 + np.arange(m, dtype=np.int64)}
+    if not self_join:
+        cols["stream"] = stream
+    cols["ts"] = np.floor(t * ts_per_second).astype(np.int64)
+    start = int(round(t0 * sum(rates)))  # rows before this part, for position-dependent values
+    if distribution == "handshake":
+        if params:
+            raise ValueError(f"unknown parameters for handshake: {sorted(params)}")
+        cols["x"] = rng.integers(1, 10_000, size=m, endpoint=True)
+        cols["y"] = rng.uniform(1.0, 10_000.0, size=m)
+    else:
+        for k, name in enumerate(attrs):
+            cols[name] = values(m, distribution, seed=[seed, part, k + 1], start=start,
+                                total=n, **dict(params))  # fmt: skip
     return pa.table(cols)
 
 

@@ -56,6 +56,16 @@ class Result:
         """Compare with another result or pair table as sets (see :func:`oracle.same_pairs`)."""
         return oracle.same_pairs(self, other)
 
+    def to_spark(self, spark):
+        """The pairs as a Spark DataFrame (``r``, ``s``, ``latency_ns``), handed over as Arrow.
+
+        ``spark`` is a SparkSession; for the joined rows' columns see
+        :meth:`streamjoin.spark_bridge.SparkSource.pairs_with_columns`.
+        """
+        if self.pairs is None:
+            raise ValueError("this run used collect='count' and kept no pairs")
+        return spark.createDataFrame(self.pairs)
+
     def latency_ns(self) -> np.ndarray | None:
         return None if self.pairs is None else self.pairs.column("latency_ns").to_numpy()
 

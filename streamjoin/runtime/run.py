@@ -171,6 +171,7 @@ def run(
     )
 
     if isinstance(data, Source):
+        data.check(query)
         total, chunks = data.n_rows, _validated_chunks(data, query)
     else:
         cols = validate(data, query)

@@ -1,2 +1,28 @@
-"""PySpark sources and sinks (the only package that imports pyspark). Not built yet: see the
-Spark-bridge issue."""
+"""PySpark sources and sinks: the only package that imports pyspark.
+
+- :func:`from_dataframe`: a DataFrame (or R and S DataFrames) as a source for
+  :func:`streamjoin.run`, streamed partition by partition as Arrow record batches;
+- :class:`JoinSink`: a Structured Streaming ``foreachBatch`` sink feeding one long-lived join;
+- :meth:`SparkSource.pairs_with_columns` and :meth:`streamjoin.Result.to_spark`: results back
+  as DataFrames;
+- :func:`generate`, :func:`flights`, :func:`weather`: workloads and a real dataset on Spark;
+- :func:`session` and :func:`check_java`: a SparkSession, after checking Java 17+.
+"""
+
+from streamjoin.spark_bridge.pipeline import AIRPORTS, flights, generate, weather
+from streamjoin.spark_bridge.session import SparkSetupError, check_java, session
+from streamjoin.spark_bridge.source import SparkSource, from_dataframe
+from streamjoin.spark_bridge.stream import JoinSink
+
+__all__ = [
+    "AIRPORTS",
+    "JoinSink",
+    "SparkSetupError",
+    "SparkSource",
+    "check_java",
+    "flights",
+    "from_dataframe",
+    "generate",
+    "session",
+    "weather",
+]

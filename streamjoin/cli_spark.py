@@ -1,0 +1,127 @@
+"""The Spark part of the ``streamjoin`` command: ``--source parquet:PATH`` / ``spark:FORMAT:PATH``
+for `run` and `compare`, and ``streamjoin generate``. :mod:`streamjoin.cli` wires these in;
+pyspark is imported only when a Spark source is used."""
+
+from __future__ import annotations
+
+import argparse
+
+SOURCE_HELP = (
+    "input: 'synthetic' (generated, see the data options), 'parquet:PATH', or "
+    "'spark:FORMAT:PATH' (any Spark reader: csv, json, orc, parquet), read through Spark "
+    "partition by partition (default: %(default)s)"
+)
+
+
+def add_source_options(group) -> None:
+    group.add_argument("--source", default="synthetic", help=SOURCE_HELP)
+    group.add_argument("--attr", default="x",
+                       help="join column of a Spark source (default: %(default)s)")  # fmt: skip
+    group.add_argument("--ts-column", default="ts",
+                       help="event-time column of a Spark source (default: %(default)s)")  # fmt: skip
+    group.add_argument(
+        "--tie-break",
+        default=None,
+        metavar="COLUMN",
+        help="Spark source: column ordering rows of equal ts (default: 'seq' if present, "
+        "else the files' order)",
+    )
+    group.add_argument("--eps", type=float, default=None,
+                       help="band width |r.x - s.x| <= EPS (default: from --match-rate)")  # fmt: skip
+    group.add_argument("--spark-master", default="local[*]",
+                       help="Spark master for a Spark source (default: %(default)s)")  # fmt: skip
+
+
+def parse_source(text: str) -> tuple[str, str] | None:
+    """``None`` for synthetic input, else ``(format, path)``."""
+    if text == "synthetic":
+        return None
+    kind, _, rest = text.partition(":")
+    if kind == "parquet" and rest:
+        return "parquet", rest
+    if kind == "spark":
+        fmt, _, path = rest.partition(":")
+        if fmt and path:
+            return fmt, path
+    raise ValueError(
+        f"--source must be 'synthetic', 'parquet:PATH' or 'spark:FORMAT:PATH', got {text!r}"
+    )
+
+
+def spark_source(args):
+    """The bridge source for ``args.source``, and a sample of its join values per stream
+    (``r``, ``s``; ``s`` None for a self-join) for choosing eps."""
+    from streamjoin import spark_bridge
+
+    fmt, path = parse_source(args.source)
+    spark = spark_bridge.session(args.spark_master)
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", True).option("inferSchema", True)
+    df = reader.load(path)
+    if args.attr not in df.columns:
+        raise ValueError(f"{args.source} has no column {args.attr!r}; columns: {df.columns}")
+    stream = None if args.self_join else "stream"
+    tie = args.tie_break or ("seq" if "seq" in df.columns else None)
+    src = spark_bridge.from_dataframe(df, ts=args.ts_column, stream=stream, tie_break=tie)
+    cols = [args.attr] + ([] if args.self_join else ["stream"])
+    sample = df.select(*cols).limit(200_000).toArrow()
+    x = sample.column(args.attr).to_numpy()
+    if args.self_join:
+        return src, x, None
+    stream_ids = sample.column("stream").to_numpy()
+    return src, x[stream_ids == 0], x[stream_ids == 1]
+
+
+def add_generate_command(sub) -> None:
+    from streamjoin import sources
+
+    gen = sub.add_parser(
+        "generate",
+        help="generate a synthetic workload with Spark and write it as Parquet",
+        description="Generate the synthetic workloads of streamjoin.sources at scale, one "
+        "Spark task per part, and write them as Parquet (columns seq, stream, ts and the "
+        "join attributes; seq orders rows in arrival order). Run it with "
+        "`streamjoin run --source parquet:PATH`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gen.add_argument("-n", "--tuples", type=int, default=10_000_000,
+                     help="rows, both streams together (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--distribution", choices=[*sources.DISTRIBUTIONS, "handshake"],
+                     default="uniform", help="attribute values (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--rate", type=float, default=10_000,
+                     help="event-time rate of R, tuples/s (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--rate-s", type=float, default=None,
+                     help="event-time rate of S (default: --rate)")  # fmt: skip
+    gen.add_argument("--process", choices=("constant", "poisson"), default="constant",
+                     help="arrival process (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--self-join", action="store_true", help="one stream, no stream column")
+    gen.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    gen.add_argument("--parts", type=int, default=None,
+                     help="Spark tasks / files (default: one per million rows)")  # fmt: skip
+    gen.add_argument("--spark-master", default="local[*]",
+                     help="Spark master (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--overwrite", action="store_true", help="replace an existing PATH")
+    gen.add_argument("-o", "--out", required=True, metavar="PATH", help="Parquet folder")
+
+
+def cmd_generate(args) -> int:
+    import time
+
+    from streamjoin import spark_bridge
+
+    if args.tuples < 0:
+        raise ValueError(f"--tuples must be >= 0, got {args.tuples}")
+    params = {}
+    if args.distribution == "uniform":
+        params = {"low": 0, "high": 10 * max(args.tuples, 1)}
+    spark = spark_bridge.session(args.spark_master)
+    t0 = time.perf_counter()
+    df = spark_bridge.generate(
+        spark, args.tuples, args.out, args.distribution, parts=args.parts, rate=args.rate,
+        rate_s=args.rate_s, process=args.process, self_join=args.self_join, seed=args.seed,
+        mode="overwrite" if args.overwrite else "error", **params,
+    )  # fmt: skip
+    rows = df.count()
+    print(f"wrote {rows:,} rows to {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0

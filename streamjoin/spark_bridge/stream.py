@@ -1,0 +1,211 @@
+"""Structured Streaming into a long-lived join: a ``foreachBatch`` sink.
+
+Spark calls the sink once per micro-batch, in the driver. The sink sorts the micro-batch into
+arrival order (``ts``, then ``tie_break``, then R before S; see
+:mod:`streamjoin.spark_bridge.source`), validates it whole, and only then hands it to a job
+that runs for the life of the sink (:func:`streamjoin.run` in a background thread reading a
+queue). Windows therefore span micro-batch boundaries and the result is exactly the oracle's
+over the concatenation of the micro-batches in ``batch_id`` order.
+
+- A ``batch_id`` at or below the last one fed is a replay (Spark re-runs a micro-batch after a
+  failure): it is skipped, counted in :attr:`JoinSink.replayed`, never fed twice.
+- A bad micro-batch (a null join value, ``ts`` going back in time under a time window) raises
+  :class:`streamjoin.InputError` from the sink before any of it is fed, so the Spark query
+  fails with that message and the job keeps what came before.
+- :meth:`JoinSink.stop` stops the Spark query, drains the job and returns its
+  :class:`~streamjoin.Result`; :meth:`JoinSink.close` does the last two when the query was
+  stopped some other way.
+- The queue between Spark and the job holds ``max_queued`` micro-batches: a join slower than
+  the stream holds Spark back instead of filling memory.
+
+Row numbers in the result (``r``, ``s``) count rows across micro-batches in arrival order;
+:attr:`JoinSink.batches` says which rows each ``batch_id`` brought.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+
+from streamjoin.batch import InputError, validate
+from streamjoin.runtime import Result, run
+from streamjoin.sources import Source
+from streamjoin.spark_bridge.source import arrival_ordered
+
+_END = object()
+
+
+class _QueueSource(Source):
+    """Tables put on a queue, until the end marker."""
+
+    def __init__(self, q: queue.Queue) -> None:
+        self.queue = q
+
+    def __iter__(self):
+        while (item := self.queue.get()) is not _END:
+            yield item
+
+
+class JoinSink:
+    """A ``foreachBatch`` function that feeds micro-batches into one long-lived join.
+
+    Parameters
+    ----------
+    query : streamjoin.Query
+    topology : streamjoin.topologies.Topology, optional
+    ts, stream, tie_break :
+        Column names, as for :func:`streamjoin.spark_bridge.from_dataframe` (``stream=None``
+        for a self-join).
+    max_queued : int
+        Micro-batches that may wait for the join before the sink blocks Spark.
+    **run_options
+        Passed to :func:`streamjoin.run` (``backend``, ``batch_size``, ``max_delay``,
+        ``collect``, …); ``progress`` defaults to off.
+
+    Examples
+    --------
+    >>> sink = JoinSink(query, topologies.single(), backend="local")       # doctest: +SKIP
+    >>> sink.start(spark.readStream.parquet("in/"))                       # doctest: +SKIP
+    >>> result = sink.stop()                                              # doctest: +SKIP
+    """
+
+    def __init__(self, query, topology=None, *, ts: str | None = "ts",
+                 stream: str | None = "stream", tie_break=None, max_queued: int = 4,
+                 **run_options) -> None:  # fmt: skip
+        if not isinstance(max_queued, int) or max_queued < 1:
+            raise ValueError(f"max_queued must be a positive integer, got {max_queued!r}")
+        if query.self_join:
+            stream = None
+        elif stream is None:
+            raise ValueError("a two-way join needs the stream column's name")
+        if query.window.kind == "time" and ts is None:
+            raise ValueError("a time window needs the ts column's name")
+        self.query = query
+        self.ts, self.stream, self.tie_break = ts, stream, tie_break
+        self.columns = (["stream"] if stream else []) + (["ts"] if ts else [])
+        self.columns += [a for a in query.attrs if a not in self.columns]
+        self.rows = 0  #: rows fed so far
+        self.batches: list[tuple[int, int, int]] = []  #: (batch_id, first row, rows) fed
+        self.replayed = 0  #: micro-batches skipped as replays
+        self.streaming_query = None  #: the Spark query :meth:`start` started
+        self._last_ts = np.full(2, np.iinfo(np.int64).min, dtype=np.int64)
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._result: Result | None = None
+        self._error: BaseException | None = None
+        run_options.setdefault("progress", False)
+        self._thread = threading.Thread(
+            target=self._run, args=(topology, run_options), name="streamjoin-sink", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, topology, run_options) -> None:
+        try:
+            self._result = run(self.query, _QueueSource(self._queue), topology, **run_options)
+        except BaseException as e:  # handed to the next feed or to close()
+            self._error = e
+
+    def _check_alive(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the join job failed: {self._error!r}") from self._error
+
+    # --- the foreachBatch function -------------------------------------------------------
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the sink is closed; start a new JoinSink")
+            self._check_alive()
+            if self.batches and batch_id <= self.batches[-1][0]:
+                self.replayed += 1
+                return
+            table = self._arrival_ordered(batch_df)
+            self._validate(table)
+            self._put(table)
+            self.batches.append((int(batch_id), self.rows, table.num_rows))
+            self.rows += table.num_rows
+
+    def _arrival_ordered(self, batch_df):
+        ordered = arrival_ordered(batch_df, ts=self.ts, stream=self.stream,
+                                  tie_break=self.tie_break, order="sort" if self.ts else "keep")  # fmt: skip
+        missing = [c for c in self.columns if c not in ordered.columns]
+        if missing:
+            raise InputError(
+                f"the micro-batch has no column {missing[0]!r}; columns present: {batch_df.columns}"
+            )
+        return ordered.select(*self.columns).toArrow()
+
+    def _validate(self, table) -> None:
+        cols = validate(table, self.query, row_offset=self.rows)
+        if self.query.window.kind != "time" or not len(cols):
+            return
+        for y in (0, 1):  # ts across micro-batches (validate checks within one)
+            ts = cols.ts[cols.stream == y]
+            if len(ts) and ts[0] < self._last_ts[y]:
+                raise InputError(
+                    f"ts of stream {'RS'[y]} goes back from {self._last_ts[y]} to {ts[0]} in "
+                    f"the micro-batch starting at row {self.rows}; a time window needs "
+                    "non-decreasing ts per stream across micro-batches"
+                )
+        for y in (0, 1):
+            ts = cols.ts[cols.stream == y]
+            if len(ts):
+                self._last_ts[y] = ts[-1]
+
+    def _put(self, item) -> None:
+        while True:
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                self._check_alive()
+
+    # --- starting and stopping -----------------------------------------------------------
+
+    def start(self, df, s=None, *, trigger: dict | None = None, checkpoint: str | None = None):
+        """Start ``df.writeStream.foreachBatch(self)``; return the StreamingQuery.
+
+        ``s``: a second streaming DataFrame for S (``df`` is then R, and neither has a
+        ``stream`` column). ``trigger``: keyword arguments of ``DataStreamWriter.trigger``.
+        ``checkpoint``: a checkpoint folder, so a restarted query resumes (its replayed
+        micro-batches are skipped).
+        """
+        if s is not None:
+            from pyspark.sql import functions as F
+
+            df = df.withColumn("stream", F.lit(0).cast("tinyint")).unionByName(
+                s.withColumn("stream", F.lit(1).cast("tinyint")), allowMissingColumns=True
+            )
+            self.stream = "stream"
+        writer = df.writeStream.foreachBatch(self)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if checkpoint:
+            writer = writer.option("checkpointLocation", checkpoint)
+        self.streaming_query = writer.start()
+        return self.streaming_query
+
+    def stop(self, timeout: float | None = None) -> Result:
+        """Stop the query :meth:`start` started, then :meth:`close`."""
+        if self.streaming_query is not None:
+            self.streaming_query.stop()
+        return self.close(timeout)
+
+    def close(self, timeout: float | None = None) -> Result:
+        """Drain the job and return its result (all micro-batches fed so far).
+
+        Raises the job's error, if it failed, and ``TimeoutError`` if it does not finish in
+        ``timeout`` seconds.
+        """
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._put(_END)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the join job did not finish within {timeout} s")
+        self._check_alive()
+        return self._result

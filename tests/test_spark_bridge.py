@@ -1,0 +1,334 @@
+"""The Spark bridge against the oracle: batch and streaming sources, results back, pipelines.
+
+One local[2] SparkSession for the run (the ``spark`` fixture). Spark defines arrival order
+(``ts``, then ``seq``, then R before S), so the oracle runs over the input in that order.
+"""
+
+import os
+import stat
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import predicates, tables, windows
+
+import streamjoin as sj
+from streamjoin import spark_bridge as sb
+from streamjoin.spark_bridge.session import SparkSetupError, java_major
+
+
+def in_arrival_order(data: dict) -> dict:
+    """``data`` (with ``seq``) as the bridge orders it: by ts, then seq, then stream."""
+    keys = [data["seq"], data["ts"]]
+    if "stream" in data:
+        keys.insert(0, data["stream"])
+    order = np.lexsort(keys)
+    return {k: v[order] for k, v in data.items()}
+
+
+def with_seq(data: dict) -> dict:
+    n = len(data["ts"])
+    rng = np.random.default_rng(n)
+    return {**data, "seq": rng.permutation(n).astype(np.int64)}
+
+
+def spark_df(spark, data: dict, partitions: int = 3):
+    return spark.createDataFrame(pa.table(data)).repartition(partitions)
+
+
+# --- Java -----------------------------------------------------------------------------------
+
+
+def fake_java(tmp_path, version_line: str) -> str:
+    path = tmp_path / "bin" / "java"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{version_line}' >&2\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "line, major",
+    [('openjdk version "17.0.15" 2025-04-15', 17), ('java version "1.8.0_392"', 8),
+     ('openjdk version "21" 2023-09-19', 21), ('openjdk version "11.0.2" 2019-01-15', 11)],
+)  # fmt: skip
+def test_java_major(line, major):
+    assert java_major(line) == major
+
+
+def test_old_java_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    fake_java(tmp_path, 'openjdk version "11.0.2" 2019-01-15')
+    with pytest.raises(SparkSetupError, match=r"is Java 11; PySpark 4 needs Java 17"):
+        sb.check_java()
+    with pytest.raises(SparkSetupError, match="Java 11"):
+        sb.session()  # fails before starting anything
+
+
+def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SparkSetupError, match="Java not found"):
+        sb.check_java()
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(SparkSetupError, match="not an executable"):
+        sb.check_java()
+
+
+def test_this_machines_java_passes():
+    assert sb.check_java() >= 17
+
+
+# --- batch source ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["arrow", "ipc"])
+@pytest.mark.parametrize("window", [sj.CountWindow(50), sj.TimeWindow(4)])
+def test_dataframe_source_equals_oracle(spark, transport, window):
+    data = sj.sources.synthetic(3000, low=0, high=3000, seed=5)
+    data = with_seq({k: data.column(k).to_numpy() for k in data.column_names})
+    query = sj.Query(sj.band("x", 3), window=window)
+    src = sb.from_dataframe(spark_df(spark, data), tie_break="seq", transport=transport)
+    result = sj.run(query, src, batch_size=128)
+    assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
+    assert result.metrics["input_tuples"] == 3000
+
+
+def test_two_dataframes_merge_by_ts_r_first(spark):
+    rng = np.random.default_rng(1)
+    r = {"ts": np.sort(rng.integers(0, 200, 400)), "x": rng.integers(0, 50, 400)}
+    s = {"ts": np.sort(rng.integers(0, 200, 300)), "x": rng.integers(0, 50, 300)}
+    query = sj.Query(sj.equal("x") & sj.less_equal("ts_copy"), window=sj.TimeWindow(20))
+    for d, seq in ((r, np.arange(400)), (s, np.arange(300))):
+        d["ts_copy"] = d["ts"].astype(np.float64)
+        d["seq"] = seq
+    src = sb.from_dataframe(spark_df(spark, r), spark_df(spark, s, 2), tie_break=["x", "seq"])
+    # expected order: ts, then x and seq, then R before S
+    merged = {k: np.concatenate([r[k], s[k]]) for k in r}
+    merged["stream"] = np.repeat(np.array([0, 1], np.int8), [400, 300])
+    order = np.lexsort((merged["stream"], merged["seq"], merged["x"], merged["ts"]))
+    merged = {k: v[order] for k, v in merged.items()}
+    result = sj.run(query, src, sj.topologies.grid(2, 2), batch_size=16)
+    assert result.same_pairs(sj.oracle.join(query, merged))
+
+
+def test_self_join_and_equal_timestamps(spark):
+    n = 2000
+    data = with_seq({"ts": np.repeat(np.arange(n // 10), 10), "x": np.arange(n) % 7})
+    query = sj.Query(sj.equal("x"), window=sj.CountWindow(30), self_join=True)
+    src = sb.from_dataframe(spark_df(spark, data), stream=None, tie_break="seq")
+    result = sj.run(query, src, batch_size=1 << 9)
+    assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
+
+
+def test_empty_dataframe(spark):
+    data = {"stream": np.zeros(0, np.int8), "ts": np.zeros(0, np.int64), "x": np.zeros(0)}
+    src = sb.from_dataframe(spark.createDataFrame(pa.table(data)))
+    result = sj.run(sj.Query(sj.band("x", 1), window=sj.CountWindow(4)), src)
+    assert result.count == 0 and result.metrics["input_tuples"] == 0
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.booleans(), st.data())
+def test_random_inputs_through_spark_equal_oracle(spark, self_join, draw):
+    data = with_seq(draw.draw(tables(self_join, max_rows=80)))
+    query = sj.Query(draw.draw(predicates()), window=draw.draw(windows()), self_join=self_join)
+    src = sb.from_dataframe(spark_df(spark, data, 2), stream=None if self_join else "stream",
+                            tie_break="seq")  # fmt: skip
+    result = sj.run(query, src, batch_size=draw.draw(st.sampled_from([1, 7, 64])))
+    assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
+
+
+# --- errors before the job starts ---------------------------------------------------------
+
+
+@pytest.fixture
+def no_job(monkeypatch):
+    """Fail the test if a job starts."""
+
+    def started(*args, **kwargs):
+        raise AssertionError("the job started")
+
+    import streamjoin.runtime.local as local
+
+    monkeypatch.setattr(local, "run_local", started)
+
+
+def test_missing_column_is_a_clear_error(spark, no_job):
+    df = spark.createDataFrame(pa.table({"stream": [0, 1], "ts": [1, 2], "y": [1.0, 2.0]}))
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
+    with pytest.raises(sj.InputError, match="no column 'x'"):
+        sj.run(query, sb.from_dataframe(df))
+    with pytest.raises(sj.InputError, match="no column 'when'"):
+        sb.from_dataframe(df, ts="when")
+
+
+def test_null_in_join_column_is_a_clear_error(spark, no_job):
+    df = spark.createDataFrame(pa.table({"stream": [0, 1, 0], "ts": [1, 2, 3],
+                                         "x": pa.array([1.0, None, float("nan")])}))  # fmt: skip
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
+    with pytest.raises(sj.InputError, match="column 'x' has 2 null or NaN values"):
+        sj.run(query, sb.from_dataframe(df))
+
+
+def test_non_numeric_column_is_a_clear_error(spark, no_job):
+    df = spark.createDataFrame(pa.table({"stream": [0, 1], "ts": [1, 2], "x": ["a", "b"]}))
+    with pytest.raises(sj.InputError, match="column 'x' is string"):
+        sj.run(sj.Query(sj.band("x", 1), window=sj.CountWindow(4)), sb.from_dataframe(df))
+
+
+# --- results back ---------------------------------------------------------------------------
+
+
+def test_results_back_to_spark_and_parquet(spark, tmp_path):
+    data = sj.sources.synthetic(1500, low=0, high=1500, seed=2)
+    data = with_seq({k: data.column(k).to_numpy() for k in data.column_names})
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(40))
+    src = sb.from_dataframe(spark_df(spark, data), tie_break="seq")
+    result = sj.run(query, src)
+    back = result.to_spark(spark).toArrow()
+    assert result.same_pairs(back)
+    path = str(tmp_path / "pairs.parquet")
+    src.pairs_with_columns(result, ["seq", "x", "ts"]).write.parquet(path)
+    table = pq.read_table(path).sort_by([("r", "ascending"), ("s", "ascending")])
+    assert table.num_rows == result.count
+    ordered = in_arrival_order(data)
+    r, s = table.column("r").to_numpy(), table.column("s").to_numpy()
+    for col in ("seq", "x", "ts"):  # the columns are those of the rows the numbers name
+        assert np.array_equal(table.column(f"r_{col}").to_numpy(), ordered[col][r])
+        assert np.array_equal(table.column(f"s_{col}").to_numpy(), ordered[col][s])
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+def write_parts(folder, data: dict, parts: int) -> None:
+    """``data`` as ``parts`` Parquet files, named so Spark's file source takes them in order."""
+    os.makedirs(folder, exist_ok=True)
+    n, now = len(data["ts"]), time.time()
+    for k, rows in enumerate(np.array_split(np.arange(n), parts)):
+        pq.write_table(pa.table({c: v[rows] for c, v in data.items()}),
+                       os.path.join(folder, f"part-{k:04d}.parquet"))  # fmt: skip
+        os.utime(os.path.join(folder, f"part-{k:04d}.parquet"), (now + k, now + k))
+
+
+@pytest.mark.parametrize("window", [sj.CountWindow(300), sj.TimeWindow(40)])
+def test_streaming_windows_span_micro_batches(spark, tmp_path, window):
+    data = sj.sources.synthetic(4000, low=0, high=4000, seed=9)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["seq"] = np.arange(len(data["ts"]), dtype=np.int64)
+    folder = str(tmp_path / "in")
+    write_parts(folder, data, 8)  # 500 rows per micro-batch: windows span several
+    stream_df = (spark.readStream.schema(spark.read.parquet(folder).schema)
+                 .option("maxFilesPerTrigger", 1).parquet(folder))  # fmt: skip
+    query = sj.Query(sj.band("x", 4), window=window)
+    sink = sb.JoinSink(query, sj.topologies.split(2), tie_break="seq", batch_size=64)
+    streaming = sink.start(stream_df)
+    streaming.processAllAvailable()
+    result = sink.stop()
+    assert [b[0] for b in sink.batches] == list(range(8))
+    assert result.metrics["input_tuples"] == 4000
+    assert result.same_pairs(sj.oracle.join(query, data))
+
+
+def test_streaming_replay_not_fed_twice_and_bad_batch_rejected(spark):
+    query = sj.Query(sj.band("x", 1), window=sj.TimeWindow(10))
+    sink = sb.JoinSink(query, tie_break="seq")
+    a = {"seq": [0, 1, 2], "stream": [0, 1, 0], "ts": [1, 2, 3], "x": [1.0, 1.5, 2.0]}
+    b = {"seq": [3, 4], "stream": [1, 1], "ts": [4, 5], "x": [2.0, 9.0]}
+    bad_null = {"seq": [5], "stream": [0], "ts": [6], "x": pa.array([None], pa.float64())}
+    bad_ts = {"seq": [6], "stream": [1], "ts": [1], "x": [1.0]}
+    sink(spark.createDataFrame(pa.table(a)), 0)
+    sink(spark.createDataFrame(pa.table(b)), 1)
+    sink(spark.createDataFrame(pa.table(a)), 1)  # replayed batch_id: skipped
+    with pytest.raises(sj.InputError, match="null"):
+        sink(spark.createDataFrame(pa.table(bad_null)), 2)
+    with pytest.raises(sj.InputError, match="goes back"):
+        sink(spark.createDataFrame(pa.table(bad_ts)), 2)
+    result = sink.close()
+    assert sink.replayed == 1 and sink.rows == 5
+    fed = {k: np.concatenate([np.asarray(a[k]), np.asarray(b[k])]) for k in a}
+    assert result.same_pairs(sj.oracle.join(query, fed))
+    with pytest.raises(RuntimeError, match="closed"):
+        sink(spark.createDataFrame(pa.table(b)), 3)
+
+
+# --- pipelines ------------------------------------------------------------------------------
+
+
+def test_generate_on_spark_is_an_arrival_ordered_workload(spark, tmp_path):
+    path = str(tmp_path / "gen")
+    df = sb.generate(spark, 20_000, path, "gaussian", parts=4, rate=5000, process="poisson",
+                     scale=1000.0, seed=3)  # fmt: skip
+    table = df.toArrow().sort_by("seq")
+    assert abs(table.num_rows - 20_000) < 1000
+    assert set(table.column_names) == {"seq", "stream", "ts", "x"}
+    stream, ts = table.column("stream").to_numpy(), table.column("ts").to_numpy()
+    for y in (0, 1):
+        assert np.all(np.diff(ts[stream == y]) >= 0)
+    data = {k: table.column(k).to_numpy() for k in table.column_names}
+    query = sj.Query(sj.band("x", 0.05), window=sj.TimeWindow(100))
+    result = sj.run(query, sb.from_dataframe(spark.read.parquet(path), tie_break="seq"))
+    assert result.count > 0
+    assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
+
+
+def test_generated_parts_match_in_memory_constant_workload():
+    whole = sj.sources.synthetic(10_000, rate=1000, rate_s=3000, seed=0)
+    parts = pa.concat_tables(
+        [sj.sources.synthetic_part(10_000, k, 5, rate=1000, rate_s=3000, seed=0)
+         for k in range(5)]
+    )  # fmt: skip
+    assert parts.num_rows == whole.num_rows
+    for col in ("stream", "ts"):  # same arrivals; values are drawn per part
+        assert np.array_equal(parts.column(col).to_numpy(), whole.column(col).to_numpy())
+
+
+def test_flights_self_join_and_weather_band_join(spark):
+    flights = sb.flights(spark)
+    assert flights.count() == 336_776
+    # SPO-Join style: a later flight that flies farther in less air time, last 200 flights
+    first = flights.dropna(subset=["air_time"]).orderBy("ts", "id").limit(3000)
+    query = sj.Query(sj.greater("distance") & sj.less("air_time"), window=sj.CountWindow(200),
+                     self_join=True)  # fmt: skip
+    src = sb.from_dataframe(first, stream=None, tie_break="id")
+    result = sj.run(query, src, sj.topologies.split(2))
+    data = first.orderBy("ts", "id").select("ts", "distance", "air_time").toArrow()
+    assert result.count > 0
+    assert result.same_pairs(sj.oracle.join(query, data))
+    # flights (R) and hourly weather (S) at the same airport within the hour
+    day = "ts < 1357257600000"  # 2013-01-04
+    r = flights.where(day).select("ts", "origin_code", "id")
+    s = sb.weather(spark).where(day).select("ts", "origin_code", "id")
+    query = sj.Query(sj.equal("origin_code"), window=sj.TimeWindow(3_600_000))
+    src = sb.from_dataframe(r, s, tie_break="id")  # (ts, id, stream) is unique
+    result = sj.run(query, src)
+    merged = src.ordered.select("stream", "ts", "origin_code").toArrow()
+    assert result.count > 0
+    assert result.same_pairs(sj.oracle.join(query, merged))
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def test_cli_generate_then_run_from_parquet(spark, tmp_path, capsys):
+    from streamjoin.cli import main
+
+    path = str(tmp_path / "data.parquet")
+    assert main(["generate", "-n", "6000", "--parts", "3", "-o", path, "--seed", "4"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert main(["generate", "-n", "10", "-o", path]) == 2  # exists: refused, no traceback
+    assert "already exists" in capsys.readouterr().err
+    out = str(tmp_path / "out")
+    code = main(["run", "--source", f"parquet:{path}", "--window-kind", "time", "--window",
+                 "30", "--check", "--topology", "split:2", "-o", out, "--no-progress"])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "oracle: same pairs" in text
+    assert os.path.exists(os.path.join(out, "metrics.json"))
+    assert main(["run", "--source", "spark:csv"]) == 2
+    assert "--source must be" in capsys.readouterr().err
