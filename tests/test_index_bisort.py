@@ -19,7 +19,8 @@ from window_index_oracle import (
 
 import streamjoin.indexes.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
-from streamjoin.indexes.bisort import BUFFERED, MAIN, STRIDE
+from streamjoin.indexes.bisort import BUFFERED, MAIN, STRIDE, BISort
+from streamjoin.indexes.subwindows import band_bounds
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "partitions": 3, "buffer_size": 4}
@@ -77,6 +78,35 @@ def test_equal_probe_keys_share_their_range():
         (i, int(r)) for i, k in enumerate(probes) for r in np.flatnonzero(abs(values - k) <= 1)
     )
     assert got == want and len(got) == 4 * 60
+
+
+def test_ranges_are_the_main_array_items_in_each_interval():
+    """§III-D: a probe's result as an <id_start, id_end> record of the main array; the exact
+    pairs are the records' items that pass the band test (the buffer is probed apart)."""
+    rng = np.random.default_rng(5)
+    store = BISort(300, partitions=7, buffer_size=16)
+    keys = np.sort(rng.integers(0, 40, 290).astype(np.float64))
+    store.insert(keys, np.arange(290))
+    store.insert(np.array([3.0, 5.0]), np.array([290, 291]))  # stays in the buffer
+    probes = np.sort(rng.integers(-5, 45, 30).astype(np.float64))
+    vlo, vhi = band_bounds(probes, -1.5, 2.0)
+    starts, ends = store.ranges(vlo, vhi)
+    main_keys, main_refs = store._t.keys[:290], store._t.refs[:290]
+    for i in range(len(probes)):
+        inside = np.flatnonzero((main_keys >= vlo[i]) & (main_keys <= vhi[i]))
+        want = (inside[0], inside[-1] + 1) if len(inside) else (starts[i], starts[i])
+        assert (starts[i], ends[i]) == want
+    pos, refs = store.probe(probes, vlo, vhi, -1.5, 2.0, 0)
+    from_ranges = {
+        (i, int(main_refs[j]))
+        for i in range(len(probes))
+        for j in range(starts[i], ends[i])
+        if -1.5 <= main_keys[j] - probes[i] <= 2.0
+    }
+    buffer = ((290, 3.0), (291, 5.0))
+    buffered = {(i, r) for i, p in enumerate(probes) for r, k in buffer if -1.5 <= k - p <= 2.0}
+    assert set(zip(pos.tolist(), refs.tolist(), strict=True)) == from_ranges | buffered
+    assert len(pos) == len(from_ranges) + len(buffered)
 
 
 def test_subwindows_expire_whole():

@@ -112,6 +112,22 @@ def test_adjustment_balances_skewed_keys():
     assert counts[0] == 4096 and counts[-1] <= 2 * 4096 / 16
 
 
+def test_partition_sizes_count_the_items_between_splitters():
+    rng = np.random.default_rng(4)
+    index = rap_table(subwindow_size=200, partitions=5, domain=(0.0, 100.0))
+    values = rng.uniform(0, 100, (1, 150))
+    index.insert(values, np.arange(150))
+    store = index._subwindows[-1]
+    sizes = store.partition_sizes()
+    edges = np.concatenate([[-np.inf], store._t.high])
+    want = [
+        np.sum((values > a) & (values <= b)) for a, b in zip(edges[:-1], edges[1:], strict=True)
+    ]
+    assert sizes.tolist() == want and sizes.sum() == len(store) == 150
+    sizes[0] = -1  # a copy: the store is untouched
+    index.check()
+
+
 def test_llat_chains_equal_keys_into_reserved_entries():
     """§III-B2: a partition overflowing its normal entry takes reserved entries, at most P."""
     index = rap_table(subwindow_size=100, partitions=4, sigma=1.25)

@@ -17,8 +17,8 @@ inside the partition from the previous probe's position (§III-E, Fig. 6) -- and
 end, the ``<id_start, id_end>`` record of §III-D, which it then copies out (an exact test drops
 the rounding-margin items at the ends). Starts and ends only move forward through the batch,
 so a batch costs at most one merge-like pass over the main array plus O(log) per probe, and
-equal probe keys find their range again in O(1) (§III-E). The buffer is scanned once per probe
-batch, each buffered item locating its probes in the sorted batch.
+equal probe keys find their range again in O(1) (§III-E). The buffer is sorted once per probe
+batch and swept against it merge-like, each item's probes found from the previous item's.
 """
 
 from __future__ import annotations
@@ -98,13 +98,16 @@ def insert_bisort(t, keys, refs):
         t.buf_refs[b : b + n] = refs
         t.meta[BUFFERED] = b + n
         return
-    order = np.argsort(t.buf_keys[:b], kind="mergesort")  # stable: the buffer is in ref order
-    run_keys = np.empty(b + n)
-    run_refs = np.empty(b + n, dtype=np.int64)
-    run_keys[:b] = t.buf_keys[:b][order]
-    run_refs[:b] = t.buf_refs[:b][order]
-    merge_back(run_keys, run_refs, b, keys, refs)
-    merge_back(t.keys, t.refs, m, run_keys, run_refs)
+    if b == 0:  # nothing buffered: the batch merges straight into the main array (§III-E)
+        merge_back(t.keys, t.refs, m, keys, refs)
+    else:
+        order = np.argsort(t.buf_keys[:b], kind="mergesort")  # stable: the buffer is in ref order
+        run_keys = np.empty(b + n)
+        run_refs = np.empty(b + n, dtype=np.int64)
+        run_keys[:b] = t.buf_keys[:b][order]
+        run_refs[:b] = t.buf_refs[:b][order]
+        merge_back(run_keys, run_refs, b, keys, refs)
+        merge_back(t.keys, t.refs, m, run_keys, run_refs)
     m += b + n
     t.meta[MAIN] = m
     t.meta[BUFFERED] = 0
@@ -131,21 +134,21 @@ def _seek(t, m, x, part, pos):
 
 
 @njit(cache=True, nogil=True)
-def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
-    """Items of a BI-Sort subwindow with ``lo <= item - keys[i] <= hi`` and ``ref >= min_ref``.
+def locate_bisort(t, vlo, vhi):
+    """Main-array ranges of a sorted probe batch: the ``<id_start, id_end>`` records of §III-D.
 
-    ``keys`` float64 (m,) ascending; ``vlo``/``vhi`` from
-    :func:`~streamjoin.indexes.subwindows.band_bounds`. Returns ``(i, refs)`` int64.
-    O(m · log(1 + M / m) + candidates + B · log m), where candidates are the main-array items
-    inside the widened intervals: the searches only move forward, by galloping steps, and the
-    walk to each range's end passes the candidates only.
+    ``[starts[i], ends[i])`` holds exactly the main-array items with ``vlo[i] <= key <=
+    vhi[i]``: the matches of probe i plus rounding-margin items (and expired ones), which an
+    exact test drops when pairs are needed. Each start is found by the index-array search
+    (:func:`_seek`); each end by walking from the previous end. ``vlo``/``vhi`` float64 (m,)
+    from :func:`~streamjoin.indexes.subwindows.band_bounds`. Returns ``starts, ends`` int64
+    (m,). O(m · log(1 + M / m) + candidates): starts and ends only move forward.
     """
     m = t.meta[MAIN]
-    n_probes = keys.shape[0]
+    n_probes = vlo.shape[0]
     starts = np.empty(n_probes, dtype=np.int64)
     ends = np.empty(n_probes, dtype=np.int64)
     part = start = end = 0
-    total = 0
     for i in range(n_probes):
         start, part = _seek(t, m, vlo[i], part, start)
         # the range ends where keys pass vhi: walking there costs no more than copying it out
@@ -154,19 +157,49 @@ def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
             end += 1
         starts[i] = start
         ends[i] = end
-        total += end - start
-    # §III-D: the buffer is scanned once per pass, each item locating its probes in the batch
+    return starts, ends
+
+
+@njit(cache=True, nogil=True)
+def _match_buffer(t, order, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n, write):
+    """Pairs of the buffered items, visited in key order (``order``), with the sorted probes.
+
+    An item's candidate probes start at the first ``vhi >= item``, which only moves forward
+    from one item to the next: a rebounding search from the previous item's start (§III-E)
+    instead of a search over the whole batch per item. Counts, and stores if ``write``, as
+    :func:`~streamjoin.indexes.subwindows.match_item`.
+    """
+    n_probes = keys.shape[0]
+    i0 = 0
+    for j in order:
+        r = t.buf_refs[j]
+        if r >= min_ref:
+            v = t.buf_keys[j]
+            i0 = rebound_search(vhi, i0, n_probes, i0, v, False)
+            n = match_item(v, r, keys, vlo, vhi, i0, n_probes, lo, hi, out_p, out_r, n, write)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
+    """Items of a BI-Sort subwindow with ``lo <= item - keys[i] <= hi`` and ``ref >= min_ref``.
+
+    ``keys`` float64 (m,) ascending; ``vlo``/``vhi`` from
+    :func:`~streamjoin.indexes.subwindows.band_bounds`. Returns ``(i, refs)`` int64.
+    O(m · log(1 + M / m) + candidates + B · log(B + m)), where candidates are the
+    main-array items inside the widened intervals (:func:`locate_bisort`). The buffer is
+    sorted once per probe batch and swept against the batch merge-like (§III-D, §III-E).
+    """
+    starts, ends = locate_bisort(t, vlo, vhi)
+    total = (ends - starts).sum()
     b = t.meta[BUFFERED]
+    order = np.argsort(t.buf_keys[:b])
     none = np.empty(0, dtype=np.int64)
-    buffered = 0
-    for j in range(b):
-        if t.buf_refs[j] >= min_ref:
-            buffered = match_item(t.buf_keys[j], t.buf_refs[j], keys, vlo, vhi, 0, n_probes,
-                                  lo, hi, none, none, buffered, False)  # fmt: skip
+    buffered = _match_buffer(t, order, keys, vlo, vhi, lo, hi, min_ref, none, none, 0, False)
     out_p = np.empty(total + buffered, dtype=np.int64)
     out_r = np.empty(total + buffered, dtype=np.int64)
     n = 0
-    for i in range(n_probes):  # the ranges hold the matches plus rounding-margin items
+    for i in range(keys.shape[0]):  # the ranges hold the matches plus rounding-margin items
         key = keys[i]
         for j in range(starts[i], ends[i]):
             r = t.refs[j]
@@ -174,10 +207,7 @@ def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
                 out_p[n] = i
                 out_r[n] = r
                 n += 1
-    for j in range(b):
-        if t.buf_refs[j] >= min_ref:
-            n = match_item(t.buf_keys[j], t.buf_refs[j], keys, vlo, vhi, 0, n_probes, lo, hi,
-                           out_p, out_r, n, True)  # fmt: skip
+    n = _match_buffer(t, order, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n, True)
     return out_p[:n], out_r[:n]
 
 
@@ -186,7 +216,8 @@ class BISort(SubwindowStore):
 
     Complexity: ``insert`` of n items O(n) into the buffer, or O(M + B log B + n) when it
     merges, i.e. O(M / B + log B) amortised per item; ``probe`` of m sorted keys
-    O(m · log(1 + M / m) + matches + B · log m). Memory: 16 bytes per item of capacity plus
+    O(m · log(1 + M / m) + matches + B · log(B + m)); :meth:`ranges` the same without the
+    buffer and the copy. Memory: 16 bytes per item of capacity plus
     ``16 B + 8 P``.
 
     Parameters
@@ -219,6 +250,16 @@ class BISort(SubwindowStore):
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_bisort(self._t, keys, vlo, vhi, lo, hi, min_ref)
+
+    def ranges(self, vlo: np.ndarray, vhi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The result as ``<id_start, id_end>`` records of the main array (§III-D).
+
+        ``vlo``/``vhi`` float64 (m,) as for :meth:`probe`. Returns ``starts, ends`` int64 (m,):
+        ``[starts[i], ends[i])`` are the main-array items with keys in ``[vlo[i], vhi[i]]``,
+        expired and rounding-margin items included; buffered items are not covered (see
+        :func:`locate_bisort`).
+        """
+        return locate_bisort(self._t, vlo, vhi)
 
     def __len__(self) -> int:
         return int(self._t.meta[MAIN] + self._t.meta[BUFFERED])

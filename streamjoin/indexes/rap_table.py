@@ -231,6 +231,11 @@ class RaPTable(LLATStore):
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_rap_table(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)
 
+    def partition_sizes(self) -> np.ndarray:
+        """Items per partition, int64 (P,), in key order (a copy of the count histogram,
+        §III-B1). How balanced the partition table is: ``N_Sub / P`` each when perfect. O(P)."""
+        return self._t.count.copy()
+
     def items(self):
         keys, refs = [], []
         for p in range(self.partitions):
