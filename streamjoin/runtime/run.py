@@ -28,12 +28,13 @@ def _slices(cols: Columns, rows: int) -> Iterator[Columns]:
         yield Columns(cols.stream[a:b], cols.ts[a:b], cols.attrs[:, a:b])
 
 
-def _validated_chunks(source: Source, query: Query) -> Iterator[Columns]:
+def _validated_chunks(source: Source, query: Query, rows: int) -> Iterator[Columns]:
+    """The source's chunks, validated, handed over ``rows`` at a time (as in-memory input)."""
     offset = 0
     for chunk in source:
         cols = validate(chunk, query, row_offset=offset)
         offset += len(cols)
-        yield cols
+        yield from _slices(cols, rows) if len(cols) > rows else (cols,)
 
 
 def _paced(chunks: Iterator[Columns], rate: float) -> Iterator[Columns]:
@@ -118,7 +119,8 @@ def run(
     ordered : bool
         Return pairs in order of the later tuple's row (as tuple-at-a-time processing emits).
     chunk_rows : int, optional
-        Rows handed to the emitter at a time from in-memory input (default: ``batch_size``).
+        Rows handed to the emitter at a time (default: ``batch_size``; a Source's larger
+        chunks are cut to this size).
         All rows of a chunk share one ingest time, so latency counts from the chunk hand-over.
         With ``pace`` (or a ``sim`` arrival rate) the default is one millisecond of input.
     pace : float, optional
@@ -172,7 +174,7 @@ def run(
 
     if isinstance(data, Source):
         data.check(query)
-        total, chunks = data.n_rows, _validated_chunks(data, query)
+        total, chunks = data.n_rows, _validated_chunks(data, query, chunk_rows)
     else:
         cols = validate(data, query)
         total, chunks = len(cols), _slices(cols, chunk_rows)
