@@ -82,6 +82,31 @@ def test_partitions_follow_the_value_distribution():
     assert sum(held) == n_ti + 400 and max(held) < 3 * (sum(held) / len(held))
 
 
+def test_partition_inserts_count_the_inserts_since_the_last_merge():
+    """The per-subindex insert counters (Fig. 13a) sum to the inserts since the last merge,
+    match what each subindex holds (``check()``), and a merge hands them over whole."""
+    index = indexes.get("pim_tree")(1, merge_ratio=0.2, insertion_depth=2, window=500, **TINY)
+    rng = np.random.default_rng(5)
+    since_merge, ref = 0, 0
+    for _ in range(60):
+        n = int(rng.integers(1, 40))
+        merges = index.merges
+        index.insert(rng.normal(0, 10, (1, n)), np.arange(ref, ref + n))
+        ref += n
+        index.expire(ref - 500)
+        since_merge += n
+        if index.merges > merges:
+            assert index.merges == merges + 1
+            assert index.last_partition_inserts.sum() == since_merge
+            since_merge = 0
+        counts = index.partition_inserts
+        assert counts.sum() == since_merge == index._n_ti
+        assert len(counts) == len(index._tops)
+        index.check()
+    assert index.merges >= 5 and index.merge_seconds > 0
+    assert len(index.last_partition_inserts) > 1  # T_S was not empty at the last merges
+
+
 def test_probe_walks_the_leaf_chain_across_subindexes():
     """A wide band starts in one subindex and follows the chain through the next ones
     (Alg. 2 l. 27-34), through empty ones too, and stops once past the band."""

@@ -26,6 +26,8 @@ IM-Tree is the same structure with D_I = 0: one partition, T_I a single B+-tree.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from numba import njit
 
@@ -73,7 +75,7 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
 
 
 @njit(cache=True, nogil=True)
-def insert_partitioned(t, tops, locks, inner, offsets, fanout, depth, keys, refs):
+def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, keys, refs):
     """Insert a ``(key, ref)``-sorted batch into T_I (PIM-Tree Alg. 1).
 
     Each item descends ``depth`` levels of T_S to find its subindex, the node it reaches
@@ -81,7 +83,9 @@ def insert_partitioned(t, tops, locks, inner, offsets, fanout, depth, keys, refs
     D_I, and its comparison at l. 5 is printed the wrong way round, see
     :func:`~streamjoin.indexes.css_tree.descend_css_tree`). A run of items bound for the same
     subindex is inserted under one acquisition of its lock (l. 8-11): sorted, the batch visits
-    the subindexes in order. The caller reserves node room (:func:`reserve`).
+    the subindexes in order, and ``counts[p]`` (int64 ``(n_partitions,)``) grows by the run's
+    length (the per-subindex insert load of §5, Fig. 13a). The caller reserves node room
+    (:func:`reserve`).
     O(b · (depth · log(fanout_S) + H'_I · log(fanout_I))), Eq. 6 step 3.
     """
     b = keys.shape[0]
@@ -96,6 +100,7 @@ def insert_partitioned(t, tops, locks, inner, offsets, fanout, depth, keys, refs
         # l. 9-10: fetch Roots[p], the B+-tree insert (tops[p] is updated if the root splits)
         insert_into(t, tops[p], keys[start:j], refs[start:j], path)
         locks[p] -= 1  # l. 11
+        counts[p] += j - start
         start, p = j, q
 
 
@@ -215,6 +220,17 @@ class PIMTreeIndex(WindowIndex):
         Node sizes of T_I's B+-trees (see ``bplus_tree``).
     css_fanout, css_leaf_size : int
         Node sizes of T_S (see ``css_tree``).
+
+    Attributes
+    ----------
+    merges : int
+        Merges of T_I into T_S so far.
+    merge_seconds : float
+        CPU time spent in them (thread time: what the merges cost, not counting the time other
+        processes held the core). They run inside ``insert`` and count in its time.
+    last_partition_inserts : numpy.ndarray
+        int64 ``(n_partitions,)``: inserts per subindex in the period the last merge closed
+        (empty before the first merge); see :attr:`partition_inserts`.
     """
 
     name = "pim_tree"
@@ -250,6 +266,9 @@ class PIMTreeIndex(WindowIndex):
         self._first_ref = self._last_ref = None
         self._n_ti = 0
         self._forest = None  # T_I's node arrays, reused from merge to merge
+        self.merges = 0
+        self.merge_seconds = 0.0
+        self.last_partition_inserts = np.zeros(0, dtype=np.int64)
         self._rebuild(np.empty(0), np.empty(0, dtype=np.int64))
 
     def _rebuild(self, keys: np.ndarray, refs: np.ndarray) -> None:
@@ -262,12 +281,27 @@ class PIMTreeIndex(WindowIndex):
         n_parts = len(self._upper)
         self._forest, self._tops = new_forest(n_parts, self.fanout, self.leaf_size, self._forest)
         self._locks = np.zeros(n_parts, dtype=np.int64)
+        self._inserts = np.zeros(n_parts, dtype=np.int64)
         self._n_ti = 0
 
     def _merge(self) -> None:
         """Merge T_I into T_S, dropping expired items (§3.2, §3.3.1; App. A, Fig. 14)."""
+        t0 = time.thread_time()
+        self.last_partition_inserts = self._inserts
         ti_keys, ti_refs = chain_items(self._forest, 0, self._n_ti)
         self._rebuild(*merge_runs(self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before))
+        self.merges += 1
+        self.merge_seconds += time.thread_time() - t0
+
+    @property
+    def partition_inserts(self) -> np.ndarray:
+        """Inserts per T_I subindex since the last merge: int64 ``(n_partitions,)``, a copy.
+
+        They sum to the items T_I holds (expired ones stay until the merge). Even counts mean
+        the partitions fit the value distribution; a distribution that moved since the last
+        merge piles them up in a few subindexes (§5, Fig. 13a). O(n_partitions).
+        """
+        return self._inserts.copy()
 
     def _merge_size(self) -> int:
         """m · w, with w the ``window`` option or the ref span of the live items."""
@@ -285,8 +319,8 @@ class PIMTreeIndex(WindowIndex):
         order = np.argsort(keys[0], kind="stable")
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
         insert_partitioned(
-            self._forest, self._tops, self._locks, self._inner, self._offsets, self.css_fanout,
-            self._depth, keys[0][order], refs[order],
+            self._forest, self._tops, self._locks, self._inserts, self._inner, self._offsets,
+            self.css_fanout, self._depth, keys[0][order], refs[order],
         )  # fmt: skip
         self._n_ti += len(refs)
         if self._n_ti >= self._merge_size():
@@ -312,7 +346,7 @@ class PIMTreeIndex(WindowIndex):
     @property
     def nbytes(self) -> int:
         arrays = (self._ts_keys, self._ts_refs, self._inner, self._offsets, self._upper,
-                  self._tops, self._locks, *self._forest)  # fmt: skip
+                  self._tops, self._locks, self._inserts, *self._forest)  # fmt: skip
         return sum(a.nbytes for a in arrays)
 
     def check(self) -> None:
@@ -328,6 +362,9 @@ class PIMTreeIndex(WindowIndex):
         assert not self._locks.any(), "every lock released"
         held = check_forest(self._forest, self._tops)
         assert len(held) == len(upper), "one subindex per node at the insertion depth"
+        assert np.array_equal(self._inserts, [len(items) for items in held]), (
+            "insert counts: T_I keeps every item inserted since the last merge"
+        )
         ti_refs = []
         for p, items in enumerate(held):
             for key, ref in items:
