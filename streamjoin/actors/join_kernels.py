@@ -54,12 +54,13 @@ def filter_candidates(
     a core by different paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``.
     """
     keep = np.empty(p_pos.shape[0], dtype=np.bool_)
+    residual = first < lo.shape[0]  # a single band the index checked leaves the window only
     for t in range(p_pos.shape[0]):
         i = p_pos[t]
         j = c_rows[t]
         in_window = c_idx[j] >= p_lo_idx[i] if c_seq[j] < p_seq[i] else p_idx[i] >= c_lo_idx[j]
-        keep[t] = in_window and theta_oriented(
-            p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient
+        keep[t] = in_window and (
+            not residual or theta_oriented(p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient)
         )
     return keep
 
