@@ -71,6 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 from pim_tree_paper import RESULTS, _pow2
+from report import commit
 
 import streamjoin as sj
 from streamjoin import viz
@@ -572,28 +573,6 @@ def main() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _commit() -> str:
-    """The checked-out commit, read from ``.git`` (no git command)."""
-    git = os.path.join(os.path.dirname(__file__), "..", ".git")
-    try:
-        with open(os.path.join(git, "HEAD")) as f:
-            head = f.read().strip()
-        if not head.startswith("ref: "):
-            return head[:7]
-        ref = head[5:]
-        path = os.path.join(git, ref)
-        if os.path.exists(path):
-            with open(path) as f:
-                return f.read().strip()[:7]
-        with open(os.path.join(git, "packed-refs")) as f:
-            for line in f:
-                if line.strip().endswith(" " + ref):
-                    return line.split()[0][:7]
-    except OSError:
-        pass
-    return "unknown"
-
-
 def _m(v: float) -> str:
     """Tuples/s in millions, 3 significant digits."""
     return f"{v / 1e6:.3g}M"
@@ -778,7 +757,7 @@ def write(rows: list[dict], sections: list[str], sc: dict, load, elapsed: float)
         "input tuples/s in millions (M). See the docstring of `experiments/panjoin_paper.py`.",
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
         f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (other jobs share "
-        f"the 2 cores: figures are noisy); commit {_commit()} plus the working tree; "
+        f"the 2 cores: figures are noisy); commit {commit()} plus the working tree; "
         f"`python {' '.join(sys.argv)}`; {elapsed / 60:.1f} minutes.",
     ]
     tput = lambda r: _m(r["tuples_per_s"])  # noqa: E731

@@ -39,11 +39,11 @@ import argparse
 import csv
 import functools
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+import report
 
 import streamjoin as sj
 from streamjoin import indexes, viz
@@ -827,8 +827,7 @@ def write(rows: list[dict], args, load: tuple[float, float]) -> None:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
+    commit = report.commit()
     m = machine_info()
     lines = [
         "# PIM-Tree §5 at this machine's scale",

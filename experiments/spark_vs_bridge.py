@@ -84,6 +84,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from report import commit
 
 import streamjoin as sj
 from streamjoin import spark_bridge as sb
@@ -400,28 +401,6 @@ def _weighted_percentile(values, weights, q: float) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def _commit() -> str:
-    """The checked-out commit, read from ``.git`` (no git command)."""
-    git = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".git")
-    try:
-        with open(os.path.join(git, "HEAD")) as f:
-            head = f.read().strip()
-        if not head.startswith("ref: "):
-            return head[:10]
-        ref = head[5:]
-        path = os.path.join(git, ref)
-        if os.path.exists(path):
-            with open(path) as f:
-                return f"{f.read().strip()[:10]} ({ref})"
-        with open(os.path.join(git, "packed-refs")) as f:
-            for line in f:
-                if line.strip().endswith(" " + ref):
-                    return f"{line.split()[0][:10]} ({ref})"
-    except OSError:
-        pass
-    return "unknown"
-
-
 def _label(row: dict) -> str:
     if row["system"] == SPARK:
         name = f"Spark, watermark {row['config'].split('watermark ')[1]}"
@@ -461,7 +440,7 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
         f"{duckdb.__version__}; load average (1 min) {loads[0]:.1f} at the start, "
         f"{loads[1]:.1f} at the end, per run in the table (other processes share the 2 cores: "
         f"compare within this table); {time.strftime('%Y-%m-%d %H:%M')}; commit "
-        f"{_commit()} plus the working tree; `python {' '.join(sys.argv)}`.",
+        f"{commit()} plus the working tree; `python {' '.join(sys.argv)}`.",
         "",
         f"Exact reference: DuckDB, {info['expected']:,} pairs; equal to "
         f"`streamjoin.oracle.join` on the first {info['oracle_rows']:,} rows "
