@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+import report
 
 import streamjoin as sj
 from streamjoin import viz
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--index", default="bplus_tree")
     ap.add_argument("--pace", type=float, default=50_000, help="paced input rate, tuples/s")
     ap.add_argument("--layouts", default="single,split:2,grid:1x2,grid:2x1,grid:2x2,"
-                    "handshake:2,panjoin:2x4")  # fmt: skip
+                    "handshake:2,handshake:2:ll,panjoin:2x4")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="small input, for a smoke run")
     args = ap.parse_args()
     if args.quick:
@@ -91,8 +91,7 @@ def write(rows: list[dict], args) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
+    commit = report.commit()
     m = machine_info()
     local = {r["layout"]: r["input_tuples_per_s"] for r in rows if r["backend"] == "local"}
     lines = [

@@ -15,6 +15,7 @@ ROLE_COLORS = {
     "manager": "#e5989b",
     "worker": "#ffb703",
     "handshake_core": "#ffb703",
+    "handshake_ll_core": "#ffb703",
 }
 
 

@@ -14,3 +14,13 @@ def spark():
     session = spark_bridge.session("local[2]", spark_sql_shuffle_partitions=3)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """Ray on this machine for the whole test run (2 CPUs, no dashboard)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

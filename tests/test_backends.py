@@ -6,15 +6,6 @@ import pytest
 import streamjoin as sj
 
 
-@pytest.fixture(scope="session")
-def ray_session():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.fixture(params=sj.runtime.BACKENDS)
 def backend(request):
     if request.param == "ray":
@@ -31,6 +22,7 @@ SCENARIOS = [
     (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1),
     (sj.Query(sj.equal("x"), window=sj.CountWindow(60), self_join=True), True, "panjoin", 4),
     (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8),
+    (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4),
 ]  # fmt: skip
 
 LAYOUTS = {
@@ -40,6 +32,7 @@ LAYOUTS = {
     "grid_direct": lambda: sj.topologies.grid(1, 2, forward="direct"),
     "panjoin": lambda: sj.topologies.panjoin(2, 4),
     "handshake": lambda: sj.topologies.handshake(3, segment=10),
+    "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
 }
 
 
@@ -55,7 +48,7 @@ def test_backend_equals_oracle(backend, query, self_join, layout, batch_size):
     cores = [
         a
         for a in res.metrics["actors"].values()
-        if a["role"] in ("join_core", "manager", "handshake_core")
+        if a["role"] in ("join_core", "manager", "handshake_core", "handshake_ll_core")
     ]
     assert sum(a["tuples_in"] for a in cores) >= 600
     assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)

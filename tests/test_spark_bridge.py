@@ -235,6 +235,20 @@ def test_streaming_windows_span_micro_batches(spark, tmp_path, window):
     assert result.same_pairs(sj.oracle.join(query, data))
 
 
+def test_streaming_sink_on_ray(spark, ray_session):
+    data = sj.sources.synthetic(2000, low=0, high=2000, seed=4)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["seq"] = np.arange(2000, dtype=np.int64)
+    query = sj.Query(sj.band("x", 4), window=sj.CountWindow(300))
+    sink = sb.JoinSink(query, sj.topologies.grid(1, 2), tie_break="seq", backend="ray",
+                       batch_size=64)  # fmt: skip
+    for k, rows in enumerate(np.array_split(np.arange(2000), 4)):
+        sink(spark.createDataFrame(pa.table({c: v[rows] for c, v in data.items()})), k)
+    result = sink.close(timeout=300)
+    assert result.metrics["backend"] == "ray"
+    assert result.same_pairs(sj.oracle.join(query, data))
+
+
 def test_streaming_replay_not_fed_twice_and_bad_batch_rejected(spark):
     query = sj.Query(sj.band("x", 1), window=sj.TimeWindow(10))
     sink = sb.JoinSink(query, tie_break="seq")

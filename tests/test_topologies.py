@@ -19,6 +19,7 @@ LAYOUTS = [
     lambda: sj.topologies.panjoin(3, 1, subwindow_size=5),
     lambda: sj.topologies.handshake(1),
     lambda: sj.topologies.handshake(3, segment=2),
+    lambda: sj.topologies.handshake(3, low_latency=True),
 ]
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.handshake import HandshakeCore
+from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.panjoin import PanJoinManager, PanJoinWorker
 from streamjoin.actors.router import make_route
@@ -53,6 +54,11 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
             capacity = segment_capacity(query, config["n"], config.get("segment"))
             core = HandshakeCore(query, config["k"], config["n"], capacity, config.get("index"),
                                  config.get("index_options"))  # fmt: skip
+            JoinCore(query, config.get("index"), config.get("index_options")).warm()
+            return core
+        case "handshake_ll_core":
+            core = LowLatencyHandshakeCore(query, config["k"], config["n"], config.get("index"),
+                                           config.get("index_options"))  # fmt: skip
             JoinCore(query, config.get("index"), config.get("index_options")).warm()
             return core
         case "worker":

@@ -9,7 +9,7 @@ Each step is reduced to a short feature vector (the ``FEATURES`` of its role) an
 dot product with the machine profile's coefficients (ns per unit):
 
 - emitter: one call, tuples stamped, batches sent, tuples sent;
-- join core, PanJoin worker and handshake core (one coefficient set per window index, shared
+- join core, PanJoin worker and handshake cores (one coefficient set per window index, shared
   by these roles): one call, window-part calls (each probe/insert/expire kernel call,
   subwindow create/drop), tuples in the batch (and those a handshake core passes on), probing
   tuples, *scan units* (probing tuples × the part's size for a scanning index, × log2 of it
@@ -21,7 +21,7 @@ dot product with the machine profile's coefficients (ns per unit):
 
 Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CPU per destination, travel
 ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy meanwhile), and cost the
-receiver ``recv_ns`` of CPU.
+receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU.
 
 :func:`calibrate` measures this host: it runs the join kernels through the simulator with a
 recording model that times every step, fits the coefficients by non-negative least squares on
@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import json
 import math
+import operator
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -71,8 +72,10 @@ def scan_units(index: str, size: int) -> float:
 
 def message_nbytes(msg) -> int:
     """Payload bytes of a message between actors (what a transport would copy)."""
-    if isinstance(msg, Batch):
-        return msg.nbytes
+    if isinstance(msg, Batch):  # Batch.nbytes, spelt out: the simulator sizes every message
+        return (msg.seq.nbytes + msg.stream.nbytes + msg.idx.nbytes + msg.ts.nbytes
+                + msg.ingest_ns.nbytes + msg.lo_idx.nbytes + msg.attrs.nbytes
+                + msg.horizon.nbytes)  # fmt: skip
     if isinstance(msg, PairBatch):
         return msg.r.nbytes + msg.s.nbytes + msg.ingest_ns.nbytes
     if isinstance(msg, WorkerCommand):
@@ -94,6 +97,7 @@ class MessageCosts:
     hop_ns: float = 0.0
     hop_per_byte_ns: float = 0.0
     recv_ns: float = 0.0
+    recv_per_byte_ns: float = 0.0
 
     def scaled(self, factor: float) -> MessageCosts:
         """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
@@ -114,6 +118,10 @@ class MachineProfile:
     messages : MessageCosts
     cpu_scale, net_scale : float
         Speed-ups applied by :meth:`scaled` since calibration (recorded, not re-applied).
+    cpus : int, optional
+        Processors the actors share (None: one per actor). With fewer processors than
+        actors, a step waits for a free one (first come, first served) and holds it until it
+        ends, as actors sharing a small host do (``MachineProfile.with_cpus``).
     info : dict
         Where and how it was measured (machine, date, fit quality).
     """
@@ -124,7 +132,13 @@ class MachineProfile:
     messages: MessageCosts = field(default_factory=MessageCosts)
     cpu_scale: float = 1.0
     net_scale: float = 1.0
+    cpus: int | None = None
     info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        c = self.cpus
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ValueError(f"cpus must be a positive integer or None, got {c!r}")
 
     # -- JSON ----------------------------------------------------------------------------------
 
@@ -133,6 +147,7 @@ class MachineProfile:
             "name": self.name,
             "cpu_scale": self.cpu_scale,
             "net_scale": self.net_scale,
+            "cpus": self.cpus,
             "roles": self.roles,
             "indexes": self.indexes,
             "messages": dataclasses.asdict(self.messages),
@@ -151,7 +166,8 @@ class MachineProfile:
             raise ValueError(f"bad 'messages' in machine profile: {e}") from None
         return cls(name=str(d.get("name", "unnamed")), roles=roles, indexes=idx,
                    messages=messages, cpu_scale=float(d.get("cpu_scale", 1.0)),
-                   net_scale=float(d.get("net_scale", 1.0)), info=dict(d.get("info", {})))  # fmt: skip
+                   net_scale=float(d.get("net_scale", 1.0)), cpus=d.get("cpus"),
+                   info=dict(d.get("info", {})))  # fmt: skip
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the profile as JSON (an editable text file)."""
@@ -167,7 +183,8 @@ class MachineProfile:
     def summary(self) -> str:
         """A text table of the coefficients (µs per unit) and the message costs."""
         lines = [
-            f"machine profile {self.name!r} (cpu x{self.cpu_scale:g}, net x{self.net_scale:g})"
+            f"machine profile {self.name!r} (cpu x{self.cpu_scale:g}, net x{self.net_scale:g}, "
+            f"{self.cpus or 'a processor per actor'}{' processors' if self.cpus else ''})"
         ]
         for title, table in (("role", self.roles), ("index", self.indexes)):
             for key, coefs in sorted(table.items()):
@@ -176,7 +193,7 @@ class MachineProfile:
         m = self.messages
         lines.append(f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
                      f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
-                     f"receive {m.recv_ns / 1e3:.4g}  (µs)")  # fmt: skip
+                     f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)")  # fmt: skip
         return "\n".join(lines)
 
     # -- variants ------------------------------------------------------------------------------
@@ -203,6 +220,10 @@ class MachineProfile:
     def with_messages(self, messages: MessageCosts) -> MachineProfile:
         """The same compute costs with another transport (e.g. shared-memory queues)."""
         return dataclasses.replace(self, messages=messages, net_scale=1.0)
+
+    def with_cpus(self, cpus: int | None) -> MachineProfile:
+        """The same costs with ``cpus`` processors shared by all actors (None: one each)."""
+        return dataclasses.replace(self, cpus=cpus)
 
 
 def _coefficients(group: str, coefs: dict) -> dict:
@@ -260,6 +281,7 @@ class CostModel:
         m = profile.messages
         self._msg = (m.send_ns, m.send_per_byte_ns, m.hop_ns, m.hop_per_byte_ns)
         self.recv_ns = m.recv_ns
+        self.recv_per_byte_ns = m.recv_per_byte_ns
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}
 
@@ -267,7 +289,7 @@ class CostModel:
 
     def snapshot(self, role: str, logic, msg):
         """What :meth:`features` needs from before the step (None for most roles)."""
-        if role == "join_core" and isinstance(msg, Batch):
+        if role in ("join_core", "handshake_ll_core") and isinstance(msg, Batch):
             st = logic.stats
             parts = logic.parts
             return ((st["inserted"], st["pairs"], st["expired"]),
@@ -285,9 +307,8 @@ class CostModel:
 
     def features(self, role: str, logic, kind: str, msg, out: list, snap) -> tuple:
         """The step's feature vector, in the order of ``FEATURES`` for its group."""
-        n_out = sum(len(m) for _, m in out)
         if role == "emitter":
-            return (1, len(msg) if kind == "chunk" else 0, len(out), n_out)
+            return (1, len(msg) if kind == "chunk" else 0, len(out), sum(len(m) for _, m in out))
         if role == "collector":
             return (1, len(msg) if kind == "batch" else 0)
         if kind != "batch":
@@ -301,6 +322,8 @@ class CostModel:
             return self._worker_features(logic, msg, out, snap)
         if role == "handshake_core":
             return self._handshake_features(logic, msg, out, snap)
+        if role == "handshake_ll_core":  # a batch costs what it would at a join core
+            return self._core_features(logic, msg, snap) if snap else (1,) + (0,) * 8
         raise ValueError(f"no cost model for actor role {role!r}")
 
     @staticmethod
@@ -376,10 +399,11 @@ class CostModel:
         group = _group(role)
         index = logic.spec.index_name if group == "join" else None
         key = (group, index)
-        if key not in self._coefs:
+        coefs = self._coefs.get(key)
+        if coefs is None:
             table = self._index_costs(index) if group == "join" else self.profile.roles[group]
-            self._coefs[key] = tuple(table[f] for f in FEATURES[group])
-        return self._coefs[key]
+            coefs = self._coefs[key] = tuple(table[f] for f in FEATURES[group])
+        return coefs
 
     def _index_costs(self, index: str) -> dict:
         costs = self.profile.indexes
@@ -398,9 +422,13 @@ class CostModel:
         """Virtual ns of one step's compute (``wall_ns``, the host's time, is not used here)."""
         f = self.features(role, logic, kind, msg, out, snap)
         c = self.coefficients(role, logic)
-        ns = sum(a * b for a, b in zip(f, c, strict=True))
+        if len(f) != len(c):
+            raise ValueError(f"{role}: {len(f)} features for {len(c)} coefficients")
+        ns = sum(map(operator.mul, f, c))  # left to right, as the plain dot product
         if kind == "batch":
             ns += self.recv_ns
+            if self.recv_per_byte_ns:
+                ns += self.recv_per_byte_ns * message_nbytes(msg)
         return int(round(ns))
 
     def send_ns(self, msg) -> int:
@@ -411,9 +439,16 @@ class CostModel:
         """Wire latency of one message (no core busy)."""
         return int(round(self._msg[2] + self._msg[3] * message_nbytes(msg)))
 
+    def message_ns(self, msg) -> tuple[int, int]:
+        """``(send_ns(msg), hop_ns(msg))``, sizing the message once."""
+        nbytes = message_nbytes(msg)
+        send, per_byte, hop, hop_per_byte = self._msg
+        return int(round(send + per_byte * nbytes)), int(round(hop + hop_per_byte * nbytes))
+
 
 def _group(role: str) -> str:
-    return "join" if role in ("join_core", "worker", "handshake_core") else role
+    joins = ("join_core", "worker", "handshake_core", "handshake_ll_core")
+    return "join" if role in joins else role
 
 
 # ---------------------------------------------------------------------------------------------

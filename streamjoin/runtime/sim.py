@@ -1,13 +1,18 @@
 """The ``sim`` executor: the real actor logic on simulated cores under a virtual clock.
 
-Every topology node becomes a simulated core (a SimPy process) with a FIFO mailbox. A core
-takes the next message, runs the *same* logic object as ``local`` (built by
+Every topology node becomes a simulated core with a FIFO mailbox, driven by events on a SimPy
+clock. A core takes the next message, runs the *same* logic object as ``local`` (built by
 :func:`~streamjoin.runtime.build.build_actor`, so results stay exact), and is then busy for
 the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the step
 did. Its output messages leave one after another (each costs the sender CPU), travel a modelled
 wire latency, and join the destinations' mailboxes in FIFO order per link. A batch a core only
 forwards along a chain (DP-Join, §III-C) leaves before the core's own work, as DP-Join passes
 the pointer on first.
+
+By default every core has a processor of its own. A profile with ``cpus`` set
+(:meth:`MachineProfile.with_cpus <streamjoin.runtime.cost_model.MachineProfile.with_cpus>`)
+makes the cores share that many: a step waits for a free processor, first come first served,
+and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine).
 
 The virtual clock (int ns) is what the emitter stamps as ingest time (the chunk's arrival) and
 what the collector reads, so every latency, throughput and busy time in the result is virtual
@@ -32,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 
 import numpy as np
 import simpy
@@ -156,9 +162,11 @@ class _ArrivalClock:
     def __init__(self, arrival: Arrival) -> None:
         self.a = arrival
         self.last = 0.0  # virtual seconds
-        self.n = np.zeros(3, dtype=np.int64)  # rows so far: R, S, total
-        self.t = np.zeros(3)  # Poisson: current time per stream and total (seconds)
+        self.n = [0, 0, 0]  # rows so far: R, S, total
+        self.t = [0.0, 0.0, 0.0]  # Poisson: current time per stream and total (seconds)
         self.rngs = [np.random.default_rng([arrival.seed, s]) for s in range(3)]
+        self.draws = [np.empty(0)] * 3  # exponential draws not used yet, per schedule
+        self.used = [0, 0, 0]
         self.ts0: int | None = None
 
     def chunk_ns(self, cols: Columns) -> int:
@@ -184,8 +192,20 @@ class _ArrivalClock:
         if self.a.process == "constant":
             return self.n[s] / rate
         # per-row draws, so the schedule does not depend on how the input is chunked
-        self.t[s] += self.rngs[s].standard_exponential(k).sum() / rate
+        draws = self._exponentials(s, k)
+        # Python floats from here on: rounding a numpy scalar costs microseconds per chunk
+        self.t[s] += float(draws[0] if k == 1 else draws.sum()) / rate
         return self.t[s]
+
+    def _exponentials(self, s: int, k: int) -> np.ndarray:
+        """The next ``k`` draws of schedule ``s``, drawn a block at a time (a generator gives
+        the same values in one call of n as in n calls of one)."""
+        buf, i = self.draws[s], self.used[s]
+        if i + k > len(buf):
+            buf = np.concatenate([buf[i:], self.rngs[s].standard_exponential(max(k, 4096))])
+            self.draws[s], i = buf, 0
+        self.used[s] = i + k
+        return buf[i : i + k]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,44 +247,91 @@ class _NoProgress:
         pass
 
 
+class _Core:
+    """One simulated core: its logic object, FIFO mailbox, outgoing links and accounting."""
+
+    __slots__ = ("name", "role", "logic", "stats", "box", "idle", "free_at", "kind", "ended",
+                 "n_inputs", "routes", "eof_links", "q", "qt", "q_since", "q_area")  # fmt: skip
+
+    def __init__(self, name: str, role: str, logic, n_inputs: int) -> None:
+        self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
+        self.stats = SimStats(role=role)
+        self.box: deque = deque()  # items waiting: (kind, port, message)
+        self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
+        self.free_at = 0  # virtual time the last step ends
+        self.kind = None  # kind of the item being served
+        self.ended = 0  # end-of-stream markers received
+        self.routes: dict[str, list] = {}  # out port -> [(core, in port, link)]
+        self.eof_links: list = []  # (core, link) per successor
+        # mailbox accounting: messages, tuples, time of last change, integral over time
+        self.q = self.qt = self.q_since = self.q_area = 0
+
+    def count(self, now: int, dq: int, dt: int) -> None:
+        self.q_area += self.q * (now - self.q_since)
+        self.q_since = now
+        self.q += dq
+        self.qt += dt
+        st = self.stats
+        if self.q > st.peak_queue:
+            st.peak_queue = self.q
+        if self.qt > st.peak_queue_tuples:
+            st.peak_queue_tuples = self.qt
+
+
 class _Simulation:
-    """One run: the cores, their mailboxes and the links between them."""
+    """One run: the cores, their mailboxes and the links between them.
+
+    A core is driven by event callbacks rather than by a SimPy process reading a
+    ``simpy.Store``: a message costs one event (its delivery), and a step costs one more (its
+    end) only if messages are waiting for it; a core that goes idle is woken by the next
+    arrival instead, at the end of its last step if that is still to come. A process and a
+    Store took four events per message, and that bookkeeping dominated the simulator's own
+    host time (``benchmarks/test_sim_overhead.py``). Simultaneous events still resolve in
+    scheduling order, so a run is deterministic.
+    """
 
     def __init__(self, query, topology: Topology, settings: Settings, model: CostModel,
                  arrival: Arrival, progress, sample_every_ns: int, max_samples: int) -> None:  # fmt: skip
         self.env = env = simpy.Environment()
         graph = topology.graph
         self.settings, self.model, self.arrival = settings, model, arrival
+        self.max_delay = settings.max_delay_ns
         self.progress = progress or _NoProgress()
 
         def clock() -> int:
             return env.now
 
-        self.nodes = list(graph.nodes)
-        self.role = {n: d["role"] for n, d in graph.nodes(data=True)}
-        self.actors = {n: build_actor(d["role"], d["config"], query, settings, clock)
-                       for n, d in graph.nodes(data=True)}  # fmt: skip
-        self.stats = {n: SimStats(role=self.role[n]) for n in self.nodes}
-        self.routes = topology.routes()
-        (self.emitter,) = topology.nodes("emitter")
-        (self.collector,) = topology.nodes("collector")
-        self.successors = {n: list(dict.fromkeys(graph.successors(n))) for n in self.nodes}
         # end of stream: along every link in a DAG; in a cyclic graph (handshake neighbours)
         # from a closer that hands it to one node at a time once everything is quiet
         self.cyclic = topology.cyclic
-        self.eof_order = topology.eof_order()
-        self.n_inputs = {n: 1 if self.cyclic else len(set(graph.predecessors(n)))
-                         for n in self.nodes}  # fmt: skip
-        self.n_inputs[self.emitter] = 1  # the source
+        (emitter,) = topology.nodes("emitter")
+        (collector,) = topology.nodes("collector")
+        self.cores = {
+            n: _Core(n, d["role"], build_actor(d["role"], d["config"], query, settings, clock),
+                     1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))))
+            for n, d in graph.nodes(data=True)
+        }  # fmt: skip
+        self.emitter, self.collector = self.cores[emitter], self.cores[collector]
+        self.eof_order = [self.cores[n] for n in topology.eof_order()]
+        # one FIFO link per (sender, receiver), shared by all ports between them: a cell
+        # holding the arrival time of its last message
+        links: dict[tuple, list] = {}
+        for (src, port), dests in topology.routes().items():
+            self.cores[src].routes[port] = [
+                (self.cores[dst], dst_port, links.setdefault((src, dst), [0]))
+                for dst, dst_port in dests
+            ]
+        for n, core in self.cores.items():
+            core.eof_links = [(self.cores[d], links.setdefault((n, d), [0]))
+                              for d in dict.fromkeys(graph.successors(n))]  # fmt: skip
+        # processors: one per core (None), or a shared pool steps queue for in FIFO order
+        self.cpus = self.cpus_free = model.profile.cpus
+        self.cpu_wait: deque = deque()
+        self._start = self._step if self.cpus is None else self._start_on_cpu
+        # a step's end is an event only when something depends on it (see _step)
+        self.end_events = self.cyclic or self.cpus is not None
         self.active = 0  # messages scheduled or being served (ticks aside)
         self.quiet = None  # event the closer waits on until active == 0
-        self.mailbox = {n: simpy.Store(env) for n in self.nodes}
-        self.link_free = {}  # (src, dst) -> last arrival time: keeps every link FIFO
-        # mailbox accounting: messages, tuples, time of last change, integral over time
-        self.q = dict.fromkeys(self.nodes, 0)
-        self.qt = dict.fromkeys(self.nodes, 0)
-        self.q_since = dict.fromkeys(self.nodes, 0)
-        self.q_area = dict.fromkeys(self.nodes, 0)
         self.samples: list[tuple[int, list[int]]] = []
         self.sample_every = sample_every_ns
         self.max_samples = max_samples
@@ -280,27 +347,29 @@ class _Simulation:
 
     # -- mailboxes -------------------------------------------------------------------------
 
-    def _count(self, node: str, dq: int, dt: int) -> None:
-        now = self.env.now
-        self.q_area[node] += self.q[node] * (now - self.q_since[node])
-        self.q_since[node] = now
-        self.q[node] += dq
-        self.qt[node] += dt
-        st = self.stats[node]
-        st.peak_queue = max(st.peak_queue, self.q[node])
-        st.peak_queue_tuples = max(st.peak_queue_tuples, self.qt[node])
-
-    def _arrive(self, node: str, item) -> None:
-        if item[0] in (_BATCH, _CHUNK):
-            self._count(node, 1, len(item[3]))
-        self.mailbox[node].put(item)
-
-    def _deliver_at(self, t: int, node: str, item) -> None:
+    def _deliver_at(self, t: int, core: _Core, item) -> None:
         # always through the event queue, even at delay 0: equal times keep scheduling order
-        if item[0] != _TICK:  # a timer left after end of input is no work in flight
+        if item[0] is not _TICK:  # a timer left after end of input is no work in flight
             self.active += 1
-        ev = self.env.timeout(t - self.env.now)
-        ev.callbacks.append(lambda e, n=node, i=item: self._arrive(n, i))
+        self.env.timeout(t - self.env.now, (core, item)).callbacks.append(self._arrive)
+
+    def _arrive(self, event) -> None:
+        core, item = event.value
+        now = self.env.now
+        if item[0] is _BATCH or item[0] is _CHUNK:
+            core.count(now, 1, len(item[2]))
+        if not core.idle:
+            core.box.append(item)
+        elif now >= core.free_at:
+            core.idle = False
+            self._start(core, item)
+        else:  # the core's last step is still running: wake it when that ends
+            core.idle = False
+            core.box.append(item)
+            self.env.timeout(core.free_at - now, core).callbacks.append(self._wake)
+
+    def _wake(self, event) -> None:
+        self._next(event.value)
 
     def _served(self) -> None:
         self.active -= 1
@@ -308,21 +377,27 @@ class _Simulation:
             event, self.quiet = self.quiet, None
             event.succeed()
 
-    def _send(self, src: str, out_port: str, msg, t: int) -> int:
+    def _send(self, core: _Core, out_port: str, msg, t: int) -> int:
         """Send ``msg`` on ``out_port`` starting at ``t``; returns when the sender is done."""
-        st = self.stats[src]
+        st = core.stats
         st.batches_out += 1
         st.tuples_out += len(msg)
-        model = self.model
-        for dst, dst_port in self.routes.get((src, out_port), ()):
-            t += model.send_ns(msg)
-            arrive = max(t + model.hop_ns(msg), self.link_free.get((src, dst), 0))
-            self.link_free[(src, dst)] = arrive
-            self._deliver_at(arrive, dst, (_BATCH, src, dst_port, msg))
-            self.messages += 1
+        dests = core.routes.get(out_port)
+        if dests:
+            env, arrive_cb = self.env, self._arrive
+            send, hop = self.model.message_ns(msg)
+            for dst, dst_port, link in dests:
+                t += send
+                arrive = max(t + hop, link[0])
+                link[0] = arrive
+                env.timeout(arrive - env.now, (dst, (_BATCH, dst_port, msg))).callbacks.append(
+                    arrive_cb
+                )
+            self.messages += len(dests)
+            self.active += len(dests)
         return t
 
-    # -- processes -----------------------------------------------------------------------------
+    # -- processes and steps -------------------------------------------------------------
 
     def source(self, chunks: Iterable[Columns]):
         env = self.env
@@ -333,105 +408,146 @@ class _Simulation:
                 yield env.timeout(t - env.now)
             if self.start_ns is None:
                 self.start_ns = env.now
-            self._deliver_at(env.now, self.emitter, (_CHUNK, None, env.now, cols))
+            self._deliver_at(env.now, self.emitter, (_CHUNK, env.now, cols))
             self.n_in += len(cols)
             self.progress.update(len(cols))
         if self.start_ns is None:
             self.start_ns = env.now
         self.last_arrival = env.now
-        self._deliver_at(env.now, self.emitter, (_EOF, "source", None, None))
+        self._deliver_at(env.now, self.emitter, (_EOF, None, None))
         if self.cyclic:
             env.process(self.closer())
 
     def closer(self):
         """End of stream for a cyclic graph, as ``local`` does it: each node in
         ``eof_order`` after the emitter gets it once no message is left anywhere."""
-        for node in self.eof_order[1:]:
+        for core in self.eof_order[1:]:
             if self.active:
                 self.quiet = self.env.event()
                 yield self.quiet
-            self._deliver_at(self.env.now, node, (_EOF, "closer", None, None))
+            self._deliver_at(self.env.now, core, (_EOF, None, None))
 
-    def serve(self, node: str):
-        env, model = self.env, self.model
-        role, logic, st = self.role[node], self.actors[node], self.stats[node]
-        box = self.mailbox[node]
-        ended = 0
-        while True:
-            kind, src, port, msg = yield box.get()
-            if kind in (_BATCH, _CHUNK):
-                self._count(node, -1, -len(msg))
-            if kind == _EOF:
-                ended += 1
-                if ended < self.n_inputs[node]:
-                    self._served()
-                    continue
-                call, args = logic.on_eof, ()
-            elif kind == _CHUNK:
-                st.tuples_in += len(msg)
-                call, args = logic.on_chunk, (msg, port)  # port slot: the chunk's arrival
-            elif kind == _TICK:
-                self.tick_armed = False
-                call, args = logic.on_tick, ()
-            else:
-                st.batches_in += 1
-                st.tuples_in += len(msg)
-                call, args = logic.on_batch, (port, msg)
-            self.steps += 1
-            t0 = env.now
-            snap = model.snapshot(role, logic, msg) if kind == _BATCH else None
-            w0 = time.perf_counter_ns()
-            out = call(*args)
-            wall = time.perf_counter_ns() - w0
-            st.compute_wall_ns += wall
-            compute = model.step_ns(role, logic, kind, msg, out, snap, wall)
-            t = t0
+    def _step(self, core: _Core, item) -> None:
+        """Serve one mailbox item: run the logic, charge it, send its output, and stay busy
+        for the virtual time that costs."""
+        kind, port, msg = item
+        t0 = self.env.now
+        model, logic, st = self.model, core.logic, core.stats
+        snap = None
+        if kind is _BATCH:
+            core.count(t0, -1, -len(msg))
+            st.batches_in += 1
+            st.tuples_in += len(msg)
+            snap = model.snapshot(core.role, logic, msg)
+            call, args = logic.on_batch, (port, msg)
+        elif kind is _CHUNK:
+            core.count(t0, -1, -len(msg))
+            st.tuples_in += len(msg)
+            call, args = logic.on_chunk, (msg, port)  # port slot: the chunk's arrival
+        elif kind is _TICK:
+            self.tick_armed = False
+            call, args = logic.on_tick, ()
+        else:
+            core.ended += 1
+            if core.ended < core.n_inputs:
+                self._served()
+                if self.cpus is not None:
+                    self._release()
+                self._next(core)
+                return
+            call, args = logic.on_eof, ()
+        self.steps += 1
+        w0 = perf_counter_ns()
+        out = call(*args)
+        wall = perf_counter_ns() - w0
+        st.compute_wall_ns += wall
+        t = t0
+        if out:
             # a batch forwarded unchanged along a chain leaves before the core's own work
-            forwards = [(p, m) for p, m in out if m is msg]
-            for p, m in forwards:
-                t = self._send(node, p, m, t)
-            t += compute
+            for p, m in out:
+                if m is msg:
+                    t = self._send(core, p, m, t)
+            t += model.step_ns(core.role, logic, kind, msg, out, snap, wall)
             for p, m in out:
                 if m is not msg:
-                    t = self._send(node, p, m, t)
-            if kind == _CHUNK:
-                self.rows_taken += len(msg)
-                self.taken.append((self.rows_taken, port))
-            if role == "emitter" and kind != _EOF:
-                self._arm_tick(logic)
-            if kind == _EOF and not self.cyclic:
-                for dst in self.successors[node]:  # after all data on every link
-                    arrive = max(t, self.link_free.get((node, dst), 0))
-                    self.link_free[(node, dst)] = arrive
-                    self._deliver_at(arrive, dst, (_EOF, node, None, None))
-            st.busy_ns += t - t0
-            yield env.timeout(t - t0)
-            if kind != _TICK:
-                self._served()
-            if kind == _EOF:
-                if node == self.collector:
-                    self.done.succeed()
-                return
+                    t = self._send(core, p, m, t)
+        else:
+            t += model.step_ns(core.role, logic, kind, msg, out, snap, wall)
+        if kind is _CHUNK:
+            self.rows_taken += len(msg)
+            self.taken.append((self.rows_taken, port))
+        if core is self.emitter and kind is not _EOF and self.max_delay is not None:
+            self._arm_tick(logic)
+        if kind is _EOF and not self.cyclic:
+            for dst, link in core.eof_links:  # after all data on every link
+                arrive = max(t, link[0])
+                link[0] = arrive
+                self._deliver_at(arrive, dst, (_EOF, None, None))
+        st.busy_ns += t - t0
+        core.free_at = t
+        if core.box or kind is _EOF or self.end_events:
+            core.kind = kind
+            self.env.timeout(t - t0, core).callbacks.append(self._step_done)
+        else:  # nothing queued: no event until a message comes (see _arrive)
+            if kind is not _TICK:
+                self._served()  # early, but only a cyclic graph's closer reads it
+            core.idle = True
+
+    def _step_done(self, event) -> None:
+        core = event.value
+        if self.cpus is not None:
+            self._release()
+        if core.kind is not _TICK:
+            self._served()
+        if core.kind is _EOF:
+            if core is self.collector:
+                self.done.succeed()
+            return
+        self._next(core)
+
+    def _next(self, core: _Core) -> None:
+        if core.box:
+            self._start(core, core.box.popleft())
+        else:
+            core.idle = True
+
+    # -- shared processors (MachineProfile.cpus) -------------------------------------------
+
+    def _start_on_cpu(self, core: _Core, item) -> None:
+        """Start the step on a free processor, or wait in line for one."""
+        if self.cpus_free:
+            self.cpus_free -= 1
+            self._step(core, item)
+        else:
+            self.cpu_wait.append((core, item))
+
+    def _release(self) -> None:
+        """A step ended: its processor goes to the step that has waited longest."""
+        if self.cpu_wait:
+            self._step(*self.cpu_wait.popleft())
+        else:
+            self.cpus_free += 1
 
     def _arm_tick(self, emitter) -> None:
         """Wake the emitter when its oldest open tuple has waited ``max_delay``."""
-        delay = self.settings.max_delay_ns
-        if delay is None or self.tick_armed or not emitter.open_tuples:
+        delay = self.max_delay
+        if self.tick_armed or not emitter.open_tuples:
             return
         oldest_row = self.rows_taken - emitter.open_tuples
         while self.taken and self.taken[0][0] <= oldest_row:
             self.taken.popleft()
         due = max(self.taken[0][1] + delay, self.env.now)
         self.tick_armed = True
-        self._deliver_at(due, self.emitter, (_TICK, None, None, None))
+        self._deliver_at(due, self.emitter, (_TICK, None, None))
 
     def sampler(self):
         """Mailbox lengths (tuples) every ``sample_every`` ns; when ``max_samples`` are
         kept, every other one is dropped and the interval doubles, so memory stays bounded."""
         env = self.env
+        cores = list(self.cores.values())
         while True:
             yield env.timeout(self.sample_every)
-            self.samples.append((env.now, [self.qt[n] for n in self.nodes]))
+            self.samples.append((env.now, [c.qt for c in cores]))
             if len(self.samples) >= self.max_samples:
                 self.samples = self.samples[1::2]
                 self.sample_every *= 2
@@ -442,21 +558,20 @@ class _Simulation:
         env = self.env
         w0 = time.perf_counter()
         env.process(self.source(chunks))
-        for node in self.nodes:
-            env.process(self.serve(node))
         env.process(self.sampler())
         env.run(until=self.done)
         end = env.now
-        for n in self.nodes:
-            self._count(n, 0, 0)  # close the time integral
-            self.stats[n].mean_queue = self.q_area[n] / max(1, end - (self.start_ns or 0))
+        for c in self.cores.values():
+            c.count(end, 0, 0)  # close the time integral
+            c.stats.mean_queue = c.q_area / max(1, end - (self.start_ns or 0))
         t = np.array([s[0] for s in self.samples], dtype=np.int64)
         series = np.array([s[1] for s in self.samples], dtype=np.int64).reshape(len(t), -1)
         return SimTrace(
-            input_tuples=self.n_in, start_ns=self.start_ns or 0, end_ns=end, actors=self.stats,
-            collector=self.actors[self.collector], profile=self.model.profile,
+            input_tuples=self.n_in, start_ns=self.start_ns or 0, end_ns=end,
+            actors={n: c.stats for n, c in self.cores.items()},
+            collector=self.collector.logic, profile=self.model.profile,
             arrival=self.arrival, last_arrival_ns=self.last_arrival, queue_t_ns=t,
-            queue_tuples={n: series[:, k] for k, n in enumerate(self.nodes)},
+            queue_tuples={n: series[:, k] for k, n in enumerate(self.cores)},
             steps=self.steps, messages=self.messages, wall_s=time.perf_counter() - w0,
             fallbacks=dict(self.model.fallbacks),
         )  # fmt: skip

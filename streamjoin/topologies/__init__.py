@@ -13,8 +13,9 @@ __all__ = ["Topology", "grid", "handshake", "panjoin", "parse", "single", "split
 
 def parse(spec: str, index: str | None = None) -> Topology:
     """A topology from a short spec: ``single``, ``split:4``, ``grid:2x2``, ``grid:2x2:direct``,
-    a bare layout ``2x2`` (a chain-forwarding grid), or ``panjoin:2x4`` (workers x subwindows
-    per window)."""
+    a bare layout ``2x2`` (a chain-forwarding grid), ``handshake:4`` (the original handshake
+    join), ``handshake:4:ll`` (its low-latency variant) or ``panjoin:2x4`` (workers x
+    subwindows per window)."""
     text = spec.strip().lower()
     if re.fullmatch(r"\d+x\d+", text):
         text = f"grid:{text}"
@@ -24,11 +25,11 @@ def parse(spec: str, index: str | None = None) -> Topology:
         return split(int(m[1]), index)
     if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(\w+))?", text):
         return grid(int(m[1]), int(m[2]), index, forward=m[3] or "chain")
-    if m := re.fullmatch(r"handshake:(\d+)", text):
-        return handshake(int(m[1]), index)
+    if m := re.fullmatch(r"handshake:(\d+)(:ll)?", text):
+        return handshake(int(m[1]), index, low_latency=bool(m[2]))
     if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):
         return panjoin(int(m[1]), int(m[2] or 4), index)
     raise ValueError(
         f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct, "
-        "handshake:N or panjoin:WORKERSxSUBWINDOWS"
+        "handshake:N, handshake:N:ll or panjoin:WORKERSxSUBWINDOWS"
     )

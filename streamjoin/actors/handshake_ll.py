@@ -1,0 +1,155 @@
+"""Low-latency handshake join (Roy, Teubner & Gemulla, VLDB 2014), batch by batch.
+
+The chain of the original handshake join (:mod:`streamjoin.actors.handshake`) — R enters at
+core 0 and flows right, S enters at core n-1 and flows left — but tuples no longer queue in
+segments: every batch is *fast-forwarded* through the whole chain at once, probing at each core
+the opposite stream's tuples stored there, and is *stored at one core only*, its home
+(PIM-Tree §2.2.3 and Fig. 3 summarise the variant; DP-Join §III-B the original's latency).
+Homes are round robin per batch, counted from the stream's entry end: every core sees a
+stream's batches in the same order (each link is FIFO), so each knows every batch's home
+without being told.
+
+**Exactness.** A pair (e, l), e the earlier by ``seq``, is found at e's home h, and only there:
+
+1. a batch probes the stored opposite tuples of every core it passes and keeps only those
+   *earlier* than the probing tuple: l finds e iff l reaches h after e was stored there;
+2. a batch reaching its home also probes a *crossing log* of the opposite tuples that passed
+   this core before it, keeping only those *later* than the probing tuple: e finds l iff l
+   reached h before e did.
+
+Every tuple passes every core, and a core handles one message at a time, so at h exactly one
+of "e first" and "l first" holds: the pair is found once, whatever the delivery order. The
+cores where two tuples cross (on a link, in either direction) play no part: without the log a
+later l overtaking e on the way to h would be missed, and without the seq filter of step 1 a
+pair whose tuples crossed between their two homes would be found at both. The window check
+(the earlier in the later's window) keeps the result exact, as everywhere (DESIGN §2).
+
+**State.** Per-link FIFO is what bounds it. Each stream reaches a core in ``seq`` order, so
+after a batch of stream x no later x needs a logged y older than that batch's last tuple (the
+log drops it) nor a stored y below the batch's ``horizon`` (expired, as in a join core). At
+end of input the emitter's drain marker follows each stream through the chain: behind it no
+tuple of that stream comes, so a core drops the other stream's stored tuples and log.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from streamjoin.actors.router import Drain
+from streamjoin.actors.window_part import JoinSpec, concat_pairs
+from streamjoin.batch import Batch, PairBatch
+from streamjoin.query import Query
+
+_IN = {"r_in": 0, "s_in": 1}
+_NEVER = np.iinfo(np.int64).max
+
+
+def _later_of(pairs: PairBatch, stream: int) -> PairBatch:
+    """The pairs whose later tuple (higher ``seq``) is of ``stream``."""
+    keep = pairs.s > pairs.r if stream == 1 else pairs.r > pairs.s
+    if keep.all():
+        return pairs
+    return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
+
+
+class LowLatencyHandshakeCore:
+    """Core ``k`` of ``n`` in a low-latency handshake-join chain (see module docstring).
+
+    Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
+    right, or from the emitter at core n-1). Out: ``r_out`` / ``s_out`` (every batch, passed
+    on unchanged before any work), ``out`` (pairs).
+
+    Parameters
+    ----------
+    query : Query
+        A two-way join.
+    k, n : int
+        This core's place in the chain and the chain's length.
+    index : str, optional
+        Window index of the tuples stored here (default as for a join core).
+    index_options : dict, optional
+        Keyword arguments for each index instance.
+    """
+
+    def __init__(
+        self,
+        query: Query,
+        k: int,
+        n: int,
+        index: str | None = None,
+        index_options: dict | None = None,
+    ) -> None:
+        if query.self_join:
+            raise ValueError("the handshake join runs two-way joins only")
+        self.spec = JoinSpec(query, index, index_options)
+        self.index_name = self.spec.index_name
+        self.k, self.n = k, n
+        self.parts = {y: self.spec.new_part() for y in (0, 1)}  # tuples whose home is here
+        self.crossed: dict[int, deque[Batch]] = {0: deque(), 1: deque()}  # the crossing log
+        self.seen = [0, 0]  # batches of each stream that passed here: they number the homes
+        self.drained = [False, False]
+        self.last = {0: k == n - 1, 1: k == 0}  # R leaves the chain at the right end, S left
+        self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0, "crossed": 0}
+
+    def home(self, x: int, j: int) -> int:
+        """Home core of the ``j``-th batch of stream ``x``: round robin from its entry end."""
+        return j % self.n if x == 0 else self.n - 1 - j % self.n
+
+    def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
+        if port not in _IN:
+            raise ValueError(f"handshake core has no input port {port!r}; ports: {list(_IN)}")
+        x, y = _IN[port], 1 - _IN[port]
+        out: list[tuple[str, object]] = [] if self.last[x] else [(f"{'rs'[x]}_out", msg)]
+        if isinstance(msg, Drain):  # no x comes after it: y here has nothing left to meet
+            self.drained[x] = True
+            self.stats["expired"] += self.parts[y].expire(_NEVER)
+            self.crossed[y].clear()
+            return out
+        batch = msg.freeze()
+        xs = np.arange(len(batch))
+        at_home = self.home(x, self.seen[x]) == self.k
+        self.seen[x] += 1
+        self.stats["probes"] += len(batch)
+        # step 1: the stored y earlier than each probing tuple
+        found = [_later_of(self.parts[y].probe(batch, x, xs), x)]
+        if at_home:  # step 2: the logged y later than each probing tuple
+            crossed = self._join_crossed(batch, x)
+            self.stats["crossed"] += len(crossed)
+            found.append(crossed)
+            self.parts[x].insert(batch, xs)
+            self.stats["inserted"] += len(batch)
+        if not self.drained[y]:
+            self.crossed[x].append(batch)
+        # no x after this batch needs a y older than its last tuple or below its horizon
+        log, last_seq = self.crossed[y], batch.seq[-1]
+        while log and log[0].seq[-1] < last_seq:
+            log.popleft()
+        self.stats["expired"] += self.parts[y].expire(int(batch.horizon[y]))
+        pairs = concat_pairs(found)
+        if pairs is not None:
+            self.stats["pairs"] += len(pairs)
+            out.append(("out", pairs))
+        return out
+
+    def _join_crossed(self, batch: Batch, x: int) -> PairBatch:
+        """Pairs of ``batch`` (stream x, at its home) with the logged y tuples later than the
+        x tuple: one seq-ordered batch of both, joined with itself (DESIGN §2 step 2)."""
+        first = batch.seq[0]
+        log = [b for b in self.crossed[1 - x] if b.seq[-1] > first]
+        if not log:
+            return PairBatch.empty()
+        both = Batch.concat([batch, *log])
+        keep = np.flatnonzero((both.stream == x) | (both.seq > first))
+        both = both.take(keep[np.argsort(both.seq[keep], kind="stable")]).freeze()
+        return _later_of(self.spec.join_batch(both), 1 - x)
+
+    def on_eof(self) -> list:
+        return []
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored tuples, their indexes and the crossing log."""
+        held = sum(p.nbytes for p in self.parts.values())
+        return held + sum(b.nbytes for log in self.crossed.values() for b in log)
