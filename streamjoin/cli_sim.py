@@ -7,7 +7,8 @@ import argparse
 
 
 def add_sim_options(group) -> None:
-    """``--machine`` and ``--arrival`` for the `run` and `compare` jobs (``--backend sim``)."""
+    """``--machine``, ``--arrival`` and ``--cpus`` for the `run` and `compare` jobs
+    (``--backend sim``)."""
     group.add_argument(
         "--machine",
         default=None,
@@ -21,13 +22,21 @@ def add_sim_options(group) -> None:
         help="sim: input arrivals in virtual time: replay ts, or --pace tuples/s evenly or as "
         "a Poisson process (default: constant with --pace, else replay)",
     )
+    group.add_argument(
+        "--cpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sim: processors the actors share, e.g. this host's to compare with --backend ray "
+        "(default: the profile's, normally one per actor)",
+    )
 
 
 def sim_run_kwargs(args) -> dict:
     """Keyword arguments of :func:`streamjoin.run` for the sim options in ``args``."""
     if args.backend != "sim":
-        if args.machine or args.arrival:
-            raise ValueError("--machine and --arrival need --backend sim")
+        if args.machine or args.arrival or args.cpus is not None:
+            raise ValueError("--machine, --arrival and --cpus need --backend sim")
         return {}
     from streamjoin.runtime.sim import Arrival
 
@@ -39,7 +48,12 @@ def sim_run_kwargs(args) -> dict:
             raise ValueError(f"--arrival {args.arrival} needs --pace TUPLES_PER_S")
         arrival = (Arrival.constant(args.pace) if args.arrival == "constant"
                    else Arrival.poisson(args.pace, seed=args.seed))  # fmt: skip
-    return {"machine": args.machine, "arrival": arrival}
+    machine = args.machine
+    if args.cpus is not None:
+        from streamjoin.runtime.cost_model import as_profile
+
+        machine = as_profile(machine).with_cpus(args.cpus)
+    return {"machine": machine, "arrival": arrival}
 
 
 def add_calibrate_command(sub) -> None:

@@ -180,6 +180,30 @@ def test_profile_scaling_and_json(tmp_path):
         p.scaled(cpu=0)
 
 
+@pytest.mark.parametrize("make", [lambda: sj.topologies.split(3),
+                                  lambda: sj.topologies.handshake(3, segment=4)])  # fmt: skip
+def test_shared_processors(make):
+    """With ``cpus`` the cores take turns: still exact, never more busy than the processors
+    allow, and slower than with a processor each."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(1_500, low=0, high=1_000, seed=5)
+    flood = sim.Arrival.constant(1e9)  # everything at once: the cores compete
+
+    def busy(res):
+        return sum(a["busy_share"] for a in res.metrics["actors"].values())
+
+    own = sim.run(query, data, make(), batch_size=16, chunk_rows=16, arrival=flood,
+                  machine=_profile())  # fmt: skip
+    shared = sim.run(query, data, make(), batch_size=16, chunk_rows=16, arrival=flood,
+                     machine=_profile().with_cpus(1))  # fmt: skip
+    assert shared.same_pairs(sj.oracle.join(query, data))
+    assert busy(own) > 1.2 and busy(shared) <= 1.0 + 1e-9
+    assert shared.metrics["input_tuples_per_s"] < own.metrics["input_tuples_per_s"]
+    assert shared.metrics["machine_profile"]["cpus"] == 1
+    with pytest.raises(ValueError, match="cpus must be a positive integer"):
+        _profile().with_cpus(0)
+
+
 # -- determinism ---------------------------------------------------------------------------------
 
 
@@ -242,3 +266,42 @@ def test_calibrate_ray_messages():
 
     costs, raw = measure_messages(repeat=20)
     assert costs.send_ns > 0 and raw["rtt_ns"][8] > costs.send_ns
+
+
+# -- fidelity against Ray ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sim_within_3x_of_ray_single():
+    """The shipped profile against a measured Ray run on this machine, ``single`` layout:
+    unpaced throughput and paced p50 latency within 3x (the issue's 25% target is reported,
+    with its causes, by experiments/sim_fidelity.py)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        data = sj.sources.synthetic(40_000, low=0, high=400_000, seed=1)
+        x, s = data.column("x").to_numpy(), data.column("stream").to_numpy()
+        eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=4096, match_rate=2)
+        query = sj.Query(sj.band("x", eps), window=sj.CountWindow(4096))
+        topo = sj.topologies.single("bplus_tree")
+        kw = {"collect": "count", "progress": False}
+        fast = {"batch_size": 1024, "chunk_rows": 1024, **kw}
+        measured = sj.run(query, data, topo, backend="ray", **fast)
+        simulated = sim.run(query, data, topo, arrival=sim.Arrival.constant(1e12), **fast)
+        ratio = (simulated.metrics["input_tuples_per_s"]
+                 / measured.metrics["input_tuples_per_s"])  # fmt: skip
+        assert 1 / 3 < ratio < 3, f"unpaced throughput sim/ray = {ratio:.2f}"
+        rate = float(round(0.25 * measured.metrics["input_tuples_per_s"], -2))
+        chunk = max(1, int(rate / 100))  # 10 ms of input, one batch each
+        paced = data.slice(0, int(2 * rate))
+        slow = {"batch_size": chunk, "chunk_rows": chunk, "max_delay": 0.0, **kw}
+        measured = sj.run(query, paced, topo, backend="ray", pace=rate, **slow)
+        simulated = sim.run(query, paced, topo, arrival=sim.Arrival.constant(rate), **slow)
+        ratio = simulated.metrics["latency_ms"]["p50"] / measured.metrics["latency_ms"]["p50"]
+        assert 1 / 3 < ratio < 3, f"paced p50 latency sim/ray = {ratio:.2f}"
+    finally:
+        if started:
+            ray.shutdown()
