@@ -14,8 +14,18 @@ and queue behind each other at the core they share):
    ``L = λ T_w T⋈ (m + n) / (4 m n)`` (results leave as they are found, on average half way
    through a partition scan) and its end-of-probe variant ``2 L`` (our join cores send a
    probe's pairs when the probe is done, so a pair waits for the whole scan);
-2. asymmetric rates λx = 1000, λy = 3000 t/s (Fig. 7a), beside Expr. 5–6;
-3. the steady-state output rate beside Expr. 3, ``B_max = 2 λx λy T_w p`` (Fig. 4).
+2. asymmetric rates λx = 1000, λy = 3000 t/s (Fig. 7a), beside Expr. 5–6, where the paper
+   finds a rectangular layout best (3×5 at 0.26 ms against 4×4 at 0.30 ms);
+3. the steady-state output rate beside Expr. 3, ``B_max = 2 λx λy T_w p`` (Fig. 4);
+4. the handshake join on 16 cores (Teubner & Mueller, ``topologies.handshake(16)``, segments of
+   ``λ T_w / 16`` tuples) against the 4×4 grid on the same symmetric input (Fig. 6): DP-Join
+   measures 67 s against about 1 ms. Model: a tuple stays ``T_w / N`` at each of the N cores,
+   so a tuple and one ``Δ`` older coming the other way meet half way,
+   ``τ = ((N-1)/N · T_w − Δ) / 2`` after the later one arrived; with ``Δ`` uniform on
+   ``[0, T_w]`` the mean is ``T_w (N-1)² / (4 N²)`` (0.22 T_w at N = 16: 66 s for the
+   paper's 300 s window). The run is two windows long and only pairs whose later tuple
+   arrived at least half a window before the end count, so that the end-of-input drain,
+   which pushes every segment through the chain, does not cut the slow meetings short.
 
 The simulator runs the real joins, so windows are scaled: ``T_w`` is 6 s instead of 300 s
 and every scanned tuple is charged ``--scale`` (50) times the calibrated nested-loop cost, so
@@ -31,6 +41,11 @@ receive, the order of a lock-free queue hand-off between cores, cf. FastFlow; no
 
 Writes ``experiments/results/dpjoin_layouts.{csv,md,png}`` with the profiles and the commit.
 
+Scenarios 1–3 run on both machines, the handshake comparison on ``native`` (its latency is the
+time tuples spend in the chain, which per-step overheads barely change). The mirror layouts
+8×2 and 16×1 are left out of the symmetric scenario (by symmetry they equal 2×8 and 1×16:
+0.194 against 0.196 ms and 0.378 against 0.376 ms in an earlier run) to keep the run short.
+
 Run: ``python experiments/dpjoin_layouts.py`` (about 15 minutes on 2 cores; ``--quick`` for a
 smoke run of a few minutes).
 """
@@ -40,8 +55,8 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import os
-import subprocess
 import time
 
 import numpy as np
@@ -57,7 +72,7 @@ SHARED_MEMORY = cost_model.MessageCosts(send_ns=500.0, hop_ns=1_000.0, recv_ns=5
 #: Features that are per-call or per-tuple overheads, not kernel work (scaled in "native").
 OVERHEADS = {"calls", "part_calls", "tuples", "probes", "tuples_in", "msgs_out", "tuples_out"}
 
-SYMMETRIC = [(4, 4), (2, 8), (8, 2), (1, 16), (16, 1)]
+SYMMETRIC = [(4, 4), (2, 8), (1, 16)]
 ASYMMETRIC = [(4, 4), (3, 5), (5, 3), (2, 8), (8, 2), (1, 16)]
 
 
@@ -88,35 +103,58 @@ def match_probability(eps: int) -> float:
     return px * py
 
 
-def simulate(profile, m: int, n: int, rate_r: float, rate_s: float, window_s: float,
-             run_s: float, eps: int, seed: int = 1) -> dict:  # fmt: skip
-    """One layout: mean steady-state latency and output rate."""
+def simulate(profile, layout: str, rate_r: float, rate_s: float, window_s: float,
+             run_s: float, eps: int, seed: int = 1, tail_s: float = 0.0) -> dict:  # fmt: skip
+    """One layout (``"MxN"`` or ``"handshake(N)"``): mean steady-state latency and output rate.
+
+    Steady state: pairs whose later tuple arrived after one window length and at least
+    ``tail_s`` before the end (by its expected arrival time; rows arrive at
+    ``rate_r + rate_s`` on average).
+    """
     tuples = int((rate_r + rate_s) * run_s)
     data = sj.sources.handshake_workload(tuples, rate=rate_r, rate_s=rate_s, seed=seed)
     query = sj.Query(sj.band("x", eps) & sj.band("y", eps),
                      window=sj.TimeWindow(int(window_s * 1000)))  # fmt: skip
     arrival = sim.Arrival.poisson(rate_r + rate_s, seed=seed)
     t0 = time.perf_counter()
-    res = sim.run(query, data, sj.topologies.grid(m, n, "nested_loop"), batch_size=1,
-                  chunk_rows=1, machine=profile, arrival=arrival, progress=False)  # fmt: skip
+    res = sim.run(query, data, topology(layout, rate_r, window_s), batch_size=1, chunk_rows=1,
+                  machine=profile, arrival=arrival, progress=False)  # fmt: skip
     wall = time.perf_counter() - t0
-    # steady state: pairs whose later tuple came after one window length (by its expected
-    # arrival time; rows arrive at rate_r + rate_s on average)
     first = int((rate_r + rate_s) * window_s)
+    last = tuples - int((rate_r + rate_s) * tail_s)
     r, s_, lat = (res.pairs.column(c).to_numpy() for c in ("r", "s", "latency_ns"))
-    steady = np.maximum(r, s_) >= first
-    span = (tuples - first) / (rate_r + rate_s)
-    cores = [a for a in res.metrics["actors"].values() if a["role"] == "join_core"]
+    later = np.maximum(r, s_)
+    steady = (later >= first) & (later < last)
+    span = (last - first) / (rate_r + rate_s)
+    cores = [a for a in res.metrics["actors"].values()
+             if a["role"] in ("join_core", "handshake_core")]  # fmt: skip
     lat = lat[steady] / 1e6 if steady.any() else np.full(1, np.nan)
     return {
         "pairs_steady": int(steady.sum()),
         "latency_mean_ms": float(lat.mean()),
+        "latency_p50_ms": float(np.median(lat)),
         "latency_p95_ms": float(np.percentile(lat, 95)),
         "output_rate": float(steady.sum() / span),
         "max_core_busy": max(a["busy_share"] for a in cores),
         "drain_ms": res.metrics["sim"]["drain_s"] * 1e3,
         "wall_s": wall,
     }
+
+
+def topology(layout: str, rate: float, window_s: float) -> sj.Topology:
+    """A chain-forwarding ``"MxN"`` grid of nested-loop cores, or ``"handshake(N)"`` with
+    segments of ``rate · window_s / N`` tuples (the window spread over the chain)."""
+    if layout.startswith("handshake"):
+        n = int(layout[len("handshake(") : -1])
+        return sj.topologies.handshake(n, "nested_loop", segment=math.ceil(rate * window_s / n))
+    m, n = map(int, layout.split("x"))
+    return sj.topologies.grid(m, n, "nested_loop")
+
+
+def handshake_ms(n: int, window_s: float) -> float:
+    """Mean handshake-join latency when tuples meet half way: ``T_w (N-1)² / (4 N²)`` (see
+    the module docstring)."""
+    return window_s * 1e3 * (n - 1) ** 2 / (4 * n**2)
 
 
 def expr5_6_ms(profile, m: int, n: int, rate_r: float, rate_s: float, window_s: float) -> float:
@@ -137,31 +175,60 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small windows, three layouts")
     args = ap.parse_args()
     window, scale = (1.0, 300.0) if args.quick else (args.window, args.scale)
-    sym = [(4, 4), (2, 8), (1, 16)] if args.quick else SYMMETRIC
+    sym = [(4, 4), (2, 8), (1, 16)]
     asym = [(4, 4), (3, 5), (2, 8)] if args.quick else ASYMMETRIC
-    run_s = window * 1.5  # the last third of the run is steady state
     p = match_probability(args.band)
     profiles = machines(scale)
-    plan = [("native", "symmetric", 1000.0, 1000.0, sym),
-            ("native", "asymmetric", 1000.0, 3000.0, asym),
-            ("python", "symmetric", 1000.0, 1000.0, sym)]  # fmt: skip
+    grids = lambda layouts: [f"{m}x{n}" for m, n in layouts]  # noqa: E731
+    # (machine, scenario, rate_r, rate_s, layouts, run length and tail in windows)
+    plan = [("native", "symmetric", 1000.0, 1000.0, grids(sym), 1.5, 0.0),
+            ("native", "handshake", 1000.0, 1000.0, ["handshake(16)"], 2.0, 0.5),
+            ("native", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0),
+            ("python", "symmetric", 1000.0, 1000.0, grids(sym), 1.5, 0.0),
+            ("python", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0)]  # fmt: skip
     rows = []
-    for mname, scenario, lx, ly, layouts in plan:
+    for mname, scenario, lx, ly, layouts, runs, tail in plan:
         prof = profiles[mname]
-        for m, n in layouts:
-            out = simulate(prof, m, n, lx, ly, window, run_s, args.band)
-            model = expr5_6_ms(prof, m, n, lx, ly, window)
-            row = {"machine": mname, "scenario": scenario, "layout": f"{m}x{n}",
+        for layout in layouts:
+            out = simulate(prof, layout, lx, ly, window, runs * window, args.band,
+                           tail_s=tail * window)  # fmt: skip
+            if layout.startswith("handshake"):
+                model, end_of_probe, name = (handshake_ms(16, window),) * 2 + ("handshake",)
+            else:
+                m, n = map(int, layout.split("x"))
+                model = expr5_6_ms(prof, m, n, lx, ly, window)
+                end_of_probe, name = 2 * model, "Expr. 5-7"
+            row = {"machine": mname, "scenario": scenario, "layout": layout,
                    "rate_r": lx, "rate_s": ly, "window_s": window, "scan_scale": scale,
-                   "band": args.band,
-                   "expr7_latency_ms": model, "expr7_end_of_probe_ms": 2 * model,
+                   "band": args.band, "model": name, "model_latency_ms": model,
+                   "model_end_of_probe_ms": end_of_probe,
                    "expr3_bmax": 2 * lx * ly * window * p, **out}  # fmt: skip
             rows.append(row)
-            print(f"{mname:<7}{scenario:<11}{m:>3}x{n:<3} mean {out['latency_mean_ms']:7.3f} ms"
-                  f"  Expr.7 {model:7.3f} (x2 {2 * model:7.3f}) ms  output "
+            print(f"{mname:<7}{scenario:<11}{layout:>14} mean {out['latency_mean_ms']:9.3f} ms"
+                  f"  {name} {model:9.3f} (end of probe {end_of_probe:9.3f}) ms  output "
                   f"{out['output_rate']:7.1f}/s (Expr.3 {row['expr3_bmax']:7.1f})  busiest "
                   f"core {out['max_core_busy']:.0%}  [{out['wall_s']:.0f} s]", flush=True)  # fmt: skip
     write(rows, profiles)
+
+
+def commit_id() -> str:
+    """The checked-out commit (short hash), read from ``.git`` (no git process is started);
+    the working tree may hold changes beyond it."""
+    git = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".git")
+    try:
+        with open(os.path.join(git, "HEAD")) as f:
+            head = f.read().strip()
+        if not head.startswith("ref: "):
+            return head[:7]
+        ref = head[5:]
+        if os.path.exists(os.path.join(git, ref)):
+            with open(os.path.join(git, ref)) as f:
+                return f.read().strip()[:7]
+        with open(os.path.join(git, "packed-refs")) as f:
+            found = [line[:7] for line in f if line.rstrip().endswith(" " + ref)]
+        return found[0] if found else "unknown"
+    except OSError:
+        return "unknown"
 
 
 def write(rows: list[dict], profiles: dict) -> None:
@@ -172,30 +239,28 @@ def write(rows: list[dict], profiles: dict) -> None:
         w.writeheader()
         w.writerows(rows)
     plot(rows, base + ".png")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=os.path.dirname(__file__)).stdout.strip()  # fmt: skip
-    except OSError:
-        commit = "unknown"
+    window = rows[0]["window_s"]
     lines = ["# DP-Join layouts on the simulator", "",
-             f"commit `{commit}`, host `{machine_info()['platform']}`, "
-             f"window {rows[0]['window_s']:g} s, batch 1, Poisson arrivals, "
-             f"band {rows[0]['band']}.", ""]  # fmt: skip
+             f"commit `{commit_id()}` (working tree may differ), host "
+             f"`{machine_info()['platform']}`, window {window:g} s, batch 1, Poisson arrivals, "
+             f"band {rows[0]['band']}; total simulator wall time "
+             f"{sum(r['wall_s'] for r in rows):.0f} s.", ""]  # fmt: skip
     for mname, prof in profiles.items():
         lines += [f"## machine `{mname}`: {prof.name}", "",
-                  "| scenario | layout | mean latency ms | p95 ms | Expr. 5–7 ms | ×2 (end of "
-                  "probe) ms | output/s | Expr. 3 B_max/s | busiest core |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+                  "| scenario | layout | mean latency ms | p50 ms | p95 ms | Expr. 5–7 ms "
+                  "| ×2 (end of probe) ms | output/s | Expr. 3 B_max/s | busiest core |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for r in rows:
-            if r["machine"] == mname:
+            if r["machine"] == mname and r["scenario"] != "handshake":
                 lines.append(
                     f"| {r['scenario']} ({r['rate_r']:g}/{r['rate_s']:g} t/s) | {r['layout']} "
-                    f"| {r['latency_mean_ms']:.3f} | {r['latency_p95_ms']:.3f} "
-                    f"| {r['expr7_latency_ms']:.3f} | {r['expr7_end_of_probe_ms']:.3f} "
-                    f"| {r['output_rate']:.1f} "
+                    f"| {r['latency_mean_ms']:.3f} | {r['latency_p50_ms']:.3f} "
+                    f"| {r['latency_p95_ms']:.3f} | {r['model_latency_ms']:.3f} "
+                    f"| {r['model_end_of_probe_ms']:.3f} | {r['output_rate']:.1f} "
                     f"| {r['expr3_bmax']:.1f} | {r['max_core_busy']:.0%} |"
                 )
         lines.append("")
+    lines += handshake_table(rows)
     lines += ["## Findings", ""] + findings(rows) + [""]
     lines += ["Messages: shared-memory costs assumed (see the script's docstring). Scan cost "
               f"per tuple x{rows[0]['scan_scale']:g} (each simulated window tuple stands for "
@@ -206,20 +271,64 @@ def write(rows: list[dict], profiles: dict) -> None:
     print(f"wrote {base}.csv, .png, .md")
 
 
+def handshake_table(rows: list[dict]) -> list[str]:
+    """The handshake join beside the 4x4 grid on the same machine and input."""
+    out = []
+    for hs in (r for r in rows if r["scenario"] == "handshake"):
+        grid = next(r for r in rows if r["machine"] == hs["machine"]
+                    and r["scenario"] == "symmetric" and r["layout"] == "4x4")  # fmt: skip
+        out += [f"## Handshake join against the 4x4 grid (machine `{hs['machine']}`, "
+                f"{hs['rate_r']:g}/{hs['rate_s']:g} t/s, same input)", "",
+                "| layout | mean latency ms | p50 ms | p95 ms | model ms | model "
+                "| output/s | Expr. 3 B_max/s | busiest core |",
+                "|---|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+        for r in (hs, grid):
+            model = "T_w (N-1)² / (4N²)" if r is hs else "Expr. 7 ×2 (end of probe)"
+            out.append(f"| {r['layout']} | {r['latency_mean_ms']:,.3f} | {r['latency_p50_ms']:,.3f} "
+                       f"| {r['latency_p95_ms']:,.3f} | {r['model_end_of_probe_ms']:,.3f} "
+                       f"| {model} | {r['output_rate']:.1f} | {r['expr3_bmax']:.1f} "
+                       f"| {r['max_core_busy']:.0%} |")  # fmt: skip
+        ratio = hs["latency_mean_ms"] / grid["latency_mean_ms"]
+        stretch = 300.0 / hs["window_s"]
+        out += ["", f"Handshake / grid mean latency: {ratio:,.0f} (10^{math.log10(ratio):.1f}). "
+                f"The grid's latency already stands for the paper's 300 s window (scan cost "
+                f"×{hs['scan_scale']:g}); the handshake's grows with the window itself, so at "
+                f"300 s it would be {stretch:g}× larger, {hs['latency_mean_ms'] * stretch / 1e3:,.0f} "
+                f"s, a ratio of {ratio * stretch:,.0f} (10^{math.log10(ratio * stretch):.1f}). "
+                "DP-Join Fig. 6a: 67 s against 0.95 ms (10^4.8).", ""]  # fmt: skip
+    return out
+
+
 def findings(rows: list[dict]) -> list[str]:
-    """One line per machine and scenario: the best layout, and square against linear."""
+    """One line per machine and grid scenario: the best layout, square against linear or
+    rectangular; and the handshake join against the grid."""
     out = []
     for mname, scenario in dict.fromkeys((r["machine"], r["scenario"]) for r in rows):
+        if scenario == "handshake":
+            continue
         sel = {r["layout"]: r for r in rows if r["machine"] == mname and r["scenario"] == scenario}
         best = min(sel.values(), key=lambda r: r["latency_mean_ms"])
-        model = min(sel.values(), key=lambda r: r["expr7_latency_ms"])
+        model = min(sel.values(), key=lambda r: r["model_latency_ms"])
         line = (f"- `{mname}`, {scenario}: lowest simulated mean latency {best['layout']} "
                 f"({best['latency_mean_ms']:.3f} ms); Expr. 5–7 ranks {model['layout']} first")  # fmt: skip
         if scenario == "symmetric" and "4x4" in sel and "1x16" in sel:
             ratio = sel["4x4"]["latency_mean_ms"] / sel["1x16"]["latency_mean_ms"]
             line += f"; 4x4 / 1x16 latency = {ratio:.2f} (DP-Join Fig. 6a: 0.95 / 2.42 = 0.39)"
+        if scenario == "asymmetric" and "4x4" in sel and "3x5" in sel:
+            ratio = sel["3x5"]["latency_mean_ms"] / sel["4x4"]["latency_mean_ms"]
+            line += (f"; 3x5 / 4x4 latency = {ratio:.2f} (DP-Join Fig. 7a: 0.26 / 0.30 = "
+                     "0.87)")  # fmt: skip
         worst = max(abs(r["output_rate"] / r["expr3_bmax"] - 1) for r in sel.values())
         out.append(line + f"; output rate within {worst:.1%} of Expr. 3.")
+    for hs in (r for r in rows if r["scenario"] == "handshake"):
+        grid = next(r for r in rows if r["machine"] == hs["machine"]
+                    and r["scenario"] == "symmetric" and r["layout"] == "4x4")  # fmt: skip
+        out.append(f"- `{hs['machine']}`, handshake(16) against 4x4: mean latency "
+                   f"{hs['latency_mean_ms'] / 1e3:.2f} s against {grid['latency_mean_ms']:.3f} "
+                   f"ms, {hs['latency_mean_ms'] / grid['latency_mean_ms']:,.0f}× (model "
+                   f"{hs['model_latency_ms'] / 1e3:.2f} s, simulated / model "
+                   f"{hs['latency_mean_ms'] / hs['model_latency_ms']:.2f}); output rate "
+                   f"{hs['output_rate'] / hs['expr3_bmax'] - 1:+.1%} from Expr. 3.")  # fmt: skip
     return out
 
 
@@ -229,24 +338,54 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["machine"], r["scenario"]) for r in rows})
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
-    for ax, (mname, scenario) in zip(axes[0], groups, strict=True):
-        sel = [r for r in rows if r["machine"] == mname and r["scenario"] == scenario]
-        x = np.arange(len(sel))
-        ax.bar(x - 0.2, [r["latency_mean_ms"] for r in sel], 0.4, label="simulated mean")
-        ax.bar(
-            x + 0.2,
-            [r["expr7_end_of_probe_ms"] for r in sel],
-            0.4,
-            label="Expr. 5–7 × 2 (end of probe)",
-        )
-        ax.set_xticks(x, [r["layout"] for r in sel])
-        ax.set_title(f"{mname}, {scenario}\n({sel[0]['rate_r']:g}/{sel[0]['rate_s']:g} t/s)")
-        ax.set_ylabel("latency (ms)")
-        ax.legend(fontsize=7)
+    machines_ = list(dict.fromkeys(r["machine"] for r in rows))
+    fig, axes = plt.subplots(len(machines_), 3, figsize=(14, 4.2 * len(machines_)),
+                             squeeze=False)  # fmt: skip
+    for i, mname in enumerate(machines_):
+        for j, scenario in enumerate(("symmetric", "asymmetric")):
+            ax = axes[i][j]
+            sel = [r for r in rows if r["machine"] == mname and r["scenario"] == scenario]
+            if not sel:
+                ax.set_axis_off()
+                continue
+            x = np.arange(len(sel))
+            ax.bar(x - 0.2, [r["latency_mean_ms"] for r in sel], 0.4, label="simulated mean")
+            ax.bar(x + 0.2, [r["model_end_of_probe_ms"] for r in sel], 0.4,
+                   label="Expr. 5–7 × 2 (end of probe)")  # fmt: skip
+            ax.set_xticks(x, [r["layout"] for r in sel])
+            ax.set_title(f"{mname}, {scenario} ({sel[0]['rate_r']:g}/{sel[0]['rate_s']:g} t/s)")
+            ax.set_ylabel("mean latency (ms)")
+            ax.legend(fontsize=8)
+        ax = axes[i][2]
+        hs = [r for r in rows if r["machine"] == mname and r["scenario"] == "handshake"]
+        if hs:
+            grid = next(r for r in rows if r["machine"] == mname
+                        and r["scenario"] == "symmetric" and r["layout"] == "4x4")  # fmt: skip
+            sel = [grid, hs[0]]
+            x = np.arange(2)
+            ax.bar(x - 0.2, [r["latency_mean_ms"] for r in sel], 0.4, label="simulated mean")
+            ax.bar(x + 0.2, [r["model_end_of_probe_ms"] for r in sel], 0.4,
+                   label="model (Expr. 7 × 2; T_w (N-1)²/4N²)")  # fmt: skip
+            ax.set_yscale("log")
+            ax.set_xticks(x, ["grid 4x4", hs[0]["layout"]])
+            ax.set_title(f"{mname}: handshake join vs grid, 16 cores")
+            ax.set_ylabel("mean latency (ms, log)")
+            ax.legend(fontsize=8, loc="upper left")
+        else:
+            sel = [r for r in rows if r["scenario"] != "handshake"]
+            x = np.arange(len(sel))
+            ax.bar(x, [100 * (r["output_rate"] / r["expr3_bmax"] - 1) for r in sel],
+                   color=["C0" if r["machine"] == "native" else "C1" for r in sel])  # fmt: skip
+            ax.axhspan(-2, 2, color="green", alpha=0.12, label="within 2%")
+            for k, name in enumerate(("native", "python")):  # legend entries for the colours
+                ax.bar([0], [0], color=f"C{k}", label=f"{name[0]}: {name}")
+            ax.set_xticks(x, [f"{r['machine'][0]} {r['scenario'][:4]} {r['layout']}"
+                              for r in sel], rotation=70, fontsize=7)  # fmt: skip
+            ax.set_title("output rate against Expr. 3 (all runs)")
+            ax.set_ylabel("difference (%)")
+            ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 

@@ -204,6 +204,19 @@ def test_shared_processors(make):
         _profile().with_cpus(0)
 
 
+def test_cli_cpus_option():
+    import argparse
+
+    from streamjoin import cli_sim
+
+    args = argparse.Namespace(backend="sim", machine=None, arrival=None, pace=None, seed=1,
+                              cpus=2)  # fmt: skip
+    assert cli_sim.sim_run_kwargs(args)["machine"].cpus == 2
+    args.backend = "local"
+    with pytest.raises(ValueError, match="need --backend sim"):
+        cli_sim.sim_run_kwargs(args)
+
+
 # -- determinism ---------------------------------------------------------------------------------
 
 

@@ -72,10 +72,8 @@ def scan_units(index: str, size: int) -> float:
 
 def message_nbytes(msg) -> int:
     """Payload bytes of a message between actors (what a transport would copy)."""
-    if isinstance(msg, Batch):  # Batch.nbytes, spelt out: the simulator sizes every message
-        return (msg.seq.nbytes + msg.stream.nbytes + msg.idx.nbytes + msg.ts.nbytes
-                + msg.ingest_ns.nbytes + msg.lo_idx.nbytes + msg.attrs.nbytes
-                + msg.horizon.nbytes)  # fmt: skip
+    if isinstance(msg, Batch):
+        return msg.nbytes
     if isinstance(msg, PairBatch):
         return msg.r.nbytes + msg.s.nbytes + msg.ingest_ns.nbytes
     if isinstance(msg, WorkerCommand):

@@ -5,6 +5,12 @@ Measured by ``cost_model.calibrate(name="dev-2cpu")`` on the development machine
 every registered index, Ray messaging included. Costs are ns per feature unit
 (``cost_model.FEATURES``). Recalibrate for your machine with ``streamjoin calibrate`` or
 :func:`streamjoin.runtime.cost_model.calibrate`.
+
+The message costs come from calls of the driver to one idle Ray actor. A join core that
+receives batches and sends pairs pays several times that per message on this host, and Ray's
+actors share its 2 CPUs: to predict ``ray`` here, take receive costs measured through a relay
+actor and ``with_cpus(2)`` (``experiments/sim_fidelity.py``, results in
+``experiments/results/sim_fidelity.md``).
 """
 
 DEFAULT_PROFILE = {
