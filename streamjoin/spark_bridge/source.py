@@ -51,9 +51,7 @@ def _ts_column(df, ts: str):
     from pyspark.sql import types as T
 
     dtype = df.schema[ts].dataType
-    if isinstance(dtype, T.TimestampType | T.TimestampNTZType):
-        return F.unix_millis(F.col(ts).cast("timestamp"))
-    if isinstance(dtype, T.DateType):
+    if isinstance(dtype, T.TimestampType | T.TimestampNTZType | T.DateType):
         return F.unix_millis(F.col(ts).cast("timestamp"))
     if isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
         return F.col(ts).cast("long")
@@ -160,7 +158,7 @@ class SparkSource(Source):
         # monotonically_increasing_id() is (partition id << 33) + position in the partition
         local = F.col("_mid") - F.shiftleft(F.col("_pid").cast("long"), 33)
         first = F.element_at(F.array(*[F.lit(o) for o in offsets or [0]]), F.col("_pid") + 1)
-        return df.withColumn("row", (first + local).cast("long")).drop("_pid", "_mid", _ORDER_COL)
+        return df.withColumn("row", (first + local).cast("long")).drop("_pid", "_mid")
 
     def pairs_with_columns(self, result, columns: Sequence[str] | None = None):
         """The result pairs as a Spark DataFrame with the joined rows' columns: ``r``, ``s``,

@@ -142,16 +142,15 @@ class JoinSink:
         cols = validate(table, self.query, row_offset=self.rows)
         if self.query.window.kind != "time" or not len(cols):
             return
-        for y in (0, 1):  # ts across micro-batches (validate checks within one)
-            ts = cols.ts[cols.stream == y]
+        per_stream = [cols.ts[cols.stream == y] for y in (0, 1)]
+        for y, ts in enumerate(per_stream):  # across micro-batches (validate checks within)
             if len(ts) and ts[0] < self._last_ts[y]:
                 raise InputError(
                     f"ts of stream {'RS'[y]} goes back from {self._last_ts[y]} to {ts[0]} in "
                     f"the micro-batch starting at row {self.rows}; a time window needs "
                     "non-decreasing ts per stream across micro-batches"
                 )
-        for y in (0, 1):
-            ts = cols.ts[cols.stream == y]
+        for y, ts in enumerate(per_stream):  # only once the whole micro-batch passed
             if len(ts):
                 self._last_ts[y] = ts[-1]
 
