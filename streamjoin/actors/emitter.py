@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit
 
 from streamjoin.actors.router import Route
 from streamjoin.batch import Batch, Columns, InputError
@@ -88,39 +89,29 @@ class Emitter:
         n = len(cols)
         stream = cols.stream
         seq = np.arange(self.n_seen, self.n_seen + n, dtype=np.int64)
-        is_s = stream.astype(np.int64)
-        n_s_before = self.count[1] + np.cumsum(is_s) - is_s  # S tuples before each row
-        n_r_before = self.count[0] + np.arange(n) - (n_s_before - self.count[1])
-        idx = np.where(is_s == 1, n_s_before, n_r_before)
-        # tuples of the probed stream before each row (own stream for a self-join)
-        n_opp_before = idx if self.query.self_join else np.where(is_s == 1, n_r_before, n_s_before)
-        horizons = np.empty((2, n), dtype=np.int64)
-        if self.query.window.kind == "count":
-            lo_idx = self._count_lo(stream, n_opp_before, horizons, is_s)
+        q = self.query
+        if q.window.kind == "count":
+            idx, lo_idx, horizons = stamp_count(
+                stream, self.count, q.window_size(0), q.window_size(1), q.self_join
+            )
         else:
+            is_s = stream.astype(np.int64)
+            n_s_before = self.count[1] + np.cumsum(is_s) - is_s  # S tuples before each row
+            n_r_before = self.count[0] + np.arange(n) - (n_s_before - self.count[1])
+            idx = np.where(is_s == 1, n_s_before, n_r_before)
+            # tuples of the probed stream before each row (own stream for a self-join)
+            n_opp_before = idx if q.self_join else np.where(is_s == 1, n_r_before, n_s_before)
+            horizons = np.empty((2, n), dtype=np.int64)
             lo_idx = self._time_lo(cols, n_opp_before, horizons)
+            self.count[1] += int(is_s.sum())
+            self.count[0] += n - int(is_s.sum())
         self.n_seen += n
-        self.count[1] += int(is_s.sum())
-        self.count[0] += n - int(is_s.sum())
         return Batch(
             seq=seq, stream=stream, idx=idx, ts=cols.ts,
-            ingest_ns=np.full(n, ingest_ns, dtype=np.int64), lo_idx=lo_idx, attrs=cols.attrs,
+            ingest_ns=np.full(n, ingest_ns, dtype=np.int64), lo_idx=lo_idx,
+            attrs=np.ascontiguousarray(cols.attrs),
             horizon=horizons,  # per-row horizons; cut to the batch's last row in _close
         )  # fmt: skip
-
-    def _count_lo(self, stream, n_opp_before, horizons, is_s) -> np.ndarray:
-        q = self.query
-        w = np.where(stream == 1, q.window_size(0), q.window_size(1))
-        if q.self_join:
-            w = np.full(len(stream), q.window_size(0))
-        lo_idx = np.maximum(0, n_opp_before - w)
-        # after row g, stream Y holds count_Y(g) tuples; no later window reaches below
-        # count_Y(g) - w_Y
-        n_s_incl = self.count[1] + np.cumsum(is_s)
-        n_r_incl = self.count[0] + np.arange(1, len(stream) + 1) - (n_s_incl - self.count[1])
-        horizons[0] = np.maximum(0, n_r_incl - q.window_size(0))
-        horizons[1] = np.maximum(0, n_s_incl - q.window_size(1))
-        return lo_idx
 
     def _time_lo(self, cols: Columns, n_opp_before, horizons) -> np.ndarray:
         q = self.query
@@ -171,14 +162,49 @@ class Emitter:
         out = []
         for start in range(0, cut, self.batch_size):
             end = min(start + self.batch_size, cut)
-            part = stamped.take(np.arange(start, end))
+            # a chunk that is exactly one batch goes on as it is (the usual case: run() cuts
+            # chunks to the batch size)
+            part = stamped if end - start == n else stamped.take(np.arange(start, end))
             part.horizon = stamped.horizon[:, end - 1].copy()
             out.extend(self.route(part))
-        rest = stamped.take(np.arange(cut, n))
-        rest.horizon = stamped.horizon[:, cut:]
-        self._pending = [rest] if n > cut else []
+        if n > cut:
+            rest = stamped.take(np.arange(cut, n))
+            rest.horizon = stamped.horizon[:, cut:]
+            self._pending = [rest]
+        else:
+            self._pending = []
         self._pending_n = n - cut
         return out
+
+
+@njit(cache=True, nogil=True)
+def stamp_count(stream, count, w_r, w_s, self_join):
+    """``(idx, lo_idx, horizons)`` of a chunk under a count window, in one pass.
+
+    ``count`` (int64 ``(2,)``, tuples seen per stream) is advanced in place. A tuple's
+    ``lo_idx`` is ``max(0, n_Y - w_Y)`` for the ``n_Y`` tuples of its probed stream Y before
+    it; ``horizons[Y, g]`` is ``max(0, count_Y - w_Y)`` after row ``g``: no later window
+    reaches below it. O(len(stream)).
+    """
+    n = stream.shape[0]
+    idx = np.empty(n, dtype=np.int64)
+    lo_idx = np.empty(n, dtype=np.int64)
+    horizons = np.empty((2, n), dtype=np.int64)
+    c_r, c_s = count[0], count[1]
+    for g in range(n):
+        if stream[g] == 1:
+            idx[g] = c_s
+            lo_idx[g] = max(0, c_r - w_r)
+            c_s += 1
+        else:
+            idx[g] = c_r
+            lo_idx[g] = max(0, c_r - w_r) if self_join else max(0, c_s - w_s)
+            c_r += 1
+        horizons[0, g] = max(0, c_r - w_r)
+        horizons[1, g] = max(0, c_s - w_s)
+    count[0] = c_r
+    count[1] = c_s
+    return idx, lo_idx, horizons
 
 
 def _concat_rows(stamped: list[Batch]) -> Batch:

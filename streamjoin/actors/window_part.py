@@ -10,8 +10,8 @@ from streamjoin.actors.join_kernels import (
     EITHER,
     R_PROBES,
     S_PROBES,
-    filter_candidates,
     join_within_batch,
+    probe_pairs,
 )
 from streamjoin.actors.store import TupleStore
 from streamjoin.batch import Batch, PairBatch
@@ -84,12 +84,6 @@ class JoinSpec:
             return [(np.minimum(lo, -hi), np.maximum(hi, -lo))]
         return [stored_r, (lo, hi)]
 
-    def pairs(self, x: int, later: np.ndarray, earlier: np.ndarray, ingest: np.ndarray):
-        """Pair columns from the rows of the later (stream ``x``) and earlier tuples."""
-        if self.query.self_join or x == 1:  # earlier is r (the older row, for a self-join)
-            return PairBatch(earlier, later, ingest)
-        return PairBatch(later, earlier, ingest)
-
     def join_batch(self, batch: Batch) -> PairBatch:
         """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too."""
         if len(batch) < 2:
@@ -97,6 +91,7 @@ class JoinSpec:
         i, j = join_within_batch(
             batch.stream, batch.idx, batch.lo_idx, batch.attrs,
             self.cond_attr, self.lo, self.hi, self.query.self_join,
+            np.argsort(batch.attrs[self.cond_attr[0]]),
         )  # fmt: skip
         if len(i) == 0:
             return PairBatch.empty()
@@ -134,7 +129,7 @@ class WindowPart:
         ``idx >= min_idx``.
 
         A candidate is kept iff the earlier of the two is in the later one's window
-        (:func:`filter_candidates`) and θ holds exactly.
+        (:func:`~streamjoin.actors.join_kernels.probe_pairs`) and θ holds exactly.
         """
         spec, store = self.spec, self.store
         if len(self.index) == 0 or len(xs) == 0:
@@ -152,18 +147,13 @@ class WindowPart:
             orient = S_PROBES  # θ(a, b) ⇔ θ(b, a): one orientation decides
         elif orient == EITHER:
             first = 0  # each box guaranteed only its own orientation
-        rows = refs - store.base
-        bpos = xs[pos]
-        keep = filter_candidates(
-            batch.attrs, batch.seq, batch.idx, batch.lo_idx, bpos,
-            store.attrs, store.seq, store.idx, store.lo_idx, rows,
-            spec.cond_attr, spec.lo, spec.hi, first, orient,
+        r, s, ingest = probe_pairs(
+            batch.attrs, batch.seq, batch.idx, batch.lo_idx, batch.ingest_ns, xs[pos],
+            store.attrs, store.seq, store.idx, store.lo_idx, store.ingest_ns, refs - store.base,
+            spec.cond_attr, spec.lo, spec.hi, first, orient, min_idx,
+            not spec.query.self_join and x == 0,
         )  # fmt: skip
-        if min_idx > 0:
-            keep &= store.idx[rows] >= min_idx
-        later, earlier = bpos[keep], rows[keep]
-        ingest = np.maximum(batch.ingest_ns[later], store.ingest_ns[earlier])
-        return spec.pairs(x, batch.seq[later], store.seq[earlier], ingest)
+        return PairBatch(r, s, ingest)
 
     def insert(self, batch: Batch, pos: np.ndarray) -> None:
         """Store and index the tuples at ``pos`` (all of this part's stream)."""
