@@ -70,15 +70,20 @@ class JoinCore:
         batch = batch.freeze()
         sent = [(f"{port}_next", batch)] if self.forward else []
         found = []
-        for x in spec.streams:  # step 1
-            xs = np.flatnonzero(batch.stream == x)
+        # each stream's tuples in key order, once: probing, the in-batch join and the index
+        # inserts share it
+        views = {x: spec.in_key_order(batch, x) for x in spec.streams}
+        for x, (xs, keys, order) in views.items():  # step 1
             self.stats["probes"] += len(xs)
-            found.append(self.parts[spec.probed(x)].probe(batch, x, xs))
+            part = self.parts[spec.probed(x)]
+            found.append(part.probe(batch, x, xs[order], keys=keys[:, order]))
         if batch.store:
-            found.append(spec.join_batch(batch))  # step 2
-            for y in spec.streams:  # step 3
-                ys = np.flatnonzero(batch.stream == y)
-                self.parts[y].insert(batch, ys)
+            by_stream = tuple(xs[order] for xs, _, order in views.values())
+            if spec.query.self_join:
+                by_stream += (by_stream[0][:0],)
+            found.append(spec.join_batch(batch, by_stream))  # step 2
+            for y, (ys, keys, order) in views.items():  # step 3
+                self.parts[y].insert(batch, ys, keys=keys, order=order)
                 self.stats["inserted"] += len(ys)
         # expire each stream probed by a stream this port carries (see the class docstring)
         for y in {spec.probed(x) for x in self.ports[port]} & set(spec.streams):

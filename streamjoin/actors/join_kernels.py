@@ -86,29 +86,19 @@ def probe_pairs(
 
 
 @njit(cache=True, nogil=True)
-def join_within_batch(stream, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, order):
+def join_within_batch(stream, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, by_r, by_s):
     """Pairs ``(i, j)``, ``j < i``, of one seq-ordered batch: ``j`` is of ``i``'s opposite
     stream (its own for a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
 
     DESIGN §2 step 2 (PIM-Tree §4's edge tuple: what is not indexed yet is scanned).
-    ``order`` sorts the batch on the primary attribute (numpy's argsort, about 4× faster than
-    numba's at 16K); it splits into each stream's tuples in key order, and the
-    probing stream's tuples then sweep the probed stream's keys with a pointer that only moves
-    forward, so the cost is O(b log b + candidates in range) rather than O(b²), with no binary
-    search per tuple.
+    ``by_r`` / ``by_s`` hold the positions of each stream's tuples in order of the primary
+    attribute (for a self-join ``by_r`` holds them all); the probing stream's tuples sweep the
+    probed stream's keys with a pointer that only moves forward, so the cost is
+    O(b + candidates in range) after the sort, with no binary search per tuple.
     """
     b = stream.shape[0]
     key = attrs[cond_attr[0]]
-    n_s = 0
-    for i in range(b):
-        n_s += stream[i] == 1
-    by_stream = (np.empty(b - n_s, dtype=np.int64), np.empty(n_s, dtype=np.int64))
-    fill = np.zeros(2, dtype=np.int64)
-    for t in range(b):
-        i = order[t]
-        y = stream[i]
-        by_stream[y][fill[y]] = i
-        fill[y] += 1
+    by_stream = (by_r, by_s)
     cap = 2 * b + 64
     while True:
         out_i = np.empty(cap, dtype=np.int64)

@@ -71,6 +71,15 @@ class JoinSpec:
         """Index key rows of the tuples at ``pos``: float64 ``(n_keys, len(pos))``."""
         return np.ascontiguousarray(batch.attrs[self.cond_attr[: self.n_keys]][:, pos])
 
+    def in_key_order(self, batch: Batch, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(xs, keys, order)`` of the batch's stream-``x`` tuples: their positions in arrival
+        order, their index keys (:meth:`keys`) and the stable order of those keys on the
+        primary attribute, which the join core computes once per batch and shares between
+        probing, the in-batch join and the index insert."""
+        xs = np.flatnonzero(batch.stream == x)
+        keys = self.keys(batch, xs)
+        return xs, keys, np.argsort(keys[0], kind="stable")
+
     def probe_boxes(self, orient: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Index probe boxes (``item - key`` intervals) for probing tuples of one orientation."""
         lo, hi = self.lo[: self.n_keys], self.hi[: self.n_keys]
@@ -84,14 +93,21 @@ class JoinSpec:
             return [(np.minimum(lo, -hi), np.maximum(hi, -lo))]
         return [stored_r, (lo, hi)]
 
-    def join_batch(self, batch: Batch) -> PairBatch:
-        """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too."""
+    def join_batch(self, batch: Batch, by_stream: tuple | None = None) -> PairBatch:
+        """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too.
+
+        ``by_stream``: for each stream (R, S), the positions of its tuples in the batch in
+        order of the primary attribute, if the caller has them; else one sort makes them.
+        """
         if len(batch) < 2:
             return PairBatch.empty()
+        if by_stream is None:
+            order = np.argsort(batch.attrs[self.cond_attr[0]])
+            in_s = batch.stream[order] == 1
+            by_stream = (order[~in_s], order[in_s])
         i, j = join_within_batch(
             batch.stream, batch.idx, batch.lo_idx, batch.attrs,
-            self.cond_attr, self.lo, self.hi, self.query.self_join,
-            np.argsort(batch.attrs[self.cond_attr[0]]),
+            self.cond_attr, self.lo, self.hi, self.query.self_join, *by_stream,
         )  # fmt: skip
         if len(i) == 0:
             return PairBatch.empty()
@@ -124,9 +140,12 @@ class WindowPart:
     def nbytes(self) -> int:
         return self.store.nbytes + self.index.nbytes
 
-    def probe(self, batch: Batch, x: int, xs: np.ndarray, min_idx: int = 0) -> PairBatch:
+    def probe(
+        self, batch: Batch, x: int, xs: np.ndarray, min_idx: int = 0, keys: np.ndarray | None = None
+    ) -> PairBatch:
         """Pairs of the stream-``x`` tuples at ``xs`` with the tuples held here whose
-        ``idx >= min_idx``.
+        ``idx >= min_idx``. ``keys``: their index keys, if the caller has them (probing in key
+        order is faster for the tree indexes: descents share nodes).
 
         A candidate is kept iff the earlier of the two is in the later one's window
         (:func:`~streamjoin.actors.join_kernels.probe_pairs`) and θ holds exactly.
@@ -135,7 +154,7 @@ class WindowPart:
         if len(self.index) == 0 or len(xs) == 0:
             return PairBatch.empty()
         orient = EITHER if spec.query.self_join else (R_PROBES if x == 0 else S_PROBES)
-        keys = spec.keys(batch, xs)
+        keys = spec.keys(batch, xs) if keys is None else keys
         found = [self.index.probe(keys, lo, hi) for lo, hi in spec.probe_boxes(orient)]
         if len(found) == 1:
             pos, refs = found[0]
@@ -155,11 +174,25 @@ class WindowPart:
         )  # fmt: skip
         return PairBatch(r, s, ingest)
 
-    def insert(self, batch: Batch, pos: np.ndarray) -> None:
-        """Store and index the tuples at ``pos`` (all of this part's stream)."""
+    def insert(
+        self,
+        batch: Batch,
+        pos: np.ndarray,
+        keys: np.ndarray | None = None,
+        order: np.ndarray | None = None,
+    ) -> None:
+        """Store and index the tuples at ``pos`` (all of this part's stream, arrival order).
+
+        ``keys`` (their index keys) and ``order`` (the stable order of ``keys[0]``), if the
+        caller has them, save the index from computing them again.
+        """
         if len(pos):
             refs = self.store.append(batch, pos)
-            self.index.insert(self.spec.keys(batch, pos), refs)
+            keys = self.spec.keys(batch, pos) if keys is None else keys
+            if self.index.takes_order:
+                self.index.insert(keys, refs, order=order)
+            else:
+                self.index.insert(keys, refs)
 
     def expire(self, idx_bound: int) -> int:
         """Drop tuples with ``idx < idx_bound``; returns how many were dropped."""

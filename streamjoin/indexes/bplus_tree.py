@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.base import WindowIndex, key_range, register, stable_key_order
 from streamjoin.indexes.sorted_runs import lower_bound, scan_run
 
 # slots of BPlusArrays.meta
@@ -565,6 +565,7 @@ class BPlusTreeIndex(WindowIndex):
     """
 
     name = "bplus_tree"
+    takes_order = True
 
     def __init__(self, n_keys: int = 1, fanout: int = 32, leaf_size: int = 64) -> None:
         super().__init__(n_keys)
@@ -583,32 +584,42 @@ class BPlusTreeIndex(WindowIndex):
     def _log(self, keys: np.ndarray, refs: np.ndarray) -> None:
         """Append to the insertion log, compacting it when full.
 
-        Compaction leaves at least a quarter of the capacity free (doubling if needed), so its
-        copying is amortised O(1) per item.
+        Compaction moves the live items to the front, into arrays twice as large if they would
+        be more than half full, so its copying is amortised O(1) per item; moving in place
+        reuses memory already touched (fresh arrays cost a page fault per 4 KiB), and a log
+        at most half full never overlaps its new place.
         """
         n = len(refs)
         if self._tail + n > len(self._log_refs):
             live = self._tail - self._head
             cap = len(self._log_refs)
-            while live + n > cap * 3 // 4:
-                cap *= 2
-            log_keys, log_refs = np.empty(cap), np.empty(cap, dtype=np.int64)
-            log_keys[:live] = self._log_keys[self._head : self._tail]
-            log_refs[:live] = self._log_refs[self._head : self._tail]
-            self._log_keys, self._log_refs = log_keys, log_refs
+            h, t = self._head, self._tail
+            if live + n <= cap // 2:
+                self._log_keys[:live] = self._log_keys[h:t]
+                self._log_refs[:live] = self._log_refs[h:t]
+            else:
+                while live + n > cap // 2:
+                    cap *= 2
+                log_keys, log_refs = np.empty(cap), np.empty(cap, dtype=np.int64)
+                log_keys[:live] = self._log_keys[h:t]
+                log_refs[:live] = self._log_refs[h:t]
+                self._log_keys, self._log_refs = log_keys, log_refs
             self._head, self._tail = 0, live
         self._log_keys[self._tail : self._tail + n] = keys
         self._log_refs[self._tail : self._tail + n] = refs
         self._tail += n
 
-    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+    def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
         self._log(keys[0], refs)
         self._tree = reserve(self._tree, len(self), len(refs))
         # a stable sort keeps equal keys in ref order: the batch arrives in (key, ref) order
-        order = np.argsort(keys[0], kind="stable")
-        insert_items(self._tree, keys[0][order], refs[order])
+        order = stable_key_order(keys[0], order)
+        if order is None:
+            insert_items(self._tree, np.ascontiguousarray(keys[0]), refs)
+        else:
+            insert_items(self._tree, keys[0][order], refs[order])
 
     def probe(self, keys, lo, hi):
         return probe_tree(self._tree, np.ascontiguousarray(keys[0]), lo[0], hi[0])

@@ -83,6 +83,7 @@ class ChainedIndex(WindowIndex):
     """
 
     name = "chained"
+    takes_order = True
 
     def __init__(
         self,
@@ -150,9 +151,10 @@ class ChainedIndex(WindowIndex):
         self._chain_last.append(self._active_last)
         self._clear_active()
 
-    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+    def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
+        whole = len(refs)
         if self._first_ref is None:
             self._first_ref = int(refs[0])
         i = 0
@@ -161,9 +163,14 @@ class ChainedIndex(WindowIndex):
             j = min(len(refs), i + max(0, cap - self._active_n))
             if j > i:
                 # sorted (stably: equal keys stay in ref order), descents touch leaves in turn
-                order = i + np.argsort(keys[0, i:j], kind="stable")
+                if order is not None and (i, j) == (0, whole):
+                    part = order
+                elif order is not None:  # the whole batch's order, restricted to [i, j)
+                    part = order[(order >= i) & (order < j)]
+                else:
+                    part = i + np.argsort(keys[0, i:j], kind="stable")
                 self._active = reserve(self._active, self._active_n + j - i, j - i)
-                insert_items(self._active, keys[0, order], refs[order])
+                insert_items(self._active, keys[0, part], refs[part])
                 self._active_n += j - i
                 self._active_last = int(refs[j - 1])
             if self._active_n >= cap:

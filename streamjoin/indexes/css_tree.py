@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.base import WindowIndex, key_range, register, stable_key_order
 from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, scan_run
 
 
@@ -145,6 +145,7 @@ class CSSTreeIndex(WindowIndex):
     """
 
     name = "css_tree"
+    takes_order = True
 
     def __init__(self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32) -> None:
         super().__init__(n_keys)
@@ -159,13 +160,14 @@ class CSSTreeIndex(WindowIndex):
         self._before_ref = np.iinfo(np.int64).min
         self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
 
-    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+    def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
         # a stable sort keeps equal keys in ref order: the batch becomes a (key, ref)-sorted run
-        order = np.argsort(keys[0], kind="stable")
+        order = stable_key_order(keys[0], order)
+        run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
         self._keys, self._refs = merge_runs(
-            self._keys, self._refs, keys[0][order], refs[order], self._before_ref
+            self._keys, self._refs, np.ascontiguousarray(run_keys), run_refs, self._before_ref
         )
         self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
 
