@@ -344,11 +344,9 @@ def delete_items(t, keys, refs):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def seek(t, root, height, x):
-    """``(leaf, pos)`` of the first item with key ``>= x`` in the tree ``(root, height)``.
-
-    ``pos`` may equal the leaf's count: the item is then the first of a later leaf on the chain
-    (or there is none). O(height · log(fanout)).
+def seek_leaf(t, root, height, x):
+    """The leaf of the tree ``(root, height)`` where the items with key ``>= x`` start (they
+    may start at the next leaf on the chain). Touches inner nodes only. O(height · log(fanout)).
     """
     node = root
     for _ in range(height):
@@ -356,6 +354,17 @@ def seek(t, root, height, x):
         # keys below x
         j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], x) - 1
         node = t.inner_child[node, j]
+    return node
+
+
+@njit(cache=True, nogil=True, inline="always")
+def seek(t, root, height, x):
+    """``(leaf, pos)`` of the first item with key ``>= x`` in the tree ``(root, height)``.
+
+    ``pos`` may equal the leaf's count: the item is then the first of a later leaf on the chain
+    (or there is none). O(height · log(fanout)).
+    """
+    node = seek_leaf(t, root, height, x)
     return node, lower_bound(t.leaf_keys[node], 0, t.leaf_count[node], x)
 
 

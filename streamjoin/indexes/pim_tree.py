@@ -45,7 +45,7 @@ from streamjoin.indexes.bplus_tree import (
     new_forest,
     new_path,
     reserve,
-    seek,
+    seek_leaf,
 )
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, prefetch_range, scan_run
@@ -116,20 +116,15 @@ AHEAD = 8
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fetch_ahead(ts_keys, ts_refs, leaf_size, t, top, leaf):
-    """Prefetch the T_S leaf ``leaf`` and the root node of the T_I subindex ``top``."""
+def _fetch_ahead(ts_keys, ts_refs, leaf_size, t, leaf, ti_leaf):
+    """Prefetch the T_S leaf ``leaf`` and the T_I leaf ``ti_leaf``."""
     n = ts_keys.shape[0]
     start = min(leaf * leaf_size, n)
     prefetch_range(ts_keys, start, min(start + leaf_size, n))
     prefetch_range(ts_refs, start, min(start + leaf_size, n))
-    root, height = top[0], top[1]
-    if height:
-        f = t.inner_keys.shape[1]
-        prefetch_range(t.inner_keys, root * f, root * f + f)
-        prefetch_range(t.inner_child, root * f, root * f + f)
-    else:
-        size = t.leaf_keys.shape[1]
-        prefetch_range(t.leaf_keys, root * size, root * size + size)
+    size = t.leaf_keys.shape[1]
+    prefetch_range(t.leaf_keys, ti_leaf * size, ti_leaf * size + size)
+    prefetch_range(t.leaf_refs, ti_leaf * size, ti_leaf * size + size)
 
 
 @njit(cache=True, nogil=True)
@@ -141,9 +136,10 @@ def probe_partitioned(
 
     One descent of T_S finds both the first leaf to scan and, as the node at the insertion
     depth on the way, the subindex that holds the bottom of the range; then T_S's leaf level and
-    T_I's leaf chain are scanned from there. The batch runs the descents first (they touch only
-    T_S's inner levels, which stay in cache) so that the scans can prefetch their first nodes
-    :data:`AHEAD` keys in advance. Returns ``(probe_pos, refs)`` int64.
+    T_I's leaf chain are scanned from there. The batch runs the descents first, of T_S and of
+    the subindex down to its leaf (they touch only inner nodes, which stay in cache), so that
+    the scans can prefetch the leaves they start in :data:`AHEAD` keys in advance. Returns
+    ``(probe_pos, refs)`` int64.
     O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
     """
     n = ts_keys.shape[0]
@@ -154,15 +150,17 @@ def probe_partitioned(
     n_out = 0
     # l. 1-9: descend T_S for Range.min; the node at depth D_I is the leaf's ancestor
     leaves = np.empty(m, dtype=np.int64)
+    ti_leaves = np.empty(m, dtype=np.int64)
     for i in range(m):
         vlo, _ = key_range(probe_keys[i], lo, hi)
         leaves[i] = descend_css_tree(inner, offsets, fanout, vlo, offsets.shape[0] - 1)
+        sub = leaves[i] // stride
+        ti_leaves[i] = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)  # l. 17
     for i in range(min(AHEAD, m)):
-        _fetch_ahead(ts_keys, ts_refs, leaf_size, t, tops[leaves[i] // stride], leaves[i])
+        _fetch_ahead(ts_keys, ts_refs, leaf_size, t, leaves[i], ti_leaves[i])
     for i in range(m):
         if i + AHEAD < m:
-            ahead = leaves[i + AHEAD]
-            _fetch_ahead(ts_keys, ts_refs, leaf_size, t, tops[ahead // stride], ahead)
+            _fetch_ahead(ts_keys, ts_refs, leaf_size, t, leaves[i + AHEAD], ti_leaves[i + AHEAD])
         key = probe_keys[i]
         vlo, vhi = key_range(key, lo, hi)
         sub = leaves[i] // stride  # l. 3-4
@@ -173,7 +171,10 @@ def probe_partitioned(
             ts_keys, ts_refs, pos, n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
         )
         locks[sub] += 1  # l. 16
-        node, pos = seek(t, tops[sub, 0], tops[sub, 1], vlo)  # l. 17-18
+        # l. 17, descended above, before the lock: fine single-threaded; with concurrent
+        # inserts (PIM-Tree §4) the descent would have to be repeated under the lock
+        node = ti_leaves[i]
+        pos = lower_bound(t.leaf_keys[node], 0, t.leaf_count[node], vlo)  # l. 18
         while True:  # l. 19-38
             out_p, out_r, n_out, done = scan_run(
                 t.leaf_keys[node], t.leaf_refs[node], pos, t.leaf_count[node],
