@@ -11,10 +11,14 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import key_range
+from streamjoin.indexes.sorted_runs import prefetch
 
 R_PROBES = 0
 S_PROBES = 1
 EITHER = 2
+
+#: How many candidates ahead :func:`probe_pairs` prefetches the stored tuple's columns.
+_AHEAD = 8
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -65,6 +69,12 @@ def probe_pairs(
     residual = first < lo.shape[0]  # a single band the index checked leaves the window only
     n = 0
     for t in range(m):
+        if t + _AHEAD < m:  # stored rows are scattered: fetch the columns a few ahead
+            k = c_rows[t + _AHEAD]
+            prefetch(c_seq, k)
+            prefetch(c_idx, k)
+            prefetch(c_lo_idx, k)
+            prefetch(c_ingest, k)
         i = p_pos[t]
         j = c_rows[t]
         in_window = c_idx[j] >= p_lo_idx[i] if c_seq[j] < p_seq[i] else p_idx[i] >= c_lo_idx[j]
