@@ -13,6 +13,9 @@ from the empty subwindow the window starts with would flatter it. Throughput = s
 (each probed and inserted) per second; ``extra_info`` splits the time into probing and
 inserting.
 
+``bisort`` runs with its defaults besides ``P = N_Sub / 128`` (the paper's partition size):
+a sorted insertion buffer of ``N_Sub / 32``.
+
 Baseline, in the same run: the fair naive index -- the window as one array sorted by key;
 insert sorts the batch and merges it into the window in one linear pass (which also drops what
 ``expire`` marked), probe sorts the batch and merge-scans the whole window once. Both passes are

@@ -15,6 +15,7 @@ from streamjoin.actors.join_kernels import (
 )
 from streamjoin.actors.store import TupleStore
 from streamjoin.batch import Batch, PairBatch
+from streamjoin.indexes.key_order import stable_order
 from streamjoin.query import Query
 
 
@@ -78,7 +79,7 @@ class JoinSpec:
         probing, the in-batch join and the index insert."""
         xs = np.flatnonzero(batch.stream == x)
         keys = self.keys(batch, xs)
-        return xs, keys, np.argsort(keys[0], kind="stable")
+        return xs, keys, stable_order(keys[0])
 
     def probe_boxes(self, orient: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Index probe boxes (``item - key`` intervals) for probing tuples of one orientation."""

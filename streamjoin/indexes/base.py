@@ -52,25 +52,6 @@ def in_band(item, key, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def is_sorted(keys):
-    """True if 1-d ``keys`` is non-decreasing. O(n), and O(1) at the first step down."""
-    for i in range(1, keys.shape[0]):  # noqa: SIM110 (numba: no all() over a generator)
-        if keys[i] < keys[i - 1]:
-            return False
-    return True
-
-
-def stable_key_order(keys: np.ndarray, order: np.ndarray | None = None) -> np.ndarray | None:
-    """The stable order of 1-d ``keys`` (equal keys keep their positions' order), or None if
-    they are already sorted. ``order``, if given, is taken as that order."""
-    if order is not None:
-        return order
-    if is_sorted(keys):
-        return None
-    return np.argsort(keys, kind="stable")
-
-
-@njit(cache=True, nogil=True)
 def grow(arr, need):
     """A copy of 1-d ``arr`` with capacity at least ``need`` (doubling)."""
     cap = max(16, arr.shape[0])

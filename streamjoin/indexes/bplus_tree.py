@@ -35,7 +35,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register, stable_key_order
+from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.key_order import stable_key_order, stable_order
 from streamjoin.indexes.sorted_runs import lower_bound, scan_run
 
 # slots of BPlusArrays.meta
@@ -639,7 +640,7 @@ class BPlusTreeIndex(WindowIndex):
         if n == 0:
             return
         keys = self._log_keys[self._head : self._head + n]
-        order = np.argsort(keys, kind="stable")  # the log is in ref order
+        order = stable_order(keys)  # the log is in ref order
         delete_items(self._tree, keys[order], live[:n][order])
         self._head += n
 

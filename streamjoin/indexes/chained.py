@@ -36,6 +36,7 @@ from streamjoin.indexes.bplus_tree import (
     shrink_to_fit,
 )
 from streamjoin.indexes.css_tree import build_css_tree, search_css_tree
+from streamjoin.indexes.key_order import stable_order
 
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")
@@ -168,7 +169,7 @@ class ChainedIndex(WindowIndex):
                 elif order is not None:  # the whole batch's order, restricted to [i, j)
                     part = order[(order >= i) & (order < j)]
                 else:
-                    part = i + np.argsort(keys[0, i:j], kind="stable")
+                    part = i + stable_order(keys[0, i:j])
                 self._active = reserve(self._active, self._active_n + j - i, j - i)
                 insert_items(self._active, keys[0, part], refs[part])
                 self._active_n += j - i

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register, stable_key_order
+from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.key_order import stable_key_order
 from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, scan_run
 
 

@@ -31,13 +31,7 @@ import time
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import (
-    WindowIndex,
-    is_sorted,
-    key_range,
-    register,
-    stable_key_order,
-)
+from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.bplus_tree import (
     chain_items,
     check_forest,
@@ -48,6 +42,7 @@ from streamjoin.indexes.bplus_tree import (
     seek_leaf,
 )
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, prefetch_range, scan_run
 
 _NO_REF = np.iinfo(np.int64).min

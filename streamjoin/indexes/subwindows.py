@@ -25,9 +25,11 @@ from collections import deque
 from typing import ClassVar
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from streamjoin.indexes.base import WindowIndex, in_band, key_range
+from streamjoin.indexes.key_order import stable_key_order
 
 #: Ref below every real ref: "nothing expired yet", and the last ref of an empty subwindow.
 NO_REF = np.iinfo(np.int64).min
@@ -36,6 +38,40 @@ NO_REF = np.iinfo(np.int64).min
 # --------------------------------------------------------------------------------------------
 # Kernels shared by the stores
 # --------------------------------------------------------------------------------------------
+
+
+@intrinsic
+def pick(typingctx, cond, a, b):
+    """``a if cond else b`` for int64 ``a``, ``b``, as a conditional move: the select carries
+    LLVM's ``!unpredictable`` mark, without which LLVM turns a select that depends on a load
+    inside a loop back into a branch, and a binary search pays a misprediction per step."""
+
+    def codegen(context, builder, sig, args):
+        v = builder.select(args[0], args[1], args[2])
+        v.set_metadata("unpredictable", builder.module.add_metadata([]))
+        return v
+
+    return types.int64(types.boolean, types.int64, types.int64), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def upper_bound(keys, start, stop, x):
+    """First position in ``[start, stop)`` with ``keys[pos] > x`` (``stop`` if none).
+
+    A binary search without branches on the keys (each halving is a :func:`pick`), so it pays
+    no mispredictions and the CPU overlaps consecutive searches; unsigned positions spare the
+    negative-index handling. ``keys[start:stop]`` non-decreasing, ``0 <= start``.
+    O(log(stop - start)).
+    """
+    n = stop - start
+    if n <= 0:
+        return start
+    base = start
+    while n > 1:
+        half = n >> 1
+        base = pick(keys[np.uint64(base + half)] <= x, base + half, base)
+        n -= half
+    return base + (keys[np.uint64(base)] <= x)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -246,6 +282,7 @@ class SubwindowIndex(WindowIndex):
     """
 
     store: ClassVar[type[SubwindowStore]]
+    takes_order = True
 
     def __init__(self, n_keys: int, subwindow_size: int, **store_options) -> None:
         super().__init__(n_keys)
@@ -258,7 +295,7 @@ class SubwindowIndex(WindowIndex):
         self._last_refs: deque[int] = deque([NO_REF])
         self._before = NO_REF
 
-    def insert(self, keys: np.ndarray, refs: np.ndarray) -> None:
+    def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         k = keys[0]
         done, n = 0, len(refs)
         while done < n:
@@ -269,8 +306,16 @@ class SubwindowIndex(WindowIndex):
                 continue
             part = slice(done, min(n, done + room))
             # stable: equal keys stay in ref order, as BI-Sort's (key, ref) order needs
-            order = np.argsort(k[part], kind="stable")
-            self._subwindows[-1].insert(k[part][order], refs[part][order])
+            if order is not None and (part.start, part.stop) == (0, n):
+                sub = order
+            elif order is not None:  # the whole batch's order, restricted to the part
+                sub = order[(order >= part.start) & (order < part.stop)] - part.start
+            else:
+                sub = stable_key_order(k[part])
+            if sub is None:
+                self._subwindows[-1].insert(np.ascontiguousarray(k[part]), refs[part])
+            else:
+                self._subwindows[-1].insert(k[part][sub], refs[part][sub])
             self._last_refs[-1] = int(refs[part.stop - 1])
             done = part.stop
 
@@ -278,8 +323,10 @@ class SubwindowIndex(WindowIndex):
         k = keys[0]
         if len(k) == 0 or len(self) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        order = np.argsort(k)  # §III-A step 2: batch mode sorts the probes once for all stores
-        sorted_keys = np.ascontiguousarray(k[order])
+        # §III-A step 2: batch mode sorts the probes once for all stores (the join core probes
+        # in key order already)
+        order = stable_key_order(k)
+        sorted_keys = np.ascontiguousarray(k) if order is None else k[order]
         lo0, hi0 = float(lo[0]), float(hi[0])
         vlo, vhi = band_bounds(sorted_keys, lo0, hi0)
         found = [
@@ -287,8 +334,12 @@ class SubwindowIndex(WindowIndex):
             for s in self._subwindows
             if len(s)
         ]
-        pos = np.concatenate([f[0] for f in found])
-        return order[pos], np.concatenate([f[1] for f in found])
+        if len(found) == 1:
+            pos, refs = found[0]
+        else:
+            pos = np.concatenate([f[0] for f in found])
+            refs = np.concatenate([f[1] for f in found])
+        return (pos, refs) if order is None else (order[pos], refs)
 
     def expire(self, before_ref: int) -> None:
         self._before = max(self._before, int(before_ref))
