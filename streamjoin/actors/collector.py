@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit
 
 from streamjoin.batch import PairBatch
 
@@ -22,12 +23,8 @@ class LatencyHistogram:
         self.max = 0
 
     def add(self, latency_ns: np.ndarray) -> None:
-        if len(latency_ns) == 0:
-            return
-        v = np.maximum(latency_ns, 1).astype(np.float64)
-        bucket = np.floor(np.log2(v) * self.PER_OCTAVE).astype(np.int64)
-        self.counts += np.bincount(bucket, minlength=len(self.counts))[: len(self.counts)]
-        self.max = max(self.max, int(latency_ns.max()))
+        if len(latency_ns):
+            self.max = max(self.max, _add_latencies(self.counts, latency_ns, self.PER_OCTAVE))
 
     @property
     def total(self) -> int:
@@ -41,6 +38,22 @@ class LatencyHistogram:
         rank = max(1, int(np.ceil(q / 100 * total)))
         b = int(np.searchsorted(np.cumsum(self.counts), rank))
         return min(2.0 ** ((b + 1) / self.PER_OCTAVE), float(self.max))
+
+
+@njit(cache=True, nogil=True)
+def _add_latencies(counts, latency_ns, per_octave):
+    """Count each latency in bucket ``floor(log2(max(v, 1)) · per_octave)``; returns the
+    largest. Pairs of one batch share their latency mostly, so the bucket of a repeated value
+    is reused."""
+    top = latency_ns[0]
+    last, b = -1, 0
+    for v in latency_ns:
+        if v != last:
+            last = v
+            b = min(int(np.floor(np.log2(float(max(v, 1))) * per_octave)), counts.shape[0] - 1)
+        counts[b] += 1
+        top = max(top, v)
+    return top
 
 
 class Collector:
