@@ -15,22 +15,20 @@ runs the same band join (match rate 2, count window ``--window`` per stream, ind
   (``max_delay=0``); ``sim`` gets the same constant rate in virtual time. The p50 latency is
   the comparison.
 
-Three simulated machines, all with the shipped compute costs:
+Three simulated machines, each with its actors sharing this host's processors
+(``MachineProfile.with_cpus(os.cpu_count())``), as Ray's driver and actors do here:
 
-- ``sim``: the shipped profile (``cost_model.default_profile()``);
-- ``sim, ping now``: Ray's message costs measured again now, at this run's load, the way
-  ``streamjoin calibrate`` does (``ray_calibrate.measure_messages``: one actor, calls from the
-  driver), which separates stale coefficients from what the model leaves out;
-- ``sim, relay now``: as ``ping now``, but the receive cost taken from a pipeline through a
-  relay actor (driver → relay → sink, 4 calls in flight, :func:`measure_relay`), the position
-  of a join core, which receives batches and sends pairs: ``recv_ns`` = the relay's time per
-  message less one send, ``recv_per_byte_ns`` = its growth with the payload less the
-  sender's;
-- ``sim, relay now, N CPUs``: as ``relay now``, with the actors sharing this host's N
-  processors (``MachineProfile.with_cpus``), as Ray's driver and actors do here; the other
-  machines give every actor a processor of its own. Ray and local runs are repeated ``--repeat`` times and the median is kept
-(the machine is shared: see the load average recorded with every row); a simulated run is
-deterministic and runs once.
+- ``sim, shipped``: the shipped profile (``cost_model.default_profile()``);
+- ``sim, calibrated``: the profile ``streamjoin calibrate`` wrote (``--machine``, by default
+  ``experiments/results/sim_fidelity.machine.json``; skipped if there is none);
+- ``sim, messages now``: the shipped compute costs with Ray's message costs measured again at
+  this run's load, as ``streamjoin calibrate`` measures them
+  (``ray_calibrate.measure_messages``: driver → relay actor → sink actor, real batches),
+  which separates stale coefficients from what the model leaves out.
+
+Ray and local runs are repeated ``--repeat`` times and the median is kept (the machine is
+shared: see the load average recorded with every row); a simulated run is deterministic and
+runs once.
 
 Writes ``experiments/results/sim_fidelity.{csv,md,png}`` with the machine, load and commit.
 
@@ -42,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import os
 import statistics
 import sys
@@ -66,9 +63,9 @@ LAYOUTS = {
 #: Arrival rate standing for "all input at once" on the simulator (tuples/s of virtual time).
 FLOOD = 1e12
 #: The simulated machines (see the module docstring).
-SIMULATED = ("sim", "sim, ping now", "sim, relay now", f"sim, relay now, {os.cpu_count()} CPUs")
-#: Payloads (bytes) of the relay measurement.
-RELAY_SIZES = (8, 64 * 1024)
+SIMULATED = ("sim, shipped", "sim, calibrated", "sim, messages now")
+#: Where ``streamjoin calibrate -o`` put the profile compared by default.
+CALIBRATED = os.path.join(RESULTS, "sim_fidelity.machine.json")
 
 
 def band_workload(n: int, window: int, seed: int = 1):
@@ -97,63 +94,6 @@ def measure(query, data, topo, backend: str, *, batch: int, chunk: int, pace: fl
             "wall_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}  # fmt: skip
 
 
-def measure_relay(sizes=RELAY_SIZES, calls: int = 200, in_flight: int = 4) -> dict[int, float]:
-    """ns per message through driver → relay actor → sink, pipelined ``in_flight`` deep (as
-    ``ray_executor`` bounds each sender), for each payload size in bytes."""
-    import ray
-
-    @ray.remote
-    class Sink:
-        def take(self, payload) -> None:
-            return None
-
-    @ray.remote
-    class Relay:
-        def __init__(self, sink) -> None:
-            self.sink, self.pending = sink, []
-
-        def take(self, payload) -> None:
-            self.pending.append(self.sink.take.remote(payload))
-            if len(self.pending) > in_flight:
-                done, self.pending = ray.wait(self.pending,
-                                              num_returns=len(self.pending) - in_flight)  # fmt: skip
-                ray.get(done)
-
-        def settle(self) -> None:
-            ray.get(self.pending)
-            self.pending = []
-
-    relay = Relay.remote(Sink.remote())
-    out = {}
-    for size in (8, *sizes):  # the first round warms the workers
-        payload = np.zeros(max(1, size // 8))
-        pending = []
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            pending.append(relay.take.remote(payload))
-            if len(pending) > in_flight:
-                done, pending = ray.wait(pending, num_returns=len(pending) - in_flight)
-                ray.get(done)
-        ray.get(pending)
-        ray.get(relay.settle.remote())
-        out[size] = (time.perf_counter_ns() - t0) / calls
-    ray.kill(relay)
-    return out
-
-
-def relay_messages(
-    ping: cost_model.MessageCosts, relay: dict[int, float]
-) -> cost_model.MessageCosts:
-    """``ping`` with the receive costs a relay pipeline implies (see the module docstring): a
-    relay's step per message is one receive and one send."""
-    small, large = RELAY_SIZES
-    slope = (relay[large] - relay[small]) / (large - small)
-    return dataclasses.replace(
-        ping, recv_ns=max(0.0, relay[small] - ping.send_ns - ping.send_per_byte_ns * small),
-        recv_per_byte_ns=max(0.0, slope - ping.send_per_byte_ns),
-    )  # fmt: skip
-
-
 def median_run(runs: list[dict]) -> dict:
     """The median of each figure over repeated runs (the load: the highest seen)."""
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -173,6 +113,8 @@ def main() -> None:
     ap.add_argument("--chunk-ms", type=float, default=10.0, help="paced chunk, ms of input")
     ap.add_argument("--paced-seconds", type=float, default=4.0, help="paced input length")
     ap.add_argument("--repeat", type=int, default=2, help="runs of ray and local (median)")
+    ap.add_argument("--machine", default=CALIBRATED,
+                    help="profile from `streamjoin calibrate` (default: %(default)s)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="small input, one repeat")
     args = ap.parse_args()
     if args.quick:
@@ -183,12 +125,13 @@ def main() -> None:
     from streamjoin.runtime.ray_calibrate import measure_messages
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    shipped = cost_model.default_profile()
-    ping, raw = measure_messages()
-    raw["relay_ns"] = measure_relay()
-    relay = shipped.with_messages(relay_messages(ping, raw["relay_ns"]))
-    machines = dict(zip(SIMULATED, (shipped, shipped.with_messages(ping), relay,
-                                    relay.with_cpus(os.cpu_count())), strict=True))  # fmt: skip
+    cpus = os.cpu_count()
+    shipped = cost_model.default_profile().with_cpus(cpus)
+    now, raw = measure_messages()
+    machines = {SIMULATED[0]: shipped, SIMULATED[2]: shipped.with_messages(now)}
+    if os.path.exists(args.machine):
+        machines[SIMULATED[1]] = cost_model.MachineProfile.load(args.machine).with_cpus(cpus)
+    machines = {name: machines[name] for name in SIMULATED if name in machines}
     query, data = band_workload(args.tuples, args.window)
     sj.run(query, data.slice(0, 4 * args.batch), LAYOUTS["single"](args.index), batch_size=256,
            collect="count", progress=False)  # fmt: skip
@@ -225,20 +168,16 @@ def main() -> None:
             out = measure(query, paced, topo, "sim", batch=chunk, chunk=chunk, pace=pace,
                           machine=prof)  # fmt: skip
             record(layout, "paced", name, pace, out, chunk)
-    free = shipped.with_messages(cost_model.MessageCosts())  # the compute costs alone
-    raw["compute_only_single"] = measure(query, data, LAYOUTS["single"](args.index), "sim",
-                                         batch=args.batch, chunk=args.batch, pace=None,
-                                         machine=free)["tuples_per_s"]  # fmt: skip
     write(rows, args, machines, raw)
 
 
-def ratios(rows: list[dict]) -> list[dict]:
+def ratios(rows: list[dict], names: list[str]) -> list[dict]:
     """Per layout and simulated machine: sim / ray for unpaced throughput and paced p50."""
     out = []
     get = {(r["layout"], r["mode"], r["backend"]): r for r in rows}
     for layout in LAYOUTS:
         ray_u, ray_p = get[(layout, "unpaced", "ray")], get[(layout, "paced", "ray")]
-        for name in SIMULATED:
+        for name in names:
             sim_u, sim_p = get[(layout, "unpaced", name)], get[(layout, "paced", name)]
             out.append({"layout": layout, "machine": name,
                         "throughput_ratio": sim_u["tuples_per_s"] / ray_u["tuples_per_s"],
@@ -254,8 +193,9 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    rat = ratios(rows)
-    plot(rows, rat, base + ".png")
+    names = list(machines)
+    rat = ratios(rows, names)
+    plot(rows, rat, base + ".png", names)
     m = machine_info()
     loads = [r["load_1min"] for r in rows]
     lines = [
@@ -270,25 +210,31 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         f"commit `{commit_id()}` (working tree may differ); 1-minute load average during the "
         f"runs {min(loads):.1f}–{max(loads):.1f}; `python {' '.join(sys.argv)}`.",
         "",
-        "Simulated machines (compute costs of the shipped profile "
-        f"`{machines['sim'].name}` in all; message costs in µs, per-byte in ns/B):",
+        "Simulated machines (message costs in µs, per-byte in ns/B; every one with its actors "
+        f"sharing this host's {m['cpus']} processors):",
         "",
-        "| machine | send | send/B | hop | receive | receive/B | processors |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| machine | profile | send | send/B | hop | hop/B | receive | receive/B |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name in SIMULATED:
-        c = machines[name].messages
-        lines.append(f"| {name} | {c.send_ns / 1e3:.0f} | {c.send_per_byte_ns:.2f} "
-                     f"| {c.hop_ns / 1e3:.0f} | {c.recv_ns / 1e3:.0f} "
-                     f"| {c.recv_per_byte_ns:.2f} "
-                     f"| {machines[name].cpus or 'one per actor'} |")  # fmt: skip
-    relay = raw["relay_ns"]
+    for name, prof in machines.items():
+        c = prof.messages
+        lines.append(f"| {name} | `{prof.name}` {prof.info.get('date', '')} "
+                     f"| {c.send_ns / 1e3:.0f} | {c.send_per_byte_ns:.2f} "
+                     f"| {c.hop_ns / 1e3:.0f} | {c.hop_per_byte_ns:.2f} "
+                     f"| {c.recv_ns / 1e3:.0f} | {c.recv_per_byte_ns:.2f} |")  # fmt: skip
     lines += [
         "",
-        f"Measured now: tiny round trip {raw['rtt_ns'][8] / 1e3:.0f} µs; pipelined calls "
-        f"driver → actor {raw['pipelined_ns_per_call'] / 1e3:.0f} µs each; through a relay "
-        + ", ".join(f"{relay[k] / 1e3:.0f} µs at {k:,} B" for k in RELAY_SIZES)
-        + " per message.",
+        f"Ray messaging measured now (`ray_calibrate.measure_messages`, load "
+        f"{raw['load_1min']:.1f}), µs per message by batch size:",
+        "",
+        "| batch (tuples) | bytes | relay period | driver send | idle hop | relay CPU | sink CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, r in raw["by_batch_size"].items():
+        lines.append(f"| {n} | {r['bytes']:,.0f} | {r['period_ns'] / 1e3:.0f} "
+                     f"| {r['send_ns'] / 1e3:.0f} | {r['hop_ns'] / 1e3:.0f} "
+                     f"| {r['relay_cpu_ns'] / 1e3:.0f} | {r['sink_cpu_ns'] / 1e3:.0f} |")  # fmt: skip
+    lines += [
         "",
         "## sim / ray (target: within 25%, i.e. 0.80–1.25)",
         "",
@@ -299,7 +245,7 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     for r in rat:
         lines.append(f"| {r['layout']} | {r['machine']} | {r['throughput_ratio']:.2f} "
                      f"| {r['p50_ratio']:.2f} | {r['paced_throughput_ratio']:.2f} |")  # fmt: skip
-    lines += ["", *explanation(rows, rat, machines, raw)]
+    lines += ["", *explanation(rat, names, raw)]
     lines += [
         "",
         "## All runs",
@@ -318,68 +264,46 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     print(f"wrote {base}.csv, .md, .png")
 
 
-def explanation(rows: list[dict], rat: list[dict], machines: dict, raw: dict) -> list[str]:
-    """Where the differences come from, with this run's figures."""
-    get = {(r["layout"], r["mode"], r["backend"]): r for r in rows}
-    by = {(r["layout"], r["machine"]): r for r in rat}
-    shipped, relay, shared = SIMULATED[0], SIMULATED[2], SIMULATED[3]
-    recv = machines[relay].messages.recv_ns / machines[shipped].messages.recv_ns
-
-    def span(key: str, name: str) -> str:
-        return "–".join(f"{by[(lay, name)][key]:.2f}" for lay in LAYOUTS)
-
-    def within(name: str) -> str:
-        ok = [lay for lay in LAYOUTS if 0.8 <= by[(lay, name)]["throughput_ratio"] <= 1.25]
-        return ", ".join(ok) if ok else "none"
-
-    gap = [get[(lay, "paced", "ray")]["p50_ms"] - get[(lay, "paced", shared)]["p50_ms"]
-           for lay in LAYOUTS]  # fmt: skip
+def explanation(rat: list[dict], names: list[str], raw: dict) -> list[str]:
+    """What the model charges and what it leaves out, with this run's figures."""
+    ok = [r for r in rat if all(0.8 <= r[k] <= 1.25 for k in ("throughput_ratio", "p50_ratio"))]
+    by = raw["by_batch_size"]
+    cpu = [r["relay_cpu_ns"] / max(1.0, r["period_ns"]) for r in by.values()]
     return [
-        "## What the differences come from",
+        "## How the model is calibrated, and what it leaves out",
         "",
-        f"- **Ray's cost per message.** The shipped profile times calls from the driver to one "
-        f"idle actor (`streamjoin calibrate`); a join core receives batches and sends pairs, "
-        f"and through such a relay a message costs the receiver {recv:.1f}× the shipped "
-        f"`recv_ns`. With the relay-measured costs, unpaced throughput sim / ray moves from "
-        f"{span('throughput_ratio', shipped)} to {span('throughput_ratio', relay)} "
-        "(single, split(2), grid(1, 2)). `ray_calibrate.measure_messages` should time a relay.",
-        f"- **Processors.** The simulator gives every actor a processor; here Ray runs the "
-        f"driver (emitter), the join actors, the collector and its own daemons on "
-        f"{os.cpu_count()} CPUs. Sharing {os.cpu_count()} processors "
-        f"(`MachineProfile.with_cpus`) brings unpaced throughput to "
-        f"{span('throughput_ratio', shared)} ({within(shared)} within 25%). `local` runs "
-        "everything in one process without messages, hence its higher throughput. Ray and "
-        "the relay are measured minutes apart on a machine other jobs share: their ratio "
-        "moves with the load (compare the load column below between runs).",
-        f"- **Paced latency** stays {span('p50_ratio', shared)} of Ray's ("
-        + ", ".join(f"{g:.1f}" for g in gap)
-        + " ms short): the hop latency comes from a ping (half a round trip less the send) "
-        "and the shared processors are modelled first come first served, without the time "
-        "the OS and Ray's scheduler take to wake an actor process on a busy host, which "
-        "every hop pays. The ping and relay figures themselves move by tens of percent "
-        "from one run to the next.",
-        "- **Unpaced latency** is not comparable: the simulator has no backpressure, so with "
-        "the whole input arriving at once its queues hold all of it, while Ray's senders "
-        "wait with 4 calls in flight.",
-        "- **Compute costs** were calibrated on this machine under a load average of about 5 "
-        f"(`machine_default.py`). Here `local` runs the emitter, the join core and the "
-        f"collector of `single` one after another in one process at "
-        f"{get[('single', 'unpaced', 'local')]['tuples_per_s']:,.0f} tuples/s, while the "
-        f"profile's compute costs alone (messages free) let the join core by itself reach "
-        f"{raw['compute_only_single']:,.0f}: "
-        + (
-            "at this run's load the kernels are faster than the profile says, and the "
-            "(larger) message costs hide it."
-            if get[("single", "unpaced", "local")]["tuples_per_s"] > raw["compute_only_single"]
-            else "the profile's compute costs are not too high for this run's load."
-        ),
+        f"- {len(ok)} of {len(rat)} (layout, machine) pairs have both ratios within 25%.",
+        "- **Message costs** are timed where a join core stands: the driver sends real batches "
+        "to a relay actor that sends each on to a sink, every sender keeping at most two "
+        "calls in flight. The relay receives one batch and sends one per message, so the "
+        "pipeline's period less the driver's send is the receive cost. A message is received "
+        "before the step that reads it runs (the collector stamps a pair's latency after "
+        "its receive, as Ray's method starts after the call is deserialised).",
+        "- **Hop latency** is the idle one-way latency (end of the sender's `.remote()` to "
+        "the start of the receiving method, actors asleep between messages) less the "
+        "receive cost; the fit clips it at 0. Here the idle hop is "
+        + ", ".join(f"{r['hop_ns'] / 1e3:.0f}" for r in by.values())
+        + " µs and the pipelined receive "
+        + ", ".join(f"{(r['period_ns'] - r['send_ns']) / 1e3:.0f}" for r in by.values())
+        + " µs (by batch size): on this shared host a message held up a busy pipeline "
+        "longer than an idle actor took to wake, so the data show no separate wake-up delay.",
+        "- **Contention.** The relay's process CPU time is "
+        + ", ".join(f"{c:.0%}" for c in cpu)
+        + " of the pipeline's period: the rest is waiting for a processor that other jobs "
+        "(and Ray's own threads) hold. Wall-clock costs carry the load of the moment they "
+        "were measured; the ratios move with the load in between (see the load column).",
+        "- **Coalescing.** The ray executor holds messages for a busy destination and sends "
+        "them as one call (`ray_executor.PIPELINE`, `MAX_HELD`); the simulator sends every "
+        "message as its own call, a difference the unpaced comparison includes.",
+        "- **Unpaced latency** is not compared: with the whole input arriving at once the "
+        "simulator's queues hold all of it, while Ray's senders wait for their destinations.",
     ]
 
 
-def plot(rows: list[dict], rat: list[dict], path: str) -> None:
+def plot(rows: list[dict], rat: list[dict], path: str, names: list[str]) -> None:
     plt = viz._pyplot()
     layouts = list(LAYOUTS)
-    backends = ["ray", *SIMULATED, "local"]
+    backends = ["ray", *names, "local"]
     get = {(r["layout"], r["mode"], r["backend"]): r for r in rows}
     x = np.arange(len(layouts))
     width = 0.8 / len(backends)
@@ -390,10 +314,10 @@ def plot(rows: list[dict], rat: list[dict], path: str) -> None:
                               for lay in layouts], width, label=backend)  # fmt: skip
         axes[1].bar(x + off, [get[(lay, "paced", backend)]["p50_ms"] for lay in layouts],
                     width, label=backend)  # fmt: skip
-    for j, name in enumerate(SIMULATED):  # colours as in the other panels
+    for j, name in enumerate(names):  # colours as in the other panels
         sel = [r for r in rat if r["machine"] == name]
-        w = 0.8 / (2 * len(SIMULATED))
-        off = (2 * j - len(SIMULATED)) * w + w / 2
+        w = 0.8 / (2 * len(names))
+        off = (2 * j - len(names)) * w + w / 2
         axes[2].bar(x + off, [r["throughput_ratio"] for r in sel], w, color=f"C{j + 1}",
                     label=f"{name}: unpaced throughput")  # fmt: skip
         axes[2].bar(x + off + w, [r["p50_ratio"] for r in sel], w, color=f"C{j + 1}",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def add_sim_options(group) -> None:
@@ -88,4 +89,5 @@ def cmd_calibrate(args) -> int:
     worst = max((q["median_rel_error"], k) for k, q in fit.items() if "median_rel_error" in q)
     print(f"fit: worst median relative error {worst[0]:.0%} ({worst[1]})")
     print(f"wrote {args.out}")
+    print(f"(to predict --backend ray on this host: --machine {args.out} --cpus {os.cpu_count()})")
     return 0

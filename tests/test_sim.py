@@ -2,6 +2,7 @@
 determinism."""
 
 import dataclasses
+import operator
 
 import numpy as np
 import pytest
@@ -49,7 +50,7 @@ def test_sim_equals_oracle(make, data):
 
 # -- the virtual clock ---------------------------------------------------------------------------
 
-RATE = 200.0  # tuples/s: far below what one core sustains under any calibrated profile
+RATE = 50.0  # tuples/s: far below what one core sustains under a calibrated profile (Ray: ~300)
 N = 160
 
 
@@ -57,7 +58,7 @@ def _profile():
     """The shipped profile with byte-independent message costs (simpler expectations)."""
     p = cost_model.default_profile()
     return p.with_messages(dataclasses.replace(p.messages, send_per_byte_ns=0.0,
-                                               hop_per_byte_ns=0.0))  # fmt: skip
+                                               hop_per_byte_ns=0.0, recv_per_byte_ns=0.0))  # fmt: skip
 
 
 def _chain_input(n: int = N):
@@ -75,7 +76,8 @@ def _cost(coefs: dict, **counts) -> float:
 
 def _service(p, batch: int) -> float:
     """Emitter step that closes a batch, the core's steady-state step on it, and the two
-    messages (emitter → core → collector), in ns."""
+    messages (emitter → core → collector, each received before the step that reads it), in
+    ns."""
     m, em = p.messages, p.roles["emitter"]
     core = p.indexes["nested_loop"]
     emitter = _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=batch)
@@ -84,7 +86,7 @@ def _service(p, batch: int) -> float:
     join = _cost(core, calls=1, part_calls=4 if batch > 1 else 2, tuples=batch, probes=batch,
                  scan=batch, candidates=batch, pairs=batch, inserted=batch, expired=batch)  # fmt: skip
     hop = m.send_ns + m.hop_ns
-    return emitter + hop + m.recv_ns + join + hop
+    return emitter + hop + m.recv_ns + join + hop + m.recv_ns
 
 
 def _run(batch: int, rate: float = RATE, **kw):
@@ -148,7 +150,10 @@ def test_queues_grow_above_capacity():
     # saturated: the output keeps pace with the bottleneck, not with the input
     assert res.metrics["input_tuples_per_s"] == pytest.approx(capacity, rel=0.03)
     assert res.metrics["sim"]["drain_s"] > 0.5 * res.metrics["sim"]["last_arrival_s"]
-    queued = np.array(res.metrics["sim"]["queue_tuples"]["core"])
+    # while input arrives, the bottleneck's mailbox keeps growing
+    samples = res.metrics["sim"]["queue_tuples"]
+    arriving = np.array(samples["t_s"]) <= res.metrics["sim"]["last_arrival_s"]
+    queued = np.array(samples["core"])[arriving]
     assert queued[len(queued) // 2 :].mean() > queued[: len(queued) // 2].mean() > 10
 
 
@@ -217,6 +222,56 @@ def test_cli_cpus_option():
         cli_sim.sim_run_kwargs(args)
 
 
+class _FeatureModel(cost_model.CostModel):
+    """Charges every step as ``features() · coefficients``, the definition the fast per-role
+    charges of :meth:`CostModel.bind` must reproduce."""
+
+    def bind(self, role, logic):
+        coefs = self.coefficients(role, logic)
+
+        def charge(kind, msg, out, snap, wall_ns):
+            f = self.features(role, logic, kind, msg, out, snap)
+            return float(sum(map(operator.mul, f, coefs)))
+
+        return (lambda msg: self.snapshot(role, logic, msg)), charge
+
+
+@pytest.mark.parametrize("index", ["nested_loop", "bplus_tree", "hash"])
+@pytest.mark.parametrize("self_join", [False, True])
+def test_fast_charges_equal_the_feature_model(index, self_join):
+    pred = sj.equal("x") if index == "hash" else sj.band("x", 3)
+    query = sj.Query(pred, window=sj.CountWindow(50), self_join=self_join)
+    data = sj.sources.synthetic(800, low=0, high=300, seed=4)
+    if self_join:
+        data = data.drop_columns(["stream"])
+    kw = {"batch_size": 8, "arrival": sim.Arrival.poisson(20_000, seed=2)}
+    topo = sj.topologies.grid(2, 2, index) if not self_join else sj.topologies.split(2, index)
+    fast = sim.run(query, data, topo, machine=cost_model.CostModel(_profile()), **kw)
+    slow = sim.run(query, data, topo, machine=_FeatureModel(_profile()), **kw)
+    np.testing.assert_array_equal(fast.latency_ns(), slow.latency_ns())
+    assert fast.metrics["actors"].keys() == slow.metrics["actors"].keys()
+    for name, a in fast.metrics["actors"].items():
+        assert a["busy_s"] == slow.metrics["actors"][name]["busy_s"], name
+
+
+def test_message_sizes():
+    """The simulator sizes messages without summing their arrays; the sizes must agree."""
+    query = sj.Query(sj.band("x", 3) & sj.band("y", 2), window=sj.CountWindow(20))
+    data = sj.sources.handshake_workload(200, rate=1_000, seed=1)
+    from streamjoin.actors.emitter import Emitter
+    from streamjoin.batch import validate
+
+    emitter = Emitter(query, batch_size=16, clock=lambda: 0)
+    batches = [m for _, m in emitter.on_chunk(validate(data, query))]
+    assert batches
+    for b in batches:
+        assert cost_model.message_nbytes(b) == b.nbytes
+    pairs = sj.batch.PairBatch.empty()
+    assert cost_model.message_nbytes(pairs) == 0
+    z = np.arange(5, dtype=np.int64)
+    assert cost_model.message_nbytes(sj.batch.PairBatch(z, z, z)) == 3 * z.nbytes
+
+
 # -- determinism ---------------------------------------------------------------------------------
 
 
@@ -277,8 +332,11 @@ def test_calibrate_measures_kernels(tmp_path):
 def test_calibrate_ray_messages():
     from streamjoin.runtime.ray_calibrate import measure_messages
 
-    costs, raw = measure_messages(repeat=20)
-    assert costs.send_ns > 0 and raw["rtt_ns"][8] > costs.send_ns
+    costs, raw = measure_messages(repeat=20, sizes=(1, 1024), rounds=1, idle_calls=5)
+    assert costs.send_ns > 0 and costs.recv_ns + costs.recv_per_byte_ns > 0
+    small, large = raw["by_batch_size"]["1"], raw["by_batch_size"]["1024"]
+    assert large["bytes"] > small["bytes"] and small["period_ns"] > small["send_ns"]
+    assert small["hop_ns"] > 0 and small["relay_cpu_ns"] > 0
 
 
 # -- fidelity against Ray ------------------------------------------------------------------------

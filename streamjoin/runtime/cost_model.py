@@ -70,14 +70,25 @@ def scan_units(index: str, size: int) -> float:
     return 0.0
 
 
+#: Bytes per tuple of a :class:`Batch` besides its join attributes: ``seq``, ``idx``, ``ts``,
+#: ``ingest_ns`` and ``lo_idx`` (int64) and ``stream`` (int8); its ``horizon`` adds 16 bytes.
+_BATCH_ROW_BYTES = 5 * 8 + 1
+#: Bytes per pair of a :class:`PairBatch`: ``r``, ``s`` and ``ingest_ns`` (int64).
+_PAIR_BYTES = 3 * 8
+
+
 def message_nbytes(msg) -> int:
-    """Payload bytes of a message between actors (what a transport would copy)."""
+    """Payload bytes of a message between actors (what a transport would copy).
+
+    Computed from the tuple count and the number of attributes (``Batch.nbytes`` sums its
+    arrays, and the simulator sizes every message it sends).
+    """
     if isinstance(msg, Batch):
-        return msg.nbytes
+        return msg.attrs.nbytes + _BATCH_ROW_BYTES * len(msg.seq) + 16
     if isinstance(msg, PairBatch):
-        return msg.r.nbytes + msg.s.nbytes + msg.ingest_ns.nbytes
+        return _PAIR_BYTES * len(msg.r)
     if isinstance(msg, WorkerCommand):
-        return msg.batch.nbytes + sum(pos.nbytes for _, pos in msg.insert)
+        return message_nbytes(msg.batch) + sum(pos.nbytes for _, pos in msg.insert)
     return 0
 
 
@@ -270,8 +281,10 @@ def _per_stream(stream: np.ndarray, streams: tuple) -> tuple[int, int]:
 class CostModel:
     """Charges actor steps and messages from a :class:`MachineProfile`.
 
-    The simulator calls :meth:`snapshot` before a step (counters the step will change),
-    :meth:`step_ns` after it, and :meth:`send_ns` / :meth:`hop_ns` per message sent.
+    The simulator binds each actor once (:meth:`bind`: a snapshot of the counters a step will
+    change, taken before it, and a charge computed after it), and calls :meth:`recv_ns_of`
+    per message received and :meth:`message_ns` per message sent. :meth:`features` gives the
+    feature vector itself (calibration fits the coefficients to it).
     """
 
     def __init__(self, profile: MachineProfile) -> None:
@@ -280,6 +293,7 @@ class CostModel:
         self._msg = (m.send_ns, m.send_per_byte_ns, m.hop_ns, m.hop_per_byte_ns)
         self.recv_ns = m.recv_ns
         self.recv_per_byte_ns = m.recv_per_byte_ns
+        self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)))
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}
 
@@ -416,32 +430,109 @@ class CostModel:
         self.fallbacks[index] = stand_in
         return costs[stand_in]
 
-    def step_ns(self, role: str, logic, kind: str, msg, out: list, snap, wall_ns: int) -> int:
-        """Virtual ns of one step's compute (``wall_ns``, the host's time, is not used here)."""
-        f = self.features(role, logic, kind, msg, out, snap)
-        c = self.coefficients(role, logic)
-        if len(f) != len(c):
-            raise ValueError(f"{role}: {len(f)} features for {len(c)} coefficients")
-        ns = sum(map(operator.mul, f, c))  # left to right, as the plain dot product
-        if kind == "batch":
-            ns += self.recv_ns
-            if self.recv_per_byte_ns:
-                ns += self.recv_per_byte_ns * message_nbytes(msg)
-        return int(round(ns))
+    def bind(self, role: str, logic) -> tuple:
+        """``(snapshot, charge)`` for one actor, its coefficients looked up once.
 
-    def send_ns(self, msg) -> int:
-        """Sender CPU time to hand one message to one destination."""
-        return int(round(self._msg[0] + self._msg[1] * message_nbytes(msg)))
+        ``snapshot(msg)`` (None for roles that need none) is called before a step and
+        ``charge(kind, msg, out, snap, wall_ns)`` after it: the step's compute in virtual ns
+        (``wall_ns``, the host's time, is not used here). A message's receive is charged
+        apart (:meth:`recv_ns_of`).
+        """
+        coefs = self.coefficients(role, logic)
+        if role == "join_core":
+            return self._bind_join_core(logic, coefs)
+        if role == "emitter":
+            c_call, c_in, c_msg, c_out = coefs
 
-    def hop_ns(self, msg) -> int:
-        """Wire latency of one message (no core busy)."""
-        return int(round(self._msg[2] + self._msg[3] * message_nbytes(msg)))
+            def charge_emitter(kind, msg, out, snap, wall_ns):
+                ns = c_call
+                if kind == "chunk":
+                    ns += c_in * len(msg)
+                if out:
+                    ns += c_msg * len(out) + c_out * sum([len(m) for _, m in out])
+                return ns
+
+            return None, charge_emitter
+        if role == "collector":
+            c_call, c_pairs = coefs
+
+            def charge_collector(kind, msg, out, snap, wall_ns):
+                return c_call + c_pairs * len(msg) if kind == "batch" else c_call
+
+            return None, charge_collector
+
+        def snapshot(msg):
+            return self.snapshot(role, logic, msg)
+
+        def charge(kind, msg, out, snap, wall_ns):
+            f = self.features(role, logic, kind, msg, out, snap)
+            return float(sum(map(operator.mul, f, coefs)))  # left to right: the dot product
+
+        return snapshot, charge
+
+    def _bind_join_core(self, core, coefs: tuple) -> tuple:
+        """:meth:`bind` for a join core: :meth:`_core_features` and the dot product in one,
+        on the counters and parts the core keeps (looked up once, not per step)."""
+        c_call, c_part, c_tuples, c_probes, c_scan, c_cand, c_pairs, c_ins, c_exp = coefs
+        spec, stats = core.spec, core.stats
+        kind = SCAN_KINDS.get(core.index_name, "log")
+        streams = spec.streams
+        probed = tuple(core.parts[spec.probed(x)] for x in streams)  # the part x probes
+        parts = tuple(core.parts.values())
+        two = len(spec.streams) == 2
+
+        def snapshot(msg):
+            if type(msg) is not Batch:
+                return None
+            return (stats["inserted"], stats["pairs"], stats["expired"],
+                    [len(p.index) for p in probed], sum([p.candidates for p in parts]))  # fmt: skip
+
+        def charge(kind_, msg, out, snap, wall_ns):
+            if snap is None:
+                return c_call
+            ins0, pairs0, exp0, sizes, cand0 = snap
+            n = len(msg.seq)
+            inserted = stats["inserted"] - ins0
+            if two:
+                n_s = int(msg.stream[0]) if n == 1 else int(np.count_nonzero(msg.stream))
+                counts = (n - n_s, n_s)
+            else:
+                counts = (n,)
+            part_calls = probes = 0
+            scan = 0.0
+            for x, size in zip(streams, sizes, strict=True):
+                n_x = counts[x]
+                if n_x:
+                    if size:
+                        part_calls += 1
+                        probes += n_x
+                        if kind == "linear":
+                            scan += n_x * size
+                        elif kind == "log":
+                            scan += n_x * math.log2(size + 1)
+                    if inserted:  # one insert call per stream the batch stores tuples of
+                        part_calls += 1
+            cand = sum([p.candidates for p in parts]) - cand0
+            return (c_call + c_part * part_calls + c_tuples * n + c_probes * probes
+                    + c_scan * scan + c_cand * cand + c_pairs * (stats["pairs"] - pairs0)
+                    + c_ins * inserted + c_exp * (stats["expired"] - exp0))  # fmt: skip
+
+        return snapshot, charge
+
+    def recv_ns_of(self, msg) -> float:
+        """Receiver CPU time for one message, before its step runs."""
+        if self.recv_per_byte_ns:
+            return self.recv_ns + self.recv_per_byte_ns * message_nbytes(msg)
+        return self.recv_ns
 
     def message_ns(self, msg) -> tuple[int, int]:
-        """``(send_ns(msg), hop_ns(msg))``, sizing the message once."""
-        nbytes = message_nbytes(msg)
+        """``(send, hop)`` of one message to one destination, in ns: the sender's CPU time to
+        hand it over, and the latency until the receiver can start on it (no core busy)."""
         send, per_byte, hop, hop_per_byte = self._msg
-        return int(round(send + per_byte * nbytes)), int(round(hop + hop_per_byte * nbytes))
+        if per_byte or hop_per_byte:
+            nbytes = message_nbytes(msg)
+            return int(round(send + per_byte * nbytes)), int(round(hop + hop_per_byte * nbytes))
+        return self._msg_const
 
 
 def _group(role: str) -> str:
@@ -461,19 +552,24 @@ class _Recorder(CostModel):
         super().__init__(profile)
         self.rows: dict[tuple, list] = {}
         self.skip = skip  # first steps of each actor run colder (caches, allocator)
-        self._seen: dict[int, int] = {}
         self.run = 0  # workload number, so each workload weighs the same in the fit
 
-    def step_ns(self, role, logic, kind, msg, out, snap, wall_ns):
-        seen = self._seen.get(id(logic), 0)
-        self._seen[id(logic)] = seen + 1
-        if seen >= self.skip and kind != "eof":
-            group = _group(role)
-            key = (group, logic.spec.index_name if group == "join" else None)
-            self.rows.setdefault(key, []).append(
-                (self.features(role, logic, kind, msg, out, snap), wall_ns, self.run)
-            )
-        return wall_ns
+    def bind(self, role, logic):
+        group = _group(role)
+        rows = self.rows.setdefault((group, logic.spec.index_name if group == "join" else None),
+                                    [])  # fmt: skip
+        seen = [0]
+
+        def snapshot(msg):
+            return self.snapshot(role, logic, msg)
+
+        def charge(kind, msg, out, snap, wall_ns):
+            seen[0] += 1
+            if seen[0] > self.skip and kind != "eof":
+                rows.append((self.features(role, logic, kind, msg, out, snap), wall_ns, self.run))
+            return wall_ns
+
+        return snapshot, charge
 
 
 def nnls(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
@@ -601,7 +697,7 @@ def calibrate(
     for n in names:
         registry.get(n)
     base = default_profile()
-    recorder = _Recorder(base)
+    recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
     for index in names:
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
             # costs are the measured host times, so the arrival rate only orders the steps
@@ -611,6 +707,8 @@ def calibrate(
     quality = {}
     roles, index_costs = {}, {}
     for (group, index), rows in sorted(recorder.rows.items(), key=str):
+        if not rows:
+            continue
         coefs, q = fit_costs(rows, FEATURES[group])
         if group == "join":
             index_costs[index] = coefs

@@ -1,13 +1,15 @@
 """The ``sim`` executor: the real actor logic on simulated cores under a virtual clock.
 
 Every topology node becomes a simulated core with a FIFO mailbox, driven by events on a SimPy
-clock. A core takes the next message, runs the *same* logic object as ``local`` (built by
-:func:`~streamjoin.runtime.build.build_actor`, so results stay exact), and is then busy for
-the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the step
-did. Its output messages leave one after another (each costs the sender CPU), travel a modelled
-wire latency, and join the destinations' mailboxes in FIFO order per link. A batch a core only
-forwards along a chain (DP-Join, §III-C) leaves before the core's own work, as DP-Join passes
-the pointer on first.
+clock. A core takes the next message, receives it (the model's per-message receive cost: a Ray
+actor deserialises a call before its method runs, so the logic reads the clock after it), runs
+the *same* logic object as ``local`` (built by :func:`~streamjoin.runtime.build.build_actor`,
+so results stay exact), and is then busy for the virtual time the
+:class:`~streamjoin.runtime.cost_model.CostModel` charges for what the step did. Its output
+messages leave one after another (each costs the sender CPU), travel a modelled hop latency,
+and join the destinations' mailboxes in FIFO order per link. A batch a core only forwards
+along a chain (DP-Join, §III-C) leaves right after it is received, before the core's own
+work, as DP-Join passes the pointer on first.
 
 By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.cost_model.MachineProfile.with_cpus>`)
@@ -251,10 +253,12 @@ class _Core:
     """One simulated core: its logic object, FIFO mailbox, outgoing links and accounting."""
 
     __slots__ = ("name", "role", "logic", "stats", "box", "idle", "free_at", "kind", "ended",
-                 "n_inputs", "routes", "eof_links", "q", "qt", "q_since", "q_area")  # fmt: skip
+                 "n_inputs", "routes", "eof_links", "q", "qt", "q_since", "q_area", "snapshot",
+                 "charge")  # fmt: skip
 
-    def __init__(self, name: str, role: str, logic, n_inputs: int) -> None:
+    def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
+        self.snapshot, self.charge = model.bind(role, logic)  # the step's cost model
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
@@ -298,8 +302,11 @@ class _Simulation:
         self.max_delay = settings.max_delay_ns
         self.progress = progress or _NoProgress()
 
+        # a step's logic runs once its message is received: it reads the clock that far ahead
+        self.lead = 0
+
         def clock() -> int:
-            return env.now
+            return env.now + self.lead
 
         # end of stream: along every link in a DAG; in a cyclic graph (handshake neighbours)
         # from a closer that hands it to one node at a time once everything is quiet
@@ -308,7 +315,8 @@ class _Simulation:
         (collector,) = topology.nodes("collector")
         self.cores = {
             n: _Core(n, d["role"], build_actor(d["role"], d["config"], query, settings, clock),
-                     1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))))
+                     1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))),
+                     model)
             for n, d in graph.nodes(data=True)
         }  # fmt: skip
         self.emitter, self.collector = self.cores[emitter], self.cores[collector]
@@ -332,8 +340,13 @@ class _Simulation:
         self.end_events = self.cyclic or self.cpus is not None
         self.active = 0  # messages scheduled or being served (ticks aside)
         self.quiet = None  # event the closer waits on until active == 0
+        # per-message costs looked up once (the receive is a constant unless it grows by byte)
+        self.message_ns = model.message_ns
+        self.recv_const = None if model.recv_per_byte_ns else round(model.recv_ns)
         self.samples: list[tuple[int, list[int]]] = []
         self.sample_every = sample_every_ns
+        self.next_sample = sample_every_ns
+        self.core_list = list(self.cores.values())
         self.max_samples = max_samples
         # emitter batching timer (max_delay): chunks the emitter took, as (end row, ingest)
         self.taken = deque()
@@ -356,6 +369,8 @@ class _Simulation:
     def _arrive(self, event) -> None:
         core, item = event.value
         now = self.env.now
+        if now >= self.next_sample:
+            self._sample(now)
         if item[0] is _BATCH or item[0] is _CHUNK:
             core.count(now, 1, len(item[2]))
         if not core.idle:
@@ -385,7 +400,7 @@ class _Simulation:
         dests = core.routes.get(out_port)
         if dests:
             env, arrive_cb = self.env, self._arrive
-            send, hop = self.model.message_ns(msg)
+            send, hop = self.message_ns(msg)
             for dst, dst_port, link in dests:
                 t += send
                 arrive = max(t + hop, link[0])
@@ -432,13 +447,20 @@ class _Simulation:
         for the virtual time that costs."""
         kind, port, msg = item
         t0 = self.env.now
-        model, logic, st = self.model, core.logic, core.stats
+        if t0 >= self.next_sample:
+            self._sample(t0)
+        logic, st = core.logic, core.stats
         snap = None
+        recv = 0
         if kind is _BATCH:
             core.count(t0, -1, -len(msg))
             st.batches_in += 1
             st.tuples_in += len(msg)
-            snap = model.snapshot(core.role, logic, msg)
+            recv = self.recv_const
+            if recv is None:
+                recv = round(self.model.recv_ns_of(msg))
+            if core.snapshot is not None:
+                snap = core.snapshot(msg)
             call, args = logic.on_batch, (port, msg)
         elif kind is _CHUNK:
             core.count(t0, -1, -len(msg))
@@ -457,22 +479,25 @@ class _Simulation:
                 return
             call, args = logic.on_eof, ()
         self.steps += 1
+        self.lead = recv
         w0 = perf_counter_ns()
         out = call(*args)
         wall = perf_counter_ns() - w0
+        self.lead = 0
         st.compute_wall_ns += wall
-        t = t0
+        # the message is received (deserialised) first; a batch forwarded unchanged along a
+        # chain then leaves before the core's own work, as DP-Join passes the pointer on first
+        t = t0 + recv
         if out:
-            # a batch forwarded unchanged along a chain leaves before the core's own work
             for p, m in out:
                 if m is msg:
                     t = self._send(core, p, m, t)
-            t += model.step_ns(core.role, logic, kind, msg, out, snap, wall)
+            t += round(core.charge(kind, msg, out, snap, wall))
             for p, m in out:
                 if m is not msg:
                     t = self._send(core, p, m, t)
         else:
-            t += model.step_ns(core.role, logic, kind, msg, out, snap, wall)
+            t += round(core.charge(kind, msg, out, snap, wall))
         if kind is _CHUNK:
             self.rows_taken += len(msg)
             self.taken.append((self.rows_taken, port))
@@ -540,17 +565,19 @@ class _Simulation:
         self.tick_armed = True
         self._deliver_at(due, self.emitter, (_TICK, None, None))
 
-    def sampler(self):
-        """Mailbox lengths (tuples) every ``sample_every`` ns; when ``max_samples`` are
-        kept, every other one is dropped and the interval doubles, so memory stays bounded."""
-        env = self.env
-        cores = list(self.cores.values())
-        while True:
-            yield env.timeout(self.sample_every)
-            self.samples.append((env.now, [c.qt for c in cores]))
+    def _sample(self, now: int) -> None:
+        """Mailbox lengths (tuples) at every sampling instant up to ``now``, taken before the
+        event at ``now`` changes any: they have not changed since the last event. Every
+        ``sample_every`` ns; when ``max_samples`` are kept, every other one is dropped and the
+        interval doubles, so memory stays bounded. (Sampling as events happen rather than by
+        a process of its own costs no events.)"""
+        lengths = [c.qt for c in self.core_list]
+        while self.next_sample <= now:
+            self.samples.append((self.next_sample, lengths))
             if len(self.samples) >= self.max_samples:
                 self.samples = self.samples[1::2]
                 self.sample_every *= 2
+            self.next_sample += self.sample_every
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -558,14 +585,15 @@ class _Simulation:
         env = self.env
         w0 = time.perf_counter()
         env.process(self.source(chunks))
-        env.process(self.sampler())
         env.run(until=self.done)
         end = env.now
+        self._sample(end)
         for c in self.cores.values():
             c.count(end, 0, 0)  # close the time integral
             c.stats.mean_queue = c.q_area / max(1, end - (self.start_ns or 0))
         t = np.array([s[0] for s in self.samples], dtype=np.int64)
-        series = np.array([s[1] for s in self.samples], dtype=np.int64).reshape(len(t), -1)
+        lengths = [s[1] for s in self.samples]
+        series = np.array(lengths, dtype=np.int64).reshape(len(t), len(self.cores))
         return SimTrace(
             input_tuples=self.n_in, start_ns=self.start_ns or 0, end_ns=end,
             actors={n: c.stats for n, c in self.cores.items()},
