@@ -33,8 +33,8 @@ class JoinCore:
     ----------
     query : Query
     index : str, optional
-        Registry name of the window index (default: ``hash`` for equi-joins, else
-        ``nested_loop``).
+        Registry name of the window index (default: :func:`~streamjoin.indexes.default_for`
+        the predicate).
     index_options : dict, optional
         Keyword arguments for the index constructor (fan-out, chain length, …).
     ports : dict, optional

@@ -46,7 +46,7 @@ class JoinSpec:
     ----------
     query : Query
     index : str, optional
-        Registry name (default: ``hash`` for an equi-join, else ``nested_loop``).
+        Registry name (default: :func:`~streamjoin.indexes.default_for` the predicate).
     index_options : dict, optional
         Keyword arguments for each index instance.
     """

@@ -162,5 +162,16 @@ def check_supports(name: str, predicate: Predicate) -> type[WindowIndex]:
 
 
 def default_for(predicate: Predicate) -> str:
-    """A sensible index for ``predicate``: ``hash`` for an equi-join, else ``nested_loop``."""
-    return "hash" if predicate.conditions[0].is_equality else "nested_loop"
+    """A sensible index for ``predicate``, by its primary (first) condition: ``hash`` for an
+    equality, ``bisort`` for a band with finite bounds, else ``nested_loop`` (an inequality
+    matches a whole side of the window, which a vectorised scan serves best).
+
+    Measured on the 2-core VM (band join, match rate 2, batches of 1024, one core, CPU time):
+    ``bisort`` was the fastest from a count window of 2^10 to 2^16 (1.0-1.3 M tuples/s),
+    ahead of ``pim_tree`` (0.8-1.1), ``bplus_tree`` (0.5-1.0) and ``nested_loop`` (0.47 at
+    2^10, 0.01 at 2^16).
+    """
+    first = predicate.conditions[0]
+    if first.is_equality:
+        return "hash"
+    return "bisort" if np.isfinite(first.lo) and np.isfinite(first.hi) else "nested_loop"

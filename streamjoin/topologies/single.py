@@ -15,7 +15,8 @@ def single(index: str | None = None, **index_options) -> Topology:
     ----------
     index : str, optional
         Registry name of the window index; by default chosen from the predicate at run time
-        (``hash`` for an equi-join, else ``nested_loop``).
+        (:func:`~streamjoin.indexes.default_for`: ``hash`` for an equi-join, ``bisort`` for a
+        band, ``nested_loop`` for an inequality).
     **index_options
         Passed to the index constructor.
     """
