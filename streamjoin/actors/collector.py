@@ -100,6 +100,10 @@ class Collector:
     def on_eof(self) -> list:
         return []
 
+    def warm(self) -> None:
+        """Load the histogram kernel (numba's disk cache) on a throwaway histogram."""
+        LatencyHistogram().add(np.ones(1, dtype=np.int64))
+
     def arrays(self, ordered: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Kept pairs ``(r, s, latency_ns)``; with ``ordered``, sorted by the later tuple's row
         (then the earlier one's), the order tuple-at-a-time processing emits them in."""

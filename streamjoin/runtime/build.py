@@ -30,7 +30,8 @@ class Settings:
 
 
 def build_actor(role: str, config: dict, query: Query, settings: Settings, clock: Callable):
-    """The logic object for one node; join cores are warmed (kernels compiled or loaded)."""
+    """The logic object for one node; join cores and collectors are warmed (kernels compiled or
+    loaded from the disk cache) before the run, not in its timed part."""
     match role:
         case "emitter":
             route = make_route(config.get("route"))
@@ -46,7 +47,9 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
             core.warm()
             return core
         case "collector":
-            return Collector(settings.collect, clock)
+            collector = Collector(settings.collect, clock)
+            collector.warm()
+            return collector
         case "manager":
             return PanJoinManager(query, config["workers"], config["subwindows"],
                                   config.get("subwindow_size"), config.get("index"))  # fmt: skip
