@@ -45,6 +45,7 @@ def _record(benchmark, local, ray):
     benchmark.extra_info["ray_over_local"] = (
         ray.metrics["input_tuples_per_s"] / local.metrics["input_tuples_per_s"]
     )
+    benchmark.extra_info["load_1min"] = os.getloadavg()[0]  # the machine is shared: say how much
     assert ray.count == local.count  # same pairs counted (exactness is the tests' job)
 
 
