@@ -111,7 +111,8 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
         "--index",
         choices=["auto", *indexes.names()],
         default="auto",
-        help="window index of the join core (default: %(default)s)",
+        help="window index of the join core; auto picks hash for an equality, bisort for a "
+        "band, nested_loop for an inequality (default: %(default)s)",
     )
     execution.add_argument(
         "--batch-size",
