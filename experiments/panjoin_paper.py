@@ -50,9 +50,10 @@ returned when it ends. Single-threaded timings use the thread's CPU time (the 2 
 shared with other jobs, often at a load average above 2); compare within one run, and see
 the load recorded in the markdown.
 
-Writes ``experiments/results/panjoin_paper.{csv,md,png}``.
+Writes ``experiments/results/panjoin_paper.{csv,md,png}``; a partial or quick run writes
+``panjoin_paper_<sections>[_quick].*`` beside them instead, so the full results stay whole.
 
-Run: ``python experiments/panjoin_paper.py`` (about 15 minutes on 2 cores; ``--quick`` for a
+Run: ``python experiments/panjoin_paper.py`` (about 6-15 minutes on 2 cores; ``--quick`` for a
 smoke run, ``--only insert,probe`` for some sections).
 """
 
@@ -566,7 +567,12 @@ def main() -> None:
             for r in out if isinstance(out, list) else [out]:
                 rows.append({**r, "section": section} if section == "compare" else r)
             print(f"[{time.time() - t_start:6.0f} s] {section} {fn.__name__}{fargs}", flush=True)
-    write(rows, sections, sc, (load0, os.getloadavg()[0]), time.time() - t_start)
+    name = "panjoin_paper"
+    if sections != list(SECTIONS):
+        name += "_" + "_".join(sections)
+    if args.quick:
+        name += "_quick"
+    write(rows, sections, sc, (load0, os.getloadavg()[0]), time.time() - t_start, name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -746,9 +752,9 @@ EXPLAIN = {
 }
 
 
-def write(rows: list[dict], sections: list[str], sc: dict, load, elapsed: float) -> None:
+def write(rows: list[dict], sections: list[str], sc: dict, load, elapsed: float, name: str) -> None:
     os.makedirs(RESULTS, exist_ok=True)
-    base = os.path.join(RESULTS, "panjoin_paper")
+    base = os.path.join(RESULTS, name)
     fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(base + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
