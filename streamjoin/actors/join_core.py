@@ -73,12 +73,13 @@ class JoinCore:
         # each stream's tuples in key order, once: probing, the in-batch join and the index
         # inserts share it
         views = {x: spec.in_key_order(batch, x) for x in spec.streams}
+        in_order = {x: xs[order] for x, (xs, _, order) in views.items()}
         for x, (xs, keys, order) in views.items():  # step 1
             self.stats["probes"] += len(xs)
             part = self.parts[spec.probed(x)]
-            found.append(part.probe(batch, x, xs[order], keys=keys[:, order]))
+            found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
         if batch.store:
-            by_stream = tuple(xs[order] for xs, _, order in views.values())
+            by_stream = tuple(in_order.values())
             if spec.query.self_join:
                 by_stream += (by_stream[0][:0],)
             found.append(spec.join_batch(batch, by_stream))  # step 2
