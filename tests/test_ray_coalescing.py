@@ -1,5 +1,11 @@
-"""The Ray executor's coalescing: held messages leave in order, merged only where the
-receiver's answer cannot change, and every layout still gives the oracle's answer."""
+"""The Ray executor's coalescing: waiting messages reach the logic in order, merged only where
+the receiver's answer cannot change, and every layout still gives the oracle's answer."""
+
+import os
+import re
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +17,7 @@ import streamjoin as sj
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime.ray_executor import _merge, _Outbox
+from streamjoin.runtime.ray_executor import _Inbox, _merge
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -35,62 +41,75 @@ def _batch(seq, stream, horizon=(0, 0), store=True) -> Batch:
     )  # fmt: skip
 
 
-class _Recorder:
-    """Stands in for a Ray actor handle: records what ``on_messages.remote`` was given."""
-
-    def __init__(self) -> None:
-        self.calls: list = []
-        self.on_messages = self
-
-    def remote(self, msgs):
-        self.calls.append(msgs)
-        return len(self.calls)
+def _taken(box: _Inbox) -> list:
+    """Everything in ``box`` as ``(port, message)``, merged as the worker receives it."""
+    out = []
+    while box.items:
+        item = box.take()
+        out.append((item[2], _merge(item[3])) if item[0] == "msg" else item)
+    return out
 
 
-def _held(box: _Outbox) -> list:
-    handle = box.handle
-    box.submit()
-    return handle.calls[-1]
-
-
-def test_outbox_merges_consecutive_batches_of_one_port_only():
-    box = _Outbox(_Recorder(), "join_core", max_tuples=5)
+def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
+    box = _Inbox("join_core", limit=None, max_tuples=5)
     msgs = [
-        ("row", _batch([0, 1], [0, 0], (0, 0))),
-        ("row", _batch([2], [0], (1, 0))),  # merged with the one before
-        ("col", _batch([3], [1], (1, 1))),  # another port
-        ("row", _batch([4], [0], (2, 1))),
-        ("row", _batch([5], [0], (2, 1), store=False)),  # another store flag
-        ("row", _batch([6, 7], [0, 0], (3, 1), store=False)),
-        ("row", _batch([8, 9, 10], [0, 0, 0], (4, 1), store=False)),  # would exceed 5 tuples
-        ("row", Drain()),
+        ("a", "row", _batch([0, 1], [0, 0], (0, 0))),
+        ("a", "row", _batch([2], [0], (1, 0))),  # merged with the one before
+        ("a", "col", _batch([3], [1], (1, 1))),  # another port
+        ("a", "row", _batch([4], [0], (2, 1))),
+        ("b", "row", _batch([5], [0], (2, 1))),  # another sender
+        ("b", "row", _batch([6], [0], (2, 1), store=False)),  # another store flag
+        ("b", "row", _batch([7, 8], [0, 0], (3, 1), store=False)),
+        ("b", "row", _batch([9, 10, 11], [0, 0, 0], (4, 1), store=False)),  # over 5 tuples
+        ("b", "row", Drain()),
     ]
-    for port, msg in msgs:
-        box.hold(port, msg)
-    assert box.n_held == len(msgs)
-    sent = _held(box)
-    assert [p for p, _ in sent] == ["row", "col", "row", "row", "row", "row"]
-    assert [list(m.seq) for _, m in sent[:-1]] == [[0, 1, 2], [3], [4], [5, 6, 7], [8, 9, 10]]
-    assert list(sent[0][1].horizon) == [1, 0]  # the later horizon
-    assert [m.store for _, m in sent[:-1]] == [True, True, True, False, False]
-    assert isinstance(sent[-1][1], Drain)
-    assert box.held == [] and box.n_held == 0
+    for sender, port, msg in msgs:
+        box.put(("msg", sender, port, msg))
+    box.put(("end", "a"))
+    got = _taken(box)
+    assert [p for p, _ in got[:-1]] == ["row", "col", "row", "row", "row", "row", "row"]
+    batches = [m for _, m in got[:-2]]
+    assert [list(m.seq) for m in batches] == [[0, 1, 2], [3], [4], [5], [6, 7, 8], [9, 10, 11]]
+    assert list(batches[0].horizon) == [1, 0]  # the later horizon
+    assert [m.store for m in batches] == [True, True, True, True, False, False]
+    assert isinstance(got[-2][1], Drain)
+    assert got[-1] == ("end", "a")
 
 
-def test_outbox_keeps_batches_apart_for_roles_that_count_them():
+def test_inbox_keeps_batches_apart_for_roles_that_count_them():
     for role in ("handshake_ll_core", "handshake_core", "worker", "collector"):
-        box = _Outbox(_Recorder(), role, max_tuples=100)
-        box.hold("r_in", _batch([0], [0]))
-        box.hold("r_in", _batch([1], [0]))
-        assert len(_held(box)) == 2
+        box = _Inbox(role, limit=None, max_tuples=100)
+        box.put(("msg", "a", "r_in", _batch([0], [0])))
+        box.put(("msg", "a", "r_in", _batch([1], [0])))
+        assert len(_taken(box)) == 2
 
 
-def test_outbox_merges_result_pairs():
-    box = _Outbox(_Recorder(), "collector", max_tuples=1)
+def test_inbox_merges_result_pairs():
+    box = _Inbox("collector", limit=None, max_tuples=1)
     for k in range(3):
-        box.hold("in", PairBatch(np.array([k]), np.array([k + 10]), np.array([k])))
-    ((port, pairs),) = _held(box)
+        box.put(("msg", "core", "in", PairBatch(np.array([k]), np.array([k + 10]), np.array([k]))))
+    ((port, pairs),) = _taken(box)
     assert port == "in" and list(pairs.r) == [0, 1, 2] and list(pairs.s) == [10, 11, 12]
+
+
+def test_full_inbox_pauses_its_reader_until_the_worker_takes():
+    box = _Inbox("handshake_ll_core", limit=2, max_tuples=1)
+    box.put(("msg", "a", "in", _batch([0], [0])))
+    assert not box.pause()
+    box.put(("msg", "b", "in", _batch([1], [0])))  # from a neighbour: counts the same
+    box.put(("end", "a"))
+    assert box.pause()  # the reader stops reading edges on no cycle
+    box.wake_r.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        box.wake_r.recv(8)  # nobody has woken it yet
+    box.take()
+    assert box.wake_r.recv(8) == b"x"  # room again: the reader is woken
+    assert not box.pause()
+    box.put(("msg", "a", "in", _batch([2], [0])))
+    assert box.pause()
+    box.take()
+    box.take()
+    assert not box.pause()
 
 
 @settings(max_examples=30, deadline=None)
@@ -131,7 +150,7 @@ def test_ray_layout_equals_oracle_batch_one(ray_session, layout, data):
 
 
 def test_ray_coalesces_a_fast_source(ray_session):
-    """Batches of one tuple from a source far faster than a Ray call: the core receives fewer,
+    """Batches of one tuple from a source faster than a core joins them: the core receives fewer,
     larger batches, and the answer is the oracle's."""
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50, 30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=4)
@@ -168,3 +187,51 @@ def test_ray_failure_of_one_core_of_a_split_ends_the_run(ray_session):
     topo = _with_config(sj.topologies.split(2), "core1", ports={"nowhere": (0, 1)})
     with pytest.raises(ActorFailed, match="actor 'core1' \\(join_core\\) failed: ValueError"):
         sj.run(q, data, topo, backend="ray", batch_size=4)
+
+
+def _host_pids() -> list[int]:
+    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::_Host…``)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::_Host"):
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def test_ray_actor_process_killed_mid_run_ends_the_run(ray_session):
+    """An actor's process dies (SIGKILL) while batches flow: its sockets close, the run ends
+    with an error naming a dead actor — in bounded time, never a hang or a short result."""
+    from streamjoin.runtime.ray_executor import ActorFailed
+
+    class Killing(sj.sources.Source):
+        def __iter__(self):
+            rng = np.random.default_rng(3)
+            for k in range(400):
+                if k == 5:
+                    for pid in _host_pids():
+                        os.kill(pid, signal.SIGKILL)
+                ts = np.arange(k * 50, (k + 1) * 50)
+                yield {"stream": ts % 2, "ts": ts, "x": rng.uniform(0, 100, 50)}
+                time.sleep(0.002)
+
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(100))
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = sj.run(q, Killing(), sj.topologies.split(2), backend="ray",
+                                       batch_size=50)  # fmt: skip
+        except Exception as e:
+            outcome["error"] = e
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(180)
+    assert not runner.is_alive(), "the run hung after an actor's process died"
+    assert isinstance(outcome.get("error"), ActorFailed), outcome
+    assert re.search(r"actor '(core0|core1|collector)'.*died", str(outcome["error"]))

@@ -3,54 +3,63 @@
 - Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`_Host` actor; kernels
   are warmed in its constructor (numba's disk cache makes that a load, not a compile). The
   emitter runs in the driver, next to the source.
-- A node sends its output to each downstream host with ``on_messages.remote`` calls. Ray runs
-  the calls of one submitter to a synchronous actor in submission order, so every edge is
-  FIFO.
-- **Coalescing.** A Ray call costs far more than a small batch's join (about 1 ms of this
-  machine's two cores), so a node keeps at most ``PIPELINE`` calls in flight per destination:
-  while they run, further messages for it are held in an :class:`_Outbox` and leave as one
-  call when one completes (a flusher thread waits for that), consecutive batches for one port
-  concatenated where the receiver's answer cannot change (:func:`_mergeable`). A held message
-  waits no longer than the destination is busy with earlier calls of this sender — time it
-  would otherwise spend queued there — plus a flusher poll (``FLUSH_POLL_S``). Under light
-  load every message leaves at once; under heavy load calls grow instead of multiplying.
-- Backpressure: a sender whose outbox for a busy destination is full (``MAX_HELD`` messages,
-  or a full merged batch) waits for it, the emitter in the driver too, so memory stays
-  bounded when the source is faster than the join. Actors that call each other (handshake
-  neighbours) never wait on a send: a neighbour that waits on us would deadlock.
-- End of stream goes through the graph in topological order; each host first flushes what it
-  holds and waits for all its outstanding calls, which also surfaces any downstream
-  exception; in a cyclic graph the end is found by quiescence.
-- Any exception in an actor ends the run with :class:`ActorFailed` naming the actor, and all
-  actors are killed: never a hang, never a short result.
+- **Ray is the control plane, sockets the data plane.** Ray places the actors, starts and
+  kills them and carries the few control calls of a run; the batches travel over one TCP
+  connection per graph edge (:mod:`streamjoin.runtime.channels`), as a Ray call costs about
+  1–2 ms of this machine's two cores and a frame tens of microseconds. (Ray's compiled graphs
+  were measured instead: their channels wait in a ``sched_yield`` loop that keeps idle actors
+  at half a core each on a 2-core machine.)
+- In each host a reader thread takes frames off its incoming connections into an inbox, and
+  a worker thread feeds them to the logic and writes what it returns, so the logic is only
+  ever called from one thread. Each connection is FIFO, so every edge is.
+- **Coalescing.** When several batches of one sender for one port wait in the inbox, the
+  worker hands them to the logic as one where the answer cannot change (:func:`_mergeable`):
+  under light load every batch is joined on arrival, under heavy load batches grow.
+- **Backpressure.** Once ``INBOX`` messages wait in a host's inbox, its reader stops reading
+  the edges that lie on no cycle of the graph (every edge of an acyclic one); their socket
+  buffers fill and the sender blocks, the emitter in the driver too, so memory stays bounded
+  when the source is faster than the join. Edges on a cycle (handshake neighbours) are read
+  on: two neighbours blocked on each other's full buffers would deadlock.
+- **End of stream.** In an acyclic graph it travels in-band: a node that has seen every
+  incoming edge end runs its end-of-stream step and ends its outgoing edges. In a cyclic
+  graph the driver waits until no frame is in flight (counters of frames sent and handled),
+  then ends the nodes one at a time in :meth:`Topology.eof_order`, waiting again after each.
+- **Failure.** An actor whose logic raises records the error and shuts its connections;
+  its neighbours then fail on their next read or write, and so on, so nothing waits for a
+  frame that will not come. The driver asks every actor for its error and raises the
+  failing actor's own one as :class:`ActorFailed`, naming the actor; all actors are killed:
+  never a hang, never a short result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import selectors
+import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 
+import networkx as nx
 import ray
 
 from streamjoin.actors.window_part import concat_pairs
 from streamjoin.batch import Batch, Columns, PairBatch
 from streamjoin.query import Query
+from streamjoin.runtime import channels
 from streamjoin.runtime.build import Settings, build_actor
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
-#: calls one sender keeps in flight to one destination before it holds further messages
-PIPELINE = 2
-#: messages a bounded sender holds for one busy destination before it waits for it (it also
-#: waits once it holds a full merged batch: see ``MERGE_TUPLES``)
-MAX_HELD = 16
-#: held batches are concatenated up to this many tuples (or the run's batch size, if larger)
+#: messages waiting in an actor's inbox before its reader stops reading edges on no cycle
+INBOX = 2
+#: waiting batches are concatenated up to this many tuples (or the run's batch size, if larger)
 MERGE_TUPLES = 4096
-#: seconds the flusher waits for a destination before it looks at its outboxes again
-FLUSH_POLL_S = 0.002
+#: seconds the driver gives the actors to report their errors once a run has failed
+FAILURE_WAIT_S = 10.0
 #: roles whose ``on_batch`` gives the same answer for two consecutive batches of one port
 #: as for their concatenation (DESIGN §2: any batch boundaries, seq order and the later
 #: horizon kept); handshake cores count batches, PanJoin workers take commands
@@ -59,6 +68,10 @@ _CONCAT_ROLES = ("join_core", "manager")
 
 class ActorFailed(RuntimeError):
     """An actor raised; the message names the actor and its exception."""
+
+
+class _LostNeighbour(ActorFailed):
+    """An actor stopped because a neighbour's connection broke (a consequence, not a cause)."""
 
 
 def _mergeable(role: str, group: list, msg, max_tuples: int) -> bool:
@@ -84,70 +97,81 @@ def _merge(group: list):
     return Batch.concat(group).with_store(group[0].store)
 
 
-class _Outbox:
-    """What one node sends one destination: the calls in flight and the messages held.
+class _Inbox:
+    """What a host's reader hands its worker, in order of arrival: ``("msg", sender, port,
+    message)``, ``("end", sender)``, ``("call", fn, done)`` and ``("error", exception)``.
 
-    ``held`` is a list of ``[port, [messages]]`` groups; consecutive mergeable messages for one
-    port share a group and leave as one message.
+    Once ``limit`` messages wait, the reader stops reading the edges that lie on no cycle
+    (:meth:`pause`) until the worker has taken one, and a wake-up socket tells it so. Nothing
+    here blocks the reader: edges on a cycle are read on, but their messages count too, so a
+    congested handshake core holds back the source instead of the skew between its streams
+    growing without bound.
     """
 
-    def __init__(self, handle, role: str, max_tuples: int) -> None:
-        self.handle = handle
+    def __init__(self, role: str, limit: int, max_tuples: int) -> None:
         self.role = role
+        self.limit = limit
         self.max_tuples = max_tuples
-        self.in_flight: list = []
-        self.held: list[list] = []
-        self.n_held = 0
-        self.held_tuples = 0
+        self.items: deque = deque()
+        self.cond = threading.Condition()
+        self.counted = 0  # messages waiting
+        self.paused = False
+        self.peak = 0
+        self.wake_r, self.wake_w = socket.socketpair()
 
-    def hold(self, port: str, msg) -> None:
-        self.n_held += 1
-        self.held_tuples += len(msg)
-        if self.held:
-            last_port, group = self.held[-1]
-            if last_port == port and _mergeable(self.role, group, msg, self.max_tuples):
-                group.append(msg)
-                return
-        self.held.append([port, [msg]])
+    def put(self, item) -> None:
+        with self.cond:
+            self.items.append(item)
+            if item[0] == "msg":
+                self.counted += 1
+            self.peak = max(self.peak, len(self.items))
+            self.cond.notify_all()
 
-    def reap(self) -> None:
-        """Forget finished calls, re-raising a failure of the destination."""
-        if self.in_flight:
-            done, self.in_flight = ray.wait(
-                self.in_flight, num_returns=len(self.in_flight), timeout=0, fetch_local=False
-            )
-            ray.get(done)
+    def pause(self) -> bool:
+        """Whether the reader should stop reading bounded edges; if so, the worker wakes it
+        (through ``wake_r``) once there is room again."""
+        with self.cond:
+            self.paused = self.counted >= self.limit
+            return self.paused
 
-    def submit(self) -> None:
-        msgs = [(port, _merge(group)) for port, group in self.held]
-        self.in_flight.append(self.handle.on_messages.remote(msgs))
-        self.held, self.n_held, self.held_tuples = [], 0, 0
-
-    @property
-    def full(self) -> bool:
-        return self.n_held >= MAX_HELD or self.held_tuples >= self.max_tuples
+    def take(self) -> tuple:
+        """The next item; consecutive messages of one sender for one port that
+        :func:`_mergeable` allows come as one ``("msg", sender, port, [messages])``."""
+        with self.cond:
+            while not self.items:
+                self.cond.wait()
+            item = self.items.popleft()
+            if item[0] == "msg":
+                _, sender, port, msg = item
+                group = [msg]
+                while self.items:
+                    nxt = self.items[0]
+                    if not (nxt[0] == "msg" and nxt[1] == sender and nxt[2] == port
+                            and _mergeable(self.role, group, nxt[3], self.max_tuples)):  # fmt: skip
+                        break
+                    group.append(self.items.popleft()[3])
+                self.counted -= len(group)
+                item = ("msg", sender, port, group)
+                if self.paused and self.counted < self.limit:
+                    self.paused = False
+                    self.wake_w.send(b"x")
+            return item
 
 
 class _Node:
-    """One topology node: its logic object, its outboxes and the thread that flushes them.
+    """One topology node: its logic object and its outgoing connections.
 
     Runs inside a Ray actor (:class:`_Host`), or in the driver for the emitter, which saves a
-    process and a copy of every input batch. The logic object is only ever called from the
-    thread that received the message; the flusher thread only submits held messages.
+    process and a copy of every input batch.
     """
 
     def __init__(self, name: str, role: str, config: dict, query: Query, settings: Settings):
         self.name = name
         self.stats = ActorStats(role=role)
         self.routes: dict[str, list] = {}
-        self.outboxes: dict[str, _Outbox] = {}
-        self.bounded = True
-        self.calls_sent = 0
-        self.calls_received = 0
-        self.lock = threading.Condition()
-        self.error: BaseException | None = None
-        self.closed = False
-        self.flusher: threading.Thread | None = None
+        self.out: dict[str, object] = {}
+        self.frames_sent = 0
+        self.frames_handled = 0
         self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)
         self.logic = self._guard(build_actor, role, config, query, settings, time.monotonic_ns)
 
@@ -158,78 +182,36 @@ class _Node:
             raise ActorFailed(f"actor {self.name!r} ({self.stats.role}) failed: "
                               f"{type(e).__name__}: {e}") from e  # fmt: skip
 
-    def ready(self) -> bool:
-        return True
-
-    def connect(self, routes: dict[str, list], handles: dict, bounded: bool = True) -> None:
-        """``routes[out_port] = [(dest, dst_port), …]``, ``handles[dest] = (handle, role)``.
-        ``bounded=False`` for actors that call each other (a cyclic graph): waiting on a
-        neighbour that waits on us would deadlock, so those never block on a send."""
+    def open(self, routes: dict[str, list], addresses: dict[str, tuple]) -> None:
+        """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
+        ``addresses[dest] = (host, port)``."""
         self.routes = routes
-        self.outboxes = {d: _Outbox(h, role, self.merge_tuples) for d, (h, role) in handles.items()}
-        self.bounded = bounded
-        self.flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                        name=f"flush-{self.name}")  # fmt: skip
-        self.flusher.start()
-
-    # -- sending ------------------------------------------------------------------------------
+        self.out = {d: channels.connect(a, self.name) for d, a in addresses.items()}
 
     def _send(self, messages) -> None:
-        with self.lock:
-            self._raise_error()
-            for port, msg in messages:
-                self.stats.batches_out += 1
-                self.stats.tuples_out += len(msg)
-                for dest, dst_port in self.routes.get(port, ()):
-                    self.outboxes[dest].hold(dst_port, msg)
-            waiting = False
-            for box in self.outboxes.values():
-                if box.held:
-                    self._pump(box)
-                    waiting = waiting or bool(box.held)
-            queued = sum(len(b.in_flight) + b.n_held for b in self.outboxes.values())
-            self.stats.peak_queue = max(self.stats.peak_queue, queued)
-            if waiting:
-                self.lock.notify()
+        frames: dict[str, list] = {}
+        for port, msg in messages:
+            self.stats.batches_out += 1
+            self.stats.tuples_out += len(msg)
+            dests = self.routes.get(port, ())
+            if dests:
+                body = channels.payload(msg)
+                for dest, dst_port in dests:
+                    frames.setdefault(dest, []).append(channels.frame(dst_port, body))
+        for dest, fs in frames.items():
+            self.frames_sent += len(fs)  # before the receiver can count them handled
+            self._write(dest, fs)
 
-    def _pump(self, box: _Outbox, force: bool = False) -> None:
-        """Send what ``box`` holds if its destination is free (or ``force``); a bounded sender
-        whose box is full waits for the destination first. Lock held."""
-        if len(box.in_flight) >= PIPELINE:  # a ray.wait costs tens of µs: only when it may
-            box.reap()
-        if box.in_flight and self.bounded and box.full:
-            ray.get(box.in_flight)  # backpressure; re-raises a downstream failure
-            box.in_flight = []
-        if box.held and (force or len(box.in_flight) < PIPELINE):
-            box.submit()
-            self.calls_sent += 1
+    def _write(self, dest: str, frames: list) -> None:
+        try:
+            channels.send(self.out[dest], frames)
+        except OSError as e:
+            raise _LostNeighbour(f"actor {self.name!r} ({self.stats.role}) could not send to "
+                                 f"{dest!r}: {type(e).__name__}: {e}") from e  # fmt: skip
 
-    def _flush_loop(self) -> None:
-        """Submit held messages as soon as their destination has finished its calls."""
-        while True:
-            with self.lock:
-                while not self.closed and (
-                    self.error or not any(b.held for b in self.outboxes.values())
-                ):
-                    self.lock.wait()
-                if self.closed:
-                    return
-                busy = [b.in_flight[0] for b in self.outboxes.values() if b.held and b.in_flight]
-            if busy:  # one submitter's calls run in order: the oldest finishes first
-                ray.wait(busy, num_returns=1, timeout=FLUSH_POLL_S, fetch_local=False)
-            with self.lock:
-                try:
-                    for box in self.outboxes.values():
-                        if box.held:
-                            self._pump(box)
-                except Exception as e:  # a destination failed: raised by the node's thread
-                    self.error = e
-
-    def _raise_error(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    # -- entry points -------------------------------------------------------------------------
+    def _end_edges(self) -> None:
+        for dest in self.out:
+            self._write(dest, [channels.end_frame()])
 
     def _step(self, fn, *args) -> None:
         t0 = time.perf_counter_ns()
@@ -237,48 +219,171 @@ class _Node:
         self.stats.busy_ns += time.perf_counter_ns() - t0
         self._send(out)
 
-    def on_messages(self, msgs: list) -> None:
-        """One call: ``[(port, message), …]`` from one sender, in its order."""
-        self.calls_received += 1
-        for port, msg in msgs:
-            self.stats.batches_in += 1
-            self.stats.tuples_in += len(msg)
-            self._step(self.logic.on_batch, port, msg)
-
     def on_chunk(self, cols: Columns) -> None:
         self.stats.tuples_in += len(cols)
         self._step(self.logic.on_chunk, cols)
 
-    def on_eof(self) -> None:
+    def on_eof(self, end_edges: bool) -> None:
         self._step(self.logic.on_eof)
-        self.settle()
+        if end_edges:
+            self._end_edges()
+
+    def shut(self) -> None:
+        for sock in self.out.values():
+            _shut(sock)
+
+
+def _shut(sock) -> None:
+    """Shut a socket both ways: a thread blocked on it wakes, the peer sees it closed."""
+    with contextlib.suppress(OSError):  # already shut, or never connected
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+@ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=4)
+class _Host(_Node):
+    """A node in its own Ray actor, with a reader and a worker thread (module docstring).
+
+    Ray calls (listen, start, finished, settle, end, failure, report) come from the driver
+    one at a time, except ``failure``, which may run while ``finished`` waits.
+    """
+
+    def listen(self) -> tuple[str, int]:
+        """Open the socket incoming edges connect to; returns its address."""
+        self.server = channels.listen(ray.util.get_node_ip_address())
+        self.error: ActorFailed | None = None
+        self.done = threading.Event()
+        self.ins: list = []
+        return self.server.getsockname()[:2]
+
+    def start(self, routes, addresses, n_in: int, bounded: list[str], cyclic: bool) -> None:
+        """Connect to the destinations and start reading ``n_in`` incoming edges; those from
+        the ``bounded`` senders (edges on no cycle) wait while the inbox is full."""
+        self.cyclic = cyclic
+        self.cpu0 = time.process_time_ns()
+        self.bounded_senders = set(bounded)
+        self.inbox = _Inbox(self.stats.role, INBOX, self.merge_tuples)
+        self.open(routes, addresses)
+        threading.Thread(target=self._read, args=(n_in,), daemon=True,
+                         name=f"read-{self.name}").start()  # fmt: skip
+        threading.Thread(target=self._work, args=(n_in,), daemon=True,
+                         name=f"work-{self.name}").start()  # fmt: skip
+
+    # -- threads ------------------------------------------------------------------------------
+
+    def _read(self, n_in: int) -> None:
+        sender = "?"
+        try:
+            names = {}
+            for _ in range(n_in):
+                sock, name = channels.accept(self.server)
+                self.ins.append(sock)
+                names[sock] = name
+            limited = {sock for sock in self.ins if names[sock] in self.bounded_senders}
+            selector = selectors.DefaultSelector()
+            selector.register(self.inbox.wake_r, selectors.EVENT_READ)
+            for sock in self.ins:
+                selector.register(sock, selectors.EVENT_READ)
+            live = set(self.ins)
+            paused = False
+            while live:
+                if self.inbox.pause() != paused:
+                    paused = not paused
+                    for sock in limited & live:
+                        if paused:
+                            selector.unregister(sock)
+                        else:
+                            selector.register(sock, selectors.EVENT_READ)
+                for key, _ in selector.select():
+                    sock = key.fileobj
+                    if sock is self.inbox.wake_r:
+                        sock.recv(64)
+                        continue
+                    sender = names[sock]
+                    frame = channels.recv(sock)
+                    if frame is channels.END:
+                        selector.unregister(sock)
+                        live.discard(sock)
+                        self.inbox.put(("end", sender))
+                    else:
+                        self.inbox.put(("msg", sender, *frame))
+        except Exception as e:
+            if self.error is None:  # else: our own shutdown woke us
+                err = _LostNeighbour(f"actor {self.name!r} ({self.stats.role}) lost its edge "
+                                     f"from {sender!r}: {type(e).__name__}: {e}")  # fmt: skip
+                self.inbox.put(("error", err))
+
+    def _work(self, n_in: int) -> None:
+        ended = 0
+        try:
+            while True:
+                item = self.inbox.take()
+                kind = item[0]
+                if kind == "msg":
+                    _, _, port, group = item
+                    msg = _merge(group)
+                    self.stats.batches_in += 1
+                    self.stats.tuples_in += len(msg)
+                    self._step(self.logic.on_batch, port, msg)
+                    self.frames_handled += len(group)
+                elif kind == "end":
+                    ended += 1
+                    if not self.cyclic and ended == n_in:  # end of stream in-band
+                        self.on_eof(end_edges=True)
+                        self.done.set()
+                        return
+                elif kind == "call":
+                    _, fn, finished = item
+                    fn()
+                    finished.set()
+                else:
+                    raise item[1]
+        except Exception as e:
+            self._fail(e)
+
+    def _fail(self, e: Exception) -> None:
+        if self.error is None:
+            self.error = e if isinstance(e, ActorFailed) else ActorFailed(
+                f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}")  # fmt: skip
+        for sock in [self.server, *self.ins, *self.out.values()]:
+            _shut(sock)
+        self.done.set()
+
+    # -- driver calls -------------------------------------------------------------------------
+
+    def finished(self) -> None:
+        """Wait until this node has ended (acyclic graphs); raises its error."""
+        self.done.wait()
+        self._raise()
+
+    def failure(self) -> tuple[str, str] | None:
+        """``(kind, message)`` of this node's error: ``"cause"`` for its own failure,
+        ``"lost"`` for a broken connection to a neighbour; None if it has not failed."""
+        if self.error is None:
+            return None
+        return ("lost" if isinstance(self.error, _LostNeighbour) else "cause", str(self.error))
 
     def settle(self) -> tuple[int, int]:
-        """Send everything held and wait for every call this node made; returns
-        ``(calls sent, calls received)``."""
-        with self.lock:
-            self._raise_error()
-            for box in self.outboxes.values():
-                self._pump(box, force=True)
-            pending = [ref for box in self.outboxes.values() for ref in box.in_flight]
-            for box in self.outboxes.values():
-                box.in_flight = []
-        ray.get(pending)
-        return self.calls_sent, self.calls_received
+        """``(frames sent, frames handled)`` so far (cyclic graphs find quiescence with it)."""
+        self._raise()
+        return self.frames_sent, self.frames_handled
 
-    def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            self.lock.notify()
+    def end(self) -> None:
+        """Run the end-of-stream step in the worker thread (cyclic graphs, once quiescent)."""
+        finished = threading.Event()
+        self.inbox.put(("call", lambda: self.on_eof(end_edges=False), finished))
+        while not finished.wait(0.05):
+            self._raise()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
 
     def report(self):
         """``(stats, logic)``: the logic object is returned for the collector only."""
+        self.stats.peak_queue = self.inbox.peak
+        self.stats.cpu_ns = time.process_time_ns() - self.cpu0
         return self.stats, (self.logic if self.stats.role == "collector" else None)
-
-
-@ray.remote(max_restarts=0, max_task_retries=0)
-class _Host(_Node):
-    """A node in its own Ray actor."""
 
 
 def _ensure_ray(address: str | None) -> None:
@@ -309,6 +414,36 @@ def _unwrap(err: Exception) -> ActorFailed:
     return ActorFailed(f"a Ray actor failed: {err}")
 
 
+def _diagnose(hosts: dict, err: Exception) -> ActorFailed:
+    """The error that ended a run: the failing actor's own, not its neighbours' lost edges.
+
+    A failing actor records its error before it shuts its connections, so once anyone has
+    noticed, the cause is on record; an actor that died outright is the cause itself.
+    """
+    if isinstance(err, ActorFailed) and not isinstance(err, _LostNeighbour):
+        return ActorFailed(str(err))
+    causes, lost = [], [str(err)] if isinstance(err, ActorFailed) else []
+    refs = {name: h.failure.remote() for name, h in hosts.items()}
+    deadline = time.monotonic() + FAILURE_WAIT_S
+    for name, ref in refs.items():
+        try:
+            found = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError:
+            continue
+        except ray.exceptions.RayError as e:
+            msg = str(_unwrap(e))
+            causes.append(msg if "actor '" in msg else f"actor {name!r} died: {e}")
+            continue
+        if found is not None:
+            (causes if found[0] == "cause" else lost).append(found[1])
+    if causes:
+        return ActorFailed(causes[0])
+    if lost:
+        return ActorFailed(lost[0])
+    return _unwrap(err) if isinstance(err, ray.exceptions.RayError) else ActorFailed(
+        f"the run failed: {type(err).__name__}: {err}")  # fmt: skip
+
+
 def run_ray(
     query: Query,
     topology: Topology,
@@ -327,48 +462,59 @@ def run_ray(
         for n, d in graph.nodes(data=True)
         if n != emitter
     }
+    source = None
     try:
+        try:
+            addresses = dict(zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]),
+                                 strict=True))  # fmt: skip
+        except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
+            raise _unwrap(e) from None
         source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
         try:
-            return _drive(topology, source, hosts, chunks, progress)
-        finally:
-            source.close()
-    except ray.exceptions.RayError as e:
-        raise _unwrap(e) from None
+            return _drive(topology, source, hosts, addresses, chunks, progress)
+        except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
+            raise _diagnose(hosts, e) from None
     finally:
+        if source is not None:
+            source.shut()
         for h in hosts.values():
             ray.kill(h)
 
 
 def _quiesce(source: _Node, hosts: dict) -> None:
-    """Wait until no message is in flight anywhere (actors that call each other keep making
-    work for one another): settle the hosts one at a time — at once, two settling neighbours
-    would each wait on a call queued behind the other — until every call sent was received
-    and a whole round changed nothing."""
+    """Wait until no frame is in flight anywhere (actors that send to each other keep making
+    work for one another): until every frame sent was handled and a whole round of counts
+    changed nothing. Counters only grow and a frame is counted sent before it can be handled,
+    so two equal rounds mean nothing moved in between."""
     previous = None
     while True:
-        counts = [ray.get(h.settle.remote()) for h in hosts.values()]
-        sent = source.calls_sent + sum(c[0] for c in counts)
-        received = sum(c[1] for c in counts)
-        if sent == received and (sent, received) == previous:
+        counts = ray.get([h.settle.remote() for h in hosts.values()])
+        sent = source.frames_sent + sum(c[0] for c in counts)
+        handled = sum(c[1] for c in counts)
+        if sent == handled and (sent, handled) == previous:
             return
-        previous = (sent, received)
+        previous = (sent, handled)
+        time.sleep(0.001)
 
 
-def _drive(topology: Topology, source: _Node, hosts: dict, chunks, progress) -> RunTrace:
-    ray.get([h.ready.remote() for h in hosts.values()])  # constructors (and warm-up) done
+def _drive(topology: Topology, source: _Node, hosts: dict, addresses: dict, chunks,
+           progress) -> RunTrace:  # fmt: skip
     routes = topology.routes()
-
     graph = topology.graph
 
     def outgoing(node: str) -> tuple[dict[str, list], dict]:
         out = {port: dests for (src, port), dests in routes.items() if src == node}
         dests = {d for ds in out.values() for d, _ in ds}
-        return out, {d: (hosts[d], graph.nodes[d]["role"]) for d in dests}
+        return out, {d: addresses[d] for d in dests}
 
-    bounded = not topology.cyclic
-    source.connect(*outgoing(source.name))  # nobody sends to the source: it may always wait
-    ray.get([h.connect.remote(*outgoing(n), bounded) for n, h in hosts.items()])
+    cyclic = topology.cyclic
+
+    def bounded(node: str) -> list[str]:  # senders on no cycle with ``node``: safe to block
+        return [u for u in graph.predecessors(node) if not nx.has_path(graph, node, u)]
+
+    ray.get([h.start.remote(*outgoing(n), len(set(graph.predecessors(n))), bounded(n), cyclic)
+             for n, h in hosts.items()])  # fmt: skip
+    source.open(*outgoing(source.name))
     (collector,) = topology.nodes("collector")
     clock = time.monotonic_ns
     start_ns = None
@@ -381,12 +527,18 @@ def _drive(topology: Topology, source: _Node, hosts: dict, chunks, progress) -> 
         progress.update(len(cols))
     if start_ns is None:
         start_ns = clock()
-    source.on_eof()
-    if topology.cyclic:
+    source.on_eof(end_edges=not cyclic)
+    if not cyclic:
+        pending = [h.finished.remote() for h in hosts.values()]
+        while pending:  # the first failure at once, not after the others
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)
+    else:
         _quiesce(source, hosts)
-    for node in topology.eof_order():
-        if node != source.name:
-            ray.get(hosts[node].on_eof.remote())
+        for node in topology.eof_order():
+            if node != source.name:
+                ray.get(hosts[node].end.remote())
+                _quiesce(source, hosts)
     end_ns = clock()
     reports = dict(zip(hosts, ray.get([h.report.remote() for h in hosts.values()]), strict=True))
     actors = {source.name: source.stats, **{n: r[0] for n, r in reports.items()}}

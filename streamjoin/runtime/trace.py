@@ -16,6 +16,9 @@ class ActorStats:
     batches_out: int = 0
     tuples_out: int = 0
     peak_queue: int = 0
+    #: CPU time of the actor's own process over the run (``ray`` hosts: the logic, messaging
+    #: and Ray's threads), None where actors share a process
+    cpu_ns: int | None = None
 
 
 @dataclass
@@ -35,5 +38,8 @@ class RunTrace:
             d = asdict(st)
             d["busy_s"] = d.pop("busy_ns") / 1e9
             d["busy_share"] = st.busy_ns / elapsed
+            cpu = d.pop("cpu_ns")
+            if cpu is not None:
+                d["cpu_s"] = cpu / 1e9
             out[name] = d
         return out
