@@ -17,7 +17,8 @@ import streamjoin as sj
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime.ray_executor import _Inbox, _merge
+from streamjoin.runtime.coalesce import merge
+from streamjoin.runtime.ray_executor import _Inbox
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -46,7 +47,7 @@ def _taken(box: _Inbox) -> list:
     out = []
     while box.items:
         item = box.take()
-        out.append((item[2], _merge(item[3])) if item[0] == "msg" else item)
+        out.append((item[2], merge(item[3])) if item[0] == "msg" else item)
     return out
 
 
@@ -130,7 +131,7 @@ def test_merged_batches_join_like_separate_ones(data):
     found = []
     for a, b in zip([0, *cut], [*cut, len(batches)], strict=True):
         if b > a:
-            found += [m for _, m in core.on_batch("in", _merge(batches[a:b]))]
+            found += [m for _, m in core.on_batch("in", merge(batches[a:b]))]
     pairs = {(int(r), int(s)) for p in found for r, s in zip(p.r, p.s, strict=True)}
     assert pairs == set(zip(expected.column("r").to_pylist(), expected.column("s").to_pylist(),
                             strict=True))  # fmt: skip

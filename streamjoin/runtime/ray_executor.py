@@ -13,7 +13,7 @@
   a worker thread feeds them to the logic and writes what it returns, so the logic is only
   ever called from one thread. Each connection is FIFO, so every edge is.
 - **Coalescing.** When several batches of one sender for one port wait in the inbox, the
-  worker hands them to the logic as one where the answer cannot change (:func:`_mergeable`):
+  worker hands them to the logic as one where the answer cannot change (:func:`mergeable`):
   under light load every batch is joined on arrival, under heavy load batches grow.
 - **Backpressure.** Once ``INBOX`` messages wait in a host's inbox, its reader stops reading
   the edges that lie on no cycle of the graph (every edge of an acyclic one); their socket
@@ -46,24 +46,18 @@ from collections.abc import Iterable
 import networkx as nx
 import ray
 
-from streamjoin.actors.window_part import concat_pairs
-from streamjoin.batch import Batch, Columns, PairBatch
+from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
 from streamjoin.runtime.build import Settings, build_actor
+from streamjoin.runtime.coalesce import MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
 #: messages waiting in an actor's inbox before its reader stops reading edges on no cycle
 INBOX = 2
-#: waiting batches are concatenated up to this many tuples (or the run's batch size, if larger)
-MERGE_TUPLES = 4096
 #: seconds the driver gives the actors to report their errors once a run has failed
 FAILURE_WAIT_S = 10.0
-#: roles whose ``on_batch`` gives the same answer for two consecutive batches of one port
-#: as for their concatenation (DESIGN §2: any batch boundaries, seq order and the later
-#: horizon kept); handshake cores count batches, PanJoin workers take commands
-_CONCAT_ROLES = ("join_core", "manager")
 
 
 class ActorFailed(RuntimeError):
@@ -72,29 +66,6 @@ class ActorFailed(RuntimeError):
 
 class _LostNeighbour(ActorFailed):
     """An actor stopped because a neighbour's connection broke (a consequence, not a cause)."""
-
-
-def _mergeable(role: str, group: list, msg, max_tuples: int) -> bool:
-    """Whether ``msg`` may join ``group`` (messages for one port of a ``role`` node, in order)
-    as one message; batches grow to ``max_tuples`` at most."""
-    last = group[-1]
-    if isinstance(last, PairBatch) and isinstance(msg, PairBatch):
-        return True  # result pairs: the collector only counts and stamps them
-    return (
-        role in _CONCAT_ROLES
-        and isinstance(last, Batch)
-        and isinstance(msg, Batch)
-        and last.store == msg.store
-        and sum(len(b) for b in group) + len(msg) <= max_tuples
-    )
-
-
-def _merge(group: list):
-    if len(group) == 1:
-        return group[0]
-    if isinstance(group[0], PairBatch):
-        return concat_pairs(group)
-    return Batch.concat(group).with_store(group[0].store)
 
 
 class _Inbox:
@@ -136,7 +107,7 @@ class _Inbox:
 
     def take(self) -> tuple:
         """The next item; consecutive messages of one sender for one port that
-        :func:`_mergeable` allows come as one ``("msg", sender, port, [messages])``."""
+        :func:`mergeable` allows come as one ``("msg", sender, port, [messages])``."""
         with self.cond:
             while not self.items:
                 self.cond.wait()
@@ -147,7 +118,7 @@ class _Inbox:
                 while self.items:
                     nxt = self.items[0]
                     if not (nxt[0] == "msg" and nxt[1] == sender and nxt[2] == port
-                            and _mergeable(self.role, group, nxt[3], self.max_tuples)):  # fmt: skip
+                            and mergeable(self.role, group, nxt[3], self.max_tuples)):  # fmt: skip
                         break
                     group.append(self.items.popleft()[3])
                 self.counted -= len(group)
@@ -320,7 +291,7 @@ class _Host(_Node):
                 kind = item[0]
                 if kind == "msg":
                     _, _, port, group = item
-                    msg = _merge(group)
+                    msg = merge(group)
                     self.stats.batches_in += 1
                     self.stats.tuples_in += len(msg)
                     self._step(self.logic.on_batch, port, msg)
