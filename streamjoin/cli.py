@@ -19,7 +19,8 @@ to ./streamjoin-out/.
 
 RUN_EXAMPLES = """\
 examples:
-  streamjoin run                                    # the default band join, a few seconds
+  streamjoin run                                    # the default band join on Ray
+  streamjoin run --backend local                    # the same in this process, no Ray
   streamjoin run -n 50000 --window 1000 --check     # small run, checked against the oracle
   streamjoin run --window-kind time --window 500    # time window of 500 ms
   streamjoin run --self-join --distribution gaussian --index nested_loop
@@ -38,8 +39,8 @@ def _positive(kind):
     return parse
 
 
-def _add_job_options(parser: argparse.ArgumentParser) -> None:
-    """The options of the `run` job (also taken by `compare`)."""
+def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
+    """The options of the `run` job (also taken by `compare`); ``backend`` is the default."""
     from streamjoin import indexes, sources
     from streamjoin.cli_sim import add_sim_options
     from streamjoin.cli_spark import add_source_options
@@ -102,9 +103,10 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
     execution.add_argument(
         "--backend",
         choices=("local", "ray", "sim"),
-        default="local",
-        help="run in this process, as one Ray actor per node, or on simulated cores under a "
-        "virtual clock (default: %(default)s)",
+        default=backend,
+        help="run as one Ray actor per node (a local Ray instance is started unless one is "
+        "running), in this process, or on simulated cores under a virtual clock "
+        "(default: %(default)s)",
     )
     add_sim_options(execution)
     execution.add_argument(
@@ -164,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "summary and write metrics.json, latency.png and graph.png.",
         epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    _add_job_options(run)
+    _add_job_options(run, backend="ray")
 
     sub.add_parser("indexes", help="list the window indexes")
     add_calibrate_command(sub)
@@ -182,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the `run` job once per layout on the same input and write "
         "compare.csv and compare.png (throughput and latency vs layout, DP-Join Fig. 6/7).",
     )  # fmt: skip
-    _add_job_options(compare)
+    _add_job_options(compare, backend="local")
     compare.add_argument("--layouts", default="1x4,2x2,4x1",
                          help="comma-separated topologies (default: %(default)s)")  # fmt: skip
     return parser

@@ -18,9 +18,11 @@ def spark():
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """Ray on this machine for the whole test run (2 CPUs, no dashboard)."""
+    """Ray on this machine for the whole test run (2 CPUs, no dashboard); a test of the CLI,
+    whose `run` defaults to Ray, may have started it already."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

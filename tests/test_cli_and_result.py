@@ -56,7 +56,7 @@ def test_latency_histogram_percentiles_are_close():
 def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["run", "-n", "3000", "--window", "200", "--check", "-o", str(out),
-                 "--no-progress"])  # fmt: skip
+                 "--backend", "local", "--no-progress"])  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0, text
     assert "oracle: same pairs" in text
@@ -99,6 +99,8 @@ def test_cli_topology_draw_and_compare(tmp_path, capsys):
     code = main(["run", "-n", "3000", "--window", "100", "--topology", "grid:2x2", "--check",
                  "-o", str(tmp_path / "g"), "--no-progress"])  # fmt: skip
     assert code == 0 and "oracle: same pairs" in capsys.readouterr().out
+    metrics = json.loads((tmp_path / "g" / "metrics.json").read_text())
+    assert metrics["backend"] == "ray"  # the default of `run`
     assert main(["draw", "split:3", "-o", str(tmp_path / "s.png"), "--dot"]) == 0
     assert '"emitter" -> "core2"' in capsys.readouterr().out
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"

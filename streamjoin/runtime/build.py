@@ -35,7 +35,9 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
     match role:
         case "emitter":
             route = make_route(config.get("route"))
-            return Emitter(query, settings.batch_size, settings.max_delay_ns, clock, route)
+            emitter = Emitter(query, settings.batch_size, settings.max_delay_ns, clock, route)
+            emitter.warm(make_route(config.get("route")))
+            return emitter
         case "join_core":
             core = JoinCore(
                 query,
