@@ -9,17 +9,17 @@
   1–2 ms of this machine's two cores and a frame tens of microseconds. (Ray's compiled graphs
   were measured instead: their channels wait in a ``sched_yield`` loop that keeps idle actors
   at half a core each on a 2-core machine.)
-- In each host a reader thread takes frames off its incoming connections into an inbox, and
-  a worker thread feeds them to the logic and writes what it returns, so the logic is only
-  ever called from one thread. Each connection is FIFO, so every edge is.
+- In each host one thread reads the incoming connections and feeds the logic, so the logic
+  is only ever called from one thread; each connection is FIFO, so every edge is. In a
+  cyclic graph a second thread keeps reading while the first waits in a send.
 - **Coalescing.** When several batches of one sender for one port wait in the inbox, the
   worker hands them to the logic as one where the answer cannot change (:func:`mergeable`):
   under light load every batch is joined on arrival, under heavy load batches grow.
-- **Backpressure.** Once ``INBOX`` messages wait in a host's inbox, its reader stops reading
-  the edges that lie on no cycle of the graph (every edge of an acyclic one); their socket
-  buffers fill and the sender blocks, the emitter in the driver too, so memory stays bounded
-  when the source is faster than the join. Edges on a cycle (handshake neighbours) are read
-  on: two neighbours blocked on each other's full buffers would deadlock.
+- **Backpressure.** A host reads no further once ``INBOX`` messages wait; the socket buffers
+  fill and the sender blocks, the emitter in the driver too, so memory stays bounded when
+  the source is faster than the join. In a cyclic graph the reader stops reading only the
+  edges that lie on no cycle: two handshake neighbours blocked on each other's full buffers
+  would deadlock.
 - **End of stream.** In an acyclic graph it travels in-band: a node that has seen every
   incoming edge end runs its end-of-stream step and ends its outgoing edges. In a cyclic
   graph the driver waits until no frame is in flight (counters of frames sent and handled),
@@ -54,7 +54,8 @@ from streamjoin.runtime.coalesce import MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
-#: messages waiting in an actor's inbox before its reader stops reading edges on no cycle
+#: messages waiting in an actor's inbox before it stops reading (in a cyclic graph: the edges
+#: on no cycle)
 INBOX = 2
 #: seconds the driver gives the actors to report their errors once a run has failed
 FAILURE_WAIT_S = 10.0
@@ -234,26 +235,59 @@ class _Host(_Node):
         self.bounded_senders = set(bounded)
         self.inbox = _Inbox(self.stats.role, INBOX, self.merge_tuples)
         self.open(routes, addresses)
-        threading.Thread(target=self._read, args=(n_in,), daemon=True,
-                         name=f"read-{self.name}").start()  # fmt: skip
+        if cyclic:
+            threading.Thread(target=self._read, args=(n_in,), daemon=True,
+                             name=f"read-{self.name}").start()  # fmt: skip
         threading.Thread(target=self._work, args=(n_in,), daemon=True,
                          name=f"work-{self.name}").start()  # fmt: skip
 
     # -- threads ------------------------------------------------------------------------------
 
-    def _read(self, n_in: int) -> None:
-        sender = "?"
+    def _accept(self, n_in: int) -> tuple[selectors.BaseSelector, dict]:
+        """Take the ``n_in`` incoming edges: a selector over them and the sender of each."""
+        names = {}
+        for _ in range(n_in):
+            sock, name = channels.accept(self.server)
+            self.ins.append(sock)
+            names[sock] = name
+        selector = selectors.DefaultSelector()
+        for sock in self.ins:
+            selector.register(sock, selectors.EVENT_READ)
+        return selector, names
+
+    def _receive(self, sock, names: dict, selector, live: set) -> None:
+        """Read one frame of ``sock`` into the inbox."""
         try:
-            names = {}
-            for _ in range(n_in):
-                sock, name = channels.accept(self.server)
-                self.ins.append(sock)
-                names[sock] = name
+            frame = channels.recv(sock)
+        except Exception as e:
+            raise _LostNeighbour(f"actor {self.name!r} ({self.stats.role}) lost its edge from "
+                                 f"{names[sock]!r}: {type(e).__name__}: {e}") from e  # fmt: skip
+        if frame is channels.END:
+            selector.unregister(sock)
+            live.discard(sock)
+            self.inbox.put(("end", names[sock]))
+        else:
+            self.inbox.put(("msg", names[sock], *frame))
+
+    def _poll(self, selector, names: dict, live: set) -> None:
+        """Acyclic graphs: the worker reads its edges itself, what is ready — and waits for a
+        frame if nothing waits in the inbox — up to ``INBOX`` messages; the socket buffers
+        hold the rest, and then the senders wait."""
+        block = not self.inbox.items
+        while live and len(self.inbox.items) < INBOX:
+            ready = selector.select(None if block else 0)
+            if not ready:
+                return
+            for key, _ in ready:
+                self._receive(key.fileobj, names, selector, live)
+            block = False
+
+    def _read(self, n_in: int) -> None:
+        """Cyclic graphs: a thread that reads on while the worker waits in a send."""
+        try:
+            selector, names = self._accept(n_in)
             limited = {sock for sock in self.ins if names[sock] in self.bounded_senders}
-            selector = selectors.DefaultSelector()
             selector.register(self.inbox.wake_r, selectors.EVENT_READ)
-            for sock in self.ins:
-                selector.register(sock, selectors.EVENT_READ)
             live = set(self.ins)
             paused = False
             while live:
@@ -265,28 +299,23 @@ class _Host(_Node):
                         else:
                             selector.register(sock, selectors.EVENT_READ)
                 for key, _ in selector.select():
-                    sock = key.fileobj
-                    if sock is self.inbox.wake_r:
-                        sock.recv(64)
-                        continue
-                    sender = names[sock]
-                    frame = channels.recv(sock)
-                    if frame is channels.END:
-                        selector.unregister(sock)
-                        live.discard(sock)
-                        self.inbox.put(("end", sender))
+                    if key.fileobj is self.inbox.wake_r:
+                        key.fileobj.recv(64)
                     else:
-                        self.inbox.put(("msg", sender, *frame))
+                        self._receive(key.fileobj, names, selector, live)
         except Exception as e:
             if self.error is None:  # else: our own shutdown woke us
-                err = _LostNeighbour(f"actor {self.name!r} ({self.stats.role}) lost its edge "
-                                     f"from {sender!r}: {type(e).__name__}: {e}")  # fmt: skip
-                self.inbox.put(("error", err))
+                self.inbox.put(("error", e))
 
     def _work(self, n_in: int) -> None:
         ended = 0
         try:
+            if not self.cyclic:
+                selector, names = self._accept(n_in)
+                live = set(self.ins)
             while True:
+                if not self.cyclic:
+                    self._poll(selector, names, live)
                 item = self.inbox.take()
                 kind = item[0]
                 if kind == "msg":
