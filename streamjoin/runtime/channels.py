@@ -121,8 +121,8 @@ def recv(sock: socket.socket):
     n_name, kind, n_meta, size = _HEAD.unpack(_recv_exact(sock, _HEAD.size, first=True))
     if kind == _END:
         return END
-    name = bytes(_recv_exact(sock, n_name)).decode() if n_name else ""
-    meta = bytes(_recv_exact(sock, n_meta))
+    both = bytes(_recv_exact(sock, n_name + n_meta))
+    name, meta = both[:n_name].decode(), both[n_name:]
     body = memoryview(_recv_exact(sock, size)).toreadonly()
     if kind == _BATCH:
         n, k, store, h0, h1 = _BATCH_META.unpack(meta)
