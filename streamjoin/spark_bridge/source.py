@@ -3,38 +3,68 @@
 Arrival order
 -------------
 A stream join's answer depends on arrival order (count windows, and which of two tuples is the
-earlier), so the bridge defines it: rows arrive by ``ts``, then by the ``tie_break`` columns
-(default: the DataFrame's own row order, through ``monotonically_increasing_id()`` taken
-before sorting; for R and S given as two DataFrames, R's rows before S's), then R before S. Spark sorts by these keys with a
-range partitioning, so partition *k* holds the *k*-th slice of the arrival order.
-``order="keep"`` skips the sort for a DataFrame that is already in arrival order and whose
-order is deterministic (sorted and cached, say); its ``ts`` is still checked per stream as it
-streams.
+earlier), so the bridge defines it: rows arrive in ascending order of the key
+``(ts, *tie_break, stream)``: by ``ts``; at equal ``ts`` by the ``tie_break`` columns (default:
+the DataFrame's own row order, ``monotonically_increasing_id()`` taken before any sorting, so
+for R and S given as two DataFrames, R's rows come first); then R before S. Rows equal on the
+whole key (a tie-break that does not tell rows apart) come in an unspecified order. Every
+``order`` but ``"keep"`` streams exactly this order:
+
+- ``"sort"``: Spark sorts the DataFrame with a range partitioning, so partition *k* holds the
+  *k*-th slice of the arrival order, and streams it partition by partition. The join starts
+  once Spark has read and sorted every row.
+- ``"partitions"``: partition-ordered streaming (:mod:`streamjoin.spark_bridge.partitions`):
+  Spark reads the partitions in order of their ``ts`` minimum, a job of about
+  ``rows_per_job`` rows at a time, a job or two ahead of the join, and the driver sorts the
+  rows and holds back those that a later partition may precede. The join starts after the
+  first job, and Spark reading overlaps the join. Suits inputs whose partitions cover disjoint
+  ``ts`` ranges, such as Parquet parts written in time order read one partition per file
+  (:func:`read_files`); overlapping ranges cost driver memory, not correctness. Tie-break
+  columns must be integers, booleans, dates or timestamps, without nulls.
+- ``"auto"`` (the default): ``"partitions"`` when it applies, the driver would hold back at
+  most half the rows between jobs and at most ``MAX_HELD_ROWS`` at once (estimated from each
+  partition's rows and ``ts`` range, which the input check's one Spark pass measures), else
+  ``"sort"``.
+  :attr:`SparkSource.order_used` says which.
+- ``"keep"`` trusts a DataFrame that is already in arrival order and whose order is
+  deterministic (sorted and cached, say); its ``ts`` is still checked per stream as it
+  streams.
 
 Transport
 ---------
-The sorted DataFrame is streamed partition by partition, never collected whole: Spark runs
-one job per partition (the next one prefetched) and the driver receives that partition's
-Arrow record batches. ``transport="arrow"`` uses the JVM's own Arrow conversion
-(``Dataset.toArrowBatchRdd``, the path of ``DataFrame.toArrow()``, served through
-``PythonRDD.toLocalIteratorAndServe``), with no Python workers; it relies on PySpark internals
-of classic (non-Connect) Spark. ``transport="ipc"`` uses only public API: ``mapInArrow`` turns
-each partition into Arrow IPC blobs that ``toLocalIterator(prefetchPartitions=True)`` brings
-back; it costs a Python worker per task and a copy more. ``"auto"`` (the default) takes
-``"arrow"`` where it is available.
+The DataFrame is streamed partition by partition, never collected whole: Spark runs one job
+per partition (or per run of partitions, ``"partitions"``), the next one prefetched, and the
+driver receives that partition's Arrow record batches. ``transport="arrow"`` uses the JVM's
+own Arrow conversion (``Dataset.toArrowBatchRdd``, the path of ``DataFrame.toArrow()``, served
+through ``PythonRDD.toLocalIteratorAndServe`` or ``PythonRDD.runJob``), with no Python workers;
+it relies on PySpark internals of classic (non-Connect) Spark. ``transport="ipc"`` uses only
+public API: ``mapInArrow`` turns each partition into Arrow IPC blobs that
+``toLocalIterator(prefetchPartitions=True)`` (or ``SparkContext.runJob``) brings back; it
+costs a Python worker per task and a copy more. ``"auto"`` (the default) takes ``"arrow"``
+where it is available.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from streamjoin.batch import InputError
 from streamjoin.sources import Source
+from streamjoin.spark_bridge.partitions import (
+    PartitionRange,
+    buffered_rows,
+    fetch_jobs,
+    in_arrival_order,
+    in_background,
+    plan_jobs,
+)
 
 TRANSPORTS = ("auto", "arrow", "ipc")
-ORDERS = ("sort", "keep")
+ORDERS = ("auto", "sort", "partitions", "keep")
+MAX_HELD_ROWS = 1 << 21  #: ``order="auto"``: most rows the driver may hold at once
 _ORDER_COL = "_sj_order"
 
 
@@ -43,6 +73,14 @@ def _is_numeric(dtype) -> bool:
 
     return isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType |
                       T.FloatType | T.DoubleType)  # fmt: skip
+
+
+def _sorts_like_spark(dtype) -> bool:
+    """Whether numpy orders this column's values as Spark does (no NaN or -0.0 subtleties)."""
+    from pyspark.sql import types as T
+
+    return isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType |
+                      T.BooleanType | T.DateType | T.TimestampType | T.TimestampNTZType)  # fmt: skip
 
 
 def _ts_column(df, ts: str):
@@ -64,28 +102,40 @@ class SparkSource(Source):
     """Rows of a Spark DataFrame in arrival order, as Arrow record batches (see module doc).
 
     Made by :func:`from_dataframe`. :meth:`check` (called by :func:`streamjoin.run` before the
-    job starts) checks the columns, counts the rows and looks for nulls and NaN in one Spark
-    pass; iterating streams only the columns the query needs.
+    job starts) checks the columns and, in one Spark pass, counts each partition's rows, nulls
+    and NaN and finds its ``ts`` range, then picks how to stream (:attr:`order_used`);
+    iterating streams only the columns the query needs.
     """
 
-    def __init__(self, ordered, *, has_stream: bool, has_ts: bool, transport: str) -> None:
-        self.ordered = ordered  #: the DataFrame in arrival order (``stream``/``ts`` renamed)
+    def __init__(self, keyed, keys: list[str], *, has_stream: bool, has_ts: bool, order: str,
+                 transport: str, rows_per_job: int) -> None:  # fmt: skip
+        self.keyed = keyed  #: the input, ``stream``/``ts`` renamed, not sorted
+        self.keys = keys  #: the arrival key, most significant first (empty for ``"keep"``)
         self.has_stream = has_stream
         self.has_ts = has_ts
+        self.order = order
         self.transport = transport
+        self.rows_per_job = rows_per_job
         self.columns: list[str] | None = None  # set by check(): what the query needs
         self.n_rows = None
+        self.partitions: list[PartitionRange] | None = None  #: non-empty ones, from the check
+        self.order_used: str | None = None  #: ``"sort"``, ``"partitions"`` or ``"keep"``
+        self.held_rows: int | None = None  #: estimate of rows held back (not ``"sort"``)
+
+    @property
+    def ordered(self):
+        """The DataFrame in arrival order, as Spark sorts it (``order="sort"``)."""
+        if not self.keys:
+            return self.keyed
+        return self.keyed.orderBy(*self.keys).drop(_ORDER_COL)
 
     # --- before the job ------------------------------------------------------------------
 
     def check(self, query) -> None:
         """Raise :class:`streamjoin.InputError` for a missing or non-numeric column, or a
-        null or NaN in a column the join reads; count the rows (for the progress bar)."""
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
-        df = self.ordered
-        present = df.columns
+        null or NaN in a column the join reads; count the rows (for the progress bar) and
+        choose how to stream, all in one Spark pass."""
+        present = [c for c in self.keyed.columns if c != _ORDER_COL]
         for name in query.attrs:
             if name not in present:
                 raise InputError(
@@ -104,33 +154,91 @@ class SparkSource(Source):
         columns = (["stream"] if self.has_stream else []) + (["ts"] if self.has_ts else [])
         columns += [a for a in query.attrs if a not in columns]
         for name in columns:
-            dtype = df.schema[name].dataType
+            dtype = self.keyed.schema[name].dataType
             if not _is_numeric(dtype):
                 raise InputError(
                     f"column {name!r} is {dtype.simpleString()}; the join needs numbers "
                     "(cast decimals to double, encode strings as integer codes)"
                 )
-        counts = [F.count(F.lit(1)).alias("_rows")]
+        nulls = self._scan(columns)
         for name in columns:
-            c = F.col(name)
-            bad = c.isNull()
-            if isinstance(df.schema[name].dataType, T.FloatType | T.DoubleType):
-                bad = bad | F.isnan(c)
-            counts.append(F.sum(F.when(bad, 1).otherwise(0)).alias(name))
-        row = df.agg(*counts).collect()[0]
-        for name in columns:
-            if row[name]:
+            if nulls[name]:
                 raise InputError(
-                    f"column {name!r} has {row[name]:,} null or NaN values; a join column must "
-                    f"have none (filter them, e.g. df.dropna(subset=[{name!r}]))"
+                    f"column {name!r} has {nulls[name]:,} null or NaN values; a join column "
+                    f"must have none (filter them, e.g. df.dropna(subset=[{name!r}]))"
                 )
         self.columns = columns
-        self.n_rows = int(row["_rows"])
+
+    def _scan(self, columns: list[str]) -> dict[str, int]:
+        """The one Spark pass: per partition, rows, ``ts`` range and nulls (NaN too, in float
+        columns) of ``columns`` and the tie-break columns; sets :attr:`n_rows` and
+        :attr:`order_used`. Returns the null count of each column."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        schema = self.keyed.schema
+        ties = [k for k in self.keys[1:] if k != "stream" and k not in columns]
+        aggs = [F.count(F.lit(1)).alias("_rows")]
+        if self.has_ts:
+            aggs += [F.min("ts").alias("_ts_min"), F.max("ts").alias("_ts_max")]
+        for k, name in enumerate(columns + ties):
+            c = F.col(name)
+            bad = c.isNull()
+            if isinstance(schema[name].dataType, T.FloatType | T.DoubleType):
+                bad = bad | F.isnan(c)
+            aggs.append(F.sum(F.when(bad, 1).otherwise(0)).alias(f"_null{k}"))
+        # the partition id is taken below the coalesce: each input partition's own; the
+        # coalesce makes one task per core read many small partitions (files) in turn
+        parallelism = self.keyed.sparkSession.sparkContext.defaultParallelism
+        keyed = self.keyed.withColumn("_pid", F.spark_partition_id()).coalesce(parallelism)
+        rows = keyed.groupBy("_pid").agg(*aggs).collect()
+        nulls = {name: sum(r[f"_null{k}"] for r in rows) for k, name in enumerate(columns + ties)}
+        self.n_rows = sum(r["_rows"] for r in rows)
+        if self.has_ts:
+            self.partitions = [PartitionRange(r["_pid"], r["_rows"], r["_ts_min"], r["_ts_max"])
+                               for r in rows if r["_rows"]]  # fmt: skip
+        self.order_used = self._choose(ties, nulls)
+        return nulls
+
+    def _choose(self, ties: list[str], nulls: dict[str, int]) -> str:
+        """``"auto"``: partition-ordered streaming when it applies and holds back few rows."""
+        if self.order in ("sort", "keep"):
+            return self.order
+        schema = self.keyed.schema
+        unsortable = [k for k in self.keys[1:] if not _sorts_like_spark(schema[k].dataType)
+                      or nulls.get(k)]  # fmt: skip
+        jobs = plan_jobs(self.partitions, self.rows_per_job)
+        self.held_rows, peak = buffered_rows(jobs)
+        if self.order == "partitions":
+            if unsortable:
+                name = unsortable[0]
+                raise InputError(
+                    f"order='partitions' sorts on the driver and needs integer, boolean, date "
+                    f"or timestamp tie-break columns without nulls; {name!r} is "
+                    f"{schema[name].dataType.simpleString()} with {nulls.get(name, 0):,} "
+                    "nulls (use order='sort')"
+                )
+            return "partitions"
+        fits = self.held_rows <= self.n_rows // 2 and peak <= MAX_HELD_ROWS
+        return "partitions" if fits and not unsortable else "sort"
 
     # --- streaming -----------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        df = self.ordered if self.columns is None else self.ordered.select(*self.columns)
+    def __iter__(self) -> Iterator[pa.RecordBatch | pa.Table]:
+        columns = self.columns or [c for c in self.keyed.columns if c != _ORDER_COL]
+        if self.order_used is None:  # iterated without check()
+            if self.order in ("sort", "keep"):
+                self.order_used = self.order
+            else:  # the partitions' ranges decide: the pass, without a query
+                self._scan([])
+        if self.order_used == "partitions":
+            fetched = columns + [k for k in self.keys if k not in columns]
+            jobs = plan_jobs(self.partitions, self.rows_per_job)
+            fetch = _fetcher(self.keyed.select(*fetched), self.transport)
+            return in_background(
+                in_arrival_order(fetch_jobs(fetch, jobs), jobs, self.keys, columns)
+            )
+        df = self.ordered.select(*columns)
         if self.transport != "ipc":
             try:
                 jrdd = df._jdf.toArrowBatchRdd()
@@ -180,13 +288,18 @@ class SparkSource(Source):
         return pairs.select(*ordered)
 
 
+def _arrow_schema(df) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
+
+
 def _arrow_batches(df, jrdd) -> Iterator[pa.RecordBatch]:
     """Partition by partition through the JVM's Arrow conversion (see module doc)."""
     from pyspark.core.rdd import _local_iterator_from_socket
     from pyspark.serializers import NoOpSerializer
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(df.schema, timezone="UTC")
+    schema = _arrow_schema(df)
     sock_info = df.sparkSession.sparkContext._jvm.PythonRDD.toLocalIteratorAndServe(jrdd, True)
     for blob in _local_iterator_from_socket(sock_info, NoOpSerializer()):
         yield pa.ipc.read_record_batch(pa.py_buffer(blob), schema)
@@ -212,8 +325,45 @@ def _ipc_batches(df) -> Iterator[pa.RecordBatch]:
         yield from pa.ipc.open_stream(row.ipc)
 
 
-def arrival_ordered(df, *, ts: str | None, stream: str | None, tie_break, order: str):
-    """``df`` with ``stream`` and ``ts`` under those names, sorted into arrival order."""
+def _ipc_cells(rows):
+    """``SparkContext.runJob`` function: the IPC blobs of a partition's rows."""
+    return [row.ipc for row in rows]
+
+
+def _fetcher(df, transport: str) -> Callable[[list[int]], list[pa.RecordBatch]]:
+    """A function that runs one Spark job over the given partitions of ``df`` and returns
+    their Arrow record batches (partition-ordered streaming; transports as in the module doc)."""
+    sc = df.sparkSession.sparkContext
+    if transport != "ipc":
+        try:
+            jrdd = df._jdf.toArrowBatchRdd().toJavaRDD()
+        except Exception:  # Spark Connect, or internals changed: the public path
+            if transport == "arrow":
+                raise
+        else:
+            from pyspark.core.rdd import _load_from_socket
+            from pyspark.serializers import NoOpSerializer
+
+            schema = _arrow_schema(df)
+
+            def fetch_arrow(pids: list[int]) -> list[pa.RecordBatch]:
+                sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), jrdd, pids)
+                with _load_from_socket(sock_info, NoOpSerializer()) as blobs:
+                    return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
+
+            return fetch_arrow
+    rdd = df.mapInArrow(_partition_to_ipc, "ipc binary").rdd
+
+    def fetch_ipc(pids: list[int]) -> list[pa.RecordBatch]:
+        return [b for blob in sc.runJob(rdd, _ipc_cells, pids) for b in pa.ipc.open_stream(blob)]
+
+    return fetch_ipc
+
+
+def arrival_keyed(df, *, ts: str | None, stream: str | None, tie_break, order: str):
+    """``df`` with ``stream`` and ``ts`` under those names (and ``_sj_order``, the default
+    tie-break, when one is needed), not sorted; and the arrival key, most significant first
+    (empty for ``order="keep"``)."""
     from pyspark.sql import functions as F
 
     if order not in ORDERS:
@@ -229,17 +379,51 @@ def arrival_ordered(df, *, ts: str | None, stream: str | None, tie_break, order:
         ts_col = _ts_column(df, ts)
         out = out.withColumn("ts", ts_col) if ts == "ts" else out.withColumn("ts", ts_col).drop(ts)
     if order == "keep":
-        return out
+        return out, []
     if ts is None:
         raise InputError(
-            "order='sort' sorts by ts, and the DataFrame has no ts column; pass order='keep' "
-            "to stream it in its own (deterministic) order"
+            f"order={order!r} sorts by ts, and the DataFrame has no ts column; pass "
+            "order='keep' to stream it in its own (deterministic) order"
         )
     if not tie:
         out = out.withColumn(_ORDER_COL, F.monotonically_increasing_id())
         tie = [_ORDER_COL]
-    out = out.orderBy("ts", *tie, *(["stream"] if stream is not None else []))
-    return out.drop(_ORDER_COL)
+    return out, ["ts", *tie, *(["stream"] if stream is not None else [])]
+
+
+def arrival_ordered(df, *, ts: str | None, stream: str | None, tie_break, order: str):
+    """``df`` with ``stream`` and ``ts`` under those names, sorted into arrival order by Spark
+    (``order="keep"``: not sorted)."""
+    out, keys = arrival_keyed(df, ts=ts, stream=stream, tie_break=tie_break, order=order)
+    return out.orderBy(*keys).drop(_ORDER_COL) if keys else out
+
+
+def read_files(spark, path: str | Sequence[str], format: str = "parquet", **options):
+    """Read files into a DataFrame with one Spark partition per file, for
+    ``from_dataframe(..., order="partitions")`` (or ``"auto"``).
+
+    Spark packs small files into partitions largest first, so a partition of
+    ``spark.read.parquet`` mixes files of different time spans and the partitions' ``ts``
+    ranges overlap. This reader uses a child session of ``spark`` (shared SparkContext, own
+    SQL settings) with ``spark.sql.files.openCostInBytes`` so large that each file gets a
+    partition of its own; a file larger than ``spark.sql.files.maxPartitionBytes`` (128 MB) is
+    still split, by row group. DataFrames read through it for the same ``spark`` share that
+    session, so they can be unioned or joined.
+
+    Examples
+    --------
+    >>> r, s = (read_files(spark, f"data/{side}") for side in "rs")      # doctest: +SKIP
+    >>> sj.run(query, from_dataframe(r, s, tie_break="seq"))            # doctest: +SKIP
+    """
+    child = _one_file_sessions.get(spark)
+    if child is None:
+        child = _one_file_sessions[spark] = spark.newSession()
+        child.conf.set("spark.sql.files.openCostInBytes", str(1 << 50))
+    reader = child.read.format(format).options(**options)
+    return reader.load(path if isinstance(path, str) else list(path))
+
+
+_one_file_sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # for read_files
 
 
 def from_dataframe(
@@ -249,10 +433,14 @@ def from_dataframe(
     ts: str | None = "ts",
     stream: str | None = "stream",
     tie_break: str | Sequence[str] | None = None,
-    order: str = "sort",
+    order: str = "auto",
     transport: str = "auto",
+    rows_per_job: int = 1 << 16,
 ) -> SparkSource:
     """A source that streams a Spark DataFrame into :func:`streamjoin.run`.
+
+    Rows arrive in ascending order of ``(ts, *tie_break, stream)`` (see the module doc), and
+    row numbers in the result count rows in that order.
 
     Parameters
     ----------
@@ -271,10 +459,15 @@ def from_dataframe(
     tie_break : str or list of str, optional
         Columns that order rows with equal ``ts`` (default: the DataFrame's own order), e.g.
         a sequence number.
-    order : {"sort", "keep"}
-        Sort into arrival order, or trust that ``df`` already is in it (see module doc).
+    order : {"auto", "sort", "partitions", "keep"}
+        How to bring rows into arrival order (see module doc): a global sort in Spark,
+        partition-ordered streaming that overlaps Spark with the join, the better of the two
+        for this input (``"auto"``), or none (the DataFrame already is in it).
     transport : {"auto", "arrow", "ipc"}
         How partitions reach the driver (see module doc).
+    rows_per_job : int
+        ``order="partitions"``: rows Spark reads per job (whole partitions, taken in order of
+        their ``ts`` minimum).
 
     Examples
     --------
@@ -284,6 +477,8 @@ def from_dataframe(
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if not isinstance(rows_per_job, int) or rows_per_job <= 0:
+        raise ValueError(f"rows_per_job must be a positive integer, got {rows_per_job!r}")
     if s is not None:
         from pyspark.sql import functions as F
 
@@ -297,6 +492,6 @@ def from_dataframe(
         stream = "stream"
     elif stream is not None and stream not in df.columns:
         stream = None if stream == "stream" else stream  # default name absent: a self-join
-    ordered = arrival_ordered(df, ts=ts, stream=stream, tie_break=tie_break, order=order)
-    return SparkSource(ordered, has_stream=stream is not None, has_ts=ts is not None,
-                       transport=transport)  # fmt: skip
+    keyed, keys = arrival_keyed(df, ts=ts, stream=stream, tie_break=tie_break, order=order)
+    return SparkSource(keyed, keys, has_stream=stream is not None, has_ts=ts is not None,
+                       order=order, transport=transport, rows_per_job=rows_per_job)  # fmt: skip
