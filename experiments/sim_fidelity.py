@@ -21,10 +21,11 @@ Three simulated machines, each with its actors sharing this host's processors
 - ``sim, shipped``: the shipped profile (``cost_model.default_profile()``);
 - ``sim, calibrated``: the profile ``streamjoin calibrate`` wrote (``--machine``, by default
   ``experiments/results/sim_fidelity.machine.json``; skipped if there is none);
-- ``sim, messages now``: the shipped compute costs with Ray's message costs measured again at
-  this run's load, as ``streamjoin calibrate`` measures them
-  (``ray_calibrate.measure_messages``: driver → relay actor → sink actor, real batches),
-  which separates stale coefficients from what the model leaves out.
+- ``sim, messages now``: the shipped compute costs with the ``ray`` executor's message costs
+  measured again at this run's load, as ``streamjoin calibrate`` measures them
+  (``ray_calibrate.measure_messages``: driver → relay actor → sink actor over the executor's
+  TCP channels, real batches), which separates stale coefficients from what the model leaves
+  out.
 
 Ray and local runs are repeated ``--repeat`` times and the median is kept (the machine is
 shared: see the load average recorded with every row); a simulated run is deterministic and
@@ -224,16 +225,23 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
                      f"| {c.recv_ns / 1e3:.0f} | {c.recv_per_byte_ns:.2f} |")  # fmt: skip
     lines += [
         "",
-        f"Ray messaging measured now (`ray_calibrate.measure_messages`, load "
-        f"{raw['load_1min']:.1f}), µs per message by batch size:",
+        f"The executor's messages measured now (`ray_calibrate.measure_messages`, load "
+        f"{raw['load_1min']:.1f}), µs per message by batch size: pipelined, the relay's "
+        "period, its send, and their difference (the receive); idle, the one-way time from "
+        "the start of the sender's write to the receiver having read the message, the "
+        "receiver's part of it from waking on the ready socket, and the driver's write; the "
+        "relay's and the sink's process CPU time per message (pipelined):",
         "",
-        "| batch (tuples) | bytes | relay period | driver send | idle hop | relay CPU | sink CPU |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| batch (tuples) | bytes | relay period | relay send | receive | idle one-way "
+        "| idle read | driver write | relay CPU | sink CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, r in raw["by_batch_size"].items():
-        lines.append(f"| {n} | {r['bytes']:,.0f} | {r['period_ns'] / 1e3:.0f} "
-                     f"| {r['send_ns'] / 1e3:.0f} | {r['hop_ns'] / 1e3:.0f} "
-                     f"| {r['relay_cpu_ns'] / 1e3:.0f} | {r['sink_cpu_ns'] / 1e3:.0f} |")  # fmt: skip
+        us = {k: v / 1e3 for k, v in r.items()}
+        lines.append(f"| {n} | {r['bytes']:,.0f} | {us['period_ns']:.0f} | {us['send_ns']:.0f} "
+                     f"| {us['period_ns'] - us['send_ns']:.0f} | {us['one_way_ns']:.0f} "
+                     f"| {us['idle_recv_ns']:.0f} | {us['driver_send_ns']:.0f} "
+                     f"| {us['relay_cpu_ns']:.0f} | {us['sink_cpu_ns']:.0f} |")  # fmt: skip
     lines += [
         "",
         "## sim / ray (target: within 25%, i.e. 0.80–1.25)",
@@ -269,34 +277,66 @@ def explanation(rat: list[dict], names: list[str], raw: dict) -> list[str]:
     ok = [r for r in rat if all(0.8 <= r[k] <= 1.25 for k in ("throughput_ratio", "p50_ratio"))]
     by = raw["by_batch_size"]
     cpu = [r["relay_cpu_ns"] / max(1.0, r["period_ns"]) for r in by.values()]
+
+    def us(key) -> str:
+        return ", ".join(f"{key(r) / 1e3:.0f}" for r in by.values())
+
     return [
         "## How the model is calibrated, and what it leaves out",
         "",
         f"- {len(ok)} of {len(rat)} (layout, machine) pairs have both ratios within 25%.",
-        "- **Message costs** are timed where a join core stands: the driver sends real batches "
-        "to a relay actor that sends each on to a sink, every sender keeping at most two "
-        "calls in flight. The relay receives one batch and sends one per message, so the "
-        "pipeline's period less the driver's send is the receive cost. A message is received "
-        "before the step that reads it runs (the collector stamps a pair's latency after "
-        "its receive, as Ray's method starts after the call is deserialised).",
-        "- **Hop latency** is the idle one-way latency (end of the sender's `.remote()` to "
-        "the start of the receiving method, actors asleep between messages) less the "
-        "receive cost; the fit clips it at 0. Here the idle hop is "
-        + ", ".join(f"{r['hop_ns'] / 1e3:.0f}" for r in by.values())
-        + " µs and the pipelined receive "
-        + ", ".join(f"{(r['period_ns'] - r['send_ns']) / 1e3:.0f}" for r in by.values())
-        + " µs (by batch size): on this shared host a message held up a busy pipeline "
-        "longer than an idle actor took to wake, so the data show no separate wake-up delay.",
+        "- **Transport.** The `ray` executor uses Ray only to place, start and stop its actors; "
+        "batches travel over one TCP connection per graph edge as framed raw columns "
+        "(`runtime/channels.py`). In each actor of an acyclic graph one thread reads the "
+        "frames that are ready and runs the logic on them, so a message's receive, the step "
+        "and its sends follow one another in one thread, as the simulator charges them.",
+        "- **Message costs** are timed where a join core stands: the driver writes real batches "
+        "to a relay actor built like the executor's host, which writes each on to a sink. "
+        "Pipelined, the relay receives one batch and sends one per message, so its period "
+        "less its send is the receive cost, which the simulator charges before the step "
+        "that reads the message (the collector stamps a pair's latency after it). Here the "
+        "pipelined receive is "
+        + us(lambda r: r["period_ns"] - r["send_ns"])
+        + " µs and the send "
+        + us(lambda r: r["send_ns"])
+        + " µs by batch size.",
+        "- **Hop latency** is the idle one-way time (start of the sender's write to the "
+        "receiver having read the message, every actor asleep between messages) less the "
+        "send and receive costs: a wake-up, taken as the median over the batch sizes "
+        "(clipped at 0, nothing per byte). Here the idle one-way time is "
+        + us(lambda r: r["one_way_ns"])
+        + " µs, of which the receiver's read after waking is "
+        + us(lambda r: r["idle_recv_ns"])
+        + " µs.",
         "- **Contention.** The relay's process CPU time is "
         + ", ".join(f"{c:.0%}" for c in cpu)
-        + " of the pipeline's period: the rest is waiting for a processor that other jobs "
-        "(and Ray's own threads) hold. Wall-clock costs carry the load of the moment they "
-        "were measured; the ratios move with the load in between (see the load column).",
-        "- **Coalescing.** The ray executor holds messages for a busy destination and sends "
-        "them as one call (`ray_executor.PIPELINE`, `MAX_HELD`); the simulator sends every "
-        "message as its own call, a difference the unpaced comparison includes.",
+        + " of the pipeline's period: the rest is waiting for a processor that other "
+        "processes hold. Wall-clock costs carry the load of the moment they were measured; "
+        "the ratios move with the load in between (see the load column).",
+        "- **Coalescing.** When several batches of one sender for one port wait in an actor's "
+        "inbox, the executor hands them to the logic as one (`coalesce.mergeable`; at most "
+        "`INBOX` = 2, as a host reads no further once that many wait). The simulator does "
+        "the same when a core takes its next message: one step over the merged batch, each "
+        "frame's receive charged.",
+        "- **Backpressure.** The executor's senders block once a receiver's inbox and socket "
+        "buffers are full; the simulator's mailboxes are unbounded. With the paced input "
+        "below capacity no mailbox fills; unpaced, the simulator's emitter runs ahead of "
+        "the cores instead of waiting, which changes the queues, not which actor bounds the "
+        "throughput.",
+        "- **Steps after idle time** are not modelled. The kernel coefficients are fitted on "
+        "steps run back to back (calibration floods the layout). Paced, every step follows "
+        "an idle gap in which other processes run, and takes longer: on 2026-11-26 (load "
+        "3.6) the same logic under `local` took 1.2–1.9× the host time per core paced "
+        "(100K tuples/s, 1,000-tuple chunks) that it took unpaced. This is the likeliest "
+        "cause of the simulator's low paced p50.",
+        "- **Processors.** The simulated machine gives the run both CPUs; on the shared host "
+        "the run competes with other jobs (see the load column) and Ray's daemons. The "
+        "layouts whose two cores need both CPUs at once (split(2), grid(1, 2)) feel that "
+        "most. Ray's unpaced throughput also moves between runs: on 2026-11-26 single runs "
+        "of `single` on this workload gave 380K–853K tuples/s at loads 2.3–3.9.",
         "- **Unpaced latency** is not compared: with the whole input arriving at once the "
-        "simulator's queues hold all of it, while Ray's senders wait for their destinations.",
+        "simulator's queues hold all of it, while the executor's senders wait for their "
+        "destinations.",
     ]
 
 

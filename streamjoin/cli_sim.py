@@ -63,10 +63,11 @@ def add_calibrate_command(sub) -> None:
 
     cal = sub.add_parser(
         "calibrate",
-        help="measure this machine's join kernels and Ray messaging for --backend sim",
+        help="measure this machine's join kernels and messaging for --backend sim",
         description="Time the join kernels of every window index (per call, candidate, "
-        "insert, pair, ...) and Ray actor messaging, fit the simulator's cost model and "
-        "write a machine profile JSON for `--backend sim --machine FILE`.",
+        "insert, pair, ...) and the ray executor's messages between actors, fit the "
+        "simulator's cost model and write a machine profile JSON for "
+        "`--backend sim --machine FILE`.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument("-o", "--out", default="machine.json", help="file (default: %(default)s)")
@@ -74,7 +75,7 @@ def add_calibrate_command(sub) -> None:
                      help="measure only this index (repeatable; default: all)")  # fmt: skip
     cal.add_argument("--quick", action="store_true", help="smaller workloads, coarser fit")
     cal.add_argument("--no-ray", action="store_true",
-                     help="keep the shipped message costs instead of timing Ray")  # fmt: skip
+                     help="keep the shipped message costs instead of timing them on Ray")  # fmt: skip
     cal.add_argument("--name", default=None, help="profile name (default: the host name)")
 
 

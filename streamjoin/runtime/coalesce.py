@@ -6,6 +6,9 @@ from __future__ import annotations
 from streamjoin.actors.window_part import concat_pairs
 from streamjoin.batch import Batch, PairBatch
 
+#: messages waiting in an actor's inbox before it reads no further (the ``ray`` executor; in a
+#: cyclic graph: the edges on no cycle), so at most this many ever merge into one
+INBOX = 2
 #: waiting batches are concatenated up to this many tuples (or the run's batch size, if larger)
 MERGE_TUPLES = 4096
 #: roles whose ``on_batch`` gives the same answer for two consecutive batches of one port

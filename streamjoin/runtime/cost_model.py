@@ -25,7 +25,8 @@ receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU.
 
 :func:`calibrate` measures this host: it runs the join kernels through the simulator with a
 recording model that times every step, fits the coefficients by non-negative least squares on
-relative error, times Ray actor round trips for the message costs, and writes a profile JSON.
+relative error, times the ``ray`` executor's messages (framed batches over TCP between actors,
+:mod:`streamjoin.runtime.ray_calibrate`) for the message costs, and writes a profile JSON.
 """
 
 from __future__ import annotations
@@ -674,8 +675,9 @@ def calibrate(
     indexes : list of str, optional
         Window indexes to measure (default: every registered index).
     ray : bool
-        Time Ray actor messaging for the message costs (starts a 2-CPU Ray instance if none is
-        running); with False the message costs of :func:`default_profile` are kept.
+        Time the ``ray`` executor's messages for the message costs (starts a Ray instance with
+        this host's CPUs if none is running); with False the message costs of
+        :func:`default_profile` are kept.
     quick : bool
         Fewer and smaller workloads (a few seconds per index; coarser fit).
     seed : int

@@ -1,18 +1,26 @@
 """The machine profile used when a ``sim`` run names none (:func:`cost_model.default_profile`).
 
-Written from ``streamjoin calibrate -o experiments/results/sim_fidelity.machine.json --name
-streamjoin-dev-2cpu`` on the development machine (a shared 2-core cloud VM, 2026-11-26,
-at a load average of about 1.2, no other jobs running), every registered index, Ray messaging
-included, coefficients rounded to 4 digits. Costs are ns per feature unit
-(``cost_model.FEATURES``). Recalibrate for your machine with ``streamjoin calibrate`` or
-:func:`streamjoin.runtime.cost_model.calibrate`.
+Costs are ns per feature unit (``cost_model.FEATURES``), rounded to 4 digits, measured on the
+development machine (a shared 2-core cloud VM). Recalibrate for your machine with
+``streamjoin calibrate`` or :func:`streamjoin.runtime.cost_model.calibrate`.
 
-The message costs are timed through a relay actor, where a join core stands in the ``ray``
-executor (:func:`streamjoin.runtime.ray_calibrate.measure_messages`), in wall time at the
-load of the moment. ``cpus`` is None (a processor per actor); to predict ``ray`` on this
-2-CPU host use ``default_profile().with_cpus(2)``: Ray's driver and actors share its
-processors (``experiments/sim_fidelity.py``, results in
-``experiments/results/sim_fidelity.md``).
+- **Kernels** (roles and indexes): from ``streamjoin calibrate --name streamjoin-dev-2cpu``
+  (commit aca5787) on 2026-11-26 at a load average of about 1.2, no other jobs running, every
+  registered index (``info.fit``, ``info.date``). They were kept when the messages below
+  were recalibrated: that run's kernel coefficients (load 1.4–1.7) predict
+  ``experiments/sim_fidelity.py``'s unpaced throughput within 3% of these for ``single``,
+  ``split(2)`` and ``grid(1, 2)``.
+- **Messages**: the ``ray`` executor's transport (batches as framed columns over one TCP
+  connection per graph edge), timed through a relay actor where a join core stands
+  (:func:`streamjoin.runtime.ray_calibrate.measure_messages`) by
+  ``streamjoin calibrate -o /tmp/h6/machine.json --name streamjoin-dev-2cpu`` on 2026-11-26
+  at a load average of 1.4–1.5 (``info.messages_calibrated``; raw figures in
+  ``info.fit.messages``), in wall time. The profile before the executor moved off Ray actor
+  calls had send 464 µs + 0.48 ns/B and receive 1631 µs + 2.04 ns/B.
+
+``cpus`` is None (a processor per actor); to predict ``ray`` on this 2-CPU host use
+``default_profile().with_cpus(2)``: the driver and the actors share its processors
+(``experiments/sim_fidelity.py``, results in ``experiments/results/sim_fidelity.md``).
 """
 
 DEFAULT_PROFILE = {
@@ -138,12 +146,12 @@ DEFAULT_PROFILE = {
         },
     },
     "messages": {
-        "send_ns": 463600.0,
-        "send_per_byte_ns": 0.4826,
-        "hop_ns": 0.0,
+        "send_ns": 48150.0,
+        "send_per_byte_ns": 0.2471,
+        "hop_ns": 210100.0,
         "hop_per_byte_ns": 0.0,
-        "recv_ns": 1631000.0,
-        "recv_per_byte_ns": 2.045,
+        "recv_ns": 86730.0,
+        "recv_per_byte_ns": 0.4606,
     },
     "info": {
         "machine": {
@@ -185,39 +193,53 @@ DEFAULT_PROFILE = {
                 "by_batch_size": {
                     "1": {
                         "bytes": 65,
-                        "period_ns": 2030000.0,
-                        "send_ns": 482000.0,
-                        "relay_cpu_ns": 1731000.0,
-                        "sink_cpu_ns": 874600.0,
-                        "hop_ns": 1126000.0,
+                        "period_ns": 124100.0,
+                        "send_ns": 47640.0,
+                        "relay_cpu_ns": 96480.0,
+                        "sink_cpu_ns": 59860.0,
+                        "one_way_ns": 324000.0,
+                        "idle_recv_ns": 134300.0,
+                        "driver_send_ns": 184100.0,
                     },
                     "256": {
                         "bytes": 12560,
-                        "period_ns": 2131000.0,
-                        "send_ns": 446000.0,
-                        "relay_cpu_ns": 1741000.0,
-                        "sink_cpu_ns": 933500.0,
-                        "hop_ns": 1138000.0,
+                        "period_ns": 153100.0,
+                        "send_ns": 55720.0,
+                        "relay_cpu_ns": 115500.0,
+                        "sink_cpu_ns": 78150.0,
+                        "one_way_ns": 375000.0,
+                        "idle_recv_ns": 155000.0,
+                        "driver_send_ns": 184400.0,
                     },
                     "1024": {
                         "bytes": 50192,
-                        "period_ns": 2342000.0,
-                        "send_ns": 492600.0,
-                        "relay_cpu_ns": 1759000.0,
-                        "sink_cpu_ns": 915000.0,
-                        "hop_ns": 1291000.0,
+                        "period_ns": 172200.0,
+                        "send_ns": 56420.0,
+                        "relay_cpu_ns": 119500.0,
+                        "sink_cpu_ns": 74150.0,
+                        "one_way_ns": 403500.0,
+                        "idle_recv_ns": 175200.0,
+                        "driver_send_ns": 206300.0,
                     },
-                    "2048": {
-                        "bytes": 100368,
-                        "period_ns": 2287000.0,
-                        "send_ns": 512600.0,
-                        "relay_cpu_ns": 1901000.0,
-                        "sink_cpu_ns": 970100.0,
-                        "hop_ns": 1223000.0,
+                    "16384": {
+                        "bytes": 802832,
+                        "period_ns": 702800.0,
+                        "send_ns": 246700.0,
+                        "relay_cpu_ns": 559900.0,
+                        "sink_cpu_ns": 263700.0,
+                        "one_way_ns": 537000.0,
+                        "idle_recv_ns": 280900.0,
+                        "driver_send_ns": 373500.0,
                     },
                 },
-                "load_1min": 1.218,
+                "load_1min": 1.38,
+                "load_1min_start_end": [1.5, 1.38],
             },
+        },
+        "messages_calibrated": {
+            "date": "2026-11-26",
+            "command": "streamjoin calibrate -o /tmp/h6/machine.json --name streamjoin-dev-2cpu",
+            "load_1min": 1.38,
         },
     },
 }

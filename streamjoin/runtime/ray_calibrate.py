@@ -1,29 +1,44 @@
-"""Ray messaging costs for a machine profile (:func:`cost_model.calibrate`).
+"""Message costs of the ``ray`` executor for a machine profile (:func:`cost_model.calibrate`).
 
 Kept apart so that only ``runtime/ray*`` modules import Ray (DESIGN §3).
 
-The costs are measured where a join core stands in the ``ray`` executor
-(:mod:`streamjoin.runtime.ray_executor`): between a sender and a receiver that sends on. A
-relay actor takes batches from the driver and forwards each to a sink actor, every sender
-keeping at most ``IN_FLIGHT`` calls outstanding, as the executor's actors do; the payloads
-are real :class:`~streamjoin.batch.Batch` es of a few batch sizes.
+The ``ray`` executor (:mod:`streamjoin.runtime.ray_executor`) passes batches over one TCP
+connection per graph edge (:mod:`streamjoin.runtime.channels`); Ray only places and starts
+the actors. The costs are measured where a join core stands in it: between a sender and a
+receiver that sends on. The driver writes real :class:`~streamjoin.batch.Batch` es of a few
+batch sizes to a relay actor, which writes each on to a sink actor, over ``channels``
+connections.
+
+The relay and the sink are built like the executor's host for an acyclic graph (every layout
+but the handshake chain): one thread waits on its incoming connection, reads the frames that
+are ready (up to ``INBOX`` messages; the socket buffers hold the rest, and then the sender
+blocks: backpressure), takes the oldest and writes it on. A host of a cyclic graph reads in a
+second thread; that hand-over between threads is not timed here. Every per-message cost thus
+falls in one thread, in order — the wake-up on a ready socket, ``channels.recv`` and the
+building of the :class:`Batch`, then ``channels.payload`` / ``frame`` / ``send`` — as the
+simulator charges a core: the receive, then the step, then the sends.
 """
 
 from __future__ import annotations
 
 import os
+import selectors
+import threading
 import time
+from collections import deque
 
 import numpy as np
 import ray
 
 from streamjoin.batch import Batch
+from streamjoin.runtime import channels
+from streamjoin.runtime.coalesce import INBOX
 from streamjoin.runtime.cost_model import MessageCosts, message_nbytes
 
-#: Batch sizes (tuples) of the payloads timed: one tuple up to Ray's inline-argument limit.
-BATCH_SIZES = (1, 256, 1024, 2048)
-#: Calls a sender keeps outstanding to one destination (``ray_executor.PIPELINE``).
-IN_FLIGHT = 2
+#: Batch sizes (tuples) of the payloads timed: one tuple up to a large batch (~800 KB).
+BATCH_SIZES = (1, 256, 1024, 16384)
+#: Share of each pipelined run left out of its period at the start (the pipeline filling).
+WARM_SHARE = 0.1
 
 
 def _batch(n: int) -> Batch:
@@ -32,87 +47,109 @@ def _batch(n: int) -> Batch:
                  ingest_ns=z.copy(), lo_idx=z.copy(), attrs=np.zeros((1, n)))  # fmt: skip
 
 
-def _bounded(pending: list) -> list:
-    """Wait until at most ``IN_FLIGHT`` calls are outstanding."""
-    if len(pending) > IN_FLIGHT:
-        done, pending = ray.wait(pending, num_returns=len(pending) - IN_FLIGHT)
-        ray.get(done)
-    return pending
+@ray.remote(max_restarts=0)
+class _Station:
+    """A relay (with a destination) or a sink (without), built like the executor's host of an
+    acyclic graph: one thread reads what is ready, up to ``INBOX`` messages, and passes the
+    oldest on.
 
-
-@ray.remote
-class _Sink:
-    """Receives and records when each call started (monotonic ns, one clock host-wide)."""
+    Per message it logs ``(woke, taken, sent)`` in monotonic ns (one clock host-wide): when
+    the frame's socket was found ready (the time a message waited in the socket buffer
+    behind others is not in it), when the thread had read it and took it from the inbox,
+    and when it had written it on (``taken`` again for a sink).
+    """
 
     def __init__(self) -> None:
+        self.server = channels.listen(ray.util.get_node_ip_address())
         self.log: list = []
+        self.want = 0  # drain() waits for this many log entries
+        self.logged = threading.Event()
         self.cpu0 = time.process_time_ns()
 
-    def take(self, i: int, msgs) -> None:
-        self.log.append((i, time.monotonic_ns()))
+    def address(self) -> tuple[str, int]:
+        return self.server.getsockname()[:2]
 
-    def drain(self) -> tuple[list, int]:
-        """The log so far and the process CPU time since the last drain."""
+    def start(self, dest: tuple[str, int] | None) -> None:
+        """Connect to ``dest`` (None: a sink) and start reading the one incoming edge."""
+        self.out = channels.connect(dest, "relay") if dest is not None else None
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self) -> None:
+        sock, _ = channels.accept(self.server)
+        selector = selectors.DefaultSelector()
+        selector.register(sock, selectors.EVENT_READ)
+        inbox: deque = deque()
+        while True:
+            block = not inbox
+            while len(inbox) < INBOX and selector.select(None if block else 0):
+                woke = time.monotonic_ns()
+                inbox.append((woke, channels.recv(sock)))
+                block = False
+            woke, frame = inbox.popleft()
+            taken = time.monotonic_ns()
+            if frame is channels.END:
+                if self.out is not None:
+                    channels.send(self.out, [channels.end_frame()])
+                return
+            if self.out is not None:
+                port, msg = frame
+                channels.send(self.out, [channels.frame(port, channels.payload(msg))])
+            self.log.append((woke, taken, time.monotonic_ns()))
+            if len(self.log) == self.want:  # wake drain() once, not per message
+                self.logged.set()
+
+    def drain(self, n: int) -> tuple[list, int]:
+        """Wait until ``n`` messages are logged; the log and the process CPU time (ns) since
+        the last drain."""
+        self.logged.clear()
+        self.want = n
+        while len(self.log) < n:
+            self.logged.wait(0.01)
         log, self.log = self.log, []
         cpu, self.cpu0 = time.process_time_ns() - self.cpu0, time.process_time_ns()
         return log, cpu
 
 
-@ray.remote
-class _Relay:
-    """Receives a batch and sends it on to the sink, as a join core sends its output."""
-
-    def __init__(self, sink) -> None:
-        self.sink, self.pending, self.log = sink, [], []
-        self.cpu0 = time.process_time_ns()
-
-    def take(self, i: int, msgs) -> None:
-        t0 = time.monotonic_ns()
-        self.pending.append(self.sink.take.remote(i, msgs))
-        self.log.append((i, t0, time.monotonic_ns()))
-        self.pending = _bounded(self.pending)
-
-    def drain(self) -> tuple[list, int]:
-        ray.get(self.pending)
-        self.pending = []
-        log, self.log = self.log, []
-        cpu, self.cpu0 = time.process_time_ns() - self.cpu0, time.process_time_ns()
-        return log, cpu
+def _send(sock, msg) -> int:
+    """Write ``msg`` as the executor's nodes do; the monotonic ns once the kernel took it."""
+    channels.send(sock, [channels.frame("in", channels.payload(msg))])
+    return time.monotonic_ns()
 
 
-def _pipelined(relay, sink, msg, calls: int) -> dict:
-    """Back-to-back calls: wall and CPU ns per message, and the driver's time per send."""
-    ray.get([relay.drain.remote(), sink.drain.remote()])
-    sends = np.empty(calls)
-    pending: list = []
-    t0 = time.perf_counter_ns()
-    for i in range(calls):
-        s0 = time.perf_counter_ns()
-        pending.append(relay.take.remote(i, [("in", msg)]))
-        sends[i] = time.perf_counter_ns() - s0
-        pending = _bounded(pending)
-    ray.get(pending)
-    (_, relay_cpu), (_, sink_cpu) = ray.get(relay.drain.remote()), ray.get(sink.drain.remote())
-    return {"period_ns": (time.perf_counter_ns() - t0) / calls,
-            "send_ns": float(np.median(sends)),
+def _pipelined(sock, relay, sink, msg, calls: int) -> dict:
+    """``calls`` messages back to back (the driver blocks once the buffers are full): the
+    period at which they leave the relay, the relay's send time, and each process's CPU
+    time per message."""
+    for _ in range(calls):
+        _send(sock, msg)
+    (relay_log, relay_cpu), (sink_log, sink_cpu) = ray.get(
+        [relay.drain.remote(calls), sink.drain.remote(calls)]
+    )
+    warm = int(calls * WARM_SHARE)
+    sent = np.array([s for _, _, s in relay_log[warm:]], dtype=np.float64)
+    return {"period_ns": (sent[-1] - sent[0]) / (len(sent) - 1),
+            "send_ns": float(np.median([s - t for _, t, s in relay_log[warm:]])),
             "relay_cpu_ns": relay_cpu / calls, "sink_cpu_ns": sink_cpu / calls}  # fmt: skip
 
 
-def _idle(relay, sink, msg, calls: int, gap_s: float) -> dict:
-    """One call at a time, ``gap_s`` apart: the one-way latency of a hop into an idle actor,
-    from the end of the sender's ``.remote()`` to the start of the receiving method."""
-    sent = []
-    for i in range(calls):
+def _idle(sock, relay, sink, msg, calls: int, gap_s: float) -> dict:
+    """One message at a time, ``gap_s`` apart, so every station sleeps when a frame reaches it:
+    the one-way time of a hop from the start of the sender's write to the receiver having read
+    the message (on loopback a sender's write can return after the receiver has read, so its
+    end is no reference), the receiver's part of it from waking on the ready socket, and the
+    driver's write time."""
+    starts, writes = [], []
+    for _ in range(calls):
         time.sleep(gap_s)
-        ref = relay.take.remote(i, [("in", msg)])
-        sent.append((i, time.monotonic_ns()))
-        ray.get(ref)
-    time.sleep(gap_s)
-    (relay_log, _), (sink_log, _) = ray.get(relay.drain.remote()), ray.get(sink.drain.remote())
-    got = {i: (t_in, t_out) for i, t_in, t_out in relay_log}
-    into_sink = dict(sink_log)
-    hops = [got[i][0] - t for i, t in sent] + [into_sink[i] - got[i][1] for i, _ in sent]
-    return {"hop_ns": float(np.median(hops))}
+        t0 = time.monotonic_ns()
+        writes.append(_send(sock, msg) - t0)
+        starts.append(t0)
+    (relay_log, _), (sink_log, _) = ray.get([relay.drain.remote(calls), sink.drain.remote(calls)])
+    starts += [r[1] for r in relay_log]  # the relay starts writing once it took the message
+    read = relay_log + sink_log
+    return {"one_way_ns": float(np.median([r[1] - t for r, t in zip(read, starts, strict=True)])),
+            "idle_recv_ns": float(np.median([r[1] - r[0] for r in read])),
+            "driver_send_ns": float(np.median(writes))}  # fmt: skip
 
 
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -124,27 +161,34 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return max(0.0, float(intercept)), slope
 
 
-def measure_messages(repeat: int = 150, sizes: tuple[int, ...] = BATCH_SIZES, rounds: int = 3,
-                     idle_calls: int = 30, idle_gap_s: float = 0.005) -> tuple[MessageCosts, dict]:  # fmt: skip
-    """Time Ray messaging through a relay and turn it into :class:`MessageCosts`.
+def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, rounds: int = 3,
+                     idle_calls: int = 40, idle_gap_s: float = 0.005) -> tuple[MessageCosts, dict]:  # fmt: skip
+    """Time the executor's messages through a relay and turn them into :class:`MessageCosts`.
 
     For each batch size in ``sizes`` (tuples), ``rounds`` times, the sizes interleaved (the
     host is shared: each figure is the median over rounds):
 
     - *pipelined*: ``repeat`` batches driver → relay → sink back to back. The relay is the
-      busiest actor and per message it receives one batch and sends one, so its time per
-      message (the pipeline's period) less the driver's time per ``.remote()`` is what a
-      receive costs;
-    - *idle*: ``idle_calls`` batches ``idle_gap_s`` apart, so every actor sleeps when a batch
-      reaches it; the one-way latency from the end of the sender's ``.remote()`` to the start
-      of the receiving method, less that receive cost, is the hop latency: what a message
-      waits beyond the receiver's own work (e.g. waking the receiving process on a busy host).
+      busiest station (per message it receives one batch and sends one; the sink only
+      receives), so the period at which batches leave it (the first ``WARM_SHARE`` left out)
+      is its time per message. Its time from taking a message to having written it on is the
+      send cost; the rest of the period is what receiving costs it (``select``, ``recv``,
+      building the batch);
+    - *idle*: ``idle_calls`` batches ``idle_gap_s`` apart, so every station sleeps when a
+      frame reaches it. The one-way time from the start of the sender's write to the
+      receiver having read the message, less those send and receive costs, is what a
+      message waits beyond the two ends' own work: waking the receiving process.
 
-    ``send_*``, ``recv_*`` and ``hop_*`` are lines fitted to these over the payload bytes
-    (clipped at 0). Wall times, not CPU times: on a host the actors share with Ray's own
-    threads and other work, what a message costs is the time it holds the pipeline up. The
-    raw figures come back as the second value (ns per message by batch size, with the relay's
-    and the sink's process CPU time per message of the pipelined runs for comparison).
+    ``send_*`` and ``recv_*`` are lines fitted to these over the payload bytes (clipped at
+    0). ``hop_ns`` is the median of that wait over the batch sizes (clipped at 0), with no
+    per-byte part: a wake-up does not grow with the payload, and for a large batch the
+    sender's write and the receiver's read overlap (the bytes stream through the socket
+    while both run), so their sum exceeds the one-way time and the wait comes out negative. Wall times, not CPU times: on a host shared with Ray's own threads and
+    other work, what a message costs is the time it holds the pipeline up. The raw figures
+    come back as the second value: ns per message by batch size, with the relay's and the
+    sink's process CPU time per message of the pipelined runs, the idle receiver's time
+    from waking on the ready socket to having read the frame and the driver's write time
+    for comparison, and the load average at the start and the end.
 
     Starts Ray with this host's CPUs and no dashboard if it is not running, and stops it again
     then.
@@ -153,16 +197,24 @@ def measure_messages(repeat: int = 150, sizes: tuple[int, ...] = BATCH_SIZES, ro
     if started:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  configure_logging=False)  # fmt: skip
+    load0 = os.getloadavg()[0]
     try:
-        sink = _Sink.options(num_cpus=0.25).remote()
-        relay = _Relay.options(num_cpus=0.25).remote(sink)
-        _pipelined(relay, sink, _batch(1), 50)  # warm the workers and the connections
-        runs: dict = {n: [] for n in sizes}
-        for _ in range(rounds):
-            for n in sizes:
-                msg = _batch(n)
-                runs[n].append({**_pipelined(relay, sink, msg, repeat),
-                                **_idle(relay, sink, msg, idle_calls, idle_gap_s)})  # fmt: skip
+        sink = _Station.options(num_cpus=0.25).remote()
+        relay = _Station.options(num_cpus=0.25).remote()
+        sink_at, relay_at = ray.get([sink.address.remote(), relay.address.remote()])
+        ray.get([sink.start.remote(None), relay.start.remote(sink_at)])
+        sock = channels.connect(relay_at, "driver")
+        try:
+            _pipelined(sock, relay, sink, _batch(256), 200)  # warm threads and connections
+            runs: dict = {n: [] for n in sizes}
+            for _ in range(rounds):
+                for n in sizes:
+                    msg = _batch(n)
+                    runs[n].append({**_pipelined(sock, relay, sink, msg, repeat),
+                                    **_idle(sock, relay, sink, msg, idle_calls, idle_gap_s)})  # fmt: skip
+            channels.send(sock, [channels.end_frame()])
+        finally:
+            sock.close()
         ray.kill(relay)
         ray.kill(sink)
     finally:
@@ -176,10 +228,12 @@ def measure_messages(repeat: int = 150, sizes: tuple[int, ...] = BATCH_SIZES, ro
     recv = np.array([raw[n]["period_ns"] for n in sizes]) - send
     send_ns, send_per_byte = _fit(nbytes, send)
     recv_ns, recv_per_byte = _fit(nbytes, recv)
-    model_recv = recv_ns + recv_per_byte * nbytes
-    hop_ns, hop_per_byte = _fit(nbytes, np.array([raw[n]["hop_ns"] for n in sizes]) - model_recv)
-    costs = MessageCosts(send_ns=send_ns, send_per_byte_ns=send_per_byte, hop_ns=hop_ns,
-                         hop_per_byte_ns=hop_per_byte, recv_ns=recv_ns,
+    own = send_ns + send_per_byte * nbytes + recv_ns + recv_per_byte * nbytes
+    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - own
+    costs = MessageCosts(send_ns=send_ns, send_per_byte_ns=send_per_byte,
+                         hop_ns=max(0.0, float(np.median(waits))), recv_ns=recv_ns,
                          recv_per_byte_ns=recv_per_byte)  # fmt: skip
+    loads = (round(load0, 2), round(os.getloadavg()[0], 2))
     return costs, {"by_batch_size": {str(n): {k: round(v, 1) for k, v in raw[n].items()}
-                                     for n in sizes}, "load_1min": os.getloadavg()[0]}  # fmt: skip
+                                     for n in sizes}, "load_1min": loads[1],
+                   "load_1min_start_end": loads}  # fmt: skip

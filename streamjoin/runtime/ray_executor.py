@@ -50,13 +50,10 @@ from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
 from streamjoin.runtime.build import Settings, build_actor
-from streamjoin.runtime.coalesce import MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
-#: messages waiting in an actor's inbox before it stops reading (in a cyclic graph: the edges
-#: on no cycle)
-INBOX = 2
 #: seconds the driver gives the actors to report their errors once a run has failed
 FAILURE_WAIT_S = 10.0
 

@@ -1,15 +1,24 @@
 """The ``sim`` executor: the real actor logic on simulated cores under a virtual clock.
 
 Every topology node becomes a simulated core with a FIFO mailbox, driven by events on a SimPy
-clock. A core takes the next message, receives it (the model's per-message receive cost: a Ray
-actor deserialises a call before its method runs, so the logic reads the clock after it), runs
-the *same* logic object as ``local`` (built by :func:`~streamjoin.runtime.build.build_actor`,
-so results stay exact), and is then busy for the virtual time the
-:class:`~streamjoin.runtime.cost_model.CostModel` charges for what the step did. Its output
-messages leave one after another (each costs the sender CPU), travel a modelled hop latency,
-and join the destinations' mailboxes in FIFO order per link. A batch a core only forwards
-along a chain (DP-Join, §III-C) leaves right after it is received, before the core's own
-work, as DP-Join passes the pointer on first.
+clock. A core takes the next message, receives it (the model's per-message receive cost: a
+``ray`` actor reads and decodes a frame before its logic runs, so the logic reads the clock
+after it), runs the *same* logic object as ``local`` (built by
+:func:`~streamjoin.runtime.build.build_actor`, so results stay exact), and is then busy for
+the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the
+step did. Its output messages leave one after another (each costs the sender CPU), travel a
+modelled hop latency, and join the destinations' mailboxes in FIFO order per link. A batch a
+core only forwards along a chain (DP-Join, §III-C) leaves right after it is received, before
+the core's own work, as DP-Join passes the pointer on first.
+
+As the ``ray`` executor's actors do (:mod:`streamjoin.runtime.coalesce`), a core that finds
+messages of one sender for one port waiting right behind the one it takes runs the logic once
+on their concatenation where :func:`~streamjoin.runtime.coalesce.mergeable` allows (at most
+``INBOX`` messages, as an executor host reads no further once that many wait): one step over
+the merged batch, each message's receive charged. Under light load every batch is stepped on
+alone, under heavy load batches grow. Mailboxes are not bounded: the executor's senders block
+on a full receiver, the simulator's do not, so a flooded simulation queues its whole input
+where the executor holds it back at the source.
 
 By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.cost_model.MachineProfile.with_cpus>`)
@@ -47,6 +56,7 @@ import simpy
 from streamjoin.batch import Columns, validate
 from streamjoin.query import Query
 from streamjoin.runtime.build import Settings, build_actor, check_topology
+from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.cost_model import CostModel, MachineProfile, as_profile
 from streamjoin.runtime.result import Result
 from streamjoin.runtime.run import (
@@ -260,7 +270,7 @@ class _Core:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
         self.snapshot, self.charge = model.bind(role, logic)  # the step's cost model
         self.stats = SimStats(role=role)
-        self.box: deque = deque()  # items waiting: (kind, port, message)
+        self.box: deque = deque()  # items waiting: (kind, port, message, sending core)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
         self.free_at = 0  # virtual time the last step ends
         self.kind = None  # kind of the item being served
@@ -300,6 +310,7 @@ class _Simulation:
         graph = topology.graph
         self.settings, self.model, self.arrival = settings, model, arrival
         self.max_delay = settings.max_delay_ns
+        self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)  # as the executor's
         self.progress = progress or _NoProgress()
 
         # a step's logic runs once its message is received: it reads the clock that far ahead
@@ -405,12 +416,29 @@ class _Simulation:
                 t += send
                 arrive = max(t + hop, link[0])
                 link[0] = arrive
-                env.timeout(arrive - env.now, (dst, (_BATCH, dst_port, msg))).callbacks.append(
-                    arrive_cb
-                )
+                item = (_BATCH, dst_port, msg, core)
+                env.timeout(arrive - env.now, (dst, item)).callbacks.append(arrive_cb)
             self.messages += len(dests)
             self.active += len(dests)
         return t
+
+    def _coalesce(self, core: _Core, port: str, msg, src: _Core) -> tuple:
+        """``(message, receive ns)`` of the step that takes ``msg``: with the messages of the
+        same sender for the same port waiting right behind it, merged as the ``ray``
+        executor merges its inbox (:func:`coalesce.mergeable`, at most ``INBOX`` messages,
+        as a host reads no further once that many wait), each frame's receive charged."""
+        box, group = core.box, [msg]
+        while (box and len(group) < INBOX and box[0][3] is src and box[0][1] == port
+               and mergeable(core.role, group, box[0][2], self.merge_tuples)):  # fmt: skip
+            group.append(box.popleft()[2])
+        self.active -= len(group) - 1  # served as one; this step's own item stays counted
+        core.count(self.env.now, -len(group), -sum([len(m) for m in group]))
+        recv = self.recv_const
+        if recv is None:
+            recv = sum([round(self.model.recv_ns_of(m)) for m in group])
+        else:
+            recv *= len(group)
+        return merge(group), recv
 
     # -- processes and steps -------------------------------------------------------------
 
@@ -423,13 +451,13 @@ class _Simulation:
                 yield env.timeout(t - env.now)
             if self.start_ns is None:
                 self.start_ns = env.now
-            self._deliver_at(env.now, self.emitter, (_CHUNK, env.now, cols))
+            self._deliver_at(env.now, self.emitter, (_CHUNK, env.now, cols, None))
             self.n_in += len(cols)
             self.progress.update(len(cols))
         if self.start_ns is None:
             self.start_ns = env.now
         self.last_arrival = env.now
-        self._deliver_at(env.now, self.emitter, (_EOF, None, None))
+        self._deliver_at(env.now, self.emitter, (_EOF, None, None, None))
         if self.cyclic:
             env.process(self.closer())
 
@@ -440,12 +468,12 @@ class _Simulation:
             if self.active:
                 self.quiet = self.env.event()
                 yield self.quiet
-            self._deliver_at(self.env.now, core, (_EOF, None, None))
+            self._deliver_at(self.env.now, core, (_EOF, None, None, None))
 
     def _step(self, core: _Core, item) -> None:
         """Serve one mailbox item: run the logic, charge it, send its output, and stay busy
         for the virtual time that costs."""
-        kind, port, msg = item
+        kind, port, msg, src = item
         t0 = self.env.now
         if t0 >= self.next_sample:
             self._sample(t0)
@@ -453,12 +481,15 @@ class _Simulation:
         snap = None
         recv = 0
         if kind is _BATCH:
-            core.count(t0, -1, -len(msg))
+            recv = self.recv_const
+            if core.box and core.box[0][3] is src:
+                msg, recv = self._coalesce(core, port, msg, src)
+            else:
+                core.count(t0, -1, -len(msg))
+                if recv is None:
+                    recv = round(self.model.recv_ns_of(msg))
             st.batches_in += 1
             st.tuples_in += len(msg)
-            recv = self.recv_const
-            if recv is None:
-                recv = round(self.model.recv_ns_of(msg))
             if core.snapshot is not None:
                 snap = core.snapshot(msg)
             call, args = logic.on_batch, (port, msg)
@@ -507,7 +538,7 @@ class _Simulation:
             for dst, link in core.eof_links:  # after all data on every link
                 arrive = max(t, link[0])
                 link[0] = arrive
-                self._deliver_at(arrive, dst, (_EOF, None, None))
+                self._deliver_at(arrive, dst, (_EOF, None, None, None))
         st.busy_ns += t - t0
         core.free_at = t
         if core.box or kind is _EOF or self.end_events:
@@ -563,7 +594,7 @@ class _Simulation:
             self.taken.popleft()
         due = max(self.taken[0][1] + delay, self.env.now)
         self.tick_armed = True
-        self._deliver_at(due, self.emitter, (_TICK, None, None))
+        self._deliver_at(due, self.emitter, (_TICK, None, None, None))
 
     def _sample(self, now: int) -> None:
         """Mailbox lengths (tuples) at every sampling instant up to ``now``, taken before the
