@@ -210,7 +210,8 @@ def _shut(sock) -> None:
 
 @ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=4)
 class _Host(_Node):
-    """A node in its own Ray actor, with a reader and a worker thread (module docstring).
+    """A node in its own Ray actor: a worker thread that reads its edges and runs the logic,
+    and in a cyclic graph a reader thread besides (module docstring).
 
     Ray calls (listen, start, finished, settle, end, failure, report) come from the driver
     one at a time, except ``failure``, which may run while ``finished`` waits.
