@@ -151,11 +151,14 @@ def test_ray_layout_equals_oracle_batch_one(ray_session, layout, data):
 
 
 def test_ray_coalesces_a_fast_source(ray_session):
-    """Batches of one tuple from a source faster than a core joins them: the core receives fewer,
-    larger batches, and the answer is the oracle's."""
+    """Batches of one tuple arriving faster than a core joins them: the core receives fewer,
+    larger batches, and the answer is the oracle's. The input comes as one chunk, so the
+    emitter writes all its batches for a core at once and they wait in the core's socket
+    together (with a chunk per tuple, whether any wait depends on the processes' timing)."""
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50, 30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=4)
-    res = sj.run(q, data, sj.topologies.grid(2, 2), backend="ray", batch_size=1)
+    res = sj.run(q, data, sj.topologies.grid(2, 2), backend="ray", batch_size=1,
+                 chunk_rows=3000)  # fmt: skip
     assert res.same_pairs(sj.oracle.join(q, data))
     actors = res.metrics["actors"]
     sent = actors["emitter"]["batches_out"]
