@@ -24,8 +24,11 @@ def test_result_metrics_summary_and_plot(tmp_path):
     assert set(m["actors"]) == {"emitter", "core", "collector"}
     assert m["actors"]["core"]["tuples_in"] == 2000
     assert m["actors"]["collector"]["tuples_in"] == res.count
+    # local delivers each chunk's messages before the next chunk: one waits at a time for the
+    # core (its batch) and for the collector; nothing is ever sent to the emitter
+    assert [m["actors"][a]["peak_queue"] for a in ("emitter", "core", "collector")] == [0, 1, 1]
     text = res.summary()
-    assert "tuples/s" in text and "p99" in text and "join_core" in text
+    assert "tuples/s" in text and "p99" in text and "join_core" in text and "peak queue" in text
     res.plot_latency(tmp_path / "lat.png")
     assert (tmp_path / "lat.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -36,6 +36,7 @@ def run_local(
     (emitter,) = topology.nodes("emitter")
     (collector,) = topology.nodes("collector")
     queue = _Mailboxes(settings.delivery_seed)
+    waiting = dict.fromkeys(stats, 0)  # messages in the queue per receiver
 
     def deliver(src: str, messages) -> None:
         st = stats[src]
@@ -44,9 +45,9 @@ def run_local(
             st.tuples_out += len(msg)
             for dst, dst_port in routes.get((src, port), ()):
                 queue.push((src, dst), (dst_port, msg))
-        peak = len(queue)
-        if peak > st.peak_queue:
-            st.peak_queue = peak
+                waiting[dst] += 1
+                if waiting[dst] > stats[dst].peak_queue:
+                    stats[dst].peak_queue = waiting[dst]
 
     def step(node: str, call, *args) -> None:
         t0 = time.perf_counter_ns()
@@ -57,6 +58,7 @@ def run_local(
     def drain(limit: int | None = None) -> None:
         while queue and (limit is None or limit > 0):
             (_, dst), (port, msg) = queue.pop()
+            waiting[dst] -= 1
             if limit is not None:
                 limit -= 1
             st = stats[dst]

@@ -83,17 +83,19 @@ class Result:
             "latency    " + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
             "",
             f"{'actor':<16}{'role':<12}{'busy s':>9}{'busy %':>8}{'batches in':>12}"
-            f"{'tuples in':>12}{'batches out':>13}" + (f"{'cpu s':>9}" if cpu else ""),
+            f"{'tuples in':>12}{'batches out':>13}{'peak queue':>12}"
+            + (f"{'cpu s':>9}" if cpu else ""),
         ]
         for name, a in m["actors"].items():
             lines.append(
                 f"{name:<16}{a['role']:<12}{a['busy_s']:>9.3f}{100 * a['busy_share']:>7.1f}%"
                 f"{a['batches_in']:>12,}{a['tuples_in']:>12,}{a['batches_out']:>13,}"
-                + (f"{a['cpu_s']:>9.3f}" if "cpu_s" in a else "")
+                f"{a['peak_queue']:>12,}" + (f"{a['cpu_s']:>9.3f}" if "cpu_s" in a else "")
             )
         if cpu:
             lines.append("busy: time in the actor's logic; cpu: its whole process (logic, "
                          "messaging, Ray's threads)")  # fmt: skip
+        lines.append("peak queue: most messages waiting for the actor at once")
         return "\n".join(lines)
 
     def plot_latency(self, path: str | os.PathLike) -> None:
