@@ -241,6 +241,9 @@ def _run_job(args):
         **sim_run_kwargs(args),
     )
     print(result.summary())
+    if getattr(data, "order_used", None):  # a Spark source: how it streamed the rows
+        how = {"partitions": "partition by partition", "sort": "after a global sort in Spark"}
+        print(f"input read {how.get(data.order_used, data.order_used)}")
     print(f"wall time {time.perf_counter() - t0:.1f} s (includes starting actors, loading kernels)")
     return result, topology, query, data
 

@@ -556,6 +556,7 @@ def test_cli_generate_then_run_from_parquet(spark, tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 0, text
     assert "oracle: same pairs" in text
+    assert "input read partition by partition" in text  # generate's parts are ts-disjoint
     assert os.path.exists(os.path.join(out, "metrics.json"))
     assert main(["run", "--source", "spark:csv"]) == 2
     assert "--source must be" in capsys.readouterr().err
