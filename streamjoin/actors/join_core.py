@@ -106,17 +106,22 @@ class JoinCore:
         return sum(p.nbytes for p in self.parts.values())
 
     def warm(self) -> None:
-        """Compile (or load from the disk cache) every kernel on a throwaway two-tuple run."""
+        """Compile (or load from the disk cache) every kernel on a throwaway run."""
         k = len(self.query.attrs)
         probe = JoinCore(self.query, self.index_name, self.spec.index_options)
         for _ in range(2):  # the second batch probes what the first stored
-            probe.on_batch("in", _warm_batch(k, self.query.self_join))
+            probe.on_batch("in", warm_batch(k, self.query.self_join))
 
 
-def _warm_batch(k: int, self_join: bool, n: int = 2) -> Batch:
+def warm_batch(k: int, self_join: bool, n: int = 512) -> Batch:
+    """A throwaway batch of ``n`` tuples with ``k`` attributes for warming kernels: large
+    enough for every kernel a real batch runs (:func:`~streamjoin.indexes.key_order.
+    stable_order` hands batches under 256 keys to numpy), its keys far apart so few pairs
+    match."""
     z = np.zeros(n, dtype=np.int64)
     stream = np.zeros(n, dtype=np.int8) if self_join else (np.arange(n) % 2).astype(np.int8)
+    attrs = np.repeat(np.arange(n, dtype=np.float64)[None, ::-1] * 1e9, k, axis=0)
     return Batch(
         seq=np.arange(n, dtype=np.int64), stream=stream, idx=z.copy(), ts=z.copy(),
-        ingest_ns=z.copy(), lo_idx=z.copy(), attrs=np.zeros((k, n)),
+        ingest_ns=z.copy(), lo_idx=z.copy(), attrs=attrs,
     )  # fmt: skip

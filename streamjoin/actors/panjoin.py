@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamjoin.actors.join_core import warm_batch
 from streamjoin.actors.window_part import JoinSpec, WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
@@ -130,6 +131,12 @@ class PanJoinManager:
             out.append(("out", pairs))
         return out
 
+    def warm(self) -> None:
+        """Compile (or load from the disk cache) the in-batch join's kernels on a throwaway
+        batch, so the first batch of a run does not pay for it."""
+        batch = warm_batch(len(self.spec.query.attrs), self.spec.query.self_join).freeze()
+        self.spec.join_batch(batch)
+
     def _newest(self, y: int, command) -> _Subwindow:
         chain = self.chains[y]
         if not chain or chain[-1].count >= self.size[y]:
@@ -153,15 +160,23 @@ class PanJoinWorker:
         self.parts: dict[int, WindowPart] = {}
 
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
+        spec = self.spec
         batch = cmd.batch.freeze()
         for sub in cmd.create:
-            self.parts[sub] = self.spec.new_part()
+            self.parts[sub] = spec.new_part()
+        # each stream's tuples in key order, once per command: the subwindows are probed with
+        # sorted keys (no index sorts them again), and an insert of all of a stream's tuples
+        # takes the order along
+        views = {x: spec.in_key_order(batch, x) for x in spec.streams}
         found = []
         for x, subs in cmd.probe:
-            xs = np.flatnonzero(batch.stream == x)
-            found.extend(self.parts[sub].probe(batch, x, xs) for sub in subs)
-        for sub, pos in cmd.insert:
-            self.parts[sub].insert(batch, pos)
+            xs, keys, order = views[x]
+            xs, keys = xs[order], keys[:, order]
+            found.extend(self.parts[sub].probe(batch, x, xs, keys=keys) for sub in subs)
+        for sub, pos in cmd.insert:  # pos: a non-empty run of one stream's positions
+            xs, keys, order = views[int(batch.stream[pos[0]])]
+            whole = len(pos) == len(xs)
+            self.parts[sub].insert(batch, pos, *((keys, order) if whole else ()))
         for sub in cmd.expire:
             del self.parts[sub]
         out = concat_pairs(found)

@@ -98,14 +98,14 @@ class JoinSpec:
         """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too.
 
         ``by_stream``: for each stream (R, S), the positions of its tuples in the batch in
-        order of the primary attribute, if the caller has them; else one sort makes them.
+        order of the primary attribute, if the caller has them; else they are sorted here
+        (:meth:`in_key_order`).
         """
         if len(batch) < 2:
             return PairBatch.empty()
         if by_stream is None:
-            order = np.argsort(batch.attrs[self.cond_attr[0]])
-            in_s = batch.stream[order] == 1
-            by_stream = (order[~in_s], order[in_s])
+            views = (self.in_key_order(batch, x) for x in (0, 1))
+            by_stream = tuple(xs[order] for xs, _, order in views)
         i, j = join_within_batch(
             batch.stream, batch.idx, batch.lo_idx, batch.attrs,
             self.cond_attr, self.lo, self.hi, self.query.self_join, *by_stream,

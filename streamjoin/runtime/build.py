@@ -53,8 +53,10 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
             collector.warm()
             return collector
         case "manager":
-            return PanJoinManager(query, config["workers"], config["subwindows"],
-                                  config.get("subwindow_size"), config.get("index"))  # fmt: skip
+            manager = PanJoinManager(query, config["workers"], config["subwindows"],
+                                     config.get("subwindow_size"), config.get("index"))  # fmt: skip
+            manager.warm()
+            return manager
         case "handshake_core":
             capacity = segment_capacity(query, config["n"], config.get("segment"))
             core = HandshakeCore(query, config["k"], config["n"], capacity, config.get("index"),
