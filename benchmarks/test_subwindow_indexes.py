@@ -5,11 +5,13 @@ Run: ``python -m pytest benchmarks/test_subwindow_indexes.py --benchmark-enable 
 
 Workload (PanJoin §V-A3 at this machine's scale): a count window of ``W = 2**21`` uniform keys
 (two subwindows of ``N_Sub = 2**20``), filled before timing. Each round streams ``N_Sub``
-tuples in batches of ``b`` (32K or 1K): probe the window with the batch (a band join of
-selectivity 1, i.e. one match per probe key in a full subwindow on average), insert the batch,
-expire what left the window. A round is one subwindow's worth, so the newest subwindow passes
-through every fill level once: BI-Sort's merges cost O(fill) per batch, and a shorter round
-from the empty subwindow the window starts with would flatter it. Throughput = streamed tuples
+tuples in batches of ``b`` (32K or 1K): sort the batch by key once, probe the window with it (a
+band join of selectivity 1, i.e. one match per probe key in a full subwindow on average), insert
+it with its order, expire what left the window -- as the join core does
+(``WindowIndex.takes_order``), so each batch is sorted once, and that sort is timed. A round is
+one subwindow's worth, so the newest subwindow passes through every fill level once: BI-Sort's
+merges cost O(fill) per batch, and a shorter round from the empty subwindow the window starts
+with would flatter it. Throughput = streamed tuples
 (each probed and inserted) per second; ``extra_info`` splits the time into probing and
 inserting.
 
@@ -17,9 +19,9 @@ inserting.
 a sorted insertion buffer of ``N_Sub / 32``.
 
 Baseline, in the same run: the fair naive index -- the window as one array sorted by key;
-insert sorts the batch and merges it into the window in one linear pass (which also drops what
-``expire`` marked), probe sorts the batch and merge-scans the whole window once. Both passes are
-O(window + batch) per batch; BI-Sort's subwindows, buffer and index array are what it adds.
+insert merges the sorted batch into the window in one linear pass (which also drops what
+``expire`` marked), probe merge-scans the whole window once with the sorted batch. Both passes
+are O(window + batch) per batch; BI-Sort's subwindows, buffer and index array are what it adds.
 """
 
 import time
@@ -30,6 +32,7 @@ from numba import njit
 
 from streamjoin.indexes.base import in_band
 from streamjoin.indexes.bisort import BISortIndex
+from streamjoin.indexes.key_order import stable_key_order
 
 N_SUB = 2**20
 WINDOW = 2 * N_SUB
@@ -106,9 +109,13 @@ class SortedWindow:
     """The baseline: the whole window in one array sorted by key, merged into a spare array of
     the same capacity on every insert (so no pass allocates or sorts the window).
 
-    Complexity: ``insert`` of b items O(b log b + w + b); ``probe`` of m keys O(m log m + w +
-    m + matches); ``expire`` O(1) (the next insert drops the items).
+    Like the chained indexes it takes the batch's stable key order (``takes_order``) and sorts
+    only what comes without one. Complexity: ``insert`` of b items O(w + b) with the order, else
+    O(b log b) more; ``probe`` of m keys O(w + m + matches) in key order, else O(m log m) more;
+    ``expire`` O(1) (the next insert drops the items).
     """
+
+    takes_order = True
 
     def __init__(self) -> None:
         self._arrays = [np.empty(0), np.empty(0, dtype=np.int64)]
@@ -116,8 +123,9 @@ class SortedWindow:
         self._n = 0
         self._before = np.iinfo(np.int64).min
 
-    def insert(self, keys, refs):
-        order = np.argsort(keys[0], kind="stable")
+    def insert(self, keys, refs, order=None):
+        order = stable_key_order(keys[0], order)
+        order = np.arange(len(refs)) if order is None else order
         need = self._n + len(refs)
         if len(self._spare[0]) < need:
             self._spare = [np.empty(2 * need), np.empty(2 * need, dtype=np.int64)]
@@ -127,10 +135,11 @@ class SortedWindow:
         self._arrays, self._spare = self._spare, self._arrays
 
     def probe(self, keys, lo, hi):
-        order = np.argsort(keys[0])
+        order = stable_key_order(keys[0])  # None: in key order already
+        probes = keys[0] if order is None else keys[0][order]
         win_keys, win_refs = (a[: self._n] for a in self._arrays)
-        pos, refs = merge_scan(win_keys, win_refs, keys[0][order], lo[0], hi[0], self._before)
-        return order[pos], refs
+        pos, refs = merge_scan(win_keys, win_refs, probes, lo[0], hi[0], self._before)
+        return (pos, refs) if order is None else (order[pos], refs)
 
     def expire(self, before_ref):
         self._before = max(self._before, int(before_ref))
@@ -138,7 +147,8 @@ class SortedWindow:
 
 class Stream:
     """Uniform keys in ``[0, KEY_RANGE)`` with refs ``0, 1, …``; keeps the window at WINDOW.
-    ``clock`` times the probe and insert phases (wall time by default)."""
+    ``clock`` times the probe and insert phases (wall time by default); the batch's sort counts
+    to the probe phase. A round's keys are drawn before it (:meth:`draw`), outside the timing."""
 
     def __init__(self, index, seed: int = 1, clock=time.perf_counter) -> None:
         self.index = index
@@ -147,26 +157,32 @@ class Stream:
         self.next_ref = 0
         self.times = {"probe": 0.0, "insert": 0.0}
         self.matches = 0
-        self.step(WINDOW, probe=False)
+        self.step(self.draw(WINDOW)[0], probe=False)
 
-    def step(self, b: int, probe: bool = True) -> None:
-        keys = self.rng.uniform(0, KEY_RANGE, (1, b))
+    def draw(self, b: int, batches: int = 1) -> np.ndarray:
+        """Keys of ``batches`` batches of ``b``: float64 (batches, 1, b)."""
+        return self.rng.uniform(0, KEY_RANGE, (batches, 1, b))
+
+    def step(self, keys: np.ndarray, probe: bool = True) -> None:
+        """Probe with, insert and expire one batch of ``keys`` float64 (1, b)."""
+        b = keys.shape[1]
         refs = np.arange(self.next_ref, self.next_ref + b)
         self.next_ref += b
         t0 = self.clock()
+        order = stable_key_order(keys[0])  # once per batch, as the join core does
         if probe:
-            pos, _ = self.index.probe(keys, np.array([-EPS]), np.array([EPS]))
+            pos, _ = self.index.probe(keys[:, order], np.array([-EPS]), np.array([EPS]))
             self.matches += len(pos)
         t1 = self.clock()
-        self.index.insert(keys, refs)
+        self.index.insert(keys, refs, order=order)
         self.index.expire(self.next_ref - WINDOW)
         t2 = self.clock()
         self.times["probe"] += t1 - t0
         self.times["insert"] += t2 - t1
 
-    def round(self, b: int) -> None:
-        for _ in range(BATCHES[b]):
-            self.step(b)
+    def round(self, batches: np.ndarray) -> None:
+        for keys in batches:
+            self.step(keys)
 
 
 INDEXES = {
@@ -180,11 +196,11 @@ INDEXES = {
 def test_insert_probe_throughput(benchmark, index, batch):
     benchmark.group = f"window 2**21, subwindow 2**20, batch {batch}, selectivity 1"
     stream = Stream(INDEXES[index]())
-    for _ in range(4):  # warm: compile; the window is full already
-        stream.step(batch)
+    stream.round(stream.draw(batch, 4))  # warm: compile; the window is full already
     stream.times = {"probe": 0.0, "insert": 0.0}
     stream.matches = 0
-    benchmark.pedantic(stream.round, args=(batch,), rounds=ROUNDS[batch], iterations=1)
+    benchmark.pedantic(stream.round, setup=lambda: ((stream.draw(batch, BATCHES[batch]),), {}),
+                       rounds=ROUNDS[batch], iterations=1)  # fmt: skip
     total = ROUNDS[batch] * BATCHES[batch] * batch
     benchmark.extra_info["tuples_per_s"] = BATCHES[batch] * batch / benchmark.stats.stats.mean
     benchmark.extra_info["probe_tuples_per_s"] = total / stream.times["probe"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
 from window_index_oracle import (
@@ -19,7 +19,13 @@ from window_index_oracle import (
 
 import streamjoin.indexes.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
-from streamjoin.indexes.bisort import BUFFERED, MAIN, STRIDE, BISort
+from streamjoin.indexes.bisort import (
+    _SWEEP_GAP,
+    BUFFERED,
+    MAIN,
+    STRIDE,
+    BISort,
+)
 from streamjoin.indexes.subwindows import band_bounds
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
@@ -65,6 +71,20 @@ def test_buffer_fills_then_merges_into_main_array():
     assert (t().meta[MAIN], t().meta[BUFFERED], t().meta[STRIDE]) == (26, 0, 7)
     index.check()
     assert probe_pairs(index, [2.0], 0.0, 0.0) == [(0, 2), (0, 3), (0, 23)]
+
+
+def test_full_subwindow_is_one_run():
+    """A batch that fills the subwindow merges the buffer into the main array even if it would
+    fit the buffer: a full subwindow never changes again and is probed as one run."""
+    index = bisort(subwindow_size=10, partitions=2, buffer_size=8)
+    t = lambda: index._subwindows[0]._t  # noqa: E731
+    index.insert(np.array([[5.0, 1.0, 1.0, 7.0, 3.0]]), np.arange(5))
+    index.insert(np.array([[2.0, 1.0, 6.0]]), np.arange(5, 8))
+    assert (t().meta[MAIN], t().meta[BUFFERED]) == (0, 8)
+    index.insert(np.array([[1.0, 0.0, 4.0]]), np.arange(8, 11))  # fills it; one opens a new one
+    assert (t().meta[MAIN], t().meta[BUFFERED]) == (10, 0)
+    index.check()
+    assert probe_pairs(index, [1.0], 0.0, 0.0) == [(0, 1), (0, 2), (0, 6), (0, 8)]
 
 
 def test_equal_probe_keys_share_their_range():
@@ -120,6 +140,90 @@ def test_subwindows_expire_whole():
     index.expire(10)
     assert len(index) == 0 and len(index._subwindows) == 1
     index.check()
+
+
+def store_pairs(store, probes, lo, hi, min_ref):
+    """``store.probe`` of sorted ``probes`` as sorted ``(i, ref)`` pairs."""
+    vlo, vhi = band_bounds(probes, lo, hi)
+    pos, refs = store.probe(probes, vlo, vhi, lo, hi, min_ref)
+    return sorted(zip(pos.tolist(), refs.tolist(), strict=True))
+
+
+def brute_pairs(keys, refs, probes, lo, hi, min_ref):
+    d = keys[None, :] - probes[:, None]
+    i, j = np.nonzero((d >= lo) & (d <= hi) & (refs >= min_ref)[None, :])
+    return sorted(zip(i.tolist(), refs[j].tolist(), strict=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    items=st.integers(0, 3000),
+    probes=st.integers(0, 120),
+    partitions=st.integers(1, 40),
+    buffer_size=st.integers(0, 700),
+    spread=st.sampled_from([4, 60, 10**6]),
+    band=st.sampled_from([(0.0, 0.0), (-1.0, 2.0), (-30.0, 30.0), (-np.inf, 0.5)]),
+)
+def test_store_probe_sweeps_and_searches_exactly(
+    seed, items, probes, partitions, buffer_size, spread, band
+):
+    """§III-D/§III-E: a store's probe -- the main array and the buffer, each swept (a dense
+    batch, at most ``_SWEEP_GAP`` items per probe) or searched through the index array --
+    returns exactly the brute-force pairs. Small ``spread`` makes long runs of equal keys (ends
+    more than ``_END_AHEAD`` items on, equal keys across the buffer/main boundary); clustered
+    probes leave gaps of more than ``_SWEEP_AHEAD`` items; ``min_ref`` drops expired refs."""
+    rng = np.random.default_rng(seed)
+    store = BISort(items + 1, partitions=partitions, buffer_size=buffer_size)
+    keys = rng.integers(0, spread, items).astype(np.float64)
+    refs = np.arange(items, dtype=np.int64)
+    for part in np.array_split(np.arange(items), rng.integers(1, 6)):  # some batches empty
+        order = np.argsort(keys[part], kind="stable")
+        store.insert(keys[part][order], refs[part][order])
+    store.check()
+    centre = rng.integers(0, spread)
+    probe_keys = np.sort(
+        np.concatenate(
+            [
+                rng.integers(-2, spread + 2, probes - probes // 2),
+                centre + rng.integers(-1, 2, probes // 2),
+            ]
+        ).astype(np.float64)
+    )
+    lo, hi = band
+    min_ref = int(rng.integers(0, items + 1))
+    got = store_pairs(store, probe_keys, lo, hi, min_ref)
+    assert got == brute_pairs(keys, refs, probe_keys, lo, hi, min_ref)
+
+
+@pytest.mark.parametrize("probes", [1, 7, 500, 5000])
+def test_sweep_and_search_paths_agree_on_large_runs(probes):
+    """Both paths of a 20,000-item main array (and a full buffer): 1 and 7 probes search it,
+    500 and 5000 sweep it (``_SWEEP_GAP`` items per probe); the sweep's steps of
+    ``_SWEEP_AHEAD`` items and the rebounding search after them both run."""
+    assert _SWEEP_GAP * 7 < 20_000 <= _SWEEP_GAP * 500
+    rng = np.random.default_rng(probes)
+    items = 20_000
+    keys = np.sort(rng.integers(0, 3000, items).astype(np.float64))
+    refs = rng.permutation(items).astype(np.int64)
+    order = np.lexsort((refs, keys))
+    keys, refs = keys[order], refs[order]
+    store = BISort(items + 501, partitions=100, buffer_size=500)
+    store.insert(keys, refs)
+    extra = np.sort(rng.integers(0, 3000, 500).astype(np.float64))
+    store.insert(extra, np.arange(items, items + 500))
+    assert store._t.meta[BUFFERED] == 500
+    store.check()
+    probe_keys = np.sort(rng.integers(-5, 3005, probes).astype(np.float64))
+    all_keys = np.concatenate([keys, extra])
+    all_refs = np.concatenate([refs, np.arange(items, items + 500)])
+    for lo, hi in [(0.0, 0.0), (-2.5, 2.5), (-400.0, 10.0)]:
+        got = store_pairs(store, probe_keys, lo, hi, 100)
+        assert got == brute_pairs(all_keys, all_refs, probe_keys, lo, hi, 100)
+        vlo, vhi = band_bounds(probe_keys, lo, hi)
+        starts, ends = store.ranges(vlo, vhi)
+        assert np.array_equal(starts, np.searchsorted(keys, vlo, "left"))
+        assert np.array_equal(ends, np.maximum(starts, np.searchsorted(keys, vhi, "right")))
 
 
 @pytest.mark.parametrize(

@@ -55,27 +55,9 @@ def pick(typingctx, cond, a, b):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def upper_bound(keys, start, stop, x):
-    """First position in ``[start, stop)`` with ``keys[pos] > x`` (``stop`` if none).
-
-    A binary search without branches on the keys (each halving is a :func:`pick`), so it pays
-    no mispredictions and the CPU overlaps consecutive searches; unsigned positions spare the
-    negative-index handling. ``keys[start:stop]`` non-decreasing, ``0 <= start``.
-    O(log(stop - start)).
-    """
-    n = stop - start
-    if n <= 0:
-        return start
-    base = start
-    while n > 1:
-        half = n >> 1
-        base = pick(keys[np.uint64(base + half)] <= x, base + half, base)
-        n -= half
-    return base + (keys[np.uint64(base)] <= x)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _left_of(v, x, upper):
+def left_of(v, x, upper):
+    """Whether ``v`` lies before the answer of a search for ``x``: ``v <= x`` for the first key
+    ``> x`` (``upper``), ``v < x`` for the first key ``>= x``."""
     return v <= x if upper else v < x
 
 
@@ -103,19 +85,19 @@ def rebound_search(arr, start, stop, hint, x, upper):
     """
     h = min(max(hint, start), stop)
     step = 1
-    if h < stop and _left_of(arr[h], x, upper):  # forward phase: the answer is after h
-        while h + step < stop and _left_of(arr[h + step], x, upper):
+    if h < stop and left_of(arr[h], x, upper):  # forward phase: the answer is after h
+        while h + step < stop and left_of(arr[h + step], x, upper):
             h += step
             step *= 2
         lo, hi = h + 1, min(h + step, stop)
     else:  # the answer is at or before h: run the forward phase leftwards
-        while h - step >= start and not _left_of(arr[h - step], x, upper):
+        while h - step >= start and not left_of(arr[h - step], x, upper):
             h -= step
             step *= 2
         lo, hi = max(h - step + 1, start), h
     while lo < hi:  # backward phase; arr[hi] is not left of x (or hi == stop)
         mid = (lo + hi) >> 1
-        if _left_of(arr[mid], x, upper):
+        if left_of(arr[mid], x, upper):
             lo = mid + 1
         else:
             hi = mid
@@ -157,6 +139,14 @@ def band_bounds(keys, lo, hi):
     for i in range(1, m):
         vhi[i] = max(vhi[i], vhi[i - 1])
     return vlo, vhi
+
+
+@njit(cache=True, nogil=True)
+def map_positions(pos, order):
+    """``pos[k] = order[pos[k]]`` for every k, in place: positions in a sorted batch back to the
+    caller's, without the new array (and its page faults) of ``order[pos]``. O(len(pos))."""
+    for k in range(pos.shape[0]):
+        pos[k] = order[pos[k]]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -240,7 +230,8 @@ class SubwindowStore(ABC):
         """Items with ``lo <= item - keys[i] <= hi`` and ``ref >= min_ref``.
 
         ``keys`` float64 (m,) ascending; ``vlo``/``vhi`` from :func:`band_bounds`. Returns
-        ``(i, refs)`` int64, ``i`` indexing ``keys``; each pair once.
+        ``(i, refs)`` int64 in new arrays (the chain maps ``i`` back in place), ``i`` indexing
+        ``keys``; each pair once.
         """
 
     @abstractmethod
@@ -329,17 +320,25 @@ class SubwindowIndex(WindowIndex):
         sorted_keys = np.ascontiguousarray(k) if order is None else k[order]
         lo0, hi0 = float(lo[0]), float(hi[0])
         vlo, vhi = band_bounds(sorted_keys, lo0, hi0)
-        found = [
-            s.probe(sorted_keys, vlo, vhi, lo0, hi0, self._before)
-            for s in self._subwindows
-            if len(s)
-        ]
+        pos, refs = self.probe_stores(sorted_keys, vlo, vhi, lo0, hi0)
+        if order is not None:
+            map_positions(pos, order)
+        return pos, refs
+
+    def probe_stores(
+        self, keys: np.ndarray, vlo: np.ndarray, vhi: np.ndarray, lo: float, hi: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs ``(i, ref)`` of every subwindow for the sorted batch ``keys``, in new
+        arrays; ``i`` indexes ``keys``. Arguments as for :meth:`SubwindowStore.probe`.
+
+        Probes each store and concatenates; an index whose stores can append to one output
+        overrides this to spare the copies.
+        """
+        found = [s.probe(keys, vlo, vhi, lo, hi, self._before) for s in self._subwindows if len(s)]
         if len(found) == 1:
-            pos, refs = found[0]
-        else:
-            pos = np.concatenate([f[0] for f in found])
-            refs = np.concatenate([f[1] for f in found])
-        return (pos, refs) if order is None else (order[pos], refs)
+            return found[0]
+        return (np.concatenate([f[0] for f in found]),
+                np.concatenate([f[1] for f in found]))  # fmt: skip
 
     def expire(self, before_ref: int) -> None:
         self._before = max(self._before, int(before_ref))
