@@ -25,6 +25,7 @@ from streamjoin.indexes.bisort import (
     MAIN,
     STRIDE,
     BISort,
+    BISortIndex,
 )
 from streamjoin.indexes.subwindows import band_bounds
 
@@ -233,6 +234,7 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes):
         ({"partitions": 0}, "partitions must be at least 1"),
         ({"buffer_size": -1}, "buffer_size must be at least 0"),
         ({"buffer_size": 2.5}, "buffer_size must be an integer"),
+        ({"threads": 0}, "threads must be at least 1"),
     ],
 )
 def test_rejects_bad_options(options, message):
@@ -250,3 +252,44 @@ def test_join_matches_oracle(predicate, window, self_join, batch_size):
 
 def test_panjoin_topology_matches_oracle():
     panjoin_matches_oracle("bisort", {"partitions": 2, "buffer_size": 2})
+
+
+# --- probing with several threads ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_random_actions(threads):
+    """Every probe batch cut among the threads (even 4 keys): the same pairs as the oracle."""
+    index = bisort(threads=threads, **TINY)
+    index.parallel_min_probes = 1
+    rng = np.random.default_rng(threads)
+    random_actions(index, rng, steps=120, window=300)
+
+
+def test_threads_match_one_thread_on_large_batches():
+    """Batches of 5,000 probes with duplicate keys, in three subwindows and their buffers: the
+    slices of two threads give exactly the pairs one thread finds, in the same batch order."""
+    rng = np.random.default_rng(7)
+    one = bisort(subwindow_size=4000, partitions=16, buffer_size=500)
+    two = bisort(subwindow_size=4000, partitions=16, buffer_size=500, threads=2)
+    assert two.parallel_min_probes <= 5000
+    ref = 0
+    for _ in range(6):
+        keys = rng.integers(0, 3000, 2000).astype(np.float64)[None, :]
+        refs = np.arange(ref, ref + 2000)
+        ref += 2000
+        for ix in (one, two):
+            ix.insert(keys, refs)
+            ix.expire(ref - 9000)
+        probes = rng.integers(-10, 3010, 5000).astype(np.float64)[None, :]
+        lo, hi = np.array([-2.0]), np.array([3.0])
+        got = [ix.probe(probes, lo, hi) for ix in (one, two)]
+        assert len(got[0][0]) > 5000
+        assert sorted(zip(*got[0], strict=True)) == sorted(zip(*got[1], strict=True))
+
+
+@pytest.mark.parametrize("batch_size", [3, 64])
+@pytest.mark.parametrize("window", JOIN_WINDOWS)
+def test_threads_join_matches_oracle(monkeypatch, window, batch_size):
+    monkeypatch.setattr(BISortIndex, "parallel_min_probes", 1)
+    join_matches_oracle("bisort", {**TINY, "threads": 2}, "band", window, False, batch_size)

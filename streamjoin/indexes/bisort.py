@@ -39,6 +39,7 @@ range again (§III-E). All subwindows of a window append to one pair of outputs.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -486,10 +487,20 @@ class BISortIndex(SubwindowIndex):
     buffer_size : int, optional
         Insertion buffer size ``B``, >= 0; by default ``max(1024, subwindow_size // 32)`` (the
         paper's default is 1K; see the module docstring for why ours is larger).
+    threads : int
+        Threads that probe a batch together (PanJoin §III-E's multi-threaded probing), >= 1.
+        A sorted probe batch of at least :attr:`parallel_min_probes` keys is cut into
+        ``threads`` contiguous slices, and each thread probes every subwindow with its slice
+        (the kernels release the GIL); the default 1 probes in the calling thread. More than
+        one pays only where the actor has cores to itself (see ``benchmarks/
+        test_subwindow_indexes.py``).
     """
 
     name = "bisort"
     store = BISort
+    #: Smallest probe batch that is split among threads: below it, handing slices to the
+    #: threads costs more than they save.
+    parallel_min_probes = 4096
 
     def __init__(
         self,
@@ -497,22 +508,45 @@ class BISortIndex(SubwindowIndex):
         subwindow_size: int = 2**16,
         partitions: int = 512,
         buffer_size: int | None = None,
+        threads: int = 1,
     ) -> None:
         if buffer_size is None:
             size = int_option(self.name, "subwindow_size", subwindow_size, 1)
             buffer_size = min(size, max(1024, size // 32))
+        self.threads = int_option(self.name, "threads", threads, 1)
+        self._pool: ThreadPoolExecutor | None = None
         super().__init__(n_keys, subwindow_size, partitions=partitions, buffer_size=buffer_size)
 
     def probe_stores(self, keys, vlo, vhi, lo, hi):
-        """Every subwindow appends to one pair of outputs: no per-store arrays to allocate,
-        fault in and concatenate (about 5% of a probe batch at 32K, 8% at 1K)."""
-        stores = [s for s in self._subwindows if len(s)]
-        # room for two candidates per probe and subwindow (S = 1 fits; more grows the outputs):
-        # pages never written are never touched, so the room costs address space only
-        size = 2 * len(keys) * len(stores) + 16
-        out_p, out_r = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-        n = 0
-        for s in stores:
-            out_p, out_r, n = append_bisort(s._t, keys, vlo, vhi, lo, hi, self._before, out_p,
-                                            out_r, n)  # fmt: skip
-        return out_p[:n], out_r[:n]
+        """Every subwindow appends to one pair of outputs (per thread): no per-store arrays to
+        allocate, fault in and concatenate (about 5% of a probe batch at 32K, 8% at 1K)."""
+        stores = tuple(s._t for s in self._subwindows if len(s))
+        m = len(keys)
+        if self.threads == 1 or m < max(self.parallel_min_probes, self.threads):
+            return _probe_slice(stores, keys, vlo, vhi, lo, hi, self._before, 0, m)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="bisort-probe")
+        cuts = np.linspace(0, m, self.threads + 1).astype(np.int64)
+        slices = [
+            self._pool.submit(_probe_slice, stores, keys, vlo, vhi, lo, hi, self._before, a, b)
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        ]
+        found = [f.result() for f in slices]
+        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+
+
+def _probe_slice(stores, keys, vlo, vhi, lo, hi, min_ref, a, b):
+    """The pairs ``(i, ref)`` of probes ``a .. b`` of a sorted batch in every subwindow, ``i``
+    indexing the whole batch: each subwindow appends to one pair of outputs."""
+    keys, vlo, vhi = keys[a:b], vlo[a:b], vhi[a:b]
+    # room for two candidates per probe and subwindow (S = 1 fits; more grows the outputs):
+    # pages never written are never touched, so the room costs address space only
+    size = 2 * len(keys) * len(stores) + 16
+    out_p, out_r = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    n = 0
+    for t in stores:
+        out_p, out_r, n = append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n)
+    pos = out_p[:n]
+    if a:
+        pos += a
+    return pos, out_r[:n]
