@@ -15,17 +15,22 @@ runs the same band join (match rate 2, count window ``--window`` per stream, ind
   (``max_delay=0``); ``sim`` gets the same constant rate in virtual time. The p50 latency is
   the comparison.
 
-Three simulated machines, each with its actors sharing this host's processors
-(``MachineProfile.with_cpus(os.cpu_count())``), as Ray's driver and actors do here:
+Three simulated machines, each with its actors sharing this host's processors as Ray's driver
+and actors do here: ``MachineProfile.with_cpus(os.cpu_count(), share)``, with ``share`` the
+share of a processor one and two busy processes got (``cost_model.measure_cpu_share``, 0.3 s
+before each ``ray`` run; the median over the runs compared): the host is shared, and other
+jobs come and go.
 
 - ``sim, shipped``: the shipped profile (``cost_model.default_profile()``);
 - ``sim, calibrated``: the profile ``streamjoin calibrate`` wrote (``--machine``, by default
   ``experiments/results/sim_fidelity.machine.json``; skipped if there is none);
-- ``sim, messages now``: the shipped compute costs with the ``ray`` executor's message costs
-  measured again at this run's load, as ``streamjoin calibrate`` measures them
-  (``ray_calibrate.measure_messages``: driver → relay actor → sink actor over the executor's
-  TCP channels, real batches), which separates stale coefficients from what the model leaves
-  out.
+- ``sim, calibrated now``: the host as it is during this layout's runs. Right before each
+  layout's ``ray`` runs, ``cost_model.calibrate(indexes=[--index], ray=False)`` measures the
+  index's and the roles' kernels and the after-idle costs; the ``ray``
+  executor's message costs are measured once at the start as ``streamjoin calibrate`` does
+  (``ray_calibrate.measure_messages``: driver → relay actor → sink actor over the
+  executor's TCP channels, real batches). This separates stale coefficients from what the
+  model leaves out.
 
 Ray and local runs are repeated ``--repeat`` times and the median is kept (the machine is
 shared: see the load average recorded with every row); a simulated run is deterministic and
@@ -33,8 +38,8 @@ runs once.
 
 Writes ``experiments/results/sim_fidelity.{csv,md,png}`` with the machine, load and commit.
 
-Run: ``python experiments/sim_fidelity.py`` (about 5 minutes on 2 cores; ``--quick`` for a
-smoke run).
+Run: ``python experiments/sim_fidelity.py`` (about 8 minutes on 2 cores with ``--repeat 5``;
+``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ LAYOUTS = {
 #: Arrival rate standing for "all input at once" on the simulator (tuples/s of virtual time).
 FLOOD = 1e12
 #: The simulated machines (see the module docstring).
-SIMULATED = ("sim, shipped", "sim, calibrated", "sim, messages now")
+SIMULATED = ("sim, shipped", "sim, calibrated", "sim, calibrated now")
 #: Where ``streamjoin calibrate -o`` put the profile compared by default.
 CALIBRATED = os.path.join(RESULTS, "sim_fidelity.machine.json")
 
@@ -95,11 +100,20 @@ def measure(query, data, topo, backend: str, *, batch: int, chunk: int, pace: fl
             "wall_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}  # fmt: skip
 
 
+def fmt_share(share) -> str:
+    """A processor share per number of busy processes, as ``0.98/0.51``."""
+    return "/".join(f"{v:.2f}" for v in share)
+
+
 def median_run(runs: list[dict]) -> dict:
-    """The median of each figure over repeated runs (the load: the highest seen)."""
+    """The median of each figure over repeated runs (the load: the highest seen), with the
+    range of throughput and p50 over them."""
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     out["load_1min"] = max(r["load_1min"] for r in runs)
     out["runs"] = len(runs)
+    for k in ("tuples_per_s", "p50_ms"):
+        out[f"{k}_min"] = min(r[k] for r in runs)
+        out[f"{k}_max"] = max(r[k] for r in runs)
     return out
 
 
@@ -123,16 +137,16 @@ def main() -> None:
 
     import ray
 
+    from streamjoin.runtime.cost_model import measure_cpu_share
     from streamjoin.runtime.ray_calibrate import measure_messages
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     cpus = os.cpu_count()
-    shipped = cost_model.default_profile().with_cpus(cpus)
-    now, raw = measure_messages()
-    machines = {SIMULATED[0]: shipped, SIMULATED[2]: shipped.with_messages(now)}
+    messages_now, raw = measure_messages()
+    fixed = {SIMULATED[0]: cost_model.default_profile()}
     if os.path.exists(args.machine):
-        machines[SIMULATED[1]] = cost_model.MachineProfile.load(args.machine).with_cpus(cpus)
-    machines = {name: machines[name] for name in SIMULATED if name in machines}
+        fixed[SIMULATED[1]] = cost_model.MachineProfile.load(args.machine)
+    machines = {}  # per layout
     query, data = band_workload(args.tuples, args.window)
     sj.run(query, data.slice(0, 4 * args.batch), LAYOUTS["single"](args.index), batch_size=256,
            collect="count", progress=False)  # fmt: skip
@@ -146,29 +160,42 @@ def main() -> None:
               f"p50 {out['p50_ms']:8.2f} ms  p99 {out['p99_ms']:8.2f} ms  "
               f"[{out['wall_s']:.1f} s, load {out['load_1min']:.1f}]", flush=True)  # fmt: skip
 
+    def series(backend, topo, data_, chunk, pace):
+        """``--repeat`` runs; before each ``ray`` run, the processors' share (the median of
+        each is the host as it was during the runs)."""
+        runs, shares = [], []
+        for _ in range(args.repeat):
+            if backend == "ray":
+                shares.append(measure_cpu_share(cpus, seconds=0.3, rounds=1)[0])
+            runs.append(measure(query, data_, topo, backend, batch=chunk, chunk=chunk, pace=pace))
+        out = median_run(runs)
+        if shares:
+            out["cpu_share"] = tuple(float(np.median([x[k] for x in shares])) for k in range(cpus))
+        return out
+
     for layout, make in LAYOUTS.items():
         topo = make(args.index)
         b = args.batch
-        for backend in ("ray", "local"):
-            runs = [measure(query, data, topo, backend, batch=b, chunk=b, pace=None)
-                    for _ in range(args.repeat)]  # fmt: skip
-            record(layout, "unpaced", backend, None, median_run(runs), b)
-        for name, prof in machines.items():
-            out = measure(query, data, topo, "sim", batch=b, chunk=b, pace=None, machine=prof)
-            record(layout, "unpaced", name, None, out, b)
-        ray_rate = next(r["tuples_per_s"] for r in rows
-                        if r["layout"] == layout and r["mode"] == "unpaced" and r["backend"] == "ray")  # fmt: skip
-        pace = float(round(args.pace_share * ray_rate, -2))
-        chunk = max(1, int(pace * args.chunk_ms / 1000))
-        paced = data.slice(0, int(pace * args.paced_seconds))
-        for backend in ("ray", "local"):
-            runs = [measure(query, paced, topo, backend, batch=chunk, chunk=chunk, pace=pace)
-                    for _ in range(args.repeat)]  # fmt: skip
-            record(layout, "paced", backend, pace, median_run(runs), chunk)
-        for name, prof in machines.items():
-            out = measure(query, paced, topo, "sim", batch=chunk, chunk=chunk, pace=pace,
-                          machine=prof)  # fmt: skip
-            record(layout, "paced", name, pace, out, chunk)
+        now = cost_model.calibrate(indexes=[args.index], ray=False, quick=args.quick,
+                                   name="now").with_messages(messages_now)  # fmt: skip
+        machines[layout] = {**fixed, SIMULATED[2]: now}
+        for mode in ("unpaced", "paced"):
+            if mode == "unpaced":
+                pace, chunk, data_ = None, b, data
+            else:
+                ray_rate = next(r["tuples_per_s"] for r in rows if r["layout"] == layout
+                                and r["mode"] == "unpaced" and r["backend"] == "ray")  # fmt: skip
+                pace = float(round(args.pace_share * ray_rate, -2))
+                chunk = max(1, int(pace * args.chunk_ms / 1000))
+                data_ = data.slice(0, int(pace * args.paced_seconds))
+            ray_out = series("ray", topo, data_, chunk, pace)
+            share = ray_out["cpu_share"]
+            record(layout, mode, "ray", pace, ray_out | {"cpu_share": fmt_share(share)}, chunk)
+            record(layout, mode, "local", pace, series("local", topo, data_, chunk, pace), chunk)
+            for name, prof in machines[layout].items():
+                out = measure(query, data_, topo, "sim", batch=chunk, chunk=chunk, pace=pace,
+                              machine=prof.with_cpus(cpus, share))  # fmt: skip
+                record(layout, mode, name, pace, out, chunk)
     write(rows, args, machines, raw)
 
 
@@ -194,7 +221,12 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    names = list(machines)
+    names = [n for n in SIMULATED if n in next(iter(machines.values()))]
+    listed = {}  # (layouts, name) -> profile: a fixed machine once, a "now" one per layout
+    for layout, profs in machines.items():
+        for name, prof in profs.items():
+            key = ("all", name) if name != SIMULATED[2] else (layout, name)
+            listed.setdefault(key, prof)
     rat = ratios(rows, names)
     plot(rows, rat, base + ".png", names)
     m = machine_info()
@@ -214,15 +246,34 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         "Simulated machines (message costs in µs, per-byte in ns/B; every one with its actors "
         f"sharing this host's {m['cpus']} processors):",
         "",
-        "| machine | profile | send | send/B | hop | hop/B | receive | receive/B |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| layouts | machine | profile | send | send/B | hop | hop/B | receive | receive/B |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, prof in machines.items():
+    for (layouts, name), prof in listed.items():
         c = prof.messages
-        lines.append(f"| {name} | `{prof.name}` {prof.info.get('date', '')} "
+        lines.append(f"| {layouts} | {name} | `{prof.name}` {prof.info.get('date', '')} "
                      f"| {c.send_ns / 1e3:.0f} | {c.send_per_byte_ns:.2f} "
                      f"| {c.hop_ns / 1e3:.0f} | {c.hop_per_byte_ns:.2f} "
                      f"| {c.recv_ns / 1e3:.0f} | {c.recv_per_byte_ns:.2f} |")  # fmt: skip
+    lines += [
+        "",
+        f"Their compute: `{args.index}` coefficients in ns (per call, tuple inserted, tuple "
+        "expired, scan unit), the after-idle costs in µs per step (emitter, join core, "
+        "collector), and the load average when they were measured. Every machine shares the "
+        "processors as measured during the `ray` runs it is compared with (the share of a "
+        "processor one and two busy processes got; see *All runs*):",
+        "",
+        "| layouts | machine | call | inserted | expired | scan | after idle µs | load |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for (layouts, name), prof in listed.items():
+        k, a = prof.indexes.get(args.index, {}), prof.after_idle
+        fit = prof.info.get("fit", {})
+        load = (fit.get("after_idle") or fit.get("messages") or {}).get("load_1min_start_end")
+        lines.append(f"| {layouts} | {name} | {k.get('calls', 0):.0f} | {k.get('inserted', 0):.0f} "
+                     f"| {k.get('expired', 0):.0f} | {k.get('scan', 0):.1f} "
+                     f"| {a.emitter_ns / 1e3:.0f}, {a.join_ns / 1e3:.0f}, {a.collector_ns / 1e3:.0f} "
+                     f"| {load[0] if load else '–'} |")  # fmt: skip
     lines += [
         "",
         f"The executor's messages measured now (`ray_calibrate.measure_messages`, load "
@@ -253,38 +304,61 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     for r in rat:
         lines.append(f"| {r['layout']} | {r['machine']} | {r['throughput_ratio']:.2f} "
                      f"| {r['p50_ratio']:.2f} | {r['paced_throughput_ratio']:.2f} |")  # fmt: skip
-    lines += ["", *explanation(rat, names, raw)]
+    lines += ["", *explanation(rat, rows, listed, raw)]
     lines += [
         "",
         "## All runs",
         "",
-        "| layout | mode | backend | input rate t/s | tuples/s | p50 ms | p99 ms | load |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| layout | mode | backend | input rate t/s | tuples/s | p50 ms | p99 ms | load "
+        "| processor share |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(f"| {r['layout']} | {r['mode']} | {r['backend']} "
                      f"| {r['pace'] and format(r['pace'], ',.0f') or 'unpaced'} "
                      f"| {r['tuples_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
-                     f"| {r['load_1min']:.1f} |")  # fmt: skip
+                     f"| {r['load_1min']:.1f} | {r.get('cpu_share', '')} |")  # fmt: skip
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"wrote {base}.csv, .md, .png")
 
 
-def explanation(rat: list[dict], names: list[str], raw: dict) -> list[str]:
+def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> list[str]:
     """What the model charges and what it leaves out, with this run's figures."""
     ok = [r for r in rat if all(0.8 <= r[k] <= 1.25 for k in ("throughput_ratio", "p50_ratio"))]
+    now = [r for r in rat if r["machine"] == SIMULATED[2]]
+    ok_now = [r for r in now if r in ok]
     by = raw["by_batch_size"]
     cpu = [r["relay_cpu_ns"] / max(1.0, r["period_ns"]) for r in by.values()]
+    nows = {lay: p for (lay, name), p in listed.items() if name == SIMULATED[2]}
+    ray = {(r["layout"], r["mode"]): r for r in rows if r["backend"] == "ray"}
 
     def us(key) -> str:
         return ", ".join(f"{key(r) / 1e3:.0f}" for r in by.values())
 
+    def spread(mode: str, k: str, fmt: str) -> str:
+        return ", ".join(f"{format(ray[(lay, mode)][k + '_min'], fmt)}–"
+                         f"{format(ray[(lay, mode)][k + '_max'], fmt)}" for lay in LAYOUTS)  # fmt: skip
+
+    em = cost_model.default_profile().roles["emitter"]
+    sizes = [int(ray[(lay, "paced")]["chunk_rows"]) for lay in LAYOUTS]
+    chunks = ", ".join(f"{n:,}" for n in sizes)
+    emitter = ", ".join(f"{(em['calls'] + em['msgs_out'] + (em['tuples_in'] + em['tuples_out']) * n) / 1e3:.0f}"
+                        for n in sizes)  # fmt: skip
+    local = {(r["layout"], r["mode"]): r for r in rows if r["backend"] == "local"}
+    local_gap = ", ".join(f"{ray[(lay, 'paced')]['p50_ms'] - local[(lay, 'paced')]['p50_ms']:.1f}"
+                          for lay in LAYOUTS)  # fmt: skip
+    idle = "; ".join(f"{lay} {p.after_idle.emitter_ns / 1e3:.0f}, {p.after_idle.join_ns / 1e3:.0f}, "
+                     f"{p.after_idle.collector_ns / 1e3:.0f}" for lay, p in nows.items())  # fmt: skip
+    shares = "; ".join(f"{lay} {ray[(lay, 'unpaced')]['cpu_share']} unpaced, "
+                       f"{ray[(lay, 'paced')]['cpu_share']} paced" for lay in LAYOUTS)  # fmt: skip
     return [
         "## How the model is calibrated, and what it leaves out",
         "",
-        f"- {len(ok)} of {len(rat)} (layout, machine) pairs have both ratios within 25%.",
+        f"- {len(ok)} of {len(rat)} (layout, machine) pairs have both ratios within 25%; "
+        f"{len(ok_now)} of {len(now)} for `{SIMULATED[2]}`, whose every coefficient was "
+        "measured on the host as it was during the layout's runs.",
         "- **Transport.** The `ray` executor uses Ray only to place, start and stop its actors; "
         "batches travel over one TCP connection per graph edge as framed raw columns "
         "(`runtime/channels.py`). In each actor of an acyclic graph one thread reads the "
@@ -308,11 +382,57 @@ def explanation(rat: list[dict], names: list[str], raw: dict) -> list[str]:
         + " µs, of which the receiver's read after waking is "
         + us(lambda r: r["idle_recv_ns"])
         + " µs.",
-        "- **Contention.** The relay's process CPU time is "
+        "- **Steps after idle time** are charged: a step whose core had no message waiting "
+        "costs a constant per actor kind more than the back-to-back steps the kernels are "
+        "fitted on (`MachineProfile.after_idle`). `cost_model.measure_after_idle` times the "
+        "same steps back to back and with the process asleep 5 ms before each (the window "
+        "full, batches of 64 to 4,096): the difference hardly grows with the step, as a cache "
+        "refill would not once the working set is back. Measured before each layout (µs, "
+        f"emitter, join core, collector): {idle}. Paced, every step follows idle time; "
+        "unpaced, the busiest actor never does, but on processors shared by more actors "
+        "a step that waited for one starts as cold (other processes ran on it), and is "
+        "charged the same.",
+        "- **Processors.** The simulated actors share the host's 2 processors, and other jobs "
+        "share them too: Linux divides the processors between sessions first, so one busy job "
+        "elsewhere holds about one of the two however many processes the run has. "
+        "`cost_model.measure_cpu_share` spins one and then two processes and takes the share "
+        "of a processor each got; the compute of a step that starts while two steps hold "
+        "processors is stretched by the ratio of the two (the kernels were timed by one "
+        "process). Measured before each `ray` run, the median over a layout's runs (one/two "
+        f"busy): {shares}. Ray's own "
+        "daemons and idle actors took about 0.1 of a processor on 2026-11-26 (`/proc` CPU "
+        "times over 5 s, load 3.4), inside what the share measures. The stretch is fixed "
+        "when a step starts (a step that starts alone is not stretched when another starts "
+        "during it), and each share is a 0.3-s sample before a run: other jobs come and go "
+        "within one.",
+        "- **Waiting for a processor** is charged the whole after-idle cost, however short "
+        "the wait: the after-idle costs are measured after 5-ms gaps, and shorter gaps cost "
+        "less (on 2026-11-26, after a 0.2-ms gap a join core's step took about 10–75% and an "
+        "emitter's about a fifth of the extra they took after a 10-ms gap). Where no other job "
+        "holds a processor (shares near 1), the cores of split(2) and grid(1, 2) wait only "
+        "behind the emitter's and the collector's short steps and are overcharged, so the "
+        "simulated unpaced throughput falls below Ray's; where another job holds one, the "
+        "waits are long and the charge fits. Timing steps after several gaps and charging "
+        "by the length of the gap or wait would cover both.",
+        "- **Load.** Over the repeats Ray's unpaced throughput ranged "
+        + spread("unpaced", "tuples_per_s", ",.0f")
+        + " tuples/s and its paced p50 "
+        + spread("paced", "p50_ms", ".2f")
+        + " ms (single, split(2), grid(1, 2)); the figures compared are medians, the "
+        "coefficients single measurements a minute before.",
+        "- **Contention in the transport.** The relay's process CPU time is "
         + ", ".join(f"{c:.0%}" for c in cpu)
         + " of the pipeline's period: the rest is waiting for a processor that other "
-        "processes hold. Wall-clock costs carry the load of the moment they were measured; "
-        "the ratios move with the load in between (see the load column).",
+        "processes hold. Message costs are wall-clock costs measured once at the start, "
+        "with the load of that moment (see the load column).",
+        "- **The emitter's per-tuple costs** are overcharged for chunks that are one batch "
+        "each, as here: its fitted cost per tuple sent (about 0.12–0.13 µs) stands for the "
+        "chunks a batch is merged from (the calibration feeds chunks of 1 to 1,024 tuples into "
+        "batches of 1 to 512), which no feature counts. A chunk of 512 (4,096) tuples sent as "
+        "one batch takes about 32 (45) µs back to back (the shipped profile's "
+        f"`info.fit.after_idle`); for the paced chunks here ({chunks} tuples) the shipped "
+        f"model charges {emitter} µs. A count of the chunks merged, kept by the emitter, "
+        "would separate the two.",
         "- **Coalescing.** When several batches of one sender for one port wait in an actor's "
         "inbox, the executor hands them to the logic as one (`coalesce.mergeable`; at most "
         "`INBOX` = 2, as a host reads no further once that many wait). The simulator does "
@@ -323,17 +443,11 @@ def explanation(rat: list[dict], names: list[str], raw: dict) -> list[str]:
         "below capacity no mailbox fills; unpaced, the simulator's emitter runs ahead of "
         "the cores instead of waiting, which changes the queues, not which actor bounds the "
         "throughput.",
-        "- **Steps after idle time** are not modelled. The kernel coefficients are fitted on "
-        "steps run back to back (calibration floods the layout). Paced, every step follows "
-        "an idle gap in which other processes run, and takes longer: on 2026-11-26 (load "
-        "3.6) the same logic under `local` took 1.2–1.9× the host time per core paced "
-        "(100K tuples/s, 1,000-tuple chunks) that it took unpaced. This is the likeliest "
-        "cause of the simulator's low paced p50.",
-        "- **Processors.** The simulated machine gives the run both CPUs; on the shared host "
-        "the run competes with other jobs (see the load column) and Ray's daemons. The "
-        "layouts whose two cores need both CPUs at once (split(2), grid(1, 2)) feel that "
-        "most. Ray's unpaced throughput also moves between runs: on 2026-11-26 single runs "
-        "of `single` on this workload gave 380K–853K tuples/s at loads 2.3–3.9.",
+        "- **`local`** runs every actor in one thread and delivers a chunk's messages before "
+        "reading the next: no messages to pay for, but no parallelism, and no queues, so its "
+        "unpaced p50 is one chunk's pass (1–2 ms) where Ray's queues fill to their bounds and "
+        "the simulator's hold the whole input. Paced, its p50 is the same steps after idle "
+        f"time without the messages: Ray's p50 less {local_gap} ms here.",
         "- **Unpaced latency** is not compared: with the whole input arriving at once the "
         "simulator's queues hold all of it, while the executor's senders wait for their "
         "destinations.",

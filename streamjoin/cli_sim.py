@@ -28,8 +28,8 @@ def add_sim_options(group) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="sim: processors the actors share, e.g. this host's to compare with --backend ray "
-        "(default: the profile's, normally one per actor)",
+        help="sim: processors the actors share, e.g. this host's to compare with --backend ray, "
+        "with the profile's cpu_share (default: the profile's, normally one per actor)",
     )
 
 
@@ -65,7 +65,8 @@ def add_calibrate_command(sub) -> None:
         "calibrate",
         help="measure this machine's join kernels and messaging for --backend sim",
         description="Time the join kernels of every window index (per call, candidate, "
-        "insert, pair, ...) and the ray executor's messages between actors, fit the "
+        "insert, pair, ...), steps after idle time, and the ray executor's messages between "
+        "actors, fit the "
         "simulator's cost model and write a machine profile JSON for "
         "`--backend sim --machine FILE`.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -77,14 +78,18 @@ def add_calibrate_command(sub) -> None:
     cal.add_argument("--no-ray", action="store_true",
                      help="keep the shipped message costs instead of timing them on Ray")  # fmt: skip
     cal.add_argument("--name", default=None, help="profile name (default: the host name)")
+    cal.add_argument("--idle-gap-ms", type=float, default=None, metavar="MS",
+                     help="idle gap at which steps after idle time are timed (default: "
+                     "cost_model.IDLE_GAP_S; 0: keep the shipped after-idle costs)")  # fmt: skip
 
 
 def cmd_calibrate(args) -> int:
-    from streamjoin.runtime.cost_model import calibrate
+    from streamjoin.runtime.cost_model import IDLE_GAP_S, calibrate
 
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
+    gap = IDLE_GAP_S if args.idle_gap_ms is None else args.idle_gap_ms / 1e3 or None
     profile = calibrate(args.out, indexes=args.index, ray=not args.no_ray, quick=args.quick,
-                        name=args.name)  # fmt: skip
+                        name=args.name, idle_gap_s=gap)  # fmt: skip
     print(profile.summary())
     fit = profile.info["fit"]
     worst = max((q["median_rel_error"], k) for k, q in fit.items() if "median_rel_error" in q)

@@ -56,8 +56,9 @@ N = 160
 
 
 def _profile():
-    """The shipped profile with byte-independent message costs (simpler expectations)."""
-    p = cost_model.default_profile()
+    """The shipped profile with byte-independent message costs and no after-idle costs
+    (simpler expectations)."""
+    p = cost_model.default_profile().with_after_idle(cost_model.IdleCosts())
     return p.with_messages(dataclasses.replace(p.messages, send_per_byte_ns=0.0,
                                                hop_per_byte_ns=0.0, recv_per_byte_ns=0.0))  # fmt: skip
 
@@ -189,6 +190,108 @@ def test_profile_scaling_and_json(tmp_path):
         cost_model.MachineProfile.from_dict({"indexes": {"hash": {"probs": 1.0}}})
     with pytest.raises(ValueError, match="cpu must be a positive factor"):
         p.scaled(cpu=0)
+
+
+IDLE = cost_model.IdleCosts(emitter_ns=30_000.0, join_ns=500_000.0, manager_ns=70_000.0,
+                            collector_ns=20_000.0)  # fmt: skip
+
+
+def test_after_idle_is_charged_when_the_core_was_idle():
+    """At a low rate every step follows idle time: the emitter's and the core's after-idle
+    costs add to the latency (the collector stamps a pair before its own compute)."""
+    p = _profile().with_after_idle(IDLE)
+    res = _run(1, machine=p)
+    lat = res.pairs.column("latency_ns").to_numpy()
+    expected = _service(p, 1) + IDLE.emitter_ns + IDLE.join_ns
+    assert np.median(lat[4:]) == pytest.approx(expected, rel=1e-6)
+    actors = res.metrics["actors"]
+    assert actors["emitter"]["after_idle_steps"] >= N  # one chunk of one row at a time
+    for name in ("core", "collector"):  # every batch (and end of stream)
+        assert actors[name]["after_idle_steps"] >= actors[name]["batches_in"] > 0
+    base = _run(1)
+    busy = IDLE.join_ns * actors["core"]["after_idle_steps"] / 1e9
+    assert actors["core"]["busy_s"] == pytest.approx(
+        base.metrics["actors"]["core"]["busy_s"] + busy
+    )
+
+
+def test_after_idle_is_not_charged_when_busy():
+    """Saturated, the bottleneck always finds a message waiting: no after-idle cost, so the
+    capacity is that of the back-to-back steps."""
+    p = _profile()
+    capacity = _capacity(p)
+    res = _run(1, rate=5 * capacity, n=400, machine=p.with_after_idle(IDLE))
+    core = res.metrics["actors"]["core"]
+    assert core["after_idle_steps"] <= 2  # the first step, at most one more at the start
+    assert res.metrics["input_tuples_per_s"] == pytest.approx(capacity, rel=0.03)
+    # with no after-idle costs nothing is counted
+    assert _run(1, machine=p, n=20).metrics["actors"]["core"]["after_idle_steps"] == 0
+
+
+def test_after_idle_is_charged_after_waiting_for_a_processor():
+    """On shared processors a step that waited for one starts as cold as after idle time
+    (other processes ran on it); with a processor each the same flood charges nothing but
+    the first steps."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(1_500, low=0, high=1_000, seed=5)
+    flood = sim.Arrival.constant(1e9)
+    p = _profile().with_after_idle(IDLE)
+
+    def cores(prof):
+        res = sim.run(query, data, sj.topologies.split(3), batch_size=16, chunk_rows=16,
+                      arrival=flood, machine=prof)  # fmt: skip
+        assert res.same_pairs(sj.oracle.join(query, data))
+        return {n: a for n, a in res.metrics["actors"].items() if n.startswith("core")}
+
+    own, shared = cores(p), cores(p.with_cpus(1))
+    assert all(a["after_idle_steps"] <= 2 for a in own.values())
+    assert all(a["after_idle_steps"] > a["batches_in"] / 2 for a in shared.values())
+
+
+def test_after_idle_and_cpu_share_in_json_and_scaling(tmp_path):
+    p = _profile().with_after_idle(IDLE).with_cpus(2, (0.9, 0.45))
+    path = tmp_path / "machine.json"
+    p.save(path)
+    again = cost_model.MachineProfile.load(path)
+    assert again.after_idle == IDLE and again.cpu_share == (0.9, 0.45) and again.cpus == 2
+    assert again.to_dict() == p.to_dict()
+    fast = again.scaled(cpu=2.0)
+    assert fast.after_idle.join_ns == IDLE.join_ns / 2
+    assert fast.after_idle.emitter_ns == IDLE.emitter_ns / 2
+    assert fast.cpu_share == p.cpu_share  # the host's sharing, not its speed
+    assert "after idle" in again.summary() and "0.45" in again.summary()
+    # an older profile without them: no after-idle cost, no stretch
+    old = {k: v for k, v in p.to_dict().items() if k not in ("after_idle", "cpu_share")}
+    older = cost_model.MachineProfile.from_dict(old)
+    assert older.after_idle == cost_model.IdleCosts() and older.cpu_share == ()
+    with pytest.raises(ValueError, match="bad 'after_idle'"):
+        cost_model.MachineProfile.from_dict({"after_idle": {"join": 1.0}})
+    with pytest.raises(ValueError, match="cpu_share must hold shares"):
+        _profile().with_cpus(2, (1.0, 0.0))
+
+
+def test_cpu_share_stretches_concurrent_steps():
+    """With other work on the host, steps that run at once share less: the compute of a step
+    that starts while k steps hold processors is stretched by share[0] / share[k - 1]."""
+    p = _profile().with_cpus(2, (0.8, 0.4))
+    assert [p.slowdown(k) for k in (1, 2, 3)] == [1.0, 2.0, 2.0]
+    assert _profile().with_cpus(None, (0.8, 0.4)).slowdown(2) == 1.0  # a processor each
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(1_500, low=0, high=1_000, seed=5)
+    flood = sim.Arrival.constant(1e9)
+
+    def run(prof):
+        return sim.run(query, data, sj.topologies.split(3), batch_size=16, chunk_rows=16,
+                       arrival=flood, machine=prof)  # fmt: skip
+
+    whole, even, shared = (run(_profile().with_cpus(2, s)) for s in ((), (0.7, 0.7), (0.8, 0.4)))
+    assert shared.same_pairs(sj.oracle.join(query, data))
+    assert even.metrics["input_tuples_per_s"] == whole.metrics["input_tuples_per_s"]
+    assert shared.metrics["input_tuples_per_s"] < 0.8 * whole.metrics["input_tuples_per_s"]
+    # a lone step is not stretched: at a low rate the latency is unchanged
+    lone = _run(1, n=20, machine=_profile().with_cpus(2, (0.8, 0.4)))
+    ref = _run(1, n=20, machine=_profile().with_cpus(2))
+    np.testing.assert_array_equal(lone.latency_ns(), ref.latency_ns())
 
 
 @pytest.mark.parametrize("make", [lambda: sj.topologies.split(3),
@@ -339,6 +442,9 @@ def test_calibrate_measures_kernels(tmp_path):
     assert prof.indexes["hash"]["calls"] + prof.indexes["hash"]["part_calls"] > 0
     assert all(c >= 0 for coefs in prof.roles.values() for c in coefs.values())
     assert prof.info["fit"]["index:hash"]["steps"] > 100
+    # steps after idle time (on the index measured) and the processors' share
+    assert prof.after_idle.join_ns >= 0 and prof.info["fit"]["after_idle"]["index"] == "hash"
+    assert len(prof.cpu_share) == os.cpu_count() and all(0 < v <= 1 for v in prof.cpu_share)
     assert cost_model.MachineProfile.load(path).to_dict() == prof.to_dict()
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(20))
     data = sj.sources.synthetic(300, low=0, high=20, seed=2)
@@ -363,6 +469,20 @@ def test_calibrate_ray_messages():
     small, large = raw["by_batch_size"]["1"], raw["by_batch_size"]["1024"]
     assert large["bytes"] > small["bytes"] and small["period_ns"] > small["send_ns"]
     assert small["one_way_ns"] > small["idle_recv_ns"] > 0 and small["relay_cpu_ns"] > 0
+
+
+def test_measure_after_idle_and_cpu_share():
+    costs, raw = cost_model.measure_after_idle("nested_loop", gap_s=0.002, window=256,
+                                               batches=(8, 64), steps=8, rounds=1)  # fmt: skip
+    assert set(raw["steps"]) == {f"{g}:{w}" for g in ("emitter", "join", "collector")
+                                 for w in ("single:8", "single:64", "panjoin:64")} | {
+        "manager:panjoin:64"}  # fmt: skip
+    for group in ("emitter", "join", "manager", "collector"):
+        assert costs.of(group) >= 0
+    assert all(r["hot_ns"] > 0 and r["after_idle_ns"] > 0 for r in raw["steps"].values())
+    share, raw = cost_model.measure_cpu_share(2, seconds=0.1, rounds=1)
+    assert len(share) == 2 and all(0 < v <= 1 for v in share)
+    assert set(raw["by_busy"]) == {"1", "2"}
 
 
 # -- fidelity against Ray ------------------------------------------------------------------------

@@ -23,10 +23,25 @@ Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CPU per dest
 ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy meanwhile), and cost the
 receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU.
 
-:func:`calibrate` measures this host: it runs the join kernels through the simulator with a
+A step that follows idle time (its core had waited for a message, as every step of a paced
+stream does) costs a constant per cost group more than the same step run back to back
+(``after_idle``, :class:`IdleCosts`): the process slept, other processes ran meanwhile, and
+it wakes to cold caches. The wake-up itself is in the hop latency. On processors shared by
+more actors (``cpus``) a step that had to wait for one is charged the same: other processes
+ran on it meanwhile.
+
+Where the actors share a few processors with other work (``cpus`` and ``cpu_share``), a step
+that starts while k steps hold processors has its compute (charge and after-idle cost)
+stretched by ``cpu_share[0] / cpu_share[k - 1]``: the share of a processor each of k busy
+processes gets, against the one busy process that the compute costs were measured with.
+
+:func:`calibrate` measures this host: it measures the processors' share one and several busy
+processes get (:func:`measure_cpu_share`), runs the join kernels through the simulator with a
 recording model that times every step, fits the coefficients by non-negative least squares on
-relative error, times the ``ray`` executor's messages (framed batches over TCP between actors,
-:mod:`streamjoin.runtime.ray_calibrate`) for the message costs, and writes a profile JSON.
+relative error, times the same kind of steps after an idle gap for the after-idle costs
+(:func:`measure_after_idle`), times the ``ray`` executor's messages (framed batches over TCP
+between actors, :mod:`streamjoin.runtime.ray_calibrate`) for the message costs, and writes a
+profile JSON.
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ import json
 import math
 import operator
 import os
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -114,6 +130,31 @@ class MessageCosts:
         return MessageCosts(**{k: v / factor for k, v in dataclasses.asdict(self).items()})
 
 
+@dataclass(frozen=True)
+class IdleCosts:
+    """What a step costs beyond its charge when it follows idle time, in ns per step of each
+    cost group (see the module docstring; measured by :func:`measure_after_idle`).
+
+    A step whose core had no message to work on before it (or, on shared processors, had to
+    wait for one) is charged this much more: the process slept, other processes ran, and
+    its data (for a join core: its window) has to come back into the caches. A constant per
+    group: measured, it grows little with the step's size once the working set is back.
+    """
+
+    emitter_ns: float = 0.0
+    join_ns: float = 0.0
+    manager_ns: float = 0.0
+    collector_ns: float = 0.0
+
+    def of(self, group: str) -> float:
+        """The after-idle cost (ns) of a step of ``group`` (a key of :data:`FEATURES`)."""
+        return getattr(self, f"{group}_ns")
+
+    def scaled(self, factor: float) -> IdleCosts:
+        """Every cost divided by ``factor`` (a processor ``factor`` times faster)."""
+        return IdleCosts(**{k: v / factor for k, v in dataclasses.asdict(self).items()})
+
+
 @dataclass(frozen=True, eq=False)
 class MachineProfile:
     """Cost coefficients of one machine, in ns per feature unit (:data:`FEATURES`).
@@ -126,12 +167,21 @@ class MachineProfile:
     indexes : dict
         Window index name -> ``{feature: ns}`` for join-core and worker steps.
     messages : MessageCosts
+    after_idle : IdleCosts
+        Extra compute of a step that follows idle time.
     cpu_scale, net_scale : float
         Speed-ups applied by :meth:`scaled` since calibration (recorded, not re-applied).
     cpus : int, optional
         Processors the actors share (None: one per actor). With fewer processors than
         actors, a step waits for a free one (first come, first served) and holds it until it
         ends, as actors sharing a small host do (``MachineProfile.with_cpus``).
+    cpu_share : tuple of float
+        With ``cpus`` set: the share of a processor each busy process gets when k of them
+        run at once (k = 1, 2, …; :func:`measure_cpu_share`, taken with the compute costs),
+        where other work shares the host. The compute costs were measured by one busy
+        process, so a step that starts while k steps run (itself included) has its compute
+        stretched by ``cpu_share[0] / cpu_share[k - 1]`` (the last share for larger k).
+        Empty: no stretch.
     info : dict
         Where and how it was measured (machine, date, fit quality).
     """
@@ -140,15 +190,29 @@ class MachineProfile:
     roles: dict
     indexes: dict
     messages: MessageCosts = field(default_factory=MessageCosts)
+    after_idle: IdleCosts = field(default_factory=IdleCosts)
     cpu_scale: float = 1.0
     net_scale: float = 1.0
     cpus: int | None = None
+    cpu_share: tuple = ()
     info: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         c = self.cpus
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise ValueError(f"cpus must be a positive integer or None, got {c!r}")
+        share = tuple(self.cpu_share)
+        if not all(isinstance(v, int | float) and 0 < v <= 1 for v in share):
+            raise ValueError(f"cpu_share must hold shares of a processor in (0, 1], got {share!r}")
+        object.__setattr__(self, "cpu_share", tuple(float(v) for v in share))
+
+    def slowdown(self, busy: int) -> float:
+        """How much longer a step's compute takes while ``busy`` steps share the processors
+        (itself included; see ``cpu_share``): 1.0 without ``cpus`` or ``cpu_share``."""
+        share = self.cpu_share
+        if self.cpus is None or not share or busy <= 1:
+            return 1.0
+        return share[0] / share[min(busy, len(share)) - 1]
 
     # -- JSON ----------------------------------------------------------------------------------
 
@@ -158,9 +222,11 @@ class MachineProfile:
             "cpu_scale": self.cpu_scale,
             "net_scale": self.net_scale,
             "cpus": self.cpus,
+            "cpu_share": list(self.cpu_share),
             "roles": self.roles,
             "indexes": self.indexes,
             "messages": dataclasses.asdict(self.messages),
+            "after_idle": dataclasses.asdict(self.after_idle),
             "info": self.info,
         }
 
@@ -174,9 +240,15 @@ class MachineProfile:
             messages = MessageCosts(**d.get("messages", {}))
         except TypeError as e:
             raise ValueError(f"bad 'messages' in machine profile: {e}") from None
+        try:
+            after_idle = IdleCosts(**d.get("after_idle", {}))
+        except TypeError as e:
+            raise ValueError(f"bad 'after_idle' in machine profile: {e}") from None
         return cls(name=str(d.get("name", "unnamed")), roles=roles, indexes=idx,
-                   messages=messages, cpu_scale=float(d.get("cpu_scale", 1.0)),
+                   messages=messages, after_idle=after_idle,
+                   cpu_scale=float(d.get("cpu_scale", 1.0)),
                    net_scale=float(d.get("net_scale", 1.0)), cpus=d.get("cpus"),
+                   cpu_share=tuple(d.get("cpu_share", ())),
                    info=dict(d.get("info", {})))  # fmt: skip
 
     def save(self, path: str | os.PathLike) -> None:
@@ -191,10 +263,12 @@ class MachineProfile:
             return cls.from_dict(json.load(f))
 
     def summary(self) -> str:
-        """A text table of the coefficients (µs per unit) and the message costs."""
+        """A text table of the coefficients (µs per unit), the message and after-idle costs."""
+        share = ", ".join(f"{v:.2f}" for v in self.cpu_share)
         lines = [
             f"machine profile {self.name!r} (cpu x{self.cpu_scale:g}, net x{self.net_scale:g}, "
-            f"{self.cpus or 'a processor per actor'}{' processors' if self.cpus else ''})"
+            f"{self.cpus or 'a processor per actor'}{' processors' if self.cpus else ''}"
+            f"{f', shares {share} by busy processes' if share else ''})"
         ]
         for title, table in (("role", self.roles), ("index", self.indexes)):
             for key, coefs in sorted(table.items()):
@@ -204,6 +278,9 @@ class MachineProfile:
         lines.append(f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
                      f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
                      f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)")  # fmt: skip
+        cells = "  ".join(f"{k[:-3]} {v / 1e3:.4g}" for k, v in
+                          dataclasses.asdict(self.after_idle).items())  # fmt: skip
+        lines.append(f"  after idle (µs per step): {cells}")
         return "\n".join(lines)
 
     # -- variants ------------------------------------------------------------------------------
@@ -211,8 +288,8 @@ class MachineProfile:
     def scaled(self, cpu: float = 1.0, net: float = 1.0) -> MachineProfile:
         """The same machine with compute ``cpu`` times and messaging ``net`` times as fast.
 
-        ``profile.scaled(cpu=2.0)`` halves every compute coefficient; ``net`` divides the
-        message costs.
+        ``profile.scaled(cpu=2.0)`` halves every compute coefficient (the after-idle costs
+        too); ``net`` divides the message costs.
         """
         for name, v in (("cpu", cpu), ("net", net)):
             if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
@@ -223,7 +300,8 @@ class MachineProfile:
 
         return dataclasses.replace(
             self, roles=div(self.roles), indexes=div(self.indexes),
-            messages=self.messages.scaled(net), cpu_scale=self.cpu_scale * cpu,
+            messages=self.messages.scaled(net), after_idle=self.after_idle.scaled(cpu),
+            cpu_scale=self.cpu_scale * cpu,
             net_scale=self.net_scale * net,
         )  # fmt: skip
 
@@ -231,9 +309,17 @@ class MachineProfile:
         """The same compute costs with another transport (e.g. shared-memory queues)."""
         return dataclasses.replace(self, messages=messages, net_scale=1.0)
 
-    def with_cpus(self, cpus: int | None) -> MachineProfile:
-        """The same costs with ``cpus`` processors shared by all actors (None: one each)."""
-        return dataclasses.replace(self, cpus=cpus)
+    def with_after_idle(self, after_idle: IdleCosts) -> MachineProfile:
+        """The same costs with another charge for steps after idle time (``IdleCosts()``:
+        none)."""
+        return dataclasses.replace(self, after_idle=after_idle)
+
+    def with_cpus(self, cpus: int | None, cpu_share: tuple | None = None) -> MachineProfile:
+        """The same costs with ``cpus`` processors shared by all actors (None: one each), and
+        ``cpu_share`` if given (see the class docstring; ``()``: whole processors)."""
+        if cpu_share is None:
+            return dataclasses.replace(self, cpus=cpus)
+        return dataclasses.replace(self, cpus=cpus, cpu_share=tuple(cpu_share))
 
 
 def _coefficients(group: str, coefs: dict) -> dict:
@@ -520,6 +606,10 @@ class CostModel:
 
         return snapshot, charge
 
+    def after_idle_ns(self, role: str) -> float:
+        """What a step of ``role`` costs more when it follows idle time."""
+        return self.profile.after_idle.of(_group(role))
+
     def recv_ns_of(self, msg) -> float:
         """Receiver CPU time for one message, before its step runs."""
         if self.recv_per_byte_ns:
@@ -626,35 +716,177 @@ def fit_costs(rows: list, names: tuple) -> tuple[dict, dict]:
     return {n: float(c) for n, c in zip(names, coef, strict=True)}, quality
 
 
+def _workload(index: str, n: int, window: int, match: float, seed: int):
+    """``(query, data)``: a band join at ``match`` rate over a count ``window`` (an equi-join
+    for an index without range probes), or None if ``index`` supports neither."""
+    import streamjoin as sj
+
+    cls = sj.indexes.get(index)
+    band_ok = cls.unsupported(sj.Query(sj.band("x", 1), window=sj.CountWindow(1)).predicate) is None
+    if band_ok:
+        data = sj.sources.synthetic(n, low=0, high=1_000_000, seed=seed)
+        x = data.column("x").to_numpy()
+        eps = sj.sources.band_for_match_rate(x, window=window, match_rate=match)
+        query = sj.Query(sj.band("x", eps), window=sj.CountWindow(window))
+    else:
+        data = sj.sources.synthetic(n, low=0, high=max(1, int(window / match)), seed=seed)
+        query = sj.Query(sj.equal("x"), window=sj.CountWindow(window))
+    return None if cls.unsupported(query.predicate) is not None else (query, data)
+
+
 def _calibration_runs(index: str, quick: bool, seed: int):
-    """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes, batch sizes and
-    match rates, so every feature varies independently enough to be fitted."""
+    """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes,
+    batch sizes and match rates, so every feature varies independently enough to be fitted."""
     import streamjoin as sj
 
     windows = (256, 4096) if quick else (256, 4096, 16384)
     batches = (1, 32, 512)
-    cls = sj.indexes.get(index)
-    band_ok = cls.unsupported(sj.Query(sj.band("x", 1), window=sj.CountWindow(1)).predicate) is None
     for w in windows:
         for b in batches:
             for k, match in enumerate((0.5, 16.0)):
                 steps = 300 if quick else 1_200  # per actor: bounds the run time
                 n = int(min(3 * w + 4 * b, steps * b))
-                if band_ok:
-                    data = sj.sources.synthetic(n, low=0, high=1_000_000, seed=seed)
-                    x = data.column("x").to_numpy()
-                    eps = sj.sources.band_for_match_rate(x, window=w, match_rate=match)
-                    query = sj.Query(sj.band("x", eps), window=sj.CountWindow(w))
-                else:
-                    data = sj.sources.synthetic(n, low=0, high=max(1, int(w / match)), seed=seed)
-                    query = sj.Query(sj.equal("x"), window=sj.CountWindow(w))
-                if cls.unsupported(query.predicate) is not None:
+                workload = _workload(index, n, w, match, seed)
+                if workload is None:
                     continue
+                query, data = workload
                 # varied chunk sizes, so the emitter's per-chunk and per-tuple costs separate
                 chunk = max((1, 64, 1024)[(k + b + w) % 3], -(-n // steps))
                 yield query, data, sj.topologies.single(index), b, chunk
                 if b > 1:  # workers: the same kernels behind per-subwindow calls
                     yield query, data, sj.topologies.panjoin(2, 4, index), b, chunk
+
+
+#: Idle gap (s) before each step when :func:`measure_after_idle` times steps after idle time:
+#: a paced stream's gap between chunks of a few milliseconds of input.
+IDLE_GAP_S = 0.005
+
+
+class _GapRecorder(CostModel):
+    """Charges each step its host time; once ``warm_rows`` input rows are in, keeps each
+    step's host time per cost group and, with ``gap_s``, sleeps that long after it, so the
+    next step follows idle time (this process asleep, others free to run)."""
+
+    def __init__(self, profile: MachineProfile, warm_rows: int, gap_s: float) -> None:
+        super().__init__(profile)
+        self.warm_rows, self.gap_s = warm_rows, gap_s
+        self.rows_in = 0
+        self.times: dict[str, list] = {}
+
+    def bind(self, role, logic):
+        times = self.times.setdefault(_group(role), [])
+
+        def charge(kind, msg, out, snap, wall_ns):
+            if kind == "chunk":
+                self.rows_in += len(msg)
+            if self.rows_in > self.warm_rows and kind != "eof":
+                times.append(wall_ns)
+                if self.gap_s:
+                    time.sleep(self.gap_s)
+            return wall_ns
+
+        return None, charge
+
+
+def measure_after_idle(
+    index: str = "bplus_tree",
+    *,
+    gap_s: float = IDLE_GAP_S,
+    window: int = 16384,
+    batches: tuple[int, ...] = (64, 512, 4096),
+    steps: int = 40,
+    rounds: int = 3,
+    seed: int = 0,
+) -> tuple[IdleCosts, dict]:
+    """Time steps after idle time against the same steps back to back: :class:`IdleCosts`.
+
+    A band join at match rate 2 over a count ``window`` runs on ``single(index)`` for each
+    batch size in ``batches`` and on ``panjoin(2, 4, index)`` for the middle one; once the
+    windows are full, ``steps`` chunks (one batch each) are stepped through every actor
+    twice: back to back, and with this process asleep for ``gap_s`` before every step. Per
+    cost group and workload the medians give a step's host time hot and after idle time; a
+    group's after-idle cost is the median of their differences over its workloads (clipped
+    at 0). The two runs alternate ``rounds`` times (the host is shared: medians over rounds).
+    Host (wall) time, so it carries what other processes do to the caches while this one
+    sleeps: the load of the moment (returned with the raw figures, ns per group and
+    workload).
+    """
+    from streamjoin import topologies
+    from streamjoin.runtime import sim
+
+    base = default_profile().with_messages(MessageCosts())
+    layouts = [(f"single:{b}", topologies.single(index), b) for b in batches]
+    mid = batches[len(batches) // 2]
+    layouts.append((f"panjoin:{mid}", topologies.panjoin(2, 4, index), mid))
+    points: dict[tuple, list] = {}
+    load0 = os.getloadavg()[0]
+    for _ in range(rounds):
+        for name, topo, b in layouts:
+            warm = 2 * window + 2 * b
+            workload = _workload(index, warm + (steps + 4) * b, window, 2.0, seed)
+            if workload is None:
+                raise ValueError(f"index {index!r} supports neither a band nor an equi-join")
+            query, data = workload
+            medians = []
+            for gap in (0.0, gap_s):
+                rec = _GapRecorder(base, warm, gap)
+                sim.run(query, data, topo, batch_size=b, chunk_rows=b, collect="count",
+                        progress=False, machine=rec, arrival=sim.Arrival.constant(1e6))  # fmt: skip
+                # the first steps after the warm-up follow no gap
+                medians.append({g: float(np.median(t[3:])) for g, t in rec.times.items()})
+            for g in medians[0]:
+                points.setdefault((g, name), []).append((medians[0][g], medians[1][g]))
+    raw = {f"{g}:{name}": {"hot_ns": float(np.median([h for h, _ in v])),
+                           "after_idle_ns": float(np.median([a for _, a in v]))}
+           for (g, name), v in sorted(points.items())}  # fmt: skip
+    extra: dict[str, list] = {}
+    for (g, _), v in points.items():
+        extra.setdefault(g, []).append(float(np.median([a - h for h, a in v])))
+    costs = IdleCosts(**{f"{g}_ns": max(0.0, float(np.median(extra[g]))) if g in extra else 0.0
+                         for g in FEATURES})  # fmt: skip
+    return costs, {"gap_s": gap_s, "index": index, "window": window, "steps": raw,
+                   "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
+
+
+#: A busy process for :func:`measure_cpu_share`: spins for the given seconds, then prints
+#: its process CPU time over its wall time.
+_SPIN = """import sys, time
+t = float(sys.argv[1])
+w0, c0 = time.perf_counter(), time.process_time()
+while time.perf_counter() - w0 < t:
+    pass
+print((time.process_time() - c0) / (time.perf_counter() - w0))
+"""
+
+
+def measure_cpu_share(cpus: int | None = None, *, seconds: float = 0.5,
+                      rounds: int = 3) -> tuple[tuple[float, ...], dict]:  # fmt: skip
+    """The share of a processor each of k busy processes gets on this host, k = 1 … ``cpus``.
+
+    Starts k processes that spin for ``seconds`` and reports each one's CPU time over its
+    wall time (median over the k), for each k, ``rounds`` times interleaved (median over
+    rounds). On an idle host every share is about 1; where other work runs, the shares fall
+    as k grows (with Linux's per-session group scheduling another session's busy job holds
+    about its half of the processors whatever the number of threads on either side). For
+    :attr:`MachineProfile.cpu_share`; a child of this process runs where its actors would
+    (the ``ray`` executor's actors descend from the driver as well). Returns the shares and
+    the raw figures (per k, every round's share, and the load average).
+    """
+    import subprocess
+    import sys
+
+    cpus = cpus or os.cpu_count() or 1
+    load0 = os.getloadavg()[0]
+    seen: dict[int, list] = {k: [] for k in range(1, cpus + 1)}
+    for _ in range(rounds):
+        for k in seen:
+            procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(seconds)],
+                                      stdout=subprocess.PIPE, text=True) for _ in range(k)]  # fmt: skip
+            seen[k].append(float(np.median([float(p.communicate()[0]) for p in procs])))
+    share = tuple(min(1.0, round(float(np.median(v)), 3)) for v in seen.values())
+    return share, {"by_busy": {str(k): [round(x, 3) for x in v] for k, v in seen.items()},
+                   "seconds": seconds,
+                   "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
 
 
 def calibrate(
@@ -665,6 +897,7 @@ def calibrate(
     quick: bool = False,
     seed: int = 0,
     name: str | None = None,
+    idle_gap_s: float | None = IDLE_GAP_S,
 ) -> MachineProfile:
     """Measure this machine and return (and optionally write) its :class:`MachineProfile`.
 
@@ -683,6 +916,14 @@ def calibrate(
     seed : int
     name : str, optional
         Profile name (default: the host name).
+    idle_gap_s : float, optional
+        Idle gap (s) at which :func:`measure_after_idle` times steps after idle time, on
+        ``bplus_tree`` (or the first index measured, if that is not among them); with None
+        the after-idle costs of :func:`default_profile` are kept.
+
+    The share of a processor that one and several busy processes get
+    (:func:`measure_cpu_share`) is measured first, next to the kernel timings, whose
+    conditions it describes.
 
     Returns
     -------
@@ -699,6 +940,8 @@ def calibrate(
     for n in names:
         registry.get(n)
     base = default_profile()
+    # the share of a processor the timed steps get, and what several busy processes get
+    cpu_share, share_raw = measure_cpu_share(**({"seconds": 0.2, "rounds": 1} if quick else {}))
     recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
     for index in names:
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
@@ -706,7 +949,7 @@ def calibrate(
             recorder.run += 1
             sim.run(query, data, topo, batch_size=b, chunk_rows=chunk, collect="count",
                     progress=False, machine=recorder, arrival=sim.Arrival.constant(1e6))  # fmt: skip
-    quality = {}
+    quality = {"cpu_share": share_raw}
     roles, index_costs = {}, {}
     for (group, index), rows in sorted(recorder.rows.items(), key=str):
         if not rows:
@@ -720,6 +963,12 @@ def calibrate(
             quality[group] = q
     for group in ("emitter", "manager", "collector"):
         roles.setdefault(group, base.roles[group])
+    after_idle = base.after_idle
+    if idle_gap_s is not None:
+        index = "bplus_tree" if "bplus_tree" in names else names[0]
+        kw = {"window": 4096, "rounds": 1, "steps": 20} if quick else {}
+        after_idle, quality["after_idle"] = measure_after_idle(index, gap_s=idle_gap_s,
+                                                               seed=seed, **kw)  # fmt: skip
     messages = base.messages
     if ray:
         from streamjoin.runtime.ray_calibrate import measure_messages
@@ -727,6 +976,7 @@ def calibrate(
         messages, quality["messages"] = measure_messages()
     profile = MachineProfile(
         name=name or os.uname().nodename, roles=roles, indexes=index_costs, messages=messages,
+        after_idle=after_idle, cpu_share=cpu_share,
         info={"machine": machine_info(), "date": datetime.date.today().isoformat(),
               "streamjoin": __version__, "quick": quick, "fit": quality},
     )  # fmt: skip

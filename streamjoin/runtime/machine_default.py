@@ -17,10 +17,20 @@ development machine (a shared 2-core cloud VM). Recalibrate for your machine wit
   at a load average of 1.4–1.5 (``info.messages_calibrated``; raw figures in
   ``info.fit.messages``), in wall time. The profile before the executor moved off Ray actor
   calls had send 464 µs + 0.48 ns/B and receive 1631 µs + 2.04 ns/B.
+- **After idle**: :func:`streamjoin.runtime.cost_model.measure_after_idle` (``bplus_tree``,
+  window 16,384, 5 ms gaps, 5 rounds) on 2026-11-26 at a load average of 1.0–1.4
+  (``info.fit.after_idle``); at loads of 2–3 the same measurement gave 79–95 µs (emitter),
+  560–610 µs (join core) and 45–49 µs (collector).
 
 ``cpus`` is None (a processor per actor); to predict ``ray`` on this 2-CPU host use
-``default_profile().with_cpus(2)``: the driver and the actors share its processors
-(``experiments/sim_fidelity.py``, results in ``experiments/results/sim_fidelity.md``).
+``default_profile().with_cpus(2, share)``: the driver and the actors share its processors,
+and ``share`` (:func:`streamjoin.runtime.cost_model.measure_cpu_share`) says how much of
+them the run gets beside the host's other work. ``cpu_share`` is empty here, as that is the
+host's load of the moment rather than the machine: measured on 2026-11-26 at a load of
+1.0–1.6 with one other job busy it was 0.97–0.99 for one busy process and 0.50–0.55 each for
+two (Linux shares the processors between sessions first, so one busy job elsewhere holds
+about one of the two). ``experiments/sim_fidelity.py`` measures it before each layout's runs
+(results in ``experiments/results/sim_fidelity.md``).
 """
 
 DEFAULT_PROFILE = {
@@ -28,6 +38,7 @@ DEFAULT_PROFILE = {
     "cpu_scale": 1.0,
     "net_scale": 1.0,
     "cpus": None,
+    "cpu_share": [],
     "roles": {
         "collector": {"calls": 7344.0, "pairs": 3.56},
         "emitter": {"calls": 8753.0, "tuples_in": 77.12, "msgs_out": 6731.0, "tuples_out": 119.1},
@@ -153,6 +164,12 @@ DEFAULT_PROFILE = {
         "recv_ns": 86730.0,
         "recv_per_byte_ns": 0.4606,
     },
+    "after_idle": {
+        "emitter_ns": 76810.0,
+        "join_ns": 760600.0,
+        "manager_ns": 288730.0,
+        "collector_ns": 42470.0,
+    },
     "info": {
         "machine": {
             "platform": "Linux-6.18.44-fc-v595-x86_64-with-glibc2.36",
@@ -189,6 +206,28 @@ DEFAULT_PROFILE = {
             },
             "index:wib_tree": {"steps": 16718, "median_rel_error": 0.2331, "p90_rel_error": 0.4534},
             "manager": {"steps": 34640, "median_rel_error": 0.2378, "p90_rel_error": 0.4218},
+            "after_idle": {
+                "gap_s": 0.005,
+                "index": "bplus_tree",
+                "window": 16384,
+                "rounds": 5,
+                "steps": {
+                    "collector:panjoin:512": {"hot_ns": 10800.0, "after_idle_ns": 61500.0},
+                    "collector:single:4096": {"hot_ns": 23000.0, "after_idle_ns": 74300.0},
+                    "collector:single:512": {"hot_ns": 21800.0, "after_idle_ns": 62100.0},
+                    "collector:single:64": {"hot_ns": 12400.0, "after_idle_ns": 49700.0},
+                    "emitter:panjoin:512": {"hot_ns": 39800.0, "after_idle_ns": 130100.0},
+                    "emitter:single:4096": {"hot_ns": 45300.0, "after_idle_ns": 127800.0},
+                    "emitter:single:512": {"hot_ns": 32400.0, "after_idle_ns": 108800.0},
+                    "emitter:single:64": {"hot_ns": 14700.0, "after_idle_ns": 91500.0},
+                    "join:panjoin:512": {"hot_ns": 644100.0, "after_idle_ns": 1142300.0},
+                    "join:single:4096": {"hot_ns": 2612400.0, "after_idle_ns": 4158300.0},
+                    "join:single:512": {"hot_ns": 1175500.0, "after_idle_ns": 2043400.0},
+                    "join:single:64": {"hot_ns": 365300.0, "after_idle_ns": 783600.0},
+                    "manager:panjoin:512": {"hot_ns": 222500.0, "after_idle_ns": 527600.0},
+                },
+                "load_1min_start_end": [1.07, 1.42],
+            },
             "messages": {
                 "by_batch_size": {
                     "1": {
@@ -235,6 +274,11 @@ DEFAULT_PROFILE = {
                 "load_1min": 1.38,
                 "load_1min_start_end": [1.5, 1.38],
             },
+        },
+        "after_idle_calibrated": {
+            "date": "2026-11-26",
+            "command": "cost_model.measure_after_idle(rounds=5)",
+            "load_1min_start_end": [1.07, 1.42],
         },
         "messages_calibrated": {
             "date": "2026-11-26",

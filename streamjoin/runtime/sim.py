@@ -6,7 +6,9 @@ clock. A core takes the next message, receives it (the model's per-message recei
 after it), runs the *same* logic object as ``local`` (built by
 :func:`~streamjoin.runtime.build.build_actor`, so results stay exact), and is then busy for
 the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the
-step did. Its output messages leave one after another (each costs the sender CPU), travel a
+step did, and more if the core had not run right before it (the profile's ``after_idle``: a
+step that follows idle time, or a wait for a shared processor, starts with caches that other
+work has used; not charged when the message waited for the core, nor at a gap of 0). Its output messages leave one after another (each costs the sender CPU), travel a
 modelled hop latency, and join the destinations' mailboxes in FIFO order per link. A batch a
 core only forwards along a chain (DP-Join, §III-C) leaves right after it is received, before
 the core's own work, as DP-Join passes the pointer on first.
@@ -23,7 +25,11 @@ where the executor holds it back at the source.
 By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.cost_model.MachineProfile.with_cpus>`)
 makes the cores share that many: a step waits for a free processor, first come first served,
-and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine).
+and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine);
+a step that waited for one starts cold, as after idle time. Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
+that starts while k steps hold processors (itself included) by
+:meth:`MachineProfile.slowdown(k) <streamjoin.runtime.cost_model.MachineProfile.slowdown>`,
+fixed when the step starts.
 
 The virtual clock (int ns) is what the emitter stamps as ingest time (the chunk's arrival) and
 what the collector reads, so every latency, throughput and busy time in the result is virtual
@@ -232,6 +238,7 @@ class SimStats(ActorStats):
     peak_queue_tuples: int = 0
     mean_queue: float = 0.0  # time-averaged mailbox length, messages
     compute_wall_ns: int = 0  # host time the logic took (model vs. host check)
+    after_idle_steps: int = 0  # steps charged the profile's after-idle cost
 
 
 @dataclass
@@ -262,16 +269,18 @@ class _NoProgress:
 class _Core:
     """One simulated core: its logic object, FIFO mailbox, outgoing links and accounting."""
 
-    __slots__ = ("name", "role", "logic", "stats", "box", "idle", "free_at", "kind", "ended",
-                 "n_inputs", "routes", "eof_links", "q", "qt", "q_since", "q_area", "snapshot",
-                 "charge")  # fmt: skip
+    __slots__ = ("name", "role", "logic", "stats", "box", "idle", "rested", "free_at", "kind",
+                 "ended", "n_inputs", "routes", "eof_links", "q", "qt", "q_since", "q_area",
+                 "snapshot", "charge", "idle_ns")  # fmt: skip
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
         self.snapshot, self.charge = model.bind(role, logic)  # the step's cost model
+        self.idle_ns = model.after_idle_ns(role)  # more when the step follows idle time
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sending core)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
+        self.rested = True  # idle (or waiting for a processor): the next step starts cold
         self.free_at = 0  # virtual time the last step ends
         self.kind = None  # kind of the item being served
         self.ended = 0  # end-of-stream markers received
@@ -347,6 +356,10 @@ class _Simulation:
         self.cpus = self.cpus_free = model.profile.cpus
         self.cpu_wait: deque = deque()
         self._start = self._step if self.cpus is None else self._start_on_cpu
+        # compute stretch by the number of steps holding processors (cpu_share)
+        self.slowdown = [model.profile.slowdown(k) for k in range(1 + (self.cpus or 0))]
+        if not any(f != 1.0 for f in self.slowdown):
+            self.slowdown = None
         # a step's end is an event only when something depends on it (see _step)
         self.end_events = self.cyclic or self.cpus is not None
         self.active = 0  # messages scheduled or being served (ticks aside)
@@ -388,6 +401,8 @@ class _Simulation:
             core.box.append(item)
         elif now >= core.free_at:
             core.idle = False
+            if now > core.free_at:
+                core.rested = True
             self._start(core, item)
         else:  # the core's last step is still running: wake it when that ends
             core.idle = False
@@ -523,12 +538,12 @@ class _Simulation:
             for p, m in out:
                 if m is msg:
                     t = self._send(core, p, m, t)
-            t += round(core.charge(kind, msg, out, snap, wall))
+            t += self._compute(core, kind, msg, out, snap, wall)
             for p, m in out:
                 if m is not msg:
                     t = self._send(core, p, m, t)
         else:
-            t += round(core.charge(kind, msg, out, snap, wall))
+            t += self._compute(core, kind, msg, out, snap, wall)
         if kind is _CHUNK:
             self.rows_taken += len(msg)
             self.taken.append((self.rows_taken, port))
@@ -548,6 +563,19 @@ class _Simulation:
             if kind is not _TICK:
                 self._served()  # early, but only a cyclic graph's closer reads it
             core.idle = True
+
+    def _compute(self, core: _Core, kind, msg, out, snap, wall) -> int:
+        """The step's compute in virtual ns: its charge, and the after-idle cost if the core
+        had been idle or had waited for a processor before it, stretched by the processors'
+        share (``cpu_share``)."""
+        ns = core.charge(kind, msg, out, snap, wall)
+        stretch = 1.0 if self.slowdown is None else self.slowdown[self.cpus - self.cpus_free]
+        if core.rested:
+            core.rested = False
+            if core.idle_ns:
+                ns += core.idle_ns
+                core.stats.after_idle_steps += 1
+        return round(ns * stretch)
 
     def _step_done(self, event) -> None:
         core = event.value
@@ -575,6 +603,7 @@ class _Simulation:
             self.cpus_free -= 1
             self._step(core, item)
         else:
+            core.rested = True  # its process waits while others run: it starts cold
             self.cpu_wait.append((core, item))
 
     def _release(self) -> None:
