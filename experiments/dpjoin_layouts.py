@@ -78,7 +78,10 @@ ASYMMETRIC = [(4, 4), (3, 5), (5, 3), (2, 8), (8, 2), (1, 16)]
 
 def machines(scan_scale: float, native_factor: float = 50.0) -> dict:
     """The two machine profiles of the module docstring."""
-    base = cost_model.default_profile().with_messages(SHARED_MEMORY)
+    # DP-Join's model charges the work alone: no after-idle charge (that term measures how
+    # this host's processes warm up again after sleeping)
+    base = (cost_model.default_profile().with_messages(SHARED_MEMORY)
+            .with_after_idle(cost_model.IdleCosts()))  # fmt: skip
 
     def edit(table: dict, overhead: float) -> dict:
         return {k: {f: c / overhead if f in OVERHEADS else c * scan_scale if f == "scan" else c
