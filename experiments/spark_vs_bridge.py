@@ -26,9 +26,9 @@ Runs, one after the other in one process (the load average is recorded around ea
 2. **streamjoin through the bridge**: ``from_dataframe(read_files(spark, r), read_files(spark,
    s), tie_break="seq")`` (one Spark partition per file; ``order="auto"`` picks
    partition-ordered streaming, so Spark reads file pair *k + 1* while the join works on file
-   pair *k*) into :func:`streamjoin.run` with one join core (``single``, B+-tree) on the local
-   backend, twice (the second time with Spark's code paths warm), and ``split(2)`` (B+-tree)
-   on Ray (two cores); for comparison, twice again with the global sort in Spark,
+   pair *k*) into :func:`streamjoin.run` with one join core (``single``, the default index for
+   a band, BI-Sort) on the local backend, twice (the second time with Spark's code paths warm),
+   and ``split(2)`` on Ray (two cores); for comparison, twice again with the global sort in Spark,
    ``from_dataframe(spark.read.parquet(r), spark.read.parquet(s), tie_break="seq",
    order="sort")``, where the join waits for Spark to read and sort everything. A wrapper around the source notes how
    long the bridge's input check (one Spark pass) took and how long the first Arrow batch took
@@ -224,7 +224,7 @@ def check_reference(query, data: pa.Table, ref: pa.Table, rows: int) -> dict:
     r, s = ref.column("r").to_numpy(), ref.column("s").to_numpy()
     inside = (r < rows) & (s < rows)
     duck = sj.oracle.same_pairs(pa.table({"r": r[inside], "s": s[inside]}), truth)
-    own = sj.oracle.same_pairs(sj.run(query, prefix, sj.topologies.single("bplus_tree")), truth)
+    own = sj.oracle.same_pairs(sj.run(query, prefix, sj.topologies.single()), truth)
     print(f"oracle on {rows:,} rows ({oracle_s:.0f} s, {truth.num_rows:,} pairs): DuckDB {duck}; "
           f"streamjoin {own}", flush=True)  # fmt: skip
     if not duck:
@@ -533,7 +533,7 @@ def _why(rows: list[dict], spark: dict) -> str:
         f"of {spark['micro_batch_rows']:,} rows took {spark['micro_batch_ms_p50']:,.0f} ms "
         f"(median; the first {spark['micro_batch_ms_max']:,.0f} ms), i.e. "
         f"{spark['engine_tuples_per_s']:,.0f} tuples/s while busy, and each pair waits for "
-        "its whole micro-batch. streamjoin probes a B+-tree held in numpy arrays with numba "
+        "its whole micro-batch. streamjoin probes sorted arrays (BI-Sort) with numba "
         "kernels, a batch of 1024 tuples at a time, with no shuffle, no state serialisation "
         "and no per-batch planning.\n\n"
         "**Missing pairs.** An inner stream-stream join emits a pair as soon as both rows "
@@ -610,7 +610,8 @@ def plot(rows: list[dict], path: str) -> None:
         ax.text(r["latency_p99_ms"], k + 0.2, f" {r['latency_p99_ms']:,.0f}", va="center",
                 fontsize=7)  # fmt: skip
     ax.set_xscale("log")
-    ax.set_xlim(10, ax.get_xlim()[1] * 3)
+    low = min(r["latency_p50_ms"] for r in rows)  # streamjoin's p50 is a millisecond or two
+    ax.set_xlim(10 ** np.floor(np.log10(low / 2)), ax.get_xlim()[1] * 3)
     ax.set_xlabel("latency per pair, ms (log)")
     ax.set_title("Latency per pair. Spark: micro-batch end − start;\nstreamjoin: collector − "
                  "ingest of the later tuple's Arrow batch", fontsize=9)  # fmt: skip
@@ -672,10 +673,10 @@ def main() -> None:
                 "expected": ref.num_rows, "pyspark": pyspark.__version__,
                 **check_reference(query, table, ref, scale["oracle_rows"])}  # fmt: skip
         sj.run(query, table.select(["stream", "ts", "x"]).slice(0, 20_000),
-               sj.topologies.single("bplus_tree"))  # compile or load the numba kernels  # fmt: skip
+               sj.topologies.single())  # compile or load the numba kernels  # fmt: skip
 
         record(spark_join(spark, main_dir, eps, args.delay, seq, ref))
-        single = sj.topologies.single("bplus_tree")
+        single = sj.topologies.single()
         record(bridge(spark, main_dir, query, single, "local", ref))
         record(bridge(spark, main_dir, query, single, "local", ref, note=WARM))
         record(bridge(spark, main_dir, query, single, "local", ref, order="sort"))
@@ -685,7 +686,7 @@ def main() -> None:
 
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             try:
-                record(bridge(spark, main_dir, query, sj.topologies.split(2, "bplus_tree"),
+                record(bridge(spark, main_dir, query, sj.topologies.split(2),
                               "ray", ref))  # fmt: skip
             finally:
                 ray.shutdown()
