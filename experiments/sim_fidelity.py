@@ -351,6 +351,8 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
                           for lay in LAYOUTS)  # fmt: skip
     idle = "; ".join(f"{lay} {p.after_idle.emitter_ns / 1e3:.0f}, {p.after_idle.join_ns / 1e3:.0f}, "
                      f"{p.after_idle.collector_ns / 1e3:.0f}" for lay, p in nows.items())  # fmt: skip
+    ramps = "; ".join(f"{lay} " + " / ".join(f"{f:.2f}" for _, f in p.after_idle.ramp[:-1])
+                      for lay, p in nows.items())  # fmt: skip
     shares = "; ".join(f"{lay} {ray[(lay, 'unpaced')]['cpu_share']} unpaced, "
                        f"{ray[(lay, 'paced')]['cpu_share']} paced" for lay in LAYOUTS)  # fmt: skip
     return [
@@ -383,15 +385,17 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         + us(lambda r: r["idle_recv_ns"])
         + " µs.",
         "- **Steps after idle time** are charged: a step whose core had no message waiting "
-        "costs a constant per actor kind more than the back-to-back steps the kernels are "
-        "fitted on (`MachineProfile.after_idle`). `cost_model.measure_after_idle` times the "
-        "same steps back to back and with the process asleep 5 ms before each (the window "
+        "costs more than the back-to-back steps the kernels are fitted on, a constant per "
+        "actor kind at a 5-ms gap and a measured share of it after a shorter one "
+        "(`MachineProfile.after_idle`). `cost_model.measure_after_idle` times the same steps "
+        "back to back and with the process asleep 0.2, 1 and 5 ms before each (the window "
         "full, batches of 64 to 4,096): the difference hardly grows with the step, as a cache "
-        "refill would not once the working set is back. Measured before each layout (µs, "
-        f"emitter, join core, collector): {idle}. Paced, every step follows idle time; "
+        "refill would not once the working set is back, and grows with the gap. Measured "
+        f"before each layout (µs at 5 ms, emitter, join core, collector): {idle}; the share "
+        f"after 0.2 / 1 ms: {ramps}. Paced, every step follows idle time; "
         "unpaced, the busiest actor never does, but on processors shared by more actors "
-        "a step that waited for one starts as cold (other processes ran on it), and is "
-        "charged the same.",
+        "a step that waited for one starts colder (other processes ran on it), and is "
+        "charged by the length of its wait in the same way.",
         "- **Processors.** The simulated actors share the host's 2 processors, and other jobs "
         "share them too: Linux divides the processors between sessions first, so one busy job "
         "elsewhere holds about one of the two however many processes the run has. "
@@ -405,15 +409,6 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "when a step starts (a step that starts alone is not stretched when another starts "
         "during it), and each share is a 0.3-s sample before a run: other jobs come and go "
         "within one.",
-        "- **Waiting for a processor** is charged the whole after-idle cost, however short "
-        "the wait: the after-idle costs are measured after 5-ms gaps, and shorter gaps cost "
-        "less (on 2026-11-26, after a 0.2-ms gap a join core's step took about 10–75% and an "
-        "emitter's about a fifth of the extra they took after a 10-ms gap). Where no other job "
-        "holds a processor (shares near 1), the cores of split(2) and grid(1, 2) wait only "
-        "behind the emitter's and the collector's short steps and are overcharged, so the "
-        "simulated unpaced throughput falls below Ray's; where another job holds one, the "
-        "waits are long and the charge fits. Timing steps after several gaps and charging "
-        "by the length of the gap or wait would cover both.",
         "- **Load.** Over the repeats Ray's unpaced throughput ranged "
         + spread("unpaced", "tuples_per_s", ",.0f")
         + " tuples/s and its paced p50 "

@@ -2,6 +2,7 @@
 determinism."""
 
 import dataclasses
+import math
 import operator
 import os
 
@@ -248,16 +249,42 @@ def test_after_idle_is_charged_after_waiting_for_a_processor():
     assert all(a["after_idle_steps"] > a["batches_in"] / 2 for a in shared.values())
 
 
+def test_after_idle_ramp_charges_by_the_gap():
+    """The share of the after-idle cost grows with the gap (linear between the measured
+    points, from nothing at 0, the last share beyond them); the simulator charges a step by
+    the gap before it: a ramp reached after 1 ns charges what no ramp does, one reached only
+    after a day charges next to nothing at this run's millisecond gaps."""
+    ramp = cost_model.IdleCosts(join_ns=1.0, ramp=((1e6, 0.5), (5e6, 1.0)))
+    assert [ramp.share(g) for g in (0, 5e5, 1e6, 3e6, 5e6, 1e9, math.inf)] == [
+        0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0]  # fmt: skip
+    assert cost_model.IdleCosts(join_ns=1.0).share(1.0) == 1.0  # no ramp: all of it
+    for bad in (((0.0, 0.5),), ((2e6, 0.5), (1e6, 1.0)), ((1e6, -0.1),)):
+        with pytest.raises(ValueError, match="ramp must be"):
+            cost_model.IdleCosts(ramp=bad)
+
+    def latency(idle):
+        res = _run(1, machine=_profile().with_after_idle(idle))
+        return np.median(res.pairs.column("latency_ns").to_numpy()[4:])
+
+    p = _profile()
+    full = _service(p, 1) + IDLE.emitter_ns + IDLE.join_ns
+    assert latency(dataclasses.replace(IDLE, ramp=((1.0, 1.0),))) == pytest.approx(full, 1e-6)
+    assert latency(dataclasses.replace(IDLE, ramp=((86_400e9, 1.0),))) == pytest.approx(
+        _service(p, 1), rel=1e-3)  # fmt: skip
+
+
 def test_after_idle_and_cpu_share_in_json_and_scaling(tmp_path):
-    p = _profile().with_after_idle(IDLE).with_cpus(2, (0.9, 0.45))
+    idle = dataclasses.replace(IDLE, ramp=((2e5, 0.3), (5e6, 1.0)))
+    p = _profile().with_after_idle(idle).with_cpus(2, (0.9, 0.45))
     path = tmp_path / "machine.json"
     p.save(path)
     again = cost_model.MachineProfile.load(path)
-    assert again.after_idle == IDLE and again.cpu_share == (0.9, 0.45) and again.cpus == 2
+    assert again.after_idle == idle and again.cpu_share == (0.9, 0.45) and again.cpus == 2
     assert again.to_dict() == p.to_dict()
     fast = again.scaled(cpu=2.0)
     assert fast.after_idle.join_ns == IDLE.join_ns / 2
     assert fast.after_idle.emitter_ns == IDLE.emitter_ns / 2
+    assert fast.after_idle.ramp == idle.ramp  # gaps are idle time, not work
     assert fast.cpu_share == p.cpu_share  # the host's sharing, not its speed
     assert "after idle" in again.summary() and "0.45" in again.summary()
     # an older profile without them: no after-idle cost, no stretch
@@ -480,6 +507,11 @@ def test_measure_after_idle_and_cpu_share():
     for group in ("emitter", "join", "manager", "collector"):
         assert costs.of(group) >= 0
     assert all(r["hot_ns"] > 0 and r["after_idle_ns"] > 0 for r in raw["steps"].values())
+    gaps = [g for g, _ in costs.ramp]
+    assert gaps == sorted(gaps) and gaps[-1] == 0.002e9 and costs.ramp[-1][1] == 1.0
+    assert len(gaps) == 1 + sum(0 < g < 0.002 for g in cost_model.RAMP_GAPS_S)
+    assert all(0 <= f <= 1 for _, f in costs.ramp)
+    assert all(len(r["after_gap_ns"]) == len(gaps) for r in raw["steps"].values())
     share, raw = cost_model.measure_cpu_share(2, seconds=0.1, rounds=1)
     assert len(share) == 2 and all(0 < v <= 1 for v in share)
     assert set(raw["by_busy"]) == {"1", "2"}

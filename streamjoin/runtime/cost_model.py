@@ -136,23 +136,56 @@ class IdleCosts:
     cost group (see the module docstring; measured by :func:`measure_after_idle`).
 
     A step whose core had no message to work on before it (or, on shared processors, had to
-    wait for one) is charged this much more: the process slept, other processes ran, and
-    its data (for a join core: its window) has to come back into the caches. A constant per
-    group: measured, it grows little with the step's size once the working set is back.
+    wait for one) is charged up to this much more: the process slept, other processes ran,
+    and its data (for a join core: its window) has to come back into the caches. A constant
+    per group at the calibration's gap (:data:`IDLE_GAP_S`): measured, it grows little with
+    the step's size once the working set is back.
+
+    A shorter gap costs less (less of the caches is lost): ``ramp`` holds measured points
+    ``(gap_ns, share)``, the cost after a gap of ``gap_ns`` as a share of the costs here,
+    ascending in gap; the charge after a gap is interpolated linearly between them (from
+    ``(0, 0)``; the last share beyond the last point). Empty: the whole cost after any gap.
     """
 
     emitter_ns: float = 0.0
     join_ns: float = 0.0
     manager_ns: float = 0.0
     collector_ns: float = 0.0
+    ramp: tuple = ()
+
+    def __post_init__(self) -> None:
+        ramp = tuple((float(g), float(f)) for g, f in self.ramp)
+        gaps = [g for g, _ in ramp]
+        if any(g <= 0 for g in gaps) or gaps != sorted(set(gaps)) or any(f < 0 for _, f in ramp):
+            raise ValueError(f"ramp must be (gap_ns > 0, share >= 0) points, ascending in gap: "
+                             f"got {self.ramp!r}")  # fmt: skip
+        object.__setattr__(self, "ramp", ramp)
 
     def of(self, group: str) -> float:
         """The after-idle cost (ns) of a step of ``group`` (a key of :data:`FEATURES`)."""
         return getattr(self, f"{group}_ns")
 
+    def share(self, gap_ns: float) -> float:
+        """The share of :meth:`of` charged after a gap of ``gap_ns`` (see ``ramp``)."""
+        if not self.ramp:
+            return 1.0 if gap_ns > 0 else 0.0
+        g0 = f0 = 0.0
+        for g, f in self.ramp:  # a few points, once per simulated step: no numpy call
+            if gap_ns <= g:
+                return f0 + (f - f0) * (gap_ns - g0) / (g - g0)
+            g0, f0 = g, f
+        return f0
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ramp"] = [list(p) for p in self.ramp]
+        return d
+
     def scaled(self, factor: float) -> IdleCosts:
-        """Every cost divided by ``factor`` (a processor ``factor`` times faster)."""
-        return IdleCosts(**{k: v / factor for k, v in dataclasses.asdict(self).items()})
+        """Every cost divided by ``factor`` (a processor ``factor`` times faster); the ramp's
+        gaps stay (they are idle time, not work)."""
+        costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k != "ramp"}
+        return IdleCosts(**costs, ramp=self.ramp)
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,7 +259,7 @@ class MachineProfile:
             "roles": self.roles,
             "indexes": self.indexes,
             "messages": dataclasses.asdict(self.messages),
-            "after_idle": dataclasses.asdict(self.after_idle),
+            "after_idle": self.after_idle.to_dict(),
             "info": self.info,
         }
 
@@ -242,7 +275,7 @@ class MachineProfile:
             raise ValueError(f"bad 'messages' in machine profile: {e}") from None
         try:
             after_idle = IdleCosts(**d.get("after_idle", {}))
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise ValueError(f"bad 'after_idle' in machine profile: {e}") from None
         return cls(name=str(d.get("name", "unnamed")), roles=roles, indexes=idx,
                    messages=messages, after_idle=after_idle,
@@ -278,9 +311,11 @@ class MachineProfile:
         lines.append(f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
                      f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
                      f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)")  # fmt: skip
-        cells = "  ".join(f"{k[:-3]} {v / 1e3:.4g}" for k, v in
-                          dataclasses.asdict(self.after_idle).items())  # fmt: skip
-        lines.append(f"  after idle (µs per step): {cells}")
+        idle = self.after_idle
+        cells = "  ".join(f"{g} {idle.of(g) / 1e3:.4g}" for g in FEATURES)
+        ramp = ", ".join(f"{f:.2f} at {g / 1e6:g} ms" for g, f in idle.ramp)
+        lines.append(f"  after idle (µs per step): {cells}"
+                     f"{f'  (shorter gaps: {ramp})' if ramp else ''}")  # fmt: skip
         return "\n".join(lines)
 
     # -- variants ------------------------------------------------------------------------------
@@ -760,6 +795,10 @@ def _calibration_runs(index: str, quick: bool, seed: int):
 #: Idle gap (s) before each step when :func:`measure_after_idle` times steps after idle time:
 #: a paced stream's gap between chunks of a few milliseconds of input.
 IDLE_GAP_S = 0.005
+#: Shorter gaps at which :func:`measure_after_idle` measures how much of the after-idle cost
+#: they already cost (``IdleCosts.ramp``): steps that waited a moment for a shared processor,
+#: or a fast paced stream's gaps.
+RAMP_GAPS_S = (0.0002, 0.001)
 
 
 class _GapRecorder(CostModel):
@@ -792,6 +831,7 @@ def measure_after_idle(
     index: str = "bplus_tree",
     *,
     gap_s: float = IDLE_GAP_S,
+    ramp_gaps_s: tuple[float, ...] = RAMP_GAPS_S,
     window: int = 16384,
     batches: tuple[int, ...] = (64, 512, 4096),
     steps: int = 40,
@@ -802,23 +842,26 @@ def measure_after_idle(
 
     A band join at match rate 2 over a count ``window`` runs on ``single(index)`` for each
     batch size in ``batches`` and on ``panjoin(2, 4, index)`` for the middle one; once the
-    windows are full, ``steps`` chunks (one batch each) are stepped through every actor
-    twice: back to back, and with this process asleep for ``gap_s`` before every step. Per
-    cost group and workload the medians give a step's host time hot and after idle time; a
-    group's after-idle cost is the median of their differences over its workloads (clipped
-    at 0). The two runs alternate ``rounds`` times (the host is shared: medians over rounds).
-    Host (wall) time, so it carries what other processes do to the caches while this one
-    sleeps: the load of the moment (returned with the raw figures, ns per group and
-    workload).
+    windows are full, ``steps`` chunks (one batch each) are stepped through every actor back
+    to back, and with this process asleep for ``gap_s`` before every step, and for each
+    shorter gap of ``ramp_gaps_s``. Per cost group and workload the medians give a step's
+    host time hot and after each gap; a group's after-idle cost is the median of its
+    differences over its workloads at ``gap_s`` (clipped at 0), and the ramp's share at a
+    shorter gap is the median over groups and workloads of the difference there against the
+    one at ``gap_s`` (clipped to [0, 1]). The runs alternate ``rounds`` times (the host is
+    shared: medians over rounds). Host (wall) time, so it carries what other processes do to
+    the caches while this one sleeps: the load of the moment (returned with the raw figures,
+    ns per group and workload).
     """
     from streamjoin import topologies
     from streamjoin.runtime import sim
 
+    gaps = (0.0, *sorted(g for g in ramp_gaps_s if 0 < g < gap_s), gap_s)
     base = default_profile().with_messages(MessageCosts())
     layouts = [(f"single:{b}", topologies.single(index), b) for b in batches]
     mid = batches[len(batches) // 2]
     layouts.append((f"panjoin:{mid}", topologies.panjoin(2, 4, index), mid))
-    points: dict[tuple, list] = {}
+    points: dict[tuple, list] = {}  # (group, workload) -> per round, the medians by gap
     load0 = os.getloadavg()[0]
     for _ in range(rounds):
         for name, topo, b in layouts:
@@ -828,23 +871,36 @@ def measure_after_idle(
                 raise ValueError(f"index {index!r} supports neither a band nor an equi-join")
             query, data = workload
             medians = []
-            for gap in (0.0, gap_s):
+            for gap in gaps:
                 rec = _GapRecorder(base, warm, gap)
                 sim.run(query, data, topo, batch_size=b, chunk_rows=b, collect="count",
                         progress=False, machine=rec, arrival=sim.Arrival.constant(1e6))  # fmt: skip
                 # the first steps after the warm-up follow no gap
                 medians.append({g: float(np.median(t[3:])) for g, t in rec.times.items()})
             for g in medians[0]:
-                points.setdefault((g, name), []).append((medians[0][g], medians[1][g]))
-    raw = {f"{g}:{name}": {"hot_ns": float(np.median([h for h, _ in v])),
-                           "after_idle_ns": float(np.median([a for _, a in v]))}
+                points.setdefault((g, name), []).append([m[g] for m in medians])
+    raw = {f"{g}:{name}": {"hot_ns": float(np.median([r[0] for r in v])),
+                           "after_idle_ns": float(np.median([r[-1] for r in v])),
+                           "after_gap_ns": {f"{gap * 1e3:g} ms": float(np.median([r[k] for r in v]))
+                                            for k, gap in enumerate(gaps[1:], 1)}}
            for (g, name), v in sorted(points.items())}  # fmt: skip
     extra: dict[str, list] = {}
+    shares: dict[float, list] = {}
     for (g, _), v in points.items():
-        extra.setdefault(g, []).append(float(np.median([a - h for h, a in v])))
+        full = float(np.median([r[-1] - r[0] for r in v]))
+        extra.setdefault(g, []).append(full)
+        for k, gap in enumerate(gaps[1:-1], 1):
+            if full > 0:
+                part = float(np.median([r[k] - r[0] for r in v]))
+                shares.setdefault(gap, []).append(min(1.0, max(0.0, part / full)))
+    ramp = [(gap * 1e9, float(np.median(shares[gap]))) for gap in gaps[1:-1] if gap in shares]
+    ramp.append((gap_s * 1e9, 1.0))
+    for k in range(1, len(ramp)):  # a longer gap never costs less
+        ramp[k] = (ramp[k][0], max(ramp[k][1], ramp[k - 1][1]))
     costs = IdleCosts(**{f"{g}_ns": max(0.0, float(np.median(extra[g]))) if g in extra else 0.0
-                         for g in FEATURES})  # fmt: skip
-    return costs, {"gap_s": gap_s, "index": index, "window": window, "steps": raw,
+                         for g in FEATURES}, ramp=tuple(ramp))  # fmt: skip
+    return costs, {"gap_s": gap_s, "ramp_gaps_s": list(gaps[1:-1]), "index": index,
+                   "window": window, "steps": raw,
                    "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
 
 

@@ -18,9 +18,11 @@ development machine (a shared 2-core cloud VM). Recalibrate for your machine wit
   ``info.fit.messages``), in wall time. The profile before the executor moved off Ray actor
   calls had send 464 µs + 0.48 ns/B and receive 1631 µs + 2.04 ns/B.
 - **After idle**: :func:`streamjoin.runtime.cost_model.measure_after_idle` (``bplus_tree``,
-  window 16,384, 5 ms gaps, 5 rounds) on 2026-11-26 at a load average of 1.0–1.4
-  (``info.fit.after_idle``); at loads of 2–3 the same measurement gave 79–95 µs (emitter),
-  560–610 µs (join core) and 45–49 µs (collector).
+  window 16,384, 5 ms gaps and the ramp's 0.2 and 1 ms, 5 rounds) on 2026-11-26 at a load
+  average of 1.3–0.9 (``info.fit.after_idle``): after 0.2 ms a step costs 24% of the 5 ms
+  figure more, after 1 ms 45%. An earlier measurement at 5 ms only (load 1.0–1.4) gave 77,
+  761, 289 and 42 µs; at loads of 2–3 it gave 79–95 µs (emitter), 560–610 µs (join core)
+  and 45–49 µs (collector).
 
 ``cpus`` is None (a processor per actor); to predict ``ray`` on this 2-CPU host use
 ``default_profile().with_cpus(2, share)``: the driver and the actors share its processors,
@@ -165,10 +167,15 @@ DEFAULT_PROFILE = {
         "recv_per_byte_ns": 0.4606,
     },
     "after_idle": {
-        "emitter_ns": 76810.0,
-        "join_ns": 760600.0,
-        "manager_ns": 288730.0,
-        "collector_ns": 42470.0,
+        "emitter_ns": 67962.0,
+        "join_ns": 602370.75,
+        "manager_ns": 277017.0,
+        "collector_ns": 40994.25,
+        "ramp": [
+            [200000.0, 0.23742155089884054],
+            [1000000.0, 0.4518670727020075],
+            [5000000.0, 1.0],
+        ],
     },
     "info": {
         "machine": {
@@ -208,25 +215,78 @@ DEFAULT_PROFILE = {
             "manager": {"steps": 34640, "median_rel_error": 0.2378, "p90_rel_error": 0.4218},
             "after_idle": {
                 "gap_s": 0.005,
+                "ramp_gaps_s": [0.0002, 0.001],
                 "index": "bplus_tree",
                 "window": 16384,
-                "rounds": 5,
                 "steps": {
-                    "collector:panjoin:512": {"hot_ns": 10800.0, "after_idle_ns": 61500.0},
-                    "collector:single:4096": {"hot_ns": 23000.0, "after_idle_ns": 74300.0},
-                    "collector:single:512": {"hot_ns": 21800.0, "after_idle_ns": 62100.0},
-                    "collector:single:64": {"hot_ns": 12400.0, "after_idle_ns": 49700.0},
-                    "emitter:panjoin:512": {"hot_ns": 39800.0, "after_idle_ns": 130100.0},
-                    "emitter:single:4096": {"hot_ns": 45300.0, "after_idle_ns": 127800.0},
-                    "emitter:single:512": {"hot_ns": 32400.0, "after_idle_ns": 108800.0},
-                    "emitter:single:64": {"hot_ns": 14700.0, "after_idle_ns": 91500.0},
-                    "join:panjoin:512": {"hot_ns": 644100.0, "after_idle_ns": 1142300.0},
-                    "join:single:4096": {"hot_ns": 2612400.0, "after_idle_ns": 4158300.0},
-                    "join:single:512": {"hot_ns": 1175500.0, "after_idle_ns": 2043400.0},
-                    "join:single:64": {"hot_ns": 365300.0, "after_idle_ns": 783600.0},
-                    "manager:panjoin:512": {"hot_ns": 222500.0, "after_idle_ns": 527600.0},
+                    "collector:panjoin:512": {
+                        "hot_ns": 11306.0,
+                        "after_idle_ns": 54291.5,
+                        "after_gap_ns": {"0.2 ms": 18294.0, "1 ms": 25337.0, "5 ms": 54291.5},
+                    },
+                    "collector:single:4096": {
+                        "hot_ns": 28493.0,
+                        "after_idle_ns": 74399.5,
+                        "after_gap_ns": {"0.2 ms": 42509.0, "1 ms": 50965.0, "5 ms": 74399.5},
+                    },
+                    "collector:single:512": {
+                        "hot_ns": 25748.0,
+                        "after_idle_ns": 54432.0,
+                        "after_gap_ns": {"0.2 ms": 37770.0, "1 ms": 36187.0, "5 ms": 54432.0},
+                    },
+                    "collector:single:64": {
+                        "hot_ns": 15915.0,
+                        "after_idle_ns": 44614.0,
+                        "after_gap_ns": {"0.2 ms": 19096.0, "1 ms": 26349.0, "5 ms": 44614.0},
+                    },
+                    "emitter:panjoin:512": {
+                        "hot_ns": 41257.0,
+                        "after_idle_ns": 119052.0,
+                        "after_gap_ns": {"0.2 ms": 57247.0, "1 ms": 75201.0, "5 ms": 119052.0},
+                    },
+                    "emitter:single:4096": {
+                        "hot_ns": 55163.0,
+                        "after_idle_ns": 126156.0,
+                        "after_gap_ns": {"0.2 ms": 82273.0, "1 ms": 92032.0, "5 ms": 126156.0},
+                    },
+                    "emitter:single:512": {
+                        "hot_ns": 38662.0,
+                        "after_idle_ns": 70481.0,
+                        "after_gap_ns": {"0.2 ms": 50514.0, "1 ms": 58650.0, "5 ms": 70481.0},
+                    },
+                    "emitter:single:64": {
+                        "hot_ns": 31278.0,
+                        "after_idle_ns": 99035.0,
+                        "after_gap_ns": {"0.2 ms": 33052.0, "1 ms": 44934.0, "5 ms": 99035.0},
+                    },
+                    "join:panjoin:512": {
+                        "hot_ns": 574608.0,
+                        "after_idle_ns": 1120162.0,
+                        "after_gap_ns": {"0.2 ms": 746615.0, "1 ms": 804612.5, "5 ms": 1120162.0},
+                    },
+                    "join:single:4096": {
+                        "hot_ns": 2821359.0,
+                        "after_idle_ns": 4148819.0,
+                        "after_gap_ns": {"0.2 ms": 3436269.0, "1 ms": 3802102.0, "5 ms": 4148819.0},
+                    },
+                    "join:single:512": {
+                        "hot_ns": 1202185.5,
+                        "after_idle_ns": 1559924.0,
+                        "after_gap_ns": {"0.2 ms": 1480405.5, "1 ms": 1373726.0, "5 ms": 1559924.0},
+                    },
+                    "join:single:64": {
+                        "hot_ns": 436015.0,
+                        "after_idle_ns": 710427.0,
+                        "after_gap_ns": {"0.2 ms": 433299.0, "1 ms": 514682.0, "5 ms": 710427.0},
+                    },
+                    "manager:panjoin:512": {
+                        "hot_ns": 214571.0,
+                        "after_idle_ns": 477582.0,
+                        "after_gap_ns": {"0.2 ms": 254756.0, "1 ms": 375501.0, "5 ms": 477582.0},
+                    },
                 },
-                "load_1min_start_end": [1.07, 1.42],
+                "load_1min_start_end": [1.3, 0.88],
+                "rounds": 5,
             },
             "messages": {
                 "by_batch_size": {
@@ -278,7 +338,7 @@ DEFAULT_PROFILE = {
         "after_idle_calibrated": {
             "date": "2026-11-26",
             "command": "cost_model.measure_after_idle(rounds=5)",
-            "load_1min_start_end": [1.07, 1.42],
+            "load_1min_start_end": [1.3, 0.88],
         },
         "messages_calibrated": {
             "date": "2026-11-26",

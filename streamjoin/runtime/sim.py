@@ -8,7 +8,8 @@ after it), runs the *same* logic object as ``local`` (built by
 the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the
 step did, and more if the core had not run right before it (the profile's ``after_idle``: a
 step that follows idle time, or a wait for a shared processor, starts with caches that other
-work has used; not charged when the message waited for the core, nor at a gap of 0). Its output messages leave one after another (each costs the sender CPU), travel a
+work has used; the longer the gap, the more, up to the calibrated cost; nothing when the
+message waited for the core). Its output messages leave one after another (each costs the sender CPU), travel a
 modelled hop latency, and join the destinations' mailboxes in FIFO order per link. A batch a
 core only forwards along a chain (DP-Join, §III-C) leaves right after it is received, before
 the core's own work, as DP-Join passes the pointer on first.
@@ -269,9 +270,9 @@ class _NoProgress:
 class _Core:
     """One simulated core: its logic object, FIFO mailbox, outgoing links and accounting."""
 
-    __slots__ = ("name", "role", "logic", "stats", "box", "idle", "rested", "free_at", "kind",
-                 "ended", "n_inputs", "routes", "eof_links", "q", "qt", "q_since", "q_area",
-                 "snapshot", "charge", "idle_ns")  # fmt: skip
+    __slots__ = ("name", "role", "logic", "stats", "box", "idle", "rest_ns", "waiting_since",
+                 "free_at", "kind", "ended", "n_inputs", "routes", "eof_links", "q", "qt",
+                 "q_since", "q_area", "snapshot", "charge", "idle_ns")  # fmt: skip
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
@@ -280,7 +281,10 @@ class _Core:
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sending core)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
-        self.rested = True  # idle (or waiting for a processor): the next step starts cold
+        # virtual ns the core was idle or waited for a processor since its last step (the
+        # next step starts that much colder); before the first step: long ago
+        self.rest_ns = math.inf
+        self.waiting_since = 0  # when it began waiting for a processor
         self.free_at = 0  # virtual time the last step ends
         self.kind = None  # kind of the item being served
         self.ended = 0  # end-of-stream markers received
@@ -358,6 +362,7 @@ class _Simulation:
         self._start = self._step if self.cpus is None else self._start_on_cpu
         # compute stretch by the number of steps holding processors (cpu_share)
         self.slowdown = [model.profile.slowdown(k) for k in range(1 + (self.cpus or 0))]
+        self.after_idle = model.profile.after_idle
         if not any(f != 1.0 for f in self.slowdown):
             self.slowdown = None
         # a step's end is an event only when something depends on it (see _step)
@@ -402,7 +407,7 @@ class _Simulation:
         elif now >= core.free_at:
             core.idle = False
             if now > core.free_at:
-                core.rested = True
+                core.rest_ns += now - core.free_at
             self._start(core, item)
         else:  # the core's last step is still running: wake it when that ends
             core.idle = False
@@ -566,15 +571,16 @@ class _Simulation:
 
     def _compute(self, core: _Core, kind, msg, out, snap, wall) -> int:
         """The step's compute in virtual ns: its charge, and the after-idle cost if the core
-        had been idle or had waited for a processor before it, stretched by the processors'
-        share (``cpu_share``)."""
+        had been idle or had waited for a processor before it (the share of it that gap's
+        length calls for, ``IdleCosts.ramp``), stretched by the processors' share
+        (``cpu_share``)."""
         ns = core.charge(kind, msg, out, snap, wall)
         stretch = 1.0 if self.slowdown is None else self.slowdown[self.cpus - self.cpus_free]
-        if core.rested:
-            core.rested = False
+        if core.rest_ns:
             if core.idle_ns:
-                ns += core.idle_ns
+                ns += core.idle_ns * self.after_idle.share(core.rest_ns)
                 core.stats.after_idle_steps += 1
+            core.rest_ns = 0
         return round(ns * stretch)
 
     def _step_done(self, event) -> None:
@@ -602,14 +608,16 @@ class _Simulation:
         if self.cpus_free:
             self.cpus_free -= 1
             self._step(core, item)
-        else:
-            core.rested = True  # its process waits while others run: it starts cold
+        else:  # its process waits while others run: it starts colder
+            core.waiting_since = self.env.now
             self.cpu_wait.append((core, item))
 
     def _release(self) -> None:
         """A step ended: its processor goes to the step that has waited longest."""
         if self.cpu_wait:
-            self._step(*self.cpu_wait.popleft())
+            core, item = self.cpu_wait.popleft()
+            core.rest_ns += self.env.now - core.waiting_since
+            self._step(core, item)
         else:
             self.cpus_free += 1
 
