@@ -9,10 +9,10 @@ the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges f
 step did, and more if the core had not run right before it (the profile's ``after_idle``: a
 step that follows idle time, or a wait for a shared processor, starts with caches that other
 work has used; the longer the gap, the more, up to the calibrated cost; nothing when the
-message waited for the core). Its output messages leave one after another (each costs the sender CPU), travel a
-modelled hop latency, and join the destinations' mailboxes in FIFO order per link. A batch a
-core only forwards along a chain (DP-Join, §III-C) leaves right after it is received, before
-the core's own work, as DP-Join passes the pointer on first.
+message waited for the core). Its output messages leave one after another (each costs the
+sender CPU), travel a modelled hop latency, and join the destinations' mailboxes in FIFO
+order per link. A batch a core only forwards along a chain (DP-Join, §III-C) leaves right
+after it is received, before the core's own work, as DP-Join passes the pointer on first.
 
 As the ``ray`` executor's actors do (:mod:`streamjoin.runtime.coalesce`), a core that finds
 messages of one sender for one port waiting right behind the one it takes runs the logic once
@@ -27,7 +27,8 @@ By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.cost_model.MachineProfile.with_cpus>`)
 makes the cores share that many: a step waits for a free processor, first come first served,
 and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine);
-a step that waited for one starts cold, as after idle time. Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
+a step that waited for one starts colder, by the length of its wait, as after idle time.
+Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
 that starts while k steps hold processors (itself included) by
 :meth:`MachineProfile.slowdown(k) <streamjoin.runtime.cost_model.MachineProfile.slowdown>`,
 fixed when the step starts.
