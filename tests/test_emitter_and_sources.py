@@ -32,6 +32,25 @@ def test_batches_close_on_size_and_on_delay():
     assert last.seq.tolist() == [4] and last.idx.tolist() == [2]
 
 
+def test_copied_counts_tuples_merged_or_cut_into_batches():
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(3))
+
+    def chunk(n, start):
+        return validate({"stream": np.arange(start, start + n) % 2, "x": np.zeros(n)}, q,
+                        row_offset=start)  # fmt: skip
+
+    em = Emitter(q, batch_size=4)
+    em.on_chunk(chunk(4, 0))  # exactly one batch: sent as it is
+    assert em.copied == 0
+    em.on_chunk(chunk(3, 4))  # waits
+    assert em.copied == 0
+    out = em.on_chunk(chunk(3, 7))  # 3 + 3 merged (6), one batch of 4 cut, 2 left
+    assert [len(b) for _, b in out] == [4] and em.copied == 6 + 4 + 2
+    (_, last), = em.on_eof()  # fmt: skip
+    assert len(last) == 2 and em.copied == 12  # the rest goes as it is
+    assert last.seq.tolist() == [8, 9]
+
+
 def test_stamps_follow_the_definition():
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(2, 1))
     data = {"stream": np.array([0, 0, 0, 1, 1, 0]), "x": np.zeros(6)}

@@ -61,7 +61,8 @@ def _profile():
     (simpler expectations)."""
     p = cost_model.default_profile().with_after_idle(cost_model.IdleCosts())
     return p.with_messages(dataclasses.replace(p.messages, send_per_byte_ns=0.0,
-                                               hop_per_byte_ns=0.0, recv_per_byte_ns=0.0))  # fmt: skip
+                                               hop_per_byte_ns=0.0, recv_per_byte_ns=0.0,
+                                               measured=()))  # fmt: skip
 
 
 def _chain_input(n: int = N):
@@ -87,11 +88,12 @@ def _join(p, batch: int) -> float:
 
 
 def _service(p, batch: int) -> float:
-    """Emitter step that closes a batch, the core's steady-state step on it, and the two
-    messages (emitter → core → collector, each received before the step that reads it), in
-    ns."""
+    """Emitter step that closes a batch (merged from ``batch`` one-tuple chunks), the core's
+    steady-state step on it, and the two messages (emitter → core → collector, each received
+    before the step that reads it), in ns."""
     m, em = p.messages, p.roles["emitter"]
-    emitter = _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=batch)
+    emitter = _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=batch,
+                    copied=batch if batch > 1 else 0)  # fmt: skip
     hop = m.send_ns + m.hop_ns
     return emitter + hop + m.recv_ns + _join(p, batch) + hop + m.recv_ns
 
@@ -191,6 +193,39 @@ def test_profile_scaling_and_json(tmp_path):
         cost_model.MachineProfile.from_dict({"indexes": {"hash": {"probs": 1.0}}})
     with pytest.raises(ValueError, match="cpu must be a positive factor"):
         p.scaled(cpu=0)
+
+
+def test_measured_message_costs_are_interpolated(tmp_path):
+    line = cost_model.MessageCosts(send_ns=1_000.0, send_per_byte_ns=1.0, recv_ns=2_000.0,
+                                   recv_per_byte_ns=2.0, hop_ns=500.0)  # fmt: skip
+    m = dataclasses.replace(line, measured=[[100, 3_000, 5_000], [1_100, 4_000, 9_000]])
+    assert line.send_recv(600) == (1_600.0, 3_200.0)  # the lines
+    assert m.send_recv(10) == (3_000.0, 5_000.0)  # below the smallest: its costs
+    assert m.send_recv(600) == (3_500.0, 7_000.0)  # halfway between the two
+    assert m.send_recv(2_100) == (5_000.0, 11_000.0)  # beyond: the lines' per-byte costs
+    assert m.scaled(2.0).send_recv(600) == (1_750.0, 3_500.0)
+    # the simulator charges a message by its size
+    p = _profile().with_messages(m)
+    batch = _batch_of(8)
+    nbytes = cost_model.message_nbytes(batch)
+    send, recv = m.send_recv(nbytes)
+    assert cost_model.CostModel(p).message_ns(batch) == (round(send), 500, round(recv))
+    p.save(tmp_path / "m.json")
+    assert cost_model.MachineProfile.load(tmp_path / "m.json").messages == m
+    for bad in ([[100, 1, 1], [50, 1, 1]], [[100, -1, 1]], [[100, 1]]):
+        with pytest.raises(ValueError, match="measured"):
+            cost_model.MessageCosts(measured=bad)
+    with pytest.raises(ValueError, match="bad 'messages'"):
+        cost_model.MachineProfile.from_dict({"messages": {"measured": [[1, 2, 3], [1, 2, 3]]}})
+
+
+def _batch_of(n: int):
+    from streamjoin.actors.emitter import Emitter
+    from streamjoin.batch import validate
+
+    emitter = Emitter(QUERY, batch_size=n)
+    ((_, batch),) = emitter.on_chunk(validate(_chain_input(n), QUERY))
+    return batch
 
 
 IDLE = cost_model.IdleCosts(emitter_ns=30_000.0, join_ns=500_000.0, manager_ns=70_000.0,
@@ -494,6 +529,8 @@ def test_calibrate_ray_messages():
     costs, raw = measure_messages(repeat=50, sizes=(1, 1024), rounds=1, idle_calls=5)
     assert costs.send_ns > 0 and costs.recv_ns + costs.recv_per_byte_ns > 0
     small, large = raw["by_batch_size"]["1"], raw["by_batch_size"]["1024"]
+    kept = [(r["bytes"], r["send_ns"], r["period_ns"] - r["send_ns"]) for r in (small, large)]
+    np.testing.assert_allclose(costs.measured, kept, atol=0.2)  # the raw figures are rounded
     assert large["bytes"] > small["bytes"] and small["period_ns"] > small["send_ns"]
     assert small["one_way_ns"] > small["idle_recv_ns"] > 0 and small["relay_cpu_ns"] > 0
 

@@ -29,7 +29,9 @@ class Emitter:
 
     A batch closes when it holds ``batch_size`` tuples or when its oldest tuple has waited
     ``max_delay_ns`` (checked on every chunk and :meth:`on_tick`); ``route`` decides which
-    cores it goes to (:mod:`streamjoin.actors.router`).
+    cores it goes to (:mod:`streamjoin.actors.router`). A chunk that is exactly one batch goes
+    on as it is; ``copied`` counts the tuples copied to merge chunks into batches or cut them
+    (a cost the simulator charges apart from the tuples sent).
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class Emitter:
         self.ts_base = np.zeros(2, dtype=np.int64)
         self._pending: list[Batch] = []
         self._pending_n = 0
+        self.copied = 0  # tuples copied into a batch other than the chunk they came in
 
     def warm(self, route: Route) -> None:
         """Load the stamping kernels (numba's disk cache) on a throwaway emitter sending to
@@ -168,7 +171,11 @@ class Emitter:
     def _close(self, full_only: bool) -> list[tuple[str, Batch]]:
         if not self._pending or (full_only and self._pending_n < self.batch_size):
             return []
-        stamped = self._pending[0] if len(self._pending) == 1 else _concat_rows(self._pending)
+        if len(self._pending) == 1:
+            stamped = self._pending[0]
+        else:
+            stamped = _concat_rows(self._pending)
+            self.copied += len(stamped)
         n = len(stamped)
         cut = n - n % self.batch_size if full_only else n
         out = []
@@ -176,12 +183,17 @@ class Emitter:
             end = min(start + self.batch_size, cut)
             # a chunk that is exactly one batch goes on as it is (the usual case: run() cuts
             # chunks to the batch size)
-            part = stamped if end - start == n else stamped.take(np.arange(start, end))
+            if end - start == n:
+                part = stamped
+            else:
+                part = stamped.take(np.arange(start, end))
+                self.copied += end - start
             part.horizon = stamped.horizon[:, end - 1].copy()
             out.extend(self.route(part))
         if n > cut:
             rest = stamped.take(np.arange(cut, n))
             rest.horizon = stamped.horizon[:, cut:]
+            self.copied += n - cut
             self._pending = [rest]
         else:
             self._pending = []

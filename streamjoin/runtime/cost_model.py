@@ -8,7 +8,8 @@ a profile describe another machine.
 Each step is reduced to a short feature vector (the ``FEATURES`` of its role) and charged the
 dot product with the machine profile's coefficients (ns per unit):
 
-- emitter: one call, tuples stamped, batches sent, tuples sent;
+- emitter: one call, tuples stamped, batches sent, tuples sent, tuples copied to merge chunks
+  into batches or cut them (``Emitter.copied``; a chunk that is one batch is sent as it is);
 - join core, PanJoin worker and handshake cores (one coefficient set per window index, shared
   by these roles): one call, window-part calls (each probe/insert/expire kernel call,
   subwindow create/drop), tuples in the batch (and those a handshake core passes on), probing
@@ -63,7 +64,7 @@ from streamjoin.batch import Batch, PairBatch
 
 #: Feature names per cost group; a profile holds one coefficient (ns) per feature.
 FEATURES = {
-    "emitter": ("calls", "tuples_in", "msgs_out", "tuples_out"),
+    "emitter": ("calls", "tuples_in", "msgs_out", "tuples_out", "copied"),
     "join": ("calls", "part_calls", "tuples", "probes", "scan", "candidates", "pairs",
              "inserted", "expired"),
     "manager": ("calls", "tuples", "msgs_out", "pairs"),
@@ -116,7 +117,18 @@ def message_nbytes(msg) -> int:
 
 @dataclass(frozen=True)
 class MessageCosts:
-    """Per-message costs in ns (see the module docstring for where each is charged)."""
+    """Per-message costs in ns (see the module docstring for where each is charged).
+
+    ``measured`` holds ``(bytes, send_ns, recv_ns)`` points, ascending in bytes, where the
+    send and receive were measured (``streamjoin calibrate`` keeps them). When there are any,
+    a payload's send and receive are interpolated linearly between them instead of read off
+    the lines ``send_ns + send_per_byte_ns · bytes`` and ``recv_ns + recv_per_byte_ns ·
+    bytes``: measured, the costs do not grow linearly (a fixed cost dominates small messages,
+    the copies large ones; a line fitted to all sizes undercharges the middle ones by a
+    quarter here). Below the smallest point its costs hold; beyond the largest they grow by
+    the lines' per-byte costs. The lines stay the profile's summary, and what applies when
+    ``measured`` is empty.
+    """
 
     send_ns: float = 0.0
     send_per_byte_ns: float = 0.0
@@ -124,10 +136,47 @@ class MessageCosts:
     hop_per_byte_ns: float = 0.0
     recv_ns: float = 0.0
     recv_per_byte_ns: float = 0.0
+    measured: tuple = ()
+
+    def __post_init__(self) -> None:
+        try:
+            points = tuple((float(b), float(s), float(r)) for b, s, r in self.measured)
+        except (TypeError, ValueError):
+            raise ValueError(f"measured must be (bytes, send_ns, recv_ns) points, got "
+                             f"{self.measured!r}") from None  # fmt: skip
+        sizes = [b for b, _, _ in points]
+        if sizes != sorted(set(sizes)) or any(min(p) < 0 for p in points):
+            raise ValueError(f"measured points must be ascending in bytes and >= 0, got "
+                             f"{self.measured!r}")  # fmt: skip
+        object.__setattr__(self, "measured", points)
+
+    def send_recv(self, nbytes: float) -> tuple[float, float]:
+        """``(send, receive)`` ns of a payload of ``nbytes``."""
+        pts = self.measured
+        if not pts:
+            return (self.send_ns + self.send_per_byte_ns * nbytes,
+                    self.recv_ns + self.recv_per_byte_ns * nbytes)  # fmt: skip
+        b0, s0, r0 = pts[0]
+        if nbytes <= b0:
+            return s0, r0
+        for b1, s1, r1 in pts[1:]:
+            if nbytes <= b1:
+                f = (nbytes - b0) / (b1 - b0)
+                return s0 + (s1 - s0) * f, r0 + (r1 - r0) * f
+            b0, s0, r0 = b1, s1, r1
+        extra = nbytes - b0
+        return s0 + self.send_per_byte_ns * extra, r0 + self.recv_per_byte_ns * extra
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["measured"] = [list(p) for p in self.measured]
+        return d
 
     def scaled(self, factor: float) -> MessageCosts:
         """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
-        return MessageCosts(**{k: v / factor for k, v in dataclasses.asdict(self).items()})
+        costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k != "measured"}
+        points = tuple((b, s / factor, r / factor) for b, s, r in self.measured)
+        return MessageCosts(**costs, measured=points)
 
 
 @dataclass(frozen=True)
@@ -258,7 +307,7 @@ class MachineProfile:
             "cpu_share": list(self.cpu_share),
             "roles": self.roles,
             "indexes": self.indexes,
-            "messages": dataclasses.asdict(self.messages),
+            "messages": self.messages.to_dict(),
             "after_idle": self.after_idle.to_dict(),
             "info": self.info,
         }
@@ -271,7 +320,7 @@ class MachineProfile:
         idx = {name: _coefficients("join", c) for name, c in d.get("indexes", {}).items()}
         try:
             messages = MessageCosts(**d.get("messages", {}))
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise ValueError(f"bad 'messages' in machine profile: {e}") from None
         try:
             after_idle = IdleCosts(**d.get("after_idle", {}))
@@ -310,7 +359,8 @@ class MachineProfile:
         m = self.messages
         lines.append(f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
                      f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
-                     f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)")  # fmt: skip
+                     f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)"
+                     f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}")  # fmt: skip
         idle = self.after_idle
         cells = "  ".join(f"{g} {idle.of(g) / 1e3:.4g}" for g in FEATURES)
         ramp = ", ".join(f"{f:.2f} at {g / 1e6:g} ms" for g, f in idle.ramp)
@@ -404,18 +454,19 @@ class CostModel:
     """Charges actor steps and messages from a :class:`MachineProfile`.
 
     The simulator binds each actor once (:meth:`bind`: a snapshot of the counters a step will
-    change, taken before it, and a charge computed after it), and calls :meth:`recv_ns_of`
-    per message received and :meth:`message_ns` per message sent. :meth:`features` gives the
+    change, taken before it, and a charge computed after it), and calls :meth:`message_ns`
+    per message sent (its receive is charged to the receiver). :meth:`features` gives the
     feature vector itself (calibration fits the coefficients to it).
     """
 
     def __init__(self, profile: MachineProfile) -> None:
         self.profile = profile
         m = profile.messages
-        self._msg = (m.send_ns, m.send_per_byte_ns, m.hop_ns, m.hop_per_byte_ns)
-        self.recv_ns = m.recv_ns
-        self.recv_per_byte_ns = m.recv_per_byte_ns
-        self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)))
+        self._hop = (m.hop_ns, m.hop_per_byte_ns)
+        self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)), int(round(m.recv_ns)))
+        self._per_byte = bool(m.send_per_byte_ns or m.hop_per_byte_ns or m.recv_per_byte_ns
+                              or m.measured)  # fmt: skip
+        self._send_recv = m.send_recv
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}
 
@@ -423,6 +474,8 @@ class CostModel:
 
     def snapshot(self, role: str, logic, msg):
         """What :meth:`features` needs from before the step (None for most roles)."""
+        if role == "emitter":
+            return logic.copied
         if role in ("join_core", "handshake_ll_core") and isinstance(msg, Batch):
             st = logic.stats
             parts = logic.parts
@@ -442,7 +495,8 @@ class CostModel:
     def features(self, role: str, logic, kind: str, msg, out: list, snap) -> tuple:
         """The step's feature vector, in the order of ``FEATURES`` for its group."""
         if role == "emitter":
-            return (1, len(msg) if kind == "chunk" else 0, len(out), sum(len(m) for _, m in out))
+            return (1, len(msg) if kind == "chunk" else 0, len(out), sum(len(m) for _, m in out),
+                    logic.copied - snap)  # fmt: skip
         if role == "collector":
             return (1, len(msg) if kind == "batch" else 0)
         if kind != "batch":
@@ -558,13 +612,16 @@ class CostModel:
         ``snapshot(msg)`` (None for roles that need none) is called before a step and
         ``charge(kind, msg, out, snap, wall_ns)`` after it: the step's compute in virtual ns
         (``wall_ns``, the host's time, is not used here). A message's receive is charged
-        apart (:meth:`recv_ns_of`).
+        apart (:meth:`message_ns`).
         """
         coefs = self.coefficients(role, logic)
         if role == "join_core":
             return self._bind_join_core(logic, coefs)
         if role == "emitter":
-            c_call, c_in, c_msg, c_out = coefs
+            c_call, c_in, c_msg, c_out, c_copied = coefs
+
+            def copied(msg):
+                return logic.copied
 
             def charge_emitter(kind, msg, out, snap, wall_ns):
                 ns = c_call
@@ -572,9 +629,9 @@ class CostModel:
                     ns += c_in * len(msg)
                 if out:
                     ns += c_msg * len(out) + c_out * sum([len(m) for _, m in out])
-                return ns
+                return ns + c_copied * (logic.copied - snap)
 
-            return None, charge_emitter
+            return copied, charge_emitter
         if role == "collector":
             c_call, c_pairs = coefs
 
@@ -645,19 +702,15 @@ class CostModel:
         """What a step of ``role`` costs more when it follows idle time."""
         return self.profile.after_idle.of(_group(role))
 
-    def recv_ns_of(self, msg) -> float:
-        """Receiver CPU time for one message, before its step runs."""
-        if self.recv_per_byte_ns:
-            return self.recv_ns + self.recv_per_byte_ns * message_nbytes(msg)
-        return self.recv_ns
-
-    def message_ns(self, msg) -> tuple[int, int]:
-        """``(send, hop)`` of one message to one destination, in ns: the sender's CPU time to
-        hand it over, and the latency until the receiver can start on it (no core busy)."""
-        send, per_byte, hop, hop_per_byte = self._msg
-        if per_byte or hop_per_byte:
+    def message_ns(self, msg) -> tuple[int, int, int]:
+        """``(send, hop, receive)`` of one message to one destination, in ns: the sender's CPU
+        time to hand it over, the latency until the receiver can start on it (no core busy),
+        and the receiver's CPU time before its step runs."""
+        if self._per_byte:
             nbytes = message_nbytes(msg)
-            return int(round(send + per_byte * nbytes)), int(round(hop + hop_per_byte * nbytes))
+            send, recv = self._send_recv(nbytes)
+            hop = self._hop[0] + self._hop[1] * nbytes
+            return int(round(send)), int(round(hop)), int(round(recv))
         return self._msg_const
 
 

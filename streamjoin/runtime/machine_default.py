@@ -10,12 +10,19 @@ development machine (a shared 2-core cloud VM). Recalibrate for your machine wit
   were recalibrated: that run's kernel coefficients (load 1.4–1.7) predict
   ``experiments/sim_fidelity.py``'s unpaced throughput within 3% of these for ``single``,
   ``split(2)`` and ``grid(1, 2)``.
+- **Emitter**: refitted when it gained the ``copied`` feature, from
+  ``cost_model.calibrate(ray=False, idle_gap_s=None)`` on 2026-11-26 at a load average of
+  1.2–1.5 (same workloads, every index). The old fit charged the copies of chunks merged into
+  batches to every tuple sent (119 ns); now a tuple sent costs nothing more, a tuple copied
+  129 ns.
 - **Messages**: the ``ray`` executor's transport (batches as framed columns over one TCP
   connection per graph edge), timed through a relay actor where a join core stands
   (:func:`streamjoin.runtime.ray_calibrate.measure_messages`) by
   ``streamjoin calibrate -o /tmp/h6/machine.json --name streamjoin-dev-2cpu`` on 2026-11-26
   at a load average of 1.4–1.5 (``info.messages_calibrated``; raw figures in
-  ``info.fit.messages``), in wall time. The profile before the executor moved off Ray actor
+  ``info.fit.messages``), in wall time. ``measured`` holds those raw send and receive costs
+  at the four sizes (added later from the same figures; ``hop_ns`` recomputed against them,
+  210.1 → 210.9 µs), which the simulator interpolates between. The profile before the executor moved off Ray actor
   calls had send 464 µs + 0.48 ns/B and receive 1631 µs + 2.04 ns/B.
 - **After idle**: :func:`streamjoin.runtime.cost_model.measure_after_idle` (``bplus_tree``,
   window 16,384, 5 ms gaps and the ramp's 0.2 and 1 ms, 5 rounds) on 2026-11-26 at a load
@@ -43,7 +50,13 @@ DEFAULT_PROFILE = {
     "cpu_share": [],
     "roles": {
         "collector": {"calls": 7344.0, "pairs": 3.56},
-        "emitter": {"calls": 8753.0, "tuples_in": 77.12, "msgs_out": 6731.0, "tuples_out": 119.1},
+        "emitter": {
+            "calls": 8958.0,
+            "tuples_in": 80.24,
+            "msgs_out": 7561.0,
+            "tuples_out": 0.0,
+            "copied": 129.3,
+        },
         "manager": {"calls": 83500.0, "tuples": 148.7, "msgs_out": 0.0, "pairs": 103.5},
     },
     "indexes": {
@@ -161,10 +174,16 @@ DEFAULT_PROFILE = {
     "messages": {
         "send_ns": 48150.0,
         "send_per_byte_ns": 0.2471,
-        "hop_ns": 210100.0,
+        "hop_ns": 210900.0,
         "hop_per_byte_ns": 0.0,
         "recv_ns": 86730.0,
         "recv_per_byte_ns": 0.4606,
+        "measured": [
+            [65.0, 47640.0, 76460.0],
+            [12560.0, 55720.0, 97380.0],
+            [50192.0, 56420.0, 115780.0],
+            [802832.0, 246700.0, 456100.0],
+        ],
     },
     "after_idle": {
         "emitter_ns": 67962.0,
@@ -189,7 +208,7 @@ DEFAULT_PROFILE = {
         "quick": False,
         "fit": {
             "collector": {"steps": 106054, "median_rel_error": 0.2548, "p90_rel_error": 0.5431},
-            "emitter": {"steps": 199430, "median_rel_error": 0.2964, "p90_rel_error": 0.6213},
+            "emitter": {"steps": 199430, "median_rel_error": 0.2846, "p90_rel_error": 0.5755},
             "index:bisort": {"steps": 16718, "median_rel_error": 0.2519, "p90_rel_error": 0.4617},
             "index:bplus_tree": {
                 "steps": 16718,

@@ -179,16 +179,19 @@ def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, ro
       receiver having read the message, less those send and receive costs, is what a
       message waits beyond the two ends' own work: waking the receiving process.
 
-    ``send_*`` and ``recv_*`` are lines fitted to these over the payload bytes (clipped at
-    0). ``hop_ns`` is the median of that wait over the batch sizes (clipped at 0), with no
+    The send and receive at each size are kept as measured (``MessageCosts.measured``,
+    interpolated between the sizes), and ``send_*`` and ``recv_*`` are lines fitted to them
+    over the payload bytes (clipped at 0): the summary, and the growth beyond the largest.
+    ``hop_ns`` is the median of that wait over the batch sizes (clipped at 0), with no
     per-byte part: a wake-up does not grow with the payload, and for a large batch the
     sender's write and the receiver's read overlap (the bytes stream through the socket
-    while both run), so their sum exceeds the one-way time and the wait comes out negative. Wall times, not CPU times: on a host shared with Ray's own threads and
-    other work, what a message costs is the time it holds the pipeline up. The raw figures
-    come back as the second value: ns per message by batch size, with the relay's and the
-    sink's process CPU time per message of the pipelined runs, the idle receiver's time
-    from waking on the ready socket to having read the frame and the driver's write time
-    for comparison, and the load average at the start and the end.
+    while both run), so their sum exceeds the one-way time and the wait comes out negative.
+    Wall times, not CPU times: on a host shared with Ray's own threads and other work, what a
+    message costs is the time it holds the pipeline up. The raw figures come back as the
+    second value: ns per message by batch size, with the relay's and the sink's process CPU
+    time per message of the pipelined runs, the idle receiver's time from waking on the
+    ready socket to having read the frame and the driver's write time for comparison, and
+    the load average at the start and the end.
 
     Starts Ray with this host's CPUs and no dashboard if it is not running, and stops it again
     then.
@@ -228,11 +231,12 @@ def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, ro
     recv = np.array([raw[n]["period_ns"] for n in sizes]) - send
     send_ns, send_per_byte = _fit(nbytes, send)
     recv_ns, recv_per_byte = _fit(nbytes, recv)
-    own = send_ns + send_per_byte * nbytes + recv_ns + recv_per_byte * nbytes
+    own = send + recv  # what the simulator charges the two ends at these sizes
     waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - own
     costs = MessageCosts(send_ns=send_ns, send_per_byte_ns=send_per_byte,
                          hop_ns=max(0.0, float(np.median(waits))), recv_ns=recv_ns,
-                         recv_per_byte_ns=recv_per_byte)  # fmt: skip
+                         recv_per_byte_ns=recv_per_byte,
+                         measured=np.column_stack([nbytes, send, recv]).tolist())  # fmt: skip
     loads = (round(load0, 2), round(os.getloadavg()[0], 2))
     return costs, {"by_batch_size": {str(n): {k: round(v, 1) for k, v in raw[n].items()}
                                      for n in sizes}, "load_1min": loads[1],

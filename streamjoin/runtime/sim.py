@@ -370,9 +370,8 @@ class _Simulation:
         self.end_events = self.cyclic or self.cpus is not None
         self.active = 0  # messages scheduled or being served (ticks aside)
         self.quiet = None  # event the closer waits on until active == 0
-        # per-message costs looked up once (the receive is a constant unless it grows by byte)
+        # (send, hop, receive) ns of a message, computed once per message sent
         self.message_ns = model.message_ns
-        self.recv_const = None if model.recv_per_byte_ns else round(model.recv_ns)
         self.samples: list[tuple[int, list[int]]] = []
         self.sample_every = sample_every_ns
         self.next_sample = sample_every_ns
@@ -432,18 +431,18 @@ class _Simulation:
         dests = core.routes.get(out_port)
         if dests:
             env, arrive_cb = self.env, self._arrive
-            send, hop = self.message_ns(msg)
+            send, hop, recv = self.message_ns(msg)
             for dst, dst_port, link in dests:
                 t += send
                 arrive = max(t + hop, link[0])
                 link[0] = arrive
-                item = (_BATCH, dst_port, msg, core)
+                item = (_BATCH, dst_port, msg, core, recv)
                 env.timeout(arrive - env.now, (dst, item)).callbacks.append(arrive_cb)
             self.messages += len(dests)
             self.active += len(dests)
         return t
 
-    def _coalesce(self, core: _Core, port: str, msg, src: _Core) -> tuple:
+    def _coalesce(self, core: _Core, port: str, msg, src: _Core, recv: int) -> tuple:
         """``(message, receive ns)`` of the step that takes ``msg``: with the messages of the
         same sender for the same port waiting right behind it, merged as the ``ray``
         executor merges its inbox (:func:`coalesce.mergeable`, at most ``INBOX`` messages,
@@ -451,14 +450,11 @@ class _Simulation:
         box, group = core.box, [msg]
         while (box and len(group) < INBOX and box[0][3] is src and box[0][1] == port
                and mergeable(core.role, group, box[0][2], self.merge_tuples)):  # fmt: skip
-            group.append(box.popleft()[2])
+            item = box.popleft()
+            group.append(item[2])
+            recv += item[4]
         self.active -= len(group) - 1  # served as one; this step's own item stays counted
         core.count(self.env.now, -len(group), -sum([len(m) for m in group]))
-        recv = self.recv_const
-        if recv is None:
-            recv = sum([round(self.model.recv_ns_of(m)) for m in group])
-        else:
-            recv *= len(group)
         return merge(group), recv
 
     # -- processes and steps -------------------------------------------------------------
@@ -472,13 +468,13 @@ class _Simulation:
                 yield env.timeout(t - env.now)
             if self.start_ns is None:
                 self.start_ns = env.now
-            self._deliver_at(env.now, self.emitter, (_CHUNK, env.now, cols, None))
+            self._deliver_at(env.now, self.emitter, (_CHUNK, env.now, cols, None, 0))
             self.n_in += len(cols)
             self.progress.update(len(cols))
         if self.start_ns is None:
             self.start_ns = env.now
         self.last_arrival = env.now
-        self._deliver_at(env.now, self.emitter, (_EOF, None, None, None))
+        self._deliver_at(env.now, self.emitter, (_EOF, None, None, None, 0))
         if self.cyclic:
             env.process(self.closer())
 
@@ -489,30 +485,24 @@ class _Simulation:
             if self.active:
                 self.quiet = self.env.event()
                 yield self.quiet
-            self._deliver_at(self.env.now, core, (_EOF, None, None, None))
+            self._deliver_at(self.env.now, core, (_EOF, None, None, None, 0))
 
     def _step(self, core: _Core, item) -> None:
         """Serve one mailbox item: run the logic, charge it, send its output, and stay busy
         for the virtual time that costs."""
-        kind, port, msg, src = item
+        kind, port, msg, src, recv = item  # recv: the receive's ns (a batch's, else 0)
         t0 = self.env.now
         if t0 >= self.next_sample:
             self._sample(t0)
         logic, st = core.logic, core.stats
         snap = None
-        recv = 0
         if kind is _BATCH:
-            recv = self.recv_const
             if core.box and core.box[0][3] is src:
-                msg, recv = self._coalesce(core, port, msg, src)
+                msg, recv = self._coalesce(core, port, msg, src, recv)
             else:
                 core.count(t0, -1, -len(msg))
-                if recv is None:
-                    recv = round(self.model.recv_ns_of(msg))
             st.batches_in += 1
             st.tuples_in += len(msg)
-            if core.snapshot is not None:
-                snap = core.snapshot(msg)
             call, args = logic.on_batch, (port, msg)
         elif kind is _CHUNK:
             core.count(t0, -1, -len(msg))
@@ -530,6 +520,8 @@ class _Simulation:
                 self._next(core)
                 return
             call, args = logic.on_eof, ()
+        if core.snapshot is not None:  # the counters the charge reads, before the step
+            snap = core.snapshot(msg)
         self.steps += 1
         self.lead = recv
         w0 = perf_counter_ns()
@@ -559,7 +551,7 @@ class _Simulation:
             for dst, link in core.eof_links:  # after all data on every link
                 arrive = max(t, link[0])
                 link[0] = arrive
-                self._deliver_at(arrive, dst, (_EOF, None, None, None))
+                self._deliver_at(arrive, dst, (_EOF, None, None, None, 0))
         st.busy_ns += t - t0
         core.free_at = t
         if core.box or kind is _EOF or self.end_events:
@@ -632,7 +624,7 @@ class _Simulation:
             self.taken.popleft()
         due = max(self.taken[0][1] + delay, self.env.now)
         self.tick_armed = True
-        self._deliver_at(due, self.emitter, (_TICK, None, None, None))
+        self._deliver_at(due, self.emitter, (_TICK, None, None, None, 0))
 
     def _sample(self, now: int) -> None:
         """Mailbox lengths (tuples) at every sampling instant up to ``now``, taken before the
