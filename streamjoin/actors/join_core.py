@@ -106,22 +106,32 @@ class JoinCore:
         return sum(p.nbytes for p in self.parts.values())
 
     def warm(self) -> None:
-        """Compile (or load from the disk cache) every kernel on a throwaway run."""
-        k = len(self.query.attrs)
-        probe = JoinCore(self.query, self.index_name, self.spec.index_options)
-        for _ in range(2):  # the second batch probes what the first stored
-            probe.on_batch("in", warm_batch(k, self.query.self_join))
+        """Compile (or load from the disk cache) every kernel on a throwaway run: a batch is
+        stored, a second probes it, and a third's horizon expires half of the first (the
+        indexes' delete paths, which a run reaches only once a window is full), under the
+        index's ``warm_options`` (e.g. subwindows small enough to fill)."""
+        k, self_join = len(self.query.attrs), self.query.self_join
+        options = {**self.spec.index_options, **self.spec.index_cls.warm_options}
+        probe = JoinCore(self.query, self.index_name, options)
+        n = 512
+        per_stream = n if self_join else n // 2
+        for b in range(3):
+            expire = per_stream // 2 if b == 2 else 0
+            probe.on_batch("in", warm_batch(k, self_join, n, first=b * per_stream, horizon=expire))
 
 
-def warm_batch(k: int, self_join: bool, n: int = 512) -> Batch:
+def warm_batch(k: int, self_join: bool, n: int = 512, first: int = 0, horizon: int = 0) -> Batch:
     """A throwaway batch of ``n`` tuples with ``k`` attributes for warming kernels: large
     enough for every kernel a real batch runs (:func:`~streamjoin.indexes.key_order.
     stable_order` hands batches under 256 keys to numpy), its keys far apart so few pairs
-    match."""
+    match. Its tuples' ``idx`` count on from ``first`` in each stream, and ``horizon`` (the
+    same for both streams) lets the receiving core expire the tuples below it."""
     z = np.zeros(n, dtype=np.int64)
     stream = np.zeros(n, dtype=np.int8) if self_join else (np.arange(n) % 2).astype(np.int8)
+    idx = first + (np.arange(n, dtype=np.int64) if self_join else np.arange(n) // 2)
     attrs = np.repeat(np.arange(n, dtype=np.float64)[None, ::-1] * 1e9, k, axis=0)
     return Batch(
-        seq=np.arange(n, dtype=np.int64), stream=stream, idx=z.copy(), ts=z.copy(),
+        seq=np.arange(n, dtype=np.int64), stream=stream, idx=idx, ts=z.copy(),
         ingest_ns=z.copy(), lo_idx=z.copy(), attrs=attrs,
+        horizon=np.full(2, horizon, dtype=np.int64),
     )  # fmt: skip

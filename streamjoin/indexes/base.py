@@ -84,6 +84,10 @@ class WindowIndex(ABC):
     #: True if ``insert`` takes ``order=``: the stable order of ``keys[0]``, when the caller
     #: already sorted the batch (the join core does, once per batch), else None.
     takes_order: ClassVar[bool] = False
+    #: Options under which a throwaway instance reaches every kernel within a few batches of
+    #: a few hundred items (``JoinCore.warm`` runs one before the timed part), overriding the
+    #: user's: e.g. a small subwindow, so that one fills and the next is set up.
+    warm_options: ClassVar[dict] = {}
 
     def __init__(self, n_keys: int = 1) -> None:
         if n_keys < 1 or (n_keys > 1 and not self.multi_attribute):

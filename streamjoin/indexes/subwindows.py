@@ -274,6 +274,7 @@ class SubwindowIndex(WindowIndex):
 
     store: ClassVar[type[SubwindowStore]]
     takes_order = True
+    warm_options = {"subwindow_size": 256}  # a warm run fills one: the successor's set-up
 
     def __init__(self, n_keys: int, subwindow_size: int, **store_options) -> None:
         super().__init__(n_keys)
