@@ -55,6 +55,7 @@ import operator
 import os
 import time
 import warnings
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,23 +150,25 @@ class MessageCosts:
             raise ValueError(f"measured points must be ascending in bytes and >= 0, got "
                              f"{self.measured!r}")  # fmt: skip
         object.__setattr__(self, "measured", points)
+        # (send, send/B, receive, receive/B) per stretch of sizes: below the first point, between
+        # each two (bisect_left over the points' sizes picks one), beyond the last
+        s_pb, r_pb = self.send_per_byte_ns, self.recv_per_byte_ns
+        lines = [(self.send_ns, s_pb, self.recv_ns, r_pb)]
+        if points:
+            b0, s0, r0 = points[0]
+            lines = [(s0, 0.0, r0, 0.0)]
+            for b1, s1, r1 in points[1:]:
+                ds, dr = (s1 - s0) / (b1 - b0), (r1 - r0) / (b1 - b0)
+                lines.append((s0 - ds * b0, ds, r0 - dr * b0, dr))
+                b0, s0, r0 = b1, s1, r1
+            lines.append((s0 - s_pb * b0, s_pb, r0 - r_pb * b0, r_pb))
+        object.__setattr__(self, "_sizes", [b for b, _, _ in points])
+        object.__setattr__(self, "_lines", lines)
 
     def send_recv(self, nbytes: float) -> tuple[float, float]:
         """``(send, receive)`` ns of a payload of ``nbytes``."""
-        pts = self.measured
-        if not pts:
-            return (self.send_ns + self.send_per_byte_ns * nbytes,
-                    self.recv_ns + self.recv_per_byte_ns * nbytes)  # fmt: skip
-        b0, s0, r0 = pts[0]
-        if nbytes <= b0:
-            return s0, r0
-        for b1, s1, r1 in pts[1:]:
-            if nbytes <= b1:
-                f = (nbytes - b0) / (b1 - b0)
-                return s0 + (s1 - s0) * f, r0 + (r1 - r0) * f
-            b0, s0, r0 = b1, s1, r1
-        extra = nbytes - b0
-        return s0 + self.send_per_byte_ns * extra, r0 + self.recv_per_byte_ns * extra
+        s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
+        return s + s_pb * nbytes, r + r_pb * nbytes
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -209,6 +212,14 @@ class IdleCosts:
             raise ValueError(f"ramp must be (gap_ns > 0, share >= 0) points, ascending in gap: "
                              f"got {self.ramp!r}")  # fmt: skip
         object.__setattr__(self, "ramp", ramp)
+        # share = base + slope · gap from (0, 0) up to each point in turn
+        lines, g0, f0 = [], 0.0, 0.0
+        for g, f in ramp:
+            slope = (f - f0) / (g - g0)
+            lines.append((f0 - slope * g0, slope))
+            g0, f0 = g, f
+        object.__setattr__(self, "_gaps", gaps)
+        object.__setattr__(self, "_lines", lines)
 
     def of(self, group: str) -> float:
         """The after-idle cost (ns) of a step of ``group`` (a key of :data:`FEATURES`)."""
@@ -218,12 +229,11 @@ class IdleCosts:
         """The share of :meth:`of` charged after a gap of ``gap_ns`` (see ``ramp``)."""
         if not self.ramp:
             return 1.0 if gap_ns > 0 else 0.0
-        g0 = f0 = 0.0
-        for g, f in self.ramp:  # a few points, once per simulated step: no numpy call
-            if gap_ns <= g:
-                return f0 + (f - f0) * (gap_ns - g0) / (g - g0)
-            g0, f0 = g, f
-        return f0
+        i = bisect_left(self._gaps, gap_ns)
+        if i == len(self._gaps):  # beyond the last point (a gap may be infinite)
+            return self.ramp[-1][1]
+        base, slope = self._lines[i]
+        return base + slope * gap_ns
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -466,7 +476,7 @@ class CostModel:
         self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)), int(round(m.recv_ns)))
         self._per_byte = bool(m.send_per_byte_ns or m.hop_per_byte_ns or m.recv_per_byte_ns
                               or m.measured)  # fmt: skip
-        self._send_recv = m.send_recv
+        self._sizes, self._lines = m._sizes, m._lines  # MessageCosts.send_recv, inlined
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}
 
@@ -708,9 +718,10 @@ class CostModel:
         and the receiver's CPU time before its step runs."""
         if self._per_byte:
             nbytes = message_nbytes(msg)
-            send, recv = self._send_recv(nbytes)
-            hop = self._hop[0] + self._hop[1] * nbytes
-            return int(round(send)), int(round(hop)), int(round(recv))
+            s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
+            hop, hop_pb = self._hop
+            return (int(round(s + s_pb * nbytes)), int(round(hop + hop_pb * nbytes)),
+                    int(round(r + r_pb * nbytes)))  # fmt: skip
         return self._msg_const
 
 
