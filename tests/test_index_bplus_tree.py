@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from window_index_oracle import machine, probe_pairs, random_actions
+from window_index_oracle import SortedOracle, machine, probe_pairs, random_actions
 
 import streamjoin as sj
 from streamjoin import indexes
-from streamjoin.indexes.bplus_tree import HEIGHT
+from streamjoin.indexes.bplus_tree import HEIGHT, LEAF_HWM, PREFETCH_ITEMS
 
 OPTIONS = st.fixed_dictionaries({"fanout": st.integers(3, 6), "leaf_size": st.integers(3, 6)})
 
@@ -71,3 +71,22 @@ def test_join_matches_oracle(predicate, window, self_join, batch_size):
     topo = sj.topologies.single("bplus_tree", fanout=4, leaf_size=4)
     res = sj.run(q, data, topo, batch_size=batch_size)
     assert res.same_pairs(sj.oracle.join(q, data))
+
+
+def test_large_tree_prefetching_inserts():
+    """Trees with room for PREFETCH_ITEMS items or more fetch leaves ahead while inserting
+    (a hint only): the items and probes must be the same as without."""
+    rng = np.random.default_rng(11)
+    index = indexes.get("bplus_tree")(1)
+    oracle = SortedOracle()
+    n = 0
+    while n < 2 * PREFETCH_ITEMS:
+        # many duplicates (splits among equal keys) and runs landing in one leaf
+        values = rng.integers(0, 3000, 4096) if n % 2 else rng.normal(0, 1e6, 4096)
+        index.insert(*oracle.batch(values))
+        n += len(values)
+        index.expire(oracle.expire(n - 3 * PREFETCH_ITEMS // 2))
+        probe_keys = rng.integers(0, 3000, 8).astype(np.float64)
+        assert probe_pairs(index, probe_keys, -2.0, 2.0) == oracle.probe(probe_keys, -2.0, 2.0)
+    assert index._tree.meta[LEAF_HWM] * index.leaf_size >= PREFETCH_ITEMS, "prefetching"
+    index.check()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from window_index_oracle import (
     JOIN_PREDICATES,
     JOIN_WINDOWS,
+    SortedOracle,
     join_matches_oracle,
     machine,
     probe_pairs,
@@ -20,6 +21,7 @@ from window_index_oracle import (
 )
 
 from streamjoin import indexes
+from streamjoin.indexes.bplus_tree import LEAF_HWM, PREFETCH_ITEMS
 
 OPTIONS = st.fixed_dictionaries(
     {
@@ -158,3 +160,27 @@ def test_rejects_bad_options(options):
 def test_join_matches_oracle(predicate, window, self_join, batch_size):
     options = {"merge_ratio": 0.25, "insertion_depth": 1, **TINY}
     join_matches_oracle("pim_tree", options, predicate, window, self_join, batch_size)
+
+
+def test_large_window_merges_into_reused_buffers():
+    """A window large enough for the batched probe's pipeline and the inserts' leaf prefetching
+    (T_I with PREFETCH_ITEMS items or more), over merges that swap T_S's buffers; equal keys
+    straddle T_S, T_I and leaf ends."""
+    rng = np.random.default_rng(5)
+    index = indexes.get("pim_tree")(1, merge_ratio=1.0, window=2**16)
+    oracle = SortedOracle()
+    n = prefetching = 0
+    steady = []  # T_S buffers in use once the window is full
+    while n < 10 * 2**16:
+        values = rng.integers(0, 5000, 4096) if n % 3 else rng.normal(2500, 2000, 4096)
+        index.insert(*oracle.batch(values))
+        n += len(values)
+        index.expire(oracle.expire(n - 2**16))
+        prefetching += index._forest.meta[LEAF_HWM] * index.leaf_size >= PREFETCH_ITEMS
+        if n >= 4 * 2**16 and not any(index._ts_buf[0] is b for b in steady):
+            steady.append(index._ts_buf[0])
+        probe_keys = rng.normal(2500, 2500, 64).round()
+        assert probe_pairs(index, probe_keys, -1.5, 3.0) == oracle.probe(probe_keys, -1.5, 3.0)
+    assert index.merges >= 8 and len(steady) == 2, "merges alternate between two buffers"
+    assert prefetching > 0
+    index.check()

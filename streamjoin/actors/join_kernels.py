@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from streamjoin.actors.store import IDX, INGEST_NS, LO_IDX, SEQ
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.sorted_runs import prefetch
 
@@ -17,7 +18,7 @@ R_PROBES = 0
 S_PROBES = 1
 EITHER = 2
 
-#: How many candidates ahead :func:`probe_pairs` prefetches the stored tuple's columns.
+#: How many candidates ahead :func:`probe_pairs` prefetches the stored tuple's row.
 _AHEAD = 8
 
 
@@ -47,38 +48,38 @@ def theta_oriented(p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient):
 @njit(cache=True, nogil=True)
 def probe_pairs(
     p_attrs, p_seq, p_idx, p_lo_idx, p_ingest, p_pos,
-    c_attrs, c_seq, c_idx, c_lo_idx, c_ingest, c_rows,
+    c_attrs, c_rows, c_at,
     cond_attr, lo, hi, first, orient, min_idx, probe_is_r,
 ):  # fmt: skip
     """The pairs among candidates: ``(r_seq, s_seq, ingest_ns)``, one pass over them.
 
     Candidate ``t`` pairs the probing tuple at column ``p_pos[t]`` of the ``p_*`` arrays with
-    the stored tuple at column ``c_rows[t]`` of the ``c_*`` arrays. It is kept iff the earlier
-    of the two is in the later one's window, the stored tuple's ``idx >= min_idx``, and θ
-    holds (conditions before ``first`` were already checked by the index). Window check
-    (DESIGN §2 step 1): ``c_idx >= p_lo_idx`` when the candidate arrived first; a stored
-    candidate can also be the *later* tuple when the two streams reach a core by different
-    paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``. ``probe_is_r``: the probing tuple
-    is the pair's r (else the stored one is, as for a self-join, whose r is the earlier).
-    A pair's ingest time is the later of its two tuples'.
+    the stored tuple at row ``c_at[t]`` of ``c_rows`` (a tuple store's int64 rows, fields as
+    in :data:`~streamjoin.actors.store.ROW_FIELDS`) and column ``c_at[t]`` of ``c_attrs``. It is
+    kept iff the earlier of the two is in the later one's window, the stored tuple's
+    ``idx >= min_idx``, and θ holds (conditions before ``first`` were already checked by the
+    index). Window check (DESIGN §2 step 1): ``c_idx >= p_lo_idx`` when the candidate arrived
+    first; a stored candidate can also be the *later* tuple when the two streams reach a core
+    by different paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``. ``probe_is_r``: the
+    probing tuple is the pair's r (else the stored one is, as for a self-join, whose r is the
+    earlier). A pair's ingest time is the later of its two tuples'.
     """
     m = p_pos.shape[0]
     r = np.empty(m, dtype=np.int64)
     s = np.empty(m, dtype=np.int64)
     ingest = np.empty(m, dtype=np.int64)
     residual = first < lo.shape[0]  # a single band the index checked leaves the window only
+    width = c_rows.shape[1]
     n = 0
     for t in range(m):
-        if t + _AHEAD < m:  # stored rows are scattered: fetch the columns a few ahead
-            k = c_rows[t + _AHEAD]
-            prefetch(c_seq, k)
-            prefetch(c_idx, k)
-            prefetch(c_lo_idx, k)
-            prefetch(c_ingest, k)
+        if t + _AHEAD < m:  # stored rows are scattered: fetch them a few ahead
+            prefetch(c_rows, c_at[t + _AHEAD] * width)
         i = p_pos[t]
-        j = c_rows[t]
-        in_window = c_idx[j] >= p_lo_idx[i] if c_seq[j] < p_seq[i] else p_idx[i] >= c_lo_idx[j]
-        if not in_window or c_idx[j] < min_idx:
+        j = c_at[t]
+        c_seq = c_rows[j, SEQ]
+        c_idx = c_rows[j, IDX]
+        in_window = c_idx >= p_lo_idx[i] if c_seq < p_seq[i] else p_idx[i] >= c_rows[j, LO_IDX]
+        if not in_window or c_idx < min_idx:
             continue
         if residual and not theta_oriented(
             p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient
@@ -86,11 +87,11 @@ def probe_pairs(
             continue
         if probe_is_r:
             r[n] = p_seq[i]
-            s[n] = c_seq[j]
+            s[n] = c_seq
         else:
-            r[n] = c_seq[j]
+            r[n] = c_seq
             s[n] = p_seq[i]
-        ingest[n] = max(p_ingest[i], c_ingest[j])
+        ingest[n] = max(p_ingest[i], c_rows[j, INGEST_NS])
         n += 1
     return r[:n], s[:n], ingest[:n]
 

@@ -169,7 +169,7 @@ class WindowPart:
             first = 0  # each box guaranteed only its own orientation
         r, s, ingest = probe_pairs(
             batch.attrs, batch.seq, batch.idx, batch.lo_idx, batch.ingest_ns, xs[pos],
-            store.attrs, store.seq, store.idx, store.lo_idx, store.ingest_ns, refs - store.base,
+            store.attrs, store.rows, refs - store.base,
             spec.cond_attr, spec.lo, spec.hi, first, orient, min_idx,
             not spec.query.self_join and x == 0,
         )  # fmt: skip

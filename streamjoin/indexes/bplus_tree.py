@@ -37,7 +37,7 @@ from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.key_order import stable_key_order, stable_order
-from streamjoin.indexes.sorted_runs import lower_bound, scan_run
+from streamjoin.indexes.sorted_runs import lower_bound, prefetch_range, scan_run
 
 # slots of BPlusArrays.meta
 ROOT, HEIGHT, LEAF_HWM, LEAF_FREE, INNER_HWM, INNER_FREE = range(6)
@@ -250,6 +250,35 @@ def new_path():
     return np.empty((2, MAX_HEIGHT), dtype=np.int64)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def seek_leaf(t, root, height, x):
+    """The leaf of the tree ``(root, height)`` where the items with key ``>= x`` start (they
+    may start at the next leaf on the chain). Touches inner nodes only. O(height · log(fanout)).
+    """
+    node = root
+    for _ in range(height):
+        # separators compare on keys alone: children left of the first one >= x hold only
+        # keys below x
+        j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], x) - 1
+        node = t.inner_child[node, j]
+    return node
+
+
+#: How many items ahead of the one being inserted :func:`insert_into` fetches the leaf of, in
+#: trees with room for at least PREFETCH_ITEMS items (smaller ones stay in cache, and the extra
+#: descent would cost more than it saves: measured 10% slower in cache, 20% faster out of it).
+INSERT_AHEAD = 4
+PREFETCH_ITEMS = 2**16
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_leaf(t, leaf):
+    """Prefetch the keys and refs of ``leaf``."""
+    size = t.leaf_keys.shape[1]
+    prefetch_range(t.leaf_keys, leaf * size, leaf * size + size)
+    prefetch_range(t.leaf_refs, leaf * size, leaf * size + size)
+
+
 @njit(cache=True, nogil=True)
 def insert_into(t, top, keys, refs, path):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
@@ -264,7 +293,15 @@ def insert_into(t, top, keys, refs, path):
     leaf_size = t.leaf_keys.shape[1]
     no_child = path[:0, :0]  # leaf entries have no child column (an empty view, not allocated)
     path_node, path_slot = path[0], path[1]
-    for i in range(keys.shape[0]):
+    b = keys.shape[0]
+    # leaves of a large tree are cold: fetch the leaf of the item INSERT_AHEAD places on (a
+    # hint, found on keys alone: splits on the way may move it) while this one is inserted
+    ahead = INSERT_AHEAD if t.meta[LEAF_HWM] * leaf_size >= PREFETCH_ITEMS else 0
+    for i in range(min(ahead, b)):
+        _fetch_leaf(t, seek_leaf(t, top[0], top[1], keys[i]))
+    for i in range(b):
+        if ahead and i + ahead < b:
+            _fetch_leaf(t, seek_leaf(t, top[0], top[1], keys[i + ahead]))
         k, r = keys[i], refs[i]
         leaf = _descend(t, top[0], top[1], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
@@ -342,20 +379,6 @@ def delete_items(t, keys, refs):
             t.meta[ROOT] = t.inner_child[root, 0]
             t.meta[HEIGHT] -= 1
             _release(t.meta, INNER_FREE, t.inner_child[:, 0], root)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def seek_leaf(t, root, height, x):
-    """The leaf of the tree ``(root, height)`` where the items with key ``>= x`` start (they
-    may start at the next leaf on the chain). Touches inner nodes only. O(height · log(fanout)).
-    """
-    node = root
-    for _ in range(height):
-        # separators compare on keys alone: children left of the first one >= x hold only
-        # keys below x
-        j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], x) - 1
-        node = t.inner_child[node, j]
-    return node
 
 
 @njit(cache=True, nogil=True, inline="always")

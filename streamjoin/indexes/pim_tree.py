@@ -43,7 +43,13 @@ from streamjoin.indexes.bplus_tree import (
 )
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
-from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, prefetch_range, scan_run
+from streamjoin.indexes.sorted_runs import (
+    lower_bound,
+    merge_runs_into,
+    prefetch,
+    prefetch_range,
+    scan_run,
+)
 
 _NO_REF = np.iinfo(np.int64).min
 
@@ -105,21 +111,10 @@ def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, ke
         start, p = j, q
 
 
-#: How many keys ahead of the one being searched a batched probe fetches the nodes its scans
-#: start in: enough loads in flight to cover memory latency, few enough to stay in cache.
+#: How many keys ahead of the one being scanned a batched probe locates its scans' start (the
+#: keys of their leaves are fetched twice as far ahead): enough loads in flight to cover memory
+#: latency, few enough to stay in cache.
 AHEAD = 8
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fetch_ahead(ts_keys, ts_refs, leaf_size, t, leaf, ti_leaf):
-    """Prefetch the T_S leaf ``leaf`` and the T_I leaf ``ti_leaf``."""
-    n = ts_keys.shape[0]
-    start = min(leaf * leaf_size, n)
-    prefetch_range(ts_keys, start, min(start + leaf_size, n))
-    prefetch_range(ts_refs, start, min(start + leaf_size, n))
-    size = t.leaf_keys.shape[1]
-    prefetch_range(t.leaf_keys, ti_leaf * size, ti_leaf * size + size)
-    prefetch_range(t.leaf_refs, ti_leaf * size, ti_leaf * size + size)
 
 
 @njit(cache=True, nogil=True)
@@ -131,10 +126,15 @@ def probe_partitioned(
 
     One descent of T_S finds both the first leaf to scan and, as the node at the insertion
     depth on the way, the subindex that holds the bottom of the range; then T_S's leaf level and
-    T_I's leaf chain are scanned from there. The batch runs the descents first, of T_S and of
-    the subindex down to its leaf (they touch only inner nodes, which stay in cache), so that
-    the scans can prefetch the leaves they start in :data:`AHEAD` keys in advance. Returns
-    ``(probe_pos, refs)`` int64.
+    T_I's leaf chain are scanned from there. The batch runs in three stages so that the leaves
+    (cold: the probes are spread over the whole window) load while other keys are worked on:
+    first the descents of every key, of T_S and of the subindex down to its leaf (they touch
+    only inner nodes, which stay in cache); then, ``2 · AHEAD`` keys ahead of the scans, the
+    keys of both leaves are fetched, and ``AHEAD`` keys ahead each scan's start is searched in
+    them and the line of refs there fetched; last the scans. Only the refs a scan reads are
+    fetched: 14 cache lines per key with the default node sizes, not the 24 of both leaves
+    whole (at a window of 2**20 the probe is bound by lines fetched; a prefetch of an address
+    past an array's end never faults). Returns ``(probe_pos, refs)`` int64.
     O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
     """
     n = ts_keys.shape[0]
@@ -143,36 +143,52 @@ def probe_partitioned(
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n_out = 0
+    # T_I's leaves as flat arrays, made once: a row view per leaf visited would cost an
+    # atomic reference-count update each
+    size = t.leaf_keys.shape[1]
+    ti_keys = t.leaf_keys.reshape(-1)
+    ti_refs = t.leaf_refs.reshape(-1)
     # l. 1-9: descend T_S for Range.min; the node at depth D_I is the leaf's ancestor
-    leaves = np.empty(m, dtype=np.int64)
-    ti_leaves = np.empty(m, dtype=np.int64)
+    ts_at = np.empty(m, dtype=np.int64)  # the T_S leaf, then the scan's first position
+    ti_leaf = np.empty(m, dtype=np.int64)  # the T_I leaf (l. 17)
+    ti_at = np.empty(m, dtype=np.int64)  # the T_I scan's first position
     for i in range(m):
         vlo, _ = key_range(probe_keys[i], lo, hi)
-        leaves[i] = descend_css_tree(inner, offsets, fanout, vlo, offsets.shape[0] - 1)
-        sub = leaves[i] // stride
-        ti_leaves[i] = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)  # l. 17
-    for i in range(min(AHEAD, m)):
-        _fetch_ahead(ts_keys, ts_refs, leaf_size, t, leaves[i], ti_leaves[i])
-    for i in range(m):
-        if i + AHEAD < m:
-            _fetch_ahead(ts_keys, ts_refs, leaf_size, t, leaves[i + AHEAD], ti_leaves[i + AHEAD])
+        ts_at[i] = descend_css_tree(inner, offsets, fanout, vlo, offsets.shape[0] - 1)
+        sub = ts_at[i] // stride
+        ti_leaf[i] = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)
+    subs = ts_at // stride  # l. 3-4
+    for i in range(-2 * AHEAD, m):
+        k = i + 2 * AHEAD
+        if k < m:  # the keys of the leaves both scans start in
+            start = min(ts_at[k] * leaf_size, n)
+            prefetch_range(ts_keys, start, min(start + leaf_size, n))
+            prefetch_range(ti_keys, ti_leaf[k] * size, ti_leaf[k] * size + size)
+        k = i + AHEAD
+        if 0 <= k < m:  # where they start (l. 10-15, 18), and the refs there
+            vlo, _ = key_range(probe_keys[k], lo, hi)
+            start = min(ts_at[k] * leaf_size, n)
+            ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n), vlo)
+            prefetch(ts_refs, min(ts_at[k], n - 1))
+            first = ti_leaf[k] * size
+            ti_at[k] = lower_bound(ti_keys, first, first + t.leaf_count[ti_leaf[k]], vlo)
+            prefetch(ti_refs, ti_at[k])
+        if i < 0:
+            continue
         key = probe_keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        sub = leaves[i] // stride  # l. 3-4
-        # l. 10-15: find Range.min in the T_S leaf, scan the leaf level while keys <= Range.max
-        start = min(leaves[i] * leaf_size, n)
-        pos = lower_bound(ts_keys, start, min(start + leaf_size, n), vlo)
+        sub = subs[i]
+        # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
         out_p, out_r, n_out, _ = scan_run(
-            ts_keys, ts_refs, pos, n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
+            ts_keys, ts_refs, ts_at[i], n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
         )
         locks[sub] += 1  # l. 16
-        # l. 17, descended above, before the lock: fine single-threaded; with concurrent
-        # inserts (PIM-Tree §4) the descent would have to be repeated under the lock
-        node = ti_leaves[i]
-        pos = lower_bound(t.leaf_keys[node], 0, t.leaf_count[node], vlo)  # l. 18
+        # l. 17-18, located above, before the lock: fine single-threaded; with concurrent
+        # inserts (PIM-Tree §4) they would have to be repeated under the lock
+        node, pos = ti_leaf[i], ti_at[i]
         while True:  # l. 19-38
             out_p, out_r, n_out, done = scan_run(
-                t.leaf_keys[node], t.leaf_refs[node], pos, t.leaf_count[node],
+                ti_keys, ti_refs, pos, node * size + t.leaf_count[node],
                 key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out,
             )  # fmt: skip
             nxt = t.leaf_next[node]
@@ -185,7 +201,8 @@ def probe_partitioned(
                 locks[sub + 1] += 1  # l. 28-30
                 locks[sub] -= 1
                 sub += 1
-            node, pos = nxt, 0  # l. 29, 36, 39
+            node = nxt  # l. 29, 36, 39
+            pos = node * size
         locks[sub] -= 1  # l. 39 (the paper's second "39")
     return out_p[:n_out], out_r[:n_out]
 
@@ -201,8 +218,9 @@ class PIMTreeIndex(WindowIndex):
     item (Eq. 6 steps 2-3, Eq. 7); ``probe`` of m keys O(m log m + m · (H_S · log(css_fanout) +
     H'_I · log(fanout)) + items scanned), expired ones included (Eq. 6 step 1); ``expire``
     O(1) (flags by a bound). Memory: T_S 16 bytes per item plus ``8 / css_leaf_size`` of inner
-    keys; T_I at most m · w items in B+-tree nodes (up to 32 bytes per item in leaves); the
-    node arrays keep their capacity across merges.
+    keys, in one of two buffer pairs (a merge writes into the other; each up to 1.25 times
+    the largest T_S + T_I merged so far); T_I at most m · w items in B+-tree nodes (up to 32
+    bytes per item in leaves); the node arrays keep their capacity across merges.
 
     Parameters
     ----------
@@ -269,6 +287,10 @@ class PIMTreeIndex(WindowIndex):
         self._first_ref = self._last_ref = None
         self._n_ti = 0
         self._forest = None  # T_I's node arrays, reused from merge to merge
+        # T_S's leaf level is a prefix of a (keys, refs) buffer pair; a merge writes into the
+        # spare pair and the old one becomes the spare: fresh memory for every merge cost more
+        # page faults than the merge itself
+        self._ts_buf = self._spare = (np.empty(0), np.empty(0, dtype=np.int64))
         self.merges = 0
         self.merge_seconds = 0.0
         self.last_partition_inserts = np.zeros(0, dtype=np.int64)
@@ -292,7 +314,14 @@ class PIMTreeIndex(WindowIndex):
         t0 = time.thread_time()
         self.last_partition_inserts = self._inserts
         ti_keys, ti_refs = chain_items(self._forest, 0, self._n_ti)
-        self._rebuild(*merge_runs(self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before))
+        need = len(self._ts_keys) + self._n_ti
+        keys, refs = self._spare
+        if len(keys) < need:  # room for a window a quarter larger before the next allocation
+            keys, refs = np.empty(need + need // 4), np.empty(need + need // 4, dtype=np.int64)
+        n = merge_runs_into(self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before,
+                            keys, refs)  # fmt: skip
+        self._spare, self._ts_buf = self._ts_buf, (keys, refs)
+        self._rebuild(keys[:n], refs[:n])
         self.merges += 1
         self.merge_seconds += time.thread_time() - t0
 
@@ -351,7 +380,7 @@ class PIMTreeIndex(WindowIndex):
 
     @property
     def nbytes(self) -> int:
-        arrays = (self._ts_keys, self._ts_refs, self._inner, self._offsets, self._upper,
+        arrays = (*self._ts_buf, *self._spare, self._inner, self._offsets, self._upper,
                   self._tops, self._locks, self._inserts, *self._forest)  # fmt: skip
         return sum(a.nbytes for a in arrays)
 
@@ -359,6 +388,9 @@ class PIMTreeIndex(WindowIndex):
         keys, refs = self._ts_keys, self._ts_refs
         n = len(keys)
         assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by (key, ref)"
+        assert not any(np.shares_memory(a, b) for a in self._spare for b in (keys, refs)), (
+            "the next merge writes into the spare buffers, which T_S must not use"
+        )
         inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
         assert np.array_equal(inner, self._inner) and np.array_equal(offsets, self._offsets)
         depth, stride, upper = partitions(

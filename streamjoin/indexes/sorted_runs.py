@@ -85,28 +85,40 @@ def scan_run(keys, refs, start, stop, key, lo, hi, vhi, min_ref, probe, out_p, o
 
 
 @njit(cache=True, nogil=True)
-def merge_runs(a_keys, a_refs, b_keys, b_refs, min_ref):
-    """Merge two sorted runs into one, dropping items with ``ref < min_ref``.
+def merge_runs_into(a_keys, a_refs, b_keys, b_refs, min_ref, keys, refs):
+    """Merge two sorted runs into ``keys``/``refs``, dropping items with ``ref < min_ref``.
 
-    Returns new ``(keys, refs)`` arrays of exactly the surviving length. O(len(a) + len(b)).
+    Every ref of ``b`` must be above every ref of ``a`` (``b`` holds later arrivals), so equal
+    keys take ``a`` first and the result is sorted by ``(key, ref)``. ``keys``/``refs`` need
+    room for ``len(a) + len(b)`` items: an item is written before the test that keeps it
+    (branch-free: which items expired is random in key order). Returns how many were kept.
+    O(len(a) + len(b)).
     """
     na, nb = a_keys.shape[0], b_keys.shape[0]
-    n = np.count_nonzero(a_refs >= min_ref) + np.count_nonzero(b_refs >= min_ref)
-    keys = np.empty(n, dtype=np.float64)
-    refs = np.empty(n, dtype=np.int64)
-    i = j = k = 0
-    while i < na or j < nb:
-        take_a = j == nb or (
-            i < na and (a_keys[i] < b_keys[j] or (a_keys[i] == b_keys[j] and a_refs[i] < b_refs[j]))
-        )
-        if take_a:
-            key, ref = a_keys[i], a_refs[i]
+    i = k = 0
+    for j in range(nb):
+        bk = b_keys[j]
+        while i < na and a_keys[i] <= bk:  # the run of a up to the next b item
+            keys[k] = a_keys[i]
+            refs[k] = a_refs[i]
+            k += a_refs[i] >= min_ref
             i += 1
-        else:
-            key, ref = b_keys[j], b_refs[j]
-            j += 1
-        if ref >= min_ref:
-            keys[k] = key
-            refs[k] = ref
-            k += 1
-    return keys, refs
+        keys[k] = bk
+        refs[k] = b_refs[j]
+        k += b_refs[j] >= min_ref
+    for q in range(i, na):
+        keys[k] = a_keys[q]
+        refs[k] = a_refs[q]
+        k += a_refs[q] >= min_ref
+    return k
+
+
+def merge_runs(
+    a_keys: np.ndarray, a_refs: np.ndarray, b_keys: np.ndarray, b_refs: np.ndarray, min_ref: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge_runs_into` new ``(keys, refs)`` arrays of exactly the surviving length.
+    O(len(a) + len(b))."""
+    n = len(a_keys) + len(b_keys)
+    keys, refs = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
+    k = merge_runs_into(a_keys, a_refs, b_keys, b_refs, min_ref, keys, refs)
+    return (keys, refs) if k == n else (keys[:k].copy(), refs[:k].copy())
