@@ -116,6 +116,16 @@ def message_nbytes(msg) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+def _segments(points: list) -> list[tuple[float, float]]:
+    """``(base, slope)`` of the line through each two consecutive ``(x, y)`` points (x
+    ascending): ``y = base + slope · x`` between them."""
+    out = []
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        slope = (y1 - y0) / (x1 - x0)
+        out.append((y0 - slope * x0, slope))
+    return out
+
+
 @dataclass(frozen=True)
 class MessageCosts:
     """Per-message costs in ns (see the module docstring for where each is charged).
@@ -155,13 +165,11 @@ class MessageCosts:
         s_pb, r_pb = self.send_per_byte_ns, self.recv_per_byte_ns
         lines = [(self.send_ns, s_pb, self.recv_ns, r_pb)]
         if points:
-            b0, s0, r0 = points[0]
-            lines = [(s0, 0.0, r0, 0.0)]
-            for b1, s1, r1 in points[1:]:
-                ds, dr = (s1 - s0) / (b1 - b0), (r1 - r0) / (b1 - b0)
-                lines.append((s0 - ds * b0, ds, r0 - dr * b0, dr))
-                b0, s0, r0 = b1, s1, r1
-            lines.append((s0 - s_pb * b0, s_pb, r0 - r_pb * b0, r_pb))
+            (_, s0, r0), (bn, sn, rn) = points[0], points[-1]
+            sends = _segments([(b, s) for b, s, _ in points])
+            recvs = _segments([(b, r) for b, _, r in points])
+            lines = [(s0, 0.0, r0, 0.0), *(a + b for a, b in zip(sends, recvs, strict=True)),
+                     (sn - s_pb * bn, s_pb, rn - r_pb * bn, r_pb)]  # fmt: skip
         object.__setattr__(self, "_sizes", [b for b, _, _ in points])
         object.__setattr__(self, "_lines", lines)
 
@@ -213,13 +221,8 @@ class IdleCosts:
                              f"got {self.ramp!r}")  # fmt: skip
         object.__setattr__(self, "ramp", ramp)
         # share = base + slope · gap from (0, 0) up to each point in turn
-        lines, g0, f0 = [], 0.0, 0.0
-        for g, f in ramp:
-            slope = (f - f0) / (g - g0)
-            lines.append((f0 - slope * g0, slope))
-            g0, f0 = g, f
         object.__setattr__(self, "_gaps", gaps)
-        object.__setattr__(self, "_lines", lines)
+        object.__setattr__(self, "_lines", _segments([(0.0, 0.0), *ramp]))
 
     def of(self, group: str) -> float:
         """The after-idle cost (ns) of a step of ``group`` (a key of :data:`FEATURES`)."""
