@@ -280,7 +280,7 @@ class _Core:
         self.snapshot, self.charge = model.bind(role, logic)  # the step's cost model
         self.idle_ns = model.after_idle_ns(role)  # more when the step follows idle time
         self.stats = SimStats(role=role)
-        self.box: deque = deque()  # items waiting: (kind, port, message, sending core)
+        self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
         # virtual ns the core was idle or waited for a processor since its last step (the
         # next step starts that much colder); before the first step: long ago
