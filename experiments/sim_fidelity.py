@@ -350,6 +350,7 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
     chunks = ", ".join(f"{n:,}" for n in sizes)
     emitter = ", ".join(f"{(em['calls'] + em['msgs_out'] + (em['tuples_in'] + em['tuples_out']) * n) / 1e3:.0f}"
                         for n in sizes)  # fmt: skip
+    copied = em.get("copied", 0.0)
     local = {(r["layout"], r["mode"]): r for r in rows if r["backend"] == "local"}
     local_gap = ", ".join(f"{ray[(lay, 'paced')]['p50_ms'] - local[(lay, 'paced')]['p50_ms']:.1f}"
                           for lay in LAYOUTS)  # fmt: skip
@@ -403,8 +404,13 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "unpaced, the busiest actor never does, but on processors shared by more actors "
         "a step that waited for one starts colder (other processes ran on it), and is "
         "charged by the length of its wait in the same way.",
-        "- **Processors.** The simulated actors share the host's 2 processors, and other jobs "
-        "share them too: Linux divides the processors between sessions first, so one busy job "
+        "- **Processors.** The simulated actors share the host's 2 processors, first come, "
+        "first served: a step holds one until it ends. Processor sharing (every runnable "
+        "step progressing at 2/n of a processor, as Linux's scheduler shares them over time) "
+        "was measured instead on 2026-11-26: paced p50 unchanged (within 0.01 of these "
+        "ratios), unpaced throughput 0.10–0.17 higher for split(2) and grid(1, 2), further "
+        "from Ray, as no step then starts colder after waiting for a processor. Other jobs "
+        "share the processors too: Linux divides the processors between sessions first, so one busy job "
         "elsewhere holds about one of the two however many processes the run has. "
         "`cost_model.measure_cpu_share` spins one and then two processes and takes the share "
         "of a processor each got; the compute of a step that starts while two steps hold "
@@ -427,14 +433,19 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         + " of the pipeline's period: the rest is waiting for a processor that other "
         "processes hold. Message costs are wall-clock costs measured once at the start, "
         "with the load of that moment (see the load column).",
-        "- **The emitter's per-tuple costs** are overcharged for chunks that are one batch "
-        "each, as here: its fitted cost per tuple sent (about 0.12–0.13 µs) stands for the "
-        "chunks a batch is merged from (the calibration feeds chunks of 1 to 1,024 tuples into "
-        "batches of 1 to 512), which no feature counts. A chunk of 512 (4,096) tuples sent as "
-        "one batch takes about 32 (45) µs back to back (the shipped profile's "
-        f"`info.fit.after_idle`); for the paced chunks here ({chunks} tuples) the shipped "
-        f"model charges {emitter} µs. A count of the chunks merged, kept by the emitter, "
-        "would separate the two.",
+        "- **The emitter** is charged per call, tuple stamped, message sent and tuple "
+        "copied (`Emitter.copied`: the tuples copied merging chunks into a batch or cutting "
+        f"one; {copied:.0f} ns each in the shipped profile), so a chunk sent as one batch, as "
+        "the paced chunks here are, pays no copies: the shipped model charges "
+        f"{emitter} µs for chunks of {chunks} tuples (one message each, after-idle cost "
+        "aside).",
+        "- **Chains pass batches on first.** A DP-Join grid core passes each batch on along "
+        "its row or column before joining it (§III-C; `passes_on`, sent by every executor "
+        "before `on_batch`). Before a change of 2026-11-26 the `ray` executor sent it after the step with "
+        "the pairs, so the second core of a grid(1, 2) row took its R batch a step later "
+        "(about 1.1 ms: the core's take time after ingest was 0.7–1.0 ms at core0_0 and "
+        "2.4–2.8 ms at core0_1, median), while the simulator charged the forward first: "
+        "grid(1, 2)'s paced p50 ratio was 0.68–0.73 then.",
         "- **Coalescing.** When several batches of one sender for one port wait in an actor's "
         "inbox, the executor hands them to the logic as one (`coalesce.mergeable`; at most "
         "`INBOX` = 2, as a host reads no further once that many wait). The simulator does "

@@ -98,8 +98,9 @@ def _pairs(out):
 def test_a_later_tuple_that_overtakes_is_found_by_the_crossing_log():
     cores, s0, r1 = _two_core_chain()
     # r1 passes core 1 before s0 reaches it: they cross, and s0 meets r1 at s0's home
-    out = cores[0].on_batch("r_in", r1)
-    assert out == [("r_out", r1)]  # stored at core 0, nothing there to meet yet
+    assert cores[0].passes_on("r_in", r1) == [("r_out", r1)]  # on, before core 0's step
+    assert cores[0].on_batch("r_in", r1) == []  # stored at core 0, nothing there to meet yet
+    assert cores[1].passes_on("r_in", r1) == []  # the end of the chain for R
     assert _pairs(cores[1].on_batch("r_in", r1)) == []
     out = cores[1].on_batch("s_in", s0)
     assert _pairs(out) == [(1, 0)] and cores[1].stats["crossed"] == 1

@@ -102,3 +102,27 @@ def test_handshake_moves_tuples_along_the_chain():
     with pytest.raises(ValueError, match="two-way joins only"):
         sj.run(sj.Query(sj.band("x", 1), sj.CountWindow(3), self_join=True), {"x": [1.0]},
                sj.topologies.handshake(2))  # fmt: skip
+
+
+def test_chain_cores_pass_batches_on_before_their_step():
+    """A chain-forwarding grid core says what it passes on (``passes_on``, sent by every
+    executor before ``on_batch``), and its step returns only pairs; a direct grid's core and a
+    split core pass nothing on; an unknown port is refused by both calls."""
+    from streamjoin.actors import passes_on
+    from streamjoin.actors.emitter import Emitter
+    from streamjoin.actors.join_core import JoinCore
+    from streamjoin.batch import validate
+
+    q = sj.Query(sj.equal("x"), window=sj.CountWindow(4))
+    em = Emitter(q, batch_size=100)
+    em.on_chunk(validate({"stream": [0, 1, 1], "x": [1.0, 1.0, 2.0]}, q))
+    ((_, batch),) = em.on_eof()
+    chained = JoinCore(q, ports={"row": (0,), "col": (1,)}, forward=True)
+    assert passes_on(chained, "row", batch) == [("row_next", batch)]
+    out = chained.on_batch("row", batch)
+    assert [p for p, _ in out] == ["out"] and len(out[0][1]) == 1  # r0 with s1, once
+    assert passes_on(JoinCore(q, ports={"row": (0,), "col": (1,)}), "row", batch) == []
+    assert passes_on(sj.actors.Collector(), "in", batch) == []  # no passes_on: nothing
+    for call in (chained.passes_on, chained.on_batch):
+        with pytest.raises(ValueError, match="no input port 'up'"):
+            call("up", batch)

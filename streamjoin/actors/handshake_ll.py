@@ -59,7 +59,7 @@ class LowLatencyHandshakeCore:
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
     right, or from the emitter at core n-1). Out: ``r_out`` / ``s_out`` (every batch, passed
-    on unchanged before any work), ``out`` (pairs).
+    on unchanged before any work: :meth:`passes_on`), ``out`` (pairs).
 
     Parameters
     ----------
@@ -97,16 +97,27 @@ class LowLatencyHandshakeCore:
         """Home core of the ``j``-th batch of stream ``x``: round robin from its entry end."""
         return j % self.n if x == 0 else self.n - 1 - j % self.n
 
-    def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
+    def passes_on(self, port: str, msg) -> list[tuple[str, object]]:
+        """The message on to the next core, unchanged, before this core's step (the chain's
+        fast-forward): nothing at the end of the chain."""
+        x = self._stream_of(port)
+        return [] if self.last[x] else [(f"{'rs'[x]}_out", msg)]
+
+    def _stream_of(self, port: str) -> int:
         if port not in _IN:
             raise ValueError(f"handshake core has no input port {port!r}; ports: {list(_IN)}")
-        x, y = _IN[port], 1 - _IN[port]
-        out: list[tuple[str, object]] = [] if self.last[x] else [(f"{'rs'[x]}_out", msg)]
+        return _IN[port]
+
+    def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
+        """Probe, store and log one batch (or end a stream on a ``Drain``); returns its pairs
+        as ``[("out", PairBatch)]``. What goes on along the chain is :meth:`passes_on`'s."""
+        x = self._stream_of(port)
+        y = 1 - x
         if isinstance(msg, Drain):  # no x comes after it: y here has nothing left to meet
             self.drained[x] = True
             self.stats["expired"] += self.parts[y].expire(_NEVER)
             self.crossed[y].clear()
-            return out
+            return []
         batch = msg.freeze()
         xs = np.arange(len(batch))
         at_home = self.home(x, self.seen[x]) == self.k
@@ -128,10 +139,10 @@ class LowLatencyHandshakeCore:
             log.popleft()
         self.stats["expired"] += self.parts[y].expire(int(batch.horizon[y]))
         pairs = concat_pairs(found)
-        if pairs is not None:
-            self.stats["pairs"] += len(pairs)
-            out.append(("out", pairs))
-        return out
+        if pairs is None:
+            return []
+        self.stats["pairs"] += len(pairs)
+        return [("out", pairs)]
 
     def _join_crossed(self, batch: Batch, x: int) -> PairBatch:
         """Pairs of ``batch`` (stream x, at its home) with the logged y tuples later than the

@@ -40,7 +40,8 @@ class JoinCore:
     ports : dict, optional
         Input port -> streams it carries (default: one port ``"in"`` with both).
     forward : bool
-        Send every input batch on, unchanged, on port ``"<in port>_next"`` (chain layouts).
+        Pass every input batch on, unchanged, on port ``"<in port>_next"`` before joining it
+        (chain layouts; :meth:`passes_on`).
     """
 
     def __init__(
@@ -61,14 +62,22 @@ class JoinCore:
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def on_batch(self, port: str, batch: Batch) -> list[tuple[str, PairBatch]]:
-        """Join one batch; returns ``[("out", PairBatch)]`` when it produced pairs (preceded by
-        the batch itself on ``"<port>_next"`` when forwarding)."""
+    def passes_on(self, port: str, batch: Batch) -> list[tuple[str, Batch]]:
+        """With ``forward``: the batch on to the next core of its chain, unchanged, before
+        this core joins it, as DP-Join passes the pointer on first (§III-C)."""
+        self._check_port(port)
+        return [(f"{port}_next", batch)] if self.forward else []
+
+    def _check_port(self, port: str) -> None:
         if port not in self.ports:
             raise ValueError(f"join core has no input port {port!r}; ports: {list(self.ports)}")
+
+    def on_batch(self, port: str, batch: Batch) -> list[tuple[str, PairBatch]]:
+        """Join one batch; returns ``[("out", PairBatch)]`` when it produced pairs. What goes
+        on along a chain is :meth:`passes_on`'s."""
+        self._check_port(port)
         spec = self.spec
         batch = batch.freeze()
-        sent = [(f"{port}_next", batch)] if self.forward else []
         found = []
         # each stream's tuples in key order, once: probing, the in-batch join and the index
         # inserts share it
@@ -91,9 +100,9 @@ class JoinCore:
             self.stats["expired"] += self.parts[y].expire(int(batch.horizon[y]))
         out = concat_pairs(found)
         if out is None:
-            return sent
+            return []
         self.stats["pairs"] += len(out)
-        return [*sent, ("out", out)]
+        return [("out", out)]
 
     def on_eof(self) -> list[tuple[str, PairBatch]]:
         return []

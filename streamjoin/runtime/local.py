@@ -7,6 +7,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
+from streamjoin.actors import passes_on
 from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime.build import Settings, build_actor
@@ -64,6 +65,7 @@ def run_local(
             st = stats[dst]
             st.batches_in += 1
             st.tuples_in += len(msg)
+            deliver(dst, passes_on(actors[dst], port, msg))  # before the step (§III-C)
             step(dst, actors[dst].on_batch, port, msg)
 
     start_ns = None

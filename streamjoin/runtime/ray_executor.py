@@ -46,6 +46,7 @@ from collections.abc import Iterable
 import networkx as nx
 import ray
 
+from streamjoin.actors import passes_on
 from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
@@ -321,6 +322,9 @@ class _Host(_Node):
                     msg = merge(group)
                     self.stats.batches_in += 1
                     self.stats.tuples_in += len(msg)
+                    # a batch passed on along a chain leaves first: the next core starts on
+                    # it while this one works (DP-Join, §III-C)
+                    self._send(self._guard(passes_on, self.logic, port, msg))
                     self._step(self.logic.on_batch, port, msg)
                     self.frames_handled += len(group)
                 elif kind == "end":

@@ -11,8 +11,9 @@ step that follows idle time, or a wait for a shared processor, starts with cache
 work has used; the longer the gap, the more, up to the calibrated cost; nothing when the
 message waited for the core). Its output messages leave one after another (each costs the
 sender CPU), travel a modelled hop latency, and join the destinations' mailboxes in FIFO
-order per link. A batch a core only forwards along a chain (DP-Join, §III-C) leaves right
-after it is received, before the core's own work, as DP-Join passes the pointer on first.
+order per link. What a core passes on unchanged along a chain
+(:func:`~streamjoin.actors.passes_on`; DP-Join, §III-C) leaves right after it is received,
+before the core's own work, as every executor sends it.
 
 As the ``ray`` executor's actors do (:mod:`streamjoin.runtime.coalesce`), a core that finds
 messages of one sender for one port waiting right behind the one it takes runs the logic once
@@ -61,6 +62,7 @@ from time import perf_counter_ns
 import numpy as np
 import simpy
 
+from streamjoin.actors import passes_on
 from streamjoin.batch import Columns, validate
 from streamjoin.query import Query
 from streamjoin.runtime.build import Settings, build_actor, check_topology
@@ -495,7 +497,7 @@ class _Simulation:
         if t0 >= self.next_sample:
             self._sample(t0)
         logic, st = core.logic, core.stats
-        snap = None
+        snap, ahead = None, ()
         if kind is _BATCH:
             if core.box and core.box[0][3] is src:
                 msg, recv = self._coalesce(core, port, msg, src, recv)
@@ -503,6 +505,7 @@ class _Simulation:
                 core.count(t0, -1, -len(msg))
             st.batches_in += 1
             st.tuples_in += len(msg)
+            ahead = passes_on(logic, port, msg)  # sent on before the step, as the executors do
             call, args = logic.on_batch, (port, msg)
         elif kind is _CHUNK:
             core.count(t0, -1, -len(msg))
@@ -529,19 +532,14 @@ class _Simulation:
         wall = perf_counter_ns() - w0
         self.lead = 0
         st.compute_wall_ns += wall
-        # the message is received (deserialised) first; a batch forwarded unchanged along a
-        # chain then leaves before the core's own work, as DP-Join passes the pointer on first
+        # the message is received (deserialised) first; what the core passes on along a
+        # chain then leaves before its own work, as DP-Join passes the pointer on first
         t = t0 + recv
-        if out:
-            for p, m in out:
-                if m is msg:
-                    t = self._send(core, p, m, t)
-            t += self._compute(core, kind, msg, out, snap, wall)
-            for p, m in out:
-                if m is not msg:
-                    t = self._send(core, p, m, t)
-        else:
-            t += self._compute(core, kind, msg, out, snap, wall)
+        for p, m in ahead:
+            t = self._send(core, p, m, t)
+        t += self._compute(core, kind, msg, out, snap, wall)
+        for p, m in out:
+            t = self._send(core, p, m, t)
         if kind is _CHUNK:
             self.rows_taken += len(msg)
             self.taken.append((self.rows_taken, port))
