@@ -558,10 +558,14 @@ def test_measure_after_idle_and_cpu_share():
 
 
 @pytest.mark.slow
-def test_sim_within_3x_of_ray_single():
-    """The shipped profile against a measured Ray run on this machine, ``single`` layout:
-    unpaced throughput and paced p50 latency within 3x (the issue's 25% target is reported,
-    with its causes, by experiments/sim_fidelity.py)."""
+@pytest.mark.parametrize("make", [lambda: sj.topologies.single("bplus_tree"),
+                                  lambda: sj.topologies.split(2, "bplus_tree"),
+                                  lambda: sj.topologies.grid(1, 2, "bplus_tree")])  # fmt: skip
+def test_sim_within_2x_of_ray(make):
+    """The shipped profile against a measured Ray run on this machine, for the layouts the
+    issue names: unpaced throughput and paced p50 latency within 2x, as one run each on a
+    shared host allows (the issue's 25% target is reported, over repeated runs and with its
+    causes, by experiments/sim_fidelity.py: 0.78-1.27 there on 2026-11-26)."""
     import ray
 
     started = not ray.is_initialized()
@@ -572,7 +576,7 @@ def test_sim_within_3x_of_ray_single():
         x, s = data.column("x").to_numpy(), data.column("stream").to_numpy()
         eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=4096, match_rate=2)
         query = sj.Query(sj.band("x", eps), window=sj.CountWindow(4096))
-        topo = sj.topologies.single("bplus_tree")
+        topo = make()
         kw = {"collect": "count", "progress": False}
         fast = {"batch_size": 1024, "chunk_rows": 1024, **kw}
         # Ray's driver and actors share this host's processors; so do the simulated ones
@@ -582,7 +586,7 @@ def test_sim_within_3x_of_ray_single():
                             **fast)  # fmt: skip
         ratio = (simulated.metrics["input_tuples_per_s"]
                  / measured.metrics["input_tuples_per_s"])  # fmt: skip
-        assert 1 / 3 < ratio < 3, f"unpaced throughput sim/ray = {ratio:.2f}"
+        assert 1 / 2 < ratio < 2, f"{topo.name}: unpaced throughput sim/ray = {ratio:.2f}"
         rate = float(round(0.25 * measured.metrics["input_tuples_per_s"], -2))
         chunk = max(1, int(rate / 100))  # 10 ms of input, one batch each
         paced = data.slice(0, int(2 * rate))
@@ -591,7 +595,7 @@ def test_sim_within_3x_of_ray_single():
         simulated = sim.run(query, paced, topo, machine=host, arrival=sim.Arrival.constant(rate),
                             **slow)  # fmt: skip
         ratio = simulated.metrics["latency_ms"]["p50"] / measured.metrics["latency_ms"]["p50"]
-        assert 1 / 3 < ratio < 3, f"paced p50 latency sim/ray = {ratio:.2f}"
+        assert 1 / 2 < ratio < 2, f"{topo.name}: paced p50 latency sim/ray = {ratio:.2f}"
     finally:
         if started:
             ray.shutdown()
