@@ -842,7 +842,10 @@ def _calibration_runs(index: str, quick: bool, seed: int):
     import streamjoin as sj
 
     windows = (256, 4096) if quick else (256, 4096, 16384)
-    batches = (1, 32, 512)
+    # past the default batch size (1024), which the fit otherwise extrapolates to: for
+    # sim_fidelity's single layout, three fits on batches up to 512 predicted 0.89-1.01 of
+    # Ray's throughput and 1.20-1.32 of its paced p50; up to 2048, 0.96-1.06 and 1.09-1.21
+    batches = (1, 32, 512) if quick else (1, 32, 512, 2048)
     for w in windows:
         for b in batches:
             for k, match in enumerate((0.5, 16.0)):
