@@ -565,7 +565,8 @@ def test_sim_within_2x_of_ray(make):
     """The shipped profile against a measured Ray run on this machine, for the layouts the
     issue names: unpaced throughput and paced p50 latency within 2x, as one run each on a
     shared host allows (the issue's 25% target is reported, over repeated runs and with its
-    causes, by experiments/sim_fidelity.py: 0.78-1.27 there on 2026-11-26)."""
+    causes, by experiments/sim_fidelity.py: the shipped profile 0.81-1.25 in three runs on
+    2026-11-26)."""
     import ray
 
     started = not ray.is_initialized()

@@ -106,8 +106,9 @@ def test_handshake_moves_tuples_along_the_chain():
 
 def test_chain_cores_pass_batches_on_before_their_step():
     """A chain-forwarding grid core says what it passes on (``passes_on``, sent by every
-    executor before ``on_batch``), and its step returns only pairs; a direct grid's core and a
-    split core pass nothing on; an unknown port is refused by both calls."""
+    executor before ``on_batch``), and its step returns only pairs; a core without ``forward``
+    (a direct grid's, a split's) and a logic without ``passes_on`` pass nothing on; an unknown
+    port is refused by both calls."""
     from streamjoin.actors import passes_on
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.join_core import JoinCore
