@@ -38,7 +38,7 @@ runs once.
 
 Writes ``experiments/results/sim_fidelity.{csv,md,png}`` with the machine, load and commit.
 
-Run: ``python experiments/sim_fidelity.py`` (about 8 minutes on 2 cores with ``--repeat 5``;
+Run: ``python experiments/sim_fidelity.py`` (about 6 minutes on 2 cores with ``--repeat 5``;
 ``--quick`` for a smoke run).
 """
 
