@@ -77,8 +77,9 @@ def _alternate(benchmark, query, data, topo, opts):
     assert len(counts) == 1  # same pairs counted (exactness is the tests' job)
 
 
-@pytest.mark.parametrize("layout", ["single", "split:2", "grid:1x2", "grid:2x2", "handshake:2:ll",
-                                    "panjoin:2x4"])  # fmt: skip
+@pytest.mark.parametrize(
+    "layout", ["single", "split:2", "grid:1x2", "grid:2x2", "handshake:2:ll", "panjoin:2x4"]
+)
 def test_full_speed(benchmark, ray_up, workload, layout):
     query, data = workload
     topo = sj.topologies.parse(layout, INDEX)

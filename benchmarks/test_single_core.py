@@ -17,9 +17,12 @@ def _throughput(benchmark, query, data, index, batch_size):
     topo = sj.topologies.single(index)
     sj.run(query, data, topo, batch_size=batch_size, collect="count")  # warm
     result = benchmark.pedantic(
-        sj.run, args=(query, data, topo), kwargs={"batch_size": batch_size, "collect": "count"},
-        rounds=3, iterations=1,
-    )  # fmt: skip
+        sj.run,
+        args=(query, data, topo),
+        kwargs={"batch_size": batch_size, "collect": "count"},
+        rounds=3,
+        iterations=1,
+    )
     benchmark.extra_info["input_tuples_per_s"] = N / benchmark.stats.stats.mean
     benchmark.extra_info["output_pairs"] = result.count
     benchmark.extra_info["latency_p50_ms"] = result.metrics["latency_ms"]["p50"]

@@ -133,8 +133,9 @@ class SortedWindow:
         if len(self._spare[0]) < need:
             self._spare = [np.empty(2 * need), np.empty(2 * need, dtype=np.int64)]
         win_keys, win_refs = (a[: self._n] for a in self._arrays)
-        self._n = merge_live(win_keys, win_refs, keys[0][order], refs[order], self._before,
-                             *self._spare)  # fmt: skip
+        self._n = merge_live(
+            win_keys, win_refs, keys[0][order], refs[order], self._before, *self._spare
+        )
         self._arrays, self._spare = self._spare, self._arrays
 
     def probe(self, keys, lo, hi):
@@ -205,8 +206,12 @@ def test_insert_probe_throughput(benchmark, index, batch):
     stream.round(stream.draw(batch, 4))  # warm: compile; the window is full already
     stream.times = {"probe": 0.0, "insert": 0.0}
     stream.matches = 0
-    benchmark.pedantic(stream.round, setup=lambda: ((stream.draw(batch, BATCHES[batch]),), {}),
-                       rounds=ROUNDS[batch], iterations=1)  # fmt: skip
+    benchmark.pedantic(
+        stream.round,
+        setup=lambda: ((stream.draw(batch, BATCHES[batch]),), {}),
+        rounds=ROUNDS[batch],
+        iterations=1,
+    )
     total = ROUNDS[batch] * BATCHES[batch] * batch
     benchmark.extra_info["tuples_per_s"] = BATCHES[batch] * batch / benchmark.stats.stats.mean
     benchmark.extra_info["probe_tuples_per_s"] = total / stream.times["probe"]

@@ -55,9 +55,12 @@ def test_join(benchmark, workload, config):
     topo = sj.topologies.single(name, **options)
     sj.run(query, data.slice(0, 20_000), topo, batch_size=BATCH, collect="count")  # compile
     result = benchmark.pedantic(
-        sj.run, args=(query, data, topo), kwargs={"batch_size": BATCH, "collect": "count"},
-        rounds=1, iterations=1,
-    )  # fmt: skip
+        sj.run,
+        args=(query, data, topo),
+        kwargs={"batch_size": BATCH, "collect": "count"},
+        rounds=1,
+        iterations=1,
+    )
     core = result.metrics["actors"]["core"]
     info = {
         "input_tuples_per_s": N / benchmark.stats.stats.mean,
@@ -114,8 +117,17 @@ def test_summary():
         pytest.skip("run with --benchmark-enable (and the bplus_tree baseline)")
     base, base_alone = JOIN["bplus_tree"], ALONE["bplus_tree"]
     print(f"\njoin, W = 2**20 per stream, batch {BATCH}, match rate 2; {base['machine']}")
-    head = ("index", "M tuples/s", "x bplus", "core busy", "probe ns", "ins+exp ns", "index ns",
-            "B/item", "x bplus")  # fmt: skip
+    head = (
+        "index",
+        "M tuples/s",
+        "x bplus",
+        "core busy",
+        "probe ns",
+        "ins+exp ns",
+        "index ns",
+        "B/item",
+        "x bplus",
+    )
     print(f"{head[0]:12s}" + "".join(f"{h:>11s}" for h in head[1:]))
     for config in (c for c in CONFIGS if c in JOIN and c in ALONE):
         j, a = JOIN[config], ALONE[config]

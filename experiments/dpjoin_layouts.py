@@ -80,20 +80,33 @@ def machines(scan_scale: float, native_factor: float = 50.0) -> dict:
     """The two machine profiles of the module docstring."""
     # DP-Join's model charges the work alone: no after-idle charge (that term measures how
     # this host's processes warm up again after sleeping)
-    base = (cost_model.default_profile().with_messages(SHARED_MEMORY)
-            .with_after_idle(cost_model.IdleCosts()))  # fmt: skip
+    base = (
+        cost_model.default_profile()
+        .with_messages(SHARED_MEMORY)
+        .with_after_idle(cost_model.IdleCosts())
+    )
 
     def edit(table: dict, overhead: float) -> dict:
-        return {k: {f: c / overhead if f in OVERHEADS else c * scan_scale if f == "scan" else c
-                    for f, c in coefs.items()} for k, coefs in table.items()}  # fmt: skip
+        return {
+            k: {
+                f: c / overhead if f in OVERHEADS else c * scan_scale if f == "scan" else c
+                for f, c in coefs.items()
+            }
+            for k, coefs in table.items()
+        }
 
     return {
-        name: dataclasses.replace(base, name=f"{base.name}, scan x{scan_scale:g}{suffix}",
-                                  roles=edit(base.roles, factor),
-                                  indexes=edit(base.indexes, factor))  # fmt: skip
-        for name, factor, suffix in (("python", 1.0, ""),
-                                     ("native", native_factor, f", overheads /{native_factor:g}"))
-    }  # fmt: skip
+        name: dataclasses.replace(
+            base,
+            name=f"{base.name}, scan x{scan_scale:g}{suffix}",
+            roles=edit(base.roles, factor),
+            indexes=edit(base.indexes, factor),
+        )
+        for name, factor, suffix in (
+            ("python", 1.0, ""),
+            ("native", native_factor, f", overheads /{native_factor:g}"),
+        )
+    }
 
 
 def match_probability(eps: int) -> float:
@@ -106,8 +119,17 @@ def match_probability(eps: int) -> float:
     return px * py
 
 
-def simulate(profile, layout: str, rate_r: float, rate_s: float, window_s: float,
-             run_s: float, eps: int, seed: int = 1, tail_s: float = 0.0) -> dict:  # fmt: skip
+def simulate(
+    profile,
+    layout: str,
+    rate_r: float,
+    rate_s: float,
+    window_s: float,
+    run_s: float,
+    eps: int,
+    seed: int = 1,
+    tail_s: float = 0.0,
+) -> dict:
     """One layout (``"MxN"`` or ``"handshake(N)"``): mean steady-state latency and output rate.
 
     Steady state: pairs whose later tuple arrived after one window length and at least
@@ -116,12 +138,21 @@ def simulate(profile, layout: str, rate_r: float, rate_s: float, window_s: float
     """
     tuples = int((rate_r + rate_s) * run_s)
     data = sj.sources.handshake_workload(tuples, rate=rate_r, rate_s=rate_s, seed=seed)
-    query = sj.Query(sj.band("x", eps) & sj.band("y", eps),
-                     window=sj.TimeWindow(int(window_s * 1000)))  # fmt: skip
+    query = sj.Query(
+        sj.band("x", eps) & sj.band("y", eps), window=sj.TimeWindow(int(window_s * 1000))
+    )
     arrival = sim.Arrival.poisson(rate_r + rate_s, seed=seed)
     t0 = time.perf_counter()
-    res = sim.run(query, data, topology(layout, rate_r, window_s), batch_size=1, chunk_rows=1,
-                  machine=profile, arrival=arrival, progress=False)  # fmt: skip
+    res = sim.run(
+        query,
+        data,
+        topology(layout, rate_r, window_s),
+        batch_size=1,
+        chunk_rows=1,
+        machine=profile,
+        arrival=arrival,
+        progress=False,
+    )
     wall = time.perf_counter() - t0
     first = int((rate_r + rate_s) * window_s)
     last = tuples - int((rate_r + rate_s) * tail_s)
@@ -129,8 +160,9 @@ def simulate(profile, layout: str, rate_r: float, rate_s: float, window_s: float
     later = np.maximum(r, s_)
     steady = (later >= first) & (later < last)
     span = (last - first) / (rate_r + rate_s)
-    cores = [a for a in res.metrics["actors"].values()
-             if a["role"] in ("join_core", "handshake_core")]  # fmt: skip
+    cores = [
+        a for a in res.metrics["actors"].values() if a["role"] in ("join_core", "handshake_core")
+    ]
     lat = lat[steady] / 1e6 if steady.any() else np.full(1, np.nan)
     return {
         "pairs_steady": int(steady.sum()),
@@ -172,8 +204,12 @@ def expr5_6_ms(profile, m: int, n: int, rate_r: float, rate_s: float, window_s: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--window", type=float, default=6.0, help="T_w in seconds (default 6)")
-    ap.add_argument("--scale", type=float, default=50.0,
-                    help="scan cost per tuple x this: the window it stands for (default 50)")  # fmt: skip
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=50.0,
+        help="scan cost per tuple x this: the window it stands for (default 50)",
+    )
     ap.add_argument("--band", type=int, default=50, help="band width eps (paper: 10)")
     ap.add_argument("--quick", action="store_true", help="small windows, three layouts")
     args = ap.parse_args()
@@ -184,33 +220,49 @@ def main() -> None:
     profiles = machines(scale)
     grids = lambda layouts: [f"{m}x{n}" for m, n in layouts]  # noqa: E731
     # (machine, scenario, rate_r, rate_s, layouts, run length and tail in windows)
-    plan = [("native", "symmetric", 1000.0, 1000.0, grids(sym), 1.5, 0.0),
-            ("native", "handshake", 1000.0, 1000.0, ["handshake(16)"], 2.0, 0.5),
-            ("native", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0),
-            ("python", "symmetric", 1000.0, 1000.0, grids(sym), 1.5, 0.0),
-            ("python", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0)]  # fmt: skip
+    plan = [
+        ("native", "symmetric", 1000.0, 1000.0, grids(sym), 1.5, 0.0),
+        ("native", "handshake", 1000.0, 1000.0, ["handshake(16)"], 2.0, 0.5),
+        ("native", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0),
+        ("python", "symmetric", 1000.0, 1000.0, grids(sym), 1.5, 0.0),
+        ("python", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0),
+    ]
     rows = []
     for mname, scenario, lx, ly, layouts, runs, tail in plan:
         prof = profiles[mname]
         for layout in layouts:
-            out = simulate(prof, layout, lx, ly, window, runs * window, args.band,
-                           tail_s=tail * window)  # fmt: skip
+            out = simulate(
+                prof, layout, lx, ly, window, runs * window, args.band, tail_s=tail * window
+            )
             if layout.startswith("handshake"):
                 model, end_of_probe, name = (handshake_ms(16, window),) * 2 + ("handshake",)
             else:
                 m, n = map(int, layout.split("x"))
                 model = expr5_6_ms(prof, m, n, lx, ly, window)
                 end_of_probe, name = 2 * model, "Expr. 5-7"
-            row = {"machine": mname, "scenario": scenario, "layout": layout,
-                   "rate_r": lx, "rate_s": ly, "window_s": window, "scan_scale": scale,
-                   "band": args.band, "model": name, "model_latency_ms": model,
-                   "model_end_of_probe_ms": end_of_probe,
-                   "expr3_bmax": 2 * lx * ly * window * p, **out}  # fmt: skip
+            row = {
+                "machine": mname,
+                "scenario": scenario,
+                "layout": layout,
+                "rate_r": lx,
+                "rate_s": ly,
+                "window_s": window,
+                "scan_scale": scale,
+                "band": args.band,
+                "model": name,
+                "model_latency_ms": model,
+                "model_end_of_probe_ms": end_of_probe,
+                "expr3_bmax": 2 * lx * ly * window * p,
+                **out,
+            }
             rows.append(row)
-            print(f"{mname:<7}{scenario:<11}{layout:>14} mean {out['latency_mean_ms']:9.3f} ms"
-                  f"  {name} {model:9.3f} (end of probe {end_of_probe:9.3f}) ms  output "
-                  f"{out['output_rate']:7.1f}/s (Expr.3 {row['expr3_bmax']:7.1f})  busiest "
-                  f"core {out['max_core_busy']:.0%}  [{out['wall_s']:.0f} s]", flush=True)  # fmt: skip
+            print(
+                f"{mname:<7}{scenario:<11}{layout:>14} mean {out['latency_mean_ms']:9.3f} ms"
+                f"  {name} {model:9.3f} (end of probe {end_of_probe:9.3f}) ms  output "
+                f"{out['output_rate']:7.1f}/s (Expr.3 {row['expr3_bmax']:7.1f})  busiest "
+                f"core {out['max_core_busy']:.0%}  [{out['wall_s']:.0f} s]",
+                flush=True,
+            )
     write(rows, profiles)
 
 
@@ -243,16 +295,23 @@ def write(rows: list[dict], profiles: dict) -> None:
         w.writerows(rows)
     plot(rows, base + ".png")
     window = rows[0]["window_s"]
-    lines = ["# DP-Join layouts on the simulator", "",
-             f"commit `{commit_id()}` (working tree may differ), host "
-             f"`{machine_info()['platform']}`, window {window:g} s, batch 1, Poisson arrivals, "
-             f"band {rows[0]['band']}; total simulator wall time "
-             f"{sum(r['wall_s'] for r in rows):.0f} s.", ""]  # fmt: skip
+    lines = [
+        "# DP-Join layouts on the simulator",
+        "",
+        f"commit `{commit_id()}` (working tree may differ), host "
+        f"`{machine_info()['platform']}`, window {window:g} s, batch 1, Poisson arrivals, "
+        f"band {rows[0]['band']}; total simulator wall time "
+        f"{sum(r['wall_s'] for r in rows):.0f} s.",
+        "",
+    ]
     for mname, prof in profiles.items():
-        lines += [f"## machine `{mname}`: {prof.name}", "",
-                  "| scenario | layout | mean latency ms | p50 ms | p95 ms | Expr. 5–7 ms "
-                  "| ×2 (end of probe) ms | output/s | Expr. 3 B_max/s | busiest core |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            f"## machine `{mname}`: {prof.name}",
+            "",
+            "| scenario | layout | mean latency ms | p50 ms | p95 ms | Expr. 5–7 ms "
+            "| ×2 (end of probe) ms | output/s | Expr. 3 B_max/s | busiest core |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in rows:
             if r["machine"] == mname and r["scenario"] != "handshake":
                 lines.append(
@@ -265,10 +324,13 @@ def write(rows: list[dict], profiles: dict) -> None:
         lines.append("")
     lines += handshake_table(rows)
     lines += ["## Findings", ""] + findings(rows) + [""]
-    lines += ["Messages: shared-memory costs assumed (see the script's docstring). Scan cost "
-              f"per tuple x{rows[0]['scan_scale']:g} (each simulated window tuple stands for "
-              "that many). `native` divides per-call and per-tuple overheads by 50; other "
-              "kernel costs (candidates, pairs, inserts, expiry) are as calibrated.", ""]  # fmt: skip
+    lines += [
+        "Messages: shared-memory costs assumed (see the script's docstring). Scan cost "
+        f"per tuple x{rows[0]['scan_scale']:g} (each simulated window tuple stands for "
+        "that many). `native` divides per-call and per-tuple overheads by 50; other "
+        "kernel costs (candidates, pairs, inserts, expiry) are as calibrated.",
+        "",
+    ]
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines))
     print(f"wrote {base}.csv, .png, .md")
@@ -278,27 +340,41 @@ def handshake_table(rows: list[dict]) -> list[str]:
     """The handshake join beside the 4x4 grid on the same machine and input."""
     out = []
     for hs in (r for r in rows if r["scenario"] == "handshake"):
-        grid = next(r for r in rows if r["machine"] == hs["machine"]
-                    and r["scenario"] == "symmetric" and r["layout"] == "4x4")  # fmt: skip
-        out += [f"## Handshake join against the 4x4 grid (machine `{hs['machine']}`, "
-                f"{hs['rate_r']:g}/{hs['rate_s']:g} t/s, same input)", "",
-                "| layout | mean latency ms | p50 ms | p95 ms | model ms | model "
-                "| output/s | Expr. 3 B_max/s | busiest core |",
-                "|---|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+        grid = next(
+            r
+            for r in rows
+            if r["machine"] == hs["machine"]
+            and r["scenario"] == "symmetric"
+            and r["layout"] == "4x4"
+        )
+        out += [
+            f"## Handshake join against the 4x4 grid (machine `{hs['machine']}`, "
+            f"{hs['rate_r']:g}/{hs['rate_s']:g} t/s, same input)",
+            "",
+            "| layout | mean latency ms | p50 ms | p95 ms | model ms | model "
+            "| output/s | Expr. 3 B_max/s | busiest core |",
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|",
+        ]
         for r in (hs, grid):
             model = "T_w (N-1)² / (4N²)" if r is hs else "Expr. 7 ×2 (end of probe)"
-            out.append(f"| {r['layout']} | {r['latency_mean_ms']:,.3f} | {r['latency_p50_ms']:,.3f} "
-                       f"| {r['latency_p95_ms']:,.3f} | {r['model_end_of_probe_ms']:,.3f} "
-                       f"| {model} | {r['output_rate']:.1f} | {r['expr3_bmax']:.1f} "
-                       f"| {r['max_core_busy']:.0%} |")  # fmt: skip
+            out.append(
+                f"| {r['layout']} | {r['latency_mean_ms']:,.3f} | {r['latency_p50_ms']:,.3f} "
+                f"| {r['latency_p95_ms']:,.3f} | {r['model_end_of_probe_ms']:,.3f} "
+                f"| {model} | {r['output_rate']:.1f} | {r['expr3_bmax']:.1f} "
+                f"| {r['max_core_busy']:.0%} |"
+            )
         ratio = hs["latency_mean_ms"] / grid["latency_mean_ms"]
         stretch = 300.0 / hs["window_s"]
-        out += ["", f"Handshake / grid mean latency: {ratio:,.0f} (10^{math.log10(ratio):.1f}). "
-                f"The grid's latency already stands for the paper's 300 s window (scan cost "
-                f"×{hs['scan_scale']:g}); the handshake's grows with the window itself, so at "
-                f"300 s it would be {stretch:g}× larger, {hs['latency_mean_ms'] * stretch / 1e3:,.0f} "
-                f"s, a ratio of {ratio * stretch:,.0f} (10^{math.log10(ratio * stretch):.1f}). "
-                "DP-Join Fig. 6a: 67 s against 0.95 ms (10^4.8).", ""]  # fmt: skip
+        out += [
+            "",
+            f"Handshake / grid mean latency: {ratio:,.0f} (10^{math.log10(ratio):.1f}). "
+            f"The grid's latency already stands for the paper's 300 s window (scan cost "
+            f"×{hs['scan_scale']:g}); the handshake's grows with the window itself, so at "
+            f"300 s it would be {stretch:g}× larger, {hs['latency_mean_ms'] * stretch / 1e3:,.0f} "
+            f"s, a ratio of {ratio * stretch:,.0f} (10^{math.log10(ratio * stretch):.1f}). "
+            "DP-Join Fig. 6a: 67 s against 0.95 ms (10^4.8).",
+            "",
+        ]
     return out
 
 
@@ -312,26 +388,34 @@ def findings(rows: list[dict]) -> list[str]:
         sel = {r["layout"]: r for r in rows if r["machine"] == mname and r["scenario"] == scenario}
         best = min(sel.values(), key=lambda r: r["latency_mean_ms"])
         model = min(sel.values(), key=lambda r: r["model_latency_ms"])
-        line = (f"- `{mname}`, {scenario}: lowest simulated mean latency {best['layout']} "
-                f"({best['latency_mean_ms']:.3f} ms); Expr. 5–7 ranks {model['layout']} first")  # fmt: skip
+        line = (
+            f"- `{mname}`, {scenario}: lowest simulated mean latency {best['layout']} "
+            f"({best['latency_mean_ms']:.3f} ms); Expr. 5–7 ranks {model['layout']} first"
+        )
         if scenario == "symmetric" and "4x4" in sel and "1x16" in sel:
             ratio = sel["4x4"]["latency_mean_ms"] / sel["1x16"]["latency_mean_ms"]
             line += f"; 4x4 / 1x16 latency = {ratio:.2f} (DP-Join Fig. 6a: 0.95 / 2.42 = 0.39)"
         if scenario == "asymmetric" and "4x4" in sel and "3x5" in sel:
             ratio = sel["3x5"]["latency_mean_ms"] / sel["4x4"]["latency_mean_ms"]
-            line += (f"; 3x5 / 4x4 latency = {ratio:.2f} (DP-Join Fig. 7a: 0.26 / 0.30 = "
-                     "0.87)")  # fmt: skip
+            line += f"; 3x5 / 4x4 latency = {ratio:.2f} (DP-Join Fig. 7a: 0.26 / 0.30 = 0.87)"
         worst = max(abs(r["output_rate"] / r["expr3_bmax"] - 1) for r in sel.values())
         out.append(line + f"; output rate within {worst:.1%} of Expr. 3.")
     for hs in (r for r in rows if r["scenario"] == "handshake"):
-        grid = next(r for r in rows if r["machine"] == hs["machine"]
-                    and r["scenario"] == "symmetric" and r["layout"] == "4x4")  # fmt: skip
-        out.append(f"- `{hs['machine']}`, handshake(16) against 4x4: mean latency "
-                   f"{hs['latency_mean_ms'] / 1e3:.2f} s against {grid['latency_mean_ms']:.3f} "
-                   f"ms, {hs['latency_mean_ms'] / grid['latency_mean_ms']:,.0f}× (model "
-                   f"{hs['model_latency_ms'] / 1e3:.2f} s, simulated / model "
-                   f"{hs['latency_mean_ms'] / hs['model_latency_ms']:.2f}); output rate "
-                   f"{hs['output_rate'] / hs['expr3_bmax'] - 1:+.1%} from Expr. 3.")  # fmt: skip
+        grid = next(
+            r
+            for r in rows
+            if r["machine"] == hs["machine"]
+            and r["scenario"] == "symmetric"
+            and r["layout"] == "4x4"
+        )
+        out.append(
+            f"- `{hs['machine']}`, handshake(16) against 4x4: mean latency "
+            f"{hs['latency_mean_ms'] / 1e3:.2f} s against {grid['latency_mean_ms']:.3f} "
+            f"ms, {hs['latency_mean_ms'] / grid['latency_mean_ms']:,.0f}× (model "
+            f"{hs['model_latency_ms'] / 1e3:.2f} s, simulated / model "
+            f"{hs['latency_mean_ms'] / hs['model_latency_ms']:.2f}); output rate "
+            f"{hs['output_rate'] / hs['expr3_bmax'] - 1:+.1%} from Expr. 3."
+        )
     return out
 
 
@@ -342,8 +426,7 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     machines_ = list(dict.fromkeys(r["machine"] for r in rows))
-    fig, axes = plt.subplots(len(machines_), 3, figsize=(14, 4.2 * len(machines_)),
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(len(machines_), 3, figsize=(14, 4.2 * len(machines_)), squeeze=False)
     for i, mname in enumerate(machines_):
         for j, scenario in enumerate(("symmetric", "asymmetric")):
             ax = axes[i][j]
@@ -353,8 +436,12 @@ def plot(rows: list[dict], path: str) -> None:
                 continue
             x = np.arange(len(sel))
             ax.bar(x - 0.2, [r["latency_mean_ms"] for r in sel], 0.4, label="simulated mean")
-            ax.bar(x + 0.2, [r["model_end_of_probe_ms"] for r in sel], 0.4,
-                   label="Expr. 5–7 × 2 (end of probe)")  # fmt: skip
+            ax.bar(
+                x + 0.2,
+                [r["model_end_of_probe_ms"] for r in sel],
+                0.4,
+                label="Expr. 5–7 × 2 (end of probe)",
+            )
             ax.set_xticks(x, [r["layout"] for r in sel])
             ax.set_title(f"{mname}, {scenario} ({sel[0]['rate_r']:g}/{sel[0]['rate_s']:g} t/s)")
             ax.set_ylabel("mean latency (ms)")
@@ -362,13 +449,20 @@ def plot(rows: list[dict], path: str) -> None:
         ax = axes[i][2]
         hs = [r for r in rows if r["machine"] == mname and r["scenario"] == "handshake"]
         if hs:
-            grid = next(r for r in rows if r["machine"] == mname
-                        and r["scenario"] == "symmetric" and r["layout"] == "4x4")  # fmt: skip
+            grid = next(
+                r
+                for r in rows
+                if r["machine"] == mname and r["scenario"] == "symmetric" and r["layout"] == "4x4"
+            )
             sel = [grid, hs[0]]
             x = np.arange(2)
             ax.bar(x - 0.2, [r["latency_mean_ms"] for r in sel], 0.4, label="simulated mean")
-            ax.bar(x + 0.2, [r["model_end_of_probe_ms"] for r in sel], 0.4,
-                   label="model (Expr. 7 × 2; T_w (N-1)²/4N²)")  # fmt: skip
+            ax.bar(
+                x + 0.2,
+                [r["model_end_of_probe_ms"] for r in sel],
+                0.4,
+                label="model (Expr. 7 × 2; T_w (N-1)²/4N²)",
+            )
             ax.set_yscale("log")
             ax.set_xticks(x, ["grid 4x4", hs[0]["layout"]])
             ax.set_title(f"{mname}: handshake join vs grid, 16 cores")
@@ -377,13 +471,20 @@ def plot(rows: list[dict], path: str) -> None:
         else:
             sel = [r for r in rows if r["scenario"] != "handshake"]
             x = np.arange(len(sel))
-            ax.bar(x, [100 * (r["output_rate"] / r["expr3_bmax"] - 1) for r in sel],
-                   color=["C0" if r["machine"] == "native" else "C1" for r in sel])  # fmt: skip
+            ax.bar(
+                x,
+                [100 * (r["output_rate"] / r["expr3_bmax"] - 1) for r in sel],
+                color=["C0" if r["machine"] == "native" else "C1" for r in sel],
+            )
             ax.axhspan(-2, 2, color="green", alpha=0.12, label="within 2%")
             for k, name in enumerate(("native", "python")):  # legend entries for the colours
                 ax.bar([0], [0], color=f"C{k}", label=f"{name[0]}: {name}")
-            ax.set_xticks(x, [f"{r['machine'][0]} {r['scenario'][:4]} {r['layout']}"
-                              for r in sel], rotation=70, fontsize=7)  # fmt: skip
+            ax.set_xticks(
+                x,
+                [f"{r['machine'][0]} {r['scenario'][:4]} {r['layout']}" for r in sel],
+                rotation=70,
+                fontsize=7,
+            )
             ax.set_title("output rate against Expr. 3 (all runs)")
             ax.set_ylabel("difference (%)")
             ax.legend(fontsize=8)

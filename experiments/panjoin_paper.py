@@ -99,18 +99,39 @@ MIN_SECONDS = 0.2  # CPU seconds per probe measurement
 #: cache contention still show.
 CLOCK = time.thread_time
 SCALES = {
-    "full": {"n_sub": 2**20, "n_subs": [2**14, 2**16, 2**18, 2**20, 2**22],
-             "partitions": [2**10, 2**13, 2**16], "fixed_p": 2**10, "compare_p": 2**13,
-             "batches": [2**8, 2**10, 2**12, 2**14, 2**16], "probe_batch": 2**15,
-             "selectivities": [2**k for k in range(0, 11, 2)], "balance_n_sub": 2**20,
-             "balance_p": [2**10, 2**13], "subwindows": 8, "nl_windows": [2**12, 2**14, 2**16],
-             "compare_n_subs": [2**20, 2**23], "compare_batches": [2**k for k in range(8, 21, 2)]},
-    "quick": {"n_sub": 2**16, "n_subs": [2**14, 2**16], "partitions": [2**8, 2**10],
-              "fixed_p": 2**8, "compare_p": 2**9, "batches": [2**8, 2**12],
-              "probe_batch": 2**12, "selectivities": [1, 16, 256], "balance_n_sub": 2**16,
-              "balance_p": [2**8], "subwindows": 4, "nl_windows": [2**12],
-              "compare_n_subs": [2**16], "compare_batches": [2**8, 2**12, 2**16]},
-}  # fmt: skip
+    "full": {
+        "n_sub": 2**20,
+        "n_subs": [2**14, 2**16, 2**18, 2**20, 2**22],
+        "partitions": [2**10, 2**13, 2**16],
+        "fixed_p": 2**10,
+        "compare_p": 2**13,
+        "batches": [2**8, 2**10, 2**12, 2**14, 2**16],
+        "probe_batch": 2**15,
+        "selectivities": [2**k for k in range(0, 11, 2)],
+        "balance_n_sub": 2**20,
+        "balance_p": [2**10, 2**13],
+        "subwindows": 8,
+        "nl_windows": [2**12, 2**14, 2**16],
+        "compare_n_subs": [2**20, 2**23],
+        "compare_batches": [2**k for k in range(8, 21, 2)],
+    },
+    "quick": {
+        "n_sub": 2**16,
+        "n_subs": [2**14, 2**16],
+        "partitions": [2**8, 2**10],
+        "fixed_p": 2**8,
+        "compare_p": 2**9,
+        "batches": [2**8, 2**12],
+        "probe_batch": 2**12,
+        "selectivities": [1, 16, 256],
+        "balance_n_sub": 2**16,
+        "balance_p": [2**8],
+        "subwindows": 4,
+        "nl_windows": [2**12],
+        "compare_n_subs": [2**16],
+        "compare_batches": [2**8, 2**12, 2**16],
+    },
+}
 #: The issue's speed targets (input tuples/s; predicate evaluations/s).
 TARGETS = {2**15: 20e6, 2**10: 5e6, "nested_loop": 300e6}
 #: What the paper reports (C++17, 2 x 20-core Xeon Gold 6148, N_Sub = 8M unless stated).
@@ -220,8 +241,10 @@ def insert_rate(store: str, n_sub: int, partitions: int, n_bat: int) -> dict:
     else:
         timed = min(n_sub // 8, max(16 * n_bat, 2**15)) // n_bat * n_bat
         spans = [(level * n_sub // 8, level * n_sub // 8 + timed) for level in (1, 3, 5, 7)]
-    timed_batches = [[sorted_batch(keys[i : i + n_bat], np.arange(i, i + n_bat))
-                      for i in range(a, b, n_bat)] for a, b in spans]  # fmt: skip
+    timed_batches = [
+        [sorted_batch(keys[i : i + n_bat], np.arange(i, i + n_bat)) for i in range(a, b, n_bat)]
+        for a, b in spans
+    ]
     elapsed, tuples = 0.0, 0
     while elapsed < MIN_SECONDS:
         s, done = make_store(store, n_sub, partitions), 0
@@ -233,8 +256,14 @@ def insert_rate(store: str, n_sub: int, partitions: int, n_bat: int) -> dict:
             elapsed += CLOCK() - t0
             tuples += b - a
             done = b
-    row = {"section": "insert", "store": store, "n_sub": n_sub, "P": partitions,
-           "n_bat": n_bat, "tuples_per_s": round(tuples / elapsed)}  # fmt: skip
+    row = {
+        "section": "insert",
+        "store": store,
+        "n_sub": n_sub,
+        "P": partitions,
+        "n_bat": n_bat,
+        "tuples_per_s": round(tuples / elapsed),
+    }
     if store == "wib_tree":
         fill(s, keys, done, n_sub)
         row["leaves"] = int(s._t.meta[LEAVES])
@@ -272,9 +301,18 @@ def probe_rates(store: str, n_sub: int, partitions: int, points: tuple) -> list[
         bounds = [band_bounds(q, -eps, eps) for q in batches]
         for name, (call, ranges) in modes.items():
             elapsed, tuples, found = _time_probes(call, ranges, batches, bounds, -eps, eps)
-            rows.append({"section": "probe", "store": name, "n_sub": n_sub, "P": partitions,
-                         "n_bat": n_bat, "S": sel, "tuples_per_s": round(tuples / elapsed),
-                         "matches_per_probe": round(found / tuples, 3)})  # fmt: skip
+            rows.append(
+                {
+                    "section": "probe",
+                    "store": name,
+                    "n_sub": n_sub,
+                    "P": partitions,
+                    "n_bat": n_bat,
+                    "S": sel,
+                    "tuples_per_s": round(tuples / elapsed),
+                    "matches_per_probe": round(found / tuples, 3),
+                }
+            )
     return rows
 
 
@@ -288,11 +326,20 @@ def balance(dist: str, n_sub: int, partitions: int, subwindows: int) -> list[dic
     for k in range(1, subwindows + 1):
         fill(s, draw(rng, n_sub), 0, n_sub)
         sizes = s.partition_sizes()
-        rows.append({"section": "balance", "store": "rap_table", "dist": dist, "n_sub": n_sub,
-                     "P": partitions, "subwindow": k, "adjustments": k - 1,
-                     "nmae": round(float(np.mean(np.abs(sizes - ideal)) / ideal), 4),
-                     "max_over_ideal": round(float(sizes.max() / ideal), 2),
-                     "floor": round(math.sqrt(2 / (math.pi * ideal)), 4)})  # fmt: skip
+        rows.append(
+            {
+                "section": "balance",
+                "store": "rap_table",
+                "dist": dist,
+                "n_sub": n_sub,
+                "P": partitions,
+                "subwindow": k,
+                "adjustments": k - 1,
+                "nmae": round(float(np.mean(np.abs(sizes - ideal)) / ideal), 4),
+                "max_over_ideal": round(float(sizes.max() / ideal), 2),
+                "floor": round(math.sqrt(2 / (math.pi * ideal)), 4),
+            }
+        )
         s = s.successor()
     return rows
 
@@ -340,8 +387,7 @@ def batch_modes(store: str, n_sub: int, partitions: int, n_bat: int, selectivity
     s = make_store(store, n_sub, partitions)
     fill(s, uniform_keys(rng, n_sub), 0, n_sub)
     eps = eps_for(selectivity, n_sub)
-    base = {"section": "batch", "store": store, "n_sub": n_sub, "P": partitions,
-            "S": selectivity}  # fmt: skip
+    base = {"section": "batch", "store": store, "n_sub": n_sub, "P": partitions, "S": selectivity}
     rows = []
     q = np.sort(uniform_keys(rng, 1024))
     vlo, vhi = band_bounds(q, -eps, eps)
@@ -356,8 +402,14 @@ def batch_modes(store: str, n_sub: int, partitions: int, n_bat: int, selectivity
                 _one_at_a_time(kernel, state, q, vlo, vhi, -eps, eps)
             elapsed += CLOCK() - t0
             reps += 1
-        rows.append({**base, "variant": variant, "n_bat": 1024,
-                     "tuples_per_s": round(reps * 1024 / elapsed)})  # fmt: skip
+        rows.append(
+            {
+                **base,
+                "variant": variant,
+                "n_bat": 1024,
+                "tuples_per_s": round(reps * 1024 / elapsed),
+            }
+        )
     q = np.sort(uniform_keys(rng, n_bat))
     vlo, vhi = band_bounds(q, -eps, eps)
     half = n_bat // 2
@@ -373,8 +425,14 @@ def batch_modes(store: str, n_sub: int, partitions: int, n_bat: int, selectivity
                     list(pool.map(lambda p: s.probe(*p, -eps, eps, 0), parts))
                 elapsed += time.perf_counter() - t0
                 reps += 1
-            rows.append({**base, "variant": f"{threads} thread{'s' * (threads > 1)}",
-                         "n_bat": n_bat, "tuples_per_s": round(reps * n_bat / elapsed)})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "variant": f"{threads} thread{'s' * (threads > 1)}",
+                    "n_bat": n_bat,
+                    "tuples_per_s": round(reps * n_bat / elapsed),
+                }
+            )
     return rows
 
 
@@ -396,8 +454,15 @@ def sort_costs(n_bat: int) -> list[dict]:
                 step(k)
                 elapsed += CLOCK() - t0
                 tuples += n_bat
-        rows.append({"section": "batch", "store": "chain", "variant": name, "n_bat": n_bat,
-                     "ns_per_tuple": round(elapsed / tuples * 1e9, 1)})  # fmt: skip
+        rows.append(
+            {
+                "section": "batch",
+                "store": "chain",
+                "variant": name,
+                "n_bat": n_bat,
+                "ns_per_tuple": round(elapsed / tuples * 1e9, 1),
+            }
+        )
     return rows
 
 
@@ -419,11 +484,16 @@ def window_rate(variant: str, n_bat: int) -> dict:
     n = n_sub if variant.startswith("bisort") else max(2**17, 4 * n_bat)
     stream.round(stream.draw(n_bat, n // n_bat))  # keys drawn outside the timed steps
     elapsed = stream.times["probe"] + stream.times["insert"]
-    return {"section": "targets", "store": variant, "n_sub": n_sub, "n_bat": n_bat,
-            "tuples_per_s": round(n / elapsed),
-            "probe_tuples_per_s": round(n / stream.times["probe"]),
-            "insert_tuples_per_s": round(n / stream.times["insert"]),
-            "target": TARGETS[n_bat]}  # fmt: skip
+    return {
+        "section": "targets",
+        "store": variant,
+        "n_sub": n_sub,
+        "n_bat": n_bat,
+        "tuples_per_s": round(n / elapsed),
+        "probe_tuples_per_s": round(n / stream.times["probe"]),
+        "insert_tuples_per_s": round(n / stream.times["insert"]),
+        "target": TARGETS[n_bat],
+    }
 
 
 def bandwidth() -> dict:
@@ -432,8 +502,10 @@ def bandwidth() -> dict:
     b = np.empty_like(a)
     np.copyto(b, a)
     out = {"section": "targets", "store": "memory (1 thread)"}
-    for name, step, nbytes in (("read_gb_per_s", lambda: a.sum(), a.nbytes),
-                               ("copy_gb_per_s", lambda: np.copyto(b, a), 2 * a.nbytes)):  # fmt: skip
+    for name, step, nbytes in (
+        ("read_gb_per_s", lambda: a.sum(), a.nbytes),
+        ("copy_gb_per_s", lambda: np.copyto(b, a), 2 * a.nbytes),
+    ):
         best = math.inf
         for _ in range(5):
             t0 = CLOCK()
@@ -461,10 +533,15 @@ def nested_loop_rate(window: int, n_bat: int = 256) -> dict:
         evaluations += q.shape[1] * len(index)
         matches += len(pos)
         i = (i + n_bat) % (probes.shape[1] - n_bat)
-    return {"section": "targets", "store": "nested_loop", "window": len(index), "n_bat": n_bat,
-            "evaluations_per_s": round(evaluations / elapsed),
-            "matches_per_probe": round(matches * len(index) / evaluations, 3),
-            "target": TARGETS["nested_loop"]}  # fmt: skip
+    return {
+        "section": "targets",
+        "store": "nested_loop",
+        "window": len(index),
+        "n_bat": n_bat,
+        "evaluations_per_s": round(evaluations / elapsed),
+        "matches_per_probe": round(matches * len(index) / evaluations, 3),
+        "target": TARGETS["nested_loop"],
+    }
 
 
 def warm() -> None:
@@ -501,14 +578,20 @@ def section_tasks(section: str, sc: dict) -> list:
         grid = [(n_sub, p) for p in sc["partitions"]] + [
             (n, fixed_p) for n in sc["n_subs"] if n != n_sub or fixed_p not in sc["partitions"]
         ]
-        return [(insert_rate, (st, n, p, b)) for st in STORES for n, p in grid for b in batches
-                if b <= n]  # fmt: skip
+        return [
+            (insert_rate, (st, n, p, b))
+            for st in STORES
+            for n, p in grid
+            for b in batches
+            if b <= n
+        ]
     if section == "probe":
         tasks = []
         for st in STORES:
             for p in sc["partitions"]:
-                points = [(b, 1) for b in batches] + [(sc["probe_batch"], s)
-                                                      for s in sc["selectivities"]]  # fmt: skip
+                points = [(b, 1) for b in batches] + [
+                    (sc["probe_batch"], s) for s in sc["selectivities"]
+                ]
                 tasks.append((probe_rates, (st, n_sub, p, tuple(points))))
             for n in sc["n_subs"]:
                 if n != n_sub or fixed_p not in sc["partitions"]:
@@ -521,23 +604,36 @@ def section_tasks(section: str, sc: dict) -> list:
             points = tuple((sc["probe_batch"], s) for s in sc["selectivities"])
             if n == n_sub and n // 128 in sc["partitions"]:  # shared with the probe section
                 points = tuple((b, 1) for b in batches) + points
-            tasks += [(insert_rate, (st, n, n // 128, b)) for st in STORES
-                      for b in sc["compare_batches"] if b <= n]  # fmt: skip
+            tasks += [
+                (insert_rate, (st, n, n // 128, b))
+                for st in STORES
+                for b in sc["compare_batches"]
+                if b <= n
+            ]
             tasks += [(probe_rates, (st, n, n // 128, points)) for st in STORES]
         return tasks
     if section == "balance":
         dists = ["U(1, 1)", "N(0.01, 4)", "N(0.001, 16)", "U(0.01, 4)", "rank-size"]
-        return [(balance, (d, sc["balance_n_sub"], p, sc["subwindows"])) for p in sc["balance_p"]
-                for d in dists]  # fmt: skip
+        return [
+            (balance, (d, sc["balance_n_sub"], p, sc["subwindows"]))
+            for p in sc["balance_p"]
+            for d in dists
+        ]
     if section == "batch":
         p = sc["compare_p"]
-        return [(batch_modes, (st, n_sub, p, sc["probe_batch"], s)) for s in (1, 64)
-                for st in STORES] + [(sort_costs, (b,)) for b in (2**10, 2**15)]  # fmt: skip
+        return [
+            (batch_modes, (st, n_sub, p, sc["probe_batch"], s)) for s in (1, 64) for st in STORES
+        ] + [(sort_costs, (b,)) for b in (2**10, 2**15)]
     if section == "targets":
-        return [(bandwidth, ())] + [(window_rate, (v, b)) for b in (2**15, 2**10)
-                for v in ("bisort", "bisort B=1K", "naive sort + merge")] + [
-            (nested_loop_rate, (w,)) for w in sc["nl_windows"]
-        ]  # fmt: skip
+        return (
+            [(bandwidth, ())]
+            + [
+                (window_rate, (v, b))
+                for b in (2**15, 2**10)
+                for v in ("bisort", "bisort B=1K", "naive sort + merge")
+            ]
+            + [(nested_loop_rate, (w,)) for w in sc["nl_windows"]]
+        )
     raise ValueError(f"unknown section {section!r}")
 
 
@@ -547,8 +643,11 @@ SECTIONS = ("insert", "probe", "compare", "balance", "batch", "targets")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    ap.add_argument("--only", default=",".join(SECTIONS),
-                    help=f"comma-separated sections of {', '.join(SECTIONS)}")  # fmt: skip
+    ap.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections of {', '.join(SECTIONS)}",
+    )
     args = ap.parse_args()
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in sections:
@@ -586,13 +685,16 @@ def _m(v: float) -> str:
 def _grid(rows: list[dict], series: list[str], col: str, fmt) -> list[str]:
     """Markdown table: one line per distinct ``series`` values, one column per ``col`` value."""
     cols = sorted({r[col] for r in rows})
-    lines = ["| " + " | ".join(series) + " | " + " | ".join(f"{col}={_pow2(c)}" for c in cols)
-             + " |", "|---" * len(series) + "|---:" * len(cols) + "|"]  # fmt: skip
+    lines = [
+        "| " + " | ".join(series) + " | " + " | ".join(f"{col}={_pow2(c)}" for c in cols) + " |",
+        "|---" * len(series) + "|---:" * len(cols) + "|",
+    ]
     for key in dict.fromkeys(tuple(r[s] for s in series) for r in rows):
         cells = {r[col]: fmt(r) for r in rows if tuple(r[s] for s in series) == key}
         shown = [_pow2(k) if isinstance(k, int) else str(k) for k in key]
-        lines.append("| " + " | ".join(shown) + " | "
-                     + " | ".join(cells.get(c, "") for c in cols) + " |")  # fmt: skip
+        lines.append(
+            "| " + " | ".join(shown) + " | " + " | ".join(cells.get(c, "") for c in cols) + " |"
+        )
     return lines
 
 
@@ -611,23 +713,33 @@ def _insert_summary(rows: list[dict], n_sub: int, p: int, batches: list[int]) ->
         rates = {s: _rate(rows, s, n_bat=b, P=p, n_sub=n_sub, S=None) for s in STORES}
         if all(rates.values()):
             best = max(rates, key=rates.get)
-            out.append(f"insert, N_Sub={_pow2(n_sub)}, P={_pow2(p)}, N_Bat={_pow2(b)}: fastest "
-                       f"{best} (" + ", ".join(f"{s} {_m(v)}" for s, v in rates.items()) + ")")  # fmt: skip
+            out.append(
+                f"insert, N_Sub={_pow2(n_sub)}, P={_pow2(p)}, N_Bat={_pow2(b)}: fastest "
+                f"{best} (" + ", ".join(f"{s} {_m(v)}" for s, v in rates.items()) + ")"
+            )
     return out
 
 
 def _probe_summary(rows: list[dict], n_sub: int, p: int, sc: dict) -> list[str]:
     pb, sels = sc["probe_batch"], sc["selectivities"]
-    at = {x: {s: _rate(rows, x, S=s, P=p, n_sub=n_sub, n_bat=pb) for s in sels}
-          for x in ("bisort", "bisort_ranges", "rap_table", "wib_tree")}  # fmt: skip
-    parts = [f"S={_pow2(s)}: rap/wib {at['rap_table'][s] / at['wib_tree'][s]:.2f}x, bisort/rap "
-             f"{at['bisort'][s] / at['rap_table'][s]:.2f}x, ranges/rap "
-             f"{at['bisort_ranges'][s] / at['rap_table'][s]:.3g}x" for s in sels
-             if all(at[x][s] for x in at)]  # fmt: skip
+    at = {
+        x: {s: _rate(rows, x, S=s, P=p, n_sub=n_sub, n_bat=pb) for s in sels}
+        for x in ("bisort", "bisort_ranges", "rap_table", "wib_tree")
+    }
+    parts = [
+        f"S={_pow2(s)}: rap/wib {at['rap_table'][s] / at['wib_tree'][s]:.2f}x, bisort/rap "
+        f"{at['bisort'][s] / at['rap_table'][s]:.2f}x, ranges/rap "
+        f"{at['bisort_ranges'][s] / at['rap_table'][s]:.3g}x"
+        for s in sels
+        if all(at[x][s] for x in at)
+    ]
     out = [f"probe, N_Sub={_pow2(n_sub)}, P={_pow2(p)}, N_Bat={_pow2(pb)}: " + "; ".join(parts)]
-    out += [f"probe, N_Sub={_pow2(n_sub)}, P={_pow2(p)}: {x} at S={_pow2(sels[-1])} is "
-            f"{v[sels[-1]] / v[sels[0]]:.2g}x its S={sels[0]} throughput" for x, v in at.items()
-            if v[sels[0]] and v[sels[-1]]]  # fmt: skip
+    out += [
+        f"probe, N_Sub={_pow2(n_sub)}, P={_pow2(p)}: {x} at S={_pow2(sels[-1])} is "
+        f"{v[sels[-1]] / v[sels[0]]:.2g}x its S={sels[0]} throughput"
+        for x, v in at.items()
+        if v[sels[0]] and v[sels[-1]]
+    ]
     return out
 
 
@@ -647,51 +759,71 @@ def _summary(section: str, sel: list[dict], sc: dict) -> list[str]:
     if section == "balance":
         for p in sorted({r["P"] for r in sel}):
             for d in dict.fromkeys(r["dist"] for r in sel):
-                seq = sorted((r["subwindow"], r["nmae"], r["floor"]) for r in sel
-                             if r["P"] == p and r["dist"] == d)  # fmt: skip
+                seq = sorted(
+                    (r["subwindow"], r["nmae"], r["floor"])
+                    for r in sel
+                    if r["P"] == p and r["dist"] == d
+                )
                 conv = next((k for k, e, f in seq if e <= 2 * f + 0.02), None)
-                out.append(f"P={_pow2(p)}, {d}: nMAE " + " → ".join(f"{e:.3g}" for _, e, _ in seq)
-                           + f" (floor {seq[0][2]:.3g}); within 2x the floor + 0.02 from subwindow "
-                           f"{conv if conv else 'never'}")  # fmt: skip
+                out.append(
+                    f"P={_pow2(p)}, {d}: nMAE "
+                    + " → ".join(f"{e:.3g}" for _, e, _ in seq)
+                    + f" (floor {seq[0][2]:.3g}); within 2x the floor + 0.02 from subwindow "
+                    f"{conv if conv else 'never'}"
+                )
     if section == "batch":
         for s in STORES:
             for sel_ in (1, 64):
                 a = _rate(sel, s, variant="sorted batch", S=sel_)
                 b = _rate(sel, s, variant="one at a time", S=sel_)
-                t1 = [r["tuples_per_s"] for r in sel if r["store"] == s and r.get("S") == sel_
-                      and r["variant"] == "1 thread"]  # fmt: skip
-                t2 = [r["tuples_per_s"] for r in sel if r["store"] == s and r.get("S") == sel_
-                      and r["variant"] == "2 threads"]  # fmt: skip
+                t1 = [
+                    r["tuples_per_s"]
+                    for r in sel
+                    if r["store"] == s and r.get("S") == sel_ and r["variant"] == "1 thread"
+                ]
+                t2 = [
+                    r["tuples_per_s"]
+                    for r in sel
+                    if r["store"] == s and r.get("S") == sel_ and r["variant"] == "2 threads"
+                ]
                 if a and b and t1 and t2:
-                    out.append(f"{s}, S={sel_}: sorted batch of 1K / one at a time {a / b:.2f}x; "
-                               f"2 threads / 1 thread {max(t2) / max(t1):.2f}x at "
-                               f"N_Bat={_pow2(pb)} (best of each)")  # fmt: skip
+                    out.append(
+                        f"{s}, S={sel_}: sorted batch of 1K / one at a time {a / b:.2f}x; "
+                        f"2 threads / 1 thread {max(t2) / max(t1):.2f}x at "
+                        f"N_Bat={_pow2(pb)} (best of each)"
+                    )
     if section == "targets":
         for b in (2**15, 2**10):
             bis, naive = _rate(sel, "bisort", n_bat=b), _rate(sel, "naive sort + merge", n_bat=b)
             if bis and naive:
                 w = next(r for r in sel if r["store"] == "bisort" and r["n_bat"] == b)
-                out.append(f"batch {_pow2(b)}: bisort window {_m(bis)} tuples/s = "
-                           f"{bis / TARGETS[b]:.0%} of the {_m(TARGETS[b])} target, "
-                           f"{bis / naive:.2f}x the naive baseline ({_m(naive)}); per tuple "
-                           f"{1e9 / w['probe_tuples_per_s']:.0f} ns probing and "
-                           f"{1e9 / w['insert_tuples_per_s']:.0f} ns inserting")  # fmt: skip
+                out.append(
+                    f"batch {_pow2(b)}: bisort window {_m(bis)} tuples/s = "
+                    f"{bis / TARGETS[b]:.0%} of the {_m(TARGETS[b])} target, "
+                    f"{bis / naive:.2f}x the naive baseline ({_m(naive)}); per tuple "
+                    f"{1e9 / w['probe_tuples_per_s']:.0f} ns probing and "
+                    f"{1e9 / w['insert_tuples_per_s']:.0f} ns inserting"
+                )
         bw = next((r["copy_gb_per_s"] for r in sel if "copy_gb_per_s" in r), None)
         if bw:
             n, w, b = window_bench.N_SUB, window_bench.WINDOW, 2**15
             # merges read and write 16-byte items, probes stream 8-byte keys
             naive = (w * 32 + w * 8) / b
             ours = (n // 2 * 32 + 3 * n * 8) / b  # half a subwindow merged, 3 probed
-            out.append(f"memory traffic per tuple at N_Bat 2^15, about: naive {naive:.0f} B (the "
-                       f"window merged and scanned), bisort window {ours:.0f} B (half a "
-                       f"subwindow merged, the keys of 3 scanned); at the {bw} GB/s copied above "
-                       f"that allows at most {bw * 1e3 / naive:.1f}M and {bw * 1e3 / ours:.1f}M "
-                       "tuples/s before any computation")  # fmt: skip
+            out.append(
+                f"memory traffic per tuple at N_Bat 2^15, about: naive {naive:.0f} B (the "
+                f"window merged and scanned), bisort window {ours:.0f} B (half a "
+                f"subwindow merged, the keys of 3 scanned); at the {bw} GB/s copied above "
+                f"that allows at most {bw * 1e3 / naive:.1f}M and {bw * 1e3 / ours:.1f}M "
+                "tuples/s before any computation"
+            )
         nl = [r for r in sel if r["store"] == "nested_loop"]
         if nl:
             best = max(r["evaluations_per_s"] for r in nl)
-            out.append(f"nested_loop: up to {best / 1e6:.0f}M evaluations/s = "
-                       f"{best / TARGETS['nested_loop']:.0%} of the 300M target")  # fmt: skip
+            out.append(
+                f"nested_loop: up to {best / 1e6:.0f}M evaluations/s = "
+                f"{best / TARGETS['nested_loop']:.0%} of the 300M target"
+            )
     return out
 
 
@@ -780,23 +912,46 @@ def write(rows: list[dict], sections: list[str], sc: dict, load, elapsed: float,
         lines += ["", f"## {section}", "", f"Paper: {PAPER[section]}.", ""]
         if section in ("insert", "compare"):
             ins = [r for r in sel if r.get("S") is None]
-            lines += ["Insertion, tuples/s:", ""] + _grid(ins, ["store", "n_sub", "P"], "n_bat",
-                                                          tput) + [""]  # fmt: skip
+            lines += (
+                ["Insertion, tuples/s:", ""]
+                + _grid(ins, ["store", "n_sub", "P"], "n_bat", tput)
+                + [""]
+            )
         if section in ("probe", "compare"):
             pr = [r for r in sel if r.get("S") is not None]
             s1 = [r for r in pr if r["S"] == 1 and r["n_bat"] in sc["batches"]]
             if s1:
-                lines += ["Probing at S = 1, tuples/s:", ""] + _grid(
-                    s1, ["store", "n_sub", "P"], "n_bat", tput) + [""]  # fmt: skip
-            vs = [r for r in pr if r["n_bat"] == sc["probe_batch"]
-                  and (section == "compare" or r["n_sub"] == sc["n_sub"])]  # fmt: skip
-            lines += [f"Probing at N_Bat = {_pow2(sc['probe_batch'])}, tuples/s:", ""] + _grid(
-                vs, ["store", "n_sub", "P"], "S", tput) + [""]  # fmt: skip
+                lines += (
+                    ["Probing at S = 1, tuples/s:", ""]
+                    + _grid(s1, ["store", "n_sub", "P"], "n_bat", tput)
+                    + [""]
+                )
+            vs = [
+                r
+                for r in pr
+                if r["n_bat"] == sc["probe_batch"]
+                and (section == "compare" or r["n_sub"] == sc["n_sub"])
+            ]
+            lines += (
+                [f"Probing at N_Bat = {_pow2(sc['probe_batch'])}, tuples/s:", ""]
+                + _grid(vs, ["store", "n_sub", "P"], "S", tput)
+                + [""]
+            )
             wib = [r for r in rows if r.get("leaves")]
             if wib and section == "probe":
-                lines += ["WiB+-Tree leaves after a fill (P is approximate, as in §V-A2): "
-                          + ", ".join(sorted({f"N_Sub {_pow2(r['n_sub'])} P {_pow2(r['P'])}: "
-                                              f"{r['leaves']}" for r in wib})) + ".", ""]  # fmt: skip
+                lines += [
+                    "WiB+-Tree leaves after a fill (P is approximate, as in §V-A2): "
+                    + ", ".join(
+                        sorted(
+                            {
+                                f"N_Sub {_pow2(r['n_sub'])} P {_pow2(r['P'])}: {r['leaves']}"
+                                for r in wib
+                            }
+                        )
+                    )
+                    + ".",
+                    "",
+                ]
         if section == "balance":
             lines += [
                 "Normalized MAE of RaP-Table's partition sizes per subwindow (subwindow 1 "
@@ -809,30 +964,50 @@ def write(rows: list[dict], sections: list[str], sc: dict, load, elapsed: float,
             lines += [""]
         if section == "batch":
             br = [r for r in sel if "tuples_per_s" in r]
-            lines += ["Probe variants, tuples/s (CPU time; the thread rows in wall time, "
-                      "repeated interleaved):", ""]  # fmt: skip
+            lines += [
+                "Probe variants, tuples/s (CPU time; the thread rows in wall time, "
+                "repeated interleaved):",
+                "",
+            ]
             lines += ["| store | S | variant | N_Bat | tuples/s |", "|---|---|---|---|---:|"]
-            lines += [f"| {r['store']} | {r['S']} | {r['variant']} | {_pow2(r['n_bat'])} | "
-                      f"{_m(r['tuples_per_s'])} |" for r in br]  # fmt: skip
+            lines += [
+                f"| {r['store']} | {r['S']} | {r['variant']} | {_pow2(r['n_bat'])} | "
+                f"{_m(r['tuples_per_s'])} |"
+                for r in br
+            ]
             sc_rows = [r for r in sel if "ns_per_tuple" in r]
             lines += ["", "The chain's per-batch work, ns per tuple:", ""]
             lines += _grid(sc_rows, ["variant"], "n_bat", lambda r: f"{r['ns_per_tuple']:g}")
             lines += [""]
         if section == "targets":
             win = [r for r in sel if "probe_tuples_per_s" in r]
-            lines += ["| window index | N_Bat | insert+probe tuples/s | probe | insert | target |",
-                      "|---|---|---:|---:|---:|---:|"]  # fmt: skip
-            lines += [f"| {r['store']} | {_pow2(r['n_bat'])} | {_m(r['tuples_per_s'])} | "
-                      f"{_m(r['probe_tuples_per_s'])} | {_m(r['insert_tuples_per_s'])} | "
-                      f"{_m(r['target'])} |" for r in win]  # fmt: skip
-            lines += ["", "| nested_loop window | probe batch | evaluations/s | pairs per "
-                      "probe | target |", "|---:|---:|---:|---:|---:|"]  # fmt: skip
-            lines += [f"| {r['window']} | {r['n_bat']} | {r['evaluations_per_s'] / 1e6:.0f}M | "
-                      f"{r['matches_per_probe']:.2g} | {r['target'] / 1e6:.0f}M |"
-                      for r in sel if r["store"] == "nested_loop"]  # fmt: skip
-            lines += [f"\nOne thread's memory bandwidth: {r['read_gb_per_s']} GB/s read, "
-                      f"{r['copy_gb_per_s']} GB/s copied (read + write)."
-                      for r in sel if "read_gb_per_s" in r] + [""]  # fmt: skip
+            lines += [
+                "| window index | N_Bat | insert+probe tuples/s | probe | insert | target |",
+                "|---|---|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {r['store']} | {_pow2(r['n_bat'])} | {_m(r['tuples_per_s'])} | "
+                f"{_m(r['probe_tuples_per_s'])} | {_m(r['insert_tuples_per_s'])} | "
+                f"{_m(r['target'])} |"
+                for r in win
+            ]
+            lines += [
+                "",
+                "| nested_loop window | probe batch | evaluations/s | pairs per probe | target |",
+                "|---:|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {r['window']} | {r['n_bat']} | {r['evaluations_per_s'] / 1e6:.0f}M | "
+                f"{r['matches_per_probe']:.2g} | {r['target'] / 1e6:.0f}M |"
+                for r in sel
+                if r["store"] == "nested_loop"
+            ]
+            lines += [
+                f"\nOne thread's memory bandwidth: {r['read_gb_per_s']} GB/s read, "
+                f"{r['copy_gb_per_s']} GB/s copied (read + write)."
+                for r in sel
+                if "read_gb_per_s" in r
+            ] + [""]
         lines += ["Ours: " + s + "." for s in _summary(section, sel, sc)]
         lines += ["", f"Differences: {EXPLAIN[section]}"]
     with open(base + ".md", "w") as f:
@@ -857,8 +1032,9 @@ def _panel(ax, rows, x, series, title, xlabel, ylabel="tuples/s") -> None:
     others = list(dict.fromkeys(k[1:] for k in keys))
     for key in keys:
         # one point per x: a probe measurement at S = 1 can appear in two sweeps
-        pts = sorted({r[x]: r["tuples_per_s"] for r in rows
-                      if tuple(r[s] for s in series) == key}.items())  # fmt: skip
+        pts = sorted(
+            {r[x]: r["tuples_per_s"] for r in rows if tuple(r[s] for s in series) == key}.items()
+        )
         label = ", ".join(_pow2(k) if isinstance(k, int) else str(k) for k in key)
         style = (
             {"color": COLORS[key[0]], "ls": STYLES[others.index(key[1:]) % 3]} if by_store else {}
@@ -885,25 +1061,63 @@ def plot(rows: list[dict], sections: list[str], sc: dict, path: str) -> None:
     for st, fig in zip(STORES, ("12", "10", "11"), strict=True):
         mine = lambda rs, s=st: [r for r in rs if r["store"] == s]  # noqa: E731
         panels += [
-            (mine([r for r in ins if r["n_sub"] == n_sub]), "n_bat", ["P"],
-             f"{st} insert, N_Sub={_pow2(n_sub)} (Fig. {fig}a)", "N_Bat"),
-            (mine([r for r in ins if r["P"] == fixed_p]), "n_bat", ["n_sub"],
-             f"{st} insert, P={_pow2(fixed_p)} (Fig. {fig}b)", "N_Bat"),
-            (mine([r for r in pr if r["S"] == 1 and r["n_sub"] == n_sub]), "n_bat", ["P"],
-             f"{st} probe S=1, N_Sub={_pow2(n_sub)} (Fig. {fig}c)", "N_Bat"),
-            (mine([r for r in pr if r["S"] == 1 and r["P"] == fixed_p]), "n_bat", ["n_sub"],
-             f"{st} probe S=1, P={_pow2(fixed_p)}", "N_Bat"),
-            ([r for r in pr if r["store"].startswith(st) and r["n_bat"] == pb
-              and r["n_sub"] == n_sub], "S", ["store", "P"],
-             f"{st} probe N_Bat={_pow2(pb)} (Fig. {fig}e)", "selectivity S"),
-        ]  # fmt: skip
+            (
+                mine([r for r in ins if r["n_sub"] == n_sub]),
+                "n_bat",
+                ["P"],
+                f"{st} insert, N_Sub={_pow2(n_sub)} (Fig. {fig}a)",
+                "N_Bat",
+            ),
+            (
+                mine([r for r in ins if r["P"] == fixed_p]),
+                "n_bat",
+                ["n_sub"],
+                f"{st} insert, P={_pow2(fixed_p)} (Fig. {fig}b)",
+                "N_Bat",
+            ),
+            (
+                mine([r for r in pr if r["S"] == 1 and r["n_sub"] == n_sub]),
+                "n_bat",
+                ["P"],
+                f"{st} probe S=1, N_Sub={_pow2(n_sub)} (Fig. {fig}c)",
+                "N_Bat",
+            ),
+            (
+                mine([r for r in pr if r["S"] == 1 and r["P"] == fixed_p]),
+                "n_bat",
+                ["n_sub"],
+                f"{st} probe S=1, P={_pow2(fixed_p)}",
+                "N_Bat",
+            ),
+            (
+                [
+                    r
+                    for r in pr
+                    if r["store"].startswith(st) and r["n_bat"] == pb and r["n_sub"] == n_sub
+                ],
+                "S",
+                ["store", "P"],
+                f"{st} probe N_Bat={_pow2(pb)} (Fig. {fig}e)",
+                "selectivity S",
+            ),
+        ]
     cmp_ = [r for r in rows if r["section"] == "compare"]
     panels += [
-        ([r for r in cmp_ if r.get("S") is None], "n_bat", ["store", "n_sub"],
-         "insert, P = N_Sub / 128 (Fig. 13a)", "N_Bat"),
-        ([r for r in cmp_ if r.get("S") is not None and r["n_bat"] == pb], "S", ["store", "n_sub"],
-         f"band probe, N_Bat={_pow2(pb)}, P = N_Sub / 128 (Fig. 13b)", "selectivity S"),
-    ]  # fmt: skip
+        (
+            [r for r in cmp_ if r.get("S") is None],
+            "n_bat",
+            ["store", "n_sub"],
+            "insert, P = N_Sub / 128 (Fig. 13a)",
+            "N_Bat",
+        ),
+        (
+            [r for r in cmp_ if r.get("S") is not None and r["n_bat"] == pb],
+            "S",
+            ["store", "n_sub"],
+            f"band probe, N_Bat={_pow2(pb)}, P = N_Sub / 128 (Fig. 13b)",
+            "selectivity S",
+        ),
+    ]
     panels = [p for p in panels if p[0]]
     bal = [r for r in rows if r["section"] == "balance"]
     tgt = [r for r in rows if r["section"] == "targets" and "probe_tuples_per_s" in r]
@@ -920,8 +1134,9 @@ def plot(rows: list[dict], sections: list[str], sc: dict, path: str) -> None:
             ax = flat[k]
             k += 1
             for d in dict.fromkeys(r["dist"] for r in bal):
-                pts = sorted((r["subwindow"], r["nmae"]) for r in bal
-                             if r["dist"] == d and r["P"] == p)  # fmt: skip
+                pts = sorted(
+                    (r["subwindow"], r["nmae"]) for r in bal if r["dist"] == d and r["P"] == p
+                )
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=d)
             floor = next(r["floor"] for r in bal if r["P"] == p)
             ax.axhline(floor, color="grey", ls=":", label="sampling floor")
@@ -937,8 +1152,11 @@ def plot(rows: list[dict], sections: list[str], sc: dict, path: str) -> None:
         k += 1
         short = {"naive sort + merge": "naive"}
         labels = [f"{short.get(r['store'], r['store'])}\n{_pow2(r['n_bat'])}" for r in tgt]
-        ax.bar(range(len(tgt)), [r["tuples_per_s"] for r in tgt],
-               color=["C0" if r["store"].startswith("bisort") else "C7" for r in tgt])  # fmt: skip
+        ax.bar(
+            range(len(tgt)),
+            [r["tuples_per_s"] for r in tgt],
+            color=["C0" if r["store"].startswith("bisort") else "C7" for r in tgt],
+        )
         for i, r in enumerate(tgt):
             ax.hlines(r["target"], i - 0.4, i + 0.4, color="red")
         ax.set_xticks(range(len(tgt)), labels, fontsize=6, rotation=30)

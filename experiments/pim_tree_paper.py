@@ -64,14 +64,25 @@ INDEXES = {
 }
 #: Sizes per experiment: full run and --quick.
 SCALES = {
-    "full": {"windows": [2**k for k in range(10, 23, 2)], "sweep_window": 2**18,
-             "depth_windows": [2**16, 2**18, 2**20],
-             "match_rates": [2.0**k for k in range(-4, 11, 2)],
-             "breakdown_windows": [2**17, 2**20], "dist_window": 2**20, "shift_window": 2**20},
-    "quick": {"windows": [2**10, 2**12, 2**14], "sweep_window": 2**12,
-              "depth_windows": [2**12, 2**14], "match_rates": [0.25, 2.0, 64.0],
-              "breakdown_windows": [2**12], "dist_window": 2**12, "shift_window": 2**12},
-}  # fmt: skip
+    "full": {
+        "windows": [2**k for k in range(10, 23, 2)],
+        "sweep_window": 2**18,
+        "depth_windows": [2**16, 2**18, 2**20],
+        "match_rates": [2.0**k for k in range(-4, 11, 2)],
+        "breakdown_windows": [2**17, 2**20],
+        "dist_window": 2**20,
+        "shift_window": 2**20,
+    },
+    "quick": {
+        "windows": [2**10, 2**12, 2**14],
+        "sweep_window": 2**12,
+        "depth_windows": [2**12, 2**14],
+        "match_rates": [0.25, 2.0, 64.0],
+        "breakdown_windows": [2**12],
+        "dist_window": 2**12,
+        "shift_window": 2**12,
+    },
+}
 #: What the paper reports (single-threaded, Intel Xeon E5-2665, W up to 2**25).
 PAPER = {
     "window": "IM-Tree +50%, PIM-Tree +63% over B+-tree on average (Fig. 10a); PIM-Tree "
@@ -109,16 +120,19 @@ def join(config: str, window: int, match_rate: float = 2.0, **overrides) -> dict
     n = fill + max(2 * window, 2**19)
     data = _data(n)
     x, s = data.column("x").to_numpy(), data.column("stream").to_numpy()
-    eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=window,
-                                         match_rate=match_rate)  # fmt: skip
+    eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=window, match_rate=match_rate)
     q = sj.Query(sj.band("x", eps), window=sj.CountWindow(window))
     topo = sj.topologies.single(name, **options)
     sj.run(q, data.slice(0, 20_000), topo, batch_size=BATCH, collect="count")  # compile
     t_fill, _ = _timed(q, data.slice(0, fill), topo)
     t_all, count = _timed(q, data, topo)
-    return {"index": config, "window": window, "tuples": n,
-            "input_tuples_per_s": round((n - fill) / (t_all - t_fill)),
-            "pairs_per_input": round(count / n, 3)}  # fmt: skip
+    return {
+        "index": config,
+        "window": window,
+        "tuples": n,
+        "input_tuples_per_s": round((n - fill) / (t_all - t_fill)),
+        "pairs_per_input": round(count / n, 3),
+    }
 
 
 def _timed(query, data, topo) -> tuple[float, int]:
@@ -144,21 +158,39 @@ def experiments(scale: dict) -> dict:
     """Experiment name -> list of (param, value, run) to do, each run giving a row."""
     w = scale["sweep_window"]
     return {
-        "window": [("W", v, functools.partial(join, c, v)) for c in INDEXES
-                   for v in scale["windows"]],
-        "chain": [("chain_length", L, functools.partial(join, c, w, chain_length=L))
-                  for c in ("b_chain", "ib_chain") for L in (2, 3, 4, 6, 8, 12, 16)],
-        "merge": [("merge_ratio", m, functools.partial(join, c, w, merge_ratio=m))
-                  for c in ("im_tree", "pim_tree") for m in 2.0 ** np.arange(-6, 1)],
-        "depth": [("insertion_depth", d, functools.partial(join, "pim_tree", v, insertion_depth=d))
-                  for v in scale["depth_windows"] for d in (1, 2, 3, 4)],
-        "match": [("match_rate", r, functools.partial(join, c, w, r))
-                  for c in ("bplus_tree", "im_tree", "pim_tree") for r in scale["match_rates"]],
-        "memory": [("merge_ratio", m, functools.partial(memory, c, v, **({} if m is None else
-                                                                       {"merge_ratio": m})))
-                   for v in scale["windows"][-3:]
-                   for c, m in (("bplus_tree", None), ("pim_tree", 1.0), ("pim_tree", 1 / 8))],
-    }  # fmt: skip
+        "window": [
+            ("W", v, functools.partial(join, c, v)) for c in INDEXES for v in scale["windows"]
+        ],
+        "chain": [
+            ("chain_length", L, functools.partial(join, c, w, chain_length=L))
+            for c in ("b_chain", "ib_chain")
+            for L in (2, 3, 4, 6, 8, 12, 16)
+        ],
+        "merge": [
+            ("merge_ratio", m, functools.partial(join, c, w, merge_ratio=m))
+            for c in ("im_tree", "pim_tree")
+            for m in 2.0 ** np.arange(-6, 1)
+        ],
+        "depth": [
+            ("insertion_depth", d, functools.partial(join, "pim_tree", v, insertion_depth=d))
+            for v in scale["depth_windows"]
+            for d in (1, 2, 3, 4)
+        ],
+        "match": [
+            ("match_rate", r, functools.partial(join, c, w, r))
+            for c in ("bplus_tree", "im_tree", "pim_tree")
+            for r in scale["match_rates"]
+        ],
+        "memory": [
+            (
+                "merge_ratio",
+                m,
+                functools.partial(memory, c, v, **({} if m is None else {"merge_ratio": m})),
+            )
+            for v in scale["windows"][-3:]
+            for c, m in (("bplus_tree", None), ("pim_tree", 1.0), ("pim_tree", 1 / 8))
+        ],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,8 +242,9 @@ class Replay:
     found, ``narrow`` (the zero-width batches).
     """
 
-    def __init__(self, config, window, keys, probes, eps, split_search=False, on_merge=None,
-                 **overrides):  # fmt: skip
+    def __init__(
+        self, config, window, keys, probes, eps, split_search=False, on_merge=None, **overrides
+    ):
         name, options = _options(config, window, **overrides)
         self.index = indexes.get(name)(1, **options)
         self.config, self.overrides, self.eps = config, overrides, eps
@@ -224,8 +257,9 @@ class Replay:
 
     def warm(self) -> None:
         """Compile (or load) the kernels on a small throwaway copy."""
-        copy = Replay(self.config, 2048, self.keys[:8], self.probes[:8], self.eps, True,
-                      **self.overrides)  # fmt: skip
+        copy = Replay(
+            self.config, 2048, self.keys[:8], self.probes[:8], self.eps, True, **self.overrides
+        )
         for b in range(8):
             copy.step(b)
 
@@ -275,8 +309,11 @@ class JoinReplay:
 
     def step(self, b: int) -> None:
         c, start = self.cols, b * BATCH
-        chunk = Columns(c.stream[start : start + BATCH], c.ts[start : start + BATCH],
-                        c.attrs[:, start : start + BATCH])  # fmt: skip
+        chunk = Columns(
+            c.stream[start : start + BATCH],
+            c.ts[start : start + BATCH],
+            c.attrs[:, start : start + BATCH],
+        )
         t0 = time.thread_time()
         for _, batch in self.emitter.on_chunk(chunk):
             for _, pairs in self.core.on_batch("in", batch):
@@ -314,9 +351,12 @@ def _two_streams(window: int, dist: str):
     half = BATCH // 2
     fill, steady = window // half, max(2 * window, 2**19) // half
     distribution, params = DISTRIBUTIONS[dist]
-    keys, probes = (sj.sources.values((fill + steady) * half, distribution, seed=seed,
-                                      **dict(params)).astype(np.float64).reshape(-1, half)
-                    for seed in (2, 3))  # fmt: skip
+    keys, probes = (
+        sj.sources.values((fill + steady) * half, distribution, seed=seed, **dict(params))
+        .astype(np.float64)
+        .reshape(-1, half)
+        for seed in (2, 3)
+    )
     eps = sj.sources.band_for_match_rate(keys.ravel(), probes.ravel(), window=window)
     return keys, probes, eps, fill
 
@@ -336,9 +376,11 @@ def _step_ns(replay: Replay, fill: int) -> dict:
     }
     ns["index"] = sum(ns.values())
     matches = t["matches"][~narrow].sum() / ((~narrow).sum() * half)
-    return {**{f"{k}_ns": round(float(v), 1) for k, v in ns.items()},
-            "merges": int((t["merge"] > 0).sum()),
-            "matches_per_probe": round(float(matches), 2)}  # fmt: skip
+    return {
+        **{f"{k}_ns": round(float(v), 1) for k, v in ns.items()},
+        "merges": int((t["merge"] > 0).sum()),
+        "matches_per_probe": round(float(matches), 2),
+    }
 
 
 def breakdown(window: int) -> list[dict]:
@@ -371,8 +413,10 @@ def index_costs(config: str, window: int) -> dict[str, float]:
     """Index steps' ns per input tuple of ``config`` under each of :data:`DISTRIBUTIONS`
     (Fig. 12b), the distributions' replays in :func:`lockstep`."""
     streams = {d: _two_streams(window, d) for d in DISTRIBUTIONS}
-    replays = {d: Replay(config, window, k, p, eps, split_search=True)
-               for d, (k, p, eps, _) in streams.items()}  # fmt: skip
+    replays = {
+        d: Replay(config, window, k, p, eps, split_search=True)
+        for d, (k, p, eps, _) in streams.items()
+    }
     lockstep(list(replays.values()))
     return {d: _step_ns(r, streams[d][3])["index_ns"] for d, r in replays.items()}
 
@@ -398,14 +442,22 @@ def shifting(window: int) -> tuple[list[dict], list[dict]]:
         values = sj.sources.values(n, "shifting_gaussian", seed=1, r=r, phases=SHIFT_PHASES)
         keys[r] = values.reshape(-1, BATCH)
         # two disjoint samples: a sample probed against itself would count self-matches
-        eps[r] = sj.sources.band_for_match_rate(values[:window], values[window : 2 * window],
-                                                window=window)  # fmt: skip
+        eps[r] = sj.sources.band_for_match_rate(
+            values[:window], values[window : 2 * window], window=window
+        )
     runs = []
     for label, config, overrides, r in SHIFT_RUNS:
         periods = []
         record = functools.partial(_record_period, periods, label, r, window)
-        replay = Replay(config, window, keys[r], keys[r], eps[r],
-                        on_merge=record if config == "pim_tree" else None, **overrides)  # fmt: skip
+        replay = Replay(
+            config,
+            window,
+            keys[r],
+            keys[r],
+            eps[r],
+            on_merge=record if config == "pim_tree" else None,
+            **overrides,
+        )
         runs.append((label, config, r, replay, periods))
     lockstep([run[3] for run in runs])
     phases, series = [], []
@@ -415,20 +467,34 @@ def shifting(window: int) -> tuple[list[dict], list[dict]]:
     for label, config, r, replay, periods in runs:
         t = replay.out
         seconds = t["probe"] + t["insert"] + t["delete"] + t["merge"]
-        series += [{"kind": "throughput", "run": label, "r": r,
-                    "position_w": (c + chunk) * BATCH / window,
-                    "cpu_tuples_per_s": round(chunk * BATCH / seconds[c : c + chunk].sum())}
-                   for c in range(0, len(seconds), chunk)]  # fmt: skip
+        series += [
+            {
+                "kind": "throughput",
+                "run": label,
+                "r": r,
+                "position_w": (c + chunk) * BATCH / window,
+                "cpu_tuples_per_s": round(chunk * BATCH / seconds[c : c + chunk].sum()),
+            }
+            for c in range(0, len(seconds), chunk)
+        ]
         for k in range(3):
             lo, hi = bounds[k] // BATCH, bounds[k + 1] // BATCH
             sel = [p for p in periods if bounds[k] < p["position_w"] * window <= bounds[k + 1]]
             fields = ("partitions", "max_share", "max_over_even", "idle_share")
             skew = {f: float(np.mean([p[f] for p in sel])) if sel else "" for f in fields}
-            phases.append({"kind": "shifting", "run": label, "index": config, "r": r,
-                           "window": window, "phase": k + 1,
-                           "cpu_tuples_per_s": round((hi - lo) * BATCH / seconds[lo:hi].sum()),
-                           "matches_per_probe": round(t["matches"][lo:hi].mean() / BATCH, 2),
-                           **skew})  # fmt: skip
+            phases.append(
+                {
+                    "kind": "shifting",
+                    "run": label,
+                    "index": config,
+                    "r": r,
+                    "window": window,
+                    "phase": k + 1,
+                    "cpu_tuples_per_s": round((hi - lo) * BATCH / seconds[lo:hi].sum()),
+                    "matches_per_probe": round(t["matches"][lo:hi].mean() / BATCH, 2),
+                    **skew,
+                }
+            )
             print(phases[-1], flush=True)
         series += periods
     return phases, series
@@ -439,12 +505,19 @@ def _record_period(periods: list, label: str, r: float, window: int, b: int, ind
     counts = index.last_partition_inserts
     shares = counts / counts.sum()
     top = shares.max()
-    periods.append({"kind": "period", "run": label, "r": r,
-                    "position_w": (b + 1) * BATCH / window, "partitions": len(counts),
-                    "max_share": top, "max_over_even": top * len(counts),
-                    "idle_share": float(np.mean(shares < IDLE / len(shares))),
-                    "shares": " ".join(f"{v:.4f}" for v in shares) if len(counts) <= 16
-                    else ""})  # fmt: skip
+    periods.append(
+        {
+            "kind": "period",
+            "run": label,
+            "r": r,
+            "position_w": (b + 1) * BATCH / window,
+            "partitions": len(counts),
+            "max_share": top,
+            "max_over_even": top * len(counts),
+            "idle_share": float(np.mean(shares < IDLE / len(shares))),
+            "shares": " ".join(f"{v:.4f}" for v in shares) if len(counts) <= 16 else "",
+        }
+    )
 
 
 def run_breakdown(scale: dict) -> None:
@@ -468,9 +541,16 @@ def run_distributions(scale: dict) -> None:
         costs = index_costs(config, window)
         joins = lockstep_joins([config] * len(datasets), window, datasets)
         for dist, join_ns in zip(DISTRIBUTIONS, joins, strict=True):
-            rows.append({"kind": "stationary", "run": config, "distribution": dist,
-                         "window": window, "join_ns": round(join_ns, 1),
-                         "index_ns": costs[dist]})  # fmt: skip
+            rows.append(
+                {
+                    "kind": "stationary",
+                    "run": config,
+                    "distribution": dist,
+                    "window": window,
+                    "join_ns": round(join_ns, 1),
+                    "index_ns": costs[dist],
+                }
+            )
             print(rows[-1], flush=True)
     write_distributions(rows, (load, os.getloadavg()[0]))
 
@@ -486,12 +566,15 @@ def run_shifting(scale: dict) -> None:
 def _preamble(title: str, what: str, load: tuple[float, float]) -> list[str]:
     m = machine_info()
     return [
-        f"# {title}", "", what, "",
+        f"# {title}",
+        "",
+        what,
+        "",
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
         f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (other processes "
         f"share the 2 cores: figures are noisy, compare within a table); "
         f"{time.strftime('%Y-%m-%d')}; `python {' '.join(sys.argv)}`.",
-    ]  # fmt: skip
+    ]
 
 
 def _write_csv(path: str, rows: list[dict]) -> None:
@@ -528,13 +611,23 @@ def write_breakdown(rows: list[dict], load: tuple[float, float]) -> None:
     )
     for window in dict.fromkeys(r["window"] for r in rows):
         sel = [r for r in rows if r["window"] == window]
-        lines += ["", f"## W = {_pow2(window)}", "",
-                  "| index | " + " | ".join(STEPS) + " | index total | join | rest | merges | "
-                  "matches/probe |", "|---" + "|---:" * (len(STEPS) + 5) + "|"]  # fmt: skip
+        lines += [
+            "",
+            f"## W = {_pow2(window)}",
+            "",
+            "| index | " + " | ".join(STEPS) + " | index total | join | rest | merges | "
+            "matches/probe |",
+            "|---" + "|---:" * (len(STEPS) + 5) + "|",
+        ]
         for r in sel:
             cells = [f"{r[f'{k}_ns']:.0f} ({r[f'{k}_ns'] / r['index_ns']:.0%})" for k in STEPS]
-            cells += [f"{r['index_ns']:.0f}", f"{r['join_ns']:.0f}", f"{r['rest_ns']:.0f}",
-                      str(r["merges"]), f"{r['matches_per_probe']:.2f}"]  # fmt: skip
+            cells += [
+                f"{r['index_ns']:.0f}",
+                f"{r['join_ns']:.0f}",
+                f"{r['rest_ns']:.0f}",
+                str(r["merges"]),
+                f"{r['matches_per_probe']:.2f}",
+            ]
             lines.append(f"| {r['index']} | " + " | ".join(cells) + " |")
     ns = {(r["index"], r["window"]): r for r in rows}
     windows = list(dict.fromkeys(r["window"] for r in rows))
@@ -542,30 +635,63 @@ def write_breakdown(rows: list[dict], load: tuple[float, float]) -> None:
     def ours(fn) -> str:
         return " | ".join(fn(lambda c, w=w: ns[(c, w)]) for w in windows)
 
-    lines += ["", "## Paper vs ours", "",
-              "| figure | paper (W = 2^17; 2^23) | " + " | ".join(f"ours W = {_pow2(w)}"
-                                                          for w in windows) + " |",
-              "|---|---|" + "---:|" * len(windows)]  # fmt: skip
+    lines += [
+        "",
+        "## Paper vs ours",
+        "",
+        "| figure | paper (W = 2^17; 2^23) | "
+        + " | ".join(f"ours W = {_pow2(w)}" for w in windows)
+        + " |",
+        "|---|---|" + "---:|" * len(windows),
+    ]
     comparisons = [
-        ("insert, B+-tree / PIM-Tree", "1.5x; 2.6x",
-         lambda g: f"{g('bplus_tree')['insert_ns'] / g('pim_tree')['insert_ns']:.2f}x"),
-        ("insert, IM-Tree / PIM-Tree", "≈ 1; ≈ 1",
-         lambda g: f"{g('im_tree')['insert_ns'] / g('pim_tree')['insert_ns']:.2f}x"),
-        ("search, PIM-Tree / B+-tree", "≈ 1.75x (B+ 75% faster); ≈ 1",
-         lambda g: f"{g('pim_tree')['search_ns'] / g('bplus_tree')['search_ns']:.2f}x"),
-        ("search, IM-Tree / B+-tree", "≈ 1.75x; slightly > 1",
-         lambda g: f"{g('im_tree')['search_ns'] / g('bplus_tree')['search_ns']:.2f}x"),
-        ("merge share of the index steps, IM / PIM", "7%; 11% (both)",
-         lambda g: f"{g('im_tree')['merge_ns'] / g('im_tree')['index_ns']:.0%} / "
-         f"{g('pim_tree')['merge_ns'] / g('pim_tree')['index_ns']:.0%}"),
-        ("index steps, B+-tree / PIM-Tree", "≈ 1.6x (whole join, Fig. 10a)",
-         lambda g: f"{g('bplus_tree')['index_ns'] / g('pim_tree')['index_ns']:.2f}x"),
-        ("whole join, B+-tree / PIM-Tree (ns per tuple)", "≈ 1.6x (Fig. 10a)",
-         lambda g: f"{g('bplus_tree')['join_ns'] / g('pim_tree')['join_ns']:.2f}x"),
-        ("index steps share of the join, B+ / IM / PIM", "— (the paper's join is the index)",
-         lambda g: " / ".join(f"{g(c)['index_ns'] / g(c)['join_ns']:.0%}"
-                              for c in ("bplus_tree", "im_tree", "pim_tree"))),
-    ]  # fmt: skip
+        (
+            "insert, B+-tree / PIM-Tree",
+            "1.5x; 2.6x",
+            lambda g: f"{g('bplus_tree')['insert_ns'] / g('pim_tree')['insert_ns']:.2f}x",
+        ),
+        (
+            "insert, IM-Tree / PIM-Tree",
+            "≈ 1; ≈ 1",
+            lambda g: f"{g('im_tree')['insert_ns'] / g('pim_tree')['insert_ns']:.2f}x",
+        ),
+        (
+            "search, PIM-Tree / B+-tree",
+            "≈ 1.75x (B+ 75% faster); ≈ 1",
+            lambda g: f"{g('pim_tree')['search_ns'] / g('bplus_tree')['search_ns']:.2f}x",
+        ),
+        (
+            "search, IM-Tree / B+-tree",
+            "≈ 1.75x; slightly > 1",
+            lambda g: f"{g('im_tree')['search_ns'] / g('bplus_tree')['search_ns']:.2f}x",
+        ),
+        (
+            "merge share of the index steps, IM / PIM",
+            "7%; 11% (both)",
+            lambda g: (
+                f"{g('im_tree')['merge_ns'] / g('im_tree')['index_ns']:.0%} / "
+                f"{g('pim_tree')['merge_ns'] / g('pim_tree')['index_ns']:.0%}"
+            ),
+        ),
+        (
+            "index steps, B+-tree / PIM-Tree",
+            "≈ 1.6x (whole join, Fig. 10a)",
+            lambda g: f"{g('bplus_tree')['index_ns'] / g('pim_tree')['index_ns']:.2f}x",
+        ),
+        (
+            "whole join, B+-tree / PIM-Tree (ns per tuple)",
+            "≈ 1.6x (Fig. 10a)",
+            lambda g: f"{g('bplus_tree')['join_ns'] / g('pim_tree')['join_ns']:.2f}x",
+        ),
+        (
+            "index steps share of the join, B+ / IM / PIM",
+            "— (the paper's join is the index)",
+            lambda g: " / ".join(
+                f"{g(c)['index_ns'] / g(c)['join_ns']:.0%}"
+                for c in ("bplus_tree", "im_tree", "pim_tree")
+            ),
+        ),
+    ]
     for what, paper, fn in comparisons:
         lines.append(f"| {what} | {paper} | {ours(fn)} |")
     with open(base + ".md", "w") as f:
@@ -590,8 +716,7 @@ def plot_breakdown(rows: list[dict], path: str) -> None:
         ax.set_xlabel("ns per input tuple")
         ax.set_title(f"W = {_pow2(window)}: index steps, then the rest of the join core")
         ax.grid(True, axis="x", alpha=0.3)
-    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower center", ncol=6,
-               fontsize=8)  # fmt: skip
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="lower center", ncol=6, fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     viz.save_figure(fig, path)
 
@@ -613,20 +738,33 @@ def write_distributions(stat: list[dict], load: tuple[float, float]) -> None:
         "(< 1: slower).",
         load,
     )
-    lines += ["", "Paper: uniform always fastest, but only 2% (Gaussian) to 4% (Gamma) above "
-              "the others (parallel PIM-Tree, 16 threads, W = 2^20).", "",
-              "| distribution | " + " | ".join(f"{c} join" for c in configs) + " | "
-              + " | ".join(f"{c} index" for c in configs) + " | pim_tree / bplus_tree join; "
-              "index |", "|---" + "|---:" * (2 * len(configs) + 1) + "|"]  # fmt: skip
+    lines += [
+        "",
+        "Paper: uniform always fastest, but only 2% (Gaussian) to 4% (Gamma) above "
+        "the others (parallel PIM-Tree, 16 threads, W = 2^20).",
+        "",
+        "| distribution | "
+        + " | ".join(f"{c} join" for c in configs)
+        + " | "
+        + " | ".join(f"{c} index" for c in configs)
+        + " | pim_tree / bplus_tree join; "
+        "index |",
+        "|---" + "|---:" * (2 * len(configs) + 1) + "|",
+    ]
     tput = {(r["run"], r["distribution"]): 1e9 / r["join_ns"] for r in stat}
     ins = {(r["run"], r["distribution"]): r["index_ns"] for r in stat}
     for dist in dict.fromkeys(r["distribution"] for r in stat):
-        cells = [f"{tput[(c, dist)] / 1e3:,.0f}K ({tput[(c, dist)] / tput[(c, 'uniform')]:.2f})"
-                 for c in configs]  # fmt: skip
-        cells += [f"{ins[(c, dist)]:.0f} ns ({ins[(c, 'uniform')] / ins[(c, dist)]:.2f})"
-                  for c in configs]  # fmt: skip
-        cells.append(f"{tput[('pim_tree', dist)] / tput[('bplus_tree', dist)]:.2f}x; "
-                     f"{ins[('bplus_tree', dist)] / ins[('pim_tree', dist)]:.2f}x")  # fmt: skip
+        cells = [
+            f"{tput[(c, dist)] / 1e3:,.0f}K ({tput[(c, dist)] / tput[(c, 'uniform')]:.2f})"
+            for c in configs
+        ]
+        cells += [
+            f"{ins[(c, dist)]:.0f} ns ({ins[(c, 'uniform')] / ins[(c, dist)]:.2f})" for c in configs
+        ]
+        cells.append(
+            f"{tput[('pim_tree', dist)] / tput[('bplus_tree', dist)]:.2f}x; "
+            f"{ins[('bplus_tree', dist)] / ins[('pim_tree', dist)]:.2f}x"
+        )
         lines.append(f"| {dist} | " + " | ".join(cells) + " |")
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -655,24 +793,35 @@ def write_shifting(shift: list[dict], series: list[dict], load: tuple[float, flo
         "each phase.",
         load,
     )
-    lines += ["", "Paper (D_I = 4: 1024 subindexes): inserts even at r = 0; at r = 1, 77% of the "
-              "inserts go to one subindex and 70% of the subindexes get almost none (Fig. 13a); "
-              "parallel self-join throughput falls to 35% (r = 0.4, 0.6) and 16% (r = 0.8, 1) "
-              "in phase 2 from lock congestion, and recovers in phase 3 (Fig. 13b). Ours is "
-              "single-threaded: no lock congestion can occur.", "",
-              "| index | r | subindexes | tuples/s phase 1 | phase 2 | phase 3 | 2 / 1 | 3 / 1 | "
-              "busiest 1 / 2 / 3 | idle 1 / 2 / 3 | matches/probe 1 / 2 / 3 |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "Paper (D_I = 4: 1024 subindexes): inserts even at r = 0; at r = 1, 77% of the "
+        "inserts go to one subindex and 70% of the subindexes get almost none (Fig. 13a); "
+        "parallel self-join throughput falls to 35% (r = 0.4, 0.6) and 16% (r = 0.8, 1) "
+        "in phase 2 from lock congestion, and recovers in phase 3 (Fig. 13b). Ours is "
+        "single-threaded: no lock congestion can occur.",
+        "",
+        "| index | r | subindexes | tuples/s phase 1 | phase 2 | phase 3 | 2 / 1 | 3 / 1 | "
+        "busiest 1 / 2 / 3 | idle 1 / 2 / 3 | matches/probe 1 / 2 / 3 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for label, r in dict.fromkeys((x["run"], x["r"]) for x in shift):
         p = {x["phase"]: x for x in shift if x["run"] == label and x["r"] == r}
         t = [p[k]["cpu_tuples_per_s"] for k in (1, 2, 3)]
         skew = p[1]["partitions"] != ""
-        cells = [label, f"{r:g}", f"{p[2]['partitions']:.0f}" if skew else "—",
-                 *(f"{v / 1e3:,.0f}K" for v in t), f"{t[1] / t[0]:.2f}", f"{t[2] / t[0]:.2f}",
-                 " / ".join(f"{p[k]['max_share']:.1%} ({p[k]['max_over_even']:.1f}x)"
-                            for k in (1, 2, 3)) if skew else "—",
-                 " / ".join(f"{p[k]['idle_share']:.1%}" for k in (1, 2, 3)) if skew else "—",
-                 " / ".join(f"{p[k]['matches_per_probe']:.1f}" for k in (1, 2, 3))]  # fmt: skip
+        cells = [
+            label,
+            f"{r:g}",
+            f"{p[2]['partitions']:.0f}" if skew else "—",
+            *(f"{v / 1e3:,.0f}K" for v in t),
+            f"{t[1] / t[0]:.2f}",
+            f"{t[2] / t[0]:.2f}",
+            " / ".join(f"{p[k]['max_share']:.1%} ({p[k]['max_over_even']:.1f}x)" for k in (1, 2, 3))
+            if skew
+            else "—",
+            " / ".join(f"{p[k]['idle_share']:.1%}" for k in (1, 2, 3)) if skew else "—",
+            " / ".join(f"{p[k]['matches_per_probe']:.1f}" for k in (1, 2, 3)),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -685,14 +834,19 @@ def plot_distributions(stat: list[dict], path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     dists = list(dict.fromkeys(r["distribution"] for r in stat))
     configs = list(dict.fromkeys(r["run"] for r in stat))
-    speed = {(r["run"], r["distribution"]): (1e9 / r["join_ns"], 1e9 / r["index_ns"])
-             for r in stat}  # fmt: skip
+    speed = {(r["run"], r["distribution"]): (1e9 / r["join_ns"], 1e9 / r["index_ns"]) for r in stat}
     colors = plt.get_cmap("tab10").colors
     for i, c in enumerate(configs):
         for j, what in enumerate(("whole join", "index steps alone")):
             ys = [speed[(c, d)][j] / speed[(c, "uniform")][j] for d in dists]
-            ax.bar(np.arange(len(dists)) + (2 * i + j - 2.5) * 0.13, ys, width=0.13,
-                   color=colors[i], hatch="//" if j else None, label=f"{c}, {what}")  # fmt: skip
+            ax.bar(
+                np.arange(len(dists)) + (2 * i + j - 2.5) * 0.13,
+                ys,
+                width=0.13,
+                color=colors[i],
+                hatch="//" if j else None,
+                label=f"{c}, {what}",
+            )
     ax.axhline(1, color="grey", lw=0.8)
     ax.set_ylim(0.8, 1.1)  # the differences are a few percent
     ax.set_xticks(range(len(dists)), dists)
@@ -711,8 +865,11 @@ def plot_shifting(series: list[dict], window: int, path: str) -> None:
     ax = axes[0]
     for label, r in dict.fromkeys((s["run"], s["r"]) for s in periods):
         sel = [s for s in periods if s["run"] == label and s["r"] == r]
-        ax.plot([s["position_w"] for s in sel], [s["max_over_even"] for s in sel],
-                label=f"{label}, r={r:g} ({sel[-1]['partitions']} subindexes)")  # fmt: skip
+        ax.plot(
+            [s["position_w"] for s in sel],
+            [s["max_over_even"] for s in sel],
+            label=f"{label}, r={r:g} ({sel[-1]['partitions']} subindexes)",
+        )
     ax.set_yscale("log", base=2)
     ax.set_title("Fig. 13a: PIM-Tree, the busiest subindex's inserts per merge period")
     ax.set_ylabel("share / even share")
@@ -726,14 +883,18 @@ def plot_shifting(series: list[dict], window: int, path: str) -> None:
     ax.stackplot([s["position_w"] for s in sel], stack, step="pre")
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of the period's inserts")
-    ax.set_title(f"Fig. 13a: {label}, r={r:g}: inserts per subindex and merge period (bottom: "
-                 "lowest keys)")  # fmt: skip
+    ax.set_title(
+        f"Fig. 13a: {label}, r={r:g}: inserts per subindex and merge period (bottom: lowest keys)"
+    )
     ax = axes[2]
     tp = [s for s in series if s["kind"] == "throughput"]
     for label, r in dict.fromkeys((s["run"], s["r"]) for s in tp):
         sel = [s for s in tp if s["run"] == label and s["r"] == r]
-        ax.plot([s["position_w"] for s in sel], [s["cpu_tuples_per_s"] for s in sel],
-                label=f"{label}, r={r:g}")  # fmt: skip
+        ax.plot(
+            [s["position_w"] for s in sel],
+            [s["cpu_tuples_per_s"] for s in sel],
+            label=f"{label}, r={r:g}",
+        )
     ax.set_ylabel("tuples per CPU second (index work)")
     ax.set_ylim(bottom=0)
     ax.set_title("Fig. 13b (one thread): throughput over the stream, per half window")
@@ -749,15 +910,19 @@ def plot_shifting(series: list[dict], window: int, path: str) -> None:
 
 
 #: Sections that write their own result files (``--only`` selects them like experiments).
-SECTIONS = {"breakdown": run_breakdown, "distributions": run_distributions,
-            "shifting": run_shifting}  # fmt: skip
+SECTIONS = {
+    "breakdown": run_breakdown,
+    "distributions": run_distributions,
+    "shifting": run_shifting,
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small windows, for a smoke run")
-    ap.add_argument("--only", default="window,chain,merge,depth,match,memory,breakdown,"
-                    "distributions,shifting")  # fmt: skip
+    ap.add_argument(
+        "--only", default="window,chain,merge,depth,match,memory,breakdown,distributions,shifting"
+    )
     args = ap.parse_args()
     scale = SCALES["quick" if args.quick else "full"]
     todo = experiments(scale)
@@ -853,11 +1018,15 @@ def write(rows: list[dict], args, load: tuple[float, float]) -> None:
         elif exp == "memory":
             lines += _table(sel, "window", labels, lambda r: f"{r['bytes_per_item']:.1f} B/item")
             base_mem = {r["window"]: r["bytes_per_item"] for r in sel if r["index"] == "bplus_tree"}
-            ratios = [r["bytes_per_item"] / base_mem[r["window"]] for r in sel
-                      if r["index"] == "pim_tree"]  # fmt: skip
-            lines += ["", f"Ours: PIM-Tree / B+-tree bytes between {min(ratios):.2f} and "
-                      f"{max(ratios):.2f} (our B+-tree also keeps a 16-byte insertion log per "
-                      "item for expiry; our PIM-Tree has no merge buffer)."]  # fmt: skip
+            ratios = [
+                r["bytes_per_item"] / base_mem[r["window"]] for r in sel if r["index"] == "pim_tree"
+            ]
+            lines += [
+                "",
+                f"Ours: PIM-Tree / B+-tree bytes between {min(ratios):.2f} and "
+                f"{max(ratios):.2f} (our B+-tree also keeps a 16-byte insertion log per "
+                "item for expiry; our PIM-Tree has no merge buffer).",
+            ]
         else:
             lines += _table(sel, "value", labels, _tput)
             pair = {"chain": ("ib_chain", "b_chain"), "match": ("pim_tree", "bplus_tree")}
@@ -875,8 +1044,9 @@ def plot(rows: list[dict], path: str) -> None:
     plt = viz._pyplot()
     exps = list(dict.fromkeys(r["experiment"] for r in rows))
     cols = min(3, len(exps))
-    fig, axes = plt.subplots(-(-len(exps) // cols), cols, figsize=(5 * cols, 3.8 * -(-len(exps)
-                             // cols)), squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        -(-len(exps) // cols), cols, figsize=(5 * cols, 3.8 * -(-len(exps) // cols)), squeeze=False
+    )
     for ax in axes.flat[len(exps) :]:
         ax.set_visible(False)
     for ax, exp in zip(axes.flat, exps, strict=False):

@@ -10,6 +10,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 def commit() -> str:
     """The checked-out commit (short hash), ``"unknown"`` outside a git checkout."""
-    out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     return out.stdout.strip() or "unknown"

@@ -82,8 +82,9 @@ def band_workload(n: int, window: int, seed: int = 1):
     return sj.Query(sj.band("x", eps), window=sj.CountWindow(window)), data
 
 
-def measure(query, data, topo, backend: str, *, batch: int, chunk: int, pace: float | None,
-            machine=None) -> dict:  # fmt: skip
+def measure(
+    query, data, topo, backend: str, *, batch: int, chunk: int, pace: float | None, machine=None
+) -> dict:
     """One run: throughput, latency percentiles and wall time."""
     kw = {"batch_size": batch, "chunk_rows": chunk, "collect": "count", "progress": False}
     if backend == "sim":
@@ -95,9 +96,14 @@ def measure(query, data, topo, backend: str, *, batch: int, chunk: int, pace: fl
     t0 = time.perf_counter()
     res = sj.run(query, data, topo, backend=backend, **kw)
     m = res.metrics
-    return {"tuples_per_s": m["input_tuples_per_s"], "p50_ms": m["latency_ms"]["p50"],
-            "p99_ms": m["latency_ms"]["p99"], "pairs": res.count,
-            "wall_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}  # fmt: skip
+    return {
+        "tuples_per_s": m["input_tuples_per_s"],
+        "p50_ms": m["latency_ms"]["p50"],
+        "p99_ms": m["latency_ms"]["p99"],
+        "pairs": res.count,
+        "wall_s": time.perf_counter() - t0,
+        "load_1min": os.getloadavg()[0],
+    }
 
 
 def fmt_share(share) -> str:
@@ -123,13 +129,20 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=2**14, help="count window per stream")
     ap.add_argument("--index", default="bplus_tree")
     ap.add_argument("--batch", type=int, default=1024, help="batch and chunk size, unpaced")
-    ap.add_argument("--pace-share", type=float, default=0.25,
-                    help="paced rate as a share of Ray's unpaced throughput (default 0.25)")  # fmt: skip
+    ap.add_argument(
+        "--pace-share",
+        type=float,
+        default=0.25,
+        help="paced rate as a share of Ray's unpaced throughput (default 0.25)",
+    )
     ap.add_argument("--chunk-ms", type=float, default=10.0, help="paced chunk, ms of input")
     ap.add_argument("--paced-seconds", type=float, default=4.0, help="paced input length")
     ap.add_argument("--repeat", type=int, default=2, help="runs of ray and local (median)")
-    ap.add_argument("--machine", default=CALIBRATED,
-                    help="profile from `streamjoin calibrate` (default: %(default)s)")  # fmt: skip
+    ap.add_argument(
+        "--machine",
+        default=CALIBRATED,
+        help="profile from `streamjoin calibrate` (default: %(default)s)",
+    )
     ap.add_argument("--quick", action="store_true", help="small input, one repeat")
     args = ap.parse_args()
     if args.quick:
@@ -148,17 +161,32 @@ def main() -> None:
         fixed[SIMULATED[1]] = cost_model.MachineProfile.load(args.machine)
     machines = {}  # per layout
     query, data = band_workload(args.tuples, args.window)
-    sj.run(query, data.slice(0, 4 * args.batch), LAYOUTS["single"](args.index), batch_size=256,
-           collect="count", progress=False)  # fmt: skip
+    sj.run(
+        query,
+        data.slice(0, 4 * args.batch),
+        LAYOUTS["single"](args.index),
+        batch_size=256,
+        collect="count",
+        progress=False,
+    )
     rows = []
 
     def record(layout, mode, backend, pace, out, chunk):
-        row = {"layout": layout, "mode": mode, "backend": backend,
-               "pace": pace or "", "chunk_rows": chunk, **out}  # fmt: skip
+        row = {
+            "layout": layout,
+            "mode": mode,
+            "backend": backend,
+            "pace": pace or "",
+            "chunk_rows": chunk,
+            **out,
+        }
         rows.append(row)
-        print(f"{layout:<11}{mode:<8}{backend:<19}{out['tuples_per_s']:>12,.0f} t/s  "
-              f"p50 {out['p50_ms']:8.2f} ms  p99 {out['p99_ms']:8.2f} ms  "
-              f"[{out['wall_s']:.1f} s, load {out['load_1min']:.1f}]", flush=True)  # fmt: skip
+        print(
+            f"{layout:<11}{mode:<8}{backend:<19}{out['tuples_per_s']:>12,.0f} t/s  "
+            f"p50 {out['p50_ms']:8.2f} ms  p99 {out['p99_ms']:8.2f} ms  "
+            f"[{out['wall_s']:.1f} s, load {out['load_1min']:.1f}]",
+            flush=True,
+        )
 
     def series(backend, topo, data_, chunk, pace):
         """``--repeat`` runs; before each ``ray`` run, the processors' share (the median of
@@ -176,15 +204,19 @@ def main() -> None:
     for layout, make in LAYOUTS.items():
         topo = make(args.index)
         b = args.batch
-        now = cost_model.calibrate(indexes=[args.index], ray=False, quick=args.quick,
-                                   name="now").with_messages(messages_now)  # fmt: skip
+        now = cost_model.calibrate(
+            indexes=[args.index], ray=False, quick=args.quick, name="now"
+        ).with_messages(messages_now)
         machines[layout] = {**fixed, SIMULATED[2]: now}
         for mode in ("unpaced", "paced"):
             if mode == "unpaced":
                 pace, chunk, data_ = None, b, data
             else:
-                ray_rate = next(r["tuples_per_s"] for r in rows if r["layout"] == layout
-                                and r["mode"] == "unpaced" and r["backend"] == "ray")  # fmt: skip
+                ray_rate = next(
+                    r["tuples_per_s"]
+                    for r in rows
+                    if r["layout"] == layout and r["mode"] == "unpaced" and r["backend"] == "ray"
+                )
                 pace = float(round(args.pace_share * ray_rate, -2))
                 chunk = max(1, int(pace * args.chunk_ms / 1000))
                 data_ = data.slice(0, int(pace * args.paced_seconds))
@@ -193,8 +225,16 @@ def main() -> None:
             record(layout, mode, "ray", pace, ray_out | {"cpu_share": fmt_share(share)}, chunk)
             record(layout, mode, "local", pace, series("local", topo, data_, chunk, pace), chunk)
             for name, prof in machines[layout].items():
-                out = measure(query, data_, topo, "sim", batch=chunk, chunk=chunk, pace=pace,
-                              machine=prof.with_cpus(cpus, share))  # fmt: skip
+                out = measure(
+                    query,
+                    data_,
+                    topo,
+                    "sim",
+                    batch=chunk,
+                    chunk=chunk,
+                    pace=pace,
+                    machine=prof.with_cpus(cpus, share),
+                )
                 record(layout, mode, name, pace, out, chunk)
     write(rows, args, machines, raw)
 
@@ -207,10 +247,15 @@ def ratios(rows: list[dict], names: list[str]) -> list[dict]:
         ray_u, ray_p = get[(layout, "unpaced", "ray")], get[(layout, "paced", "ray")]
         for name in names:
             sim_u, sim_p = get[(layout, "unpaced", name)], get[(layout, "paced", name)]
-            out.append({"layout": layout, "machine": name,
-                        "throughput_ratio": sim_u["tuples_per_s"] / ray_u["tuples_per_s"],
-                        "p50_ratio": sim_p["p50_ms"] / ray_p["p50_ms"],
-                        "paced_throughput_ratio": sim_p["tuples_per_s"] / ray_p["tuples_per_s"]})  # fmt: skip
+            out.append(
+                {
+                    "layout": layout,
+                    "machine": name,
+                    "throughput_ratio": sim_u["tuples_per_s"] / ray_u["tuples_per_s"],
+                    "p50_ratio": sim_p["p50_ms"] / ray_p["p50_ms"],
+                    "paced_throughput_ratio": sim_p["tuples_per_s"] / ray_p["tuples_per_s"],
+                }
+            )
     return out
 
 
@@ -254,11 +299,13 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     for (layouts, name), prof in listed.items():
         c = prof.messages
         send50, recv50 = c.send_recv(kb50)
-        lines.append(f"| {layouts} | {name} | `{prof.name}` {prof.info.get('date', '')} "
-                     f"| {c.send_ns / 1e3:.0f} | {c.send_per_byte_ns:.2f} "
-                     f"| {c.hop_ns / 1e3:.0f} | {c.hop_per_byte_ns:.2f} "
-                     f"| {c.recv_ns / 1e3:.0f} | {c.recv_per_byte_ns:.2f} "
-                     f"| {send50 / 1e3:.0f}, {recv50 / 1e3:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {layouts} | {name} | `{prof.name}` {prof.info.get('date', '')} "
+            f"| {c.send_ns / 1e3:.0f} | {c.send_per_byte_ns:.2f} "
+            f"| {c.hop_ns / 1e3:.0f} | {c.hop_per_byte_ns:.2f} "
+            f"| {c.recv_ns / 1e3:.0f} | {c.recv_per_byte_ns:.2f} "
+            f"| {send50 / 1e3:.0f}, {recv50 / 1e3:.0f} |"
+        )
     lines += [
         "",
         f"Their compute: `{args.index}` coefficients in ns (per call, tuple inserted, tuple "
@@ -274,10 +321,12 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         k, a = prof.indexes.get(args.index, {}), prof.after_idle
         fit = prof.info.get("fit", {})
         load = (fit.get("after_idle") or fit.get("messages") or {}).get("load_1min_start_end")
-        lines.append(f"| {layouts} | {name} | {k.get('calls', 0):.0f} | {k.get('inserted', 0):.0f} "
-                     f"| {k.get('expired', 0):.0f} | {k.get('scan', 0):.1f} "
-                     f"| {a.emitter_ns / 1e3:.0f}, {a.join_ns / 1e3:.0f}, {a.collector_ns / 1e3:.0f} "
-                     f"| {load[0] if load else '–'} |")  # fmt: skip
+        lines.append(
+            f"| {layouts} | {name} | {k.get('calls', 0):.0f} | {k.get('inserted', 0):.0f} "
+            f"| {k.get('expired', 0):.0f} | {k.get('scan', 0):.1f} "
+            f"| {a.emitter_ns / 1e3:.0f}, {a.join_ns / 1e3:.0f}, {a.collector_ns / 1e3:.0f} "
+            f"| {load[0] if load else '–'} |"
+        )
     lines += [
         "",
         f"The executor's messages measured now (`ray_calibrate.measure_messages`, load "
@@ -293,10 +342,12 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     ]
     for n, r in raw["by_batch_size"].items():
         us = {k: v / 1e3 for k, v in r.items()}
-        lines.append(f"| {n} | {r['bytes']:,.0f} | {us['period_ns']:.0f} | {us['send_ns']:.0f} "
-                     f"| {us['period_ns'] - us['send_ns']:.0f} | {us['one_way_ns']:.0f} "
-                     f"| {us['idle_recv_ns']:.0f} | {us['driver_send_ns']:.0f} "
-                     f"| {us['relay_cpu_ns']:.0f} | {us['sink_cpu_ns']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {n} | {r['bytes']:,.0f} | {us['period_ns']:.0f} | {us['send_ns']:.0f} "
+            f"| {us['period_ns'] - us['send_ns']:.0f} | {us['one_way_ns']:.0f} "
+            f"| {us['idle_recv_ns']:.0f} | {us['driver_send_ns']:.0f} "
+            f"| {us['relay_cpu_ns']:.0f} | {us['sink_cpu_ns']:.0f} |"
+        )
     lines += [
         "",
         "## sim / ray (target: within 25%, i.e. 0.80–1.25)",
@@ -306,8 +357,10 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         "|---|---|---:|---:|---:|",
     ]
     for r in rat:
-        lines.append(f"| {r['layout']} | {r['machine']} | {r['throughput_ratio']:.2f} "
-                     f"| {r['p50_ratio']:.2f} | {r['paced_throughput_ratio']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['layout']} | {r['machine']} | {r['throughput_ratio']:.2f} "
+            f"| {r['p50_ratio']:.2f} | {r['paced_throughput_ratio']:.2f} |"
+        )
     lines += ["", *explanation(rat, rows, listed, raw)]
     lines += [
         "",
@@ -318,10 +371,12 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['layout']} | {r['mode']} | {r['backend']} "
-                     f"| {r['pace'] and format(r['pace'], ',.0f') or 'unpaced'} "
-                     f"| {r['tuples_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
-                     f"| {r['load_1min']:.1f} | {r.get('cpu_share', '')} |")  # fmt: skip
+        lines.append(
+            f"| {r['layout']} | {r['mode']} | {r['backend']} "
+            f"| {r['pace'] and format(r['pace'], ',.0f') or 'unpaced'} "
+            f"| {r['tuples_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+            f"| {r['load_1min']:.1f} | {r.get('cpu_share', '')} |"
+        )
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -342,24 +397,38 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         return ", ".join(f"{key(r) / 1e3:.0f}" for r in by.values())
 
     def spread(mode: str, k: str, fmt: str) -> str:
-        return ", ".join(f"{format(ray[(lay, mode)][k + '_min'], fmt)}–"
-                         f"{format(ray[(lay, mode)][k + '_max'], fmt)}" for lay in LAYOUTS)  # fmt: skip
+        return ", ".join(
+            f"{format(ray[(lay, mode)][k + '_min'], fmt)}–"
+            f"{format(ray[(lay, mode)][k + '_max'], fmt)}"
+            for lay in LAYOUTS
+        )
 
     em = cost_model.default_profile().roles["emitter"]
     sizes = [int(ray[(lay, "paced")]["chunk_rows"]) for lay in LAYOUTS]
     chunks = ", ".join(f"{n:,}" for n in sizes)
-    emitter = ", ".join(f"{(em['calls'] + em['msgs_out'] + (em['tuples_in'] + em['tuples_out']) * n) / 1e3:.0f}"
-                        for n in sizes)  # fmt: skip
+    emitter = ", ".join(
+        f"{(em['calls'] + em['msgs_out'] + (em['tuples_in'] + em['tuples_out']) * n) / 1e3:.0f}"
+        for n in sizes
+    )
     copied = em.get("copied", 0.0)
     local = {(r["layout"], r["mode"]): r for r in rows if r["backend"] == "local"}
-    local_gap = ", ".join(f"{ray[(lay, 'paced')]['p50_ms'] - local[(lay, 'paced')]['p50_ms']:.1f}"
-                          for lay in LAYOUTS)  # fmt: skip
-    idle = "; ".join(f"{lay} {p.after_idle.emitter_ns / 1e3:.0f}, {p.after_idle.join_ns / 1e3:.0f}, "
-                     f"{p.after_idle.collector_ns / 1e3:.0f}" for lay, p in nows.items())  # fmt: skip
-    ramps = "; ".join(f"{lay} " + " / ".join(f"{f:.2f}" for _, f in p.after_idle.ramp[:-1])
-                      for lay, p in nows.items())  # fmt: skip
-    shares = "; ".join(f"{lay} {ray[(lay, 'unpaced')]['cpu_share']} unpaced, "
-                       f"{ray[(lay, 'paced')]['cpu_share']} paced" for lay in LAYOUTS)  # fmt: skip
+    local_gap = ", ".join(
+        f"{ray[(lay, 'paced')]['p50_ms'] - local[(lay, 'paced')]['p50_ms']:.1f}" for lay in LAYOUTS
+    )
+    idle = "; ".join(
+        f"{lay} {p.after_idle.emitter_ns / 1e3:.0f}, {p.after_idle.join_ns / 1e3:.0f}, "
+        f"{p.after_idle.collector_ns / 1e3:.0f}"
+        for lay, p in nows.items()
+    )
+    ramps = "; ".join(
+        f"{lay} " + " / ".join(f"{f:.2f}" for _, f in p.after_idle.ramp[:-1])
+        for lay, p in nows.items()
+    )
+    shares = "; ".join(
+        f"{lay} {ray[(lay, 'unpaced')]['cpu_share']} unpaced, "
+        f"{ray[(lay, 'paced')]['cpu_share']} paced"
+        for lay in LAYOUTS
+    )
     return [
         "## How the model is calibrated, and what it leaves out",
         "",
@@ -477,24 +546,48 @@ def plot(rows: list[dict], rat: list[dict], path: str, names: list[str]) -> None
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     for k, backend in enumerate(backends):
         off = (k - (len(backends) - 1) / 2) * width
-        axes[0].bar(x + off, [get[(lay, "unpaced", backend)]["tuples_per_s"] / 1e3
-                              for lay in layouts], width, label=backend)  # fmt: skip
-        axes[1].bar(x + off, [get[(lay, "paced", backend)]["p50_ms"] for lay in layouts],
-                    width, label=backend)  # fmt: skip
+        axes[0].bar(
+            x + off,
+            [get[(lay, "unpaced", backend)]["tuples_per_s"] / 1e3 for lay in layouts],
+            width,
+            label=backend,
+        )
+        axes[1].bar(
+            x + off,
+            [get[(lay, "paced", backend)]["p50_ms"] for lay in layouts],
+            width,
+            label=backend,
+        )
     for j, name in enumerate(names):  # colours as in the other panels
         sel = [r for r in rat if r["machine"] == name]
         w = 0.8 / (2 * len(names))
         off = (2 * j - len(names)) * w + w / 2
-        axes[2].bar(x + off, [r["throughput_ratio"] for r in sel], w, color=f"C{j + 1}",
-                    label=f"{name}: unpaced throughput")  # fmt: skip
-        axes[2].bar(x + off + w, [r["p50_ratio"] for r in sel], w, color=f"C{j + 1}",
-                    hatch="//", alpha=0.6, label=f"{name}: paced p50")  # fmt: skip
+        axes[2].bar(
+            x + off,
+            [r["throughput_ratio"] for r in sel],
+            w,
+            color=f"C{j + 1}",
+            label=f"{name}: unpaced throughput",
+        )
+        axes[2].bar(
+            x + off + w,
+            [r["p50_ratio"] for r in sel],
+            w,
+            color=f"C{j + 1}",
+            hatch="//",
+            alpha=0.6,
+            label=f"{name}: paced p50",
+        )
     axes[2].axhspan(0.8, 1.25, color="green", alpha=0.12, label="within 25%")
     axes[2].axhline(1.0, color="black", lw=0.8)
     axes[2].set_yscale("log")
-    ticks = [t for t in (0.125, 0.25, 0.5, 0.8, 1.25, 2, 4, 8)
-             if min(min(r["throughput_ratio"], r["p50_ratio"]) for r in rat) / 1.5 <= t
-             <= 1.5 * max(max(r["throughput_ratio"], r["p50_ratio"]) for r in rat)]  # fmt: skip
+    ticks = [
+        t
+        for t in (0.125, 0.25, 0.5, 0.8, 1.25, 2, 4, 8)
+        if min(min(r["throughput_ratio"], r["p50_ratio"]) for r in rat) / 1.5
+        <= t
+        <= 1.5 * max(max(r["throughput_ratio"], r["p50_ratio"]) for r in rat)
+    ]
     axes[2].set_yticks(ticks, [f"{t:g}" for t in ticks])
     axes[2].minorticks_off()
     titles = ("unpaced throughput (K tuples/s)", "paced p50 latency (ms)", "sim / ray")

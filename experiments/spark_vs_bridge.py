@@ -133,9 +133,9 @@ def make_input(spark, n: int, folder: str) -> tuple[float, pa.Table]:
         raise RuntimeError("generated ts decreases along seq; arrival order is ambiguous")
     table = table.set_column(table.schema.get_field_index("ts"), "ts", pa.array(ts + T0_MS))
     stream, x = table.column("stream").to_numpy(), table.column("x").to_numpy()
-    eps = sj.sources.band_for_match_rate(x[stream == 0], x[stream == 1],
-                                         window=RATE * WINDOW_MS // 1000,
-                                         match_rate=MATCH_RATE)  # fmt: skip
+    eps = sj.sources.band_for_match_rate(
+        x[stream == 0], x[stream == 1], window=RATE * WINDOW_MS // 1000, match_rate=MATCH_RATE
+    )
     return eps, table.select(["seq", "stream", "ts", "x"])
 
 
@@ -183,8 +183,11 @@ def as_rows(table: pa.Table, seq: np.ndarray) -> pa.Table:
 
 
 def count_rows(folder: str) -> int:
-    return sum(pq.read_metadata(os.path.join(folder, side, f)).num_rows
-               for side in "rs" for f in os.listdir(os.path.join(folder, side)))  # fmt: skip
+    return sum(
+        pq.read_metadata(os.path.join(folder, side, f)).num_rows
+        for side in "rs"
+        for f in os.listdir(os.path.join(folder, side))
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,18 +228,29 @@ def check_reference(query, data: pa.Table, ref: pa.Table, rows: int) -> dict:
     inside = (r < rows) & (s < rows)
     duck = sj.oracle.same_pairs(pa.table({"r": r[inside], "s": s[inside]}), truth)
     own = sj.oracle.same_pairs(sj.run(query, prefix, sj.topologies.single()), truth)
-    print(f"oracle on {rows:,} rows ({oracle_s:.0f} s, {truth.num_rows:,} pairs): DuckDB {duck}; "
-          f"streamjoin {own}", flush=True)  # fmt: skip
+    print(
+        f"oracle on {rows:,} rows ({oracle_s:.0f} s, {truth.num_rows:,} pairs): DuckDB {duck}; "
+        f"streamjoin {own}",
+        flush=True,
+    )
     if not duck:
         raise RuntimeError(f"the DuckDB reference differs from the oracle: {duck}")
-    return {"oracle_rows": rows, "oracle_pairs": truth.num_rows,
-            "streamjoin_equals_oracle": bool(own)}  # fmt: skip
+    return {
+        "oracle_rows": rows,
+        "oracle_pairs": truth.num_rows,
+        "streamjoin_equals_oracle": bool(own),
+    }
 
 
 def exactness(pairs: pa.Table, ref: pa.Table) -> dict:
     cmp = sj.oracle.same_pairs(pairs, ref)
-    return {"pairs": pairs.num_rows, "expected_pairs": ref.num_rows, "missing": len(cmp.missing),
-            "extra": len(cmp.extra), "duplicates": len(cmp.duplicates)}  # fmt: skip
+    return {
+        "pairs": pairs.num_rows,
+        "expected_pairs": ref.num_rows,
+        "missing": len(cmp.missing),
+        "extra": len(cmp.extra),
+        "duplicates": len(cmp.duplicates),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,12 +260,16 @@ def exactness(pairs: pa.Table, ref: pa.Table) -> dict:
 
 def file_stream(spark, folder: str, side: str):
     schema = spark.read.parquet(os.path.join(folder, side)).schema
-    return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-            .parquet(os.path.join(folder, side)))  # fmt: skip
+    return (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(os.path.join(folder, side))
+    )
 
 
-def spark_join(spark, folder: str, eps: float, delay: str, seq, ref, *, data: str = IN_ORDER,
-               shift_ms: int = 0) -> dict:  # fmt: skip
+def spark_join(
+    spark, folder: str, eps: float, delay: str, seq, ref, *, data: str = IN_ORDER, shift_ms: int = 0
+) -> dict:
     """Spark Structured Streaming's stream-stream join with the equality-key workaround; the
     event time is ``ts - shift_ms``."""
     from pyspark.sql import functions as F
@@ -266,8 +284,11 @@ def spark_join(spark, folder: str, eps: float, delay: str, seq, ref, *, data: st
     r = side("r").withColumn("b", F.explode(F.array(bucket - 1, bucket, bucket + 1))).alias("r")
     s = side("s").withColumn("b", bucket).alias("s")
     w = f"INTERVAL {WINDOW_MS} MILLISECONDS"
-    cond = ((F.col("r.b") == F.col("s.b")) & (F.abs(F.col("r.x") - F.col("s.x")) <= e)
-            & F.expr(f"s.t BETWEEN r.t - {w} AND r.t + {w}"))  # fmt: skip
+    cond = (
+        (F.col("r.b") == F.col("s.b"))
+        & (F.abs(F.col("r.x") - F.col("s.x")) <= e)
+        & F.expr(f"s.t BETWEEN r.t - {w} AND r.t + {w}")
+    )
     joined = r.join(s, cond).select(F.col("r.seq").alias("r"), F.col("s.seq").alias("s"))
     done: dict[int, tuple[float, pa.Table]] = {}
 
@@ -294,25 +315,31 @@ def spark_join(spark, folder: str, eps: float, delay: str, seq, ref, *, data: st
     ops = [op for p in progress for op in p.get("stateOperators", [])]
     pairs = pa.concat_tables([t.select(["r", "s"]) for _, t in done.values()])
     return {
-        "system": SPARK, "input": data,
+        "system": SPARK,
+        "input": data,
         "config": f"stream-stream join on bucket key + range filter, watermark {delay}",
-        "tuples": n, "wall_s": t_last - t_start,
+        "tuples": n,
+        "wall_s": t_last - t_start,
         "input_tuples_per_s": n / (t_last - t_start),
         "engine_tuples_per_s": n / (trigger_ms.sum() / 1e3),
         "steady_tuples_per_s": (n - batches[0]["numInputRows"]) / (trigger_ms[1:].sum() / 1e3)
-        if len(batches) > 1 else float("nan"),
-        "spark_processed_rows_per_s_mean": float(np.mean([p["processedRowsPerSecond"]
-                                                          for p in batches])),
+        if len(batches) > 1
+        else float("nan"),
+        "spark_processed_rows_per_s_mean": float(
+            np.mean([p["processedRowsPerSecond"] for p in batches])
+        ),
         "latency_p50_ms": _weighted_percentile(lat, weight, 50),
         "latency_p99_ms": _weighted_percentile(lat, weight, 99),
-        "micro_batches": len(batches), "micro_batch_rows": n // len(batches),
+        "micro_batches": len(batches),
+        "micro_batch_rows": n // len(batches),
         "micro_batch_ms_p50": float(np.percentile(trigger_ms, 50)),
         "micro_batch_ms_max": float(trigger_ms.max()),
         "rows_dropped_by_watermark": sum(op.get("numRowsDroppedByWatermark", 0) for op in ops),
         "state_rows_max": max((op.get("numRowsTotal", 0) for op in ops), default=0),
         **exactness(as_rows(pairs, seq), ref),
-        "load_start": load0, "load_end": os.getloadavg()[0],
-    }  # fmt: skip
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+    }
 
 
 class _TimedSource(Source):
@@ -337,8 +364,18 @@ class _TimedSource(Source):
             yield batch
 
 
-def bridge(spark, folder: str, query, topology, backend: str, ref, *,
-           data: str = IN_ORDER, note: str = "", order: str = "auto") -> dict:  # fmt: skip
+def bridge(
+    spark,
+    folder: str,
+    query,
+    topology,
+    backend: str,
+    ref,
+    *,
+    data: str = IN_ORDER,
+    note: str = "",
+    order: str = "auto",
+) -> dict:
     """``from_dataframe`` over the files into :func:`streamjoin.run`: one partition per file
     (:func:`~streamjoin.spark_bridge.read_files`) for ``order="auto"``, Spark's own file
     packing for ``order="sort"``."""
@@ -353,13 +390,20 @@ def bridge(spark, folder: str, query, topology, backend: str, ref, *,
     if res.metrics["input_tuples"] != n:
         raise RuntimeError(f"the bridge fed {res.metrics['input_tuples']} rows, not {n}")
     how = {"sort": "global sort", "partitions": "partition-ordered"}[src.src.order_used]
-    return {"system": "streamjoin, from_dataframe", "input": data,
-            "config": f"{topology.name}, {backend} backend, batch {BATCH}, {how}{note}",
-            "order": order, "order_used": src.src.order_used,
-            **_sj_metrics(res, n, wall), **exactness(res.pairs, ref),
-            "bridge_check_s": src.check_s, "bridge_first_batch_s": src.first_batch_s,
-            "join_s": res.metrics["elapsed_s"],
-            "load_start": load0, "load_end": os.getloadavg()[0]}  # fmt: skip
+    return {
+        "system": "streamjoin, from_dataframe",
+        "input": data,
+        "config": f"{topology.name}, {backend} backend, batch {BATCH}, {how}{note}",
+        "order": order,
+        "order_used": src.src.order_used,
+        **_sj_metrics(res, n, wall),
+        **exactness(res.pairs, ref),
+        "bridge_check_s": src.check_s,
+        "bridge_first_batch_s": src.first_batch_s,
+        "join_s": res.metrics["elapsed_s"],
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+    }
 
 
 def sink(spark, folder: str, query, topology, ref) -> dict:
@@ -368,27 +412,39 @@ def sink(spark, folder: str, query, topology, ref) -> dict:
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     join_sink = sb.JoinSink(query, topology, tie_break="seq", batch_size=BATCH)
-    streaming = join_sink.start(file_stream(spark, folder, "r"), file_stream(spark, folder, "s"),
-                                checkpoint=os.path.join(folder, "checkpoint-sink"))  # fmt: skip
+    streaming = join_sink.start(
+        file_stream(spark, folder, "r"),
+        file_stream(spark, folder, "s"),
+        checkpoint=os.path.join(folder, "checkpoint-sink"),
+    )
     streaming.processAllAvailable()
     res = join_sink.stop()
     wall = time.perf_counter() - t0
     if res.metrics["input_tuples"] != n:
         raise RuntimeError(f"the sink fed {res.metrics['input_tuples']} rows, not {n}")
-    return {"system": "streamjoin, JoinSink", "input": IN_ORDER,
-            "config": f"{topology.name}, local backend, batch {BATCH}",
-            **_sj_metrics(res, n, wall), "micro_batches": len(join_sink.batches),
-            "micro_batch_rows": n // max(1, len(join_sink.batches)),
-            **exactness(res.pairs, ref), "load_start": load0,
-            "load_end": os.getloadavg()[0]}  # fmt: skip
+    return {
+        "system": "streamjoin, JoinSink",
+        "input": IN_ORDER,
+        "config": f"{topology.name}, local backend, batch {BATCH}",
+        **_sj_metrics(res, n, wall),
+        "micro_batches": len(join_sink.batches),
+        "micro_batch_rows": n // max(1, len(join_sink.batches)),
+        **exactness(res.pairs, ref),
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+    }
 
 
 def _sj_metrics(res, n: int, wall: float) -> dict:
     m = res.metrics
-    return {"tuples": n, "wall_s": wall, "input_tuples_per_s": n / wall,
-            "engine_tuples_per_s": m["input_tuples_per_s"],
-            "latency_p50_ms": m["latency_ms"]["p50"],
-            "latency_p99_ms": m["latency_ms"]["p99"]}  # fmt: skip
+    return {
+        "tuples": n,
+        "wall_s": wall,
+        "input_tuples_per_s": n / wall,
+        "engine_tuples_per_s": m["input_tuples_per_s"],
+        "latency_p50_ms": m["latency_ms"]["p50"],
+        "latency_p99_ms": m["latency_ms"]["p99"],
+    }
 
 
 def _epoch(stamp: str) -> float:
@@ -462,10 +518,13 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
         "own tuples/s | latency p50 / p99 (ms) | micro-batches: rows, ms p50 / max | pairs | "
         "missing | extra + dup. | load start → end |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
-        mb = (f"{r['micro_batches']} × {r['micro_batch_rows']:,}" if "micro_batches" in r
-              and r["micro_batches"] == r["micro_batches"] else "–")  # fmt: skip
+        mb = (
+            f"{r['micro_batches']} × {r['micro_batch_rows']:,}"
+            if "micro_batches" in r and r["micro_batches"] == r["micro_batches"]
+            else "–"
+        )
         if r.get("micro_batch_ms_p50") == r.get("micro_batch_ms_p50") and r["system"] == SPARK:
             mb += f", {r['micro_batch_ms_p50']:,.0f} / {r['micro_batch_ms_max']:,.0f}"
         lines.append(
@@ -502,7 +561,7 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
             f"{r['wall_s'] - r['bridge_check_s'] - r['bridge_first_batch_s'] - r['join_s']:.1f} s "
             "of starting and finishing the job"
             for r in runs
-        )  # fmt: skip
+        )
         lines += [
             "",
             "Where the bridge's end-to-end time goes (the input check is one Spark pass that "
@@ -520,8 +579,7 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
 def _why(rows: list[dict], spark: dict) -> str:
     late = next((r for r in rows if r["system"] == SPARK and "stragglers" in r["input"]), None)
     epoch = next((r for r in rows if r["system"] == SPARK and "epoch" in r["input"]), None)
-    ours_late = next((r for r in rows if r["system"] != SPARK and "stragglers" in r["input"]),
-                     None)  # fmt: skip
+    ours_late = next((r for r in rows if r["system"] != SPARK and "stragglers" in r["input"]), None)
     text = (
         "**Slow.** Spark's stream-stream join has no band predicate: the equality key on "
         "buckets of width eps turns every R row into three, and each micro-batch shuffles its "
@@ -591,8 +649,7 @@ def plot(rows: list[dict], path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(14, 1.5 + 0.8 * len(rows)), sharey=True)
     ax = axes[0]
     ax.barh(y - 0.2, [r["input_tuples_per_s"] for r in rows], 0.4, label="end to end")
-    ax.barh(y + 0.2, [r["engine_tuples_per_s"] for r in rows], 0.4,
-            label="engine's own clock")  # fmt: skip
+    ax.barh(y + 0.2, [r["engine_tuples_per_s"] for r in rows], 0.4, label="engine's own clock")
     for k, r in enumerate(rows):
         for dy, key in ((-0.2, "input_tuples_per_s"), (0.2, "engine_tuples_per_s")):
             ax.text(r[key], k + dy, f" {r[key]:,.0f}", va="center", fontsize=7)
@@ -607,19 +664,26 @@ def plot(rows: list[dict], path: str) -> None:
     ax.barh(y - 0.2, [r["latency_p50_ms"] for r in rows], 0.4, label="p50")
     ax.barh(y + 0.2, [r["latency_p99_ms"] for r in rows], 0.4, label="p99")
     for k, r in enumerate(rows):
-        ax.text(r["latency_p99_ms"], k + 0.2, f" {r['latency_p99_ms']:,.0f}", va="center",
-                fontsize=7)  # fmt: skip
+        ax.text(
+            r["latency_p99_ms"], k + 0.2, f" {r['latency_p99_ms']:,.0f}", va="center", fontsize=7
+        )
     ax.set_xscale("log")
     low = min(r["latency_p50_ms"] for r in rows)  # streamjoin's p50 is a millisecond or two
     ax.set_xlim(10 ** np.floor(np.log10(low / 2)), ax.get_xlim()[1] * 3)
     ax.set_xlabel("latency per pair, ms (log)")
-    ax.set_title("Latency per pair. Spark: micro-batch end − start;\nstreamjoin: collector − "
-                 "ingest of the later tuple's Arrow batch", fontsize=9)  # fmt: skip
+    ax.set_title(
+        "Latency per pair. Spark: micro-batch end − start;\nstreamjoin: collector − "
+        "ingest of the later tuple's Arrow batch",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="lower right")
     for ax in axes:
         ax.grid(True, axis="x", alpha=0.3, which="both")
-    fig.suptitle("Spark Structured Streaming vs streamjoin via the Spark bridge: one band join, "
-                 "the same Parquet files (input tuples in brackets)", fontsize=10)  # fmt: skip
+    fig.suptitle(
+        "Spark Structured Streaming vs streamjoin via the Spark bridge: one band join, "
+        "the same Parquet files (input tuples in brackets)",
+        fontsize=10,
+    )
     fig.tight_layout()
     viz.save_figure(fig, path)
     plt.close(fig)
@@ -635,8 +699,9 @@ def main() -> None:
     ap.add_argument("--files", type=int, help="R/S file pairs = Spark micro-batches")
     ap.add_argument("--delay", default="1 second", help="Spark's watermark delay")
     ap.add_argument("--data", help="an empty folder for the Parquet files (default: temporary)")
-    ap.add_argument("--skip", default="", help="comma-separated: ray, sink, losses (--quick: "
-                    "ray, losses)")  # fmt: skip
+    ap.add_argument(
+        "--skip", default="", help="comma-separated: ray, sink, losses (--quick: ray, losses)"
+    )
     args = ap.parse_args()
     scale = SCALES["quick" if args.quick else "full"]
     n, files = args.tuples or scale["tuples"], args.files or scale["files"]
@@ -647,16 +712,18 @@ def main() -> None:
     if os.path.exists(folder) and os.listdir(folder):
         ap.error(f"{folder} is not empty")
     loads = [os.getloadavg()[0]]
-    spark = sb.session("local[2]", spark_sql_shuffle_partitions=2,
-                       spark_sql_streaming_numRecentProgressUpdates=100_000)  # fmt: skip
+    spark = sb.session(
+        "local[2]",
+        spark_sql_shuffle_partitions=2,
+        spark_sql_streaming_numRecentProgressUpdates=100_000,
+    )
     import pyspark
 
     rows: list[dict] = []
 
     def record(row: dict) -> None:
         rows.append(row)
-        print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()},
-              flush=True)  # fmt: skip
+        print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
     try:
         t0 = time.perf_counter()
@@ -667,13 +734,23 @@ def main() -> None:
         write_files(table, in_order, main_dir)
         query = sj.Query(sj.band("x", eps), window=sj.TimeWindow(WINDOW_MS))
         ref = reference(main_dir, eps, seq)
-        print(f"{n:,} tuples in {files} file pairs, eps {eps:.0f}, {ref.num_rows:,} pairs "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
-        info = {"n": n, "files": files, "eps": eps, "delay": args.delay,
-                "expected": ref.num_rows, "pyspark": pyspark.__version__,
-                **check_reference(query, table, ref, scale["oracle_rows"])}  # fmt: skip
-        sj.run(query, table.select(["stream", "ts", "x"]).slice(0, 20_000),
-               sj.topologies.single())  # compile or load the numba kernels  # fmt: skip
+        print(
+            f"{n:,} tuples in {files} file pairs, eps {eps:.0f}, {ref.num_rows:,} pairs "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+        info = {
+            "n": n,
+            "files": files,
+            "eps": eps,
+            "delay": args.delay,
+            "expected": ref.num_rows,
+            "pyspark": pyspark.__version__,
+            **check_reference(query, table, ref, scale["oracle_rows"]),
+        }
+        sj.run(
+            query, table.select(["stream", "ts", "x"]).slice(0, 20_000), sj.topologies.single()
+        )  # compile or load the numba kernels
 
         record(spark_join(spark, main_dir, eps, args.delay, seq, ref))
         single = sj.topologies.single()
@@ -686,8 +763,7 @@ def main() -> None:
 
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             try:
-                record(bridge(spark, main_dir, query, sj.topologies.split(2),
-                              "ray", ref))  # fmt: skip
+                record(bridge(spark, main_dir, query, sj.topologies.split(2), "ray", ref))
             finally:
                 ray.shutdown()
         if "sink" not in skip:
@@ -704,8 +780,11 @@ def main() -> None:
             record(spark_join(spark, late_dir, eps, args.delay, seq, part_ref, data=label))
             record(bridge(spark, late_dir, query, single, "local", part_ref, data=label))
             label = f"first {q} file pairs, event time from the epoch"
-            record(spark_join(spark, epoch_dir, eps, args.delay, seq, part_ref, data=label,
-                              shift_ms=T0_MS))  # fmt: skip
+            record(
+                spark_join(
+                    spark, epoch_dir, eps, args.delay, seq, part_ref, data=label, shift_ms=T0_MS
+                )
+            )
         loads.append(os.getloadavg()[0])
         write(rows, info, (loads[0], loads[1]))
     finally:

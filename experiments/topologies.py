@@ -30,8 +30,7 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 def band_query(data, window: int, match_rate: float = 2.0) -> sj.Query:
     x, s = data.column("x").to_numpy(), data.column("stream").to_numpy()
-    eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=window,
-                                         match_rate=match_rate)  # fmt: skip
+    eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=window, match_rate=match_rate)
     return sj.Query(sj.band("x", eps), window=sj.CountWindow(window))
 
 
@@ -48,8 +47,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=2**16)
     ap.add_argument("--index", default="bplus_tree")
     ap.add_argument("--pace", type=float, default=50_000, help="paced input rate, tuples/s")
-    ap.add_argument("--layouts", default="single,split:2,grid:1x2,grid:2x1,grid:2x2,"
-                    "handshake:2,handshake:2:ll,panjoin:2x4")  # fmt: skip
+    ap.add_argument(
+        "--layouts",
+        default="single,split:2,grid:1x2,grid:2x1,grid:2x2,handshake:2,handshake:2:ll,panjoin:2x4",
+    )
     ap.add_argument("--quick", action="store_true", help="small input, for a smoke run")
     args = ap.parse_args()
     if args.quick:
@@ -67,10 +68,20 @@ def main() -> None:
             exact = check_exact(spec, args.index, backend)
             topo = sj.topologies.parse(spec, args.index)
             fast = sj.run(q, data, topo, backend=backend, batch_size=16_384, collect="count")
-            slow = sj.run(q, paced, topo, backend=backend, batch_size=256, max_delay=0.001,
-                          pace=args.pace, collect="count")  # fmt: skip
+            slow = sj.run(
+                q,
+                paced,
+                topo,
+                backend=backend,
+                batch_size=256,
+                max_delay=0.001,
+                pace=args.pace,
+                collect="count",
+            )
             row = {
-                "layout": spec, "backend": backend, "exact": exact,
+                "layout": spec,
+                "backend": backend,
+                "exact": exact,
                 "input_tuples_per_s": round(fast.metrics["input_tuples_per_s"]),
                 "latency_p50_ms": fast.metrics["latency_ms"]["p50"],
                 "latency_p99_ms": fast.metrics["latency_ms"]["p99"],
@@ -78,7 +89,7 @@ def main() -> None:
                 "paced_p50_ms": slow.metrics["latency_ms"]["p50"],
                 "paced_p99_ms": slow.metrics["latency_ms"]["p99"],
                 "pairs": fast.count,
-            }  # fmt: skip
+            }
             rows.append(row)
             print(row, flush=True)
     write(rows, args)
@@ -129,12 +140,16 @@ def plot(rows: list[dict], path: str) -> None:
     for k, backend in enumerate(("local", "ray")):
         sel = {r["layout"]: r for r in rows if r["backend"] == backend}
         off = (k - 0.5) * 0.38
-        axes[0].bar(x + off, [sel[lay]["input_tuples_per_s"] / 1e3 for lay in layouts], 0.38,
-                    label=backend)  # fmt: skip
+        axes[0].bar(
+            x + off, [sel[lay]["input_tuples_per_s"] / 1e3 for lay in layouts], 0.38, label=backend
+        )
         axes[1].bar(x + off, [sel[lay]["latency_p50_ms"] for lay in layouts], 0.38, label=backend)
         axes[2].bar(x + off, [sel[lay]["paced_p50_ms"] for lay in layouts], 0.38, label=backend)
-    titles = ("throughput, full speed (K tuples/s)", "p50 latency, full speed (ms)",
-              "p50 latency, paced (ms)")  # fmt: skip
+    titles = (
+        "throughput, full speed (K tuples/s)",
+        "p50 latency, full speed (ms)",
+        "p50 latency, paced (ms)",
+    )
     for ax, title in zip(axes, titles, strict=True):
         ax.set_xticks(x, layouts, rotation=30)
         ax.set_title(title)

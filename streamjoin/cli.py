@@ -155,25 +155,31 @@ def build_parser() -> argparse.ArgumentParser:
     from streamjoin.cli_spark import add_generate_command
 
     parser = argparse.ArgumentParser(
-        prog="streamjoin", description=DESCRIPTION,
+        prog="streamjoin",
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", help="run a synthetic band join and report throughput and latency",
+        "run",
+        help="run a synthetic band join and report throughput and latency",
         description="Run a band join |r.x - s.x| <= eps on synthetic streams, print a "
         "summary and write metrics.json, latency.png and graph.png.",
-        epilog=RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        epilog=RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_job_options(run, backend="ray")
 
     sub.add_parser("indexes", help="list the window indexes")
     add_calibrate_command(sub)
     add_generate_command(sub)
 
-    draw = sub.add_parser("draw", help="draw a topology's actor graph",
-                          description="Draw the actor graph of a topology (PNG, SVG or PDF).")  # fmt: skip
+    draw = sub.add_parser(
+        "draw",
+        help="draw a topology's actor graph",
+        description="Draw the actor graph of a topology (PNG, SVG or PDF).",
+    )
     draw.add_argument("topology", help="single, split:N, grid:MxN or grid:MxN:direct")
     draw.add_argument("-o", "--out", default="graph.png", help="file (default: %(default)s)")
     draw.add_argument("--dot", action="store_true", help="print Graphviz DOT text as well")
@@ -183,10 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run several layouts on the same data; plot throughput and latency per layout",
         description="Run the `run` job once per layout on the same input and write "
         "compare.csv and compare.png (throughput and latency vs layout, DP-Join Fig. 6/7).",
-    )  # fmt: skip
+    )
     _add_job_options(compare, backend="local")
-    compare.add_argument("--layouts", default="1x4,2x2,4x1",
-                         help="comma-separated topologies (default: %(default)s)")  # fmt: skip
+    compare.add_argument(
+        "--layouts", default="1x4,2x2,4x1", help="comma-separated topologies (default: %(default)s)"
+    )
     return parser
 
 
@@ -194,8 +201,14 @@ def _make_data(args):
     from streamjoin import sources
 
     params = {"low": 0, "high": 10 * args.tuples} if args.distribution == "uniform" else {}
-    return sources.synthetic(args.tuples, args.distribution, rate=args.rate,
-                             self_join=args.self_join, seed=args.seed, **params)  # fmt: skip
+    return sources.synthetic(
+        args.tuples,
+        args.distribution,
+        rate=args.rate,
+        self_join=args.self_join,
+        seed=args.seed,
+        **params,
+    )
 
 
 def _run_job(args):
@@ -220,8 +233,9 @@ def _run_job(args):
     if eps is None:
         # tuples per window: the count, or rate × time (ts is in ms)
         per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
-        eps = sj.sources.band_for_match_rate(r, s, window=max(1, int(per_window)),
-                                             match_rate=args.match_rate)  # fmt: skip
+        eps = sj.sources.band_for_match_rate(
+            r, s, window=max(1, int(per_window)), match_rate=args.match_rate
+        )
     window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
     query = sj.Query(sj.band(attr, eps), window=window, self_join=args.self_join)
     index = sj.indexes.default_for(query.predicate) if args.index == "auto" else args.index
@@ -298,9 +312,15 @@ def cmd_compare(args) -> int:
         args.topology = layout
         result = _run_job(args)[0]
         m = result.metrics
-        rows.append({"layout": layout, "topology": m["topology"], "backend": m["backend"],
-                     "input_tuples_per_s": m["input_tuples_per_s"],
-                     **{f"latency_{k}_ms": v for k, v in m["latency_ms"].items()}})  # fmt: skip
+        rows.append(
+            {
+                "layout": layout,
+                "topology": m["topology"],
+                "backend": m["backend"],
+                "input_tuples_per_s": m["input_tuples_per_s"],
+                **{f"latency_{k}_ms": v for k, v in m["latency_ms"].items()},
+            }
+        )
     os.makedirs(args.out, exist_ok=True)
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(rows[0]))
@@ -313,8 +333,10 @@ def cmd_compare(args) -> int:
     viz.plot_layouts(rows, os.path.join(args.out, "compare.png"))
     print(f"{'layout':<18}{'tuples/s':>14}{'p50 ms':>10}{'p99 ms':>10}")
     for r in rows:
-        print(f"{r['layout']:<18}{r['input_tuples_per_s']:>14,.0f}"
-              f"{r['latency_p50_ms']:>10.2f}{r['latency_p99_ms']:>10.2f}")  # fmt: skip
+        print(
+            f"{r['layout']:<18}{r['input_tuples_per_s']:>14,.0f}"
+            f"{r['latency_p50_ms']:>10.2f}{r['latency_p99_ms']:>10.2f}"
+        )
     print(f"wrote {os.path.join(args.out, 'compare.csv')}, {os.path.join(args.out, 'compare.png')}")
     return 0
 
@@ -340,9 +362,14 @@ def main(argv: list[str] | None = None) -> int:
         from streamjoin.cli_sim import cmd_calibrate
         from streamjoin.cli_spark import cmd_generate
 
-        commands = {"run": cmd_run, "indexes": cmd_indexes, "draw": cmd_draw,
-                    "compare": cmd_compare, "calibrate": cmd_calibrate,
-                    "generate": cmd_generate}  # fmt: skip
+        commands = {
+            "run": cmd_run,
+            "indexes": cmd_indexes,
+            "draw": cmd_draw,
+            "compare": cmd_compare,
+            "calibrate": cmd_calibrate,
+            "generate": cmd_generate,
+        }
         return commands[args.command](args)
     except (ValueError, SparkSetupError) as e:  # bad input or settings: a message
         print(f"streamjoin: error: {e}", file=sys.stderr)

@@ -47,8 +47,11 @@ def sim_run_kwargs(args) -> dict:
     elif args.arrival is not None:
         if args.pace is None:
             raise ValueError(f"--arrival {args.arrival} needs --pace TUPLES_PER_S")
-        arrival = (Arrival.constant(args.pace) if args.arrival == "constant"
-                   else Arrival.poisson(args.pace, seed=args.seed))  # fmt: skip
+        arrival = (
+            Arrival.constant(args.pace)
+            if args.arrival == "constant"
+            else Arrival.poisson(args.pace, seed=args.seed)
+        )
     machine = args.machine
     if args.cpus is not None:
         from streamjoin.runtime.cost_model import as_profile
@@ -72,15 +75,28 @@ def add_calibrate_command(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument("-o", "--out", default="machine.json", help="file (default: %(default)s)")
-    cal.add_argument("--index", action="append", choices=indexes.names(), metavar="NAME",
-                     help="measure only this index (repeatable; default: all)")  # fmt: skip
+    cal.add_argument(
+        "--index",
+        action="append",
+        choices=indexes.names(),
+        metavar="NAME",
+        help="measure only this index (repeatable; default: all)",
+    )
     cal.add_argument("--quick", action="store_true", help="smaller workloads, coarser fit")
-    cal.add_argument("--no-ray", action="store_true",
-                     help="keep the shipped message costs instead of timing them on Ray")  # fmt: skip
+    cal.add_argument(
+        "--no-ray",
+        action="store_true",
+        help="keep the shipped message costs instead of timing them on Ray",
+    )
     cal.add_argument("--name", default=None, help="profile name (default: the host name)")
-    cal.add_argument("--idle-gap-ms", type=float, default=None, metavar="MS",
-                     help="idle gap at which steps after idle time are timed (default: "
-                     "cost_model.IDLE_GAP_S; 0: keep the shipped after-idle costs)")  # fmt: skip
+    cal.add_argument(
+        "--idle-gap-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="idle gap at which steps after idle time are timed (default: "
+        "cost_model.IDLE_GAP_S; 0: keep the shipped after-idle costs)",
+    )
 
 
 def cmd_calibrate(args) -> int:
@@ -88,8 +104,14 @@ def cmd_calibrate(args) -> int:
 
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
     gap = IDLE_GAP_S if args.idle_gap_ms is None else args.idle_gap_ms / 1e3 or None
-    profile = calibrate(args.out, indexes=args.index, ray=not args.no_ray, quick=args.quick,
-                        name=args.name, idle_gap_s=gap)  # fmt: skip
+    profile = calibrate(
+        args.out,
+        indexes=args.index,
+        ray=not args.no_ray,
+        quick=args.quick,
+        name=args.name,
+        idle_gap_s=gap,
+    )
     print(profile.summary())
     fit = profile.info["fit"]
     worst = max((q["median_rel_error"], k) for k, q in fit.items() if "median_rel_error" in q)

@@ -17,10 +17,14 @@ SOURCE_HELP = (
 
 def add_source_options(group) -> None:
     group.add_argument("--source", default="synthetic", help=SOURCE_HELP)
-    group.add_argument("--attr", default="x",
-                       help="join column of a Spark source (default: %(default)s)")  # fmt: skip
-    group.add_argument("--ts-column", default="ts",
-                       help="event-time column of a Spark source (default: %(default)s)")  # fmt: skip
+    group.add_argument(
+        "--attr", default="x", help="join column of a Spark source (default: %(default)s)"
+    )
+    group.add_argument(
+        "--ts-column",
+        default="ts",
+        help="event-time column of a Spark source (default: %(default)s)",
+    )
     group.add_argument(
         "--tie-break",
         default=None,
@@ -28,10 +32,17 @@ def add_source_options(group) -> None:
         help="Spark source: column ordering rows of equal ts (default: 'seq' if present, "
         "else the files' order)",
     )
-    group.add_argument("--eps", type=float, default=None,
-                       help="band width |r.x - s.x| <= EPS (default: from --match-rate)")  # fmt: skip
-    group.add_argument("--spark-master", default="local[*]",
-                       help="Spark master for a Spark source (default: %(default)s)")  # fmt: skip
+    group.add_argument(
+        "--eps",
+        type=float,
+        default=None,
+        help="band width |r.x - s.x| <= EPS (default: from --match-rate)",
+    )
+    group.add_argument(
+        "--spark-master",
+        default="local[*]",
+        help="Spark master for a Spark source (default: %(default)s)",
+    )
 
 
 def parse_source(text: str) -> tuple[str, str] | None:
@@ -87,22 +98,45 @@ def add_generate_command(sub) -> None:
         "`streamjoin run --source parquet:PATH`.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    gen.add_argument("-n", "--tuples", type=int, default=10_000_000,
-                     help="rows, both streams together (default: %(default)s)")  # fmt: skip
-    gen.add_argument("--distribution", choices=[*sources.DISTRIBUTIONS, "handshake"],
-                     default="uniform", help="attribute values (default: %(default)s)")  # fmt: skip
-    gen.add_argument("--rate", type=float, default=10_000,
-                     help="event-time rate of R, tuples/s (default: %(default)s)")  # fmt: skip
-    gen.add_argument("--rate-s", type=float, default=None,
-                     help="event-time rate of S (default: --rate)")  # fmt: skip
-    gen.add_argument("--process", choices=("constant", "poisson"), default="constant",
-                     help="arrival process (default: %(default)s)")  # fmt: skip
+    gen.add_argument(
+        "-n",
+        "--tuples",
+        type=int,
+        default=10_000_000,
+        help="rows, both streams together (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--distribution",
+        choices=[*sources.DISTRIBUTIONS, "handshake"],
+        default="uniform",
+        help="attribute values (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--rate",
+        type=float,
+        default=10_000,
+        help="event-time rate of R, tuples/s (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--rate-s", type=float, default=None, help="event-time rate of S (default: --rate)"
+    )
+    gen.add_argument(
+        "--process",
+        choices=("constant", "poisson"),
+        default="constant",
+        help="arrival process (default: %(default)s)",
+    )
     gen.add_argument("--self-join", action="store_true", help="one stream, no stream column")
     gen.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
-    gen.add_argument("--parts", type=int, default=None,
-                     help="Spark tasks / files (default: one per million rows)")  # fmt: skip
-    gen.add_argument("--spark-master", default="local[*]",
-                     help="Spark master (default: %(default)s)")  # fmt: skip
+    gen.add_argument(
+        "--parts",
+        type=int,
+        default=None,
+        help="Spark tasks / files (default: one per million rows)",
+    )
+    gen.add_argument(
+        "--spark-master", default="local[*]", help="Spark master (default: %(default)s)"
+    )
     gen.add_argument("--overwrite", action="store_true", help="replace an existing PATH")
     gen.add_argument("-o", "--out", required=True, metavar="PATH", help="Parquet folder")
 
@@ -120,10 +154,19 @@ def cmd_generate(args) -> int:
     spark = spark_bridge.session(args.spark_master)
     t0 = time.perf_counter()
     df = spark_bridge.generate(
-        spark, args.tuples, args.out, args.distribution, parts=args.parts, rate=args.rate,
-        rate_s=args.rate_s, process=args.process, self_join=args.self_join, seed=args.seed,
-        mode="overwrite" if args.overwrite else "error", **params,
-    )  # fmt: skip
+        spark,
+        args.tuples,
+        args.out,
+        args.distribution,
+        parts=args.parts,
+        rate=args.rate,
+        rate_s=args.rate_s,
+        process=args.process,
+        self_join=args.self_join,
+        seed=args.seed,
+        mode="overwrite" if args.overwrite else "error",
+        **params,
+    )
     rows = df.count()
     print(f"wrote {rows:,} rows to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0

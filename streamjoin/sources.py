@@ -256,15 +256,20 @@ def synthetic_part(
         cols["y"] = rng.uniform(1.0, 10_000.0, size=m)
     else:
         for k, name in enumerate(attrs):
-            cols[name] = values(m, distribution, seed=[seed, part, k + 1], start=start,
-                                total=n, **dict(params))  # fmt: skip
+            cols[name] = values(
+                m, distribution, seed=[seed, part, k + 1], start=start, total=n, **dict(params)
+            )
     return pa.table(cols)
 
 
 def handshake_workload(
-    n: int, rate: float = 2_000, *, rate_s: float | None = None, seed: int = 0,
+    n: int,
+    rate: float = 2_000,
+    *,
+    rate_s: float | None = None,
+    seed: int = 0,
     ts_per_second: int = 1000,
-) -> pa.Table:  # fmt: skip
+) -> pa.Table:
     """The handshake-join benchmark (Teubner & Mueller): R = (x int, y float), S likewise.
 
     All values uniform in [1, 10000]; the query is ``band("x", 10) & band("y", 10)`` over a

@@ -65,11 +65,13 @@ def draw_graph(graph, title: str, path: str | os.PathLike) -> None:
     )
     colors = [ROLE_COLORS.get(d.get("role"), "#d9d9d9") for _, d in graph.nodes(data=True)]
     labels = {n: d.get("label", n) for n, d in graph.nodes(data=True)}
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=colors, node_size=2000,
-                           node_shape="s", edgecolors="#333333")  # fmt: skip
+    nx.draw_networkx_nodes(
+        graph, pos, ax=ax, node_color=colors, node_size=2000, node_shape="s", edgecolors="#333333"
+    )
     nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=8)
-    nx.draw_networkx_edges(graph, pos, ax=ax, arrows=True, arrowsize=16, node_size=2000,
-                           node_shape="s")  # fmt: skip
+    nx.draw_networkx_edges(
+        graph, pos, ax=ax, arrows=True, arrowsize=16, node_size=2000, node_shape="s"
+    )
     edge_labels = {(u, v): d.get("label", "") for u, v, d in graph.edges(data=True)}
     nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, ax=ax, font_size=8)
     ax.set_title(title)

@@ -13,8 +13,11 @@ FLOAT_VALUES = st.sampled_from([-2.5, -1.0, -0.0, 0.0, 0.25, 0.5, 1.0, 1.5, 3.0,
 
 @st.composite
 def conditions(draw, attr: str):
-    kind = draw(st.sampled_from(["band", "band_lohi", "equal", "less", "less_equal", "greater",
-                                 "greater_equal"]))  # fmt: skip
+    kind = draw(
+        st.sampled_from(
+            ["band", "band_lohi", "equal", "less", "less_equal", "greater", "greater_equal"]
+        )
+    )
     if kind == "band":
         return sj.band(attr, draw(st.sampled_from([0, 0.5, 1, 2, 3])))
     if kind == "band_lohi":

@@ -16,14 +16,18 @@ def backend(request):
 SCENARIOS = [
     (sj.Query(sj.band("x", 2), window=sj.CountWindow(30, 50)), False, "single", 1),
     (sj.Query(sj.equal("x") & sj.less("y"), window=sj.TimeWindow(20)), False, "single", 64),
-    (sj.Query(sj.band("x", lo=-1, hi=3), window=sj.CountWindow(40), self_join=True), True,
-     "split", 16),
+    (
+        sj.Query(sj.band("x", lo=-1, hi=3), window=sj.CountWindow(40), self_join=True),
+        True,
+        "split",
+        16,
+    ),
     (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8),
     (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1),
     (sj.Query(sj.equal("x"), window=sj.CountWindow(60), self_join=True), True, "panjoin", 4),
     (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8),
     (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4),
-]  # fmt: skip
+]
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -38,8 +42,9 @@ LAYOUTS = {
 
 @pytest.mark.parametrize(("query", "self_join", "layout", "batch_size"), SCENARIOS)
 def test_backend_equals_oracle(backend, query, self_join, layout, batch_size):
-    data = sj.sources.synthetic(600, low=0, high=60, attrs=("x", "y"), self_join=self_join,
-                                seed=batch_size)  # fmt: skip
+    data = sj.sources.synthetic(
+        600, low=0, high=60, attrs=("x", "y"), self_join=self_join, seed=batch_size
+    )
     expected = sj.oracle.join(query, data)
     assert len(expected) > 0
     res = sj.run(query, data, LAYOUTS[layout](), backend=backend, batch_size=batch_size)

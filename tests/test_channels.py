@@ -24,18 +24,28 @@ def _batch(n: int, k: int, seed: int, store: bool) -> Batch:
     rng = np.random.default_rng(seed)
     ints = rng.integers(-(2**62), 2**62, (5, n))
     return Batch(
-        seq=ints[0], stream=rng.integers(0, 2, n).astype(np.int8), idx=ints[1], ts=ints[2],
-        ingest_ns=ints[3], lo_idx=ints[4], attrs=rng.normal(size=(k, n)),
-        horizon=rng.integers(0, 2**40, 2), store=store,
-    )  # fmt: skip
+        seq=ints[0],
+        stream=rng.integers(0, 2, n).astype(np.int8),
+        idx=ints[1],
+        ts=ints[2],
+        ingest_ns=ints[3],
+        lo_idx=ints[4],
+        attrs=rng.normal(size=(k, n)),
+        horizon=rng.integers(0, 2**40, 2),
+        store=store,
+    )
 
 
 def _same_batch(a: Batch, b: Batch) -> bool:
     return (
-        all(np.array_equal(getattr(a, f), getattr(b, f)) for f in
-            ("seq", "stream", "idx", "ts", "ingest_ns", "lo_idx", "attrs", "horizon"))
-        and a.store == b.store and b.stream.dtype == np.int8 and b.attrs.shape == a.attrs.shape
-    )  # fmt: skip
+        all(
+            np.array_equal(getattr(a, f), getattr(b, f))
+            for f in ("seq", "stream", "idx", "ts", "ingest_ns", "lo_idx", "attrs", "horizon")
+        )
+        and a.store == b.store
+        and b.stream.dtype == np.int8
+        and b.attrs.shape == a.attrs.shape
+    )
 
 
 @settings(max_examples=60, deadline=None)

@@ -58,8 +58,21 @@ def test_latency_histogram_percentiles_are_close():
 
 def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["run", "-n", "3000", "--window", "200", "--check", "-o", str(out),
-                 "--backend", "local", "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "-n",
+            "3000",
+            "--window",
+            "200",
+            "--check",
+            "-o",
+            str(out),
+            "--backend",
+            "local",
+            "--no-progress",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert "oracle: same pairs" in text
@@ -99,20 +112,48 @@ def test_topology_draw_and_dot(tmp_path):
 
 
 def test_cli_topology_draw_and_compare(tmp_path, capsys):
-    code = main(["run", "-n", "3000", "--window", "100", "--topology", "grid:2x2", "--check",
-                 "-o", str(tmp_path / "g"), "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "-n",
+            "3000",
+            "--window",
+            "100",
+            "--topology",
+            "grid:2x2",
+            "--check",
+            "-o",
+            str(tmp_path / "g"),
+            "--no-progress",
+        ]
+    )
     assert code == 0 and "oracle: same pairs" in capsys.readouterr().out
     metrics = json.loads((tmp_path / "g" / "metrics.json").read_text())
     assert metrics["backend"] == "ray"  # the default of `run`
     assert main(["draw", "split:3", "-o", str(tmp_path / "s.png"), "--dot"]) == 0
     assert '"emitter" -> "core2"' in capsys.readouterr().out
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
-    code = main(["compare", "-n", "3000", "--window", "100", "--layouts", "single,1x2,2x1",
-                 "-o", str(tmp_path / "c"), "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "compare",
+            "-n",
+            "3000",
+            "--window",
+            "100",
+            "--layouts",
+            "single,1x2,2x1",
+            "-o",
+            str(tmp_path / "c"),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     lines = (tmp_path / "c" / "compare.csv").read_text().splitlines()
     assert lines[0].startswith("layout,") and [ln.split(",")[0] for ln in lines[1:]] == [
-        "single", "1x2", "2x1"]  # fmt: skip
+        "single",
+        "1x2",
+        "2x1",
+    ]
     assert (tmp_path / "c" / "compare.png").stat().st_size > 1000
     assert main(["draw", "mesh:3"]) == 2
     assert "cannot read topology 'mesh:3'" in capsys.readouterr().err

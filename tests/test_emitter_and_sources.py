@@ -27,7 +27,7 @@ def test_batches_close_on_size_and_on_delay():
     clock.now = 999
     assert em.on_tick() == []
     clock.now = 1_000
-    (_, last), = em.on_tick()  # fmt: skip
+    ((_, last),) = em.on_tick()
     assert len(last) == 1 and em.open_tuples == 0
     assert last.seq.tolist() == [4] and last.idx.tolist() == [2]
 
@@ -36,8 +36,9 @@ def test_copied_counts_tuples_merged_or_cut_into_batches():
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(3))
 
     def chunk(n, start):
-        return validate({"stream": np.arange(start, start + n) % 2, "x": np.zeros(n)}, q,
-                        row_offset=start)  # fmt: skip
+        return validate(
+            {"stream": np.arange(start, start + n) % 2, "x": np.zeros(n)}, q, row_offset=start
+        )
 
     em = Emitter(q, batch_size=4)
     em.on_chunk(chunk(4, 0))  # exactly one batch: sent as it is
@@ -46,7 +47,7 @@ def test_copied_counts_tuples_merged_or_cut_into_batches():
     assert em.copied == 0
     out = em.on_chunk(chunk(3, 7))  # 3 + 3 merged (6), one batch of 4 cut, 2 left
     assert [len(b) for _, b in out] == [4] and em.copied == 6 + 4 + 2
-    (_, last), = em.on_eof()  # fmt: skip
+    ((_, last),) = em.on_eof()
     assert len(last) == 2 and em.copied == 12  # the rest goes as it is
     assert last.seq.tolist() == [8, 9]
 
@@ -56,7 +57,7 @@ def test_stamps_follow_the_definition():
     data = {"stream": np.array([0, 0, 0, 1, 1, 0]), "x": np.zeros(6)}
     em = Emitter(q, batch_size=100)
     em.on_chunk(validate(data, q))
-    (_, b), = em.on_eof()  # fmt: skip
+    ((_, b),) = em.on_eof()
     assert b.idx.tolist() == [0, 1, 2, 0, 1, 3]
     # S tuples see the last w_r = 2 R tuples; R tuples the last w_s = 1 S tuple
     assert b.lo_idx.tolist() == [0, 0, 0, 1, 1, 1]
@@ -70,7 +71,7 @@ def test_time_window_lo_idx_across_chunks():
     b = {"stream": np.array([1, 1]), "ts": np.array([14, 31]), "x": np.zeros(2)}
     em.on_chunk(validate(a, q))
     em.on_chunk(validate(b, q, row_offset=3))
-    (_, batch), = em.on_eof()  # fmt: skip
+    ((_, batch),) = em.on_eof()
     # S at ts 14 sees R with ts >= 4: idx 1, 2; S at ts 31 sees R with ts >= 21: none (lo 3)
     assert batch.lo_idx[3:].tolist() == [1, 3]
 

@@ -24,8 +24,9 @@ def synthetic(n: int = 600, seed: int = 5):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-@pytest.mark.parametrize("window", [sj.CountWindow(120, 40), sj.TimeWindow(60)],
-                         ids=["count", "time"])  # fmt: skip
+@pytest.mark.parametrize(
+    "window", [sj.CountWindow(120, 40), sj.TimeWindow(60)], ids=["count", "time"]
+)
 def test_chain_equals_oracle(n, window):
     q = sj.Query(sj.band("x", 2), window=window)
     data = synthetic()
@@ -40,10 +41,16 @@ def test_chain_equals_oracle(n, window):
 def test_duplicate_keys_and_equal_timestamps():
     rng = np.random.default_rng(3)
     rows = 400
-    data = {"stream": rng.integers(0, 2, rows), "ts": np.repeat(np.arange(rows // 8), 8),
-            "x": rng.integers(0, 3, rows).astype(float), "y": np.zeros(rows)}  # fmt: skip
-    for q in (sj.Query(sj.equal("x") & sj.less_equal("y"), window=sj.TimeWindow(3, 5)),
-              sj.Query(sj.band("x", lo=0, hi=1), window=sj.CountWindow(25))):  # fmt: skip
+    data = {
+        "stream": rng.integers(0, 2, rows),
+        "ts": np.repeat(np.arange(rows // 8), 8),
+        "x": rng.integers(0, 3, rows).astype(float),
+        "y": np.zeros(rows),
+    }
+    for q in (
+        sj.Query(sj.equal("x") & sj.less_equal("y"), window=sj.TimeWindow(3, 5)),
+        sj.Query(sj.band("x", lo=0, hi=1), window=sj.CountWindow(25)),
+    ):
         expected = sj.oracle.join(q, data)
         assert len(expected) > 1000
         for batch_size, seed in ((1, 4), (8, None), (8, 5), (1000, 6)):
@@ -51,11 +58,15 @@ def test_duplicate_keys_and_equal_timestamps():
             assert res.same_pairs(expected), f"{q}, batch {batch_size}, seed {seed}"
 
 
-@pytest.mark.parametrize("data", [
-    {"stream": np.zeros(0, np.int8), "x": np.zeros(0)},
-    {"stream": np.zeros(30, np.int8), "x": np.ones(30)},  # S never arrives
-    {"stream": np.r_[np.ones(20, np.int8), np.zeros(20, np.int8)], "x": np.ones(40)},
-], ids=["empty", "only_r", "all_s_then_all_r"])  # fmt: skip
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"stream": np.zeros(0, np.int8), "x": np.zeros(0)},
+        {"stream": np.zeros(30, np.int8), "x": np.ones(30)},  # S never arrives
+        {"stream": np.r_[np.ones(20, np.int8), np.zeros(20, np.int8)], "x": np.ones(40)},
+    ],
+    ids=["empty", "only_r", "all_s_then_all_r"],
+)
 def test_empty_and_one_sided_streams(data):
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(8))
     expected = sj.oracle.join(q, data)
@@ -158,7 +169,8 @@ def test_sim_is_exact_and_faster_than_the_original():
     expected = sj.oracle.join(q, data)
     runs = {}
     for name, topo in (("original", sj.topologies.handshake(4)), ("ll", ll(4))):
-        runs[name] = res = sim.run(q, data, topo, batch_size=16, max_delay=0.001,
-                                   arrival=sim.Arrival.constant(20_000))  # fmt: skip
+        runs[name] = res = sim.run(
+            q, data, topo, batch_size=16, max_delay=0.001, arrival=sim.Arrival.constant(20_000)
+        )
         assert res.same_pairs(expected), name
     assert runs["ll"].metrics["latency_ms"]["p50"] < runs["original"].metrics["latency_ms"]["p50"]

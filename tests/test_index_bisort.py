@@ -52,8 +52,11 @@ def bisort(**options):
     ("subwindow_size", "partitions", "buffer_size"), [(8, 2, 3), (16, 3, 0), (64, 5, 7), (1, 1, 1)]
 )
 def test_random_actions(subwindow_size, partitions, buffer_size):
-    options = {"subwindow_size": subwindow_size, "partitions": partitions,
-               "buffer_size": buffer_size}  # fmt: skip
+    options = {
+        "subwindow_size": subwindow_size,
+        "partitions": partitions,
+        "buffer_size": buffer_size,
+    }
     rng = np.random.default_rng(subwindow_size)
     random_actions(bisort(**options), rng, steps=120, window=300)
     increasing_actions(bisort(**options), rng, steps=120, window=60)

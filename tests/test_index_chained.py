@@ -45,8 +45,9 @@ TINY = {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2}
 
 
 @pytest.mark.parametrize("archive", ["css", "bplus"])
-@pytest.mark.parametrize("options", [{"chain_length": 2}, {"chain_length": 5},
-                                     {"chain_length": 3, "subindex_size": 17}])  # fmt: skip
+@pytest.mark.parametrize(
+    "options", [{"chain_length": 2}, {"chain_length": 5}, {"chain_length": 3, "subindex_size": 17}]
+)
 def test_random_actions(archive, options):
     index = indexes.get("chained")(1, archive=archive, **options, **TINY)
     random_actions(index, np.random.default_rng(len(str(options))), steps=150, window=600)
@@ -58,8 +59,7 @@ def test_count_window_spans_at_most_l_subindexes(archive, chain_length):
     """With s = w / (L - 1) a count window holds at most L subindexes (§2.2.2, Eq. 3), and a
     subindex leaves the chain whole, once its newest item has expired."""
     w = 60
-    index = indexes.get("chained")(1, chain_length=chain_length, window=w, archive=archive,
-                                   **TINY)  # fmt: skip
+    index = indexes.get("chained")(1, chain_length=chain_length, window=w, archive=archive, **TINY)
     s = index.subindex_size
     assert s == -(-w // (chain_length - 1))
     values = np.random.default_rng(chain_length).integers(0, 20, 400).astype(np.float64)
@@ -89,8 +89,10 @@ def test_subindex_size_follows_the_live_span_by_default():
 
 def test_designs_agree_and_pickle():
     rng = np.random.default_rng(5)
-    b, ib = (indexes.get("chained")(1, chain_length=4, subindex_size=13, archive=a, **TINY)
-             for a in ("bplus", "css"))  # fmt: skip
+    b, ib = (
+        indexes.get("chained")(1, chain_length=4, subindex_size=13, archive=a, **TINY)
+        for a in ("bplus", "css")
+    )
     for start in range(0, 500, 25):
         keys, refs = rng.normal(0, 5, (1, 25)).round(1), np.arange(start, start + 25)
         for index in (b, ib):
@@ -107,9 +109,16 @@ def test_designs_agree_and_pickle():
 
 @pytest.mark.parametrize(
     "options",
-    [{"chain_length": 1}, {"subindex_size": 0}, {"window": 0}, {"archive": "lsm"},
-     {"subindex_size": 4, "window": 8}, {"leaf_size": 2}, {"css_fanout": 1}],
-)  # fmt: skip
+    [
+        {"chain_length": 1},
+        {"subindex_size": 0},
+        {"window": 0},
+        {"archive": "lsm"},
+        {"subindex_size": 4, "window": 8},
+        {"leaf_size": 2},
+        {"css_fanout": 1},
+    ],
+)
 def test_rejects_bad_options(options):
     with pytest.raises(ValueError, match="chained"):
         indexes.get("chained")(1, **options)

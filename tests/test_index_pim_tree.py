@@ -69,8 +69,9 @@ def _fill(index, values, first_ref=0):
 def test_partitions_follow_the_value_distribution():
     """Each merge re-cuts T_I along T_S's nodes at depth D_I (§3.3.1, §5 'Impact of skewed
     data'): inserts spread evenly over the subindexes, even as the distribution moves."""
-    index = indexes.get("pim_tree")(1, merge_ratio=0.5, insertion_depth=2, window=1000,
-                                    css_fanout=5, css_leaf_size=4)  # fmt: skip
+    index = indexes.get("pim_tree")(
+        1, merge_ratio=0.5, insertion_depth=2, window=1000, css_fanout=5, css_leaf_size=4
+    )
     rng = np.random.default_rng(3)
     ref = _fill(index, rng.normal(0, 1, 3000))
     upper = index._upper[np.isfinite(index._upper)]
@@ -145,9 +146,15 @@ def test_pickles_as_arrays():
 
 @pytest.mark.parametrize(
     "options",
-    [{"merge_ratio": 0}, {"merge_ratio": 1.5}, {"insertion_depth": -1}, {"window": 0},
-     {"fanout": 2}, {"css_leaf_size": 0}],
-)  # fmt: skip
+    [
+        {"merge_ratio": 0},
+        {"merge_ratio": 1.5},
+        {"insertion_depth": -1},
+        {"window": 0},
+        {"fanout": 2},
+        {"css_leaf_size": 0},
+    ],
+)
 def test_rejects_bad_options(options):
     with pytest.raises(ValueError, match="pim_tree"):
         indexes.get("pim_tree")(1, **options)

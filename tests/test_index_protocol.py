@@ -35,8 +35,9 @@ def test_random_actions_against_model(name, data):
             n = data.draw(st.integers(0, 40))
             keys = np.array(data.draw(st.lists(KEYS, min_size=n * n_keys, max_size=n * n_keys)))
             keys = keys.reshape(n_keys, n)
-            refs = next_ref + np.cumsum(data.draw(st.lists(st.integers(1, 3), min_size=n,
-                                                           max_size=n)), dtype=np.int64)  # fmt: skip
+            refs = next_ref + np.cumsum(
+                data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)), dtype=np.int64
+            )
             next_ref = int(refs[-1]) + 1 if n else next_ref
             index.insert(keys, refs)
             model_keys = np.concatenate([model_keys, keys], axis=1)

@@ -57,8 +57,12 @@ def balanced(store) -> bool:
     [(8, 2, 1.1), (16, 4, 1.25), (50, 7, 1.5), (1, 1, 2.0)],
 )
 def test_random_actions(subwindow_size, partitions, sigma):
-    options = {"subwindow_size": subwindow_size, "partitions": partitions, "sigma": sigma,
-               "domain": (0.0, 60.0)}  # fmt: skip
+    options = {
+        "subwindow_size": subwindow_size,
+        "partitions": partitions,
+        "sigma": sigma,
+        "domain": (0.0, 60.0),
+    }
     rng = np.random.default_rng(subwindow_size)
     random_actions(rap_table(**options), rng, steps=120, window=300)
     increasing_actions(rap_table(**options), rng, steps=120, window=60)

@@ -66,8 +66,9 @@ def test_grows_deep_with_tiny_nodes():
     store = index._subwindows[-1]
     assert store._t.meta[HEIGHT] >= 6 and store._t.meta[LEAVES] >= 3000 // 3
     probes = [-50.0, 0.0, 700.25]
-    want = sorted((i, int(r)) for i, k in enumerate(probes)
-                  for r in np.flatnonzero(np.abs(values - k) <= 2))  # fmt: skip
+    want = sorted(
+        (i, int(r)) for i, k in enumerate(probes) for r in np.flatnonzero(np.abs(values - k) <= 2)
+    )
     assert probe_pairs(index, probes, -2.0, 2.0) == want
 
 

@@ -27,8 +27,13 @@ def test_single_core_equals_oracle(data):
     expected = sj.oracle.join(query, table)
     for index in indexes_for(query):
         for batch_size in BATCH_SIZES:
-            res = sj.run(query, table, sj.topologies.single(index), batch_size=batch_size,
-                         chunk_rows=data.draw(st.sampled_from([1, 7, 1000]), label="chunk"))  # fmt: skip
+            res = sj.run(
+                query,
+                table,
+                sj.topologies.single(index),
+                batch_size=batch_size,
+                chunk_rows=data.draw(st.sampled_from([1, 7, 1000]), label="chunk"),
+            )
             cmp = res.same_pairs(expected)
             assert cmp, f"{index}, batch {batch_size}: {cmp}"
 
@@ -91,8 +96,9 @@ def test_ordered_output_follows_later_tuple():
 
 def test_larger_random_run_all_batch_sizes():
     q = sj.Query(sj.band("x", 2) & sj.less_equal("y"), window=sj.TimeWindow(40, 25))
-    data = sj.sources.synthetic(3000, low=0, high=200, attrs=("x", "y"), rate=1000,
-                                rate_s=2500, process="poisson", seed=11)  # fmt: skip
+    data = sj.sources.synthetic(
+        3000, low=0, high=200, attrs=("x", "y"), rate=1000, rate_s=2500, process="poisson", seed=11
+    )
     expected = sj.oracle.join(q, data)
     assert len(expected) > 100
     for batch_size in (1, 17, 256, 4096):

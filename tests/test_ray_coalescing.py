@@ -36,10 +36,16 @@ def _batch(seq, stream, horizon=(0, 0), store=True) -> Batch:
     seq = np.asarray(seq, dtype=np.int64)
     z = np.zeros(len(seq), dtype=np.int64)
     return Batch(
-        seq=seq, stream=np.asarray(stream, dtype=np.int8), idx=seq.copy(), ts=seq.copy(),
-        ingest_ns=z.copy(), lo_idx=z.copy(), attrs=seq[None, :].astype(np.float64),
-        horizon=np.asarray(horizon, dtype=np.int64), store=store,
-    )  # fmt: skip
+        seq=seq,
+        stream=np.asarray(stream, dtype=np.int8),
+        idx=seq.copy(),
+        ts=seq.copy(),
+        ingest_ns=z.copy(),
+        lo_idx=z.copy(),
+        attrs=seq[None, :].astype(np.float64),
+        horizon=np.asarray(horizon, dtype=np.int64),
+        store=store,
+    )
 
 
 def _taken(box: _Inbox) -> list:
@@ -133,8 +139,9 @@ def test_merged_batches_join_like_separate_ones(data):
         if b > a:
             found += [m for _, m in core.on_batch("in", merge(batches[a:b]))]
     pairs = {(int(r), int(s)) for p in found for r, s in zip(p.r, p.s, strict=True)}
-    assert pairs == set(zip(expected.column("r").to_pylist(), expected.column("s").to_pylist(),
-                            strict=True))  # fmt: skip
+    assert pairs == set(
+        zip(expected.column("r").to_pylist(), expected.column("s").to_pylist(), strict=True)
+    )
 
 
 @pytest.mark.slow
@@ -157,8 +164,7 @@ def test_ray_coalesces_a_fast_source(ray_session):
     together (with a chunk per tuple, whether any wait depends on the processes' timing)."""
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50, 30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=4)
-    res = sj.run(q, data, sj.topologies.grid(2, 2), backend="ray", batch_size=1,
-                 chunk_rows=3000)  # fmt: skip
+    res = sj.run(q, data, sj.topologies.grid(2, 2), backend="ray", batch_size=1, chunk_rows=3000)
     assert res.same_pairs(sj.oracle.join(q, data))
     actors = res.metrics["actors"]
     sent = actors["emitter"]["batches_out"]
@@ -228,8 +234,9 @@ def test_ray_actor_process_killed_mid_run_ends_the_run(ray_session):
 
     def run():
         try:
-            outcome["result"] = sj.run(q, Killing(), sj.topologies.split(2), backend="ray",
-                                       batch_size=50)  # fmt: skip
+            outcome["result"] = sj.run(
+                q, Killing(), sj.topologies.split(2), backend="ray", batch_size=50
+            )
         except Exception as e:
             outcome["error"] = e
 

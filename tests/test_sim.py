@@ -24,11 +24,13 @@ LAYOUTS = [
     lambda: sj.topologies.handshake(3, segment=2),
 ]
 
-ARRIVALS = st.sampled_from([
-    sim.Arrival.replay(),
-    sim.Arrival.constant(5_000),
-    sim.Arrival.poisson(rate_r=2_000, rate_s=6_000, seed=3),
-])  # fmt: skip
+ARRIVALS = st.sampled_from(
+    [
+        sim.Arrival.replay(),
+        sim.Arrival.constant(5_000),
+        sim.Arrival.poisson(rate_r=2_000, rate_s=6_000, seed=3),
+    ]
+)
 
 
 @pytest.mark.parametrize("make", LAYOUTS)
@@ -43,8 +45,9 @@ def test_sim_equals_oracle(make, data):
     max_delay = data.draw(st.sampled_from([None, 0.0, 0.002]))
     expected = sj.oracle.join(query, table)
     for batch_size in (1, 3, 64):
-        res = sim.run(query, table, topo, batch_size=batch_size, arrival=arrival,
-                      max_delay=max_delay)  # fmt: skip
+        res = sim.run(
+            query, table, topo, batch_size=batch_size, arrival=arrival, max_delay=max_delay
+        )
         assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}, {arrival}"
         assert res.metrics["backend"] == "sim"
         assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
@@ -60,9 +63,11 @@ def _profile():
     """The shipped profile with byte-independent message costs and no after-idle costs
     (simpler expectations)."""
     p = cost_model.default_profile().with_after_idle(cost_model.IdleCosts())
-    return p.with_messages(dataclasses.replace(p.messages, send_per_byte_ns=0.0,
-                                               hop_per_byte_ns=0.0, recv_per_byte_ns=0.0,
-                                               measured=()))  # fmt: skip
+    return p.with_messages(
+        dataclasses.replace(
+            p.messages, send_per_byte_ns=0.0, hop_per_byte_ns=0.0, recv_per_byte_ns=0.0, measured=()
+        )
+    )
 
 
 def _chain_input(n: int = N):
@@ -82,9 +87,18 @@ def _join(p, batch: int) -> float:
     """The core's steady-state step on a batch of the chain input: each part holds one tuple;
     every tuple probes it (one candidate each), the batch stores its tuples and expires as
     many; each tuple joins its predecessor."""
-    return _cost(p.indexes["nested_loop"], calls=1, part_calls=4 if batch > 1 else 2,
-                 tuples=batch, probes=batch, scan=batch, candidates=batch, pairs=batch,
-                 inserted=batch, expired=batch)  # fmt: skip
+    return _cost(
+        p.indexes["nested_loop"],
+        calls=1,
+        part_calls=4 if batch > 1 else 2,
+        tuples=batch,
+        probes=batch,
+        scan=batch,
+        candidates=batch,
+        pairs=batch,
+        inserted=batch,
+        expired=batch,
+    )
 
 
 def _service(p, batch: int) -> float:
@@ -92,16 +106,24 @@ def _service(p, batch: int) -> float:
     steady-state step on it, and the two messages (emitter → core → collector, each received
     before the step that reads it), in ns."""
     m, em = p.messages, p.roles["emitter"]
-    emitter = _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=batch,
-                    copied=batch if batch > 1 else 0)  # fmt: skip
+    emitter = _cost(
+        em, calls=1, tuples_in=1, msgs_out=1, tuples_out=batch, copied=batch if batch > 1 else 0
+    )
     hop = m.send_ns + m.hop_ns
     return emitter + hop + m.recv_ns + _join(p, batch) + hop + m.recv_ns
 
 
 def _run(batch: int, rate: float = RATE, **kw):
-    return sim.run(QUERY, _chain_input(kw.pop("n", N)), sj.topologies.single("nested_loop"),
-                   batch_size=batch, chunk_rows=1, machine=kw.pop("machine", _profile()),
-                   arrival=sim.Arrival.constant(rate), **kw)  # fmt: skip
+    return sim.run(
+        QUERY,
+        _chain_input(kw.pop("n", N)),
+        sj.topologies.single("nested_loop"),
+        batch_size=batch,
+        chunk_rows=1,
+        machine=kw.pop("machine", _profile()),
+        arrival=sim.Arrival.constant(rate),
+        **kw,
+    )
 
 
 def test_latency_is_service_time_at_low_rate():
@@ -145,7 +167,7 @@ def _capacity(p) -> float:
         "emitter": _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=1) + m.send_ns,
         "core": (_join(p, k) + k * m.recv_ns + m.send_ns) / k,
         "collector": (_cost(p.roles["collector"], calls=1, pairs=k) + k * m.recv_ns) / k,
-    }  # fmt: skip
+    }
     return 1e9 / max(per_tuple.values())
 
 
@@ -170,8 +192,15 @@ def test_queues_grow_above_capacity():
 def test_max_sustainable_rate_finds_the_bottleneck():
     p = _profile()
     capacity = _capacity(p)
-    found = sim.max_sustainable_rate(QUERY, _chain_input(600), sj.topologies.single("nested_loop"),
-                                     machine=p, batch_size=1, chunk_rows=1, rel_tol=0.02)  # fmt: skip
+    found = sim.max_sustainable_rate(
+        QUERY,
+        _chain_input(600),
+        sj.topologies.single("nested_loop"),
+        machine=p,
+        batch_size=1,
+        chunk_rows=1,
+        rel_tol=0.02,
+    )
     assert found.rate == pytest.approx(capacity, rel=0.08)
     assert any(not r["sustainable"] for r in found.runs)
 
@@ -196,8 +225,9 @@ def test_profile_scaling_and_json(tmp_path):
 
 
 def test_measured_message_costs_are_interpolated(tmp_path):
-    line = cost_model.MessageCosts(send_ns=1_000.0, send_per_byte_ns=1.0, recv_ns=2_000.0,
-                                   recv_per_byte_ns=2.0, hop_ns=500.0)  # fmt: skip
+    line = cost_model.MessageCosts(
+        send_ns=1_000.0, send_per_byte_ns=1.0, recv_ns=2_000.0, recv_per_byte_ns=2.0, hop_ns=500.0
+    )
     m = dataclasses.replace(line, measured=[[100, 3_000, 5_000], [1_100, 4_000, 9_000]])
     assert line.send_recv(600) == (1_600.0, 3_200.0)  # the lines
     assert m.send_recv(10) == (3_000.0, 5_000.0)  # below the smallest: its costs
@@ -228,8 +258,9 @@ def _batch_of(n: int):
     return batch
 
 
-IDLE = cost_model.IdleCosts(emitter_ns=30_000.0, join_ns=500_000.0, manager_ns=70_000.0,
-                            collector_ns=20_000.0)  # fmt: skip
+IDLE = cost_model.IdleCosts(
+    emitter_ns=30_000.0, join_ns=500_000.0, manager_ns=70_000.0, collector_ns=20_000.0
+)
 
 
 def test_after_idle_is_charged_when_the_core_was_idle():
@@ -274,8 +305,15 @@ def test_after_idle_is_charged_after_waiting_for_a_processor():
     p = _profile().with_after_idle(IDLE)
 
     def cores(prof):
-        res = sim.run(query, data, sj.topologies.split(3), batch_size=16, chunk_rows=16,
-                      arrival=flood, machine=prof)  # fmt: skip
+        res = sim.run(
+            query,
+            data,
+            sj.topologies.split(3),
+            batch_size=16,
+            chunk_rows=16,
+            arrival=flood,
+            machine=prof,
+        )
         assert res.same_pairs(sj.oracle.join(query, data))
         return {n: a for n, a in res.metrics["actors"].items() if n.startswith("core")}
 
@@ -291,7 +329,14 @@ def test_after_idle_ramp_charges_by_the_gap():
     after a day charges next to nothing at this run's millisecond gaps."""
     ramp = cost_model.IdleCosts(join_ns=1.0, ramp=((1e6, 0.5), (5e6, 1.0)))
     assert [ramp.share(g) for g in (0, 5e5, 1e6, 3e6, 5e6, 1e9, math.inf)] == [
-        0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0]  # fmt: skip
+        0.0,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        1.0,
+        1.0,
+    ]
     assert cost_model.IdleCosts(join_ns=1.0).share(1.0) == 1.0  # no ramp: all of it
     for bad in (((0.0, 0.5),), ((2e6, 0.5), (1e6, 1.0)), ((1e6, -0.1),)):
         with pytest.raises(ValueError, match="ramp must be"):
@@ -305,7 +350,8 @@ def test_after_idle_ramp_charges_by_the_gap():
     full = _service(p, 1) + IDLE.emitter_ns + IDLE.join_ns
     assert latency(dataclasses.replace(IDLE, ramp=((1.0, 1.0),))) == pytest.approx(full, 1e-6)
     assert latency(dataclasses.replace(IDLE, ramp=((86_400e9, 1.0),))) == pytest.approx(
-        _service(p, 1), rel=1e-3)  # fmt: skip
+        _service(p, 1), rel=1e-3
+    )
 
 
 def test_after_idle_and_cpu_share_in_json_and_scaling(tmp_path):
@@ -343,8 +389,15 @@ def test_cpu_share_stretches_concurrent_steps():
     flood = sim.Arrival.constant(1e9)
 
     def run(prof):
-        return sim.run(query, data, sj.topologies.split(3), batch_size=16, chunk_rows=16,
-                       arrival=flood, machine=prof)  # fmt: skip
+        return sim.run(
+            query,
+            data,
+            sj.topologies.split(3),
+            batch_size=16,
+            chunk_rows=16,
+            arrival=flood,
+            machine=prof,
+        )
 
     whole, even, shared = (run(_profile().with_cpus(2, s)) for s in ((), (0.7, 0.7), (0.8, 0.4)))
     assert shared.same_pairs(sj.oracle.join(query, data))
@@ -356,8 +409,9 @@ def test_cpu_share_stretches_concurrent_steps():
     np.testing.assert_array_equal(lone.latency_ns(), ref.latency_ns())
 
 
-@pytest.mark.parametrize("make", [lambda: sj.topologies.split(3),
-                                  lambda: sj.topologies.handshake(3, segment=4)])  # fmt: skip
+@pytest.mark.parametrize(
+    "make", [lambda: sj.topologies.split(3), lambda: sj.topologies.handshake(3, segment=4)]
+)
 def test_shared_processors(make):
     """With ``cpus`` the cores take turns: still exact, never more busy than the processors
     allow, and slower than with a processor each."""
@@ -368,10 +422,18 @@ def test_shared_processors(make):
     def busy(res):
         return sum(a["busy_share"] for a in res.metrics["actors"].values())
 
-    own = sim.run(query, data, make(), batch_size=16, chunk_rows=16, arrival=flood,
-                  machine=_profile())  # fmt: skip
-    shared = sim.run(query, data, make(), batch_size=16, chunk_rows=16, arrival=flood,
-                     machine=_profile().with_cpus(1))  # fmt: skip
+    own = sim.run(
+        query, data, make(), batch_size=16, chunk_rows=16, arrival=flood, machine=_profile()
+    )
+    shared = sim.run(
+        query,
+        data,
+        make(),
+        batch_size=16,
+        chunk_rows=16,
+        arrival=flood,
+        machine=_profile().with_cpus(1),
+    )
     assert shared.same_pairs(sj.oracle.join(query, data))
     assert busy(own) > 1.2 and busy(shared) <= 1.0 + 1e-9
     assert shared.metrics["input_tuples_per_s"] < own.metrics["input_tuples_per_s"]
@@ -388,8 +450,14 @@ def test_waiting_batches_are_coalesced(make, batch_size):
     topo = make()
     query = sj.Query(sj.band("x", 3), window=sj.CountWindow(40))
     data = sj.sources.synthetic(600, low=0, high=1_000, seed=7)
-    res = sim.run(query, data, topo, batch_size=batch_size, chunk_rows=batch_size,
-                  arrival=sim.Arrival.constant(1e9))  # fmt: skip
+    res = sim.run(
+        query,
+        data,
+        topo,
+        batch_size=batch_size,
+        chunk_rows=batch_size,
+        arrival=sim.Arrival.constant(1e9),
+    )
     assert res.same_pairs(sj.oracle.join(query, data))
     actors = res.metrics["actors"]
     steps = sum(a["batches_in"] for a in actors.values())  # one per message or merged group
@@ -405,8 +473,7 @@ def test_cli_cpus_option():
 
     from streamjoin import cli_sim
 
-    args = argparse.Namespace(backend="sim", machine=None, arrival=None, pace=None, seed=1,
-                              cpus=2)  # fmt: skip
+    args = argparse.Namespace(backend="sim", machine=None, arrival=None, pace=None, seed=1, cpus=2)
     assert cli_sim.sim_run_kwargs(args)["machine"].cpus == 2
     args.backend = "local"
     with pytest.raises(ValueError, match="need --backend sim"):
@@ -471,8 +538,15 @@ def test_same_seed_same_virtual_metrics():
     data = sj.sources.synthetic(1_500, low=0, high=1_000, seed=5)
 
     def once(seed):
-        res = sim.run(query, data, sj.topologies.grid(2, 2), batch_size=16, collect="pairs",
-                      arrival=sim.Arrival.poisson(20_000, seed=seed), max_delay=0.001)  # fmt: skip
+        res = sim.run(
+            query,
+            data,
+            sj.topologies.grid(2, 2),
+            batch_size=16,
+            collect="pairs",
+            arrival=sim.Arrival.poisson(20_000, seed=seed),
+            max_delay=0.001,
+        )
         virtual = {k: v for k, v in res.metrics.items() if k not in ("machine", "sim")}
         for a in virtual["actors"].values():
             a.pop("compute_wall_ns")
@@ -536,11 +610,14 @@ def test_calibrate_ray_messages():
 
 
 def test_measure_after_idle_and_cpu_share():
-    costs, raw = cost_model.measure_after_idle("nested_loop", gap_s=0.002, window=256,
-                                               batches=(8, 64), steps=8, rounds=1)  # fmt: skip
-    assert set(raw["steps"]) == {f"{g}:{w}" for g in ("emitter", "join", "collector")
-                                 for w in ("single:8", "single:64", "panjoin:64")} | {
-        "manager:panjoin:64"}  # fmt: skip
+    costs, raw = cost_model.measure_after_idle(
+        "nested_loop", gap_s=0.002, window=256, batches=(8, 64), steps=8, rounds=1
+    )
+    assert set(raw["steps"]) == {
+        f"{g}:{w}"
+        for g in ("emitter", "join", "collector")
+        for w in ("single:8", "single:64", "panjoin:64")
+    } | {"manager:panjoin:64"}
     for group in ("emitter", "join", "manager", "collector"):
         assert costs.of(group) >= 0
     assert all(r["hot_ns"] > 0 and r["after_idle_ns"] > 0 for r in raw["steps"].values())
@@ -558,9 +635,14 @@ def test_measure_after_idle_and_cpu_share():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make", [lambda: sj.topologies.single("bplus_tree"),
-                                  lambda: sj.topologies.split(2, "bplus_tree"),
-                                  lambda: sj.topologies.grid(1, 2, "bplus_tree")])  # fmt: skip
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: sj.topologies.single("bplus_tree"),
+        lambda: sj.topologies.split(2, "bplus_tree"),
+        lambda: sj.topologies.grid(1, 2, "bplus_tree"),
+    ],
+)
 def test_sim_within_2x_of_ray(make):
     """The shipped profile against a measured Ray run on this machine, for the layouts the
     issue names: unpaced throughput and paced p50 latency within 2x, as one run each on a
@@ -583,18 +665,19 @@ def test_sim_within_2x_of_ray(make):
         # Ray's driver and actors share this host's processors; so do the simulated ones
         host = cost_model.default_profile().with_cpus(os.cpu_count())
         measured = sj.run(query, data, topo, backend="ray", **fast)
-        simulated = sim.run(query, data, topo, machine=host, arrival=sim.Arrival.constant(1e12),
-                            **fast)  # fmt: skip
-        ratio = (simulated.metrics["input_tuples_per_s"]
-                 / measured.metrics["input_tuples_per_s"])  # fmt: skip
+        simulated = sim.run(
+            query, data, topo, machine=host, arrival=sim.Arrival.constant(1e12), **fast
+        )
+        ratio = simulated.metrics["input_tuples_per_s"] / measured.metrics["input_tuples_per_s"]
         assert 1 / 2 < ratio < 2, f"{topo.name}: unpaced throughput sim/ray = {ratio:.2f}"
         rate = float(round(0.25 * measured.metrics["input_tuples_per_s"], -2))
         chunk = max(1, int(rate / 100))  # 10 ms of input, one batch each
         paced = data.slice(0, int(2 * rate))
         slow = {"batch_size": chunk, "chunk_rows": chunk, "max_delay": 0.0, **kw}
         measured = sj.run(query, paced, topo, backend="ray", pace=rate, **slow)
-        simulated = sim.run(query, paced, topo, machine=host, arrival=sim.Arrival.constant(rate),
-                            **slow)  # fmt: skip
+        simulated = sim.run(
+            query, paced, topo, machine=host, arrival=sim.Arrival.constant(rate), **slow
+        )
         ratio = simulated.metrics["latency_ms"]["p50"] / measured.metrics["latency_ms"]["p50"]
         assert 1 / 2 < ratio < 2, f"{topo.name}: paced p50 latency sim/ray = {ratio:.2f}"
     finally:

@@ -55,9 +55,13 @@ def fake_java(tmp_path, version_line: str) -> str:
 
 @pytest.mark.parametrize(
     "line, major",
-    [('openjdk version "17.0.15" 2025-04-15', 17), ('java version "1.8.0_392"', 8),
-     ('openjdk version "21" 2023-09-19', 21), ('openjdk version "11.0.2" 2019-01-15', 11)],
-)  # fmt: skip
+    [
+        ('openjdk version "17.0.15" 2025-04-15', 17),
+        ('java version "1.8.0_392"', 8),
+        ('openjdk version "21" 2023-09-19', 21),
+        ('openjdk version "11.0.2" 2019-01-15', 11),
+    ],
+)
 def test_java_major(line, major):
     assert java_major(line) == major
 
@@ -144,8 +148,13 @@ def test_random_inputs_through_spark_equal_oracle(spark, self_join, draw):
     by_range = draw.draw(st.booleans())
     df = df.repartitionByRange(3, "ts") if by_range else df.repartition(2)
     order = draw.draw(st.sampled_from(["auto", "sort", "partitions"]))
-    src = sb.from_dataframe(df, stream=None if self_join else "stream", tie_break="seq",
-                            order=order, rows_per_job=draw.draw(st.sampled_from([1, 9, 1 << 16])))  # fmt: skip
+    src = sb.from_dataframe(
+        df,
+        stream=None if self_join else "stream",
+        tie_break="seq",
+        order=order,
+        rows_per_job=draw.draw(st.sampled_from([1, 9, 1 << 16])),
+    )
     result = sj.run(query, src, batch_size=draw.draw(st.sampled_from([1, 7, 64])))
     assert src.order_used in ((order,) if order != "auto" else ("sort", "partitions"))
     assert result.same_pairs(sj.oracle.join(query, in_arrival_order(data)))
@@ -170,8 +179,9 @@ def cut(data: dict, sizes) -> list[dict]:
 def streamed(src, query) -> pa.Table:
     """What ``src`` hands to the join, as one table."""
     src.check(query)
-    return pa.concat_tables(pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b
-                            for b in src)  # fmt: skip
+    return pa.concat_tables(
+        pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b for b in src
+    )
 
 
 @pytest.mark.parametrize("rows_per_job", [1, 700, 1 << 16])
@@ -187,8 +197,10 @@ def test_disjoint_partitions_stream_in_order(spark, tmp_path, rows_per_job):
     df = sb.read_files(spark, str(tmp_path / "in"))
     assert df.rdd.getNumPartitions() == 6
     src = sb.from_dataframe(df, tie_break="seq", rows_per_job=rows_per_job)
-    for query in (sj.Query(sj.band("x", 3), window=sj.CountWindow(60)),
-                  sj.Query(sj.band("x", 3), window=sj.TimeWindow(9))):  # fmt: skip
+    for query in (
+        sj.Query(sj.band("x", 3), window=sj.CountWindow(60)),
+        sj.Query(sj.band("x", 3), window=sj.TimeWindow(9)),
+    ):
         result = sj.run(query, src, batch_size=64)
         assert src.order_used == "partitions" and src.held_rows <= 1100  # whole partitions
         assert result.same_pairs(sj.oracle.join(query, data))
@@ -210,8 +222,12 @@ def test_equal_ts_interleaved_across_partitions(spark, tmp_path):
     data = {c: np.concatenate([np.asarray(p[c]) for p in parts]) for c in parts[0]}
     expected = in_arrival_order(data)
     query = sj.Query(sj.band("x", 2), window=sj.CountWindow(3))
-    src = sb.from_dataframe(sb.read_files(spark, str(tmp_path / "in")), tie_break="seq",
-                            order="partitions", rows_per_job=1)  # fmt: skip
+    src = sb.from_dataframe(
+        sb.read_files(spark, str(tmp_path / "in")),
+        tie_break="seq",
+        order="partitions",
+        rows_per_job=1,
+    )
     got = streamed(src, query)
     assert np.array_equal(got.column("x").to_numpy(), expected["x"])  # x numbers the rows
     assert sj.run(query, src).same_pairs(sj.oracle.join(query, expected))
@@ -276,8 +292,9 @@ def test_partition_order_with_empty_partitions_and_ipc(spark, tmp_path):
 
 
 def test_partition_order_needs_sortable_tie_break(spark, no_job):
-    df = spark.createDataFrame(pa.table({"stream": [0, 1], "ts": [1, 1], "x": [1.0, 2.0],
-                                         "w": [0.5, 0.25]}))  # fmt: skip
+    df = spark.createDataFrame(
+        pa.table({"stream": [0, 1], "ts": [1, 1], "x": [1.0, 2.0], "w": [0.5, 0.25]})
+    )
     query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
     with pytest.raises(sj.InputError, match="'w' is double"):
         sj.run(query, sb.from_dataframe(df, tie_break="w", order="partitions"))
@@ -334,8 +351,9 @@ def test_merging_jobs_gives_arrival_order(draw):
     for pid in range(n_parts):
         n = draw.draw(st.integers(0, 12))
         lo = draw.draw(st.integers(0, 20))
-        ts = np.sort(np.array(draw.draw(st.lists(st.integers(lo, lo + 8), min_size=n,
-                                                 max_size=n)), np.int64))  # fmt: skip
+        ts = np.sort(
+            np.array(draw.draw(st.lists(st.integers(lo, lo + 8), min_size=n, max_size=n)), np.int64)
+        )
         seq = np.array(draw.draw(st.permutations(range(n))), np.int64) + 100 * pid
         pieces.append(pa.table({"ts": ts, "seq": seq, "stream": (seq % 2).astype(np.int8)}))
         if n:
@@ -378,8 +396,9 @@ def test_missing_column_is_a_clear_error(spark, no_job):
 
 
 def test_null_in_join_column_is_a_clear_error(spark, no_job):
-    df = spark.createDataFrame(pa.table({"stream": [0, 1, 0], "ts": [1, 2, 3],
-                                         "x": pa.array([1.0, None, float("nan")])}))  # fmt: skip
+    df = spark.createDataFrame(
+        pa.table({"stream": [0, 1, 0], "ts": [1, 2, 3], "x": pa.array([1.0, None, float("nan")])})
+    )
     query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
     with pytest.raises(sj.InputError, match="column 'x' has 2 null or NaN values"):
         sj.run(query, sb.from_dataframe(df))
@@ -421,8 +440,10 @@ def write_parts(folder, data: dict, parts: int) -> None:
     os.makedirs(folder, exist_ok=True)
     n, now = len(data["ts"]), time.time()
     for k, rows in enumerate(np.array_split(np.arange(n), parts)):
-        pq.write_table(pa.table({c: v[rows] for c, v in data.items()}),
-                       os.path.join(folder, f"part-{k:04d}.parquet"))  # fmt: skip
+        pq.write_table(
+            pa.table({c: v[rows] for c, v in data.items()}),
+            os.path.join(folder, f"part-{k:04d}.parquet"),
+        )
         os.utime(os.path.join(folder, f"part-{k:04d}.parquet"), (now + k, now + k))
 
 
@@ -433,8 +454,11 @@ def test_streaming_windows_span_micro_batches(spark, tmp_path, window):
     data["seq"] = np.arange(len(data["ts"]), dtype=np.int64)
     folder = str(tmp_path / "in")
     write_parts(folder, data, 8)  # 500 rows per micro-batch: windows span several
-    stream_df = (spark.readStream.schema(spark.read.parquet(folder).schema)
-                 .option("maxFilesPerTrigger", 1).parquet(folder))  # fmt: skip
+    stream_df = (
+        spark.readStream.schema(spark.read.parquet(folder).schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(folder)
+    )
     query = sj.Query(sj.band("x", 4), window=window)
     sink = sb.JoinSink(query, sj.topologies.split(2), tie_break="seq", batch_size=64)
     streaming = sink.start(stream_df)
@@ -450,8 +474,9 @@ def test_streaming_sink_on_ray(spark, ray_session):
     data = {k: data.column(k).to_numpy() for k in data.column_names}
     data["seq"] = np.arange(2000, dtype=np.int64)
     query = sj.Query(sj.band("x", 4), window=sj.CountWindow(300))
-    sink = sb.JoinSink(query, sj.topologies.grid(1, 2), tie_break="seq", backend="ray",
-                       batch_size=64)  # fmt: skip
+    sink = sb.JoinSink(
+        query, sj.topologies.grid(1, 2), tie_break="seq", backend="ray", batch_size=64
+    )
     for k, rows in enumerate(np.array_split(np.arange(2000), 4)):
         sink(spark.createDataFrame(pa.table({c: v[rows] for c, v in data.items()})), k)
     result = sink.close(timeout=300)
@@ -486,8 +511,9 @@ def test_streaming_replay_not_fed_twice_and_bad_batch_rejected(spark):
 
 def test_generate_on_spark_is_an_arrival_ordered_workload(spark, tmp_path):
     path = str(tmp_path / "gen")
-    df = sb.generate(spark, 20_000, path, "gaussian", parts=4, rate=5000, process="poisson",
-                     scale=1000.0, seed=3)  # fmt: skip
+    df = sb.generate(
+        spark, 20_000, path, "gaussian", parts=4, rate=5000, process="poisson", scale=1000.0, seed=3
+    )
     table = df.toArrow().sort_by("seq")
     assert abs(table.num_rows - 20_000) < 1000
     assert set(table.column_names) == {"seq", "stream", "ts", "x"}
@@ -507,9 +533,8 @@ def test_generate_on_spark_is_an_arrival_ordered_workload(spark, tmp_path):
 def test_generated_parts_match_in_memory_constant_workload():
     whole = sj.sources.synthetic(10_000, rate=1000, rate_s=3000, seed=0)
     parts = pa.concat_tables(
-        [sj.sources.synthetic_part(10_000, k, 5, rate=1000, rate_s=3000, seed=0)
-         for k in range(5)]
-    )  # fmt: skip
+        [sj.sources.synthetic_part(10_000, k, 5, rate=1000, rate_s=3000, seed=0) for k in range(5)]
+    )
     assert parts.num_rows == whole.num_rows
     for col in ("stream", "ts"):  # same arrivals; values are drawn per part
         assert np.array_equal(parts.column(col).to_numpy(), whole.column(col).to_numpy())
@@ -520,8 +545,9 @@ def test_flights_self_join_and_weather_band_join(spark):
     assert flights.count() == 336_776
     # SPO-Join style: a later flight that flies farther in less air time, last 200 flights
     first = flights.dropna(subset=["air_time"]).orderBy("ts", "id").limit(3000)
-    query = sj.Query(sj.greater("distance") & sj.less("air_time"), window=sj.CountWindow(200),
-                     self_join=True)  # fmt: skip
+    query = sj.Query(
+        sj.greater("distance") & sj.less("air_time"), window=sj.CountWindow(200), self_join=True
+    )
     src = sb.from_dataframe(first, stream=None, tie_break="id")
     result = sj.run(query, src, sj.topologies.split(2))
     data = first.orderBy("ts", "id").select("ts", "distance", "air_time").toArrow()
@@ -551,8 +577,23 @@ def test_cli_generate_then_run_from_parquet(spark, tmp_path, capsys):
     assert main(["generate", "-n", "10", "-o", path]) == 2  # exists: refused, no traceback
     assert "already exists" in capsys.readouterr().err
     out = str(tmp_path / "out")
-    code = main(["run", "--source", f"parquet:{path}", "--window-kind", "time", "--window",
-                 "30", "--check", "--topology", "split:2", "-o", out, "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "--source",
+            f"parquet:{path}",
+            "--window-kind",
+            "time",
+            "--window",
+            "30",
+            "--check",
+            "--topology",
+            "split:2",
+            "-o",
+            out,
+            "--no-progress",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert "oracle: same pairs" in text

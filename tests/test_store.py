@@ -16,10 +16,14 @@ def make_batch(start: int, n: int, rng: np.random.Generator) -> Batch:
     """``n`` tuples of one stream with idx ``start, start + 1, …`` and random other fields."""
     idx = np.arange(start, start + n, dtype=np.int64)
     return Batch(
-        seq=2 * idx + 1, stream=np.ones(n, dtype=np.int8), idx=idx,
-        ts=rng.integers(0, 1000, n), ingest_ns=rng.integers(0, 10**9, n),
-        lo_idx=rng.integers(0, 50, n), attrs=rng.normal(size=(2, n)),
-    )  # fmt: skip
+        seq=2 * idx + 1,
+        stream=np.ones(n, dtype=np.int8),
+        idx=idx,
+        ts=rng.integers(0, 1000, n),
+        ingest_ns=rng.integers(0, 10**9, n),
+        lo_idx=rng.integers(0, 50, n),
+        attrs=rng.normal(size=(2, n)),
+    )
 
 
 def assert_holds(store: TupleStore, appended: list[Batch], first_idx: int) -> None:

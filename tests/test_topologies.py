@@ -100,8 +100,11 @@ def test_handshake_moves_tuples_along_the_chain():
     assert actors["core1"]["tuples_in"] > 0 and actors["core2"]["tuples_in"] > 0
     assert sj.topologies.handshake(4).cyclic
     with pytest.raises(ValueError, match="two-way joins only"):
-        sj.run(sj.Query(sj.band("x", 1), sj.CountWindow(3), self_join=True), {"x": [1.0]},
-               sj.topologies.handshake(2))  # fmt: skip
+        sj.run(
+            sj.Query(sj.band("x", 1), sj.CountWindow(3), self_join=True),
+            {"x": [1.0]},
+            sj.topologies.handshake(2),
+        )
 
 
 def test_chain_cores_pass_batches_on_before_their_step():

@@ -53,8 +53,9 @@ def test_warm_reaches_every_kernel():
 
     missed = {}
     for index in indexes.names():
-        out = subprocess.run([sys.executable, "-c", SCRIPT, index], capture_output=True,
-                             text=True, timeout=600)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", SCRIPT, index], capture_output=True, text=True, timeout=600
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         if out.stdout.strip():
             missed[index] = out.stdout.split()

@@ -66,8 +66,9 @@ class SortedOracle:
 
 def probe_pairs(index, probe_keys, lo: float, hi: float) -> list[tuple[int, int]]:
     """``index.probe`` as sorted ``(probe_pos, ref)`` pairs, with the protocol's types checked."""
-    pos, refs = index.probe(np.asarray(probe_keys, dtype=np.float64)[None, :],
-                            np.array([lo]), np.array([hi]))  # fmt: skip
+    pos, refs = index.probe(
+        np.asarray(probe_keys, dtype=np.float64)[None, :], np.array([lo]), np.array([hi])
+    )
     assert pos.dtype == np.int64 and refs.dtype == np.int64 and pos.shape == refs.shape
     return sorted(zip(pos.tolist(), refs.tolist(), strict=True))
 

@@ -64,9 +64,11 @@ class Emitter:
         pay for it."""
         spare = Emitter(self.query, self.batch_size, None, self.clock, route)
         n = 2 if self.query.self_join else 4
-        cols = Columns(stream=np.array([0, 1, 0, 1][:n], dtype=np.int8) * (not self.query.self_join),
-                       ts=np.arange(n, dtype=np.int64),
-                       attrs=np.zeros((len(self.query.attrs), n)))  # fmt: skip
+        cols = Columns(
+            stream=np.array([0, 1, 0, 1][:n], dtype=np.int8) * (not self.query.self_join),
+            ts=np.arange(n, dtype=np.int64),
+            attrs=np.zeros((len(self.query.attrs), n)),
+        )
         spare.on_chunk(cols, 0)
         spare.on_eof()
 
@@ -122,11 +124,15 @@ class Emitter:
             self.count[0] += n - int(is_s.sum())
         self.n_seen += n
         return Batch(
-            seq=seq, stream=stream, idx=idx, ts=cols.ts,
-            ingest_ns=np.full(n, ingest_ns, dtype=np.int64), lo_idx=lo_idx,
+            seq=seq,
+            stream=stream,
+            idx=idx,
+            ts=cols.ts,
+            ingest_ns=np.full(n, ingest_ns, dtype=np.int64),
+            lo_idx=lo_idx,
             attrs=np.ascontiguousarray(cols.attrs),
             horizon=horizons,  # per-row horizons; cut to the batch's last row in _close
-        )  # fmt: skip
+        )
 
     def _time_lo(self, cols: Columns, n_opp_before, horizons) -> np.ndarray:
         q = self.query

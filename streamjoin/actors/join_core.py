@@ -140,7 +140,12 @@ def warm_batch(k: int, self_join: bool, n: int = 512, first: int = 0, horizon: i
     idx = first + (np.arange(n, dtype=np.int64) if self_join else np.arange(n) // 2)
     attrs = np.repeat(np.arange(n, dtype=np.float64)[None, ::-1] * 1e9, k, axis=0)
     return Batch(
-        seq=np.arange(n, dtype=np.int64), stream=stream, idx=idx, ts=z.copy(),
-        ingest_ns=z.copy(), lo_idx=z.copy(), attrs=attrs,
+        seq=np.arange(n, dtype=np.int64),
+        stream=stream,
+        idx=idx,
+        ts=z.copy(),
+        ingest_ns=z.copy(),
+        lo_idx=z.copy(),
+        attrs=attrs,
         horizon=np.full(2, horizon, dtype=np.int64),
-    )  # fmt: skip
+    )

@@ -47,10 +47,23 @@ def theta_oriented(p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient):
 
 @njit(cache=True, nogil=True)
 def probe_pairs(
-    p_attrs, p_seq, p_idx, p_lo_idx, p_ingest, p_pos,
-    c_attrs, c_rows, c_at,
-    cond_attr, lo, hi, first, orient, min_idx, probe_is_r,
-):  # fmt: skip
+    p_attrs,
+    p_seq,
+    p_idx,
+    p_lo_idx,
+    p_ingest,
+    p_pos,
+    c_attrs,
+    c_rows,
+    c_at,
+    cond_attr,
+    lo,
+    hi,
+    first,
+    orient,
+    min_idx,
+    probe_is_r,
+):
     """The pairs among candidates: ``(r_seq, s_seq, ingest_ns)``, one pass over them.
 
     Candidate ``t`` pairs the probing tuple at column ``p_pos[t]`` of the ``p_*`` arrays with
@@ -114,8 +127,9 @@ def join_within_batch(stream, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, 
     while True:
         out_i = np.empty(cap, dtype=np.int64)
         out_j = np.empty(cap, dtype=np.int64)
-        n = _sweep_batch(key, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, by_stream,
-                         out_i, out_j)  # fmt: skip
+        n = _sweep_batch(
+            key, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, by_stream, out_i, out_j
+        )
         if n <= cap:
             return out_i[:n], out_j[:n]
         cap = n  # rare: more pairs than the guess; the sweep is deterministic, run it again

@@ -60,9 +60,18 @@ class TupleStore:
             self._make_room(n)
         t = self.tail
         _gather_rows(
-            self.rows, self.ts, self.attrs, t,
-            batch.seq, batch.idx, batch.lo_idx, batch.ingest_ns, batch.ts, batch.attrs, pos,
-        )  # fmt: skip
+            self.rows,
+            self.ts,
+            self.attrs,
+            t,
+            batch.seq,
+            batch.idx,
+            batch.lo_idx,
+            batch.ingest_ns,
+            batch.ts,
+            batch.attrs,
+            pos,
+        )
         self.tail = t + n
         return np.arange(self.base + t, self.base + t + n, dtype=np.int64)
 
@@ -111,8 +120,12 @@ class TupleStore:
         """Rows ``[start, end)`` as a new Batch of ``stream`` (copies)."""
         cols = {name: self.rows[start:end, c].copy() for c, name in enumerate(ROW_FIELDS)}
         n = end - start
-        return Batch(stream=np.full(n, stream, dtype=np.int8), ts=self.ts[start:end].copy(),
-                     attrs=self.attrs[:, start:end].copy(), **cols)  # fmt: skip
+        return Batch(
+            stream=np.full(n, stream, dtype=np.int8),
+            ts=self.ts[start:end].copy(),
+            attrs=self.attrs[:, start:end].copy(),
+            **cols,
+        )
 
 
 @njit(cache=True, nogil=True)

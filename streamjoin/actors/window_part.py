@@ -107,9 +107,16 @@ class JoinSpec:
             views = (self.in_key_order(batch, x) for x in (0, 1))
             by_stream = tuple(xs[order] for xs, _, order in views)
         i, j = join_within_batch(
-            batch.stream, batch.idx, batch.lo_idx, batch.attrs,
-            self.cond_attr, self.lo, self.hi, self.query.self_join, *by_stream,
-        )  # fmt: skip
+            batch.stream,
+            batch.idx,
+            batch.lo_idx,
+            batch.attrs,
+            self.cond_attr,
+            self.lo,
+            self.hi,
+            self.query.self_join,
+            *by_stream,
+        )
         if len(i) == 0:
             return PairBatch.empty()
         ingest = np.maximum(batch.ingest_ns[i], batch.ingest_ns[j])
@@ -168,11 +175,23 @@ class WindowPart:
         elif orient == EITHER:
             first = 0  # each box guaranteed only its own orientation
         r, s, ingest = probe_pairs(
-            batch.attrs, batch.seq, batch.idx, batch.lo_idx, batch.ingest_ns, xs[pos],
-            store.attrs, store.rows, refs - store.base,
-            spec.cond_attr, spec.lo, spec.hi, first, orient, min_idx,
+            batch.attrs,
+            batch.seq,
+            batch.idx,
+            batch.lo_idx,
+            batch.ingest_ns,
+            xs[pos],
+            store.attrs,
+            store.rows,
+            refs - store.base,
+            spec.cond_attr,
+            spec.lo,
+            spec.hi,
+            first,
+            orient,
+            min_idx,
             not spec.query.self_join and x == 0,
-        )  # fmt: skip
+        )
         return PairBatch(r, s, ingest)
 
     def insert(

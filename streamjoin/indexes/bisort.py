@@ -232,8 +232,9 @@ def _sweeps(m, probes):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _locate_group(keys, refs, m, index, samples, stride, vlo, vhi, g0, sweep, low, start, end,
-                  base, count, ends):  # fmt: skip
+def _locate_group(
+    keys, refs, m, index, samples, stride, vlo, vhi, g0, sweep, low, start, end, base, count, ends
+):
     """``<id_start, id_end>`` records of probes ``g0 .. g0 + _GROUP`` (§III-D) into
     ``base``/``ends``; returns the hints ``(low, start, end)`` for the next group.
 
@@ -250,8 +251,7 @@ def _locate_group(keys, refs, m, index, samples, stride, vlo, vhi, g0, sweep, lo
             start = _forward(keys, m, start, vlo[g0 + g], False, _SWEEP_AHEAD)
             base[g] = start
     else:
-        low = _group_starts(keys, m, index, samples, stride, vlo[g0 : g0 + size], low, base,
-                            count)  # fmt: skip
+        low = _group_starts(keys, m, index, samples, stride, vlo[g0 : g0 + size], low, base, count)
     for g in range(size):
         prefetch(refs, base[g])
         end = _forward(keys, m, max(end, base[g]), vhi[g0 + g], True, _END_AHEAD)
@@ -278,14 +278,29 @@ def locate_run(keys, refs, m, index, samples, stride, vlo, vhi, starts, ends):
     low = start = end = 0
     for g0 in range(0, vlo.shape[0], _GROUP):
         low, start, end = _locate_group(
-            keys, refs, m, index, samples, stride, vlo, vhi, g0, sweep, low, start, end,
-            starts[g0:], count, ends[g0:],
-        )  # fmt: skip
+            keys,
+            refs,
+            m,
+            index,
+            samples,
+            stride,
+            vlo,
+            vhi,
+            g0,
+            sweep,
+            low,
+            start,
+            end,
+            starts[g0:],
+            count,
+            ends[g0:],
+        )
 
 
 @njit(cache=True, nogil=True)
-def probe_run(keys, refs, m, index, samples, stride, probes, vlo, vhi, lo, hi, min_ref,
-              out_p, out_r, n):  # fmt: skip
+def probe_run(
+    keys, refs, m, index, samples, stride, probes, vlo, vhi, lo, hi, min_ref, out_p, out_r, n
+):
     """Append the pairs ``(i, ref)`` of a sorted run to ``out_p[:n]``/``out_r[:n]``.
 
     The items of ``keys[:m]``/``refs[:m]`` with ``lo <= key - probes[i] <= hi`` and ``ref >=
@@ -304,9 +319,23 @@ def probe_run(keys, refs, m, index, samples, stride, probes, vlo, vhi, lo, hi, m
     low = start = end = 0
     for g0 in range(0, vlo.shape[0], _GROUP):
         low, start, end = _locate_group(
-            keys, refs, m, index, samples, stride, vlo, vhi, g0, sweep, low, start, end,
-            base, count, ends,
-        )  # fmt: skip
+            keys,
+            refs,
+            m,
+            index,
+            samples,
+            stride,
+            vlo,
+            vhi,
+            g0,
+            sweep,
+            low,
+            start,
+            end,
+            base,
+            count,
+            ends,
+        )
         size = min(_GROUP, vlo.shape[0] - g0)
         candidates = 0
         for g in range(size):
@@ -337,8 +366,18 @@ def locate_bisort(t, vlo, vhi):
     """
     starts = np.empty(vlo.shape[0], dtype=np.int64)
     ends = np.empty(vlo.shape[0], dtype=np.int64)
-    locate_run(t.keys, t.refs, t.meta[MAIN], t.index, t.meta[SAMPLES], t.meta[STRIDE], vlo, vhi,
-               starts, ends)  # fmt: skip
+    locate_run(
+        t.keys,
+        t.refs,
+        t.meta[MAIN],
+        t.index,
+        t.meta[SAMPLES],
+        t.meta[STRIDE],
+        vlo,
+        vhi,
+        starts,
+        ends,
+    )
     return starts, ends
 
 
@@ -356,18 +395,44 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
     probe is swept in O(m)).
     """
     out_p, out_r, n = probe_run(
-        t.keys, t.refs, t.meta[MAIN], t.index, t.meta[SAMPLES], t.meta[STRIDE], keys, vlo, vhi,
-        lo, hi, min_ref, out_p, out_r, n,
-    )  # fmt: skip
+        t.keys,
+        t.refs,
+        t.meta[MAIN],
+        t.index,
+        t.meta[SAMPLES],
+        t.meta[STRIDE],
+        keys,
+        vlo,
+        vhi,
+        lo,
+        hi,
+        min_ref,
+        out_p,
+        out_r,
+        n,
+    )
     b = t.meta[BUFFERED]
     if b > 0:  # dense batches sweep the buffer; sparse ones search it by an index built here
         index = (
             t.buf_keys[:0] if _sweeps(b, keys.shape[0]) else t.buf_keys[:b:_BUFFER_STRIDE].copy()
         )
         out_p, out_r, n = probe_run(
-            t.buf_keys, t.buf_refs, b, index, index.shape[0], _BUFFER_STRIDE, keys, vlo, vhi,
-            lo, hi, min_ref, out_p, out_r, n,
-        )  # fmt: skip
+            t.buf_keys,
+            t.buf_refs,
+            b,
+            index,
+            index.shape[0],
+            _BUFFER_STRIDE,
+            keys,
+            vlo,
+            vhi,
+            lo,
+            hi,
+            min_ref,
+            out_p,
+            out_r,
+            n,
+        )
     return out_p, out_r, n
 
 
@@ -409,10 +474,13 @@ class BISort(SubwindowStore):
         self.partitions = int_option(self.kind, "partitions", partitions, 1)
         self.buffer_size = int_option(self.kind, "buffer_size", buffer_size, 0)
         self._t = BISortArrays(
-            np.empty(capacity), np.empty(capacity, dtype=np.int64),
-            np.empty(self.buffer_size), np.empty(self.buffer_size, dtype=np.int64),
-            np.empty(self.partitions), np.zeros(4, dtype=np.int64),
-        )  # fmt: skip
+            np.empty(capacity),
+            np.empty(capacity, dtype=np.int64),
+            np.empty(self.buffer_size),
+            np.empty(self.buffer_size, dtype=np.int64),
+            np.empty(self.partitions),
+            np.zeros(4, dtype=np.int64),
+        )
         self._size = 0
 
     def successor(self) -> BISort:
@@ -445,8 +513,10 @@ class BISort(SubwindowStore):
     def items(self):
         t = self._t
         m, b = t.meta[MAIN], t.meta[BUFFERED]
-        return (np.concatenate([t.keys[:m], t.buf_keys[:b]]),
-                np.concatenate([t.refs[:m], t.buf_refs[:b]]))  # fmt: skip
+        return (
+            np.concatenate([t.keys[:m], t.buf_keys[:b]]),
+            np.concatenate([t.refs[:m], t.buf_refs[:b]]),
+        )
 
     def check(self) -> None:
         t = self._t

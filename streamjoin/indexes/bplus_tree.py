@@ -80,12 +80,16 @@ def new_tree(fanout: int, leaf_size: int, leaf_cap: int, inner_cap: int) -> BPlu
     leaf_count = np.empty(leaf_cap, dtype=np.int64)
     leaf_count[0] = 0
     return BPlusArrays(
-        np.empty((leaf_cap, leaf_size)), np.empty((leaf_cap, leaf_size), dtype=np.int64),
-        leaf_count, leaf_next,
-        np.empty((inner_cap, fanout)), np.empty((inner_cap, fanout), dtype=np.int64),
-        np.empty((inner_cap, fanout), dtype=np.int64), np.empty(inner_cap, dtype=np.int64),
+        np.empty((leaf_cap, leaf_size)),
+        np.empty((leaf_cap, leaf_size), dtype=np.int64),
+        leaf_count,
+        leaf_next,
+        np.empty((inner_cap, fanout)),
+        np.empty((inner_cap, fanout), dtype=np.int64),
+        np.empty((inner_cap, fanout), dtype=np.int64),
+        np.empty(inner_cap, dtype=np.int64),
         meta,
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,8 +212,16 @@ def _rebalance(t, keys, refs, child, count, inner, parent, j):
         for i in range(count[right]):
             _copy(keys, refs, child, inner, right, i, left, count[left] + i)
         count[left] += count[right]
-        _shift(t.inner_keys, t.inner_refs, t.inner_child, True, parent, jr + 1,
-               t.inner_count[parent], -1)  # fmt: skip
+        _shift(
+            t.inner_keys,
+            t.inner_refs,
+            t.inner_child,
+            True,
+            parent,
+            jr + 1,
+            t.inner_count[parent],
+            -1,
+        )
         t.inner_count[parent] -= 1
         return right
     t.inner_keys[parent, jr] = keys[right, 0]
@@ -224,8 +236,12 @@ def _descend(t, root, height, k, r, path_node, path_slot):
     for level in range(height):
         # child j covers [sep_j, sep_{j+1}): find the first separator above (k, r), which
         # is the first one not below (k, r + 1) since refs are integers
-        j = _pair_lower_bound(t.inner_keys[node], t.inner_refs[node], 1, t.inner_count[node],
-                              k, r + 1) - 1  # fmt: skip
+        j = (
+            _pair_lower_bound(
+                t.inner_keys[node], t.inner_refs[node], 1, t.inner_count[node], k, r + 1
+            )
+            - 1
+        )
         path_node[level] = node
         path_slot[level] = j
         node = t.inner_child[node, j]
@@ -320,17 +336,37 @@ def insert_into(t, top, keys, refs, path):
         while level >= 0 and t.inner_count[path_node[level]] == fanout:
             node = path_node[level]
             new = _alloc(t.meta, INNER_FREE, INNER_HWM, t.inner_child[:, 0])
-            _split_insert(t.inner_keys, t.inner_refs, t.inner_child, t.inner_count, True,
-                          node, new, path_slot[level] + 1, sk, sr, c)  # fmt: skip
+            _split_insert(
+                t.inner_keys,
+                t.inner_refs,
+                t.inner_child,
+                t.inner_count,
+                True,
+                node,
+                new,
+                path_slot[level] + 1,
+                sk,
+                sr,
+                c,
+            )
             sk, sr, c = t.inner_keys[new, 0], t.inner_refs[new, 0], new
             level -= 1
         if level >= 0:
-            _insert_entry(t.inner_keys, t.inner_refs, t.inner_child, t.inner_count, True,
-                          path_node[level], path_slot[level] + 1, sk, sr, c)  # fmt: skip
+            _insert_entry(
+                t.inner_keys,
+                t.inner_refs,
+                t.inner_child,
+                t.inner_count,
+                True,
+                path_node[level],
+                path_slot[level] + 1,
+                sk,
+                sr,
+                c,
+            )
         else:  # the root split: grow a level
             root = _alloc(t.meta, INNER_FREE, INNER_HWM, t.inner_child[:, 0])
-            _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 0, -np.inf, _NO_REF,
-                 top[0])  # fmt: skip
+            _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 0, -np.inf, _NO_REF, top[0])
             _put(t.inner_keys, t.inner_refs, t.inner_child, True, root, 1, sk, sr, c)
             t.inner_count[root] = 2
             top[0] = root
@@ -368,8 +404,9 @@ def delete_items(t, keys, refs):
         # the parent lost an entry; repair inner nodes upwards while they underflow
         while level > 0 and t.inner_count[path_node[level]] < half_inner:
             parent, j = path_node[level - 1], path_slot[level - 1]
-            gone = _rebalance(t, t.inner_keys, t.inner_refs, t.inner_child, t.inner_count,
-                              True, parent, j)  # fmt: skip
+            gone = _rebalance(
+                t, t.inner_keys, t.inner_refs, t.inner_child, t.inner_count, True, parent, j
+            )
             if gone < 0:
                 break
             _release(t.meta, INNER_FREE, t.inner_child[:, 0], gone)
@@ -409,9 +446,21 @@ def probe_tree(t, keys, lo, hi, min_ref=_NO_REF):
         leaf, p = seek(t, t.meta[ROOT], t.meta[HEIGHT], vlo)
         done = False
         while not done and leaf >= 0:
-            out_p, out_r, n, done = scan_run(t.leaf_keys[leaf], t.leaf_refs[leaf], p,
-                                             t.leaf_count[leaf], key, lo, hi, vhi, min_ref, i,
-                                             out_p, out_r, n)  # fmt: skip
+            out_p, out_r, n, done = scan_run(
+                t.leaf_keys[leaf],
+                t.leaf_refs[leaf],
+                p,
+                t.leaf_count[leaf],
+                key,
+                lo,
+                hi,
+                vhi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n,
+            )
             leaf = t.leaf_next[leaf]
             p = 0
     return out_p[:n], out_r[:n]
@@ -549,8 +598,13 @@ def check_forest(t: BPlusArrays, tops: np.ndarray) -> list[list[tuple[float, int
         first = len(leaves)
         visit(root, 0, height, (-np.inf, _NO_REF), (np.inf, _NO_REF))
         assert leaves[first] == p, f"leaf {p} heads tree {p}"
-        items.append([(float(t.leaf_keys[n, j]), int(t.leaf_refs[n, j]))
-                      for n in leaves[first:] for j in range(int(t.leaf_count[n]))])  # fmt: skip
+        items.append(
+            [
+                (float(t.leaf_keys[n, j]), int(t.leaf_refs[n, j]))
+                for n in leaves[first:]
+                for j in range(int(t.leaf_count[n]))
+            ]
+        )
     chain, leaf = [], 0
     while leaf >= 0 and len(chain) <= len(leaves):
         chain.append(leaf)

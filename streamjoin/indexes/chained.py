@@ -183,8 +183,9 @@ class ChainedIndex(WindowIndex):
         found = [probe_tree(self._active, k, lo, hi, before)] if self._active_n else []
         for sub in self._chain:  # §2.2.2 step 1: search every subindex
             if isinstance(sub, CSSRun):
-                found.append(search_css_tree(*sub, self.css_fanout, self.css_leaf_size, k, lo,
-                                             hi, before))  # fmt: skip
+                found.append(
+                    search_css_tree(*sub, self.css_fanout, self.css_leaf_size, k, lo, hi, before)
+                )
             else:
                 found.append(probe_tree(sub, k, lo, hi, before))
         if not found:

@@ -174,9 +174,17 @@ class CSSTreeIndex(WindowIndex):
 
     def probe(self, keys, lo, hi):
         return search_css_tree(
-            self._keys, self._refs, self._inner, self._offsets, self.fanout, self.leaf_size,
-            np.ascontiguousarray(keys[0]), lo[0], hi[0], self._before_ref,
-        )  # fmt: skip
+            self._keys,
+            self._refs,
+            self._inner,
+            self._offsets,
+            self.fanout,
+            self.leaf_size,
+            np.ascontiguousarray(keys[0]),
+            lo[0],
+            hi[0],
+            self._before_ref,
+        )
 
     def expire(self, before_ref: int) -> None:
         self._before_ref = max(self._before_ref, int(before_ref))

@@ -119,9 +119,16 @@ class HashIndex(WindowIndex):
     def probe(self, keys, lo, hi):
         k = np.ascontiguousarray(keys[0])
         pos, e = probe_chains(
-            self._buckets, self._next, self._keys, self._head, k, _key_bits(k), self._shift,
-            lo[0], hi[0],
-        )  # fmt: skip
+            self._buckets,
+            self._next,
+            self._keys,
+            self._head,
+            k,
+            _key_bits(k),
+            self._shift,
+            lo[0],
+            hi[0],
+        )
         return pos, self._refs[e]
 
     def expire(self, before_ref: int) -> None:

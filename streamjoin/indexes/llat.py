@@ -45,9 +45,12 @@ def new_llat(entries: int, width: int, normal: int) -> LLAT:
     fill = np.zeros(entries, dtype=np.int64)
     nxt = np.full(entries, -1, dtype=np.int64)
     return LLAT(
-        np.empty((entries, width)), np.empty((entries, width), dtype=np.int64), fill, nxt,
+        np.empty((entries, width)),
+        np.empty((entries, width), dtype=np.int64),
+        fill,
+        nxt,
         np.array([normal], dtype=np.int64),
-    )  # fmt: skip
+    )
 
 
 def grown_llat(llat: LLAT, entries: int) -> LLAT:
@@ -100,9 +103,21 @@ def llat_append(llat, tail, part, v, r):
 
 @njit(cache=True, nogil=True)
 def _sweep(
-    llat, part_high, part_next, part_head, start_part, keys, vlo, vhi, lo, hi, min_ref,
-    out_p, out_r, write,
-):  # fmt: skip
+    llat,
+    part_high,
+    part_next,
+    part_head,
+    start_part,
+    keys,
+    vlo,
+    vhi,
+    lo,
+    hi,
+    min_ref,
+    out_p,
+    out_r,
+    write,
+):
     """One pass of :func:`scan_partitions`: count the matches, and store them if ``write``."""
     m = keys.shape[0]
     n = 0

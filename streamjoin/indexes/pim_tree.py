@@ -119,9 +119,22 @@ AHEAD = 8
 
 @njit(cache=True, nogil=True)
 def probe_partitioned(
-    ts_keys, ts_refs, inner, offsets, fanout, leaf_size, stride,
-    t, tops, upper, locks, probe_keys, lo, hi, min_ref,
-):  # fmt: skip
+    ts_keys,
+    ts_refs,
+    inner,
+    offsets,
+    fanout,
+    leaf_size,
+    stride,
+    t,
+    tops,
+    upper,
+    locks,
+    probe_keys,
+    lo,
+    hi,
+    min_ref,
+):
     """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2).
 
     One descent of T_S finds both the first leaf to scan and, as the node at the insertion
@@ -188,9 +201,20 @@ def probe_partitioned(
         node, pos = ti_leaf[i], ti_at[i]
         while True:  # l. 19-38
             out_p, out_r, n_out, done = scan_run(
-                ti_keys, ti_refs, pos, node * size + t.leaf_count[node],
-                key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out,
-            )  # fmt: skip
+                ti_keys,
+                ti_refs,
+                pos,
+                node * size + t.leaf_count[node],
+                key,
+                lo,
+                hi,
+                vhi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n_out,
+            )
             nxt = t.leaf_next[node]
             if done or nxt < 0:  # l. 25, 37-38
                 break
@@ -318,8 +342,9 @@ class PIMTreeIndex(WindowIndex):
         keys, refs = self._spare
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
             keys, refs = np.empty(need + need // 4), np.empty(need + need // 4, dtype=np.int64)
-        n = merge_runs_into(self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before,
-                            keys, refs)  # fmt: skip
+        n = merge_runs_into(
+            self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before, keys, refs
+        )
         self._spare, self._ts_buf = self._ts_buf, (keys, refs)
         self._rebuild(keys[:n], refs[:n])
         self.merges += 1
@@ -352,9 +377,17 @@ class PIMTreeIndex(WindowIndex):
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
         insert_partitioned(
-            self._forest, self._tops, self._locks, self._inserts, self._inner, self._offsets,
-            self.css_fanout, self._depth, np.ascontiguousarray(run_keys), run_refs,
-        )  # fmt: skip
+            self._forest,
+            self._tops,
+            self._locks,
+            self._inserts,
+            self._inner,
+            self._offsets,
+            self.css_fanout,
+            self._depth,
+            np.ascontiguousarray(run_keys),
+            run_refs,
+        )
         self._n_ti += len(refs)
         if self._n_ti >= self._merge_size():
             self._merge()
@@ -365,11 +398,22 @@ class PIMTreeIndex(WindowIndex):
         # probes in key order already
         order = None if is_sorted(keys[0]) else np.argsort(keys[0])
         pos, refs = probe_partitioned(
-            self._ts_keys, self._ts_refs, self._inner, self._offsets, self.css_fanout,
-            self.css_leaf_size, self._stride, self._forest, self._tops, self._upper,
-            self._locks, np.ascontiguousarray(keys[0] if order is None else keys[0][order]),
-            lo[0], hi[0], self._before,
-        )  # fmt: skip
+            self._ts_keys,
+            self._ts_refs,
+            self._inner,
+            self._offsets,
+            self.css_fanout,
+            self.css_leaf_size,
+            self._stride,
+            self._forest,
+            self._tops,
+            self._upper,
+            self._locks,
+            np.ascontiguousarray(keys[0] if order is None else keys[0][order]),
+            lo[0],
+            hi[0],
+            self._before,
+        )
         return (pos, refs) if order is None else (order[pos], refs)
 
     def expire(self, before_ref: int) -> None:
@@ -380,8 +424,17 @@ class PIMTreeIndex(WindowIndex):
 
     @property
     def nbytes(self) -> int:
-        arrays = (*self._ts_buf, *self._spare, self._inner, self._offsets, self._upper,
-                  self._tops, self._locks, self._inserts, *self._forest)  # fmt: skip
+        arrays = (
+            *self._ts_buf,
+            *self._spare,
+            self._inner,
+            self._offsets,
+            self._upper,
+            self._tops,
+            self._locks,
+            self._inserts,
+            *self._forest,
+        )
         return sum(a.nbytes for a in arrays)
 
     def check(self) -> None:
@@ -440,5 +493,6 @@ class IMTreeIndex(PIMTreeIndex):
         css_fanout: int = 65,
         css_leaf_size: int = 32,
     ) -> None:
-        super().__init__(n_keys, merge_ratio, 0, window, fanout, leaf_size, css_fanout,
-                         css_leaf_size)  # fmt: skip
+        super().__init__(
+            n_keys, merge_ratio, 0, window, fanout, leaf_size, css_fanout, css_leaf_size
+        )

@@ -215,9 +215,14 @@ class RaPTable(LLATStore):
         self._size = 0
         arange = np.arange(p, dtype=np.int64)
         self._t = RaPArrays(
-            high, np.zeros(p, dtype=np.int64), np.empty(p), np.empty(p), arange.copy(),
-            np.append(arange[1:], -1), arange,
-        )  # fmt: skip
+            high,
+            np.zeros(p, dtype=np.int64),
+            np.empty(p),
+            np.empty(p),
+            arange.copy(),
+            np.append(arange[1:], -1),
+            arange,
+        )
 
     def successor(self) -> RaPTable:
         t = self._t

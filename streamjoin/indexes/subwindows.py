@@ -338,8 +338,7 @@ class SubwindowIndex(WindowIndex):
         found = [s.probe(keys, vlo, vhi, lo, hi, self._before) for s in self._subwindows if len(s)]
         if len(found) == 1:
             return found[0]
-        return (np.concatenate([f[0] for f in found]),
-                np.concatenate([f[1] for f in found]))  # fmt: skip
+        return (np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found]))
 
     def expire(self, before_ref: int) -> None:
         self._before = max(self._before, int(before_ref))

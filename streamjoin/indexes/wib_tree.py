@@ -83,11 +83,16 @@ class WiBArrays(NamedTuple):
 def new_tree(leaves: int, inners: int, fanout: int) -> WiBArrays:
     """A tree of one empty regular leaf (leaf 0, which will take LLAT entry 0)."""
     t = WiBArrays(
-        np.empty((inners, fanout - 1)), np.empty((inners, fanout), dtype=np.int64),
-        np.empty(inners, dtype=np.int64), np.zeros(leaves, dtype=np.int64),
-        np.zeros(leaves, dtype=np.int64), np.full(leaves, -1, dtype=np.int64),
-        np.full(leaves, np.inf), np.zeros(leaves, dtype=np.bool_), np.zeros(4, dtype=np.int64),
-    )  # fmt: skip
+        np.empty((inners, fanout - 1)),
+        np.empty((inners, fanout), dtype=np.int64),
+        np.empty(inners, dtype=np.int64),
+        np.zeros(leaves, dtype=np.int64),
+        np.zeros(leaves, dtype=np.int64),
+        np.full(leaves, -1, dtype=np.int64),
+        np.full(leaves, np.inf),
+        np.zeros(leaves, dtype=np.bool_),
+        np.zeros(4, dtype=np.int64),
+    )
     t.meta[LEAVES] = 1
     return t
 
@@ -102,9 +107,11 @@ def _new_path():
     """Buffers for a root-to-leaf path: inner node, child slot taken, and the node's key range
     ``[lo, hi)`` at each level."""
     return (
-        np.empty(MAX_HEIGHT, dtype=np.int64), np.empty(MAX_HEIGHT, dtype=np.int64),
-        np.empty(MAX_HEIGHT), np.empty(MAX_HEIGHT),
-    )  # fmt: skip
+        np.empty(MAX_HEIGHT, dtype=np.int64),
+        np.empty(MAX_HEIGHT, dtype=np.int64),
+        np.empty(MAX_HEIGHT),
+        np.empty(MAX_HEIGHT),
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -413,12 +420,22 @@ class WiBTree(LLATStore):
                 self._llat = grown_llat(self._llat, 2 * len(self._llat.fill))
             if leaves:
                 cap = 2 * len(t.leaf_head)
-                t = t._replace(**{f: _grown(getattr(t, f), cap) for f in WiBArrays._fields
-                                  if f.startswith("leaf_")})  # fmt: skip
+                t = t._replace(
+                    **{
+                        f: _grown(getattr(t, f), cap)
+                        for f in WiBArrays._fields
+                        if f.startswith("leaf_")
+                    }
+                )
             if inners:
                 cap = 2 * len(t.inner_count)
-                t = t._replace(**{f: _grown(getattr(t, f), cap) for f in WiBArrays._fields
-                                  if f.startswith("inner_")})  # fmt: skip
+                t = t._replace(
+                    **{
+                        f: _grown(getattr(t, f), cap)
+                        for f in WiBArrays._fields
+                        if f.startswith("inner_")
+                    }
+                )
             self._t = t
 
     def insert(self, keys, refs):
@@ -443,8 +460,10 @@ class WiBTree(LLATStore):
         entries = [
             e for leaf in self._leaves_in_order() for e in chain_entries(llat, t.leaf_head[leaf])
         ]
-        return (np.concatenate([llat.keys[e, : llat.fill[e]] for e in entries]),
-                np.concatenate([llat.refs[e, : llat.fill[e]] for e in entries]))  # fmt: skip
+        return (
+            np.concatenate([llat.keys[e, : llat.fill[e]] for e in entries]),
+            np.concatenate([llat.refs[e, : llat.fill[e]] for e in entries]),
+        )
 
     def check(self) -> None:
         t, llat = self._t, self._llat

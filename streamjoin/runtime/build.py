@@ -53,19 +53,31 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
             collector.warm()
             return collector
         case "manager":
-            manager = PanJoinManager(query, config["workers"], config["subwindows"],
-                                     config.get("subwindow_size"), config.get("index"))  # fmt: skip
+            manager = PanJoinManager(
+                query,
+                config["workers"],
+                config["subwindows"],
+                config.get("subwindow_size"),
+                config.get("index"),
+            )
             manager.warm()
             return manager
         case "handshake_core":
             capacity = segment_capacity(query, config["n"], config.get("segment"))
-            core = HandshakeCore(query, config["k"], config["n"], capacity, config.get("index"),
-                                 config.get("index_options"))  # fmt: skip
+            core = HandshakeCore(
+                query,
+                config["k"],
+                config["n"],
+                capacity,
+                config.get("index"),
+                config.get("index_options"),
+            )
             JoinCore(query, config.get("index"), config.get("index_options")).warm()
             return core
         case "handshake_ll_core":
-            core = LowLatencyHandshakeCore(query, config["k"], config["n"], config.get("index"),
-                                           config.get("index_options"))  # fmt: skip
+            core = LowLatencyHandshakeCore(
+                query, config["k"], config["n"], config.get("index"), config.get("index_options")
+            )
             JoinCore(query, config.get("index"), config.get("index_options")).warm()
             return core
         case "worker":

@@ -66,11 +66,20 @@ from streamjoin.batch import Batch, PairBatch
 #: Feature names per cost group; a profile holds one coefficient (ns) per feature.
 FEATURES = {
     "emitter": ("calls", "tuples_in", "msgs_out", "tuples_out", "copied"),
-    "join": ("calls", "part_calls", "tuples", "probes", "scan", "candidates", "pairs",
-             "inserted", "expired"),
+    "join": (
+        "calls",
+        "part_calls",
+        "tuples",
+        "probes",
+        "scan",
+        "candidates",
+        "pairs",
+        "inserted",
+        "expired",
+    ),
     "manager": ("calls", "tuples", "msgs_out", "pairs"),
     "collector": ("calls", "pairs"),
-}  # fmt: skip
+}
 
 #: How a probe's work grows with the part it searches (default ``log``: a search tree).
 SCAN_KINDS = {"nested_loop": "linear", "hash": "const"}
@@ -153,12 +162,14 @@ class MessageCosts:
         try:
             points = tuple((float(b), float(s), float(r)) for b, s, r in self.measured)
         except (TypeError, ValueError):
-            raise ValueError(f"measured must be (bytes, send_ns, recv_ns) points, got "
-                             f"{self.measured!r}") from None  # fmt: skip
+            raise ValueError(
+                f"measured must be (bytes, send_ns, recv_ns) points, got {self.measured!r}"
+            ) from None
         sizes = [b for b, _, _ in points]
         if sizes != sorted(set(sizes)) or any(min(p) < 0 for p in points):
-            raise ValueError(f"measured points must be ascending in bytes and >= 0, got "
-                             f"{self.measured!r}")  # fmt: skip
+            raise ValueError(
+                f"measured points must be ascending in bytes and >= 0, got {self.measured!r}"
+            )
         object.__setattr__(self, "measured", points)
         # (send, send/B, receive, receive/B) per stretch of sizes: below the first point, between
         # each two (bisect_left over the points' sizes picks one), beyond the last
@@ -168,8 +179,11 @@ class MessageCosts:
             (_, s0, r0), (bn, sn, rn) = points[0], points[-1]
             sends = _segments([(b, s) for b, s, _ in points])
             recvs = _segments([(b, r) for b, _, r in points])
-            lines = [(s0, 0.0, r0, 0.0), *(a + b for a, b in zip(sends, recvs, strict=True)),
-                     (sn - s_pb * bn, s_pb, rn - r_pb * bn, r_pb)]  # fmt: skip
+            lines = [
+                (s0, 0.0, r0, 0.0),
+                *(a + b for a, b in zip(sends, recvs, strict=True)),
+                (sn - s_pb * bn, s_pb, rn - r_pb * bn, r_pb),
+            ]
         object.__setattr__(self, "_sizes", [b for b, _, _ in points])
         object.__setattr__(self, "_lines", lines)
 
@@ -217,8 +231,9 @@ class IdleCosts:
         ramp = tuple((float(g), float(f)) for g, f in self.ramp)
         gaps = [g for g, _ in ramp]
         if any(g <= 0 for g in gaps) or gaps != sorted(set(gaps)) or any(f < 0 for _, f in ramp):
-            raise ValueError(f"ramp must be (gap_ns > 0, share >= 0) points, ascending in gap: "
-                             f"got {self.ramp!r}")  # fmt: skip
+            raise ValueError(
+                f"ramp must be (gap_ns > 0, share >= 0) points, ascending in gap: got {self.ramp!r}"
+            )
         object.__setattr__(self, "ramp", ramp)
         # share = base + slope · gap from (0, 0) up to each point in turn
         object.__setattr__(self, "_gaps", gaps)
@@ -328,8 +343,10 @@ class MachineProfile:
     @classmethod
     def from_dict(cls, d: dict) -> MachineProfile:
         """A profile from :meth:`to_dict` output; missing features cost 0, unknown ones fail."""
-        roles = {r: _coefficients(r, d.get("roles", {}).get(r, {})) for r in
-                 ("emitter", "manager", "collector")}  # fmt: skip
+        roles = {
+            r: _coefficients(r, d.get("roles", {}).get(r, {}))
+            for r in ("emitter", "manager", "collector")
+        }
         idx = {name: _coefficients("join", c) for name, c in d.get("indexes", {}).items()}
         try:
             messages = MessageCosts(**d.get("messages", {}))
@@ -339,12 +356,18 @@ class MachineProfile:
             after_idle = IdleCosts(**d.get("after_idle", {}))
         except (TypeError, ValueError) as e:
             raise ValueError(f"bad 'after_idle' in machine profile: {e}") from None
-        return cls(name=str(d.get("name", "unnamed")), roles=roles, indexes=idx,
-                   messages=messages, after_idle=after_idle,
-                   cpu_scale=float(d.get("cpu_scale", 1.0)),
-                   net_scale=float(d.get("net_scale", 1.0)), cpus=d.get("cpus"),
-                   cpu_share=tuple(d.get("cpu_share", ())),
-                   info=dict(d.get("info", {})))  # fmt: skip
+        return cls(
+            name=str(d.get("name", "unnamed")),
+            roles=roles,
+            indexes=idx,
+            messages=messages,
+            after_idle=after_idle,
+            cpu_scale=float(d.get("cpu_scale", 1.0)),
+            net_scale=float(d.get("net_scale", 1.0)),
+            cpus=d.get("cpus"),
+            cpu_share=tuple(d.get("cpu_share", ())),
+            info=dict(d.get("info", {})),
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the profile as JSON (an editable text file)."""
@@ -370,15 +393,18 @@ class MachineProfile:
                 cells = "  ".join(f"{f} {c / 1e3:.4g}" for f, c in coefs.items() if c)
                 lines.append(f"  {title} {key:<12} {cells or '(free)'}")
         m = self.messages
-        lines.append(f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
-                     f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
-                     f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)"
-                     f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}")  # fmt: skip
+        lines.append(
+            f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
+            f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
+            f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)"
+            f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}"
+        )
         idle = self.after_idle
         cells = "  ".join(f"{g} {idle.of(g) / 1e3:.4g}" for g in FEATURES)
         ramp = ", ".join(f"{f:.2f} at {g / 1e6:g} ms" for g, f in idle.ramp)
-        lines.append(f"  after idle (µs per step): {cells}"
-                     f"{f'  (shorter gaps: {ramp})' if ramp else ''}")  # fmt: skip
+        lines.append(
+            f"  after idle (µs per step): {cells}{f'  (shorter gaps: {ramp})' if ramp else ''}"
+        )
         return "\n".join(lines)
 
     # -- variants ------------------------------------------------------------------------------
@@ -397,11 +423,14 @@ class MachineProfile:
             return {k: {f: c / cpu for f, c in coefs.items()} for k, coefs in table.items()}
 
         return dataclasses.replace(
-            self, roles=div(self.roles), indexes=div(self.indexes),
-            messages=self.messages.scaled(net), after_idle=self.after_idle.scaled(cpu),
+            self,
+            roles=div(self.roles),
+            indexes=div(self.indexes),
+            messages=self.messages.scaled(net),
+            after_idle=self.after_idle.scaled(cpu),
             cpu_scale=self.cpu_scale * cpu,
             net_scale=self.net_scale * net,
-        )  # fmt: skip
+        )
 
     def with_messages(self, messages: MessageCosts) -> MachineProfile:
         """The same compute costs with another transport (e.g. shared-memory queues)."""
@@ -423,8 +452,10 @@ class MachineProfile:
 def _coefficients(group: str, coefs: dict) -> dict:
     unknown = set(coefs) - set(FEATURES[group])
     if unknown:
-        raise ValueError(f"machine profile: unknown {group} cost feature(s) {sorted(unknown)}; "
-                         f"known: {list(FEATURES[group])}")  # fmt: skip
+        raise ValueError(
+            f"machine profile: unknown {group} cost feature(s) {sorted(unknown)}; "
+            f"known: {list(FEATURES[group])}"
+        )
     return {f: float(coefs.get(f, 0.0)) for f in FEATURES[group]}
 
 
@@ -446,8 +477,9 @@ def as_profile(machine) -> MachineProfile:
         return MachineProfile.from_dict(machine)
     if isinstance(machine, str | os.PathLike):
         return MachineProfile.load(machine)
-    raise ValueError(f"machine must be a MachineProfile, a JSON path or a dict, got "
-                     f"{type(machine).__name__}")  # fmt: skip
+    raise ValueError(
+        f"machine must be a MachineProfile, a JSON path or a dict, got {type(machine).__name__}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,8 +509,9 @@ class CostModel:
         m = profile.messages
         self._hop = (m.hop_ns, m.hop_per_byte_ns)
         self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)), int(round(m.recv_ns)))
-        self._per_byte = bool(m.send_per_byte_ns or m.hop_per_byte_ns or m.recv_per_byte_ns
-                              or m.measured)  # fmt: skip
+        self._per_byte = bool(
+            m.send_per_byte_ns or m.hop_per_byte_ns or m.recv_per_byte_ns or m.measured
+        )
         self._sizes, self._lines = m._sizes, m._lines  # MessageCosts.send_recv, inlined
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}
@@ -492,24 +525,35 @@ class CostModel:
         if role in ("join_core", "handshake_ll_core") and isinstance(msg, Batch):
             st = logic.stats
             parts = logic.parts
-            return ((st["inserted"], st["pairs"], st["expired"]),
-                    {y: len(p.index) for y, p in parts.items()},
-                    sum(p.candidates for p in parts.values()))  # fmt: skip
+            return (
+                (st["inserted"], st["pairs"], st["expired"]),
+                {y: len(p.index) for y, p in parts.items()},
+                sum(p.candidates for p in parts.values()),
+            )
         if role == "handshake_core":
             parts = logic.parts
-            return ({y: (len(p.index), len(p.store)) for y, p in parts.items()},
-                    sum(p.candidates for p in parts.values()))  # fmt: skip
+            return (
+                {y: (len(p.index), len(p.store)) for y, p in parts.items()},
+                sum(p.candidates for p in parts.values()),
+            )
         if role == "worker" and isinstance(msg, WorkerCommand):
             # probed subwindows may be dropped by the same command: keep the objects
-            return [(x, [(p, len(p.index), p.candidates) for p in map(logic.parts.get, subs)])
-                    for x, subs in msg.probe]  # fmt: skip
+            return [
+                (x, [(p, len(p.index), p.candidates) for p in map(logic.parts.get, subs)])
+                for x, subs in msg.probe
+            ]
         return None
 
     def features(self, role: str, logic, kind: str, msg, out: list, snap) -> tuple:
         """The step's feature vector, in the order of ``FEATURES`` for its group."""
         if role == "emitter":
-            return (1, len(msg) if kind == "chunk" else 0, len(out), sum(len(m) for _, m in out),
-                    logic.copied - snap)  # fmt: skip
+            return (
+                1,
+                len(msg) if kind == "chunk" else 0,
+                len(out),
+                sum(len(m) for _, m in out),
+                logic.copied - snap,
+            )
         if role == "collector":
             return (1, len(msg) if kind == "batch" else 0)
         if kind != "batch":
@@ -545,8 +589,17 @@ class CostModel:
             if n_x and inserted:  # one insert call per stream the batch stores tuples of
                 part_calls += 1
         cand = sum(p.candidates for p in core.parts.values()) - cand0
-        return (1, part_calls, len(batch), probes, scan, cand, st["pairs"] - pairs0,
-                inserted, st["expired"] - exp0)  # fmt: skip
+        return (
+            1,
+            part_calls,
+            len(batch),
+            probes,
+            scan,
+            cand,
+            st["pairs"] - pairs0,
+            inserted,
+            st["expired"] - exp0,
+        )
 
     @staticmethod
     def _worker_features(worker, cmd: WorkerCommand, out: list, snap) -> tuple:
@@ -612,10 +665,15 @@ class CostModel:
             return costs[index]
         stand_in = _FALLBACK[SCAN_KINDS.get(index, "log")]
         if stand_in not in costs:
-            raise ValueError(f"machine profile {self.profile.name!r} has no costs for index "
-                             f"{index!r}; calibrate it: cost_model.calibrate(indexes=[{index!r}])")  # fmt: skip
-        warnings.warn(f"machine profile {self.profile.name!r} has no costs for index {index!r}; "
-                      f"using those of {stand_in!r}", stacklevel=3)  # fmt: skip
+            raise ValueError(
+                f"machine profile {self.profile.name!r} has no costs for index "
+                f"{index!r}; calibrate it: cost_model.calibrate(indexes=[{index!r}])"
+            )
+        warnings.warn(
+            f"machine profile {self.profile.name!r} has no costs for index {index!r}; "
+            f"using those of {stand_in!r}",
+            stacklevel=3,
+        )
         self.fallbacks[index] = stand_in
         return costs[stand_in]
 
@@ -676,8 +734,13 @@ class CostModel:
         def snapshot(msg):
             if type(msg) is not Batch:
                 return None
-            return (stats["inserted"], stats["pairs"], stats["expired"],
-                    [len(p.index) for p in probed], sum([p.candidates for p in parts]))  # fmt: skip
+            return (
+                stats["inserted"],
+                stats["pairs"],
+                stats["expired"],
+                [len(p.index) for p in probed],
+                sum([p.candidates for p in parts]),
+            )
 
         def charge(kind_, msg, out, snap, wall_ns):
             if snap is None:
@@ -705,9 +768,17 @@ class CostModel:
                     if inserted:  # one insert call per stream the batch stores tuples of
                         part_calls += 1
             cand = sum([p.candidates for p in parts]) - cand0
-            return (c_call + c_part * part_calls + c_tuples * n + c_probes * probes
-                    + c_scan * scan + c_cand * cand + c_pairs * (stats["pairs"] - pairs0)
-                    + c_ins * inserted + c_exp * (stats["expired"] - exp0))  # fmt: skip
+            return (
+                c_call
+                + c_part * part_calls
+                + c_tuples * n
+                + c_probes * probes
+                + c_scan * scan
+                + c_cand * cand
+                + c_pairs * (stats["pairs"] - pairs0)
+                + c_ins * inserted
+                + c_exp * (stats["expired"] - exp0)
+            )
 
         return snapshot, charge
 
@@ -723,8 +794,11 @@ class CostModel:
             nbytes = message_nbytes(msg)
             s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
             hop, hop_pb = self._hop
-            return (int(round(s + s_pb * nbytes)), int(round(hop + hop_pb * nbytes)),
-                    int(round(r + r_pb * nbytes)))  # fmt: skip
+            return (
+                int(round(s + s_pb * nbytes)),
+                int(round(hop + hop_pb * nbytes)),
+                int(round(r + r_pb * nbytes)),
+            )
         return self._msg_const
 
 
@@ -749,8 +823,7 @@ class _Recorder(CostModel):
 
     def bind(self, role, logic):
         group = _group(role)
-        rows = self.rows.setdefault((group, logic.spec.index_name if group == "join" else None),
-                                    [])  # fmt: skip
+        rows = self.rows.setdefault((group, logic.spec.index_name if group == "join" else None), [])
         seen = [0]
 
         def snapshot(msg):
@@ -813,8 +886,11 @@ def fit_costs(rows: list, names: tuple) -> tuple[dict, dict]:
         if keep.sum() < len(names):
             break
     err = np.abs(x @ coef - y) / np.maximum(y, 1.0)
-    quality = {"steps": len(y), "median_rel_error": float(np.median(err)),
-               "p90_rel_error": float(np.percentile(err, 90))}  # fmt: skip
+    quality = {
+        "steps": len(y),
+        "median_rel_error": float(np.median(err)),
+        "p90_rel_error": float(np.percentile(err, 90)),
+    }
     return {n: float(c) for n, c in zip(names, coef, strict=True)}, quality
 
 
@@ -943,17 +1019,32 @@ def measure_after_idle(
             medians = []
             for gap in gaps:
                 rec = _GapRecorder(base, warm, gap)
-                sim.run(query, data, topo, batch_size=b, chunk_rows=b, collect="count",
-                        progress=False, machine=rec, arrival=sim.Arrival.constant(1e6))  # fmt: skip
+                sim.run(
+                    query,
+                    data,
+                    topo,
+                    batch_size=b,
+                    chunk_rows=b,
+                    collect="count",
+                    progress=False,
+                    machine=rec,
+                    arrival=sim.Arrival.constant(1e6),
+                )
                 # the first steps after the warm-up follow no gap
                 medians.append({g: float(np.median(t[3:])) for g, t in rec.times.items()})
             for g in medians[0]:
                 points.setdefault((g, name), []).append([m[g] for m in medians])
-    raw = {f"{g}:{name}": {"hot_ns": float(np.median([r[0] for r in v])),
-                           "after_idle_ns": float(np.median([r[-1] for r in v])),
-                           "after_gap_ns": {f"{gap * 1e3:g} ms": float(np.median([r[k] for r in v]))
-                                            for k, gap in enumerate(gaps[1:], 1)}}
-           for (g, name), v in sorted(points.items())}  # fmt: skip
+    raw = {
+        f"{g}:{name}": {
+            "hot_ns": float(np.median([r[0] for r in v])),
+            "after_idle_ns": float(np.median([r[-1] for r in v])),
+            "after_gap_ns": {
+                f"{gap * 1e3:g} ms": float(np.median([r[k] for r in v]))
+                for k, gap in enumerate(gaps[1:], 1)
+            },
+        }
+        for (g, name), v in sorted(points.items())
+    }
     extra: dict[str, list] = {}
     shares: dict[float, list] = {}
     for (g, _), v in points.items():
@@ -967,11 +1058,20 @@ def measure_after_idle(
     ramp.append((gap_s * 1e9, 1.0))
     for k in range(1, len(ramp)):  # a longer gap never costs less
         ramp[k] = (ramp[k][0], max(ramp[k][1], ramp[k - 1][1]))
-    costs = IdleCosts(**{f"{g}_ns": max(0.0, float(np.median(extra[g]))) if g in extra else 0.0
-                         for g in FEATURES}, ramp=tuple(ramp))  # fmt: skip
-    return costs, {"gap_s": gap_s, "ramp_gaps_s": list(gaps[1:-1]), "index": index,
-                   "window": window, "steps": raw,
-                   "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
+    costs = IdleCosts(
+        **{
+            f"{g}_ns": max(0.0, float(np.median(extra[g]))) if g in extra else 0.0 for g in FEATURES
+        },
+        ramp=tuple(ramp),
+    )
+    return costs, {
+        "gap_s": gap_s,
+        "ramp_gaps_s": list(gaps[1:-1]),
+        "index": index,
+        "window": window,
+        "steps": raw,
+        "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 #: A busy process for :func:`measure_cpu_share`: spins for the given seconds, then prints
@@ -985,8 +1085,9 @@ print((time.process_time() - c0) / (time.perf_counter() - w0))
 """
 
 
-def measure_cpu_share(cpus: int | None = None, *, seconds: float = 0.5,
-                      rounds: int = 3) -> tuple[tuple[float, ...], dict]:  # fmt: skip
+def measure_cpu_share(
+    cpus: int | None = None, *, seconds: float = 0.5, rounds: int = 3
+) -> tuple[tuple[float, ...], dict]:
     """The share of a processor each of k busy processes gets on this host, k = 1 … ``cpus``.
 
     Starts k processes that spin for ``seconds`` and reports each one's CPU time over its
@@ -1006,13 +1107,19 @@ def measure_cpu_share(cpus: int | None = None, *, seconds: float = 0.5,
     seen: dict[int, list] = {k: [] for k in range(1, cpus + 1)}
     for _ in range(rounds):
         for k in seen:
-            procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(seconds)],
-                                      stdout=subprocess.PIPE, text=True) for _ in range(k)]  # fmt: skip
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-c", _SPIN, str(seconds)], stdout=subprocess.PIPE, text=True
+                )
+                for _ in range(k)
+            ]
             seen[k].append(float(np.median([float(p.communicate()[0]) for p in procs])))
     share = tuple(min(1.0, round(float(np.median(v)), 3)) for v in seen.values())
-    return share, {"by_busy": {str(k): [round(x, 3) for x in v] for k, v in seen.items()},
-                   "seconds": seconds,
-                   "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)]}  # fmt: skip
+    return share, {
+        "by_busy": {str(k): [round(x, 3) for x in v] for k, v in seen.items()},
+        "seconds": seconds,
+        "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def calibrate(
@@ -1073,8 +1180,17 @@ def calibrate(
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
             # costs are the measured host times, so the arrival rate only orders the steps
             recorder.run += 1
-            sim.run(query, data, topo, batch_size=b, chunk_rows=chunk, collect="count",
-                    progress=False, machine=recorder, arrival=sim.Arrival.constant(1e6))  # fmt: skip
+            sim.run(
+                query,
+                data,
+                topo,
+                batch_size=b,
+                chunk_rows=chunk,
+                collect="count",
+                progress=False,
+                machine=recorder,
+                arrival=sim.Arrival.constant(1e6),
+            )
     quality = {"cpu_share": share_raw}
     roles, index_costs = {}, {}
     for (group, index), rows in sorted(recorder.rows.items(), key=str):
@@ -1093,19 +1209,29 @@ def calibrate(
     if idle_gap_s is not None:
         index = "bplus_tree" if "bplus_tree" in names else names[0]
         kw = {"window": 4096, "rounds": 1, "steps": 20} if quick else {}
-        after_idle, quality["after_idle"] = measure_after_idle(index, gap_s=idle_gap_s,
-                                                               seed=seed, **kw)  # fmt: skip
+        after_idle, quality["after_idle"] = measure_after_idle(
+            index, gap_s=idle_gap_s, seed=seed, **kw
+        )
     messages = base.messages
     if ray:
         from streamjoin.runtime.ray_calibrate import measure_messages
 
         messages, quality["messages"] = measure_messages()
     profile = MachineProfile(
-        name=name or os.uname().nodename, roles=roles, indexes=index_costs, messages=messages,
-        after_idle=after_idle, cpu_share=cpu_share,
-        info={"machine": machine_info(), "date": datetime.date.today().isoformat(),
-              "streamjoin": __version__, "quick": quick, "fit": quality},
-    )  # fmt: skip
+        name=name or os.uname().nodename,
+        roles=roles,
+        indexes=index_costs,
+        messages=messages,
+        after_idle=after_idle,
+        cpu_share=cpu_share,
+        info={
+            "machine": machine_info(),
+            "date": datetime.date.today().isoformat(),
+            "streamjoin": __version__,
+            "quick": quick,
+            "fit": quality,
+        },
+    )
     if path is not None:
         profile.save(path)
     return profile

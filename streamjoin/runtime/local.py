@@ -88,9 +88,12 @@ def run_local(
             drain()
     end_ns = clock()
     return RunTrace(
-        input_tuples=n_in, start_ns=start_ns, end_ns=end_ns, actors=stats,
+        input_tuples=n_in,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        actors=stats,
         collector=actors[collector],
-    )  # fmt: skip
+    )
 
 
 class _Mailboxes:

@@ -43,8 +43,15 @@ WARM_SHARE = 0.1
 
 def _batch(n: int) -> Batch:
     z = np.arange(n, dtype=np.int64)
-    return Batch(seq=z, stream=(z % 2).astype(np.int8), idx=z.copy(), ts=z.copy(),
-                 ingest_ns=z.copy(), lo_idx=z.copy(), attrs=np.zeros((1, n)))  # fmt: skip
+    return Batch(
+        seq=z,
+        stream=(z % 2).astype(np.int8),
+        idx=z.copy(),
+        ts=z.copy(),
+        ingest_ns=z.copy(),
+        lo_idx=z.copy(),
+        attrs=np.zeros((1, n)),
+    )
 
 
 @ray.remote(max_restarts=0)
@@ -127,9 +134,12 @@ def _pipelined(sock, relay, sink, msg, calls: int) -> dict:
     )
     warm = int(calls * WARM_SHARE)
     sent = np.array([s for _, _, s in relay_log[warm:]], dtype=np.float64)
-    return {"period_ns": (sent[-1] - sent[0]) / (len(sent) - 1),
-            "send_ns": float(np.median([s - t for _, t, s in relay_log[warm:]])),
-            "relay_cpu_ns": relay_cpu / calls, "sink_cpu_ns": sink_cpu / calls}  # fmt: skip
+    return {
+        "period_ns": (sent[-1] - sent[0]) / (len(sent) - 1),
+        "send_ns": float(np.median([s - t for _, t, s in relay_log[warm:]])),
+        "relay_cpu_ns": relay_cpu / calls,
+        "sink_cpu_ns": sink_cpu / calls,
+    }
 
 
 def _idle(sock, relay, sink, msg, calls: int, gap_s: float) -> dict:
@@ -147,9 +157,11 @@ def _idle(sock, relay, sink, msg, calls: int, gap_s: float) -> dict:
     (relay_log, _), (sink_log, _) = ray.get([relay.drain.remote(calls), sink.drain.remote(calls)])
     starts += [r[1] for r in relay_log]  # the relay starts writing once it took the message
     read = relay_log + sink_log
-    return {"one_way_ns": float(np.median([r[1] - t for r, t in zip(read, starts, strict=True)])),
-            "idle_recv_ns": float(np.median([r[1] - r[0] for r in read])),
-            "driver_send_ns": float(np.median(writes))}  # fmt: skip
+    return {
+        "one_way_ns": float(np.median([r[1] - t for r, t in zip(read, starts, strict=True)])),
+        "idle_recv_ns": float(np.median([r[1] - r[0] for r in read])),
+        "driver_send_ns": float(np.median(writes)),
+    }
 
 
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -161,8 +173,13 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return max(0.0, float(intercept)), slope
 
 
-def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, rounds: int = 3,
-                     idle_calls: int = 40, idle_gap_s: float = 0.005) -> tuple[MessageCosts, dict]:  # fmt: skip
+def measure_messages(
+    repeat: int = 300,
+    sizes: tuple[int, ...] = BATCH_SIZES,
+    rounds: int = 3,
+    idle_calls: int = 40,
+    idle_gap_s: float = 0.005,
+) -> tuple[MessageCosts, dict]:
     """Time the executor's messages through a relay and turn them into :class:`MessageCosts`.
 
     For each batch size in ``sizes`` (tuples), ``rounds`` times, the sizes interleaved (the
@@ -198,8 +215,12 @@ def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, ro
     """
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)  # fmt: skip
+        ray.init(
+            num_cpus=os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     load0 = os.getloadavg()[0]
     try:
         sink = _Station.options(num_cpus=0.25).remote()
@@ -213,8 +234,12 @@ def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, ro
             for _ in range(rounds):
                 for n in sizes:
                     msg = _batch(n)
-                    runs[n].append({**_pipelined(sock, relay, sink, msg, repeat),
-                                    **_idle(sock, relay, sink, msg, idle_calls, idle_gap_s)})  # fmt: skip
+                    runs[n].append(
+                        {
+                            **_pipelined(sock, relay, sink, msg, repeat),
+                            **_idle(sock, relay, sink, msg, idle_calls, idle_gap_s),
+                        }
+                    )
             channels.send(sock, [channels.end_frame()])
         finally:
             sock.close()
@@ -223,9 +248,13 @@ def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, ro
     finally:
         if started:
             ray.shutdown()
-    raw = {n: {"bytes": message_nbytes(_batch(n)),
-               **{k: float(np.median([r[k] for r in runs[n]])) for k in runs[n][0]}}
-           for n in sizes}  # fmt: skip
+    raw = {
+        n: {
+            "bytes": message_nbytes(_batch(n)),
+            **{k: float(np.median([r[k] for r in runs[n]])) for k in runs[n][0]},
+        }
+        for n in sizes
+    }
     nbytes = np.array([raw[n]["bytes"] for n in sizes], dtype=np.float64)
     send = np.array([raw[n]["send_ns"] for n in sizes])
     recv = np.array([raw[n]["period_ns"] for n in sizes]) - send
@@ -233,11 +262,17 @@ def measure_messages(repeat: int = 300, sizes: tuple[int, ...] = BATCH_SIZES, ro
     recv_ns, recv_per_byte = _fit(nbytes, recv)
     own = send + recv  # what the simulator charges the two ends at these sizes
     waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - own
-    costs = MessageCosts(send_ns=send_ns, send_per_byte_ns=send_per_byte,
-                         hop_ns=max(0.0, float(np.median(waits))), recv_ns=recv_ns,
-                         recv_per_byte_ns=recv_per_byte,
-                         measured=np.column_stack([nbytes, send, recv]).tolist())  # fmt: skip
+    costs = MessageCosts(
+        send_ns=send_ns,
+        send_per_byte_ns=send_per_byte,
+        hop_ns=max(0.0, float(np.median(waits))),
+        recv_ns=recv_ns,
+        recv_per_byte_ns=recv_per_byte,
+        measured=np.column_stack([nbytes, send, recv]).tolist(),
+    )
     loads = (round(load0, 2), round(os.getloadavg()[0], 2))
-    return costs, {"by_batch_size": {str(n): {k: round(v, 1) for k, v in raw[n].items()}
-                                     for n in sizes}, "load_1min": loads[1],
-                   "load_1min_start_end": loads}  # fmt: skip
+    return costs, {
+        "by_batch_size": {str(n): {k: round(v, 1) for k, v in raw[n].items()} for n in sizes},
+        "load_1min": loads[1],
+        "load_1min_start_end": loads,
+    }

@@ -116,8 +116,12 @@ class _Inbox:
                 group = [msg]
                 while self.items:
                     nxt = self.items[0]
-                    if not (nxt[0] == "msg" and nxt[1] == sender and nxt[2] == port
-                            and mergeable(self.role, group, nxt[3], self.max_tuples)):  # fmt: skip
+                    if not (
+                        nxt[0] == "msg"
+                        and nxt[1] == sender
+                        and nxt[2] == port
+                        and mergeable(self.role, group, nxt[3], self.max_tuples)
+                    ):
                         break
                     group.append(self.items.popleft()[3])
                 self.counted -= len(group)
@@ -149,8 +153,9 @@ class _Node:
         try:
             return fn(*args)
         except Exception as e:
-            raise ActorFailed(f"actor {self.name!r} ({self.stats.role}) failed: "
-                              f"{type(e).__name__}: {e}") from e  # fmt: skip
+            raise ActorFailed(
+                f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}"
+            ) from e
 
     def open(self, routes: dict[str, list], addresses: dict[str, tuple]) -> None:
         """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
@@ -176,8 +181,10 @@ class _Node:
         try:
             channels.send(self.out[dest], frames)
         except OSError as e:
-            raise _LostNeighbour(f"actor {self.name!r} ({self.stats.role}) could not send to "
-                                 f"{dest!r}: {type(e).__name__}: {e}") from e  # fmt: skip
+            raise _LostNeighbour(
+                f"actor {self.name!r} ({self.stats.role}) could not send to "
+                f"{dest!r}: {type(e).__name__}: {e}"
+            ) from e
 
     def _end_edges(self) -> None:
         for dest in self.out:
@@ -235,10 +242,12 @@ class _Host(_Node):
         self.inbox = _Inbox(self.stats.role, INBOX, self.merge_tuples)
         self.open(routes, addresses)
         if cyclic:
-            threading.Thread(target=self._read, args=(n_in,), daemon=True,
-                             name=f"read-{self.name}").start()  # fmt: skip
-        threading.Thread(target=self._work, args=(n_in,), daemon=True,
-                         name=f"work-{self.name}").start()  # fmt: skip
+            threading.Thread(
+                target=self._read, args=(n_in,), daemon=True, name=f"read-{self.name}"
+            ).start()
+        threading.Thread(
+            target=self._work, args=(n_in,), daemon=True, name=f"work-{self.name}"
+        ).start()
 
     # -- threads ------------------------------------------------------------------------------
 
@@ -259,8 +268,10 @@ class _Host(_Node):
         try:
             frame = channels.recv(sock)
         except Exception as e:
-            raise _LostNeighbour(f"actor {self.name!r} ({self.stats.role}) lost its edge from "
-                                 f"{names[sock]!r}: {type(e).__name__}: {e}") from e  # fmt: skip
+            raise _LostNeighbour(
+                f"actor {self.name!r} ({self.stats.role}) lost its edge from "
+                f"{names[sock]!r}: {type(e).__name__}: {e}"
+            ) from e
         if frame is channels.END:
             selector.unregister(sock)
             live.discard(sock)
@@ -344,8 +355,13 @@ class _Host(_Node):
 
     def _fail(self, e: Exception) -> None:
         if self.error is None:
-            self.error = e if isinstance(e, ActorFailed) else ActorFailed(
-                f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}")  # fmt: skip
+            self.error = (
+                e
+                if isinstance(e, ActorFailed)
+                else ActorFailed(
+                    f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}"
+                )
+            )
         for sock in [self.server, *self.ins, *self.out.values()]:
             _shut(sock)
         self.done.set()
@@ -442,8 +458,11 @@ def _diagnose(hosts: dict, err: Exception) -> ActorFailed:
         return ActorFailed(causes[0])
     if lost:
         return ActorFailed(lost[0])
-    return _unwrap(err) if isinstance(err, ray.exceptions.RayError) else ActorFailed(
-        f"the run failed: {type(err).__name__}: {err}")  # fmt: skip
+    return (
+        _unwrap(err)
+        if isinstance(err, ray.exceptions.RayError)
+        else ActorFailed(f"the run failed: {type(err).__name__}: {err}")
+    )
 
 
 def run_ray(
@@ -467,8 +486,9 @@ def run_ray(
     source = None
     try:
         try:
-            addresses = dict(zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]),
-                                 strict=True))  # fmt: skip
+            addresses = dict(
+                zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
+            )
         except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
             raise _unwrap(e) from None
         source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
@@ -499,8 +519,9 @@ def _quiesce(source: _Node, hosts: dict) -> None:
         time.sleep(0.001)
 
 
-def _drive(topology: Topology, source: _Node, hosts: dict, addresses: dict, chunks,
-           progress) -> RunTrace:  # fmt: skip
+def _drive(
+    topology: Topology, source: _Node, hosts: dict, addresses: dict, chunks, progress
+) -> RunTrace:
     routes = topology.routes()
     graph = topology.graph
 
@@ -514,8 +535,12 @@ def _drive(topology: Topology, source: _Node, hosts: dict, addresses: dict, chun
     def bounded(node: str) -> list[str]:  # senders on no cycle with ``node``: safe to block
         return [u for u in graph.predecessors(node) if not nx.has_path(graph, node, u)]
 
-    ray.get([h.start.remote(*outgoing(n), len(set(graph.predecessors(n))), bounded(n), cyclic)
-             for n, h in hosts.items()])  # fmt: skip
+    ray.get(
+        [
+            h.start.remote(*outgoing(n), len(set(graph.predecessors(n))), bounded(n), cyclic)
+            for n, h in hosts.items()
+        ]
+    )
     source.open(*outgoing(source.name))
     (collector,) = topology.nodes("collector")
     clock = time.monotonic_ns
@@ -545,6 +570,9 @@ def _drive(topology: Topology, source: _Node, hosts: dict, addresses: dict, chun
     reports = dict(zip(hosts, ray.get([h.report.remote() for h in hosts.values()]), strict=True))
     actors = {source.name: source.stats, **{n: r[0] for n, r in reports.items()}}
     return RunTrace(
-        input_tuples=n_in, start_ns=start_ns, end_ns=end_ns, actors=actors,
+        input_tuples=n_in,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        actors=actors,
         collector=reports[collector][1],
-    )  # fmt: skip
+    )

@@ -93,8 +93,10 @@ class Result:
                 f"{a['peak_queue']:>12,}" + (f"{a['cpu_s']:>9.3f}" if "cpu_s" in a else "")
             )
         if cpu:
-            lines.append("busy: time in the actor's logic; cpu: its whole process (logic, "
-                         "messaging, Ray's threads)")  # fmt: skip
+            lines.append(
+                "busy: time in the actor's logic; cpu: its whole process (logic, "
+                "messaging, Ray's threads)"
+            )
         lines.append("peak queue: most messages waiting for the actor at once")
         return "\n".join(lines)
 

@@ -59,8 +59,14 @@ class _Progress:
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, unit=" tuples", unit_scale=True, delay=delay,
-                            desc="joining", leave=False)  # fmt: skip
+            self.bar = tqdm(
+                total=total,
+                unit=" tuples",
+                unit_scale=True,
+                delay=delay,
+                desc="joining",
+                leave=False,
+            )
 
     def update(self, n: int) -> None:
         if self.bar is not None:
@@ -190,8 +196,9 @@ def run(
         elif backend == "sim":
             from streamjoin.runtime.sim import run_sim
 
-            trace = run_sim(query, topology, chunks, settings, bar, machine=machine,
-                            arrival=arrival)  # fmt: skip
+            trace = run_sim(
+                query, topology, chunks, settings, bar, machine=machine, arrival=arrival
+            )
         else:
             from streamjoin.runtime.local import run_local
 
@@ -216,8 +223,12 @@ def _result(query, topology, backend, settings: Settings, trace: RunTrace, pace)
         r, s, lat = col.arrays(ordered=settings.ordered)
         pairs = pa.table({"r": r, "s": s, "latency_ns": lat})
         q = np.percentile(lat, [50, 95, 99]) / 1e6 if len(lat) else [math.nan] * 3
-        latency = {"p50": q[0], "p95": q[1], "p99": q[2],
-                   "max": lat.max() / 1e6 if len(lat) else math.nan}  # fmt: skip
+        latency = {
+            "p50": q[0],
+            "p95": q[1],
+            "p99": q[2],
+            "max": lat.max() / 1e6 if len(lat) else math.nan,
+        }
     else:
         latency = {f"p{p}": hist.percentile(p) / 1e6 for p in (50, 95, 99)}
         latency["max"] = hist.max / 1e6 if hist.total else math.nan

@@ -118,15 +118,22 @@ class Arrival:
     ts_unit_ns: int = 1_000_000
 
     @classmethod
-    def constant(cls, rate: float | None = None, *, rate_r: float | None = None,
-                 rate_s: float | None = None) -> Arrival:  # fmt: skip
+    def constant(
+        cls, rate: float | None = None, *, rate_r: float | None = None, rate_s: float | None = None
+    ) -> Arrival:
         """Evenly spaced arrivals: ``rate`` tuples/s in total, or ``rate_r`` / ``rate_s`` per
         stream (asymmetric streams, DP-Join §IV-C2)."""
         return cls("constant", *cls._rates(rate, rate_r, rate_s))
 
     @classmethod
-    def poisson(cls, rate: float | None = None, *, rate_r: float | None = None,
-                rate_s: float | None = None, seed: int = 0) -> Arrival:  # fmt: skip
+    def poisson(
+        cls,
+        rate: float | None = None,
+        *,
+        rate_r: float | None = None,
+        rate_s: float | None = None,
+        seed: int = 0,
+    ) -> Arrival:
         """Exponential inter-arrival times (seeded), at the same rates as :meth:`constant`."""
         return cls("poisson", *cls._rates(rate, rate_r, rate_s), seed=seed)
 
@@ -167,8 +174,11 @@ class Arrival:
         if self.process == "replay":
             d.update(speed=self.speed, ts_unit_ns=self.ts_unit_ns)
         else:
-            d.update({"rate": self.rate} if self.rates is None else
-                     {"rate_r": self.rates[0], "rate_s": self.rates[1]})  # fmt: skip
+            d.update(
+                {"rate": self.rate}
+                if self.rates is None
+                else {"rate_r": self.rates[0], "rate_s": self.rates[1]}
+            )
             if self.process == "poisson":
                 d["seed"] = self.seed
         return d
@@ -273,9 +283,29 @@ class _NoProgress:
 class _Core:
     """One simulated core: its logic object, FIFO mailbox, outgoing links and accounting."""
 
-    __slots__ = ("name", "role", "logic", "stats", "box", "idle", "rest_ns", "waiting_since",
-                 "free_at", "kind", "ended", "n_inputs", "routes", "eof_links", "q", "qt",
-                 "q_since", "q_area", "snapshot", "charge", "idle_ns")  # fmt: skip
+    __slots__ = (
+        "name",
+        "role",
+        "logic",
+        "stats",
+        "box",
+        "idle",
+        "rest_ns",
+        "waiting_since",
+        "free_at",
+        "kind",
+        "ended",
+        "n_inputs",
+        "routes",
+        "eof_links",
+        "q",
+        "qt",
+        "q_since",
+        "q_area",
+        "snapshot",
+        "charge",
+        "idle_ns",
+    )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
@@ -320,8 +350,17 @@ class _Simulation:
     scheduling order, so a run is deterministic.
     """
 
-    def __init__(self, query, topology: Topology, settings: Settings, model: CostModel,
-                 arrival: Arrival, progress, sample_every_ns: int, max_samples: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        query,
+        topology: Topology,
+        settings: Settings,
+        model: CostModel,
+        arrival: Arrival,
+        progress,
+        sample_every_ns: int,
+        max_samples: int,
+    ) -> None:
         self.env = env = simpy.Environment()
         graph = topology.graph
         self.settings, self.model, self.arrival = settings, model, arrival
@@ -341,11 +380,15 @@ class _Simulation:
         (emitter,) = topology.nodes("emitter")
         (collector,) = topology.nodes("collector")
         self.cores = {
-            n: _Core(n, d["role"], build_actor(d["role"], d["config"], query, settings, clock),
-                     1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))),
-                     model)
+            n: _Core(
+                n,
+                d["role"],
+                build_actor(d["role"], d["config"], query, settings, clock),
+                1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))),
+                model,
+            )
             for n, d in graph.nodes(data=True)
-        }  # fmt: skip
+        }
         self.emitter, self.collector = self.cores[emitter], self.cores[collector]
         self.eof_order = [self.cores[n] for n in topology.eof_order()]
         # one FIFO link per (sender, receiver), shared by all ports between them: a cell
@@ -357,8 +400,10 @@ class _Simulation:
                 for dst, dst_port in dests
             ]
         for n, core in self.cores.items():
-            core.eof_links = [(self.cores[d], links.setdefault((n, d), [0]))
-                              for d in dict.fromkeys(graph.successors(n))]  # fmt: skip
+            core.eof_links = [
+                (self.cores[d], links.setdefault((n, d), [0]))
+                for d in dict.fromkeys(graph.successors(n))
+            ]
         # processors: one per core (None), or a shared pool steps queue for in FIFO order
         self.cpus = self.cpus_free = model.profile.cpus
         self.cpu_wait: deque = deque()
@@ -450,8 +495,13 @@ class _Simulation:
         executor merges its inbox (:func:`coalesce.mergeable`, at most ``INBOX`` messages,
         as a host reads no further once that many wait), each frame's receive charged."""
         box, group = core.box, [msg]
-        while (box and len(group) < INBOX and box[0][3] is src and box[0][1] == port
-               and mergeable(core.role, group, box[0][2], self.merge_tuples)):  # fmt: skip
+        while (
+            box
+            and len(group) < INBOX
+            and box[0][3] is src
+            and box[0][1] == port
+            and mergeable(core.role, group, box[0][2], self.merge_tuples)
+        ):
             item = box.popleft()
             group.append(item[2])
             recv += item[4]
@@ -654,14 +704,21 @@ class _Simulation:
         lengths = [s[1] for s in self.samples]
         series = np.array(lengths, dtype=np.int64).reshape(len(t), len(self.cores))
         return SimTrace(
-            input_tuples=self.n_in, start_ns=self.start_ns or 0, end_ns=end,
+            input_tuples=self.n_in,
+            start_ns=self.start_ns or 0,
+            end_ns=end,
             actors={n: c.stats for n, c in self.cores.items()},
-            collector=self.collector.logic, profile=self.model.profile,
-            arrival=self.arrival, last_arrival_ns=self.last_arrival, queue_t_ns=t,
+            collector=self.collector.logic,
+            profile=self.model.profile,
+            arrival=self.arrival,
+            last_arrival_ns=self.last_arrival,
+            queue_t_ns=t,
             queue_tuples={n: series[:, k] for k, n in enumerate(self.cores)},
-            steps=self.steps, messages=self.messages, wall_s=time.perf_counter() - w0,
+            steps=self.steps,
+            messages=self.messages,
+            wall_s=time.perf_counter() - w0,
             fallbacks=dict(self.model.fallbacks),
-        )  # fmt: skip
+        )
 
 
 def run_sim(
@@ -701,8 +758,9 @@ def run_sim(
         arrival = Arrival.replay()
     if not isinstance(arrival, Arrival):
         raise ValueError(f"arrival must be a sim.Arrival, got {type(arrival).__name__}")
-    sim = _Simulation(query, topology, settings, model, arrival, progress,
-                      int(sample_every_ns), int(max_samples))  # fmt: skip
+    sim = _Simulation(
+        query, topology, settings, model, arrival, progress, int(sample_every_ns), int(max_samples)
+    )
     return sim.run(chunks)
 
 
@@ -789,10 +847,21 @@ def run(
 
     The result's metrics also hold ``machine_profile`` and ``sim`` (:func:`sim_metrics`).
     """
-    return run_any_backend(query, data, topology, backend="sim", batch_size=batch_size,
-                           max_delay=max_delay, collect=collect, ordered=ordered,
-                           chunk_rows=chunk_rows, pace=pace, progress=progress,
-                           machine=machine, arrival=arrival)  # fmt: skip
+    return run_any_backend(
+        query,
+        data,
+        topology,
+        backend="sim",
+        batch_size=batch_size,
+        max_delay=max_delay,
+        collect=collect,
+        ordered=ordered,
+        chunk_rows=chunk_rows,
+        pace=pace,
+        progress=progress,
+        machine=machine,
+        arrival=arrival,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -871,9 +940,11 @@ def max_sustainable_rate(
     topology = single() if topology is None else topology
     check_topology(topology, query)
     cols = validate(data, query)
-    settings = Settings(batch_size=_positive_int("batch_size", batch_size),
-                        max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
-                        collect="count")  # fmt: skip
+    settings = Settings(
+        batch_size=_positive_int("batch_size", batch_size),
+        max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
+        collect="count",
+    )
     model = CostModel(as_profile(machine))
     base = template.total_rate
     runs: list[dict] = []
@@ -881,18 +952,25 @@ def max_sustainable_rate(
     def attempt(rate: float) -> bool:
         arr = template.scaled(rate / base)
         rows = chunk_rows or _default_chunk_rows(arr, cols, batch_size)
-        trace = run_sim(query, topology, _slices(cols, rows), settings, None,
-                        machine=model, arrival=arr)  # fmt: skip
+        trace = run_sim(
+            query, topology, _slices(cols, rows), settings, None, machine=model, arrival=arr
+        )
         res = _result(query, topology, "sim", settings, trace, None)
         span = max(1, trace.last_arrival_ns)
         ok = trace.drain_ns <= slack * span
         backlog = sum(trace.queue_tuples.values()) if trace.queue_tuples else np.zeros(1)
-        runs.append({"rate": rate, "sustainable": ok, "drain_s": trace.drain_ns / 1e9,
-                     "span_s": span / 1e9,
-                     "input_tuples_per_s": res.metrics["input_tuples_per_s"],
-                     "latency_p50_ms": res.metrics["latency_ms"]["p50"],
-                     "latency_p99_ms": res.metrics["latency_ms"]["p99"],
-                     "peak_backlog": int(np.max(backlog)) if len(backlog) else 0})  # fmt: skip
+        runs.append(
+            {
+                "rate": rate,
+                "sustainable": ok,
+                "drain_s": trace.drain_ns / 1e9,
+                "span_s": span / 1e9,
+                "input_tuples_per_s": res.metrics["input_tuples_per_s"],
+                "latency_p50_ms": res.metrics["latency_ms"]["p50"],
+                "latency_p99_ms": res.metrics["latency_ms"]["p99"],
+                "peak_backlog": int(np.max(backlog)) if len(backlog) else 0,
+            }
+        )
         return ok
 
     # first guess: throughput with the whole input there at once
@@ -912,5 +990,6 @@ def max_sustainable_rate(
             hi = mid
     found = [r["rate"] for r in runs if r["sustainable"]]
     best = max(found) if found else 0.0
-    return RateSearch(rate=best, arrival=template.scaled(best / base) if best else template,
-                      runs=runs)  # fmt: skip
+    return RateSearch(
+        rate=best, arrival=template.scaled(best / base) if best else template, runs=runs
+    )

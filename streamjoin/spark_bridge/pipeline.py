@@ -109,8 +109,7 @@ def flights(spark, cache_dir: str | None = None):
     """
     from pyspark.sql import functions as F
 
-    df = spark.read.csv(_flights_csv(cache_dir), header=True, inferSchema=True,
-                        nullValue="NA")  # fmt: skip
+    df = spark.read.csv(_flights_csv(cache_dir), header=True, inferSchema=True, nullValue="NA")
     return (
         df.withColumn("id", F.monotonically_increasing_id())
         .withColumn("origin_code", _origin_code(F.col("origin")))
@@ -124,8 +123,7 @@ def weather(spark):
     epoch, UTC)."""
     from pyspark.sql import functions as F
 
-    df = spark.read.csv(_package_data("weather.csv"), header=True, inferSchema=True,
-                        nullValue="NA")  # fmt: skip
+    df = spark.read.csv(_package_data("weather.csv"), header=True, inferSchema=True, nullValue="NA")
     return (
         df.withColumn("id", F.monotonically_increasing_id())
         .withColumn("origin_code", _origin_code(F.col("origin")))

@@ -71,16 +71,26 @@ _ORDER_COL = "_sj_order"
 def _is_numeric(dtype) -> bool:
     from pyspark.sql import types as T
 
-    return isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType |
-                      T.FloatType | T.DoubleType)  # fmt: skip
+    return isinstance(
+        dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType | T.FloatType | T.DoubleType
+    )
 
 
 def _sorts_like_spark(dtype) -> bool:
     """Whether numpy orders this column's values as Spark does (no NaN or -0.0 subtleties)."""
     from pyspark.sql import types as T
 
-    return isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType |
-                      T.BooleanType | T.DateType | T.TimestampType | T.TimestampNTZType)  # fmt: skip
+    return isinstance(
+        dtype,
+        T.ByteType
+        | T.ShortType
+        | T.IntegerType
+        | T.LongType
+        | T.BooleanType
+        | T.DateType
+        | T.TimestampType
+        | T.TimestampNTZType,
+    )
 
 
 def _ts_column(df, ts: str):
@@ -107,8 +117,17 @@ class SparkSource(Source):
     iterating streams only the columns the query needs.
     """
 
-    def __init__(self, keyed, keys: list[str], *, has_stream: bool, has_ts: bool, order: str,
-                 transport: str, rows_per_job: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        keyed,
+        keys: list[str],
+        *,
+        has_stream: bool,
+        has_ts: bool,
+        order: str,
+        transport: str,
+        rows_per_job: int,
+    ) -> None:
         self.keyed = keyed  #: the input, ``stream``/``ts`` renamed, not sorted
         self.keys = keys  #: the arrival key, most significant first (empty for ``"keep"``)
         self.has_stream = has_stream
@@ -195,8 +214,11 @@ class SparkSource(Source):
         nulls = {name: sum(r[f"_null{k}"] for r in rows) for k, name in enumerate(columns + ties)}
         self.n_rows = sum(r["_rows"] for r in rows)
         if self.has_ts:
-            self.partitions = [PartitionRange(r["_pid"], r["_rows"], r["_ts_min"], r["_ts_max"])
-                               for r in rows if r["_rows"]]  # fmt: skip
+            self.partitions = [
+                PartitionRange(r["_pid"], r["_rows"], r["_ts_min"], r["_ts_max"])
+                for r in rows
+                if r["_rows"]
+            ]
         self.order_used = self._choose(ties, nulls)
         return nulls
 
@@ -205,8 +227,9 @@ class SparkSource(Source):
         if self.order in ("sort", "keep"):
             return self.order
         schema = self.keyed.schema
-        unsortable = [k for k in self.keys[1:] if not _sorts_like_spark(schema[k].dataType)
-                      or nulls.get(k)]  # fmt: skip
+        unsortable = [
+            k for k in self.keys[1:] if not _sorts_like_spark(schema[k].dataType) or nulls.get(k)
+        ]
         jobs = plan_jobs(self.partitions, self.rows_per_job)
         self.held_rows, peak = buffered_rows(jobs)
         if self.order == "partitions":
@@ -256,8 +279,11 @@ class SparkSource(Source):
         from pyspark.sql import functions as F
 
         # persisted: the counts and the numbers must come from one evaluation of the sort
-        df = (self.ordered.withColumn("_pid", F.spark_partition_id())
-              .withColumn("_mid", F.monotonically_increasing_id()).persist())  # fmt: skip
+        df = (
+            self.ordered.withColumn("_pid", F.spark_partition_id())
+            .withColumn("_mid", F.monotonically_increasing_id())
+            .persist()
+        )
         counts = dict(df.groupBy("_pid").count().collect())
         offsets, total = [], 0
         for pid in range(max(counts, default=-1) + 1):
@@ -281,8 +307,9 @@ class SparkSource(Source):
             raise ValueError(f"no column {missing[0]!r} in the input; present: {rows.columns}")
         pairs = result.to_spark(rows.sparkSession)
         for side in ("r", "s"):
-            side_rows = rows.select(F.col("row").alias(side),
-                                    *[F.col(c).alias(f"{side}_{c}") for c in columns])  # fmt: skip
+            side_rows = rows.select(
+                F.col("row").alias(side), *[F.col(c).alias(f"{side}_{c}") for c in columns]
+            )
             pairs = pairs.join(side_rows, on=side, how="left")
         ordered = ["r", "s", "latency_ns"] + [f"{x}_{c}" for c in columns for x in ("r", "s")]
         return pairs.select(*ordered)
@@ -313,8 +340,9 @@ def _partition_to_ipc(batches):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
-        yield pa.record_batch([pa.array([sink.getvalue().to_pybytes()], pa.binary())],
-                              names=["ipc"])  # fmt: skip
+        yield pa.record_batch(
+            [pa.array([sink.getvalue().to_pybytes()], pa.binary())], names=["ipc"]
+        )
 
 
 def _ipc_batches(df) -> Iterator[pa.RecordBatch]:
@@ -493,5 +521,12 @@ def from_dataframe(
     elif stream is not None and stream not in df.columns:
         stream = None if stream == "stream" else stream  # default name absent: a self-join
     keyed, keys = arrival_keyed(df, ts=ts, stream=stream, tie_break=tie_break, order=order)
-    return SparkSource(keyed, keys, has_stream=stream is not None, has_ts=ts is not None,
-                       order=order, transport=transport, rows_per_job=rows_per_job)  # fmt: skip
+    return SparkSource(
+        keyed,
+        keys,
+        has_stream=stream is not None,
+        has_ts=ts is not None,
+        order=order,
+        transport=transport,
+        rows_per_job=rows_per_job,
+    )

@@ -71,9 +71,17 @@ class JoinSink:
     >>> result = sink.stop()                                              # doctest: +SKIP
     """
 
-    def __init__(self, query, topology=None, *, ts: str | None = "ts",
-                 stream: str | None = "stream", tie_break=None, max_queued: int = 4,
-                 **run_options) -> None:  # fmt: skip
+    def __init__(
+        self,
+        query,
+        topology=None,
+        *,
+        ts: str | None = "ts",
+        stream: str | None = "stream",
+        tie_break=None,
+        max_queued: int = 4,
+        **run_options,
+    ) -> None:
         if not isinstance(max_queued, int) or max_queued < 1:
             raise ValueError(f"max_queued must be a positive integer, got {max_queued!r}")
         if query.self_join:
@@ -129,8 +137,13 @@ class JoinSink:
             self.rows += table.num_rows
 
     def _arrival_ordered(self, batch_df):
-        ordered = arrival_ordered(batch_df, ts=self.ts, stream=self.stream,
-                                  tie_break=self.tie_break, order="sort" if self.ts else "keep")  # fmt: skip
+        ordered = arrival_ordered(
+            batch_df,
+            ts=self.ts,
+            stream=self.stream,
+            tie_break=self.tie_break,
+            order="sort" if self.ts else "keep",
+        )
         missing = [c for c in self.columns if c not in ordered.columns]
         if missing:
             raise InputError(

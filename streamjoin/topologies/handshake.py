@@ -11,8 +11,13 @@ from streamjoin import indexes
 from streamjoin.topologies.base import Topology
 
 
-def handshake(n: int, index: str | None = None, segment: int | None = None,
-              low_latency: bool = False, **index_options) -> Topology:  # fmt: skip
+def handshake(
+    n: int,
+    index: str | None = None,
+    segment: int | None = None,
+    low_latency: bool = False,
+    **index_options,
+) -> Topology:
     """A chain of ``n`` cores; R enters at the left end and S at the right end.
 
     The original (Teubner & Mueller) moves stored tuples along the chain: each core forwards
@@ -40,22 +45,33 @@ def handshake(n: int, index: str | None = None, segment: int | None = None,
     if segment is not None and (not isinstance(segment, int) or segment < 1):
         raise ValueError(f"segment must be a positive integer, got {segment!r}")
     if segment is not None and low_latency:
-        raise ValueError("segment applies to the original handshake join; the low-latency "
-                         "variant stores each tuple at one core and keeps no segments")  # fmt: skip
+        raise ValueError(
+            "segment applies to the original handshake join; the low-latency "
+            "variant stores each tuple at one core and keeps no segments"
+        )
     if index is not None:
         indexes.get(index)
     g = nx.MultiDiGraph(self_join=False, cyclic=True)
-    g.add_node("emitter", role="emitter", config={"route": {"kind": "handshake"}},
-               pos=((n - 1) / 2, 1), label="emitter")  # fmt: skip
-    g.add_node("collector", role="collector", config={}, pos=((n - 1) / 2, -1),
-               label="collector")  # fmt: skip
+    g.add_node(
+        "emitter",
+        role="emitter",
+        config={"route": {"kind": "handshake"}},
+        pos=((n - 1) / 2, 1),
+        label="emitter",
+    )
+    g.add_node("collector", role="collector", config={}, pos=((n - 1) / 2, -1), label="collector")
     role = "handshake_ll_core" if low_latency else "handshake_core"
     config = {"n": n, "index": index, "index_options": index_options}
     if not low_latency:
         config["segment"] = segment
     for k in range(n):
-        g.add_node(f"core{k}", role=role, pos=(k, 0), label=f"core {k}\n{index or 'auto'}",
-                   config={"k": k, **config})  # fmt: skip
+        g.add_node(
+            f"core{k}",
+            role=role,
+            pos=(k, 0),
+            label=f"core {k}\n{index or 'auto'}",
+            config={"k": k, **config},
+        )
         g.add_edge(f"core{k}", "collector", src_port="out", dst_port="in", label="pairs")
     g.add_edge("emitter", "core0", src_port="row0", dst_port="r_in", label="R")
     g.add_edge("emitter", f"core{n - 1}", src_port="col0", dst_port="s_in", label="S")

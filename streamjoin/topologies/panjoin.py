@@ -42,18 +42,29 @@ def panjoin(
     mid = (workers - 1) / 2
     g.add_node("emitter", role="emitter", config={}, pos=(mid - 1.2, 1), label="emitter")
     g.add_node(
-        "manager", role="manager", pos=(mid, 1), label="manager",
-        config={"workers": workers, "subwindows": subwindows, "subwindow_size": subwindow_size,
-                "index": index},
-    )  # fmt: skip
-    g.add_node("collector", role="collector", config={}, pos=(mid + 1.2, -0.8),
-               label="collector")  # fmt: skip
+        "manager",
+        role="manager",
+        pos=(mid, 1),
+        label="manager",
+        config={
+            "workers": workers,
+            "subwindows": subwindows,
+            "subwindow_size": subwindow_size,
+            "index": index,
+        },
+    )
+    g.add_node("collector", role="collector", config={}, pos=(mid + 1.2, -0.8), label="collector")
     g.add_edge("emitter", "manager", src_port="out", dst_port="in", label="R+S")
     g.add_edge("manager", "collector", src_port="out", dst_port="in", label="pairs")
     for w in range(workers):
         name = f"worker{w}"
-        g.add_node(name, role="worker", pos=(w, 0), label=f"worker {w}\n{index or 'auto'}",
-                   config={"index": index, "index_options": index_options})  # fmt: skip
+        g.add_node(
+            name,
+            role="worker",
+            pos=(w, 0),
+            label=f"worker {w}\n{index or 'auto'}",
+            config={"index": index, "index_options": index_options},
+        )
         g.add_edge("manager", name, src_port=f"w{w}", dst_port="in", label="commands")
         g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
     return Topology(f"panjoin({workers} workers, {subwindows} subwindows)", g)

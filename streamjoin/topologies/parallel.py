@@ -30,20 +30,31 @@ def split(n: int, index: str | None = None, **index_options) -> Topology:
     _check(index, n=n)
     g = nx.MultiDiGraph(self_join=True)
     mid = (n - 1) / 2
-    g.add_node("emitter", role="emitter", config={"route": {"kind": "split", "n": n}},
-               pos=(0, -mid), label="emitter")  # fmt: skip
+    g.add_node(
+        "emitter",
+        role="emitter",
+        config={"route": {"kind": "split", "n": n}},
+        pos=(0, -mid),
+        label="emitter",
+    )
     g.add_node("collector", role="collector", config={}, pos=(2, -mid), label="collector")
     for c in range(n):
         name = f"core{c}"
-        g.add_node(name, role="join_core", config=_core_config(index, index_options),
-                   pos=(1, -c), label=f"core {c}\n{index or 'auto'}")  # fmt: skip
+        g.add_node(
+            name,
+            role="join_core",
+            config=_core_config(index, index_options),
+            pos=(1, -c),
+            label=f"core {c}\n{index or 'auto'}",
+        )
         g.add_edge("emitter", name, src_port=f"out{c}", dst_port="in", label="R+S")
         g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
     return Topology(f"split({n})", g)
 
 
-def grid(m: int, n: int, index: str | None = None, forward: str = "chain",
-         **index_options) -> Topology:  # fmt: skip
+def grid(
+    m: int, n: int, index: str | None = None, forward: str = "chain", **index_options
+) -> Topology:
     """DP-Join's m×n grid (Buono et al. §III): core (j, i) holds R-partition j and S-partition i.
 
     R batches go to a row (round robin) and reach every core of it; S batches go to a column
@@ -56,8 +67,13 @@ def grid(m: int, n: int, index: str | None = None, forward: str = "chain",
     if forward not in ("chain", "direct"):
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
     g = nx.MultiDiGraph(self_join=False)
-    g.add_node("emitter", role="emitter", config={"route": {"kind": "grid", "m": m, "n": n}},
-               pos=(-0.2, 0.9), label="emitter")  # fmt: skip
+    g.add_node(
+        "emitter",
+        role="emitter",
+        config={"route": {"kind": "grid", "m": m, "n": n}},
+        pos=(-0.2, 0.9),
+        label="emitter",
+    )
     g.add_node(
         "collector", role="collector", config={}, pos=(n + 1.2, -(m - 1) / 2), label="collector"
     )
@@ -66,8 +82,13 @@ def grid(m: int, n: int, index: str | None = None, forward: str = "chain",
         for i in range(n):
             name = f"core{j}_{i}"
             cfg = _core_config(index, index_options, ports=ports, forward=forward == "chain")
-            g.add_node(name, role="join_core", config=cfg, pos=(i + 1, -j),
-                       label=f"core ({j},{i})\n{index or 'auto'}")  # fmt: skip
+            g.add_node(
+                name,
+                role="join_core",
+                config=cfg,
+                pos=(i + 1, -j),
+                label=f"core ({j},{i})\n{index or 'auto'}",
+            )
             g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
     for j in range(m):
         for i in range(n):
@@ -75,14 +96,12 @@ def grid(m: int, n: int, index: str | None = None, forward: str = "chain",
             if forward == "direct" or i == 0:
                 g.add_edge("emitter", name, src_port=f"row{j}", dst_port="row", label="R")
             else:
-                g.add_edge(f"core{j}_{i - 1}", name, src_port="row_next", dst_port="row",
-                           label="R")  # fmt: skip
+                g.add_edge(f"core{j}_{i - 1}", name, src_port="row_next", dst_port="row", label="R")
     for j in range(m):
         for i in range(n):
             name = f"core{j}_{i}"
             if forward == "direct" or j == 0:
                 g.add_edge("emitter", name, src_port=f"col{i}", dst_port="col", label="S")
             else:
-                g.add_edge(f"core{j - 1}_{i}", name, src_port="col_next", dst_port="col",
-                           label="S")  # fmt: skip
+                g.add_edge(f"core{j - 1}_{i}", name, src_port="col_next", dst_port="col", label="S")
     return Topology(f"grid({m}x{n}, {forward})", g)

@@ -25,8 +25,13 @@ def single(index: str | None = None, **index_options) -> Topology:
     g = nx.MultiDiGraph(self_join=True)
     g.add_node("emitter", role="emitter", config={}, pos=(0, 0), label="emitter")
     label = f"join core\n{index or 'auto'}"
-    g.add_node("core", role="join_core", config={"index": index, "index_options": index_options},
-               pos=(1, 0), label=label)  # fmt: skip
+    g.add_node(
+        "core",
+        role="join_core",
+        config={"index": index, "index_options": index_options},
+        pos=(1, 0),
+        label=label,
+    )
     g.add_node("collector", role="collector", config={}, pos=(2, 0), label="collector")
     g.add_edge("emitter", "core", src_port="out", dst_port="in", label="R+S")
     g.add_edge("core", "collector", src_port="out", dst_port="in", label="pairs")
