@@ -15,6 +15,8 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.base import RunSettings
+from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.coalesce import merge
@@ -127,9 +129,7 @@ def test_merged_batches_join_like_separate_ones(data):
     table = data.draw(tables(self_join, max_rows=40))
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
     expected = sj.oracle.join(query, table)
-    emitter = sj.runtime.build.build_actor(
-        "emitter", {}, query, sj.runtime.build.Settings(batch_size=1), None
-    )
+    emitter = EmitterConfig().build(query, RunSettings(batch_size=1), None)
     cols = sj.batch.validate(table, query)
     batches = [b for _, b in emitter.on_chunk(cols) + emitter.on_eof()]
     cut = sorted(data.draw(st.lists(st.integers(0, len(batches)), max_size=6)))

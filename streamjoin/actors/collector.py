@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
+from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.batch import PairBatch
+from streamjoin.query import Query
 
 
 class LatencyHistogram:
@@ -56,7 +59,19 @@ def _add_latencies(counts, latency_ns, per_octave):
     return top
 
 
-class Collector:
+@dataclass(frozen=True)
+class CollectorConfig(ActorConfig):
+    """The collector node: keeps the run's pairs (or counts them, ``collect="count"``)."""
+
+    role = "collector"
+
+    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Collector:
+        collector = Collector(settings.collect, clock)
+        collector.warm()
+        return collector
+
+
+class Collector(Logic):
     """Sink of the result stream.
 
     Latency of a pair = arrival here − max(ingest time of r, ingest time of s) (DESIGN §1,
@@ -68,7 +83,13 @@ class Collector:
         ``"pairs"`` keeps every pair with its latency; ``"count"`` keeps a count and a latency
         histogram only, for runs too large to hold.
     clock : callable returning int nanoseconds
+
+    Counter (``COUNTERS``): pairs received.
     """
+
+    cost_group = "collector"
+    COUNTERS = ("pairs",)
+    merges_batches = True
 
     def __init__(self, collect: str = "pairs", clock: Callable[[], int] | None = None) -> None:
         if collect not in ("pairs", "count"):
@@ -97,12 +118,12 @@ class Collector:
             self._lat.append(latency)
         return []
 
-    def on_eof(self) -> list:
-        return []
+    def counters(self) -> tuple[int]:
+        return (self.count,)
 
     def warm(self) -> None:
         """Load the histogram kernel (numba's disk cache) on a throwaway histogram."""
-        LatencyHistogram().add(np.ones(1, dtype=np.int64))
+        WARMED.once("collector", lambda: LatencyHistogram().add(np.ones(1, dtype=np.int64)))
 
     def arrays(self, ordered: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Kept pairs ``(r, s, latency_ns)``; with ``ordered``, sorted by the later tuple's row

@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
-from streamjoin.actors.router import Route
+from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
+from streamjoin.actors.router import RouteSpec, SingleRoute
 from streamjoin.batch import Batch, Columns, InputError
 from streamjoin.query import Query
 
 
-class Emitter:
+@dataclass(frozen=True)
+class EmitterConfig(ActorConfig):
+    """The emitter node: where its batches go (a route spec of :mod:`~streamjoin.actors.
+    router`)."""
+
+    role = "emitter"
+    route: RouteSpec = field(default_factory=SingleRoute)
+
+    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Emitter:
+        emitter = Emitter(query, settings.batch_size, settings.max_delay_ns, clock, self.route)
+        emitter.warm()
+        return emitter
+
+
+class Emitter(Logic):
     """Turns validated input chunks into stamped, seq-ordered :class:`Batch` es.
 
     For each tuple it stamps ``seq`` (global arrival number), ``idx`` (rank in its stream),
@@ -28,11 +44,17 @@ class Emitter:
     window reaches, which lets cores expire.
 
     A batch closes when it holds ``batch_size`` tuples or when its oldest tuple has waited
-    ``max_delay_ns`` (checked on every chunk and :meth:`on_tick`); ``route`` decides which
-    cores it goes to (:mod:`streamjoin.actors.router`). A chunk that is exactly one batch goes
-    on as it is; ``copied`` counts the tuples copied to merge chunks into batches or cut them
-    (a cost the simulator charges apart from the tuples sent).
+    ``max_delay_ns`` (checked on every chunk and :meth:`on_tick`); ``route`` (a route spec)
+    decides which cores it goes to (:mod:`streamjoin.actors.router`). A chunk that is exactly
+    one batch goes on as it is.
+
+    Counters (``COUNTERS``): tuples taken in, messages and tuples sent, and tuples copied to
+    merge chunks into batches or cut them (a cost the simulator charges apart from the tuples
+    sent).
     """
+
+    cost_group = "emitter"
+    COUNTERS = ("tuples_in", "msgs_out", "tuples_out", "copied")
 
     def __init__(
         self,
@@ -40,10 +62,11 @@ class Emitter:
         batch_size: int,
         max_delay_ns: int | None = None,
         clock: Callable[[], int] | None = None,
-        route: Route | None = None,
+        route: RouteSpec | None = None,
     ) -> None:
         self.query = query
-        self.route = route or Route()
+        self.route_spec = route or SingleRoute()
+        self.route = self.route_spec.router()
         self.batch_size = batch_size
         self.max_delay_ns = max_delay_ns
         self.clock = clock
@@ -57,12 +80,20 @@ class Emitter:
         self._pending: list[Batch] = []
         self._pending_n = 0
         self.copied = 0  # tuples copied into a batch other than the chunk they came in
+        self.tuples_in = self.msgs_out = self.tuples_out = 0
 
-    def warm(self, route: Route) -> None:
-        """Load the stamping kernels (numba's disk cache) on a throwaway emitter sending to
-        ``route`` (a fresh one: routes count what they send), so a run's timed part does not
-        pay for it."""
-        spare = Emitter(self.query, self.batch_size, None, self.clock, route)
+    def counters(self) -> tuple[int, int, int, int]:
+        return (self.tuples_in, self.msgs_out, self.tuples_out, self.copied)
+
+    def warm(self) -> None:
+        """Load the stamping kernels (numba's disk cache) on a throwaway emitter sending along
+        the same route, so a run's timed part does not pay for it (once per process for each
+        window kind and join kind)."""
+        key = ("emitter", self.query.window.kind, self.query.self_join)
+        WARMED.once(key, self._warm)
+
+    def _warm(self) -> None:
+        spare = Emitter(self.query, self.batch_size, None, self.clock, self.route_spec)
         n = 2 if self.query.self_join else 4
         cols = Columns(
             stream=np.array([0, 1, 0, 1][:n], dtype=np.int8) * (not self.query.self_join),
@@ -78,23 +109,36 @@ class Emitter:
         """Stamp a chunk of arrivals and return the batches it closes."""
         if ingest_ns is None:
             ingest_ns = self.clock() if self.clock else 0
+        self.tuples_in += len(cols)
         if len(cols):
             self._pending.append(self._stamp(cols, ingest_ns))
             self._pending_n += len(cols)
         out = self._close(full_only=True)
-        return out + self.on_tick()
+        return self._sent(out + self._tick())
 
     def on_tick(self) -> list[tuple[str, Batch]]:
         """Close the open batch if its oldest tuple has waited ``max_delay_ns``."""
+        return self._sent(self._tick())
+
+    def on_batch(self, port: str, message) -> list[tuple[str, Batch]]:
+        raise TypeError("the emitter takes input chunks (on_chunk), not batches")
+
+    def on_eof(self) -> list[tuple[str, Batch]]:
+        """Flush what is left, then whatever the route sends after the last batch."""
+        return self._sent(self._close(full_only=False) + self.route.eof())
+
+    def _tick(self) -> list[tuple[str, Batch]]:
         if not self._pending or self.max_delay_ns is None or self.clock is None:
             return []
         if self.clock() - int(self._pending[0].ingest_ns[0]) >= self.max_delay_ns:
             return self._close(full_only=False)
         return []
 
-    def on_eof(self) -> list[tuple[str, Batch]]:
-        """Flush what is left, then whatever the route sends after the last batch."""
-        return self._close(full_only=False) + self.route.eof()
+    def _sent(self, out: list) -> list:
+        if out:
+            self.msgs_out += len(out)
+            self.tuples_out += sum([len(m) for _, m in out])
+        return out
 
     @property
     def open_tuples(self) -> int:

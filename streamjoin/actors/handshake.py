@@ -20,14 +20,58 @@ in the later one's window) keeps the result exact whatever the segment sizes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from streamjoin.actors.base import ActorConfig, Clock, Logic, RunSettings
+from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
+from streamjoin.actors.join_core import IndexChoice, JoinCore
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JoinSpec
+from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.batch import Batch
 from streamjoin.query import Query
+
+
+@dataclass(frozen=True)
+class HandshakeConfig(IndexChoice, ActorConfig):
+    """Core ``k`` of a handshake chain of ``n``: the original (:class:`HandshakeCore`, which
+    keeps ``segment`` tuples of each stream before forwarding) or, with ``low_latency``, the
+    low-latency variant (:class:`~streamjoin.actors.handshake_ll.LowLatencyHandshakeCore`)."""
+
+    k: int = 0
+    n: int = 1
+    segment: int | None = None
+    low_latency: bool = False
+
+    @property
+    def role(self) -> str:  # the two variants are told apart in drawings and metrics
+        return "handshake_ll_core" if self.low_latency else "handshake_core"
+
+    def build(
+        self, query: Query, settings: RunSettings, clock: Clock | None
+    ) -> HandshakeCore | LowLatencyHandshakeCore:
+        if self.low_latency:
+            core = LowLatencyHandshakeCore(query, self.k, self.n, self.index, self.index_options)
+        else:
+            capacity = segment_capacity(query, self.n, self.segment)
+            core = HandshakeCore(
+                query, self.k, self.n, capacity, self.index, self.index_options
+            )
+        core.warm()
+        return core
+
+
+def segment_capacity(query: Query, n: int, segment: int | None) -> tuple[int, int]:
+    """Tuples each core of an original handshake chain of ``n`` keeps of R and of S before
+    forwarding: ``segment``, or a count window spread evenly over the chain (4096 for a time
+    window)."""
+    if segment is not None:
+        return segment, segment
+    if query.window.kind == "count":
+        return tuple(math.ceil(query.window_size(y) / n) for y in (0, 1))
+    return 4096, 4096
 
 
 @dataclass(frozen=True)
@@ -45,14 +89,21 @@ _IN = {0: "r_in", 1: "s_in"}
 _ACK = {0: "r_ack", 1: "s_ack"}
 
 
-class HandshakeCore:
+class HandshakeCore(Logic):
     """Core ``k`` of ``n`` in a handshake-join chain (see module docstring).
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
     right, or from the emitter at core n-1), ``r_ack`` / ``s_ack`` (acknowledgements of what
     it forwarded). Out: ``r_out`` / ``s_out`` (forwarded tuples), ``r_ack_out`` / ``s_ack_out``
     (acknowledgements), ``out`` (pairs).
+
+    Counters: :class:`~streamjoin.actors.window_part.JoinWork`: a batch is one insert call
+    and counts its tuples as probes whatever the segment held, a non-empty segment probed is
+    a part call more, and so is each segment that shrank; tuples passed on count as tuples.
     """
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
 
     def __init__(
         self,
@@ -68,14 +119,53 @@ class HandshakeCore:
         self.spec = JoinSpec(query, index, index_options)
         self.k, self.n = k, n
         self.capacity = capacity
-        self.parts = {y: self.spec.new_part() for y in (0, 1)}
+        self.work = JoinWork()
+        self.parts = {y: self.spec.new_part(self.work) for y in (0, 1)}
         self.sent_upto = [0, 0]  # tuples with idx < sent_upto[y] were forwarded
         self.draining = [False, False]
         # R leaves the chain at the right end, S at the left
         self.last = {0: k == n - 1, 1: k == 0}
         self.from_emitter = {0: k == 0, 1: k == n - 1}
 
+    @property
+    def cost_key(self) -> str:
+        return self.spec.index_name
+
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    def warm(self) -> None:
+        """The kernels of a join core over the same index (a segment runs the same ones)."""
+        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
+
     def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
+        work = self.work
+        held = {y: len(p.store) for y, p in self.parts.items()}
+        if isinstance(msg, Batch):  # probe the other stream's segment, store in our own
+            x = 0 if port == "r_in" else 1
+            work.probes += len(msg)
+            work.inserted += len(msg)
+            work.part_calls += 1
+            size = len(self.parts[1 - x].index)
+            if size:
+                work.part_calls += 1
+                work.scan += len(msg) * self.spec.index_cls.probe_work(size)
+            held[x] += len(msg)
+        out = self._step(port, msg)
+        for y, part in self.parts.items():
+            gone = held[y] - len(part.store)
+            if gone > 0:
+                work.part_calls += 1
+                work.expired += gone
+        for p, m in out:
+            if p == "out":
+                work.pairs += len(m)
+            elif isinstance(m, Batch):  # passed on: copied out of the store
+                work.tuples += len(m)
+        work.tuples += len(msg)
+        return out
+
+    def _step(self, port: str, msg) -> list[tuple[str, object]]:
         if port in _ACK.values():
             y = 0 if port == "r_ack" else 1
             self.parts[y].expire(msg.upto)  # the neighbour holds them now
@@ -115,9 +205,6 @@ class HandshakeCore:
         batch = store.batch(start, end, x)
         self.sent_upto[x] = int(batch.idx[-1]) + 1
         return [(f"{'rs'[x]}_out", batch)]
-
-    def on_eof(self) -> list:
-        return []
 
     @property
     def nbytes(self) -> int:

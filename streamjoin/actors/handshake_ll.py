@@ -37,8 +37,10 @@ from collections import deque
 
 import numpy as np
 
+from streamjoin.actors.base import Logic
+from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JoinSpec, concat_pairs
+from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -54,7 +56,7 @@ def _later_of(pairs: PairBatch, stream: int) -> PairBatch:
     return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
 
 
-class LowLatencyHandshakeCore:
+class LowLatencyHandshakeCore(Logic):
     """Core ``k`` of ``n`` in a low-latency handshake-join chain (see module docstring).
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
@@ -71,7 +73,13 @@ class LowLatencyHandshakeCore:
         Window index of the tuples stored here (default as for a join core).
     index_options : dict, optional
         Keyword arguments for each index instance.
+
+    Counters: :class:`~streamjoin.actors.window_part.JoinWork` of the batches (as at a join
+    core); a drain marker's step counts nothing.
     """
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
 
     def __init__(
         self,
@@ -86,12 +94,24 @@ class LowLatencyHandshakeCore:
         self.spec = JoinSpec(query, index, index_options)
         self.index_name = self.spec.index_name
         self.k, self.n = k, n
-        self.parts = {y: self.spec.new_part() for y in (0, 1)}  # tuples whose home is here
+        self.work = JoinWork()
+        self.parts = {y: self.spec.new_part(self.work) for y in (0, 1)}  # stored here (home)
         self.crossed: dict[int, deque[Batch]] = {0: deque(), 1: deque()}  # the crossing log
         self.seen = [0, 0]  # batches of each stream that passed here: they number the homes
         self.drained = [False, False]
         self.last = {0: k == n - 1, 1: k == 0}  # R leaves the chain at the right end, S left
         self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0, "crossed": 0}
+
+    @property
+    def cost_key(self) -> str:
+        return self.index_name
+
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    def warm(self) -> None:
+        """The kernels of a join core over the same index (the core runs the same ones)."""
+        JoinCore(self.spec.query, self.index_name, self.spec.index_options).warm()
 
     def home(self, x: int, j: int) -> int:
         """Home core of the ``j``-th batch of stream ``x``: round robin from its entry end."""
@@ -123,6 +143,9 @@ class LowLatencyHandshakeCore:
         at_home = self.home(x, self.seen[x]) == self.k
         self.seen[x] += 1
         self.stats["probes"] += len(batch)
+        work = self.work
+        work.tuples += len(batch)
+        work.probe_call(len(batch), len(self.parts[y].index), self.spec.index_cls)
         # step 1: the stored y earlier than each probing tuple
         found = [_later_of(self.parts[y].probe(batch, x, xs), x)]
         if at_home:  # step 2: the logged y later than each probing tuple
@@ -131,17 +154,22 @@ class LowLatencyHandshakeCore:
             found.append(crossed)
             self.parts[x].insert(batch, xs)
             self.stats["inserted"] += len(batch)
+            work.inserted += len(batch)
+            work.part_calls += 1 if len(batch) else 0
         if not self.drained[y]:
             self.crossed[x].append(batch)
         # no x after this batch needs a y older than its last tuple or below its horizon
         log, last_seq = self.crossed[y], batch.seq[-1]
         while log and log[0].seq[-1] < last_seq:
             log.popleft()
-        self.stats["expired"] += self.parts[y].expire(int(batch.horizon[y]))
+        gone = self.parts[y].expire(int(batch.horizon[y]))
+        self.stats["expired"] += gone
+        work.expired += gone
         pairs = concat_pairs(found)
         if pairs is None:
             return []
         self.stats["pairs"] += len(pairs)
+        work.pairs += len(pairs)
         return [("out", pairs)]
 
     def _join_crossed(self, batch: Batch, x: int) -> PairBatch:
@@ -155,9 +183,6 @@ class LowLatencyHandshakeCore:
         keep = np.flatnonzero((both.stream == x) | (both.seq > first))
         both = both.take(keep[np.argsort(both.seq[keep], kind="stable")]).freeze()
         return _later_of(self.spec.join_batch(both), 1 - x)
-
-    def on_eof(self) -> list:
-        return []
 
     @property
     def nbytes(self) -> int:

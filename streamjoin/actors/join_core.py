@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from streamjoin.actors.window_part import JoinSpec, concat_pairs
+from streamjoin import indexes
+from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
+from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
 
-class JoinCore:
+@dataclass(frozen=True)
+class IndexChoice:
+    """The window index a join actor holds: a registry name (None: chosen from the predicate
+    at run time, :func:`~streamjoin.indexes.default_for`) and the index's own options."""
+
+    index: str | None = None
+    index_options: dict = field(default_factory=dict)
+
+    def check(self, query: Query) -> None:
+        """Raise ``ValueError`` if the index cannot serve ``query``'s predicate."""
+        name = self.index or indexes.default_for(query.predicate)
+        indexes.check_supports(name, query.predicate)
+
+
+@dataclass(frozen=True)
+class JoinCoreConfig(IndexChoice, ActorConfig):
+    """A join core node (:class:`JoinCore`): its index, its input ports and the streams each
+    carries (None: one port ``"in"`` with both), and whether it passes batches on along a
+    chain (DP-Join's forwarding)."""
+
+    role = "join_core"
+    ports: dict | None = None
+    forward: bool = False
+
+    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> JoinCore:
+        core = JoinCore(query, self.index, self.index_options, self.ports, self.forward)
+        core.warm()
+        return core
+
+
+class JoinCore(Logic):
     """Joins batches of both streams exactly as tuple-at-a-time probe → insert → expire would.
 
     For a batch (tuples of both streams in ``seq`` order), DESIGN §2:
@@ -42,7 +76,13 @@ class JoinCore:
     forward : bool
         Pass every input batch on, unchanged, on port ``"<in port>_next"`` before joining it
         (chain layouts; :meth:`passes_on`).
+
+    Counters: :class:`~streamjoin.actors.window_part.JoinWork`.
     """
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
+    merges_batches = True
 
     def __init__(
         self,
@@ -55,7 +95,8 @@ class JoinCore:
         self.query = query
         self.spec = JoinSpec(query, index, index_options)
         self.index_name = self.spec.index_name
-        self.parts = {y: self.spec.new_part() for y in self.spec.streams}
+        self.work = JoinWork()
+        self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
         self.forward = forward
         self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0}
@@ -83,9 +124,12 @@ class JoinCore:
         # inserts share it
         views = {x: spec.in_key_order(batch, x) for x in spec.streams}
         in_order = {x: xs[order] for x, (xs, _, order) in views.items()}
+        work = self.work
+        work.tuples += len(batch)
         for x, (xs, keys, order) in views.items():  # step 1
             self.stats["probes"] += len(xs)
             part = self.parts[spec.probed(x)]
+            work.probe_call(len(xs), len(part.index), spec.index_cls)
             found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
         if batch.store:
             by_stream = tuple(in_order.values())
@@ -95,17 +139,27 @@ class JoinCore:
             for y, (ys, keys, order) in views.items():  # step 3
                 self.parts[y].insert(batch, ys, keys=keys, order=order)
                 self.stats["inserted"] += len(ys)
+                work.inserted += len(ys)
+            if len(batch):  # one insert call per stream the batch holds tuples of
+                work.part_calls += sum(1 for xs, _, _ in views.values() if len(xs))
         # expire each stream probed by a stream this port carries (see the class docstring)
         for y in {spec.probed(x) for x in self.ports[port]} & set(spec.streams):
-            self.stats["expired"] += self.parts[y].expire(int(batch.horizon[y]))
+            gone = self.parts[y].expire(int(batch.horizon[y]))
+            self.stats["expired"] += gone
+            work.expired += gone
         out = concat_pairs(found)
         if out is None:
             return []
         self.stats["pairs"] += len(out)
+        work.pairs += len(out)
         return [("out", out)]
 
-    def on_eof(self) -> list[tuple[str, PairBatch]]:
-        return []
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    @property
+    def cost_key(self) -> str:
+        return self.index_name
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -118,7 +172,12 @@ class JoinCore:
         """Compile (or load from the disk cache) every kernel on a throwaway run: a batch is
         stored, a second probes it, and a third's horizon expires half of the first (the
         indexes' delete paths, which a run reaches only once a window is full), under the
-        index's ``warm_options`` (e.g. subwindows small enough to fill)."""
+        index's ``warm_options`` (e.g. subwindows small enough to fill). Once per process for
+        each index, its options and the query's shape (:data:`~streamjoin.actors.base.WARMED`).
+        """
+        WARMED.once(warm_key(self.spec), lambda: self._warm())
+
+    def _warm(self) -> None:
         k, self_join = len(self.query.attrs), self.query.self_join
         options = {**self.spec.index_options, **self.spec.index_cls.warm_options}
         probe = JoinCore(self.query, self.index_name, options)
@@ -127,6 +186,20 @@ class JoinCore:
         for b in range(3):
             expire = per_stream // 2 if b == 2 else 0
             probe.on_batch("in", warm_batch(k, self_join, n, first=b * per_stream, horizon=expire))
+
+
+def warm_key(spec: JoinSpec) -> tuple:
+    """What decides which kernels (and type signatures) a join over ``spec`` reaches: the
+    index and its options, self-join or not, the key rows, the predicate's symmetry."""
+    q = spec.query
+    return (
+        "join",
+        spec.index_name,
+        options_key(spec.index_options),
+        q.self_join,
+        spec.n_keys,
+        q.predicate.symmetric,
+    )
 
 
 def warm_batch(k: int, self_join: bool, n: int = 512, first: int = 0, horizon: int = 0) -> Batch:

@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamjoin.actors.join_core import warm_batch
-from streamjoin.actors.window_part import JoinSpec, WindowPart, concat_pairs
+from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
+from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
+from streamjoin.actors.window_part import (
+    JOIN_COUNTERS,
+    JoinSpec,
+    JoinWork,
+    WindowPart,
+    concat_pairs,
+)
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -51,7 +58,40 @@ class _Subwindow:
     last_idx: int = -1
 
 
-class PanJoinManager:
+@dataclass(frozen=True)
+class ManagerConfig(ActorConfig):
+    """PanJoin's manager node: ``workers`` workers, each window cut into ``subwindows``
+    subwindows (count windows) or subwindows of ``subwindow_size`` tuples. ``index`` only picks
+    the in-batch join's kernels; index options belong to the workers (a subwindow index's own
+    ``subwindow_size`` option is another thing than the manager's)."""
+
+    role = "manager"
+    workers: int = 1
+    subwindows: int = 4
+    subwindow_size: int | None = None
+    index: str | None = None
+
+    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> PanJoinManager:
+        manager = PanJoinManager(
+            query, self.workers, self.subwindows, self.subwindow_size, self.index
+        )
+        manager.warm()
+        return manager
+
+
+@dataclass(frozen=True)
+class WorkerConfig(IndexChoice, ActorConfig):
+    """A PanJoin worker node: the index (and its options) inside each of its subwindows."""
+
+    role = "worker"
+
+    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> PanJoinWorker:
+        worker = PanJoinWorker(query, self.index, self.index_options)
+        worker.warm()
+        return worker
+
+
+class PanJoinManager(Logic):
     """Plans the subwindow commands for every batch (PanJoin §III-A Steps 1–3).
 
     Parameters
@@ -66,7 +106,13 @@ class PanJoinManager:
         default 4096 there).
     index : str, optional
         Only used for the batch's self-join kernels (the workers hold the indexes).
+
+    Counters: tuples planned, commands sent, pairs of the in-batch join.
     """
+
+    cost_group = "manager"
+    COUNTERS = ("tuples", "msgs_out", "pairs")
+    merges_batches = True
 
     def __init__(
         self,
@@ -87,6 +133,10 @@ class PanJoinManager:
         self.chains: dict[int, deque[_Subwindow]] = {y: deque() for y in self.spec.streams}
         self.next_id = 0
         self.placed = {y: y for y in self.spec.streams}  # streams start on different workers
+        self.tuples = self.msgs_out = self.pairs = 0
+
+    def counters(self) -> tuple[int, int, int]:
+        return (self.tuples, self.msgs_out, self.pairs)
 
     def on_batch(self, port: str, batch: Batch) -> list[tuple[str, object]]:
         spec = self.spec
@@ -126,14 +176,20 @@ class PanJoinManager:
                 old = chain.popleft()
                 command(old.worker).expire.append(old.id)
         out: list[tuple[str, object]] = [(f"w{w}", c) for w, c in sorted(commands.items())]
+        self.tuples += len(batch)
+        self.msgs_out += len(out)
         pairs = spec.join_batch(batch) if batch.store else PairBatch.empty()
         if len(pairs):
             out.append(("out", pairs))
+            self.pairs += len(pairs)
         return out
 
     def warm(self) -> None:
         """Compile (or load from the disk cache) the in-batch join's kernels on a throwaway
-        batch, so the first batch of a run does not pay for it."""
+        batch, so the first batch of a run does not pay for it (once per process)."""
+        WARMED.once(("manager", self.spec.query.self_join), self._warm)
+
+    def _warm(self) -> None:
         batch = warm_batch(len(self.spec.query.attrs), self.spec.query.self_join).freeze()
         self.spec.join_batch(batch)
 
@@ -151,19 +207,40 @@ class PanJoinManager:
         return []
 
 
-class PanJoinWorker:
+class PanJoinWorker(Logic):
     """Holds subwindows (one :class:`WindowPart` each) and carries out the manager's commands
-    (PanJoin §III-A Step 4)."""
+    (PanJoin §III-A Step 4).
+
+    Counters: :class:`~streamjoin.actors.window_part.JoinWork` (a subwindow created or dropped
+    is a part call; whole subwindows are dropped in O(1), so nothing counts as expired).
+    """
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
 
     def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
         self.spec = JoinSpec(query, index, index_options)
         self.parts: dict[int, WindowPart] = {}
+        self.work = JoinWork()
+
+    @property
+    def cost_key(self) -> str:
+        return self.spec.index_name
+
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    def warm(self) -> None:
+        """The kernels of a join core over the same index (the worker runs the same ones)."""
+        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
 
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
-        spec = self.spec
+        spec, work = self.spec, self.work
         batch = cmd.batch.freeze()
+        work.tuples += len(batch)
+        work.part_calls += len(cmd.insert) + len(cmd.create) + len(cmd.expire)
         for sub in cmd.create:
-            self.parts[sub] = spec.new_part()
+            self.parts[sub] = spec.new_part(work)
         # each stream's tuples in key order, once per command: the subwindows are probed with
         # sorted keys (no index sorts them again), and an insert of all of a stream's tuples
         # takes the order along
@@ -172,18 +249,22 @@ class PanJoinWorker:
         for x, subs in cmd.probe:
             xs, keys, order = views[x]
             xs, keys = xs[order], keys[:, order]
-            found.extend(self.parts[sub].probe(batch, x, xs, keys=keys) for sub in subs)
+            for sub in subs:
+                part = self.parts[sub]
+                work.probe_call(len(xs), len(part.index), spec.index_cls)
+                found.append(part.probe(batch, x, xs, keys=keys))
         for sub, pos in cmd.insert:  # pos: a non-empty run of one stream's positions
             xs, keys, order = views[int(batch.stream[pos[0]])]
             whole = len(pos) == len(xs)
             self.parts[sub].insert(batch, pos, *((keys, order) if whole else ()))
+            work.inserted += len(pos)
         for sub in cmd.expire:
             del self.parts[sub]
         out = concat_pairs(found)
-        return [] if out is None else [("out", out)]
-
-    def on_eof(self) -> list:
-        return []
+        if out is None:
+            return []
+        work.pairs += len(out)
+        return [("out", out)]
 
     @property
     def nbytes(self) -> int:

@@ -21,8 +21,9 @@ class Drain:
         return 0
 
 
-class Route:
-    """Every batch to port ``out`` (one join core)."""
+class Router:
+    """Sends every batch to port ``out`` (one join core); subclasses spread batches over
+    several. Stateful (it counts what it sent): one per emitter, made by a route spec."""
 
     def __call__(self, batch: Batch) -> list[tuple[str, Batch]]:
         return [("out", batch)]
@@ -32,9 +33,7 @@ class Route:
         return []
 
 
-class SplitRoute(Route):
-    """SplitJoin / ScaleJoin: every batch to all ``n`` cores (ports ``out0``…), stored by one."""
-
+class _SplitRouter(Router):
     def __init__(self, n: int) -> None:
         self.n = n
         self.sent = 0
@@ -45,10 +44,7 @@ class SplitRoute(Route):
         return [(f"out{c}", batch.with_store(c == owner)) for c in range(self.n)]
 
 
-class GridRoute(Route):
-    """DP-Join: the R tuples of a batch to row ``j`` (port ``row{j}``), its S tuples to column
-    ``i`` (port ``col{i}``), rows and columns taken round robin."""
-
+class _GridRouter(Router):
     def __init__(self, m: int, n: int) -> None:
         self.m, self.n = m, n
         self.sent = [0, 0]
@@ -64,10 +60,7 @@ class GridRoute(Route):
         return out
 
 
-class HandshakeRoute(GridRoute):
-    """Handshake join: R to the left end of the chain (``row0``), S to the right end
-    (``col0``); at the end of input a drain marker down each."""
-
+class _HandshakeRouter(_GridRouter):
     def __init__(self) -> None:
         super().__init__(1, 1)
 
@@ -75,16 +68,45 @@ class HandshakeRoute(GridRoute):
         return [("row0", Drain()), ("col0", Drain())]
 
 
-def make_route(spec: dict | None) -> Route:
-    """A route from a topology's emitter config: ``{"kind": "split", "n": 4}``, …"""
-    spec = spec or {"kind": "single"}
-    match spec["kind"]:
-        case "single":
-            return Route()
-        case "split":
-            return SplitRoute(spec["n"])
-        case "grid":
-            return GridRoute(spec["m"], spec["n"])
-        case "handshake":
-            return HandshakeRoute()
-    raise ValueError(f"unknown route kind {spec['kind']!r}")
+@dataclass(frozen=True)
+class SingleRoute:
+    """Every batch to port ``out`` (one join core)."""
+
+    def router(self) -> Router:
+        return Router()
+
+
+@dataclass(frozen=True)
+class SplitRoute:
+    """SplitJoin / ScaleJoin: every batch to all ``n`` cores (ports ``out0``…), stored by one,
+    taken round robin per batch."""
+
+    n: int
+
+    def router(self) -> Router:
+        return _SplitRouter(self.n)
+
+
+@dataclass(frozen=True)
+class GridRoute:
+    """DP-Join: the R tuples of a batch to row ``j`` (port ``row{j}``), its S tuples to column
+    ``i`` (port ``col{i}``), rows and columns taken round robin."""
+
+    m: int
+    n: int
+
+    def router(self) -> Router:
+        return _GridRouter(self.m, self.n)
+
+
+@dataclass(frozen=True)
+class HandshakeRoute:
+    """Handshake join: R to the left end of the chain (``row0``), S to the right end
+    (``col0``); at the end of input a drain marker down each."""
+
+    def router(self) -> Router:
+        return _HandshakeRouter()
+
+
+#: A route spec: what an emitter's config says about where batches go.
+RouteSpec = SingleRoute | SplitRoute | GridRoute | HandshakeRoute

@@ -39,6 +39,57 @@ def concat_pairs(parts: list[PairBatch]) -> PairBatch | None:
     )
 
 
+class JoinWork:
+    """Cumulative counters of a join actor's work (:data:`JOIN_COUNTERS` order), which the
+    simulator charges per step (:mod:`streamjoin.actors.base`).
+
+    ``part_calls``: window-part calls (probe, insert, expire, subwindow create/drop);
+    ``tuples``: tuples of the messages handled (and those passed on); ``probes``: probing tuples
+    that searched a non-empty part; ``scan``: their probes' work units
+    (:meth:`~streamjoin.indexes.base.WindowIndex.probe_work`); ``candidates``: items the
+    indexes returned; ``pairs``, ``inserted``, ``expired``: tuples.
+    """
+
+    __slots__ = JOIN_COUNTERS = (
+        "part_calls",
+        "tuples",
+        "probes",
+        "scan",
+        "candidates",
+        "pairs",
+        "inserted",
+        "expired",
+    )
+
+    def __init__(self) -> None:
+        for name in self.JOIN_COUNTERS:
+            setattr(self, name, 0)
+        self.scan = 0.0
+
+    def probe_call(self, n: int, size: int, index_cls) -> None:
+        """Count a probe of ``n`` tuples into a part holding ``size`` items (none if empty)."""
+        if n and size:
+            self.part_calls += 1
+            self.probes += n
+            self.scan += n * index_cls.probe_work(size)
+
+    def as_tuple(self) -> tuple:
+        return (
+            self.part_calls,
+            self.tuples,
+            self.probes,
+            self.scan,
+            self.candidates,
+            self.pairs,
+            self.inserted,
+            self.expired,
+        )
+
+
+#: Counter names of the join actors' cost group, in :meth:`JoinWork.as_tuple` order.
+JOIN_COUNTERS = JoinWork.JOIN_COUNTERS
+
+
 class JoinSpec:
     """The query in the form kernels use, and the index class that serves it.
 
@@ -65,8 +116,9 @@ class JoinSpec:
         """The stream that tuples of stream ``x`` probe."""
         return x if self.query.self_join else 1 - x
 
-    def new_part(self) -> WindowPart:
-        return WindowPart(self)
+    def new_part(self, work: JoinWork | None = None) -> WindowPart:
+        """An empty part whose probes count their candidates in ``work``."""
+        return WindowPart(self, work)
 
     def keys(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
         """Index key rows of the tuples at ``pos``: float64 ``(n_keys, len(pos))``."""
@@ -135,10 +187,11 @@ class WindowPart:
     ``probe`` is DESIGN §2 step 1 against this part; ``insert`` and ``expire`` step 3.
     """
 
-    def __init__(self, spec: JoinSpec) -> None:
+    def __init__(self, spec: JoinSpec, work: JoinWork | None = None) -> None:
         self.spec = spec
         self.store = TupleStore(len(spec.query.attrs))
         self.index = spec.index_cls(spec.n_keys, **spec.index_options)
+        self.work = JoinWork() if work is None else work
         self.candidates = 0
 
     def __len__(self) -> int:
@@ -169,6 +222,7 @@ class WindowPart:
         else:
             pos, refs = _unique_pairs(*map(np.concatenate, zip(*found, strict=True)))
         self.candidates += len(pos)
+        self.work.candidates += len(pos)
         first = spec.n_keys
         if orient == EITHER and spec.query.predicate.symmetric:
             orient = S_PROBES  # θ(a, b) ⇔ θ(b, a): one orientation decides

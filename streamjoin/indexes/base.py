@@ -13,6 +13,7 @@ them from probes; the join core's window check drops them.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -88,6 +89,19 @@ class WindowIndex(ABC):
     #: a few hundred items (``JoinCore.warm`` runs one before the timed part), overriding the
     #: user's: e.g. a small subwindow, so that one fills and the next is set up.
     warm_options: ClassVar[dict] = {}
+    #: How a probe's work grows with the items held (the simulator's *scan units*, PIM-Tree
+    #: §2.2.3 Eq. 4 charges a probe ``H · λ`` for its descent): ``"log"`` (a search tree or
+    #: sorted runs), ``"linear"`` (a scan), ``"const"`` (a hash table).
+    probe_cost: ClassVar[str] = "log"
+
+    @classmethod
+    def probe_work(cls, size: int) -> float:
+        """Work units of one probe into ``size`` held items (see ``probe_cost``)."""
+        if cls.probe_cost == "linear":
+            return float(size)
+        if cls.probe_cost == "log":
+            return math.log2(size + 1)
+        return 0.0
 
     def __init__(self, n_keys: int = 1) -> None:
         if n_keys < 1 or (n_keys > 1 and not self.multi_attribute):

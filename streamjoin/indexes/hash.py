@@ -68,6 +68,7 @@ class HashIndex(WindowIndex):
     """
 
     name = "hash"
+    probe_cost = "const"
 
     def __init__(self, n_keys: int = 1) -> None:
         super().__init__(n_keys)

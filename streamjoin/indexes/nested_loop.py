@@ -61,6 +61,7 @@ class NestedLoop(WindowIndex):
     """
 
     name = "nested_loop"
+    probe_cost = "linear"
     multi_attribute = True
 
     def __init__(self, n_keys: int = 1) -> None:

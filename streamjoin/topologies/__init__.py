@@ -5,8 +5,9 @@ import re
 from streamjoin.topologies.base import Topology
 from streamjoin.topologies.handshake import handshake
 from streamjoin.topologies.panjoin import panjoin
-from streamjoin.topologies.parallel import grid, split
+from streamjoin.topologies.grid import grid
 from streamjoin.topologies.single import single
+from streamjoin.topologies.split import split
 
 __all__ = ["Topology", "grid", "handshake", "panjoin", "parse", "single", "split"]
 

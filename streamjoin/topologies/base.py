@@ -1,7 +1,8 @@
-"""A topology is data: a networkx multigraph of actor specs, with ports on the edges.
+"""A topology is data: a networkx multigraph of actor configs, with ports on the edges.
 
-Node attributes: ``role`` (``emitter``, ``join_core``, ``collector``, …), ``config`` (a dict
-passed to the actor's constructor), ``pos`` (x, y for drawing), ``label``. Edge attributes:
+Node attributes: ``config`` (the node's typed :class:`~streamjoin.actors.base.ActorConfig`,
+whose ``build()`` makes its logic), ``role`` (the config's role: ``emitter``, ``join_core``,
+``collector``, …), ``pos`` (x, y for drawing), ``label``. Edge attributes:
 ``src_port``, ``dst_port`` and ``label`` (what flows: ``R``, ``S``, ``R+S``, ``pairs``); two nodes
 may be joined by several edges with different ports. Graph attributes: ``self_join`` (whether the
 layout can run self-joins) and ``cyclic`` (actors that talk back and forth). The same graph
@@ -15,7 +16,15 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from streamjoin import viz
+from streamjoin import indexes, viz
+from streamjoin.actors.base import ActorConfig
+from streamjoin.actors.collector import CollectorConfig
+from streamjoin.actors.emitter import EmitterConfig
+
+
+def add_actor(graph: nx.MultiDiGraph, name: str, config: ActorConfig, **attrs) -> None:
+    """Add node ``name`` running ``config`` (its role recorded beside it for drawings)."""
+    graph.add_node(name, config=config, role=config.role, **attrs)
 
 
 @dataclass
@@ -29,6 +38,26 @@ class Topology:
         """Node names, in insertion order, optionally only those of ``role``."""
         return [n for n, d in self.graph.nodes(data=True) if role is None or d["role"] == role]
 
+    def config(self, node: str) -> ActorConfig:
+        """The typed config of ``node``."""
+        return self.graph.nodes[node]["config"]
+
+    @property
+    def emitter(self) -> str:
+        """The node that takes the input (the one with an :class:`EmitterConfig`)."""
+        return self._only(EmitterConfig)
+
+    @property
+    def collector(self) -> str:
+        """The node that receives the result pairs (the one with a :class:`CollectorConfig`)."""
+        return self._only(CollectorConfig)
+
+    def _only(self, kind: type) -> str:
+        found = [n for n, d in self.graph.nodes(data=True) if isinstance(d["config"], kind)]
+        if len(found) != 1:
+            raise ValueError(f"topology {self.name!r} needs exactly one {kind.role}")
+        return found[0]
+
     def routes(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
         """``(node, out_port) -> [(dest_node, in_port), …]``."""
         out: dict[tuple[str, str], list[tuple[str, str]]] = {}
@@ -38,11 +67,11 @@ class Topology:
 
     def validate(self) -> None:
         """Raise ValueError if the graph is not a runnable topology."""
-        roles = [d.get("role") for _, d in self.graph.nodes(data=True)]
-        for role in ("emitter", "collector"):
-            if roles.count(role) != 1:
-                raise ValueError(f"topology {self.name!r} needs exactly one {role}")
-        if not set(roles) - {"emitter", "collector"}:
+        for node, d in self.graph.nodes(data=True):
+            if not isinstance(d.get("config"), ActorConfig):
+                raise ValueError(f"node {node!r} of topology {self.name!r} has no actor config")
+        ends = {self.emitter, self.collector}
+        if not set(self.graph) - ends:
             raise ValueError(f"topology {self.name!r} has no join actor")
         if not self.cyclic and not nx.is_directed_acyclic_graph(self.graph):
             raise ValueError(f"topology {self.name!r} has a cycle")
@@ -58,15 +87,16 @@ class Topology:
         emitter first, collector last."""
         if not self.cyclic:
             return list(nx.topological_sort(self.graph))
-        (emitter,) = self.nodes("emitter")
-        (collector,) = self.nodes("collector")
+        emitter, collector = self.emitter, self.collector
         middle = [n for n in self.graph if n not in (emitter, collector)]
         return [emitter, *middle, collector]
 
     def check_query(self, query) -> None:
-        """Raise ValueError if this layout cannot run ``query``."""
+        """Raise ValueError if this layout, or one of its nodes, cannot run ``query``."""
         if query.self_join and not self.graph.graph.get("self_join", True):
             raise ValueError(f"topology {self.name!r} runs two-way joins only, not self-joins")
+        for node in self.graph:
+            self.config(node).check(query)
 
     def to_dot(self) -> str:
         """Graphviz DOT text of the graph."""
@@ -81,3 +111,25 @@ class Topology:
     def draw(self, path: str | os.PathLike) -> None:
         """Render the graph to an image (PNG, SVG or PDF by extension) at the nodes' positions."""
         viz.draw_graph(self.graph, self.name, path)
+
+
+def index_options_of(index: str | None, index_options: dict | None, more: dict) -> dict:
+    """The options of a topology's window index: ``index_options`` and the builder's extra
+    keyword arguments together (a name in both is an error); an unknown index name fails
+    here, before any run."""
+    if index is not None:
+        indexes.get(index)
+    if index_options is not None and not isinstance(index_options, dict):
+        raise ValueError(f"index_options must be a dict, got {type(index_options).__name__}")
+    both = set(index_options or {}) & set(more)
+    if both:
+        raise ValueError(f"index option(s) {sorted(both)} given twice: in index_options and "
+                         "as keyword arguments")
+    return {**(index_options or {}), **more}
+
+
+def counts(**values: int) -> None:
+    """Raise ValueError unless every value is a positive integer (named in the message)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")

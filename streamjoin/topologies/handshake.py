@@ -3,12 +3,13 @@ its low-latency variant (Roy, Teubner & Gemulla)."""
 
 from __future__ import annotations
 
-import math
-
 import networkx as nx
 
-from streamjoin import indexes
-from streamjoin.topologies.base import Topology
+from streamjoin.actors.collector import CollectorConfig
+from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.handshake import HandshakeConfig
+from streamjoin.actors.router import HandshakeRoute
+from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
 
 
 def handshake(
@@ -16,7 +17,9 @@ def handshake(
     index: str | None = None,
     segment: int | None = None,
     low_latency: bool = False,
-    **index_options,
+    *,
+    index_options: dict | None = None,
+    **options,
 ) -> Topology:
     """A chain of ``n`` cores; R enters at the left end and S at the right end.
 
@@ -39,39 +42,25 @@ def handshake(
         The last core of each stream keeps tuples until no later tuple can need them.
     low_latency : bool
         Build the low-latency variant.
+    index_options : dict, optional
+        Passed to every segment's index; ``**options`` are added to them.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if segment is not None and (not isinstance(segment, int) or segment < 1):
-        raise ValueError(f"segment must be a positive integer, got {segment!r}")
+    counts(n=n)
+    if segment is not None:
+        counts(segment=segment)
     if segment is not None and low_latency:
         raise ValueError(
             "segment applies to the original handshake join; the low-latency "
             "variant stores each tuple at one core and keeps no segments"
         )
-    if index is not None:
-        indexes.get(index)
+    opts = index_options_of(index, index_options, options)
     g = nx.MultiDiGraph(self_join=False, cyclic=True)
-    g.add_node(
-        "emitter",
-        role="emitter",
-        config={"route": {"kind": "handshake"}},
-        pos=((n - 1) / 2, 1),
-        label="emitter",
-    )
-    g.add_node("collector", role="collector", config={}, pos=((n - 1) / 2, -1), label="collector")
-    role = "handshake_ll_core" if low_latency else "handshake_core"
-    config = {"n": n, "index": index, "index_options": index_options}
-    if not low_latency:
-        config["segment"] = segment
+    mid = (n - 1) / 2
+    add_actor(g, "emitter", EmitterConfig(HandshakeRoute()), pos=(mid, 1), label="emitter")
+    add_actor(g, "collector", CollectorConfig(), pos=(mid, -1), label="collector")
     for k in range(n):
-        g.add_node(
-            f"core{k}",
-            role=role,
-            pos=(k, 0),
-            label=f"core {k}\n{index or 'auto'}",
-            config={"k": k, **config},
-        )
+        core = HandshakeConfig(index, opts, k=k, n=n, segment=segment, low_latency=low_latency)
+        add_actor(g, f"core{k}", core, pos=(k, 0), label=f"core {k}\n{index or 'auto'}")
         g.add_edge(f"core{k}", "collector", src_port="out", dst_port="in", label="pairs")
     g.add_edge("emitter", "core0", src_port="row0", dst_port="r_in", label="R")
     g.add_edge("emitter", f"core{n - 1}", src_port="col0", dst_port="s_in", label="S")
@@ -83,12 +72,3 @@ def handshake(
             g.add_edge(b, a, src_port="r_ack_out", dst_port="r_ack", label="ack")
             g.add_edge(a, b, src_port="s_ack_out", dst_port="s_ack", label="ack")
     return Topology(f"handshake({n}{', low_latency' if low_latency else ''})", g)
-
-
-def segment_capacity(query, n: int, segment: int | None) -> tuple[int, int]:
-    """Tuples each core keeps of R and of S before forwarding."""
-    if segment is not None:
-        return segment, segment
-    if query.window.kind == "count":
-        return tuple(math.ceil(query.window_size(y) / n) for y in (0, 1))
-    return 4096, 4096

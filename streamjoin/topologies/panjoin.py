@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import networkx as nx
 
-from streamjoin import indexes
-from streamjoin.topologies.base import Topology
+from streamjoin.actors.collector import CollectorConfig
+from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.panjoin import ManagerConfig, WorkerConfig
+from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
 
 
 def panjoin(
@@ -13,7 +15,9 @@ def panjoin(
     subwindows: int = 4,
     index: str | None = None,
     subwindow_size: int | None = None,
-    **index_options,
+    *,
+    index_options: dict | None = None,
+    **options,
 ) -> Topology:
     """PanJoin (Pan & Jacobsen §III-A): each window is a chain of subwindows placed round robin
     on ``workers``; the manager sends create / probe / insert / expire commands, the oldest
@@ -27,44 +31,28 @@ def panjoin(
     index : str, optional
         Window index inside every subwindow (default chosen from the predicate).
     subwindow_size : int, optional
-        Tuples per subwindow, instead of ``subwindows`` (time windows: default 4096).
-    **index_options
-        Passed to each subwindow's index.
+        Tuples per PanJoin subwindow, instead of ``subwindows`` (time windows: default 4096).
+    index_options : dict, optional
+        Passed to each subwindow's index, ``**options`` added to them. An index with
+        subwindows of its own (``bisort``, ``rap_table``, ``wib_tree``) takes its own
+        ``subwindow_size`` here: ``index_options={"subwindow_size": 1024}``.
     """
-    for name, value in (("workers", workers), ("subwindows", subwindows)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if subwindow_size is not None and (not isinstance(subwindow_size, int) or subwindow_size < 1):
-        raise ValueError(f"subwindow_size must be a positive integer, got {subwindow_size!r}")
-    if index is not None:
-        indexes.get(index)
+    counts(workers=workers, subwindows=subwindows)
+    if subwindow_size is not None:
+        counts(subwindow_size=subwindow_size)
+    opts = index_options_of(index, index_options, options)
     g = nx.MultiDiGraph(self_join=True)
     mid = (workers - 1) / 2
-    g.add_node("emitter", role="emitter", config={}, pos=(mid - 1.2, 1), label="emitter")
-    g.add_node(
-        "manager",
-        role="manager",
-        pos=(mid, 1),
-        label="manager",
-        config={
-            "workers": workers,
-            "subwindows": subwindows,
-            "subwindow_size": subwindow_size,
-            "index": index,
-        },
-    )
-    g.add_node("collector", role="collector", config={}, pos=(mid + 1.2, -0.8), label="collector")
+    manager = ManagerConfig(workers, subwindows, subwindow_size, index)
+    add_actor(g, "emitter", EmitterConfig(), pos=(mid - 1.2, 1), label="emitter")
+    add_actor(g, "manager", manager, pos=(mid, 1), label="manager")
+    add_actor(g, "collector", CollectorConfig(), pos=(mid + 1.2, -0.8), label="collector")
     g.add_edge("emitter", "manager", src_port="out", dst_port="in", label="R+S")
     g.add_edge("manager", "collector", src_port="out", dst_port="in", label="pairs")
+    worker = WorkerConfig(index, opts)
     for w in range(workers):
         name = f"worker{w}"
-        g.add_node(
-            name,
-            role="worker",
-            pos=(w, 0),
-            label=f"worker {w}\n{index or 'auto'}",
-            config={"index": index, "index_options": index_options},
-        )
+        add_actor(g, name, worker, pos=(w, 0), label=f"worker {w}\n{index or 'auto'}")
         g.add_edge("manager", name, src_port=f"w{w}", dst_port="in", label="commands")
         g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
     return Topology(f"panjoin({workers} workers, {subwindows} subwindows)", g)

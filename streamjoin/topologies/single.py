@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import networkx as nx
 
-from streamjoin import indexes
-from streamjoin.topologies.base import Topology
+from streamjoin.actors.collector import CollectorConfig
+from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.join_core import JoinCoreConfig
+from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
-def single(index: str | None = None, **index_options) -> Topology:
+def single(index: str | None = None, *, index_options: dict | None = None, **options) -> Topology:
     """One join core holding both windows (Kang's IBWJ on one core).
 
     Parameters
@@ -17,22 +19,14 @@ def single(index: str | None = None, **index_options) -> Topology:
         Registry name of the window index; by default chosen from the predicate at run time
         (:func:`~streamjoin.indexes.default_for`: ``hash`` for an equi-join, ``bisort`` for a
         band, ``nested_loop`` for an inequality).
-    **index_options
-        Passed to the index constructor.
+    index_options : dict, optional
+        Passed to the index constructor; ``**options`` are added to them.
     """
-    if index is not None:
-        indexes.get(index)  # unknown names fail here, before any run
+    core = JoinCoreConfig(index, index_options_of(index, index_options, options))
     g = nx.MultiDiGraph(self_join=True)
-    g.add_node("emitter", role="emitter", config={}, pos=(0, 0), label="emitter")
-    label = f"join core\n{index or 'auto'}"
-    g.add_node(
-        "core",
-        role="join_core",
-        config={"index": index, "index_options": index_options},
-        pos=(1, 0),
-        label=label,
-    )
-    g.add_node("collector", role="collector", config={}, pos=(2, 0), label="collector")
+    add_actor(g, "emitter", EmitterConfig(), pos=(0, 0), label="emitter")
+    add_actor(g, "core", core, pos=(1, 0), label=f"join core\n{index or 'auto'}")
+    add_actor(g, "collector", CollectorConfig(), pos=(2, 0), label="collector")
     g.add_edge("emitter", "core", src_port="out", dst_port="in", label="R+S")
     g.add_edge("core", "collector", src_port="out", dst_port="in", label="pairs")
     return Topology(f"single({index or 'auto'})", g)

@@ -1,0 +1,60 @@
+"""``grid``: DP-Join's m×n grid of join cores (Buono et al. §III)."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from streamjoin.actors.collector import CollectorConfig
+from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.join_core import JoinCoreConfig
+from streamjoin.actors.router import GridRoute
+from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
+
+
+def grid(
+    m: int,
+    n: int,
+    index: str | None = None,
+    forward: str = "chain",
+    *,
+    index_options: dict | None = None,
+    **options,
+) -> Topology:
+    """DP-Join's m×n grid (Buono et al. §III): core (j, i) holds R-partition j and S-partition i.
+
+    R batches go to a row (round robin) and reach every core of it; S batches go to a column
+    and reach every core of it, so each (r, s) pair meets at exactly one core. With
+    ``forward="chain"`` the emitter feeds the first core of each row and column and each core
+    passes batches on to its neighbour (right for R, down for S; DP-Join §III-C); with
+    ``"direct"`` the emitter sends to every core of the row or column itself. Two-way joins
+    only. ``index_options`` (and ``**options``) go to every core's index.
+    """
+    counts(m=m, n=n)
+    if forward not in ("chain", "direct"):
+        raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
+    opts = index_options_of(index, index_options, options)
+    core = JoinCoreConfig(index, opts, ports={"row": (0,), "col": (1,)}, forward=forward == "chain")
+    g = nx.MultiDiGraph(self_join=False)
+    add_actor(g, "emitter", EmitterConfig(GridRoute(m, n)), pos=(-0.2, 0.9), label="emitter")
+    add_actor(g, "collector", CollectorConfig(), pos=(n + 1.2, -(m - 1) / 2), label="collector")
+    for j in range(m):
+        for i in range(n):
+            name = f"core{j}_{i}"
+            label = f"core ({j},{i})\n{index or 'auto'}"
+            add_actor(g, name, core, pos=(i + 1, -j), label=label)
+            g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
+    for j in range(m):
+        for i in range(n):
+            name = f"core{j}_{i}"
+            if forward == "direct" or i == 0:
+                g.add_edge("emitter", name, src_port=f"row{j}", dst_port="row", label="R")
+            else:
+                g.add_edge(f"core{j}_{i - 1}", name, src_port="row_next", dst_port="row", label="R")
+    for j in range(m):
+        for i in range(n):
+            name = f"core{j}_{i}"
+            if forward == "direct" or j == 0:
+                g.add_edge("emitter", name, src_port=f"col{i}", dst_port="col", label="S")
+            else:
+                g.add_edge(f"core{j - 1}_{i}", name, src_port="col_next", dst_port="col", label="S")
+    return Topology(f"grid({m}x{n}, {forward})", g)
