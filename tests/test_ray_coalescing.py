@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
-from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.base import RunSettings
 from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.coalesce import merge

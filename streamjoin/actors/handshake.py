@@ -56,9 +56,7 @@ class HandshakeConfig(IndexChoice, ActorConfig):
             core = LowLatencyHandshakeCore(query, self.k, self.n, self.index, self.index_options)
         else:
             capacity = segment_capacity(query, self.n, self.segment)
-            core = HandshakeCore(
-                query, self.k, self.n, capacity, self.index, self.index_options
-            )
+            core = HandshakeCore(query, self.k, self.n, capacity, self.index, self.index_options)
         core.warm()
         return core
 

@@ -3,9 +3,9 @@
 import re
 
 from streamjoin.topologies.base import Topology
+from streamjoin.topologies.grid import grid
 from streamjoin.topologies.handshake import handshake
 from streamjoin.topologies.panjoin import panjoin
-from streamjoin.topologies.grid import grid
 from streamjoin.topologies.single import single
 from streamjoin.topologies.split import split
 

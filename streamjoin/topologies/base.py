@@ -123,8 +123,9 @@ def index_options_of(index: str | None, index_options: dict | None, more: dict) 
         raise ValueError(f"index_options must be a dict, got {type(index_options).__name__}")
     both = set(index_options or {}) & set(more)
     if both:
-        raise ValueError(f"index option(s) {sorted(both)} given twice: in index_options and "
-                         "as keyword arguments")
+        raise ValueError(
+            f"index option(s) {sorted(both)} given twice: in index_options and as keyword arguments"
+        )
     return {**(index_options or {}), **more}
 
 
