@@ -1164,8 +1164,8 @@ def calibrate(
         Its ``info`` holds the machine, the date and each group's fit quality (median and p90
         relative error of the fitted step times against the measured ones).
     """
-    from streamjoin import __version__
     from streamjoin import indexes as registry
+    from streamjoin._version import __version__
     from streamjoin.runtime import sim
     from streamjoin.runtime.result import machine_info
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from streamjoin import __version__
+from streamjoin._version import __version__
 from streamjoin.batch import Columns, validate
 from streamjoin.query import Query
 from streamjoin.runtime.build import Settings, check_topology
