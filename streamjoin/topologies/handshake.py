@@ -8,6 +8,7 @@ import math
 import networkx as nx
 
 from streamjoin import indexes
+from streamjoin.checks import positive_int
 from streamjoin.topologies.base import Topology
 
 
@@ -40,10 +41,9 @@ def handshake(
     low_latency : bool
         Build the low-latency variant.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if segment is not None and (not isinstance(segment, int) or segment < 1):
-        raise ValueError(f"segment must be a positive integer, got {segment!r}")
+    n = positive_int("n", n)
+    if segment is not None:
+        segment = positive_int("segment", segment)
     if segment is not None and low_latency:
         raise ValueError(
             "segment applies to the original handshake join; the low-latency "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import networkx as nx
 
 from streamjoin import indexes
+from streamjoin.checks import positive_int
 from streamjoin.topologies.base import Topology
 
 
@@ -31,11 +32,10 @@ def panjoin(
     **index_options
         Passed to each subwindow's index.
     """
-    for name, value in (("workers", workers), ("subwindows", subwindows)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if subwindow_size is not None and (not isinstance(subwindow_size, int) or subwindow_size < 1):
-        raise ValueError(f"subwindow_size must be a positive integer, got {subwindow_size!r}")
+    workers = positive_int("workers", workers)
+    subwindows = positive_int("subwindows", subwindows)
+    if subwindow_size is not None:
+        subwindow_size = positive_int("subwindow_size", subwindow_size)
     if index is not None:
         indexes.get(index)
     g = nx.MultiDiGraph(self_join=True)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import networkx as nx
 
 from streamjoin import indexes
+from streamjoin.checks import positive_int
 from streamjoin.topologies.base import Topology
 
 
 def _check(index: str | None, **counts: int) -> None:
     for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        positive_int(name, value)
     if index is not None:
         indexes.get(index)
 
