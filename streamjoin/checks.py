@@ -26,7 +26,7 @@ def positive_int(name: str, value) -> int:
     return int(value)
 
 
-def positive_number(name: str, value, what: str = "number") -> float:
+def positive_number(name: str, value, what: str = "finite number") -> float:
     """``value`` as a float if it is a finite real number > 0 (not a bool).
 
     ``what`` names the kind of number in the message, e.g. ``"rate in tuples/s"``.
@@ -34,12 +34,12 @@ def positive_number(name: str, value, what: str = "number") -> float:
     Raises
     ------
     ValueError
-        ``"{name} must be a positive finite {what}, got {value!r}"``.
+        ``"{name} must be a positive {what}, got {value!r}"``.
     """
     if (
         isinstance(value, bool)
         or not isinstance(value, Real)
         or not (value > 0 and math.isfinite(value))
     ):
-        raise ValueError(f"{name} must be a positive finite {what}, got {value!r}")
+        raise ValueError(f"{name} must be a positive {what}, got {value!r}")
     return float(value)

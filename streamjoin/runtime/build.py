@@ -25,8 +25,6 @@ class Settings:
     max_delay_ns: int | None = None
     collect: str = "pairs"
     ordered: bool = False
-    #: local executor only: deliver in a random per-edge-FIFO order (tests of interleavings)
-    delivery_seed: int | None = None
 
 
 def build_actor(role: str, config: dict, query: Query, settings: Settings, clock: Callable):

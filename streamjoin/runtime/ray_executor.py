@@ -42,6 +42,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 import networkx as nx
 import ray
@@ -52,6 +54,8 @@ from streamjoin.query import Query
 from streamjoin.runtime import channels
 from streamjoin.runtime.build import Settings, build_actor
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.executor import Defaults, wall_clock_defaults
+from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
@@ -465,42 +469,64 @@ def _diagnose(hosts: dict, err: Exception) -> ActorFailed:
     )
 
 
-def run_ray(
-    query: Query,
-    topology: Topology,
-    chunks: Iterable[Columns],
-    settings: Settings,
-    progress,
-    address: str | None = None,
-) -> RunTrace:
-    """Run the topology with one Ray actor per node (see module docstring)."""
-    _ensure_ray(address)
-    graph = topology.graph
-    (emitter,) = topology.nodes("emitter")
-    share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
-    hosts = {
-        n: _Host.options(num_cpus=share).remote(n, d["role"], d["config"], query, settings)
-        for n, d in graph.nodes(data=True)
-        if n != emitter
-    }
-    source = None
-    try:
+@dataclass(frozen=True)
+class Ray:
+    """The ``ray`` backend: one Ray actor per topology node (see the module docstring).
+
+    Parameters
+    ----------
+    address : str, optional
+        Ray cluster to connect to; default: the running Ray instance, or a local one started
+        with this host's CPUs. An instance this run starts stays up for later runs.
+    """
+
+    address: str | None = None
+
+    name: ClassVar[str] = "ray"
+
+    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
+        return wall_clock_defaults(self, pace, batch_size)
+
+    def metrics(self, trace: RunTrace) -> dict:
+        return {}
+
+    def run(
+        self,
+        query: Query,
+        topology: Topology,
+        chunks: Iterable[Columns],
+        settings: Settings,
+        progress,
+    ) -> RunTrace:
+        """Run the topology with one Ray actor per node."""
+        _ensure_ray(self.address)
+        progress = progress or Progress(None, enabled=False)
+        graph = topology.graph
+        (emitter,) = topology.nodes("emitter")
+        share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
+        hosts = {
+            n: _Host.options(num_cpus=share).remote(n, d["role"], d["config"], query, settings)
+            for n, d in graph.nodes(data=True)
+            if n != emitter
+        }
+        source = None
         try:
-            addresses = dict(
-                zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
-            )
-        except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
-            raise _unwrap(e) from None
-        source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
-        try:
-            return _drive(topology, source, hosts, addresses, chunks, progress)
-        except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
-            raise _diagnose(hosts, e) from None
-    finally:
-        if source is not None:
-            source.shut()
-        for h in hosts.values():
-            ray.kill(h)
+            try:
+                addresses = dict(
+                    zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
+                )
+            except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
+                raise _unwrap(e) from None
+            source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
+            try:
+                return _drive(topology, source, hosts, addresses, chunks, progress)
+            except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
+                raise _diagnose(hosts, e) from None
+        finally:
+            if source is not None:
+                source.shut()
+            for h in hosts.values():
+                ray.kill(h)
 
 
 def _quiesce(source: _Node, hosts: dict) -> None:
