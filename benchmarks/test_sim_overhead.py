@@ -56,7 +56,7 @@ def test_sim_overhead_grid_4x4(benchmark, workload):
     kw = {**kw, "collect": "count", "progress": False}
     warm = data.slice(0, 500)
     sj.run(query, warm, topo, backend="local", **kw)
-    sim.run(query, warm, topo, arrival=arrival, **kw)
+    sj.run(query, warm, topo, backend="sim", arrival=arrival, **kw)
     local, simulated, counts = [], [], []
 
     def run_local():
@@ -66,7 +66,7 @@ def test_sim_overhead_grid_4x4(benchmark, workload):
 
     def run_sim():
         c0, w0 = time.process_time(), time.perf_counter()
-        res = sim.run(query, data, topo, arrival=arrival, **kw)
+        res = sj.run(query, data, topo, backend="sim", arrival=arrival, **kw)
         simulated.append((time.perf_counter() - w0, time.process_time() - c0))
         return res
 

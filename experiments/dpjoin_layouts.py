@@ -62,13 +62,13 @@ import time
 import numpy as np
 
 import streamjoin as sj
-from streamjoin.runtime import cost_model, sim
+from streamjoin.runtime import sim
 from streamjoin.runtime.result import machine_info
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 #: Assumed shared-memory message costs (ns): see the module docstring.
-SHARED_MEMORY = cost_model.MessageCosts(send_ns=500.0, hop_ns=1_000.0, recv_ns=500.0)
+SHARED_MEMORY = sim.MessageCosts(send_ns=500.0, hop_ns=1_000.0, recv_ns=500.0)
 #: Features that are per-call or per-tuple overheads, not kernel work (scaled in "native").
 OVERHEADS = {"calls", "part_calls", "tuples", "probes", "tuples_in", "msgs_out", "tuples_out"}
 
@@ -80,11 +80,7 @@ def machines(scan_scale: float, native_factor: float = 50.0) -> dict:
     """The two machine profiles of the module docstring."""
     # DP-Join's model charges the work alone: no after-idle charge (that term measures how
     # this host's processes warm up again after sleeping)
-    base = (
-        cost_model.default_profile()
-        .with_messages(SHARED_MEMORY)
-        .with_after_idle(cost_model.IdleCosts())
-    )
+    base = sim.default_profile().with_messages(SHARED_MEMORY).with_after_idle(sim.IdleCosts())
 
     def edit(table: dict, overhead: float) -> dict:
         return {
@@ -143,12 +139,13 @@ def simulate(
     )
     arrival = sim.Arrival.poisson(rate_r + rate_s, seed=seed)
     t0 = time.perf_counter()
-    res = sim.run(
+    res = sj.run(
         query,
         data,
         topology(layout, rate_r, window_s),
         batch_size=1,
         chunk_rows=1,
+        backend="sim",
         machine=profile,
         arrival=arrival,
         progress=False,

@@ -17,18 +17,18 @@ runs the same band join (match rate 2, count window ``--window`` per stream, ind
 
 Three simulated machines, each with its actors sharing this host's processors as Ray's driver
 and actors do here: ``MachineProfile.with_cpus(os.cpu_count(), share)``, with ``share`` the
-share of a processor one and two busy processes got (``cost_model.measure_cpu_share``, 0.3 s
+share of a processor one and two busy processes got (``sim.measure_cpu_share``, 0.3 s
 before each ``ray`` run; the median over the runs compared): the host is shared, and other
 jobs come and go.
 
-- ``sim, shipped``: the shipped profile (``cost_model.default_profile()``);
+- ``sim, shipped``: the shipped profile (``sim.default_profile()``);
 - ``sim, calibrated``: the profile ``streamjoin calibrate`` wrote (``--machine``, by default
   ``experiments/results/sim_fidelity.machine.json``; skipped if there is none);
 - ``sim, calibrated now``: the host as it is during this layout's runs. Right before each
-  layout's ``ray`` runs, ``cost_model.calibrate(indexes=[--index], ray=False)`` measures the
+  layout's ``ray`` runs, ``sim.calibrate(indexes=[--index], ray=False)`` measures the
   index's and the roles' kernels and the after-idle costs; the ``ray``
   executor's message costs are measured once at the start as ``streamjoin calibrate`` does
-  (``ray_calibrate.measure_messages``: driver → relay actor → sink actor over the
+  (``sim.ray_messages.measure_messages``: driver → relay actor → sink actor over the
   executor's TCP channels, real batches). This separates stale coefficients from what the
   model leaves out.
 
@@ -55,7 +55,7 @@ import numpy as np
 
 import streamjoin as sj
 from streamjoin import viz
-from streamjoin.runtime import cost_model, sim
+from streamjoin.runtime import sim
 from streamjoin.runtime.result import machine_info
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -150,15 +150,15 @@ def main() -> None:
 
     import ray
 
-    from streamjoin.runtime.cost_model import measure_cpu_share
-    from streamjoin.runtime.ray_calibrate import measure_messages
+    from streamjoin.runtime.sim import measure_cpu_share
+    from streamjoin.runtime.sim.ray_messages import measure_messages
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     cpus = os.cpu_count()
     messages_now, raw = measure_messages()
-    fixed = {SIMULATED[0]: cost_model.default_profile()}
+    fixed = {SIMULATED[0]: sim.default_profile()}
     if os.path.exists(args.machine):
-        fixed[SIMULATED[1]] = cost_model.MachineProfile.load(args.machine)
+        fixed[SIMULATED[1]] = sim.MachineProfile.load(args.machine)
     machines = {}  # per layout
     query, data = band_workload(args.tuples, args.window)
     sj.run(
@@ -204,7 +204,7 @@ def main() -> None:
     for layout, make in LAYOUTS.items():
         topo = make(args.index)
         b = args.batch
-        now = cost_model.calibrate(
+        now = sim.calibrate(
             indexes=[args.index], ray=False, quick=args.quick, name="now"
         ).with_messages(messages_now)
         machines[layout] = {**fixed, SIMULATED[2]: now}
@@ -329,7 +329,7 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         )
     lines += [
         "",
-        f"The executor's messages measured now (`ray_calibrate.measure_messages`, load "
+        f"The executor's messages measured now (`sim.ray_messages.measure_messages`, load "
         f"{raw['load_1min']:.1f}), µs per message by batch size: pipelined, the relay's "
         "period, its send, and their difference (the receive); idle, the one-way time from "
         "the start of the sender's write to the receiver having read the message, the "
@@ -403,7 +403,7 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
             for lay in LAYOUTS
         )
 
-    em = cost_model.default_profile().roles["emitter"]
+    em = sim.default_profile().roles["emitter"]
     sizes = [int(ray[(lay, "paced")]["chunk_rows"]) for lay in LAYOUTS]
     chunks = ", ".join(f"{n:,}" for n in sizes)
     emitter = ", ".join(
@@ -464,7 +464,7 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "- **Steps after idle time** are charged: a step whose core had no message waiting "
         "costs more than the back-to-back steps the kernels are fitted on, a constant per "
         "actor kind at a 5-ms gap and a measured share of it after a shorter one "
-        "(`MachineProfile.after_idle`). `cost_model.measure_after_idle` times the same steps "
+        "(`MachineProfile.after_idle`). `sim.measure_after_idle` times the same steps "
         "back to back and with the process asleep 0.2, 1 and 5 ms before each (the window "
         "full, batches of 64 to 4,096): the difference hardly grows with the step, as a cache "
         "refill would not once the working set is back, and grows with the gap. Measured "
@@ -481,7 +481,7 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "from Ray, as no step then starts colder after waiting for a processor. Other jobs "
         "share the processors too: Linux divides the processors between sessions first, so one busy job "
         "elsewhere holds about one of the two however many processes the run has. "
-        "`cost_model.measure_cpu_share` spins one and then two processes and takes the share "
+        "`sim.measure_cpu_share` spins one and then two processes and takes the share "
         "of a processor each got; the compute of a step that starts while two steps hold "
         "processors is stretched by the ratio of the two (the kernels were timed by one "
         "process). Measured before each `ray` run, the median over a layout's runs (one/two "

@@ -4,11 +4,10 @@
 >>> q = sj.Query(sj.band("x", 10), window=sj.CountWindow(1000))
 """
 
-__version__ = "0.1.0"
-
-from streamjoin import indexes, oracle, sources, topologies  # noqa: E402
-from streamjoin.batch import InputError  # noqa: E402
-from streamjoin.query import (  # noqa: E402
+from streamjoin import indexes, oracle, sources, topologies
+from streamjoin._version import __version__
+from streamjoin.batch import InputError
+from streamjoin.query import (
     CountWindow,
     Query,
     TimeWindow,
@@ -19,9 +18,10 @@ from streamjoin.query import (  # noqa: E402
     less,
     less_equal,
 )
-from streamjoin.runtime import Result, run  # noqa: E402
+from streamjoin.runtime import Result, run
 
 __all__ = [
+    "__version__",
     "CountWindow",
     "InputError",
     "Query",

@@ -44,6 +44,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     from streamjoin import indexes, sources
     from streamjoin.cli_sim import add_sim_options
     from streamjoin.cli_spark import add_source_options
+    from streamjoin.runtime import BACKENDS
 
     data = parser.add_argument_group("data")
     add_source_options(data)
@@ -102,7 +103,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     )
     execution.add_argument(
         "--backend",
-        choices=("local", "ray", "sim"),
+        choices=list(BACKENDS),
         default=backend,
         help="run as one Ray actor per node (a local Ray instance is started unless one is "
         "running), in this process, or on simulated cores under a virtual clock "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from streamjoin.runtime import BACKENDS
+
 
 def add_sim_options(group) -> None:
     """``--machine``, ``--arrival`` and ``--cpus`` for the `run` and `compare` jobs
@@ -34,12 +36,14 @@ def add_sim_options(group) -> None:
 
 
 def sim_run_kwargs(args) -> dict:
-    """Keyword arguments of :func:`streamjoin.run` for the sim options in ``args``."""
-    if args.backend != "sim":
+    """Keyword arguments of :func:`streamjoin.run` for the sim options in ``args``: the
+    ``machine`` and ``arrival`` options of the backend that takes them."""
+    if not _takes_sim_options(args.backend):
         if args.machine or args.arrival or args.cpus is not None:
-            raise ValueError("--machine, --arrival and --cpus need --backend sim")
+            takers = " or ".join(b for b in BACKENDS if _takes_sim_options(b))
+            raise ValueError(f"--machine, --arrival and --cpus need --backend {takers}")
         return {}
-    from streamjoin.runtime.sim import Arrival
+    from streamjoin.runtime.sim import Arrival, as_profile  # SimPy: only for a sim run
 
     arrival = None
     if args.arrival == "replay":
@@ -54,10 +58,12 @@ def sim_run_kwargs(args) -> dict:
         )
     machine = args.machine
     if args.cpus is not None:
-        from streamjoin.runtime.cost_model import as_profile
-
         machine = as_profile(machine).with_cpus(args.cpus)
     return {"machine": machine, "arrival": arrival}
+
+
+def _takes_sim_options(backend: str) -> bool:
+    return {"machine", "arrival"} <= set(BACKENDS.options(backend))
 
 
 def add_calibrate_command(sub) -> None:
@@ -95,12 +101,12 @@ def add_calibrate_command(sub) -> None:
         default=None,
         metavar="MS",
         help="idle gap at which steps after idle time are timed (default: "
-        "cost_model.IDLE_GAP_S; 0: keep the shipped after-idle costs)",
+        "sim.IDLE_GAP_S; 0: keep the shipped after-idle costs)",
     )
 
 
 def cmd_calibrate(args) -> int:
-    from streamjoin.runtime.cost_model import IDLE_GAP_S, calibrate
+    from streamjoin.runtime.sim import IDLE_GAP_S, calibrate
 
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
     gap = IDLE_GAP_S if args.idle_gap_ms is None else args.idle_gap_ms / 1e3 or None

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamjoin.checks import positive_int
+
 TINY = float(np.nextafter(0.0, 1.0))
 INF = math.inf
 
@@ -187,14 +189,6 @@ def greater_equal(attr: str) -> Condition:
     return Condition(_attr_name(attr), -INF, 0.0, "greater_equal")
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class CountWindow:
     """Count-based sliding window.
@@ -209,8 +203,8 @@ class CountWindow:
     s: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "r", _positive_int("count window size", self.r))
-        s = self.r if self.s is None else _positive_int("count window size", self.s)
+        object.__setattr__(self, "r", positive_int("count window size", self.r))
+        s = self.r if self.s is None else positive_int("count window size", self.s)
         object.__setattr__(self, "s", s)
 
     kind = "count"
@@ -233,8 +227,8 @@ class TimeWindow:
     s: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "r", _positive_int("time window length", self.r))
-        s = self.r if self.s is None else _positive_int("time window length", self.s)
+        object.__setattr__(self, "r", positive_int("time window length", self.r))
+        s = self.r if self.s is None else positive_int("time window length", self.s)
         object.__setattr__(self, "s", s)
 
     kind = "time"

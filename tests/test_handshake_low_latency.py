@@ -169,8 +169,14 @@ def test_sim_is_exact_and_faster_than_the_original():
     expected = sj.oracle.join(q, data)
     runs = {}
     for name, topo in (("original", sj.topologies.handshake(4)), ("ll", ll(4))):
-        runs[name] = res = sim.run(
-            q, data, topo, batch_size=16, max_delay=0.001, arrival=sim.Arrival.constant(20_000)
+        runs[name] = res = sj.run(
+            q,
+            data,
+            topo,
+            batch_size=16,
+            max_delay=0.001,
+            backend="sim",
+            arrival=sim.Arrival.constant(20_000),
         )
         assert res.same_pairs(expected), name
     assert runs["ll"].metrics["latency_ms"]["p50"] < runs["original"].metrics["latency_ms"]["p50"]

@@ -15,8 +15,12 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin.actors.base import RunSettings
+from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.handshake import HandshakeCore
+from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.panjoin import PanJoinWorker
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.coalesce import merge
@@ -60,7 +64,7 @@ def _taken(box: _Inbox) -> list:
 
 
 def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
-    box = _Inbox("join_core", limit=None, max_tuples=5)
+    box = _Inbox(True, limit=None, max_tuples=5)
     msgs = [
         ("a", "row", _batch([0, 1], [0, 0], (0, 0))),
         ("a", "row", _batch([2], [0], (1, 0))),  # merged with the one before
@@ -85,16 +89,17 @@ def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
     assert got[-1] == ("end", "a")
 
 
-def test_inbox_keeps_batches_apart_for_roles_that_count_them():
-    for role in ("handshake_ll_core", "handshake_core", "worker", "collector"):
-        box = _Inbox(role, limit=None, max_tuples=100)
+def test_inbox_keeps_batches_apart_for_logic_that_counts_them():
+    for logic in (HandshakeCore, LowLatencyHandshakeCore, PanJoinWorker, Collector):
+        assert not logic.merges_batches
+        box = _Inbox(logic.merges_batches, limit=None, max_tuples=100)
         box.put(("msg", "a", "r_in", _batch([0], [0])))
         box.put(("msg", "a", "r_in", _batch([1], [0])))
         assert len(_taken(box)) == 2
 
 
 def test_inbox_merges_result_pairs():
-    box = _Inbox("collector", limit=None, max_tuples=1)
+    box = _Inbox(False, limit=None, max_tuples=1)
     for k in range(3):
         box.put(("msg", "core", "in", PairBatch(np.array([k]), np.array([k + 10]), np.array([k]))))
     ((port, pairs),) = _taken(box)
@@ -102,7 +107,7 @@ def test_inbox_merges_result_pairs():
 
 
 def test_full_inbox_pauses_its_reader_until_the_worker_takes():
-    box = _Inbox("handshake_ll_core", limit=2, max_tuples=1)
+    box = _Inbox(False, limit=2, max_tuples=1)
     box.put(("msg", "a", "in", _batch([0], [0])))
     assert not box.pause()
     box.put(("msg", "b", "in", _batch([1], [0])))  # from a neighbour: counts the same

@@ -3,7 +3,6 @@ determinism."""
 
 import dataclasses
 import math
-import operator
 import os
 
 import numpy as np
@@ -13,7 +12,17 @@ from hypothesis import strategies as st
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
-from streamjoin.runtime import cost_model, sim
+from streamjoin.actors import passes_on
+from streamjoin.actors.base import RunSettings
+from streamjoin.actors.collector import Collector
+from streamjoin.actors.emitter import Emitter
+from streamjoin.actors.handshake import HandshakeCore
+from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
+from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.panjoin import PanJoinManager, PanJoinWorker
+from streamjoin.actors.window_part import JOIN_COUNTERS
+from streamjoin.runtime import sim
+from streamjoin.runtime.coalesce import INBOX
 
 LAYOUTS = [
     lambda: sj.topologies.single(),
@@ -45,8 +54,14 @@ def test_sim_equals_oracle(make, data):
     max_delay = data.draw(st.sampled_from([None, 0.0, 0.002]))
     expected = sj.oracle.join(query, table)
     for batch_size in (1, 3, 64):
-        res = sim.run(
-            query, table, topo, batch_size=batch_size, arrival=arrival, max_delay=max_delay
+        res = sj.run(
+            query,
+            table,
+            topo,
+            batch_size=batch_size,
+            backend="sim",
+            arrival=arrival,
+            max_delay=max_delay,
         )
         assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}, {arrival}"
         assert res.metrics["backend"] == "sim"
@@ -62,7 +77,7 @@ N = 160
 def _profile():
     """The shipped profile with byte-independent message costs and no after-idle costs
     (simpler expectations)."""
-    p = cost_model.default_profile().with_after_idle(cost_model.IdleCosts())
+    p = sim.default_profile().with_after_idle(sim.IdleCosts())
     return p.with_messages(
         dataclasses.replace(
             p.messages, send_per_byte_ns=0.0, hop_per_byte_ns=0.0, recv_per_byte_ns=0.0, measured=()
@@ -114,12 +129,13 @@ def _service(p, batch: int) -> float:
 
 
 def _run(batch: int, rate: float = RATE, **kw):
-    return sim.run(
+    return sj.run(
         QUERY,
         _chain_input(kw.pop("n", N)),
         sj.topologies.single("nested_loop"),
         batch_size=batch,
         chunk_rows=1,
+        backend="sim",
         machine=kw.pop("machine", _profile()),
         arrival=sim.Arrival.constant(rate),
         **kw,
@@ -160,9 +176,9 @@ def test_max_delay_closes_batches_on_the_virtual_clock():
 
 def _capacity(p) -> float:
     """Tuples/s of the slowest actor at batch size 1, one tuple per chunk. Saturated, the core
-    and the collector find messages waiting and take ``sim.INBOX`` of them as one step (the
+    and the collector find messages waiting and take ``INBOX`` of them as one step (the
     ``ray`` executor's coalescing), each message's receive charged."""
-    em, m, k = p.roles["emitter"], p.messages, sim.INBOX
+    em, m, k = p.roles["emitter"], p.messages, INBOX
     per_tuple = {  # ns each actor is busy per input tuple, its sends included
         "emitter": _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=1) + m.send_ns,
         "core": (_join(p, k) + k * m.recv_ns + m.send_ns) / k,
@@ -212,20 +228,20 @@ def test_profile_scaling_and_json(tmp_path):
     assert fast.messages == p.messages and fast.cpu_scale == 2.0
     path = tmp_path / "machine.json"
     fast.save(path)
-    again = cost_model.MachineProfile.load(path)
+    again = sim.MachineProfile.load(path)
     assert again.to_dict() == fast.to_dict()
     slow, quick = _run(1, machine=p, n=40), _run(1, machine=again, n=40)
     assert quick.metrics["machine_profile"]["cpu_scale"] == 2.0
     core = "core"
     assert quick.metrics["actors"][core]["busy_s"] < slow.metrics["actors"][core]["busy_s"]
     with pytest.raises(ValueError, match="unknown join cost feature"):
-        cost_model.MachineProfile.from_dict({"indexes": {"hash": {"probs": 1.0}}})
+        sim.MachineProfile.from_dict({"indexes": {"hash": {"probs": 1.0}}})
     with pytest.raises(ValueError, match="cpu must be a positive factor"):
         p.scaled(cpu=0)
 
 
 def test_measured_message_costs_are_interpolated(tmp_path):
-    line = cost_model.MessageCosts(
+    line = sim.MessageCosts(
         send_ns=1_000.0, send_per_byte_ns=1.0, recv_ns=2_000.0, recv_per_byte_ns=2.0, hop_ns=500.0
     )
     m = dataclasses.replace(line, measured=[[100, 3_000, 5_000], [1_100, 4_000, 9_000]])
@@ -237,16 +253,16 @@ def test_measured_message_costs_are_interpolated(tmp_path):
     # the simulator charges a message by its size
     p = _profile().with_messages(m)
     batch = _batch_of(8)
-    nbytes = cost_model.message_nbytes(batch)
+    nbytes = sim.message_nbytes(batch)
     send, recv = m.send_recv(nbytes)
-    assert cost_model.CostModel(p).message_ns(batch) == (round(send), 500, round(recv))
+    assert sim.CostModel(p).message_ns(batch) == (round(send), 500, round(recv))
     p.save(tmp_path / "m.json")
-    assert cost_model.MachineProfile.load(tmp_path / "m.json").messages == m
+    assert sim.MachineProfile.load(tmp_path / "m.json").messages == m
     for bad in ([[100, 1, 1], [50, 1, 1]], [[100, -1, 1]], [[100, 1]]):
         with pytest.raises(ValueError, match="measured"):
-            cost_model.MessageCosts(measured=bad)
+            sim.MessageCosts(measured=bad)
     with pytest.raises(ValueError, match="bad 'messages'"):
-        cost_model.MachineProfile.from_dict({"messages": {"measured": [[1, 2, 3], [1, 2, 3]]}})
+        sim.MachineProfile.from_dict({"messages": {"measured": [[1, 2, 3], [1, 2, 3]]}})
 
 
 def _batch_of(n: int):
@@ -258,7 +274,7 @@ def _batch_of(n: int):
     return batch
 
 
-IDLE = cost_model.IdleCosts(
+IDLE = sim.IdleCosts(
     emitter_ns=30_000.0, join_ns=500_000.0, manager_ns=70_000.0, collector_ns=20_000.0
 )
 
@@ -305,12 +321,13 @@ def test_after_idle_is_charged_after_waiting_for_a_processor():
     p = _profile().with_after_idle(IDLE)
 
     def cores(prof):
-        res = sim.run(
+        res = sj.run(
             query,
             data,
             sj.topologies.split(3),
             batch_size=16,
             chunk_rows=16,
+            backend="sim",
             arrival=flood,
             machine=prof,
         )
@@ -327,7 +344,7 @@ def test_after_idle_ramp_charges_by_the_gap():
     points, from nothing at 0, the last share beyond them); the simulator charges a step by
     the gap before it: a ramp reached after 1 ns charges what no ramp does, one reached only
     after a day charges next to nothing at this run's millisecond gaps."""
-    ramp = cost_model.IdleCosts(join_ns=1.0, ramp=((1e6, 0.5), (5e6, 1.0)))
+    ramp = sim.IdleCosts(join_ns=1.0, ramp=((1e6, 0.5), (5e6, 1.0)))
     assert [ramp.share(g) for g in (0, 5e5, 1e6, 3e6, 5e6, 1e9, math.inf)] == [
         0.0,
         0.25,
@@ -337,10 +354,10 @@ def test_after_idle_ramp_charges_by_the_gap():
         1.0,
         1.0,
     ]
-    assert cost_model.IdleCosts(join_ns=1.0).share(1.0) == 1.0  # no ramp: all of it
+    assert sim.IdleCosts(join_ns=1.0).share(1.0) == 1.0  # no ramp: all of it
     for bad in (((0.0, 0.5),), ((2e6, 0.5), (1e6, 1.0)), ((1e6, -0.1),)):
         with pytest.raises(ValueError, match="ramp must be"):
-            cost_model.IdleCosts(ramp=bad)
+            sim.IdleCosts(ramp=bad)
 
     def latency(idle):
         res = _run(1, machine=_profile().with_after_idle(idle))
@@ -359,7 +376,7 @@ def test_after_idle_and_cpu_share_in_json_and_scaling(tmp_path):
     p = _profile().with_after_idle(idle).with_cpus(2, (0.9, 0.45))
     path = tmp_path / "machine.json"
     p.save(path)
-    again = cost_model.MachineProfile.load(path)
+    again = sim.MachineProfile.load(path)
     assert again.after_idle == idle and again.cpu_share == (0.9, 0.45) and again.cpus == 2
     assert again.to_dict() == p.to_dict()
     fast = again.scaled(cpu=2.0)
@@ -370,10 +387,10 @@ def test_after_idle_and_cpu_share_in_json_and_scaling(tmp_path):
     assert "after idle" in again.summary() and "0.45" in again.summary()
     # an older profile without them: no after-idle cost, no stretch
     old = {k: v for k, v in p.to_dict().items() if k not in ("after_idle", "cpu_share")}
-    older = cost_model.MachineProfile.from_dict(old)
-    assert older.after_idle == cost_model.IdleCosts() and older.cpu_share == ()
+    older = sim.MachineProfile.from_dict(old)
+    assert older.after_idle == sim.IdleCosts() and older.cpu_share == ()
     with pytest.raises(ValueError, match="bad 'after_idle'"):
-        cost_model.MachineProfile.from_dict({"after_idle": {"join": 1.0}})
+        sim.MachineProfile.from_dict({"after_idle": {"join": 1.0}})
     with pytest.raises(ValueError, match="cpu_share must hold shares"):
         _profile().with_cpus(2, (1.0, 0.0))
 
@@ -389,12 +406,13 @@ def test_cpu_share_stretches_concurrent_steps():
     flood = sim.Arrival.constant(1e9)
 
     def run(prof):
-        return sim.run(
+        return sj.run(
             query,
             data,
             sj.topologies.split(3),
             batch_size=16,
             chunk_rows=16,
+            backend="sim",
             arrival=flood,
             machine=prof,
         )
@@ -422,15 +440,23 @@ def test_shared_processors(make):
     def busy(res):
         return sum(a["busy_share"] for a in res.metrics["actors"].values())
 
-    own = sim.run(
-        query, data, make(), batch_size=16, chunk_rows=16, arrival=flood, machine=_profile()
-    )
-    shared = sim.run(
+    own = sj.run(
         query,
         data,
         make(),
         batch_size=16,
         chunk_rows=16,
+        backend="sim",
+        arrival=flood,
+        machine=_profile(),
+    )
+    shared = sj.run(
+        query,
+        data,
+        make(),
+        batch_size=16,
+        chunk_rows=16,
+        backend="sim",
         arrival=flood,
         machine=_profile().with_cpus(1),
     )
@@ -446,26 +472,27 @@ def test_shared_processors(make):
 @pytest.mark.parametrize("batch_size", [1, 5])
 def test_waiting_batches_are_coalesced(make, batch_size):
     """Under a flood, batches of one sender for one port that wait together reach the logic
-    as one (the ``ray`` executor's inbox): at most ``sim.INBOX`` at a time, still exact."""
+    as one (the ``ray`` executor's inbox): at most ``INBOX`` at a time, still exact."""
     topo = make()
     query = sj.Query(sj.band("x", 3), window=sj.CountWindow(40))
     data = sj.sources.synthetic(600, low=0, high=1_000, seed=7)
-    res = sim.run(
+    res = sj.run(
         query,
         data,
         topo,
         batch_size=batch_size,
         chunk_rows=batch_size,
+        backend="sim",
         arrival=sim.Arrival.constant(1e9),
     )
     assert res.same_pairs(sj.oracle.join(query, data))
     actors = res.metrics["actors"]
     steps = sum(a["batches_in"] for a in actors.values())  # one per message or merged group
     delivered = res.metrics["sim"]["messages"]
-    assert delivered / sim.INBOX <= steps <= delivered
+    assert delivered / INBOX <= steps <= delivered
     if "core" in actors:  # single: the core is the bottleneck and merges, two at a time
         sent = actors["emitter"]["batches_out"]
-        assert sent / sim.INBOX <= actors["core"]["batches_in"] < sent
+        assert sent / INBOX <= actors["core"]["batches_in"] < sent
 
 
 def test_cli_cpus_option():
@@ -480,36 +507,95 @@ def test_cli_cpus_option():
         cli_sim.sim_run_kwargs(args)
 
 
-class _FeatureModel(cost_model.CostModel):
-    """Charges every step as ``features() · coefficients``, the definition the fast per-role
-    charges of :meth:`CostModel.bind` must reproduce."""
-
-    def bind(self, role, logic):
-        coefs = self.coefficients(role, logic)
-
-        def charge(kind, msg, out, snap, wall_ns):
-            f = self.features(role, logic, kind, msg, out, snap)
-            return float(sum(map(operator.mul, f, coefs)))
-
-        return (lambda msg: self.snapshot(role, logic, msg)), charge
+LOGIC = [Emitter, JoinCore, PanJoinManager, PanJoinWorker, HandshakeCore, LowLatencyHandshakeCore]
 
 
-@pytest.mark.parametrize("index", ["nested_loop", "bplus_tree", "hash"])
-@pytest.mark.parametrize("self_join", [False, True])
-def test_fast_charges_equal_the_feature_model(index, self_join):
-    pred = sj.equal("x") if index == "hash" else sj.band("x", 3)
-    query = sj.Query(pred, window=sj.CountWindow(50), self_join=self_join)
-    data = sj.sources.synthetic(800, low=0, high=300, seed=4)
-    if self_join:
-        data = data.drop_columns(["stream"])
-    kw = {"batch_size": 8, "arrival": sim.Arrival.poisson(20_000, seed=2)}
-    topo = sj.topologies.grid(2, 2, index) if not self_join else sj.topologies.split(2, index)
-    fast = sim.run(query, data, topo, machine=cost_model.CostModel(_profile()), **kw)
-    slow = sim.run(query, data, topo, machine=_FeatureModel(_profile()), **kw)
-    np.testing.assert_array_equal(fast.latency_ns(), slow.latency_ns())
-    assert fast.metrics["actors"].keys() == slow.metrics["actors"].keys()
-    for name, a in fast.metrics["actors"].items():
-        assert a["busy_s"] == slow.metrics["actors"][name]["busy_s"], name
+@pytest.mark.parametrize("logic", [*LOGIC, Collector], ids=lambda c: c.__name__)
+def test_every_logic_counts_what_its_cost_group_charges(logic):
+    """One charging path for every role: a logic's counters are its group's features after
+    the call, so a profile's coefficients line up with them by name."""
+    assert sim.FEATURES[logic.cost_group] == ("calls", *logic.COUNTERS)
+
+
+def _drive(topo, query, data, batch_size):
+    """Every node's logic, driven by hand as the ``local`` executor drives it (FIFO, what a
+    node passes on before its step), and the result pairs."""
+    logics = {
+        n: topo.config(n).build(query, RunSettings(batch_size=batch_size), None) for n in topo.graph
+    }
+    routes = topo.routes()
+    queue, pairs = [], 0
+
+    def send(src, out):
+        for port, msg in out:
+            queue.extend((dst, p, msg) for dst, p in routes.get((src, port), ()))
+
+    send(topo.emitter, logics[topo.emitter].on_chunk(sj.batch.validate(data, query), 0))
+    send(topo.emitter, logics[topo.emitter].on_eof())
+    for node in topo.eof_order():
+        while queue:
+            dst, port, msg = queue.pop(0)
+            if dst == topo.collector:
+                pairs += len(msg)
+                continue
+            send(dst, passes_on(logics[dst], port, msg))
+            send(dst, logics[dst].on_batch(port, msg))
+        if node != topo.emitter:
+            send(node, logics[node].on_eof())
+    return logics, pairs
+
+
+@pytest.mark.parametrize(
+    ("make", "stored"),
+    [
+        (lambda: sj.topologies.single("bplus_tree"), lambda n_r, n_s: n_r + n_s),
+        (lambda: sj.topologies.split(3, "hash"), lambda n_r, n_s: n_r + n_s),
+        (lambda: sj.topologies.grid(2, 3, "nested_loop"), lambda n_r, n_s: 3 * n_r + 2 * n_s),
+        (lambda: sj.topologies.panjoin(2, 3, "bisort"), lambda n_r, n_s: n_r + n_s),
+        (lambda: sj.topologies.handshake(2, low_latency=True), lambda n_r, n_s: n_r + n_s),
+    ],
+)
+@pytest.mark.parametrize("batch_size", [1, 16])
+def test_join_counters_account_for_the_work(make, stored, batch_size):
+    """The counters the simulator charges, against what the run did: every pair counted
+    once, every stored tuple counted as inserted once, no more expired than inserted, tuples
+    handled as routed, a probe's scan only where it probed, candidates for every pair an
+    index found; and the charge of a step is the
+    dot product of the coefficients with the counters' differences."""
+    query = sj.Query(sj.equal("x") & sj.band("y", 50), window=sj.CountWindow(60))
+    data = sj.sources.synthetic(900, low=0, high=40, attrs=("x", "y"), seed=5)
+    n_s = int(np.count_nonzero(data.column("stream").to_numpy()))
+    n_r = 900 - n_s
+    topo = make()
+    logics, pairs = _drive(topo, query, data, batch_size)
+    assert pairs == len(sj.oracle.join(query, data))
+    total = {name: 0 for name in JOIN_COUNTERS}
+    for logic in logics.values():
+        if logic.cost_group == "join":
+            for name, v in zip(JOIN_COUNTERS, logic.counters(), strict=True):
+                total[name] += v
+    manager_pairs = sum(lg.counters()[2] for lg in logics.values() if lg.cost_group == "manager")
+    assert total["pairs"] + manager_pairs == pairs
+    assert total["inserted"] == stored(n_r, n_s)
+    assert total["expired"] <= total["inserted"]
+    # PanJoin drops whole subwindows (a part call each): its workers count no expired tuple
+    assert (total["expired"] > 0) == ("panjoin" not in topo.name)
+    assert total["pairs"] > 0 and total["candidates"] > 0
+    if batch_size == 1:  # no pair comes from a batch's join with itself: all from candidates
+        assert total["candidates"] >= total["pairs"]
+    core = next(lg for lg in logics.values() if lg.cost_group == "join")
+    assert total["probes"] > 0
+    assert (total["scan"] > 0) == (core.spec.index_cls.probe_cost != "const")  # hash: O(1)
+    assert total["part_calls"] > 0 and total["tuples"] >= n_r + n_s
+    emitter = logics[topo.emitter]
+    assert emitter.counters()[0] == 900  # tuples in
+
+    model = sim.CostModel(_profile())
+    c_call, *per_unit = model.coefficients(core)
+    before, after = tuple(0 for _ in core.counters()), core.counters()
+    expected = c_call + sum(c * (a - b) for c, a, b in zip(per_unit, after, before, strict=True))
+    assert model.bind(core)("batch", None, before, after, 0) == pytest.approx(expected)
+    assert expected > c_call
 
 
 def test_message_sizes():
@@ -523,11 +609,11 @@ def test_message_sizes():
     batches = [m for _, m in emitter.on_chunk(validate(data, query))]
     assert batches
     for b in batches:
-        assert cost_model.message_nbytes(b) == b.nbytes
+        assert sim.message_nbytes(b) == b.nbytes
     pairs = sj.batch.PairBatch.empty()
-    assert cost_model.message_nbytes(pairs) == 0
+    assert sim.message_nbytes(pairs) == 0
     z = np.arange(5, dtype=np.int64)
-    assert cost_model.message_nbytes(sj.batch.PairBatch(z, z, z)) == 3 * z.nbytes
+    assert sim.message_nbytes(sj.batch.PairBatch(z, z, z)) == 3 * z.nbytes
 
 
 # -- determinism ---------------------------------------------------------------------------------
@@ -538,12 +624,13 @@ def test_same_seed_same_virtual_metrics():
     data = sj.sources.synthetic(1_500, low=0, high=1_000, seed=5)
 
     def once(seed):
-        res = sim.run(
+        res = sj.run(
             query,
             data,
             sj.topologies.grid(2, 2),
             batch_size=16,
             collect="pairs",
+            backend="sim",
             arrival=sim.Arrival.poisson(20_000, seed=seed),
             max_delay=0.001,
         )
@@ -565,7 +652,7 @@ def test_arrival_validation():
     with pytest.raises(ValueError, match="positive finite rate"):
         sim.Arrival.poisson(-1)
     with pytest.raises(ValueError, match="arrival must be a sim.Arrival"):
-        sim.run(QUERY, _chain_input(4), arrival="poisson")
+        sj.run(QUERY, _chain_input(4), backend="sim", arrival="poisson")
 
 
 # -- calibration ---------------------------------------------------------------------------------
@@ -573,7 +660,7 @@ def test_arrival_validation():
 
 def test_calibrate_measures_kernels(tmp_path):
     path = tmp_path / "machine.json"
-    prof = cost_model.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here")
+    prof = sim.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here")
     assert set(prof.indexes) == {"hash"} and prof.name == "here"
     assert prof.indexes["hash"]["calls"] + prof.indexes["hash"]["part_calls"] > 0
     assert all(c >= 0 for coefs in prof.roles.values() for c in coefs.values())
@@ -581,24 +668,30 @@ def test_calibrate_measures_kernels(tmp_path):
     # steps after idle time (on the index measured) and the processors' share
     assert prof.after_idle.join_ns >= 0 and prof.info["fit"]["after_idle"]["index"] == "hash"
     assert len(prof.cpu_share) == os.cpu_count() and all(0 < v <= 1 for v in prof.cpu_share)
-    assert cost_model.MachineProfile.load(path).to_dict() == prof.to_dict()
+    assert sim.MachineProfile.load(path).to_dict() == prof.to_dict()
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(20))
     data = sj.sources.synthetic(300, low=0, high=20, seed=2)
-    res = sim.run(q, data, sj.topologies.single("hash"), batch_size=8, machine=str(path))
+    res = sj.run(
+        q, data, sj.topologies.single("hash"), batch_size=8, backend="sim", machine=str(path)
+    )
     assert res.same_pairs(sj.oracle.join(q, data))
     assert res.metrics["machine_profile"]["name"] == "here"
     with pytest.raises(ValueError, match="no costs for index 'nested_loop'"):
-        sim.run(QUERY, _chain_input(8), sj.topologies.single("nested_loop"), machine=prof)
+        sj.run(
+            QUERY, _chain_input(8), sj.topologies.single("nested_loop"), backend="sim", machine=prof
+        )
     # an index the profile has not measured borrows the costs of one of its kind, loudly
     trees = prof.to_dict() | {"indexes": {"bplus_tree": _profile().indexes["bplus_tree"]}}
     with pytest.warns(UserWarning, match="using those of 'bplus_tree'"):
-        res = sim.run(QUERY, _chain_input(8), sj.topologies.single("css_tree"), machine=trees)
+        res = sj.run(
+            QUERY, _chain_input(8), sj.topologies.single("css_tree"), backend="sim", machine=trees
+        )
     assert res.metrics["sim"]["index_fallbacks"] == {"css_tree": "bplus_tree"}
 
 
 @pytest.mark.slow
 def test_calibrate_ray_messages():
-    from streamjoin.runtime.ray_calibrate import measure_messages
+    from streamjoin.runtime.sim.ray_messages import measure_messages
 
     costs, raw = measure_messages(repeat=50, sizes=(1, 1024), rounds=1, idle_calls=5)
     assert costs.send_ns > 0 and costs.recv_ns + costs.recv_per_byte_ns > 0
@@ -610,7 +703,7 @@ def test_calibrate_ray_messages():
 
 
 def test_measure_after_idle_and_cpu_share():
-    costs, raw = cost_model.measure_after_idle(
+    costs, raw = sim.measure_after_idle(
         "nested_loop", gap_s=0.002, window=256, batches=(8, 64), steps=8, rounds=1
     )
     assert set(raw["steps"]) == {
@@ -623,10 +716,10 @@ def test_measure_after_idle_and_cpu_share():
     assert all(r["hot_ns"] > 0 and r["after_idle_ns"] > 0 for r in raw["steps"].values())
     gaps = [g for g, _ in costs.ramp]
     assert gaps == sorted(gaps) and gaps[-1] == 0.002e9 and costs.ramp[-1][1] == 1.0
-    assert len(gaps) == 1 + sum(0 < g < 0.002 for g in cost_model.RAMP_GAPS_S)
+    assert len(gaps) == 1 + sum(0 < g < 0.002 for g in sim.RAMP_GAPS_S)
     assert all(0 <= f <= 1 for _, f in costs.ramp)
     assert all(len(r["after_gap_ns"]) == len(gaps) for r in raw["steps"].values())
-    share, raw = cost_model.measure_cpu_share(2, seconds=0.1, rounds=1)
+    share, raw = sim.measure_cpu_share(2, seconds=0.1, rounds=1)
     assert len(share) == 2 and all(0 < v <= 1 for v in share)
     assert set(raw["by_busy"]) == {"1", "2"}
 
@@ -663,10 +756,16 @@ def test_sim_within_2x_of_ray(make):
         kw = {"collect": "count", "progress": False}
         fast = {"batch_size": 1024, "chunk_rows": 1024, **kw}
         # Ray's driver and actors share this host's processors; so do the simulated ones
-        host = cost_model.default_profile().with_cpus(os.cpu_count())
+        host = sim.default_profile().with_cpus(os.cpu_count())
         measured = sj.run(query, data, topo, backend="ray", **fast)
-        simulated = sim.run(
-            query, data, topo, machine=host, arrival=sim.Arrival.constant(1e12), **fast
+        simulated = sj.run(
+            query,
+            data,
+            topo,
+            backend="sim",
+            machine=host,
+            arrival=sim.Arrival.constant(1e12),
+            **fast,
         )
         ratio = simulated.metrics["input_tuples_per_s"] / measured.metrics["input_tuples_per_s"]
         assert 1 / 2 < ratio < 2, f"{topo.name}: unpaced throughput sim/ray = {ratio:.2f}"
@@ -675,8 +774,14 @@ def test_sim_within_2x_of_ray(make):
         paced = data.slice(0, int(2 * rate))
         slow = {"batch_size": chunk, "chunk_rows": chunk, "max_delay": 0.0, **kw}
         measured = sj.run(query, paced, topo, backend="ray", pace=rate, **slow)
-        simulated = sim.run(
-            query, paced, topo, machine=host, arrival=sim.Arrival.constant(rate), **slow
+        simulated = sj.run(
+            query,
+            paced,
+            topo,
+            backend="sim",
+            machine=host,
+            arrival=sim.Arrival.constant(rate),
+            **slow,
         )
         ratio = simulated.metrics["latency_ms"]["p50"] / measured.metrics["latency_ms"]["p50"]
         assert 1 / 2 < ratio < 2, f"{topo.name}: paced p50 latency sim/ray = {ratio:.2f}"

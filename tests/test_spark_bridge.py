@@ -381,9 +381,7 @@ def no_job(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("the job started")
 
-    import streamjoin.runtime.local as local
-
-    monkeypatch.setattr(local, "run_local", started)
+    monkeypatch.setattr(sj.runtime.Local, "run", started)
 
 
 def test_missing_column_is_a_clear_error(spark, no_job):

@@ -18,8 +18,8 @@ def good():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: sj.CountWindow(0), "count window size must be positive, got 0"),
-        (lambda: sj.CountWindow(2, -1), "must be positive, got -1"),
+        (lambda: sj.CountWindow(0), "count window size must be a positive integer, got 0"),
+        (lambda: sj.CountWindow(2, -1), "must be a positive integer, got -1"),
         (lambda: sj.TimeWindow(1.5), "time window length must be a positive integer"),
         (lambda: sj.band("x", -1), "band eps must be >= 0"),
         (lambda: sj.band("x", lo=2, hi=1), "band lo must be <= hi"),

@@ -89,7 +89,6 @@ class Collector(Logic):
 
     cost_group = "collector"
     COUNTERS = ("pairs",)
-    merges_batches = True
 
     def __init__(self, collect: str = "pairs", clock: Callable[[], int] | None = None) -> None:
         if collect not in ("pairs", "count"):

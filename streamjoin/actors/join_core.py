@@ -99,7 +99,6 @@ class JoinCore(Logic):
         self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
         self.forward = forward
-        self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0}
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -127,7 +126,6 @@ class JoinCore(Logic):
         work = self.work
         work.tuples += len(batch)
         for x, (xs, keys, order) in views.items():  # step 1
-            self.stats["probes"] += len(xs)
             part = self.parts[spec.probed(x)]
             work.probe_call(len(xs), len(part.index), spec.index_cls)
             found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
@@ -138,19 +136,15 @@ class JoinCore(Logic):
             found.append(spec.join_batch(batch, by_stream))  # step 2
             for y, (ys, keys, order) in views.items():  # step 3
                 self.parts[y].insert(batch, ys, keys=keys, order=order)
-                self.stats["inserted"] += len(ys)
                 work.inserted += len(ys)
             if len(batch):  # one insert call per stream the batch holds tuples of
                 work.part_calls += sum(1 for xs, _, _ in views.values() if len(xs))
         # expire each stream probed by a stream this port carries (see the class docstring)
         for y in {spec.probed(x) for x in self.ports[port]} & set(spec.streams):
-            gone = self.parts[y].expire(int(batch.horizon[y]))
-            self.stats["expired"] += gone
-            work.expired += gone
+            work.expired += self.parts[y].expire(int(batch.horizon[y]))
         out = concat_pairs(found)
         if out is None:
             return []
-        self.stats["pairs"] += len(out)
         work.pairs += len(out)
         return [("out", out)]
 

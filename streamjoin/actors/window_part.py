@@ -192,7 +192,6 @@ class WindowPart:
         self.store = TupleStore(len(spec.query.attrs))
         self.index = spec.index_cls(spec.n_keys, **spec.index_options)
         self.work = JoinWork() if work is None else work
-        self.candidates = 0
 
     def __len__(self) -> int:
         return len(self.store)
@@ -221,7 +220,6 @@ class WindowPart:
             pos, refs = found[0]
         else:
             pos, refs = _unique_pairs(*map(np.concatenate, zip(*found, strict=True)))
-        self.candidates += len(pos)
         self.work.candidates += len(pos)
         first = spec.n_keys
         if orient == EITHER and spec.query.predicate.symmetric:

@@ -11,20 +11,20 @@ from streamjoin.batch import Batch, PairBatch
 INBOX = 2
 #: waiting batches are concatenated up to this many tuples (or the run's batch size, if larger)
 MERGE_TUPLES = 4096
-#: roles whose ``on_batch`` gives the same answer for two consecutive batches of one port
-#: as for their concatenation (DESIGN §2: any batch boundaries, seq order and the later
-#: horizon kept); handshake cores count batches, PanJoin workers take commands
-_CONCAT_ROLES = ("join_core", "manager")
 
 
-def mergeable(role: str, group: list, msg, max_tuples: int) -> bool:
-    """Whether ``msg`` may join ``group`` (messages for one port of a ``role`` node, in order)
-    as one message; batches grow to ``max_tuples`` at most."""
+def mergeable(merges_batches: bool, group: list, msg, max_tuples: int) -> bool:
+    """Whether ``msg`` may join ``group`` (messages for one port of one node, in order) as one
+    message. Result pairs always may (the collector only counts and stamps them); batches
+    only where the node's logic says its answer does not depend on batch boundaries
+    (``merges_batches``: a join core or PanJoin manager, DESIGN §2, seq order and the later
+    horizon kept; handshake cores count batches, workers take commands), up to
+    ``max_tuples``."""
     last = group[-1]
     if isinstance(last, PairBatch) and isinstance(msg, PairBatch):
         return True  # result pairs: the collector only counts and stamps them
     return (
-        role in _CONCAT_ROLES
+        merges_batches
         and isinstance(last, Batch)
         and isinstance(msg, Batch)
         and last.store == msg.store

@@ -6,94 +6,119 @@ import random
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from streamjoin.actors import passes_on
+from streamjoin.actors.base import RunSettings
 from streamjoin.batch import Columns
 from streamjoin.query import Query
-from streamjoin.runtime.build import Settings, build_actor
+from streamjoin.runtime.executor import Defaults, wall_clock_defaults
+from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
 
-def run_local(
-    query: Query, topology: Topology, chunks: Iterable[Columns], settings: Settings, progress
-) -> RunTrace:
-    """Drive ``chunks`` through ``topology``: each chunk goes to the emitter, then every message
-    it causes is delivered in FIFO order before the next chunk is read.
+@dataclass(frozen=True)
+class Local:
+    """The ``local`` backend: every actor in this process (for tests and small runs).
 
-    With ``settings.delivery_seed`` messages are instead delivered in a random order that keeps
-    each sender → receiver link FIFO (what Ray promises: calls of one submitter to one actor
-    run in order), and only some of them before the next chunk: a test of a topology against
-    the interleavings other executors may produce.
+    Parameters
+    ----------
+    delivery_seed : int, optional
+        Deliver messages in a seeded random order that keeps each sender → receiver link
+        FIFO (what Ray promises: calls of one submitter to one actor run in order), and only
+        some of them before the next chunk: a test of a topology against the interleavings
+        other executors may produce. Default: every message a chunk causes is delivered in
+        FIFO order before the next chunk is read.
     """
-    clock = time.monotonic_ns
-    graph = topology.graph
-    actors = {
-        n: build_actor(d["role"], d["config"], query, settings, clock)
-        for n, d in graph.nodes(data=True)
-    }
-    stats = {n: ActorStats(role=d["role"]) for n, d in graph.nodes(data=True)}
-    routes = topology.routes()
-    (emitter,) = topology.nodes("emitter")
-    (collector,) = topology.nodes("collector")
-    queue = _Mailboxes(settings.delivery_seed)
-    waiting = dict.fromkeys(stats, 0)  # messages in the queue per receiver
 
-    def deliver(src: str, messages) -> None:
-        st = stats[src]
-        for port, msg in messages:
-            st.batches_out += 1
-            st.tuples_out += len(msg)
-            for dst, dst_port in routes.get((src, port), ()):
-                queue.push((src, dst), (dst_port, msg))
-                waiting[dst] += 1
-                if waiting[dst] > stats[dst].peak_queue:
-                    stats[dst].peak_queue = waiting[dst]
+    delivery_seed: int | None = None
 
-    def step(node: str, call, *args) -> None:
-        t0 = time.perf_counter_ns()
-        out = call(*args)
-        stats[node].busy_ns += time.perf_counter_ns() - t0
-        deliver(node, out)
+    name: ClassVar[str] = "local"
 
-    def drain(limit: int | None = None) -> None:
-        while queue and (limit is None or limit > 0):
-            (_, dst), (port, msg) = queue.pop()
-            waiting[dst] -= 1
-            if limit is not None:
-                limit -= 1
-            st = stats[dst]
-            st.batches_in += 1
-            st.tuples_in += len(msg)
-            deliver(dst, passes_on(actors[dst], port, msg))  # before the step (§III-C)
-            step(dst, actors[dst].on_batch, port, msg)
+    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
+        return wall_clock_defaults(self, pace, batch_size)
 
-    start_ns = None
-    n_in = 0
-    for cols in chunks:
+    def metrics(self, trace: RunTrace) -> dict:
+        return {}
+
+    def run(
+        self,
+        query: Query,
+        topology: Topology,
+        chunks: Iterable[Columns],
+        settings: RunSettings,
+        progress,
+    ) -> RunTrace:
+        """Drive ``chunks`` through ``topology``: each chunk goes to the emitter, then the
+        messages it causes are delivered (see ``delivery_seed``)."""
+        progress = progress or Progress(None, enabled=False)
+        clock = time.monotonic_ns
+        graph = topology.graph
+        actors = {n: d["config"].build(query, settings, clock) for n, d in graph.nodes(data=True)}
+        stats = {n: ActorStats(role=d["role"]) for n, d in graph.nodes(data=True)}
+        routes = topology.routes()
+        emitter = topology.emitter
+        collector = topology.collector
+        queue = _Mailboxes(self.delivery_seed)
+        waiting = dict.fromkeys(stats, 0)  # messages in the queue per receiver
+
+        def deliver(src: str, messages) -> None:
+            st = stats[src]
+            for port, msg in messages:
+                st.batches_out += 1
+                st.tuples_out += len(msg)
+                for dst, dst_port in routes.get((src, port), ()):
+                    queue.push((src, dst), (dst_port, msg))
+                    waiting[dst] += 1
+                    if waiting[dst] > stats[dst].peak_queue:
+                        stats[dst].peak_queue = waiting[dst]
+
+        def step(node: str, call, *args) -> None:
+            t0 = time.perf_counter_ns()
+            out = call(*args)
+            stats[node].busy_ns += time.perf_counter_ns() - t0
+            deliver(node, out)
+
+        def drain(limit: int | None = None) -> None:
+            while queue and (limit is None or limit > 0):
+                (_, dst), (port, msg) = queue.pop()
+                waiting[dst] -= 1
+                if limit is not None:
+                    limit -= 1
+                st = stats[dst]
+                st.batches_in += 1
+                st.tuples_in += len(msg)
+                deliver(dst, passes_on(actors[dst], port, msg))  # before the step (§III-C)
+                step(dst, actors[dst].on_batch, port, msg)
+
+        start_ns = None
+        n_in = 0
+        for cols in chunks:
+            if start_ns is None:
+                start_ns = clock()
+            stats[emitter].tuples_in += len(cols)
+            step(emitter, actors[emitter].on_chunk, cols)
+            drain(queue.some())
+            n_in += len(cols)
+            progress.update(len(cols))
         if start_ns is None:
             start_ns = clock()
-        stats[emitter].tuples_in += len(cols)
-        step(emitter, actors[emitter].on_chunk, cols)
-        drain(queue.some())
-        n_in += len(cols)
-        progress.update(len(cols))
-    if start_ns is None:
-        start_ns = clock()
-    step(emitter, actors[emitter].on_eof)
-    drain()
-    for node in topology.eof_order():
-        if node != emitter:
-            step(node, actors[node].on_eof)
-            drain()
-    end_ns = clock()
-    return RunTrace(
-        input_tuples=n_in,
-        start_ns=start_ns,
-        end_ns=end_ns,
-        actors=stats,
-        collector=actors[collector],
-    )
+        step(emitter, actors[emitter].on_eof)
+        drain()
+        for node in topology.eof_order():
+            if node != emitter:
+                step(node, actors[node].on_eof)
+                drain()
+        end_ns = clock()
+        return RunTrace(
+            input_tuples=n_in,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            actors=stats,
+            collector=actors[collector],
+        )
 
 
 class _Mailboxes:

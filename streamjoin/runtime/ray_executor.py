@@ -42,16 +42,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 import networkx as nx
 import ray
 
 from streamjoin.actors import passes_on
+from streamjoin.actors.base import ActorConfig, RunSettings
 from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
-from streamjoin.runtime.build import Settings, build_actor
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.executor import Defaults, wall_clock_defaults
+from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
@@ -78,8 +82,8 @@ class _Inbox:
     growing without bound.
     """
 
-    def __init__(self, role: str, limit: int, max_tuples: int) -> None:
-        self.role = role
+    def __init__(self, merges_batches: bool, limit: int, max_tuples: int) -> None:
+        self.merges_batches = merges_batches
         self.limit = limit
         self.max_tuples = max_tuples
         self.items: deque = deque()
@@ -120,7 +124,7 @@ class _Inbox:
                         nxt[0] == "msg"
                         and nxt[1] == sender
                         and nxt[2] == port
-                        and mergeable(self.role, group, nxt[3], self.max_tuples)
+                        and mergeable(self.merges_batches, group, nxt[3], self.max_tuples)
                     ):
                         break
                     group.append(self.items.popleft()[3])
@@ -139,15 +143,15 @@ class _Node:
     process and a copy of every input batch.
     """
 
-    def __init__(self, name: str, role: str, config: dict, query: Query, settings: Settings):
+    def __init__(self, name: str, config: ActorConfig, query: Query, settings: RunSettings):
         self.name = name
-        self.stats = ActorStats(role=role)
+        self.stats = ActorStats(role=config.role)
         self.routes: dict[str, list] = {}
         self.out: dict[str, object] = {}
         self.frames_sent = 0
         self.frames_handled = 0
         self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)
-        self.logic = self._guard(build_actor, role, config, query, settings, time.monotonic_ns)
+        self.logic = self._guard(config.build, query, settings, time.monotonic_ns)
 
     def _guard(self, fn, *args):
         try:
@@ -239,7 +243,7 @@ class _Host(_Node):
         self.cyclic = cyclic
         self.cpu0 = time.process_time_ns()
         self.bounded_senders = set(bounded)
-        self.inbox = _Inbox(self.stats.role, INBOX, self.merge_tuples)
+        self.inbox = _Inbox(self.logic.merges_batches, INBOX, self.merge_tuples)
         self.open(routes, addresses)
         if cyclic:
             threading.Thread(
@@ -465,42 +469,64 @@ def _diagnose(hosts: dict, err: Exception) -> ActorFailed:
     )
 
 
-def run_ray(
-    query: Query,
-    topology: Topology,
-    chunks: Iterable[Columns],
-    settings: Settings,
-    progress,
-    address: str | None = None,
-) -> RunTrace:
-    """Run the topology with one Ray actor per node (see module docstring)."""
-    _ensure_ray(address)
-    graph = topology.graph
-    (emitter,) = topology.nodes("emitter")
-    share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
-    hosts = {
-        n: _Host.options(num_cpus=share).remote(n, d["role"], d["config"], query, settings)
-        for n, d in graph.nodes(data=True)
-        if n != emitter
-    }
-    source = None
-    try:
+@dataclass(frozen=True)
+class Ray:
+    """The ``ray`` backend: one Ray actor per topology node (see the module docstring).
+
+    Parameters
+    ----------
+    address : str, optional
+        Ray cluster to connect to; default: the running Ray instance, or a local one started
+        with this host's CPUs. An instance this run starts stays up for later runs.
+    """
+
+    address: str | None = None
+
+    name: ClassVar[str] = "ray"
+
+    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
+        return wall_clock_defaults(self, pace, batch_size)
+
+    def metrics(self, trace: RunTrace) -> dict:
+        return {}
+
+    def run(
+        self,
+        query: Query,
+        topology: Topology,
+        chunks: Iterable[Columns],
+        settings: RunSettings,
+        progress,
+    ) -> RunTrace:
+        """Run the topology with one Ray actor per node."""
+        _ensure_ray(self.address)
+        progress = progress or Progress(None, enabled=False)
+        graph = topology.graph
+        emitter = topology.emitter
+        share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
+        hosts = {
+            n: _Host.options(num_cpus=share).remote(n, d["config"], query, settings)
+            for n, d in graph.nodes(data=True)
+            if n != emitter
+        }
+        source = None
         try:
-            addresses = dict(
-                zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
-            )
-        except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
-            raise _unwrap(e) from None
-        source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
-        try:
-            return _drive(topology, source, hosts, addresses, chunks, progress)
-        except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
-            raise _diagnose(hosts, e) from None
-    finally:
-        if source is not None:
-            source.shut()
-        for h in hosts.values():
-            ray.kill(h)
+            try:
+                addresses = dict(
+                    zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
+                )
+            except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
+                raise _unwrap(e) from None
+            source = _Node(emitter, topology.config(emitter), query, settings)
+            try:
+                return _drive(topology, source, hosts, addresses, chunks, progress)
+            except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
+                raise _diagnose(hosts, e) from None
+        finally:
+            if source is not None:
+                source.shut()
+            for h in hosts.values():
+                ray.kill(h)
 
 
 def _quiesce(source: _Node, hosts: dict) -> None:
@@ -542,7 +568,7 @@ def _drive(
         ]
     )
     source.open(*outgoing(source.name))
-    (collector,) = topology.nodes("collector")
+    collector = topology.collector
     clock = time.monotonic_ns
     start_ns = None
     n_in = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import tempfile
@@ -12,7 +13,12 @@ import numpy as np
 import pyarrow as pa
 
 from streamjoin import oracle, viz
+from streamjoin._version import __version__
+from streamjoin.actors.base import RunSettings
 from streamjoin.actors.collector import LatencyHistogram
+from streamjoin.query import Query
+from streamjoin.runtime.trace import RunTrace
+from streamjoin.topologies.base import Topology
 
 
 def _ms(ns: float) -> str:
@@ -51,6 +57,68 @@ class Result:
     count: int
     metrics: dict
     histogram: LatencyHistogram = field(repr=False)
+
+    @classmethod
+    def from_trace(
+        cls,
+        trace: RunTrace,
+        query: Query,
+        topology: Topology,
+        settings: RunSettings,
+        *,
+        backend: str,
+        pace: float | None = None,
+        extra: dict | None = None,
+    ) -> Result:
+        """The result of a run from what its executor recorded.
+
+        Throughput counts from the first ingest to the last pair the collector received (or
+        the end of the run if there were none); latency percentiles come from every pair's
+        latency with ``collect="pairs"``, else from the collector's histogram. ``extra`` is
+        what the backend adds to :attr:`metrics` (``Executor.metrics``).
+        """
+        col = trace.collector
+        end = col.last_ns if col.last_ns is not None else trace.end_ns
+        elapsed_s = max(end - trace.start_ns, 1) / 1e9
+        hist = col.histogram
+        pairs = None
+        if settings.collect == "pairs":
+            r, s, lat = col.arrays(ordered=settings.ordered)
+            pairs = pa.table({"r": r, "s": s, "latency_ns": lat})
+            q = np.percentile(lat, [50, 95, 99]) / 1e6 if len(lat) else [math.nan] * 3
+            latency = {
+                "p50": q[0],
+                "p95": q[1],
+                "p99": q[2],
+                "max": lat.max() / 1e6 if len(lat) else math.nan,
+            }
+        else:
+            latency = {f"p{p}": hist.percentile(p) / 1e6 for p in (50, 95, 99)}
+            latency["max"] = hist.max / 1e6 if hist.total else math.nan
+        max_delay_ns = settings.max_delay_ns
+        metrics = {
+            "query": str(query),
+            "topology": topology.name,
+            "backend": backend,
+            "settings": {
+                "batch_size": settings.batch_size,
+                "max_delay_s": None if max_delay_ns is None else max_delay_ns / 1e9,
+                "collect": settings.collect,
+                "ordered": settings.ordered,
+                "pace": pace,
+            },
+            "input_tuples": trace.input_tuples,
+            "output_pairs": col.count,
+            "elapsed_s": elapsed_s,
+            "input_tuples_per_s": trace.input_tuples / elapsed_s,
+            "output_pairs_per_s": col.count / elapsed_s,
+            "latency_ms": {k: float(v) for k, v in latency.items()},
+            "actors": trace.actor_metrics(),
+            "machine": machine_info(),
+            "version": __version__,
+            **(extra or {}),
+        }
+        return cls(pairs=pairs, count=col.count, metrics=metrics, histogram=hist)
 
     def same_pairs(self, other) -> oracle.PairComparison:
         """Compare with another result or pair table as sets (see :func:`oracle.same_pairs`)."""

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 
 from streamjoin.batch import InputError
+from streamjoin.checks import positive_int
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.partitions import (
     PartitionRange,
@@ -505,8 +506,7 @@ def from_dataframe(
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-    if not isinstance(rows_per_job, int) or rows_per_job <= 0:
-        raise ValueError(f"rows_per_job must be a positive integer, got {rows_per_job!r}")
+    rows_per_job = positive_int("rows_per_job", rows_per_job)
     if s is not None:
         from pyspark.sql import functions as F
 

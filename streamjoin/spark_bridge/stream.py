@@ -30,6 +30,7 @@ import threading
 import numpy as np
 
 from streamjoin.batch import InputError, validate
+from streamjoin.checks import positive_int
 from streamjoin.runtime import Result, run
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.source import arrival_ordered
@@ -82,8 +83,7 @@ class JoinSink:
         max_queued: int = 4,
         **run_options,
     ) -> None:
-        if not isinstance(max_queued, int) or max_queued < 1:
-            raise ValueError(f"max_queued must be a positive integer, got {max_queued!r}")
+        max_queued = positive_int("max_queued", max_queued)
         if query.self_join:
             stream = None
         elif stream is None:

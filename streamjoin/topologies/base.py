@@ -91,8 +91,10 @@ class Topology:
         middle = [n for n in self.graph if n not in (emitter, collector)]
         return [emitter, *middle, collector]
 
-    def check_query(self, query) -> None:
-        """Raise ValueError if this layout, or one of its nodes, cannot run ``query``."""
+    def check(self, query) -> None:
+        """Raise ValueError before any work if this graph is not runnable or this layout,
+        or one of its nodes, cannot run ``query``."""
+        self.validate()
         if query.self_join and not self.graph.graph.get("self_join", True):
             raise ValueError(f"topology {self.name!r} runs two-way joins only, not self-joins")
         for node in self.graph:
@@ -127,10 +129,3 @@ def index_options_of(index: str | None, index_options: dict | None, more: dict) 
             f"index option(s) {sorted(both)} given twice: in index_options and as keyword arguments"
         )
     return {**(index_options or {}), **more}
-
-
-def counts(**values: int) -> None:
-    """Raise ValueError unless every value is a positive integer (named in the message)."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")

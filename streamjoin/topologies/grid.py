@@ -8,7 +8,8 @@ from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.join_core import JoinCoreConfig
 from streamjoin.actors.router import GridRoute
-from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
+from streamjoin.checks import positive_int
+from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
 def grid(
@@ -29,7 +30,8 @@ def grid(
     ``"direct"`` the emitter sends to every core of the row or column itself. Two-way joins
     only. ``index_options`` (and ``**options``) go to every core's index.
     """
-    counts(m=m, n=n)
+    positive_int("m", m)
+    positive_int("n", n)
     if forward not in ("chain", "direct"):
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
     opts = index_options_of(index, index_options, options)

@@ -9,7 +9,8 @@ from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.handshake import HandshakeConfig
 from streamjoin.actors.router import HandshakeRoute
-from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
+from streamjoin.checks import positive_int
+from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
 def handshake(
@@ -45,9 +46,9 @@ def handshake(
     index_options : dict, optional
         Passed to every segment's index; ``**options`` are added to them.
     """
-    counts(n=n)
+    positive_int("n", n)
     if segment is not None:
-        counts(segment=segment)
+        positive_int("segment", segment)
     if segment is not None and low_latency:
         raise ValueError(
             "segment applies to the original handshake join; the low-latency "

@@ -7,7 +7,8 @@ import networkx as nx
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.panjoin import ManagerConfig, WorkerConfig
-from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
+from streamjoin.checks import positive_int
+from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
 def panjoin(
@@ -37,9 +38,10 @@ def panjoin(
         subwindows of its own (``bisort``, ``rap_table``, ``wib_tree``) takes its own
         ``subwindow_size`` here: ``index_options={"subwindow_size": 1024}``.
     """
-    counts(workers=workers, subwindows=subwindows)
+    positive_int("workers", workers)
+    positive_int("subwindows", subwindows)
     if subwindow_size is not None:
-        counts(subwindow_size=subwindow_size)
+        positive_int("subwindow_size", subwindow_size)
     opts = index_options_of(index, index_options, options)
     g = nx.MultiDiGraph(self_join=True)
     mid = (workers - 1) / 2

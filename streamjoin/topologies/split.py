@@ -8,7 +8,8 @@ from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.join_core import JoinCoreConfig
 from streamjoin.actors.router import SplitRoute
-from streamjoin.topologies.base import Topology, add_actor, counts, index_options_of
+from streamjoin.checks import positive_int
+from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
 def split(
@@ -21,7 +22,7 @@ def split(
     its earlier tuple. Self-joins are supported. ``index_options`` (and ``**options``) go to
     every core's index.
     """
-    counts(n=n)
+    positive_int("n", n)
     core = JoinCoreConfig(index, index_options_of(index, index_options, options))
     g = nx.MultiDiGraph(self_join=True)
     mid = (n - 1) / 2

@@ -1,6 +1,8 @@
-"""Message costs of the ``ray`` executor for a machine profile (:func:`cost_model.calibrate`).
+"""Message costs of the ``ray`` executor for a machine profile
+(:func:`~streamjoin.runtime.sim.calibrate.calibrate`).
 
-Kept apart so that only ``runtime/ray*`` modules import Ray (DESIGN §3).
+Kept apart, in a module whose name starts with ``ray``, so that only ``runtime/ray*`` modules
+import Ray (DESIGN §3); calibration imports it only when it times messages.
 
 The ``ray`` executor (:mod:`streamjoin.runtime.ray_executor`) passes batches over one TCP
 connection per graph edge (:mod:`streamjoin.runtime.channels`); Ray only places and starts
@@ -33,7 +35,7 @@ import ray
 from streamjoin.batch import Batch
 from streamjoin.runtime import channels
 from streamjoin.runtime.coalesce import INBOX
-from streamjoin.runtime.cost_model import MessageCosts, message_nbytes
+from streamjoin.runtime.sim.profile import MessageCosts, message_nbytes
 
 #: Batch sizes (tuples) of the payloads timed: one tuple up to a large batch (~800 KB).
 BATCH_SIZES = (1, 256, 1024, 16384)

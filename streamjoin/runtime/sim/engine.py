@@ -4,8 +4,8 @@ Every topology node becomes a simulated core with a FIFO mailbox, driven by even
 clock. A core takes the next message, receives it (the model's per-message receive cost: a
 ``ray`` actor reads and decodes a frame before its logic runs, so the logic reads the clock
 after it), runs the *same* logic object as ``local`` (built by
-:func:`~streamjoin.runtime.build.build_actor`, so results stay exact), and is then busy for
-the virtual time the :class:`~streamjoin.runtime.cost_model.CostModel` charges for what the
+:meth:`ActorConfig.build <streamjoin.actors.base.ActorConfig.build>`, so results stay exact), and is then busy for
+the virtual time the :class:`~streamjoin.runtime.sim.costs.CostModel` charges for what the
 step did, and more if the core had not run right before it (the profile's ``after_idle``: a
 step that follows idle time, or a wait for a shared processor, starts with caches that other
 work has used; the longer the gap, the more, up to the calibrated cost; nothing when the
@@ -25,13 +25,13 @@ on a full receiver, the simulator's do not, so a flooded simulation queues its w
 where the executor holds it back at the source.
 
 By default every core has a processor of its own. A profile with ``cpus`` set
-(:meth:`MachineProfile.with_cpus <streamjoin.runtime.cost_model.MachineProfile.with_cpus>`)
+(:meth:`MachineProfile.with_cpus <streamjoin.runtime.sim.profile.MachineProfile.with_cpus>`)
 makes the cores share that many: a step waits for a free processor, first come first served,
 and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine);
 a step that waited for one starts colder, by the length of its wait, as after idle time.
 Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
 that starts while k steps hold processors (itself included) by
-:meth:`MachineProfile.slowdown(k) <streamjoin.runtime.cost_model.MachineProfile.slowdown>`,
+:meth:`MachineProfile.slowdown(k) <streamjoin.runtime.sim.profile.MachineProfile.slowdown>`,
 fixed when the step starts.
 
 The virtual clock (int ns) is what the emitter stamps as ingest time (the chunk's arrival) and
@@ -39,245 +39,44 @@ what the collector reads, so every latency, throughput and busy time in the resu
 and deterministic: it depends on the input, the topology, the arrival process and the machine
 profile, not on this host's load.
 
-Input chunks arrive by an :class:`Arrival` process: a constant or Poisson rate (tuples/s of
-virtual time; one total rate or one per stream), or a replay of the input's own ``ts``. A chunk
-arrives with its last row. End of stream follows the data through every link, so a core ends
-after all its inputs have.
-
-Per actor the trace records virtual busy time, messages and tuples in and out, peak and
-time-averaged mailbox length, and the mailbox (in tuples) sampled over time;
-:func:`max_sustainable_rate` bisects the input rate for the highest one the layout sustains
-(DP-Join Fig. 5b).
+Input chunks arrive by an :class:`~streamjoin.runtime.sim.arrival.Arrival` process. End of
+stream follows the data through every link, so a core ends after all its inputs have. Per
+actor the trace (:class:`~streamjoin.runtime.sim.trace.SimTrace`) records virtual busy time,
+messages and tuples in and out, peak and time-averaged mailbox length, and the mailbox (in
+tuples) sampled over time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter_ns
+from typing import ClassVar
 
 import numpy as np
 import simpy
 
 from streamjoin.actors import passes_on
-from streamjoin.batch import Columns, validate
+from streamjoin.actors.base import RunSettings
+from streamjoin.batch import Columns
+from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
-from streamjoin.runtime.build import Settings, build_actor, check_topology
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
-from streamjoin.runtime.cost_model import CostModel, MachineProfile, as_profile
-from streamjoin.runtime.result import Result
-from streamjoin.runtime.run import (
-    _positive_int,
-    _result,
-    _slices,
-)
-from streamjoin.runtime.run import run as run_any_backend
-from streamjoin.runtime.trace import ActorStats, RunTrace
-from streamjoin.sources import Source
+from streamjoin.runtime.executor import Defaults
+from streamjoin.runtime.pipeline import Progress, default_chunk_rows
+from streamjoin.runtime.sim.arrival import Arrival
+from streamjoin.runtime.sim.costs import CostModel
+from streamjoin.runtime.sim.profile import MachineProfile, as_profile
+from streamjoin.runtime.sim.trace import SimStats, SimTrace
 from streamjoin.topologies.base import Topology
 
 # mailbox item kinds
 _CHUNK, _BATCH, _TICK, _EOF = "chunk", "batch", "tick", "eof"
-
-
-# ---------------------------------------------------------------------------------------------
-# Arrival processes
-# ---------------------------------------------------------------------------------------------
-
-
-def _positive_rate(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise ValueError(f"{name} must be a rate in tuples/s, got {value!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a positive finite rate in tuples/s, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """When input chunks reach the emitter, in virtual time.
-
-    Build with :meth:`constant`, :meth:`poisson` or :meth:`replay`. Rows keep the input's
-    order. With one total rate each row arrives one (constant or exponential) gap after the
-    one before, and the input's interleaving decides each stream's share. With one rate per
-    stream a row arrives at its own stream's schedule or right after the row before it,
-    whichever is later: rows whose stream is ahead of the input's interleaving arrive in
-    clumps (two independent Poisson streams forced into a fixed order arrive about half in
-    pairs). For per-stream Poisson arrivals generate the input with matching ``ts``
-    (``sources.synthetic(process="poisson", ...)``) and replay it.
-    """
-
-    process: str
-    rate: float | None = None  # total tuples/s, both streams together
-    rates: tuple[float, float] | None = None  # (R, S) tuples/s
-    seed: int = 0
-    speed: float = 1.0
-    ts_unit_ns: int = 1_000_000
-
-    @classmethod
-    def constant(
-        cls, rate: float | None = None, *, rate_r: float | None = None, rate_s: float | None = None
-    ) -> Arrival:
-        """Evenly spaced arrivals: ``rate`` tuples/s in total, or ``rate_r`` / ``rate_s`` per
-        stream (asymmetric streams, DP-Join §IV-C2)."""
-        return cls("constant", *cls._rates(rate, rate_r, rate_s))
-
-    @classmethod
-    def poisson(
-        cls,
-        rate: float | None = None,
-        *,
-        rate_r: float | None = None,
-        rate_s: float | None = None,
-        seed: int = 0,
-    ) -> Arrival:
-        """Exponential inter-arrival times (seeded), at the same rates as :meth:`constant`."""
-        return cls("poisson", *cls._rates(rate, rate_r, rate_s), seed=seed)
-
-    @classmethod
-    def replay(cls, speed: float = 1.0, ts_unit_ns: int = 1_000_000) -> Arrival:
-        """Each row arrives at its own ``ts`` (milliseconds by default) from the first row's,
-        ``speed`` times faster than recorded."""
-        _positive_rate("speed", speed)
-        if not isinstance(ts_unit_ns, int) or ts_unit_ns <= 0:
-            raise ValueError(f"ts_unit_ns must be a positive int, got {ts_unit_ns!r}")
-        return cls("replay", speed=float(speed), ts_unit_ns=ts_unit_ns)
-
-    @staticmethod
-    def _rates(rate, rate_r, rate_s):
-        if rate is not None:
-            if rate_r is not None or rate_s is not None:
-                raise ValueError("give either rate (total) or rate_r and rate_s, not both")
-            return _positive_rate("rate", rate), None
-        if rate_r is None or rate_s is None:
-            raise ValueError("give rate (total tuples/s) or both rate_r and rate_s")
-        return None, (_positive_rate("rate_r", rate_r), _positive_rate("rate_s", rate_s))
-
-    @property
-    def total_rate(self) -> float | None:
-        """Tuples/s over both streams (None for a replay)."""
-        return self.rate if self.rates is None else (sum(self.rates) if self.rates else None)
-
-    def scaled(self, factor: float) -> Arrival:
-        """The same process ``factor`` times as fast (a replay: ``speed`` times ``factor``)."""
-        if self.process == "replay":
-            return Arrival("replay", speed=self.speed * factor, ts_unit_ns=self.ts_unit_ns)
-        rates = None if self.rates is None else tuple(r * factor for r in self.rates)
-        rate = None if self.rate is None else self.rate * factor
-        return Arrival(self.process, rate, rates, self.seed)
-
-    def to_dict(self) -> dict:
-        d = {"process": self.process}
-        if self.process == "replay":
-            d.update(speed=self.speed, ts_unit_ns=self.ts_unit_ns)
-        else:
-            d.update(
-                {"rate": self.rate}
-                if self.rates is None
-                else {"rate_r": self.rates[0], "rate_s": self.rates[1]}
-            )
-            if self.process == "poisson":
-                d["seed"] = self.seed
-        return d
-
-    def start(self) -> _ArrivalClock:
-        """A fresh schedule for one run."""
-        return _ArrivalClock(self)
-
-
-class _ArrivalClock:
-    """Arrival time of each chunk (its last row), chunk by chunk, non-decreasing."""
-
-    def __init__(self, arrival: Arrival) -> None:
-        self.a = arrival
-        self.last = 0.0  # virtual seconds
-        self.n = [0, 0, 0]  # rows so far: R, S, total
-        self.t = [0.0, 0.0, 0.0]  # Poisson: current time per stream and total (seconds)
-        self.rngs = [np.random.default_rng([arrival.seed, s]) for s in range(3)]
-        self.draws = [np.empty(0)] * 3  # exponential draws not used yet, per schedule
-        self.used = [0, 0, 0]
-        self.ts0: int | None = None
-
-    def chunk_ns(self, cols: Columns) -> int:
-        a, n = self.a, len(cols)
-        if a.process == "replay":
-            if n:
-                if self.ts0 is None:
-                    self.ts0 = int(cols.ts.min())
-                t = (int(cols.ts.max()) - self.ts0) * a.ts_unit_ns / a.speed / 1e9
-                self.last = max(self.last, t)
-        elif a.rates is None:
-            self.last = max(self.last, self._advance(2, n, a.rate))
-        else:
-            for s in (0, 1):
-                k = int(np.count_nonzero(cols.stream == s))
-                if k:
-                    self.last = max(self.last, self._advance(s, k, a.rates[s]))
-        return int(round(self.last * 1e9))
-
-    def _advance(self, s: int, k: int, rate: float) -> float:
-        """Time (s) of the last of ``k`` more arrivals on schedule ``s``."""
-        self.n[s] += k
-        if self.a.process == "constant":
-            return self.n[s] / rate
-        # per-row draws, so the schedule does not depend on how the input is chunked
-        draws = self._exponentials(s, k)
-        # Python floats from here on: rounding a numpy scalar costs microseconds per chunk
-        self.t[s] += float(draws[0] if k == 1 else draws.sum()) / rate
-        return self.t[s]
-
-    def _exponentials(self, s: int, k: int) -> np.ndarray:
-        """The next ``k`` draws of schedule ``s``, drawn a block at a time (a generator gives
-        the same values in one call of n as in n calls of one)."""
-        buf, i = self.draws[s], self.used[s]
-        if i + k > len(buf):
-            buf = np.concatenate([buf[i:], self.rngs[s].standard_exponential(max(k, 4096))])
-            self.draws[s], i = buf, 0
-        self.used[s] = i + k
-        return buf[i : i + k]
-
-
-# ---------------------------------------------------------------------------------------------
-# The trace
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SimStats(ActorStats):
-    """:class:`ActorStats` in virtual time, plus what only a simulator can see."""
-
-    peak_queue_tuples: int = 0
-    mean_queue: float = 0.0  # time-averaged mailbox length, messages
-    compute_wall_ns: int = 0  # host time the logic took (model vs. host check)
-    after_idle_steps: int = 0  # steps charged the profile's after-idle cost
-
-
-@dataclass
-class SimTrace(RunTrace):
-    """:class:`RunTrace` of a simulated run (all times virtual ns)."""
-
-    profile: MachineProfile | None = None
-    arrival: Arrival | None = None
-    last_arrival_ns: int = 0
-    queue_t_ns: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    queue_tuples: dict[str, np.ndarray] = field(default_factory=dict)
-    steps: int = 0  # actor steps simulated
-    messages: int = 0  # messages delivered (one per destination)
-    wall_s: float = 0.0
-    fallbacks: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def drain_ns(self) -> int:
-        """Virtual time from the last arrival until the collector ended."""
-        return max(0, self.end_ns - self.last_arrival_ns)
-
-
-class _NoProgress:
-    def update(self, n: int) -> None:
-        pass
 
 
 class _Core:
@@ -302,15 +101,14 @@ class _Core:
         "qt",
         "q_since",
         "q_area",
-        "snapshot",
         "charge",
         "idle_ns",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
-        self.snapshot, self.charge = model.bind(role, logic)  # the step's cost model
-        self.idle_ns = model.after_idle_ns(role)  # more when the step follows idle time
+        self.charge = model.bind(logic)  # the step's cost, from its counters
+        self.idle_ns = model.after_idle_ns(logic)  # more when the step follows idle time
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
@@ -354,7 +152,7 @@ class _Simulation:
         self,
         query,
         topology: Topology,
-        settings: Settings,
+        settings: RunSettings,
         model: CostModel,
         arrival: Arrival,
         progress,
@@ -366,7 +164,7 @@ class _Simulation:
         self.settings, self.model, self.arrival = settings, model, arrival
         self.max_delay = settings.max_delay_ns
         self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)  # as the executor's
-        self.progress = progress or _NoProgress()
+        self.progress = progress or Progress(None, enabled=False)
 
         # a step's logic runs once its message is received: it reads the clock that far ahead
         self.lead = 0
@@ -377,13 +175,13 @@ class _Simulation:
         # end of stream: along every link in a DAG; in a cyclic graph (handshake neighbours)
         # from a closer that hands it to one node at a time once everything is quiet
         self.cyclic = topology.cyclic
-        (emitter,) = topology.nodes("emitter")
-        (collector,) = topology.nodes("collector")
+        emitter = topology.emitter
+        collector = topology.collector
         self.cores = {
             n: _Core(
                 n,
                 d["role"],
-                build_actor(d["role"], d["config"], query, settings, clock),
+                d["config"].build(query, settings, clock),
                 1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))),
                 model,
             )
@@ -500,7 +298,7 @@ class _Simulation:
             and len(group) < INBOX
             and box[0][3] is src
             and box[0][1] == port
-            and mergeable(core.role, group, box[0][2], self.merge_tuples)
+            and mergeable(core.logic.merges_batches, group, box[0][2], self.merge_tuples)
         ):
             item = box.popleft()
             group.append(item[2])
@@ -573,8 +371,7 @@ class _Simulation:
                 self._next(core)
                 return
             call, args = logic.on_eof, ()
-        if core.snapshot is not None:  # the counters the charge reads, before the step
-            snap = core.snapshot(msg)
+        snap = logic.counters()  # what the charge takes the step's work from
         self.steps += 1
         self.lead = recv
         w0 = perf_counter_ns()
@@ -587,7 +384,7 @@ class _Simulation:
         t = t0 + recv
         for p, m in ahead:
             t = self._send(core, p, m, t)
-        t += self._compute(core, kind, msg, out, snap, wall)
+        t += self._compute(core, kind, msg, snap, wall)
         for p, m in out:
             t = self._send(core, p, m, t)
         if kind is _CHUNK:
@@ -610,12 +407,12 @@ class _Simulation:
                 self._served()  # early, but only a cyclic graph's closer reads it
             core.idle = True
 
-    def _compute(self, core: _Core, kind, msg, out, snap, wall) -> int:
+    def _compute(self, core: _Core, kind, msg, snap, wall) -> int:
         """The step's compute in virtual ns: its charge, and the after-idle cost if the core
         had been idle or had waited for a processor before it (the share of it that gap's
         length calls for, ``IdleCosts.ramp``), stretched by the processors' share
         (``cpu_share``)."""
-        ns = core.charge(kind, msg, out, snap, wall)
+        ns = core.charge(kind, msg, snap, core.logic.counters(), wall)
         stretch = 1.0 if self.slowdown is None else self.slowdown[self.cpus - self.cpus_free]
         if core.rest_ns:
             if core.idle_ns:
@@ -721,275 +518,87 @@ class _Simulation:
         )
 
 
-def run_sim(
-    query: Query,
-    topology: Topology,
-    chunks: Iterable[Columns],
-    settings: Settings,
-    progress,
-    machine: MachineProfile | CostModel | str | dict | None = None,
-    arrival: Arrival | None = None,
-    *,
-    sample_every_ns: int = 100_000,
-    max_samples: int = 1024,
-) -> SimTrace:
-    """Drive ``chunks`` through ``topology`` on simulated cores (see the module docstring).
+@dataclass(frozen=True)
+class Sim:
+    """The ``sim`` backend: the topology's actors on simulated cores (see the module docstring).
 
     Parameters
     ----------
-    query, topology, chunks, settings, progress
-        As for :func:`~streamjoin.runtime.local.run_local` (``progress`` may be None).
     machine : MachineProfile, path to its JSON, dict, CostModel or None
-        Cost coefficients (default: :func:`~streamjoin.runtime.cost_model.default_profile`).
+        Cost coefficients (default: :func:`~streamjoin.runtime.sim.profile.default_profile`).
+        A path or dict is read into a :class:`MachineProfile` here; a :class:`CostModel` is
+        used as it is (calibration passes one that records every step).
     arrival : Arrival, optional
-        When chunks arrive (default: :meth:`Arrival.replay` of the input's ``ts``).
+        When chunks arrive in virtual time (default: :meth:`Arrival.constant` at the run's
+        ``pace`` with one, else :meth:`Arrival.replay` of the input's ``ts``).
     sample_every_ns : int
         First interval of the mailbox sampling (it doubles to keep ``max_samples``).
     max_samples : int
 
-    Returns
-    -------
-    SimTrace
-        A :class:`RunTrace` in virtual time, with the profile, arrival process and mailbox
-        samples.
-    """
-    model = machine if isinstance(machine, CostModel) else CostModel(as_profile(machine))
-    if arrival is None:
-        arrival = Arrival.replay()
-    if not isinstance(arrival, Arrival):
-        raise ValueError(f"arrival must be a sim.Arrival, got {type(arrival).__name__}")
-    sim = _Simulation(
-        query, topology, settings, model, arrival, progress, int(sample_every_ns), int(max_samples)
-    )
-    return sim.run(chunks)
-
-
-# ---------------------------------------------------------------------------------------------
-# Result and run()
-# ---------------------------------------------------------------------------------------------
-
-
-def sim_metrics(trace: SimTrace, max_points: int = 256) -> dict:
-    """What a simulated run adds to :attr:`Result.metrics`: the profile and arrival process in
-    use, drain time, simulator cost, and the mailbox samples (at most ``max_points``)."""
-    step = max(1, math.ceil(len(trace.queue_t_ns) / max_points))
-    return {
-        "machine_profile": trace.profile.to_dict() if trace.profile else None,
-        "sim": {
-            "arrival": trace.arrival.to_dict() if trace.arrival else None,
-            "last_arrival_s": trace.last_arrival_ns / 1e9,
-            "drain_s": trace.drain_ns / 1e9,
-            "steps": trace.steps,
-            "messages": trace.messages,
-            "wall_s": trace.wall_s,
-            "index_fallbacks": trace.fallbacks,
-            "queue_tuples": {
-                "t_s": (trace.queue_t_ns[::step] / 1e9).tolist(),
-                **{n: s[::step].tolist() for n, s in trace.queue_tuples.items()},
-            },
-        },
-    }
-
-
-def _default_chunk_rows(arrival: Arrival, cols: Columns | None, batch_size: int) -> int:
-    """One millisecond of input (as ``run(pace=)`` does), or ``batch_size`` if unknown."""
-    rate = arrival.total_rate
-    if rate is None and cols is not None and len(cols) > 1:
-        span_s = (int(cols.ts.max()) - int(cols.ts.min())) * arrival.ts_unit_ns / 1e9
-        rate = len(cols) * arrival.speed / span_s if span_s > 0 else None
-    return batch_size if rate is None else max(1, int(rate // 1000))
-
-
-def sim_defaults(arrival, pace, chunk_rows, batch_size: int, data, query):
-    """``(arrival, chunk_rows)`` of a ``sim`` run from :func:`streamjoin.run`'s arguments.
-
-    ``pace`` (tuples/s) means a constant arrival rate in virtual time; with neither the input
-    replays its own ``ts``. ``chunk_rows`` defaults to one millisecond of input at the arrival
-    rate (for a replay, estimated from the in-memory input's ``ts`` span), so the source's own
-    chunking adds about a millisecond to latency as ``run(pace=)`` does on ``local``.
-    """
-    if arrival is None and pace is not None:
-        arrival = Arrival.constant(_positive_rate("pace", pace))
-    arrival = arrival or Arrival.replay()
-    if not isinstance(arrival, Arrival):
-        raise ValueError(f"arrival must be a sim.Arrival, got {type(arrival).__name__}")
-    if chunk_rows is None and not isinstance(data, Source) and isinstance(query, Query):
-        cols = validate(data, query) if arrival.total_rate is None else None
-        chunk_rows = _default_chunk_rows(arrival, cols, batch_size)
-    return arrival, chunk_rows
-
-
-def run(
-    query: Query,
-    data,
-    topology: Topology | None = None,
-    *,
-    batch_size: int = 1024,
-    max_delay: float | None = None,
-    collect: str = "pairs",
-    ordered: bool = False,
-    chunk_rows: int | None = None,
-    pace: float | None = None,
-    progress: bool | None = None,
-    machine: MachineProfile | CostModel | str | dict | None = None,
-    arrival: Arrival | None = None,
-) -> Result:
-    """:func:`streamjoin.run` on the ``sim`` backend.
-
-    Parameters are those of :func:`streamjoin.run`, with ``pace`` read as a constant arrival
-    rate in virtual time (see :func:`sim_defaults`), plus:
-
-    machine : MachineProfile, path, dict, CostModel, optional
-        Cost coefficients (default: the shipped profile).
-    arrival : Arrival, optional
-        Arrival process (default: ``Arrival.constant(pace)`` with ``pace``, else a replay of
-        ``ts``).
-
-    The result's metrics also hold ``machine_profile`` and ``sim`` (:func:`sim_metrics`).
-    """
-    return run_any_backend(
-        query,
-        data,
-        topology,
-        backend="sim",
-        batch_size=batch_size,
-        max_delay=max_delay,
-        collect=collect,
-        ordered=ordered,
-        chunk_rows=chunk_rows,
-        pace=pace,
-        progress=progress,
-        machine=machine,
-        arrival=arrival,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Maximum sustainable input rate (DP-Join Fig. 5b)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RateSearch:
-    """Outcome of :func:`max_sustainable_rate`.
-
-    Attributes
-    ----------
-    rate : float
-        Highest total input rate (tuples/s, both streams) found sustainable.
-    arrival : Arrival
-        The arrival process at that rate (per-stream rates in ``arrival.rates``).
-    runs : list of dict
-        Every simulated run: ``rate``, ``sustainable``, ``drain_s``, ``span_s``,
-        ``input_tuples_per_s``, ``latency_p50_ms``, ``latency_p99_ms``, ``peak_backlog``.
+    ``sj.run(..., backend="sim", machine=..., arrival=...)`` builds one from its options. What
+    it adds to :attr:`Result.metrics`: ``machine_profile`` and ``sim``
+    (:meth:`SimTrace.metrics`).
     """
 
-    rate: float
-    arrival: Arrival
-    runs: list[dict]
+    machine: MachineProfile | CostModel | str | os.PathLike | dict | None = None
+    arrival: Arrival | None = None
+    sample_every_ns: int = 100_000
+    max_samples: int = 1024
 
+    name: ClassVar[str] = "sim"
 
-def max_sustainable_rate(
-    query: Query,
-    data,
-    topology: Topology | None = None,
-    *,
-    arrival: Arrival | None = None,
-    machine: MachineProfile | str | dict | None = None,
-    batch_size: int = 1024,
-    max_delay: float | None = None,
-    chunk_rows: int | None = None,
-    slack: float = 0.05,
-    rel_tol: float = 0.02,
-    max_runs: int = 30,
-) -> RateSearch:
-    """Bisect the input rate for the highest one ``topology`` sustains under ``machine``.
+    def __post_init__(self) -> None:
+        if not isinstance(self.machine, CostModel):
+            object.__setattr__(self, "machine", as_profile(self.machine))
+        if self.arrival is not None and not isinstance(self.arrival, Arrival):
+            raise ValueError(f"arrival must be a sim.Arrival, got {type(self.arrival).__name__}")
+        for name in ("sample_every_ns", "max_samples"):
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
 
-    A rate is sustainable when the layout keeps up: after the last arrival it finishes within
-    ``slack`` × the arrival span. Above capacity the backlog — and so this drain time — grows
-    in proportion to the run, so the criterion separates rates within about ``slack`` of the
-    capacity. Use an input several windows long, so the steady state dominates the window's
-    fill-up.
+    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
+        """``pace`` (tuples/s) is a constant arrival rate in virtual time, not applied in wall
+        time; without it or an ``arrival`` the input replays its own ``ts``. ``chunk_rows``
+        defaults to one millisecond of input at the arrival rate (for a replay, the rate the
+        in-memory input's ``ts`` span implies), so the source's own chunking adds about a
+        millisecond to latency as ``run(pace=)`` does on ``local``."""
+        arrival = self.arrival
+        if arrival is None:
+            arrival = (
+                Arrival.replay()
+                if pace is None
+                else Arrival.constant(positive_number("pace", pace, "finite rate in tuples/s"))
+            )
+        rows = default_chunk_rows(arrival.rate_of(cols), batch_size)
+        return Defaults(dataclasses.replace(self, arrival=arrival), rows, wall_pace=None)
 
-    Parameters
-    ----------
-    query, data, topology
-        As for :func:`run` (``data`` in memory: it is replayed at every rate tried).
-    arrival : Arrival, optional
-        The process whose rates are scaled (default ``Arrival.constant(1.0)``: one total rate
-        over the input's order); e.g. ``Arrival.constant(rate_r=1, rate_s=3)`` keeps S three
-        times as fast as R (DP-Join §IV-C2).
-    machine, batch_size, max_delay, chunk_rows
-        As for :func:`run` (``chunk_rows`` defaults to one millisecond of input at each
-        rate tried).
-    slack : float
-        Tolerated drain time as a share of the arrival span.
-    rel_tol : float
-        Stop when the bracket ``[sustainable, unsustainable]`` is this tight (relative).
-    max_runs : int
+    def run(
+        self,
+        query: Query,
+        topology: Topology,
+        chunks: Iterable[Columns],
+        settings: RunSettings,
+        progress,
+    ) -> SimTrace:
+        """Drive ``chunks`` through ``topology`` on simulated cores.
 
-    Returns
-    -------
-    RateSearch
-    """
-    from streamjoin.topologies import single
-
-    template = arrival or Arrival.constant(1.0)
-    if template.process == "replay":
-        raise ValueError("max_sustainable_rate scales a rate: use Arrival.constant or poisson")
-    topology = single() if topology is None else topology
-    check_topology(topology, query)
-    cols = validate(data, query)
-    settings = Settings(
-        batch_size=_positive_int("batch_size", batch_size),
-        max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
-        collect="count",
-    )
-    model = CostModel(as_profile(machine))
-    base = template.total_rate
-    runs: list[dict] = []
-
-    def attempt(rate: float) -> bool:
-        arr = template.scaled(rate / base)
-        rows = chunk_rows or _default_chunk_rows(arr, cols, batch_size)
-        trace = run_sim(
-            query, topology, _slices(cols, rows), settings, None, machine=model, arrival=arr
+        Returns
+        -------
+        SimTrace
+            A :class:`RunTrace` in virtual time, with the profile, arrival process and mailbox
+            samples.
+        """
+        model = self.machine if isinstance(self.machine, CostModel) else CostModel(self.machine)
+        sim = _Simulation(
+            query,
+            topology,
+            settings,
+            model,
+            self.arrival or Arrival.replay(),
+            progress,
+            self.sample_every_ns,
+            self.max_samples,
         )
-        res = _result(query, topology, "sim", settings, trace, None)
-        span = max(1, trace.last_arrival_ns)
-        ok = trace.drain_ns <= slack * span
-        backlog = sum(trace.queue_tuples.values()) if trace.queue_tuples else np.zeros(1)
-        runs.append(
-            {
-                "rate": rate,
-                "sustainable": ok,
-                "drain_s": trace.drain_ns / 1e9,
-                "span_s": span / 1e9,
-                "input_tuples_per_s": res.metrics["input_tuples_per_s"],
-                "latency_p50_ms": res.metrics["latency_ms"]["p50"],
-                "latency_p99_ms": res.metrics["latency_ms"]["p99"],
-                "peak_backlog": int(np.max(backlog)) if len(backlog) else 0,
-            }
-        )
-        return ok
+        return sim.run(chunks)
 
-    # first guess: throughput with the whole input there at once
-    flood = len(cols) * 1e6
-    attempt(flood)
-    guess = max(runs[0]["input_tuples_per_s"], 1.0)
-    lo, hi = guess / 2, guess * 2
-    while not attempt(lo) and len(runs) < max_runs:
-        hi, lo = lo, lo / 4
-    while attempt(hi) and len(runs) < max_runs:
-        lo, hi = hi, hi * 4
-    while hi / lo > 1 + rel_tol and len(runs) < max_runs:
-        mid = math.sqrt(lo * hi)
-        if attempt(mid):
-            lo = mid
-        else:
-            hi = mid
-    found = [r["rate"] for r in runs if r["sustainable"]]
-    best = max(found) if found else 0.0
-    return RateSearch(
-        rate=best, arrival=template.scaled(best / base) if best else template, runs=runs
-    )
+    def metrics(self, trace: SimTrace) -> dict:
+        return trace.metrics()

@@ -1,0 +1,94 @@
+"""The run pipeline's parts between the input and an executor: cutting the input into chunks,
+validating a source's chunks as they are read, pacing them in wall-clock time, and the
+progress bar. :func:`streamjoin.run` strings them together; anything that drives an executor
+itself (e.g. :func:`~streamjoin.runtime.sim.max_sustainable_rate`) uses the same parts."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator
+
+from streamjoin.batch import Columns, validate
+from streamjoin.checks import positive_int, positive_number
+from streamjoin.query import Query
+from streamjoin.sources import Source
+
+__all__ = [
+    "Progress",
+    "default_chunk_rows",
+    "paced",
+    "positive_int",
+    "positive_number",
+    "slices",
+    "validated_chunks",
+]
+
+
+def slices(cols: Columns, rows: int) -> Iterator[Columns]:
+    """``cols`` in consecutive pieces of ``rows`` rows (the last may be shorter); views, no
+    copies."""
+    for a in range(0, len(cols), rows):
+        b = a + rows
+        yield Columns(cols.stream[a:b], cols.ts[a:b], cols.attrs[:, a:b])
+
+
+def validated_chunks(source: Source, query: Query, rows: int) -> Iterator[Columns]:
+    """The source's chunks, each validated as it is read and handed over at most ``rows`` at a
+    time (as in-memory input is)."""
+    offset = 0
+    for chunk in source:
+        cols = validate(chunk, query, row_offset=offset)
+        offset += len(cols)
+        yield from slices(cols, rows) if len(cols) > rows else (cols,)
+
+
+def paced(chunks: Iterable[Columns], rate: float) -> Iterator[Columns]:
+    """Hand chunks over no faster than ``rate`` tuples per second of wall time."""
+    start = time.perf_counter()
+    sent = 0
+    for cols in chunks:
+        wait = start + sent / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        yield cols
+        sent += len(cols)
+
+
+def default_chunk_rows(rate: float | None, batch_size: int) -> int:
+    """Rows to hand over at a time when a run names none: one millisecond of input at ``rate``
+    tuples/s (so the input's own chunking adds about a millisecond to latency), or
+    ``batch_size`` when the input comes as fast as the join takes it (``rate`` None)."""
+    return batch_size if rate is None else max(1, int(rate // 1000))
+
+
+class Progress:
+    """A tqdm bar over input rows that appears only on runs longer than ``delay`` seconds.
+
+    ``enabled`` None: when stderr is a terminal. Executors call :meth:`update` with the rows
+    of each chunk they take.
+    """
+
+    def __init__(self, total: int | None, enabled: bool | None, delay: float = 2.0) -> None:
+        if enabled is None:
+            enabled = sys.stderr.isatty()
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm  # imported only when a bar is shown
+
+            self.bar = tqdm(
+                total=total,
+                unit=" tuples",
+                unit_scale=True,
+                delay=delay,
+                desc="joining",
+                leave=False,
+            )
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,443 @@
+"""Calibration: measure this host into a :class:`~streamjoin.runtime.sim.profile.MachineProfile`.
+
+:func:`calibrate` (``streamjoin calibrate``) measures the processors' share one and several
+busy processes get (:func:`measure_cpu_share`), runs the join kernels through the simulator
+with a recording cost model that times every step, fits the coefficients by non-negative
+least squares on relative error (:func:`fit_costs`), times the same kind of steps after an
+idle gap for the after-idle costs (:func:`measure_after_idle`), times the ``ray`` executor's
+messages (framed batches over TCP between actors,
+:mod:`streamjoin.runtime.sim.ray_messages`) for the message costs, and writes a profile JSON.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from streamjoin import indexes as registry
+from streamjoin import sources, topologies
+from streamjoin._version import __version__
+from streamjoin.query import CountWindow, Query, band, equal
+from streamjoin.runtime.result import machine_info
+from streamjoin.runtime.run import run
+from streamjoin.runtime.sim.arrival import Arrival
+from streamjoin.runtime.sim.costs import CostModel
+from streamjoin.runtime.sim.engine import Sim
+from streamjoin.runtime.sim.profile import (
+    FEATURES,
+    IdleCosts,
+    MachineProfile,
+    MessageCosts,
+    default_profile,
+)
+
+
+class _Recorder(CostModel):
+    """Charges each step its measured host time and keeps ``(features, ns, workload)`` per
+    cost group and index: the features are a call and the step's counter differences."""
+
+    def __init__(self, profile: MachineProfile, skip: int = 3) -> None:
+        super().__init__(profile)
+        self.rows: dict[tuple, list] = {}
+        self.skip = skip  # first steps of each actor run colder (caches, allocator)
+        self.run = 0  # workload number, so each workload weighs the same in the fit
+
+    def bind(self, logic):
+        self.coefficients(logic)  # the logic counts what its cost group charges
+        rows = self.rows.setdefault((logic.cost_group, logic.cost_key), [])
+        seen = [0]
+
+        def charge(kind, msg, before, after, wall_ns):
+            seen[0] += 1
+            if seen[0] > self.skip and kind != "eof":
+                features = (1, *(a - b for a, b in zip(after, before, strict=True)))
+                rows.append((features, wall_ns, self.run))
+            return wall_ns
+
+        return charge
+
+
+def nnls(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+    """Non-negative least squares ``min ||a x - b||, x >= 0`` (Lawson & Hanson's active set)."""
+    n = a.shape[1]
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    a = a / norms  # scale columns so one tolerance fits features of any magnitude
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    for _ in range(3 * n):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max() <= tol * max(1.0, np.abs(b).max()):
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if np.all(z[passive] > 0):
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+    return x / norms
+
+
+def fit_costs(rows: list, names: tuple) -> tuple[dict, dict]:
+    """Coefficients (ns per feature) minimising relative error over measured steps.
+
+    ``rows`` are ``(features, measured ns, workload)``. Relative error, because a latency is a
+    sum of small steps and a plain fit would be dominated by the largest ones; each workload
+    weighs the same, or the many small steps of batch size 1 would drown the few large ones
+    that reveal per-tuple costs. Steps off by more than 3× after a first fit (GC pauses,
+    preemption on a shared host) are dropped and the fit repeated once.
+    """
+    x = np.array([f for f, _, _ in rows], dtype=np.float64)
+    y = np.array([t for _, t, _ in rows], dtype=np.float64)
+    run = np.array([r for _, _, r in rows])
+    per_run = np.bincount(run)[run]
+    keep = np.ones(len(y), dtype=bool)
+    for _ in range(2):
+        w = 1.0 / (np.maximum(y[keep], 1_000.0) * np.sqrt(per_run[keep]))
+        coef = nnls(x[keep] * w[:, None], y[keep] * w)
+        ratio = (x @ coef) / np.maximum(y, 1.0)
+        keep = (ratio > 1 / 3) & (ratio < 3)
+        if keep.sum() < len(names):
+            break
+    err = np.abs(x @ coef - y) / np.maximum(y, 1.0)
+    quality = {
+        "steps": len(y),
+        "median_rel_error": float(np.median(err)),
+        "p90_rel_error": float(np.percentile(err, 90)),
+    }
+    return {n: float(c) for n, c in zip(names, coef, strict=True)}, quality
+
+
+def _workload(index: str, n: int, window: int, match: float, seed: int):
+    """``(query, data)``: a band join at ``match`` rate over a count ``window`` (an equi-join
+    for an index without range probes), or None if ``index`` supports neither."""
+    cls = registry.get(index)
+    band_ok = cls.unsupported(Query(band("x", 1), window=CountWindow(1)).predicate) is None
+    if band_ok:
+        data = sources.synthetic(n, low=0, high=1_000_000, seed=seed)
+        x = data.column("x").to_numpy()
+        eps = sources.band_for_match_rate(x, window=window, match_rate=match)
+        query = Query(band("x", eps), window=CountWindow(window))
+    else:
+        data = sources.synthetic(n, low=0, high=max(1, int(window / match)), seed=seed)
+        query = Query(equal("x"), window=CountWindow(window))
+    return None if cls.unsupported(query.predicate) is not None else (query, data)
+
+
+def _calibration_runs(index: str, quick: bool, seed: int):
+    """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes,
+    batch sizes and match rates, so every feature varies independently enough to be fitted."""
+    windows = (256, 4096) if quick else (256, 4096, 16384)
+    # batches past the default batch size (1024): a fit extrapolated to it predicts the
+    # executor's throughput and latency worse (experiments/results/machine_profile.md)
+    batches = (1, 32, 512) if quick else (1, 32, 512, 2048)
+    for w in windows:
+        for b in batches:
+            for k, match in enumerate((0.5, 16.0)):
+                steps = 300 if quick else 1_200  # per actor: bounds the run time
+                n = int(min(3 * w + 4 * b, steps * b))
+                workload = _workload(index, n, w, match, seed)
+                if workload is None:
+                    continue
+                query, data = workload
+                # varied chunk sizes, so the emitter's per-chunk and per-tuple costs separate
+                chunk = max((1, 64, 1024)[(k + b + w) % 3], -(-n // steps))
+                yield query, data, topologies.single(index), b, chunk
+                if b > 1:  # workers: the same kernels behind per-subwindow calls
+                    yield query, data, topologies.panjoin(2, 4, index), b, chunk
+
+
+#: Idle gap (s) before each step when :func:`measure_after_idle` times steps after idle time:
+#: a paced stream's gap between chunks of a few milliseconds of input.
+IDLE_GAP_S = 0.005
+#: Shorter gaps at which :func:`measure_after_idle` measures how much of the after-idle cost
+#: they already cost (``IdleCosts.ramp``): steps that waited a moment for a shared processor,
+#: or a fast paced stream's gaps.
+RAMP_GAPS_S = (0.0002, 0.001)
+
+
+class _GapRecorder(CostModel):
+    """Charges each step its host time; once ``warm_rows`` input rows are in, keeps each
+    step's host time per cost group and, with ``gap_s``, sleeps that long after it, so the
+    next step follows idle time (this process asleep, others free to run)."""
+
+    def __init__(self, profile: MachineProfile, warm_rows: int, gap_s: float) -> None:
+        super().__init__(profile)
+        self.warm_rows, self.gap_s = warm_rows, gap_s
+        self.rows_in = 0
+        self.times: dict[str, list] = {}
+
+    def bind(self, logic):
+        times = self.times.setdefault(logic.cost_group, [])
+
+        def charge(kind, msg, before, after, wall_ns):
+            if kind == "chunk":
+                self.rows_in += len(msg)
+            if self.rows_in > self.warm_rows and kind != "eof":
+                times.append(wall_ns)
+                if self.gap_s:
+                    time.sleep(self.gap_s)
+            return wall_ns
+
+        return charge
+
+
+def measure_after_idle(
+    index: str = "bplus_tree",
+    *,
+    gap_s: float = IDLE_GAP_S,
+    ramp_gaps_s: tuple[float, ...] = RAMP_GAPS_S,
+    window: int = 16384,
+    batches: tuple[int, ...] = (64, 512, 4096),
+    steps: int = 40,
+    rounds: int = 3,
+    seed: int = 0,
+) -> tuple[IdleCosts, dict]:
+    """Time steps after idle time against the same steps back to back: :class:`IdleCosts`.
+
+    A band join at match rate 2 over a count ``window`` runs on ``single(index)`` for each
+    batch size in ``batches`` and on ``panjoin(2, 4, index)`` for the middle one; once the
+    windows are full, ``steps`` chunks (one batch each) are stepped through every actor back
+    to back, and with this process asleep for ``gap_s`` before every step, and for each
+    shorter gap of ``ramp_gaps_s``. Per cost group and workload the medians give a step's
+    host time hot and after each gap; a group's after-idle cost is the median of its
+    differences over its workloads at ``gap_s`` (clipped at 0), and the ramp's share at a
+    shorter gap is the median over groups and workloads of the difference there against the
+    one at ``gap_s`` (clipped to [0, 1]). The runs alternate ``rounds`` times (the host is
+    shared: medians over rounds). Host (wall) time, so it carries what other processes do to
+    the caches while this one sleeps: the load of the moment (returned with the raw figures,
+    ns per group and workload).
+    """
+    gaps = (0.0, *sorted(g for g in ramp_gaps_s if 0 < g < gap_s), gap_s)
+    base = default_profile().with_messages(MessageCosts())
+    layouts = [(f"single:{b}", topologies.single(index), b) for b in batches]
+    mid = batches[len(batches) // 2]
+    layouts.append((f"panjoin:{mid}", topologies.panjoin(2, 4, index), mid))
+    points: dict[tuple, list] = {}  # (group, workload) -> per round, the medians by gap
+    load0 = os.getloadavg()[0]
+    for _ in range(rounds):
+        for name, topo, b in layouts:
+            warm = 2 * window + 2 * b
+            workload = _workload(index, warm + (steps + 4) * b, window, 2.0, seed)
+            if workload is None:
+                raise ValueError(f"index {index!r} supports neither a band nor an equi-join")
+            query, data = workload
+            medians = []
+            for gap in gaps:
+                rec = _GapRecorder(base, warm, gap)
+                run(
+                    query,
+                    data,
+                    topo,
+                    Sim(machine=rec, arrival=Arrival.constant(1e6)),
+                    batch_size=b,
+                    chunk_rows=b,
+                    collect="count",
+                    progress=False,
+                )
+                # the first steps after the warm-up follow no gap
+                medians.append({g: float(np.median(t[3:])) for g, t in rec.times.items()})
+            for g in medians[0]:
+                points.setdefault((g, name), []).append([m[g] for m in medians])
+    raw = {
+        f"{g}:{name}": {
+            "hot_ns": float(np.median([r[0] for r in v])),
+            "after_idle_ns": float(np.median([r[-1] for r in v])),
+            "after_gap_ns": {
+                f"{gap * 1e3:g} ms": float(np.median([r[k] for r in v]))
+                for k, gap in enumerate(gaps[1:], 1)
+            },
+        }
+        for (g, name), v in sorted(points.items())
+    }
+    extra: dict[str, list] = {}
+    shares: dict[float, list] = {}
+    for (g, _), v in points.items():
+        full = float(np.median([r[-1] - r[0] for r in v]))
+        extra.setdefault(g, []).append(full)
+        for k, gap in enumerate(gaps[1:-1], 1):
+            if full > 0:
+                part = float(np.median([r[k] - r[0] for r in v]))
+                shares.setdefault(gap, []).append(min(1.0, max(0.0, part / full)))
+    ramp = [(gap * 1e9, float(np.median(shares[gap]))) for gap in gaps[1:-1] if gap in shares]
+    ramp.append((gap_s * 1e9, 1.0))
+    for k in range(1, len(ramp)):  # a longer gap never costs less
+        ramp[k] = (ramp[k][0], max(ramp[k][1], ramp[k - 1][1]))
+    costs = IdleCosts(
+        **{
+            f"{g}_ns": max(0.0, float(np.median(extra[g]))) if g in extra else 0.0 for g in FEATURES
+        },
+        ramp=tuple(ramp),
+    )
+    return costs, {
+        "gap_s": gap_s,
+        "ramp_gaps_s": list(gaps[1:-1]),
+        "index": index,
+        "window": window,
+        "steps": raw,
+        "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+#: A busy process for :func:`measure_cpu_share`: spins for the given seconds, then prints
+#: its process CPU time over its wall time.
+_SPIN = """import sys, time
+t = float(sys.argv[1])
+w0, c0 = time.perf_counter(), time.process_time()
+while time.perf_counter() - w0 < t:
+    pass
+print((time.process_time() - c0) / (time.perf_counter() - w0))
+"""
+
+
+def measure_cpu_share(
+    cpus: int | None = None, *, seconds: float = 0.5, rounds: int = 3
+) -> tuple[tuple[float, ...], dict]:
+    """The share of a processor each of k busy processes gets on this host, k = 1 … ``cpus``.
+
+    Starts k processes that spin for ``seconds`` and reports each one's CPU time over its
+    wall time (median over the k), for each k, ``rounds`` times interleaved (median over
+    rounds). On an idle host every share is about 1; where other work runs, the shares fall
+    as k grows (with Linux's per-session group scheduling another session's busy job holds
+    about its half of the processors whatever the number of threads on either side). For
+    :attr:`MachineProfile.cpu_share`; a child of this process runs where its actors would
+    (the ``ray`` executor's actors descend from the driver as well). Returns the shares and
+    the raw figures (per k, every round's share, and the load average).
+    """
+    cpus = cpus or os.cpu_count() or 1
+    load0 = os.getloadavg()[0]
+    seen: dict[int, list] = {k: [] for k in range(1, cpus + 1)}
+    for _ in range(rounds):
+        for k in seen:
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-c", _SPIN, str(seconds)], stdout=subprocess.PIPE, text=True
+                )
+                for _ in range(k)
+            ]
+            seen[k].append(float(np.median([float(p.communicate()[0]) for p in procs])))
+    share = tuple(min(1.0, round(float(np.median(v)), 3)) for v in seen.values())
+    return share, {
+        "by_busy": {str(k): [round(x, 3) for x in v] for k, v in seen.items()},
+        "seconds": seconds,
+        "load_1min_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def calibrate(
+    path: str | os.PathLike | None = None,
+    *,
+    indexes: list[str] | None = None,
+    ray: bool = True,
+    quick: bool = False,
+    seed: int = 0,
+    name: str | None = None,
+    idle_gap_s: float | None = IDLE_GAP_S,
+) -> MachineProfile:
+    """Measure this machine and return (and optionally write) its :class:`MachineProfile`.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        Write the profile JSON here.
+    indexes : list of str, optional
+        Window indexes to measure (default: every registered index).
+    ray : bool
+        Time the ``ray`` executor's messages for the message costs (starts a Ray instance with
+        this host's CPUs if none is running); with False the message costs of
+        :func:`default_profile` are kept.
+    quick : bool
+        Fewer and smaller workloads (a few seconds per index; coarser fit).
+    seed : int
+    name : str, optional
+        Profile name (default: the host name).
+    idle_gap_s : float, optional
+        Idle gap (s) at which :func:`measure_after_idle` times steps after idle time, on
+        ``bplus_tree`` (or the first index measured, if that is not among them); with None
+        the after-idle costs of :func:`default_profile` are kept.
+
+    The share of a processor that one and several busy processes get
+    (:func:`measure_cpu_share`) is measured first, next to the kernel timings, whose
+    conditions it describes.
+
+    Returns
+    -------
+    MachineProfile
+        Its ``info`` holds the machine, the date and each group's fit quality (median and p90
+        relative error of the fitted step times against the measured ones).
+    """
+    names = list(indexes) if indexes is not None else registry.names()
+    for n in names:
+        registry.get(n)
+    base = default_profile()
+    # the share of a processor the timed steps get, and what several busy processes get
+    cpu_share, share_raw = measure_cpu_share(**({"seconds": 0.2, "rounds": 1} if quick else {}))
+    recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
+    for index in names:
+        for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
+            # costs are the measured host times, so the arrival rate only orders the steps
+            recorder.run += 1
+            run(
+                query,
+                data,
+                topo,
+                Sim(machine=recorder, arrival=Arrival.constant(1e6)),
+                batch_size=b,
+                chunk_rows=chunk,
+                collect="count",
+                progress=False,
+            )
+    quality = {"cpu_share": share_raw}
+    roles, index_costs = {}, {}
+    for (group, index), rows in sorted(recorder.rows.items(), key=str):
+        if not rows:
+            continue
+        coefs, q = fit_costs(rows, FEATURES[group])
+        if group == "join":
+            index_costs[index] = coefs
+            quality[f"index:{index}"] = q
+        else:
+            roles[group] = coefs
+            quality[group] = q
+    for group in ("emitter", "manager", "collector"):
+        roles.setdefault(group, base.roles[group])
+    after_idle = base.after_idle
+    if idle_gap_s is not None:
+        index = "bplus_tree" if "bplus_tree" in names else names[0]
+        kw = {"window": 4096, "rounds": 1, "steps": 20} if quick else {}
+        after_idle, quality["after_idle"] = measure_after_idle(
+            index, gap_s=idle_gap_s, seed=seed, **kw
+        )
+    messages = base.messages
+    if ray:
+        from streamjoin.runtime.sim.ray_messages import measure_messages  # imports Ray
+
+        messages, quality["messages"] = measure_messages()
+    profile = MachineProfile(
+        name=name or os.uname().nodename,
+        roles=roles,
+        indexes=index_costs,
+        messages=messages,
+        after_idle=after_idle,
+        cpu_share=cpu_share,
+        info={
+            "machine": machine_info(),
+            "date": datetime.date.today().isoformat(),
+            "streamjoin": __version__,
+            "quick": quick,
+            "fit": quality,
+        },
+    )
+    if path is not None:
+        profile.save(path)
+    return profile

@@ -1,0 +1,115 @@
+"""What an actor step costs in virtual time: the ``sim`` backend's :class:`CostModel`.
+
+The simulator runs the real actor logic and charges each step from what the step *did* —
+never from how long it took on this host. That keeps virtual time deterministic and lets a
+profile (:class:`~streamjoin.runtime.sim.profile.MachineProfile`) describe another machine.
+
+Every actor logic keeps cumulative counters of its work (``logic.COUNTERS``, read by
+``logic.counters()``; :mod:`streamjoin.actors.base`). A step is charged
+
+    ``calls + Σ coefficient_i · (counter_i after − counter_i before)``
+
+with the coefficients (ns per unit) of the logic's cost group — ``emitter``, ``join``
+(one set per window index: ``logic.cost_key``), ``manager``, ``collector`` — in one code
+path for every role: a new actor is charged as soon as it counts its work. What the counters
+mean is documented beside each logic (for the join group,
+:class:`~streamjoin.actors.window_part.JoinWork`; PIM-Tree §2.2.3 Eq. 4 charges a probe
+``H · λ`` for its descent, which the *scan* counter follows).
+
+Messages and steps after idle time are charged as the profile's module docstring says
+(:mod:`streamjoin.runtime.sim.profile`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+from streamjoin import indexes
+from streamjoin.actors.base import ActorLogic
+from streamjoin.runtime.sim.profile import FEATURES, MachineProfile, message_nbytes
+
+#: Index whose coefficients stand in for an index the profile has not measured, by how its
+#: probes' work grows (``WindowIndex.probe_cost``).
+_FALLBACK = {"linear": "nested_loop", "const": "hash", "log": "bplus_tree"}
+
+#: ``charge(kind, msg, before, after, wall_ns) -> ns``: a step's compute, from the logic's
+#: counters before and after it (``kind`` and ``msg`` for recorders that calibrate; the host
+#: time ``wall_ns`` is not what a model charges).
+Charge = Callable[[str, object, tuple, tuple, int], float]
+
+
+class CostModel:
+    """Charges actor steps and messages from a :class:`MachineProfile`.
+
+    The simulator binds each actor once (:meth:`bind`), reads ``logic.counters()`` before and
+    after every step and charges the difference; it calls :meth:`message_ns` per message sent
+    (its receive is charged to the receiver).
+    """
+
+    def __init__(self, profile: MachineProfile) -> None:
+        self.profile = profile
+        m = profile.messages
+        self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)), int(round(m.recv_ns)))
+        self._per_byte = bool(
+            m.send_per_byte_ns or m.hop_per_byte_ns or m.recv_per_byte_ns or m.measured
+        )
+        self._coefs: dict[tuple, tuple] = {}
+        self.fallbacks: dict[str, str] = {}
+
+    def coefficients(self, logic: ActorLogic) -> tuple:
+        """``(calls, *per counter)`` coefficients (ns) of ``logic``'s cost group (and index)."""
+        group, key = logic.cost_group, logic.cost_key
+        coefs = self._coefs.get((group, key))
+        if coefs is None:
+            names = FEATURES[group]
+            if tuple(names[1:]) != tuple(logic.COUNTERS):
+                raise ValueError(
+                    f"{type(logic).__name__} counts {logic.COUNTERS}, but cost group "
+                    f"{group!r} charges {names[1:]}"
+                )
+            table = self._index_costs(key) if group == "join" else self.profile.roles[group]
+            coefs = self._coefs[(group, key)] = tuple(table[f] for f in names)
+        return coefs
+
+    def _index_costs(self, index: str) -> dict:
+        costs = self.profile.indexes
+        if index in costs:
+            return costs[index]
+        stand_in = _FALLBACK[indexes.get(index).probe_cost]
+        if stand_in not in costs:
+            raise ValueError(
+                f"machine profile {self.profile.name!r} has no costs for index "
+                f"{index!r}; calibrate it: sim.calibrate(indexes=[{index!r}])"
+            )
+        warnings.warn(
+            f"machine profile {self.profile.name!r} has no costs for index {index!r}; "
+            f"using those of {stand_in!r}",
+            stacklevel=3,
+        )
+        self.fallbacks[index] = stand_in
+        return costs[stand_in]
+
+    def bind(self, logic: ActorLogic) -> Charge:
+        """The charge of ``logic``'s steps, its coefficients looked up once."""
+        c_call, *per_unit = self.coefficients(logic)
+
+        def charge(kind, msg, before, after, wall_ns) -> float:
+            ns = c_call
+            for c, a, b in zip(per_unit, after, before, strict=True):
+                ns += c * (a - b)  # left to right: the dot product in counter order
+            return ns
+
+        return charge
+
+    def after_idle_ns(self, logic: ActorLogic) -> float:
+        """What a step of ``logic`` costs more when it follows idle time."""
+        return self.profile.after_idle.of(logic.cost_group)
+
+    def message_ns(self, msg) -> tuple[int, int, int]:
+        """``(send, hop, receive)`` of one message to one destination, in ns: the sender's CPU
+        time to hand it over, the latency until the receiver can start on it (no core busy),
+        and the receiver's CPU time before its step runs."""
+        if self._per_byte:
+            return self.profile.messages.step_ns(message_nbytes(msg))
+        return self._msg_const

@@ -1,0 +1,438 @@
+"""A machine profile: what each kind of actor step and message costs on one machine.
+
+The simulator charges a step from what it *did* (:mod:`streamjoin.runtime.sim.costs`): a short
+feature vector per cost group (:data:`FEATURES`) dotted with the profile's coefficients, in ns
+per unit. Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CPU per
+destination, travel ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy
+meanwhile), and cost the receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU
+(:class:`MessageCosts`).
+
+A step that follows idle time (its core had waited for a message, as every step of a paced
+stream does) costs a constant per cost group more than the same step run back to back
+(``after_idle``, :class:`IdleCosts`): the process slept, other processes ran meanwhile, and it
+wakes to cold caches. The wake-up itself is in the hop latency. On processors shared by more
+actors (``cpus``) a step that had to wait for one is charged the same: other processes ran on
+it meanwhile.
+
+Where the actors share a few processors with other work (``cpus`` and ``cpu_share``), a step
+that starts while k steps hold processors has its compute (charge and after-idle cost)
+stretched by ``cpu_share[0] / cpu_share[k - 1]``: the share of a processor each of k busy
+processes gets, against the one busy process that the compute costs were measured with.
+
+A profile is an editable JSON file (:meth:`MachineProfile.save`); ``streamjoin calibrate``
+(:func:`streamjoin.runtime.sim.calibrate`) measures one for this host, and
+:func:`default_profile` is the one shipped in ``default_profile.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from importlib import resources
+
+from streamjoin.actors.collector import Collector
+from streamjoin.actors.emitter import Emitter
+from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.panjoin import PanJoinManager, WorkerCommand
+from streamjoin.batch import Batch, PairBatch
+from streamjoin.checks import positive_int, positive_number
+
+#: Feature names per cost group; a profile holds one coefficient (ns) per feature: a step's
+#: call, then the counters the group's actor logic keeps (``COUNTERS``, :mod:`streamjoin.actors.
+#: base`). Join cores, PanJoin workers and handshake cores share the ``join`` group.
+FEATURES = {
+    logic.cost_group: ("calls", *logic.COUNTERS)
+    for logic in (Emitter, JoinCore, PanJoinManager, Collector)
+}
+
+
+#: Bytes per tuple of a :class:`Batch` besides its join attributes: ``seq``, ``idx``, ``ts``,
+#: ``ingest_ns`` and ``lo_idx`` (int64) and ``stream`` (int8); its ``horizon`` adds 16 bytes.
+_BATCH_ROW_BYTES = 5 * 8 + 1
+#: Bytes per pair of a :class:`PairBatch`: ``r``, ``s`` and ``ingest_ns`` (int64).
+_PAIR_BYTES = 3 * 8
+
+
+def message_nbytes(msg) -> int:
+    """Payload bytes of a message between actors (what a transport would copy).
+
+    Computed from the tuple count and the number of attributes (``Batch.nbytes`` sums its
+    arrays, and the simulator sizes every message it sends).
+    """
+    if isinstance(msg, Batch):
+        return msg.attrs.nbytes + _BATCH_ROW_BYTES * len(msg.seq) + 16
+    if isinstance(msg, PairBatch):
+        return _PAIR_BYTES * len(msg.r)
+    if isinstance(msg, WorkerCommand):
+        return message_nbytes(msg.batch) + sum(pos.nbytes for _, pos in msg.insert)
+    return 0
+
+
+def _segments(points: list) -> list[tuple[float, float]]:
+    """``(base, slope)`` of the line through each two consecutive ``(x, y)`` points (x
+    ascending): ``y = base + slope · x`` between them."""
+    out = []
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        slope = (y1 - y0) / (x1 - x0)
+        out.append((y0 - slope * x0, slope))
+    return out
+
+
+@dataclass(frozen=True)
+class MessageCosts:
+    """Per-message costs in ns (see the module docstring for where each is charged).
+
+    ``measured`` holds ``(bytes, send_ns, recv_ns)`` points, ascending in bytes, where the
+    send and receive were measured (``streamjoin calibrate`` keeps them). When there are any,
+    a payload's send and receive are interpolated linearly between them instead of read off
+    the lines ``send_ns + send_per_byte_ns · bytes`` and ``recv_ns + recv_per_byte_ns ·
+    bytes``: measured, the costs do not grow linearly (a fixed cost dominates small messages,
+    the copies large ones; a line fitted to all sizes undercharges the middle ones). Below
+    the smallest point its costs hold; beyond the largest they grow by the lines' per-byte
+    costs. The lines stay the profile's summary, and what applies when
+    ``measured`` is empty.
+    """
+
+    send_ns: float = 0.0
+    send_per_byte_ns: float = 0.0
+    hop_ns: float = 0.0
+    hop_per_byte_ns: float = 0.0
+    recv_ns: float = 0.0
+    recv_per_byte_ns: float = 0.0
+    measured: tuple = ()
+
+    def __post_init__(self) -> None:
+        try:
+            points = tuple((float(b), float(s), float(r)) for b, s, r in self.measured)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"measured must be (bytes, send_ns, recv_ns) points, got {self.measured!r}"
+            ) from None
+        sizes = [b for b, _, _ in points]
+        if sizes != sorted(set(sizes)) or any(min(p) < 0 for p in points):
+            raise ValueError(
+                f"measured points must be ascending in bytes and >= 0, got {self.measured!r}"
+            )
+        object.__setattr__(self, "measured", points)
+        # (send, send/B, receive, receive/B) per stretch of sizes: below the first point, between
+        # each two (bisect_left over the points' sizes picks one), beyond the last
+        s_pb, r_pb = self.send_per_byte_ns, self.recv_per_byte_ns
+        lines = [(self.send_ns, s_pb, self.recv_ns, r_pb)]
+        if points:
+            (_, s0, r0), (bn, sn, rn) = points[0], points[-1]
+            sends = _segments([(b, s) for b, s, _ in points])
+            recvs = _segments([(b, r) for b, _, r in points])
+            lines = [
+                (s0, 0.0, r0, 0.0),
+                *(a + b for a, b in zip(sends, recvs, strict=True)),
+                (sn - s_pb * bn, s_pb, rn - r_pb * bn, r_pb),
+            ]
+        object.__setattr__(self, "_sizes", [b for b, _, _ in points])
+        object.__setattr__(self, "_lines", lines)
+
+    def step_ns(self, nbytes: float) -> tuple[int, int, int]:
+        """``(send, hop, receive)`` of one message of ``nbytes`` to one destination, in whole
+        ns: the sender's CPU time, the latency until the receiver can start on it, and the
+        receiver's CPU time before its step."""
+        s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
+        hop = self.hop_ns + self.hop_per_byte_ns * nbytes
+        return (int(round(s + s_pb * nbytes)), int(round(hop)), int(round(r + r_pb * nbytes)))
+
+    def send_recv(self, nbytes: float) -> tuple[float, float]:
+        """``(send, receive)`` ns of a payload of ``nbytes``."""
+        s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
+        return s + s_pb * nbytes, r + r_pb * nbytes
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["measured"] = [list(p) for p in self.measured]
+        return d
+
+    def scaled(self, factor: float) -> MessageCosts:
+        """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
+        costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k != "measured"}
+        points = tuple((b, s / factor, r / factor) for b, s, r in self.measured)
+        return MessageCosts(**costs, measured=points)
+
+
+@dataclass(frozen=True)
+class IdleCosts:
+    """What a step costs beyond its charge when it follows idle time, in ns per step of each
+    cost group (see the module docstring; measured by
+    :func:`~streamjoin.runtime.sim.calibrate.measure_after_idle`).
+
+    A step whose core had no message to work on before it (or, on shared processors, had to
+    wait for one) is charged up to this much more: the process slept, other processes ran,
+    and its data (for a join core: its window) has to come back into the caches. A constant
+    per group at the calibration's gap
+    (:data:`~streamjoin.runtime.sim.calibrate.IDLE_GAP_S`): measured, it grows little with
+    the step's size once the working set is back.
+
+    A shorter gap costs less (less of the caches is lost): ``ramp`` holds measured points
+    ``(gap_ns, share)``, the cost after a gap of ``gap_ns`` as a share of the costs here,
+    ascending in gap; the charge after a gap is interpolated linearly between them (from
+    ``(0, 0)``; the last share beyond the last point). Empty: the whole cost after any gap.
+    """
+
+    emitter_ns: float = 0.0
+    join_ns: float = 0.0
+    manager_ns: float = 0.0
+    collector_ns: float = 0.0
+    ramp: tuple = ()
+
+    def __post_init__(self) -> None:
+        ramp = tuple((float(g), float(f)) for g, f in self.ramp)
+        gaps = [g for g, _ in ramp]
+        if any(g <= 0 for g in gaps) or gaps != sorted(set(gaps)) or any(f < 0 for _, f in ramp):
+            raise ValueError(
+                f"ramp must be (gap_ns > 0, share >= 0) points, ascending in gap: got {self.ramp!r}"
+            )
+        object.__setattr__(self, "ramp", ramp)
+        # share = base + slope · gap from (0, 0) up to each point in turn
+        object.__setattr__(self, "_gaps", gaps)
+        object.__setattr__(self, "_lines", _segments([(0.0, 0.0), *ramp]))
+
+    def of(self, group: str) -> float:
+        """The after-idle cost (ns) of a step of ``group`` (a key of :data:`FEATURES`)."""
+        return getattr(self, f"{group}_ns")
+
+    def share(self, gap_ns: float) -> float:
+        """The share of :meth:`of` charged after a gap of ``gap_ns`` (see ``ramp``)."""
+        if not self.ramp:
+            return 1.0 if gap_ns > 0 else 0.0
+        i = bisect_left(self._gaps, gap_ns)
+        if i == len(self._gaps):  # beyond the last point (a gap may be infinite)
+            return self.ramp[-1][1]
+        base, slope = self._lines[i]
+        return base + slope * gap_ns
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ramp"] = [list(p) for p in self.ramp]
+        return d
+
+    def scaled(self, factor: float) -> IdleCosts:
+        """Every cost divided by ``factor`` (a processor ``factor`` times faster); the ramp's
+        gaps stay (they are idle time, not work)."""
+        costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k != "ramp"}
+        return IdleCosts(**costs, ramp=self.ramp)
+
+
+@dataclass(frozen=True, eq=False)
+class MachineProfile:
+    """Cost coefficients of one machine, in ns per feature unit (:data:`FEATURES`).
+
+    Parameters
+    ----------
+    name : str
+    roles : dict
+        ``"emitter"``, ``"manager"``, ``"collector"`` -> ``{feature: ns}``.
+    indexes : dict
+        Window index name -> ``{feature: ns}`` for join-core and worker steps.
+    messages : MessageCosts
+    after_idle : IdleCosts
+        Extra compute of a step that follows idle time.
+    cpu_scale, net_scale : float
+        Speed-ups applied by :meth:`scaled` since calibration (recorded, not re-applied).
+    cpus : int, optional
+        Processors the actors share (None: one per actor). With fewer processors than
+        actors, a step waits for a free one (first come, first served) and holds it until it
+        ends, as actors sharing a small host do (``MachineProfile.with_cpus``).
+    cpu_share : tuple of float
+        With ``cpus`` set: the share of a processor each busy process gets when k of them
+        run at once (k = 1, 2, …; measured with the compute costs by
+        :func:`~streamjoin.runtime.sim.calibrate.measure_cpu_share`), where other work
+        shares the host. The compute costs were measured by one busy
+        process, so a step that starts while k steps run (itself included) has its compute
+        stretched by ``cpu_share[0] / cpu_share[k - 1]`` (the last share for larger k).
+        Empty: no stretch.
+    info : dict
+        Where and how it was measured (machine, date, fit quality).
+    """
+
+    name: str
+    roles: dict
+    indexes: dict
+    messages: MessageCosts = field(default_factory=MessageCosts)
+    after_idle: IdleCosts = field(default_factory=IdleCosts)
+    cpu_scale: float = 1.0
+    net_scale: float = 1.0
+    cpus: int | None = None
+    cpu_share: tuple = ()
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cpus is not None:
+            object.__setattr__(self, "cpus", positive_int("cpus", self.cpus))
+        share = tuple(self.cpu_share)
+        if not all(isinstance(v, int | float) and 0 < v <= 1 for v in share):
+            raise ValueError(f"cpu_share must hold shares of a processor in (0, 1], got {share!r}")
+        object.__setattr__(self, "cpu_share", tuple(float(v) for v in share))
+
+    def slowdown(self, busy: int) -> float:
+        """How much longer a step's compute takes while ``busy`` steps share the processors
+        (itself included; see ``cpu_share``): 1.0 without ``cpus`` or ``cpu_share``."""
+        share = self.cpu_share
+        if self.cpus is None or not share or busy <= 1:
+            return 1.0
+        return share[0] / share[min(busy, len(share)) - 1]
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "cpu_scale": self.cpu_scale,
+            "net_scale": self.net_scale,
+            "cpus": self.cpus,
+            "cpu_share": list(self.cpu_share),
+            "roles": self.roles,
+            "indexes": self.indexes,
+            "messages": self.messages.to_dict(),
+            "after_idle": self.after_idle.to_dict(),
+            "info": self.info,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MachineProfile:
+        """A profile from :meth:`to_dict` output; missing features cost 0, unknown ones fail."""
+        roles = {
+            r: _coefficients(r, d.get("roles", {}).get(r, {}))
+            for r in ("emitter", "manager", "collector")
+        }
+        idx = {name: _coefficients("join", c) for name, c in d.get("indexes", {}).items()}
+        try:
+            messages = MessageCosts(**d.get("messages", {}))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad 'messages' in machine profile: {e}") from None
+        try:
+            after_idle = IdleCosts(**d.get("after_idle", {}))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad 'after_idle' in machine profile: {e}") from None
+        return cls(
+            name=str(d.get("name", "unnamed")),
+            roles=roles,
+            indexes=idx,
+            messages=messages,
+            after_idle=after_idle,
+            cpu_scale=float(d.get("cpu_scale", 1.0)),
+            net_scale=float(d.get("net_scale", 1.0)),
+            cpus=d.get("cpus"),
+            cpu_share=tuple(d.get("cpu_share", ())),
+            info=dict(d.get("info", {})),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the profile as JSON (an editable text file)."""
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> MachineProfile:
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def summary(self) -> str:
+        """A text table of the coefficients (µs per unit), the message and after-idle costs."""
+        share = ", ".join(f"{v:.2f}" for v in self.cpu_share)
+        lines = [
+            f"machine profile {self.name!r} (cpu x{self.cpu_scale:g}, net x{self.net_scale:g}, "
+            f"{self.cpus or 'a processor per actor'}{' processors' if self.cpus else ''}"
+            f"{f', shares {share} by busy processes' if share else ''})"
+        ]
+        for title, table in (("role", self.roles), ("index", self.indexes)):
+            for key, coefs in sorted(table.items()):
+                cells = "  ".join(f"{f} {c / 1e3:.4g}" for f, c in coefs.items() if c)
+                lines.append(f"  {title} {key:<12} {cells or '(free)'}")
+        m = self.messages
+        lines.append(
+            f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
+            f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
+            f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)"
+            f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}"
+        )
+        idle = self.after_idle
+        cells = "  ".join(f"{g} {idle.of(g) / 1e3:.4g}" for g in FEATURES)
+        ramp = ", ".join(f"{f:.2f} at {g / 1e6:g} ms" for g, f in idle.ramp)
+        lines.append(
+            f"  after idle (µs per step): {cells}{f'  (shorter gaps: {ramp})' if ramp else ''}"
+        )
+        return "\n".join(lines)
+
+    # -- variants ------------------------------------------------------------------------------
+
+    def scaled(self, cpu: float = 1.0, net: float = 1.0) -> MachineProfile:
+        """The same machine with compute ``cpu`` times and messaging ``net`` times as fast.
+
+        ``profile.scaled(cpu=2.0)`` halves every compute coefficient (the after-idle costs
+        too); ``net`` divides the message costs.
+        """
+        cpu, net = positive_number("cpu", cpu, "factor"), positive_number("net", net, "factor")
+
+        def div(table: dict) -> dict:
+            return {k: {f: c / cpu for f, c in coefs.items()} for k, coefs in table.items()}
+
+        return dataclasses.replace(
+            self,
+            roles=div(self.roles),
+            indexes=div(self.indexes),
+            messages=self.messages.scaled(net),
+            after_idle=self.after_idle.scaled(cpu),
+            cpu_scale=self.cpu_scale * cpu,
+            net_scale=self.net_scale * net,
+        )
+
+    def with_messages(self, messages: MessageCosts) -> MachineProfile:
+        """The same compute costs with another transport (e.g. shared-memory queues)."""
+        return dataclasses.replace(self, messages=messages, net_scale=1.0)
+
+    def with_after_idle(self, after_idle: IdleCosts) -> MachineProfile:
+        """The same costs with another charge for steps after idle time (``IdleCosts()``:
+        none)."""
+        return dataclasses.replace(self, after_idle=after_idle)
+
+    def with_cpus(self, cpus: int | None, cpu_share: tuple | None = None) -> MachineProfile:
+        """The same costs with ``cpus`` processors shared by all actors (None: one each), and
+        ``cpu_share`` if given (see the class docstring; ``()``: whole processors)."""
+        if cpu_share is None:
+            return dataclasses.replace(self, cpus=cpus)
+        return dataclasses.replace(self, cpus=cpus, cpu_share=tuple(cpu_share))
+
+
+def _coefficients(group: str, coefs: dict) -> dict:
+    unknown = set(coefs) - set(FEATURES[group])
+    if unknown:
+        raise ValueError(
+            f"machine profile: unknown {group} cost feature(s) {sorted(unknown)}; "
+            f"known: {list(FEATURES[group])}"
+        )
+    return {f: float(coefs.get(f, 0.0)) for f in FEATURES[group]}
+
+
+def default_profile() -> MachineProfile:
+    """The profile shipped with streamjoin, ``default_profile.json`` beside this module: the
+    development machine (a shared 2-core VM) calibrated by ``streamjoin calibrate``, with a
+    processor per actor (see ``experiments/results/machine_profile.md`` for how it was
+    measured). Recalibrate for your machine with ``streamjoin calibrate``."""
+    text = resources.files(__package__).joinpath("default_profile.json").read_text()
+    return MachineProfile.from_dict(json.loads(text))
+
+
+def as_profile(machine) -> MachineProfile:
+    """``machine`` as a profile: a :class:`MachineProfile`, a path to its JSON, a dict, or None
+    for :func:`default_profile`."""
+    if machine is None:
+        return default_profile()
+    if isinstance(machine, MachineProfile):
+        return machine
+    if isinstance(machine, dict):
+        return MachineProfile.from_dict(machine)
+    if isinstance(machine, str | os.PathLike):
+        return MachineProfile.load(machine)
+    raise ValueError(
+        f"machine must be a MachineProfile, a JSON path or a dict, got {type(machine).__name__}"
+    )
