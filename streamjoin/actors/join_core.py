@@ -36,9 +36,13 @@ class JoinCoreConfig(IndexChoice, ActorConfig):
     role = "join_core"
     ports: dict | None = None
     forward: bool = False
+    #: The core's output is the whole result stream (one core): with ``ordered`` runs it
+    #: sorts each batch's pairs, so the collector receives them in order as they come.
+    in_order: bool = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> JoinCore:
-        core = JoinCore(query, self.index, self.index_options, self.ports, self.forward)
+        ordered = settings.ordered and self.in_order
+        core = JoinCore(query, self.index, self.index_options, self.ports, self.forward, ordered)
         core.warm()
         return core
 
@@ -76,6 +80,10 @@ class JoinCore(Logic):
     forward : bool
         Pass every input batch on, unchanged, on port ``"<in port>_next"`` before joining it
         (chain layouts; :meth:`passes_on`).
+    ordered : bool
+        Return each batch's pairs in order of the later tuple's ``seq`` (then the earlier's):
+        a core whose input arrives in ``seq`` order on one port then emits the result stream
+        in the order tuple-at-a-time processing would.
 
     Counters: :class:`~streamjoin.actors.window_part.JoinWork`.
     """
@@ -91,6 +99,7 @@ class JoinCore(Logic):
         index_options: dict | None = None,
         ports: dict[str, tuple[int, ...]] | None = None,
         forward: bool = False,
+        ordered: bool = False,
     ):
         self.query = query
         self.spec = JoinSpec(query, index, index_options)
@@ -99,6 +108,7 @@ class JoinCore(Logic):
         self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
         self.forward = forward
+        self.ordered = ordered
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -146,6 +156,8 @@ class JoinCore(Logic):
         if out is None:
             return []
         work.pairs += len(out)
+        if self.ordered:
+            out = in_pair_order(out)
         return [("out", out)]
 
     def counters(self) -> tuple:
@@ -180,6 +192,13 @@ class JoinCore(Logic):
         for b in range(3):
             expire = per_stream // 2 if b == 2 else 0
             probe.on_batch("in", warm_batch(k, self_join, n, first=b * per_stream, horizon=expire))
+
+
+def in_pair_order(pairs: PairBatch) -> PairBatch:
+    """``pairs`` sorted by the later tuple's ``seq``, then the earlier's (DESIGN §1)."""
+    r, s = pairs.r, pairs.s
+    order = np.lexsort((np.minimum(r, s), np.maximum(r, s)))
+    return PairBatch(r[order], s[order], pairs.ingest_ns[order])
 
 
 def warm_key(spec: JoinSpec) -> tuple:
