@@ -45,16 +45,17 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.atomics import PAD, spin_lock, store_release, unlock
+from streamjoin.indexes.atomics import PAD, load_acquire, spin_lock, store_release, unlock
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.bplus_tree import (
+    MAX_HEIGHT,
     BPlusArrays,
     insert_into,
     new_path,
     seek_leaf,
 )
 from streamjoin.indexes.css_tree import descend_css_tree
-from streamjoin.indexes.sorted_runs import lower_bound, prefetch_range, scan_run
+from streamjoin.indexes.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
 
 #: Slots of :attr:`SharedArrays.meta`.
 N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, META_SIZE = range(8)
@@ -108,11 +109,15 @@ class SharedArrays(NamedTuple):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _part_of(s, key):
+def _part_of(n_parts, inner, offsets, fanout, depth, key):
     """The subindex of T_I that takes ``key`` (Alg. 1 l. 1-7: descend T_S to depth D_I)."""
-    if s.meta[N_PARTS] == 1:
+    if n_parts == 1:
         return 0
-    return descend_css_tree(s.inner, s.offsets, s.meta[CSS_FANOUT], key, s.meta[DEPTH])
+    return descend_css_tree(inner, offsets, fanout, key, depth)
+
+
+# The kernels take a SharedArrays and read its fields once, into locals: a field read from
+# the (large) tuple inside a loop cost up to a microsecond each (measured).
 
 
 @njit(cache=True, nogil=True)
@@ -127,92 +132,90 @@ def insert_shared(s, keys, refs, path):
     waits = 0
     if b == 0:
         return waits
+    meta, inner, offsets = s.meta, s.inner, s.offsets
+    t, tops, locks, inserts = s.t, s.tops, s.locks, s.inserts
+    n_parts, fanout, depth = meta[N_PARTS], meta[CSS_FANOUT], meta[DEPTH]
+    parts = np.empty(b + 1, dtype=np.int64)
+    parts[b] = -1
+    size = t.leaf_keys.shape[1]
+    leaf_keys, leaf_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
+    for j in range(b):  # the subindexes, and (unlocked: only a hint) the leaves to update
+        parts[j] = _part_of(n_parts, inner, offsets, fanout, depth, keys[j])
+        leaf = _peek_leaf(t, tops, parts[j], keys[j])
+        prefetch_range(leaf_keys, leaf * size, leaf * size + size)
+        prefetch_range(leaf_refs, leaf * size, leaf * size + size)
     start = 0
-    p = _part_of(s, keys[0])
+    p = parts[0]
     for j in range(1, b + 1):
-        q = _part_of(s, keys[j]) if j < b else -1
+        q = parts[j]
         if q == p:
             continue
-        waits += spin_lock(s.locks, p * PAD)
-        insert_into(s.t, s.tops[p], keys[start:j], refs[start:j], path)
-        s.inserts[p] += j - start
-        unlock(s.locks, p * PAD)
+        waits += spin_lock(locks, p * PAD)
+        insert_into(t, tops[p], keys[start:j], refs[start:j], path)
+        inserts[p] += j - start
+        unlock(locks, p * PAD)
         start, p = j, q
     return waits
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scan_pending(s, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n):
+def _peek_leaf(t, tops, sub, x):
+    """Where :func:`~streamjoin.indexes.bplus_tree.seek_leaf` would end for ``x`` in subindex
+    ``sub``, read without its lock: only a prefetch address. Another thread may be splitting
+    nodes meanwhile, so every id and count read is clamped to the arrays (garbage values give
+    a useless prefetch, never a read outside them)."""
+    n_inner = t.inner_count.shape[0]
+    fanout = t.inner_keys.shape[1]
+    node = min(max(tops[sub, 0], 0), n_inner - 1)
+    for _ in range(min(max(tops[sub, 1], 0), MAX_HEIGHT)):
+        count = min(max(t.inner_count[node], 1), fanout)
+        j = max(lower_bound(t.inner_keys[node], 1, count, x) - 1, 0)
+        node = min(max(t.inner_child[node, j], 0), n_inner - 1)
+    return min(node, t.leaf_count.shape[0] - 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n):
     """Partition ``q``'s pending items in the probe band, unless they are in T_I already
-    (called under ``q``'s lock, which the applier holds while it inserts them)."""
-    if s.applied[q]:
+    (called under ``q``'s lock, which the applier holds while it inserts them).
+    ``pending``: ``(applied, pend_start, pend_keys, pend_refs)``."""
+    applied, pend_start, pend_keys, pend_refs = pending
+    if load_acquire(applied, q):
         return out_p, out_r, n
-    a, b = s.pend_start[q], s.pend_start[q + 1]
-    p = lower_bound(s.pend_keys, a, b, vlo)
+    a, b = pend_start[q], pend_start[q + 1]
+    p = lower_bound(pend_keys, a, b, vlo)
     out_p, out_r, n, _ = scan_run(
-        s.pend_keys, s.pend_refs, p, b, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
+        pend_keys, pend_refs, p, b, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
     )
     return out_p, out_r, n
 
 
 @njit(cache=True, nogil=True)
-def _walk_forest(s, t, tops, locked, sub, key, lo, hi, min_ref, probe, out_p, out_r, n):
-    """Scan T_I (``t``, ``tops``) from subindex ``sub`` for the probe band (Alg. 2 l. 16-39).
-
-    ``locked``: take each subindex's lock (the live T_I) or not (F, which nobody writes);
-    in phase APPLYING the pending run of each subindex visited is scanned under its lock.
-    Returns ``(out_p, out_r, n, waits)``.
-    """
-    vlo, vhi = key_range(key, lo, hi)
+def _walk_frozen(
+    t, ti_keys, ti_refs, tops, upper, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
+):
+    """Scan F, the T_I being merged, from subindex ``sub`` for one key's probe band (Alg. 2
+    l. 19-38 without locks: nobody writes F). Returns ``(out_p, out_r, n)``."""
     n_parts = tops.shape[0]
-    pending = locked and s.meta[PHASE] == APPLYING
     size = t.leaf_keys.shape[1]
-    ti_keys = t.leaf_keys.reshape(-1)
-    ti_refs = t.leaf_refs.reshape(-1)
-    waits = 0
-    if locked:
-        waits += spin_lock(s.locks, sub * PAD)  # l. 16
-    node = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)  # l. 17-18, under the lock
+    vlo, vhi = key_range(key, lo, hi)
+    node = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)
     pos = lower_bound(ti_keys, node * size, node * size + t.leaf_count[node], vlo)
-    while True:  # l. 19-38
+    while True:
+        stop = node * size + t.leaf_count[node]
         out_p, out_r, n, done = scan_run(
-            ti_keys,
-            ti_refs,
-            pos,
-            node * size + t.leaf_count[node],
-            key,
-            lo,
-            hi,
-            vhi,
-            min_ref,
-            probe,
-            out_p,
-            out_r,
-            n,
+            ti_keys, ti_refs, pos, stop, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
         )
         nxt = t.leaf_next[node]
-        if done or nxt < 0:  # l. 25, 37-38
+        if done or nxt < 0:
             break
-        if nxt < n_parts:  # l. 27: B_sub's last leaf; the next is B_{sub + 1}'s head
-            if pending:
-                out_p, out_r, n = _scan_pending(
-                    s, sub, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n
-                )
-            if vhi <= s.upper[sub]:  # l. 31-33: later subindexes hold larger keys
+        if nxt < n_parts:
+            if vhi <= upper[sub]:
                 break
-            if locked:  # l. 28-30
-                waits += spin_lock(s.locks, (sub + 1) * PAD)
-                unlock(s.locks, sub * PAD)
             sub += 1
         node = nxt
         pos = node * size
-    if pending:
-        out_p, out_r, n = _scan_pending(
-            s, sub, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n
-        )
-    if locked:
-        unlock(s.locks, sub * PAD)  # l. 39
-    return out_p, out_r, n, waits
+    return out_p, out_r, n
 
 
 @njit(cache=True, nogil=True)
@@ -220,53 +223,114 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
     """Items with ``lo <= key - keys[i] <= hi`` and ``ref >= meta[MIN_REF]`` (PIM-Tree Alg. 2,
     concurrently): appended to ``out_p`` (``i``) and ``out_r`` (refs) from position ``n``.
 
-    ``keys`` float64 (m,), ascending: the descents of T_S share nodes and its leaves are
-    fetched ``AHEAD`` keys before they are scanned, lock-free; then each key scans T_I under
-    its subindexes' locks (and F, unlocked, while a merge builds). Items inserted by other
-    threads during the step may be returned; the caller filters by its edge tuple (§4.1).
-    Returns ``(out_p, out_r, n, waits)``. O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I))
-    + items scanned), Eq. 6 step 1.
+    ``keys`` float64 (m,), ascending. As ``pim_tree``'s batched probe, in three stages so that
+    cold leaves load while other keys are worked on: the descents of T_S (lock-free) and,
+    unlocked and only as a hint, of each key's subindex (:func:`_peek_leaf`); then the leaf
+    keys ``2 · AHEAD`` keys ahead and the scans' start (with the refs there) ``AHEAD`` keys
+    ahead; then each key scans T_S lock-free and T_I under its subindexes' locks, seeking
+    again under the lock (the leaves are in cache by then), and F, unlocked, while a merge
+    builds. Items inserted by other threads during the step may be returned; the caller
+    filters by its edge tuple (§4.1). Returns ``(out_p, out_r, n, waits)``.
+    O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
     """
     m = keys.shape[0]
-    meta = s.meta
-    min_ref = meta[MIN_REF]
-    n_ts = s.ts_keys.shape[0]
+    meta, ts_keys, ts_refs, inner, offsets = s.meta, s.ts_keys, s.ts_refs, s.inner, s.offsets
+    t, tops, locks, upper = s.t, s.tops, s.locks, s.upper
+    min_ref, phase = meta[MIN_REF], meta[PHASE]
+    fanout, leaf_size, stride = meta[CSS_FANOUT], meta[CSS_LEAF], meta[STRIDE]
+    n_ts = ts_keys.shape[0]
+    levels = offsets.shape[0] - 1
+    size = t.leaf_keys.shape[1]
+    ti_keys, ti_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
+    pending = (s.applied, s.pend_start, s.pend_keys, s.pend_refs)
+    frozen, frozen_tops = s.frozen, s.frozen_tops
+    f_keys, f_refs = frozen.leaf_keys.reshape(-1), frozen.leaf_refs.reshape(-1)
+    n_parts = tops.shape[0]
+    leaf_count, leaf_next = t.leaf_count, t.leaf_next
+    applying = phase == APPLYING
+    ts_at = np.zeros(m, dtype=np.int64)  # T_S's leaf, then the scan's first position
+    sub = np.zeros(m, dtype=np.int64)  # B_sub holds the bottom of the range
+    ti_leaf = np.empty(m, dtype=np.int64)  # the T_I leaf it starts in (a hint)
+    for i in range(m):  # l. 1-9: descend T_S for Range.min; its ancestor at D_I is B_sub
+        vlo, _ = key_range(keys[i], lo, hi)
+        if n_ts:
+            ts_at[i] = descend_css_tree(inner, offsets, fanout, vlo, levels)
+            sub[i] = ts_at[i] // stride  # l. 3-4
+        ti_leaf[i] = _peek_leaf(t, tops, sub[i], vlo)
     waits = 0
-    sub = np.zeros(m, dtype=np.int64)
-    if n_ts:
-        fanout, leaf_size, stride = meta[CSS_FANOUT], meta[CSS_LEAF], meta[STRIDE]
-        levels = s.offsets.shape[0] - 1
-        for i in range(m):  # l. 1-9: T_S's leaf for Range.min; its ancestor at D_I is B_sub
-            vlo, _ = key_range(keys[i], lo, hi)
-            sub[i] = descend_css_tree(s.inner, s.offsets, fanout, vlo, levels)
-        for i in range(-AHEAD, m):
-            k = i + AHEAD
-            if k < m:  # the keys of the leaf the scan of key k starts in
-                start = min(sub[k] * leaf_size, n_ts)
-                prefetch_range(s.ts_keys, start, min(start + leaf_size, n_ts))
-            if i < 0:
-                continue
-            vlo, vhi = key_range(keys[i], lo, hi)
-            start = min(sub[i] * leaf_size, n_ts)
-            p = lower_bound(s.ts_keys, start, min(start + leaf_size, n_ts), vlo)  # l. 10-15
-            out_p, out_r, n, _ = scan_run(
-                s.ts_keys, s.ts_refs, p, n_ts, keys[i], lo, hi, vhi, min_ref, i, out_p, out_r, n
-            )
-            sub[i] //= stride  # l. 3-4
-    building = meta[PHASE] == BUILDING
-    for i in range(m):
-        out_p, out_r, n, w = _walk_forest(
-            s, s.t, s.tops, True, sub[i], keys[i], lo, hi, min_ref, i, out_p, out_r, n
+    for i in range(-2 * AHEAD, m):
+        k = i + 2 * AHEAD
+        if k < m:  # the keys of the leaves both scans start in
+            start = min(ts_at[k] * leaf_size, n_ts)
+            prefetch_range(ts_keys, start, min(start + leaf_size, n_ts))
+            prefetch_range(ti_keys, ti_leaf[k] * size, ti_leaf[k] * size + size)
+        k = i + AHEAD
+        if 0 <= k < m:  # where they start (l. 10-15, 18), and the refs there
+            vlo, _ = key_range(keys[k], lo, hi)
+            start = min(ts_at[k] * leaf_size, n_ts)
+            ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n_ts), vlo)
+            prefetch(ts_refs, min(ts_at[k], max(n_ts - 1, 0)))
+            first = ti_leaf[k] * size  # a hint read unlocked: its count is clamped
+            count = min(max(t.leaf_count[ti_leaf[k]], 0), size)
+            prefetch(ti_refs, lower_bound(ti_keys, first, first + count, vlo))
+        if i < 0:
+            continue
+        key = keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        out_p, out_r, n, _ = scan_run(  # l. 10-15, lock-free
+            ts_keys, ts_refs, ts_at[i], n_ts, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
         )
-        waits += w
-        if building:
-            out_p, out_r, n, _ = _walk_forest(
-                s,
-                s.frozen,
-                s.frozen_tops,
-                False,
+        # l. 16-39 on the live T_I, written out here: a call per key with the forest's
+        # arrays as arguments cost more than the walk (measured)
+        sb = sub[i]
+        waits += spin_lock(locks, sb * PAD)  # l. 16
+        node = seek_leaf(t, tops[sb, 0], tops[sb, 1], vlo)  # l. 17-18, under the lock
+        pos = lower_bound(ti_keys, node * size, node * size + leaf_count[node], vlo)
+        while True:  # l. 19-38
+            out_p, out_r, n, done = scan_run(
+                ti_keys,
+                ti_refs,
+                pos,
+                node * size + leaf_count[node],
+                key,
+                lo,
+                hi,
+                vhi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n,
+            )
+            nxt = leaf_next[node]
+            if done or nxt < 0:  # l. 25, 37-38
+                break
+            if nxt < n_parts:  # l. 27: B_sb's last leaf; the next is B_{sb + 1}'s head
+                if vhi <= upper[sb]:  # l. 31-33: later subindexes hold larger keys
+                    break
+                if applying:  # B_sb is done: its pending run too, before its lock goes
+                    out_p, out_r, n = _scan_pending(
+                        pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
+                    )
+                waits += spin_lock(locks, (sb + 1) * PAD)  # l. 28-30
+                unlock(locks, sb * PAD)
+                sb += 1
+            node = nxt
+            pos = node * size
+        if applying:
+            out_p, out_r, n = _scan_pending(
+                pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
+            )
+        unlock(locks, sb * PAD)  # l. 39
+        if phase == BUILDING:
+            out_p, out_r, n = _walk_frozen(
+                frozen,
+                f_keys,
+                f_refs,
+                frozen_tops,
+                upper,
                 sub[i],
-                keys[i],
+                key,
                 lo,
                 hi,
                 min_ref,
@@ -285,12 +349,14 @@ def apply_pending(s):
     often a lock was found held."""
     path = new_path()
     waits = 0
+    t, tops, locks, inserts, applied = s.t, s.tops, s.locks, s.inserts, s.applied
+    pend_start, pend_keys, pend_refs = s.pend_start, s.pend_keys, s.pend_refs
     for q in range(s.meta[N_PARTS]):
-        a, b = s.pend_start[q], s.pend_start[q + 1]
-        waits += spin_lock(s.locks, q * PAD)
+        a, b = pend_start[q], pend_start[q + 1]
+        waits += spin_lock(locks, q * PAD)
         if b > a:
-            insert_into(s.t, s.tops[q], s.pend_keys[a:b], s.pend_refs[a:b], path)
-            s.inserts[q] += b - a
-        store_release(s.applied, q, 1)
-        unlock(s.locks, q * PAD)
+            insert_into(t, tops[q], pend_keys[a:b], pend_refs[a:b], path)
+            inserts[q] += b - a
+        store_release(applied, q, 1)
+        unlock(locks, q * PAD)
     return waits

@@ -57,7 +57,9 @@ def shared_index(
         core,
         pos=(1, 0),
         label=f"shared-index core\n{index}, {merge} merge\n\n",
-        parts=[f"T{k}" for k in range(threads)],
+        parts=[f"T{k}" for k in range(threads)]
+        if threads <= 8
+        else ["T0", "T1", "…", f"T{threads - 1}"],
     )
     add_actor(g, "collector", CollectorConfig(in_order=True), pos=(2, 0), label="collector")
     g.add_edge("emitter", "core", src_port="out", dst_port="in", label="R+S")
