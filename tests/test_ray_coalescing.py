@@ -1,6 +1,7 @@
 """The Ray executor's coalescing: waiting messages reach the logic in order, merged only where
 the receiver's answer cannot change, and every layout still gives the oracle's answer."""
 
+import dataclasses
 import os
 import re
 import signal
@@ -177,8 +178,9 @@ def test_ray_coalesces_a_fast_source(ray_session):
     assert sent == 3000 and received < sent
 
 
-def _with_config(topo, node: str, **config):
-    topo.graph.nodes[node]["config"] = {**topo.graph.nodes[node]["config"], **config}
+def _with_config(topo, node: str, **changes):
+    """``topo`` with ``node``'s typed config changed (a fault injected into one actor)."""
+    topo.graph.nodes[node]["config"] = dataclasses.replace(topo.config(node), **changes)
     return topo
 
 

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
+from streamjoin.actors.base import RunSettings
 
 LAYOUTS = [
     lambda: sj.topologies.split(1),
@@ -59,6 +60,27 @@ def test_layout_errors():
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(4), self_join=True)
     with pytest.raises(ValueError, match="two-way joins only"):
         sj.run(q, {"x": [1.0, 2.0]}, sj.topologies.grid(2, 2))
+
+
+def test_panjoin_subwindows_and_the_index_subwindows_are_set_apart():
+    """PanJoin's own subwindow size (a manager setting) and a subwindow index's option of the
+    same name reach their own actors; naming an index option twice is an error."""
+    topo = sj.topologies.panjoin(
+        2, 4, "bisort", subwindow_size=50, index_options={"subwindow_size": 64}
+    )
+    manager = topo.config("manager")
+    workers = [topo.config(n) for n in topo.nodes("worker")]
+    assert manager.subwindow_size == 50
+    assert all(w.index_options == {"subwindow_size": 64} for w in workers)
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(300))
+    data = sj.sources.synthetic(3_000, low=0, high=2000, seed=2)
+    res = sj.run(q, data, topo, batch_size=32)
+    assert res.same_pairs(sj.oracle.join(q, data))
+    built = workers[0].build(q, RunSettings(), None)
+    part = built.spec.new_part()
+    assert part.index.subwindow_size == 64
+    with pytest.raises(ValueError, match=r"index option\(s\) \['subwindow_size'\] given twice"):
+        sj.topologies.single("bisort", index_options={"subwindow_size": 8}, subwindow_size=16)
 
 
 def test_panjoin_expires_whole_subwindows_and_spreads_them():
