@@ -59,6 +59,7 @@ MAX_META_BYTES = 4096
 MAX_BODY_BYTES = 1 << 32
 #: join attributes of a batch, at most
 MAX_ATTRS = 1024
+I64, F64, I8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.int8)
 
 
 class FramingError(ConnectionError):
@@ -72,15 +73,14 @@ class Body:
         self.view = view
         self.at = 0
 
-    def array(self, dtype, count: int) -> np.ndarray:
-        """The next ``count`` items of ``dtype``, as a read-only view of the body."""
-        dtype = np.dtype(dtype)
+    def array(self, dtype: np.dtype, count: int) -> np.ndarray:
+        """The next ``count`` items of ``dtype`` (an ``np.dtype``), as a read-only view."""
         nbytes = count * dtype.itemsize
         if count < 0 or nbytes > len(self.view) - self.at:
             raise FramingError(
                 f"a body of {len(self.view)} bytes has no {count} × {dtype} at byte {self.at}"
             )
-        out = np.frombuffer(self.view, dtype=dtype, count=count, offset=self.at)
+        out = np.frombuffer(self.view, dtype, count, self.at)
         self.at += nbytes
         return out
 
@@ -219,9 +219,9 @@ def _read_batch(fields: tuple, body: Body) -> Batch:
     n, k, store, h0, h1 = fields
     if k > MAX_ATTRS or store > 1:
         raise FramingError(f"a batch with {k} attributes and store flag {store}")
-    ints = body.array(np.int64, 5 * n).reshape(5, n)
-    attrs = body.array(np.float64, k * n).reshape(k, n)
-    stream = body.array(np.int8, n)
+    ints = body.array(I64, 5 * n).reshape(5, n)
+    attrs = body.array(F64, k * n).reshape(k, n)
+    stream = body.array(I8, n)
     return Batch(
         **dict(zip(_BATCH_INTS, ints, strict=True)),
         stream=stream,
@@ -249,7 +249,7 @@ def _encode_pairs(p: PairBatch) -> tuple[bytes, list]:
 
 def _decode_pairs(meta: bytes, body: Body) -> PairBatch:
     (n,) = unpack(_COUNT, meta)
-    return PairBatch(*body.array(np.int64, 3 * n).reshape(3, n))
+    return PairBatch(*body.array(I64, 3 * n).reshape(3, n))
 
 
 _EMPTY = struct.Struct("<")
@@ -323,8 +323,8 @@ class _Index:
 
 def _decode_command(meta: bytes, body: Body) -> WorkerCommand:
     *fields, n_index, n_pos = unpack(_COMMAND, meta)
-    index = _Index(body.array(np.int64, n_index))
-    positions = body.array(np.int64, n_pos)
+    index = _Index(body.array(I64, n_index))
+    positions = body.array(I64, n_pos)
     batch = _read_batch(tuple(fields), body)
     create, expire = index.run(), index.run()
     probe = []
