@@ -9,6 +9,11 @@
   1–2 ms of this machine's two cores and a frame tens of microseconds. (Ray's compiled graphs
   were measured instead: their channels wait in a ``sched_yield`` loop that keeps idle actors
   at half a core each on a 2-core machine.)
+- **Trust.** The driver makes a secret per run and hands it to the actors through Ray (whose
+  own channel is authenticated); both ends of every edge prove it before a frame is read, and
+  a host takes exactly one edge from each of its graph predecessors, then stops listening
+  (:mod:`streamjoin.runtime.channels`). Sockets bind to loopback when every Ray node is the
+  driver's machine, to the node's IP on a cluster.
 - In each host one thread reads the incoming connections and feeds the logic, so the logic
   is only ever called from one thread; each connection is FIFO, so every edge is. In a
   cyclic graph a second thread keeps reading while the first waits in a send.
@@ -41,7 +46,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -61,6 +66,9 @@ from streamjoin.topologies.base import Topology
 
 #: seconds the driver gives the actors to report their errors once a run has failed
 FAILURE_WAIT_S = 10.0
+#: a test hook: called in the driver with ``{node: (host, port)}`` once every actor listens,
+#: before any edge connects (the tests play an intruder with it); None in a normal run
+on_listen: Callable[[dict[str, tuple[str, int]]], None] | None = None
 
 
 class ActorFailed(RuntimeError):
@@ -161,11 +169,11 @@ class _Node:
                 f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}"
             ) from e
 
-    def open(self, routes: dict[str, list], addresses: dict[str, tuple]) -> None:
+    def open(self, routes: dict[str, list], addresses: dict[str, tuple], secret: bytes) -> None:
         """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
-        ``addresses[dest] = (host, port)``."""
+        ``addresses[dest] = (host, port)``, proving the run's ``secret``."""
         self.routes = routes
-        self.out = {d: channels.connect(a, self.name) for d, a in addresses.items()}
+        self.out = {d: channels.connect(a, self.name, secret) for d, a in addresses.items()}
 
     def _send(self, messages) -> None:
         frames: dict[str, list] = {}
@@ -229,22 +237,28 @@ class _Host(_Node):
     one at a time, except ``failure``, which may run while ``finished`` waits.
     """
 
-    def listen(self) -> tuple[str, int]:
-        """Open the socket incoming edges connect to; returns its address."""
-        self.server = channels.listen(ray.util.get_node_ip_address())
+    def listen(self, loopback: bool) -> tuple[str, int]:
+        """Open the socket incoming edges connect to, on loopback or on the node's IP (a
+        cluster); returns its address."""
+        self.server = channels.listen("127.0.0.1" if loopback else ray.util.get_node_ip_address())
         self.error: ActorFailed | None = None
         self.done = threading.Event()
         self.ins: list = []
         return self.server.getsockname()[:2]
 
-    def start(self, routes, addresses, n_in: int, bounded: list[str], cyclic: bool) -> None:
-        """Connect to the destinations and start reading ``n_in`` incoming edges; those from
-        the ``bounded`` senders (edges on no cycle) wait while the inbox is full."""
+    def start(
+        self, routes, addresses, senders: list[str], bounded: list[str], cyclic: bool, secret
+    ) -> None:
+        """Connect to the destinations and start reading the incoming edges of ``senders``,
+        both ends proving the run's ``secret``; the edges of the ``bounded`` senders (edges on
+        no cycle) wait while the inbox is full."""
+        n_in = len(senders)
         self.cyclic = cyclic
         self.cpu0 = time.process_time_ns()
         self.bounded_senders = set(bounded)
         self.inbox = _Inbox(self.logic.merges_batches, INBOX, self.merge_tuples)
-        self.open(routes, addresses)
+        self.acceptor = channels.Acceptor(self.server, secret, senders)  # before connecting
+        self.open(routes, addresses, secret)
         if cyclic:
             threading.Thread(
                 target=self._read, args=(n_in,), daemon=True, name=f"read-{self.name}"
@@ -255,13 +269,12 @@ class _Host(_Node):
 
     # -- threads ------------------------------------------------------------------------------
 
-    def _accept(self, n_in: int) -> tuple[selectors.BaseSelector, dict]:
-        """Take the ``n_in`` incoming edges: a selector over them and the sender of each."""
-        names = {}
-        for _ in range(n_in):
-            sock, name = channels.accept(self.server)
-            self.ins.append(sock)
-            names[sock] = name
+    def _accept(self) -> tuple[selectors.BaseSelector, dict]:
+        """Take the incoming edges: a selector over them and the sender of each. No
+        one else connects after them: the listening socket closes."""
+        names = {sock: name for name, sock in self.acceptor.result().items()}
+        self.server.close()
+        self.ins.extend(names)
         selector = selectors.DefaultSelector()
         for sock in self.ins:
             selector.register(sock, selectors.EVENT_READ)
@@ -299,7 +312,7 @@ class _Host(_Node):
     def _read(self, n_in: int) -> None:
         """Cyclic graphs: a thread that reads on while the worker waits in a send."""
         try:
-            selector, names = self._accept(n_in)
+            selector, names = self._accept()
             limited = {sock for sock in self.ins if names[sock] in self.bounded_senders}
             selector.register(self.inbox.wake_r, selectors.EVENT_READ)
             live = set(self.ins)
@@ -325,7 +338,7 @@ class _Host(_Node):
         ended = 0
         try:
             if not self.cyclic:
-                selector, names = self._accept(n_in)
+                selector, names = self._accept()
                 live = set(self.ins)
             while True:
                 if not self.cyclic:
@@ -406,6 +419,14 @@ class _Host(_Node):
         self.stats.peak_queue = self.inbox.peak
         self.stats.cpu_ns = time.process_time_ns() - self.cpu0
         return self.stats, (self.logic if self.stats.role == "collector" else None)
+
+
+def _one_machine() -> bool:
+    """Whether every live Ray node is the driver's: then the edges stay on loopback."""
+    if ray.util.client.ray.is_connected():  # a Ray client: the driver is elsewhere
+        return False
+    here = ray.get_runtime_context().get_node_id()
+    return all(n["NodeID"] == here for n in ray.nodes() if n["Alive"])
 
 
 def _ensure_ray(address: str | None) -> None:
@@ -510,13 +531,15 @@ class Ray:
             if n != emitter
         }
         source = None
+        loopback = self.address is None and _one_machine()
         try:
             try:
-                addresses = dict(
-                    zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
-                )
+                listening = ray.get([h.listen.remote(loopback) for h in hosts.values()])
             except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
                 raise _unwrap(e) from None
+            addresses = dict(zip(hosts, listening, strict=True))
+            if on_listen is not None:
+                on_listen(addresses)
             source = _Node(emitter, topology.config(emitter), query, settings)
             try:
                 return _drive(topology, source, hosts, addresses, chunks, progress)
@@ -548,6 +571,7 @@ def _quiesce(source: _Node, hosts: dict) -> None:
 def _drive(
     topology: Topology, source: _Node, hosts: dict, addresses: dict, chunks, progress
 ) -> RunTrace:
+    secret = channels.new_secret()  # this run's: actors get it through Ray only
     routes = topology.routes()
     graph = topology.graph
 
@@ -563,11 +587,13 @@ def _drive(
 
     ray.get(
         [
-            h.start.remote(*outgoing(n), len(set(graph.predecessors(n))), bounded(n), cyclic)
+            h.start.remote(
+                *outgoing(n), sorted(set(graph.predecessors(n))), bounded(n), cyclic, secret
+            )
             for n, h in hosts.items()
         ]
     )
-    source.open(*outgoing(source.name))
+    source.open(*outgoing(source.name), secret)
     collector = topology.collector
     clock = time.monotonic_ns
     start_ns = None
