@@ -63,7 +63,7 @@ import numpy as np
 import simpy
 
 from streamjoin.actors import passes_on
-from streamjoin.batch import Columns, validate
+from streamjoin.batch import Columns, InputError, validate
 from streamjoin.query import Query
 from streamjoin.runtime.build import Settings, build_actor, check_topology
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
@@ -78,6 +78,10 @@ from streamjoin.runtime.run import run as run_any_backend
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.sources import Source
 from streamjoin.topologies.base import Topology
+
+#: Latest replayed arrival, virtual ns (~146 years): the clock is int64 ns, and the work
+#: after the last arrival must fit too.
+MAX_REPLAY_NS = 2**62
 
 # mailbox item kinds
 _CHUNK, _BATCH, _TICK, _EOF = "chunk", "batch", "tick", "eof"
@@ -207,7 +211,17 @@ class _ArrivalClock:
             if n:
                 if self.ts0 is None:
                     self.ts0 = int(cols.ts.min())
-                t = (int(cols.ts.max()) - self.ts0) * a.ts_unit_ns / a.speed / 1e9
+                # Python ints: the span of int64 ts can exceed int64
+                span = int(cols.ts.max()) - self.ts0
+                t = span * a.ts_unit_ns / a.speed / 1e9
+                if t * 1e9 > MAX_REPLAY_NS:
+                    raise InputError(
+                        f"replaying ts: column 'ts' reaches {int(cols.ts.max())}, {span} units "
+                        f"after the first row's {self.ts0}; at {a.ts_unit_ns} ns per unit and "
+                        f"speed {a.speed:g} that is {t / 3.15576e7:.3g} years of virtual time, "
+                        "beyond the simulator's clock (int64 ns, ~146 years); replay faster "
+                        "(Arrival.replay(speed=...)) or use a rate (pace=, Arrival.constant)"
+                    )
                 self.last = max(self.last, t)
         elif a.rates is None:
             self.last = max(self.last, self._advance(2, n, a.rate))
