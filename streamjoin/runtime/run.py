@@ -16,7 +16,7 @@ from streamjoin.query import Query
 from streamjoin.runtime.build import Settings, check_topology
 from streamjoin.runtime.result import Result, machine_info
 from streamjoin.runtime.trace import RunTrace
-from streamjoin.sources import Source
+from streamjoin.sources import Source, read_validated
 from streamjoin.topologies import Topology, single
 
 BACKENDS = ("local", "ray", "sim")
@@ -29,11 +29,9 @@ def _slices(cols: Columns, rows: int) -> Iterator[Columns]:
 
 
 def _validated_chunks(source: Source, query: Query, rows: int) -> Iterator[Columns]:
-    """The source's chunks, validated, handed over ``rows`` at a time (as in-memory input)."""
-    offset = 0
-    for chunk in source:
-        cols = validate(chunk, query, row_offset=offset)
-        offset += len(cols)
+    """The source's chunks, validated (also ``ts`` order across chunks; the source's own
+    errors as SourceError), handed over ``rows`` at a time (as in-memory input)."""
+    for cols in read_validated(source, query):
         yield from _slices(cols, rows) if len(cols) > rows else (cols,)
 
 
