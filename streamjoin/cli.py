@@ -218,6 +218,8 @@ def _run_job(args):
     from streamjoin.cli_sim import sim_run_kwargs
     from streamjoin.cli_spark import parse_source, spark_source
 
+    # settings first: a bad one fails before any data is made or Spark starts
+    window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
     if parse_source(args.source) is None:
         data, attr = _make_data(args), "x"
         x = data.column("x").to_numpy()
@@ -234,10 +236,14 @@ def _run_job(args):
     if eps is None:
         # tuples per window: the count, or rate × time (ts is in ms)
         per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
-        eps = sj.sources.band_for_match_rate(
-            r, s, window=max(1, int(per_window)), match_rate=args.match_rate
-        )
-    window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
+        try:
+            eps = sj.sources.band_for_match_rate(
+                r, s, window=max(1, int(per_window)), match_rate=args.match_rate
+            )
+        except ValueError as e:
+            raise ValueError(
+                f"{described}: cannot choose eps for --match-rate: {e}; pass --eps"
+            ) from e
     query = sj.Query(sj.band(attr, eps), window=window, self_join=args.self_join)
     index = sj.indexes.default_for(query.predicate) if args.index == "auto" else args.index
     topology = sj.topologies.parse(args.topology, index)

@@ -68,14 +68,41 @@ def test_ray_actor_failure_names_the_actor(ray_session):
         sj.run(q, data, sj.topologies.single("nested_loop", bogus=1), backend="ray")
 
 
-def test_ray_failure_mid_run_ends_the_run(ray_session):
-    from streamjoin.runtime.ray_executor import ActorFailed
+class DecreasingAcrossChunks(sj.sources.Source):
+    """R's ts goes back from 5 to 4 at row 3, in the second chunk; a third chunk waits."""
 
-    class Chunks(sj.sources.Source):
-        def __iter__(self):
+    closed = False
+
+    def __iter__(self):
+        try:
             yield {"stream": np.array([0, 1]), "ts": np.array([5, 6]), "x": np.array([1.0, 1])}
-            yield {"stream": np.array([0]), "ts": np.array([4]), "x": np.array([1.0])}
+            yield {"stream": np.array([1, 0]), "ts": np.array([7, 4]), "x": np.array([1.0, 1])}
+            yield {"stream": np.array([0]), "ts": np.array([9]), "x": np.array([1.0])}
+        finally:
+            self.closed = True
+
+
+def test_decreasing_ts_across_chunks_is_the_same_input_error_on_every_backend(backend):
+    """Checked in the run's pipeline before any executor sees the chunk (on Ray the emitter's
+    own check would surface as ActorFailed), so ``except sj.InputError`` works everywhere."""
+    q = sj.Query(sj.band("x", 1), window=sj.TimeWindow(5))
+    source = DecreasingAcrossChunks()
+    message = (
+        r"^column 'ts' decreases within stream R at row 3 \(5 then 4\); a time window needs "
+        "non-decreasing ts per stream$"
+    )
+    with pytest.raises(sj.InputError, match=message):
+        sj.run(q, source, backend=backend)
+    assert source.closed  # the source is let go at once, not left to the garbage collector
+
+
+def test_source_failing_mid_run_on_ray_returns_nothing(ray_session):
+    class Failing(sj.sources.Source):
+        def __iter__(self):
+            yield {"stream": np.array([0, 1, 0]), "ts": np.arange(3), "x": np.ones(3)}
+            raise ConnectionResetError("peer went away")
 
     q = sj.Query(sj.band("x", 1), window=sj.TimeWindow(5))
-    with pytest.raises(ActorFailed, match="actor 'emitter'.*decreases within stream R"):
-        sj.run(q, Chunks(), backend="ray")
+    with pytest.raises(sj.sources.SourceError, match="after 3 rows: ConnectionResetError") as e:
+        sj.run(q, Failing(), backend="ray", batch_size=1)
+    assert isinstance(e.value.__cause__, ConnectionResetError)

@@ -20,7 +20,6 @@ in the later one's window) keeps the result exact whatever the segment sizes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,8 +66,8 @@ def segment_capacity(query: Query, n: int, segment: int | None) -> tuple[int, in
     window)."""
     if segment is not None:
         return segment, segment
-    if query.window.kind == "count":
-        return tuple(math.ceil(query.window_size(y) / n) for y in (0, 1))
+    if query.window.kind == "count":  # ceil(w / n) in integers: exact up to 2**63 - 1
+        return tuple(-(-query.window_size(y) // n) for y in (0, 1))
     return 4096, 4096
 
 

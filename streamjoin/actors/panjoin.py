@@ -15,7 +15,6 @@ horizons, so it needs no feedback and the actor graph stays acyclic.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -127,7 +126,8 @@ class PanJoinManager(Logic):
         if subwindow_size is not None:
             self.size = {y: subwindow_size for y in (0, 1)}
         elif query.window.kind == "count":
-            self.size = {y: math.ceil(query.window_size(y) / subwindows) for y in (0, 1)}
+            # ceil(w / subwindows) in integers: exact for windows up to 2**63 - 1
+            self.size = {y: -(-query.window_size(y) // subwindows) for y in (0, 1)}
         else:
             self.size = {y: 4096 for y in (0, 1)}
         self.chains: dict[int, deque[_Subwindow]] = {y: deque() for y in self.spec.streams}

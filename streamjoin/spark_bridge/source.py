@@ -54,6 +54,7 @@ import pyarrow as pa
 from streamjoin.batch import InputError
 from streamjoin.checks import positive_int
 from streamjoin.sources import Source
+from streamjoin.spark_bridge.errors import input_file_errors, reading
 from streamjoin.spark_bridge.partitions import (
     PartitionRange,
     buffered_rows,
@@ -114,8 +115,10 @@ class SparkSource(Source):
 
     Made by :func:`from_dataframe`. :meth:`check` (called by :func:`streamjoin.run` before the
     job starts) checks the columns and, in one Spark pass, counts each partition's rows, nulls
-    and NaN and finds its ``ts`` range, then picks how to stream (:attr:`order_used`);
-    iterating streams only the columns the query needs.
+    and NaN (and S rows) and finds its ``ts`` range, then picks how to stream
+    (:attr:`order_used`); iterating streams only the columns the query needs. A file Spark
+    cannot read, in that pass or while streaming, is an InputError naming it
+    (:mod:`~streamjoin.spark_bridge.errors`).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class SparkSource(Source):
         self.rows_per_job = rows_per_job
         self.columns: list[str] | None = None  # set by check(): what the query needs
         self.n_rows = None
+        self.s_rows: int | None = None  #: rows with a nonzero ``stream``, from the check
         self.partitions: list[PartitionRange] | None = None  #: non-empty ones, from the check
         self.order_used: str | None = None  #: ``"sort"``, ``"partitions"`` or ``"keep"``
         self.held_rows: int | None = None  #: estimate of rows held back (not ``"sort"``)
@@ -152,9 +156,10 @@ class SparkSource(Source):
     # --- before the job ------------------------------------------------------------------
 
     def check(self, query) -> None:
-        """Raise :class:`streamjoin.InputError` for a missing or non-numeric column, or a
-        null or NaN in a column the join reads; count the rows (for the progress bar) and
-        choose how to stream, all in one Spark pass."""
+        """Raise :class:`streamjoin.InputError` for a missing or non-numeric column, a null or
+        NaN in a column the join reads, S rows (``stream`` 1) under a self-join, or a file
+        Spark cannot read; count the rows (for the progress bar) and choose how to stream,
+        all in one Spark pass."""
         present = [c for c in self.keyed.columns if c != _ORDER_COL]
         for name in query.attrs:
             if name not in present:
@@ -169,8 +174,6 @@ class SparkSource(Source):
                 "a two-way join needs a 'stream' column (0 for R, 1 for S), or two DataFrames "
                 "from_dataframe(r, s); for a self-join use Query(..., self_join=True)"
             )
-        if query.self_join and self.has_stream:
-            raise InputError("a self-join reads one stream; the DataFrame has a 'stream' column")
         columns = (["stream"] if self.has_stream else []) + (["ts"] if self.has_ts else [])
         columns += [a for a in query.attrs if a not in columns]
         for name in columns:
@@ -180,7 +183,13 @@ class SparkSource(Source):
                     f"column {name!r} is {dtype.simpleString()}; the join needs numbers "
                     "(cast decimals to double, encode strings as integer codes)"
                 )
-        nulls = self._scan(columns)
+        with input_file_errors():  # the first pass that reads every file
+            nulls = self._scan(columns)
+        if query.self_join and self.s_rows:
+            raise InputError(
+                f"a self-join reads one stream, but column 'stream' has {self.s_rows:,} rows of "
+                "S (1); drop the column or use a two-way Query"
+            )
         for name in columns:
             if nulls[name]:
                 raise InputError(
@@ -201,6 +210,8 @@ class SparkSource(Source):
         aggs = [F.count(F.lit(1)).alias("_rows")]
         if self.has_ts:
             aggs += [F.min("ts").alias("_ts_min"), F.max("ts").alias("_ts_max")]
+        if self.has_stream:
+            aggs.append(F.sum(F.when(F.col("stream") != 0, 1).otherwise(0)).alias("_s_rows"))
         for k, name in enumerate(columns + ties):
             c = F.col(name)
             bad = c.isNull()
@@ -214,6 +225,7 @@ class SparkSource(Source):
         rows = keyed.groupBy("_pid").agg(*aggs).collect()
         nulls = {name: sum(r[f"_null{k}"] for r in rows) for k, name in enumerate(columns + ties)}
         self.n_rows = sum(r["_rows"] for r in rows)
+        self.s_rows = sum(r["_s_rows"] or 0 for r in rows) if self.has_stream else 0
         if self.has_ts:
             self.partitions = [
                 PartitionRange(r["_pid"], r["_rows"], r["_ts_min"], r["_ts_max"])
@@ -249,6 +261,10 @@ class SparkSource(Source):
     # --- streaming -----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[pa.RecordBatch | pa.Table]:
+        with input_file_errors():
+            return reading(self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch | pa.Table]:
         columns = self.columns or [c for c in self.keyed.columns if c != _ORDER_COL]
         if self.order_used is None:  # iterated without check()
             if self.order in ("sort", "keep"):
@@ -449,7 +465,8 @@ def read_files(spark, path: str | Sequence[str], format: str = "parquet", **opti
         child = _one_file_sessions[spark] = spark.newSession()
         child.conf.set("spark.sql.files.openCostInBytes", str(1 << 50))
     reader = child.read.format(format).options(**options)
-    return reader.load(path if isinstance(path, str) else list(path))
+    with input_file_errors(path if isinstance(path, str) else ", ".join(path)):
+        return reader.load(path if isinstance(path, str) else list(path))
 
 
 _one_file_sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # for read_files
