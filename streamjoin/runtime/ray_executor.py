@@ -59,7 +59,7 @@ from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
-from streamjoin.runtime.executor import Defaults, wall_clock_defaults
+from streamjoin.runtime.executor import WallClock
 from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
@@ -491,7 +491,7 @@ def _diagnose(hosts: dict, err: Exception) -> ActorFailed:
 
 
 @dataclass(frozen=True)
-class Ray:
+class Ray(WallClock):
     """The ``ray`` backend: one Ray actor per topology node (see the module docstring).
 
     Parameters
@@ -504,12 +504,6 @@ class Ray:
     address: str | None = None
 
     name: ClassVar[str] = "ray"
-
-    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
-        return wall_clock_defaults(self, pace, batch_size)
-
-    def metrics(self, trace: RunTrace) -> dict:
-        return {}
 
     def run(
         self,
