@@ -29,6 +29,11 @@ class JoinCore:
     so expiry of stream Y follows only the horizons of batches from ports that carry Y's
     probers: a prober emitted earlier can then no longer be on its way.
 
+    A ``paired`` core runs a self-join as the stream joined with itself (a DP-Join grid:
+    :class:`~streamjoin.actors.window_part.JoinSpec`): R copies on one port, S copies on the
+    other, each message one-sided, so step 2 is skipped — the R and S copies of one batch meet
+    at one core, and the later of the two to get there finds their pairs by probing the other.
+
     Parameters
     ----------
     query : Query
@@ -42,6 +47,8 @@ class JoinCore:
     forward : bool
         Pass every input batch on, unchanged, on port ``"<in port>_next"`` before joining it
         (chain layouts; :meth:`passes_on`).
+    paired : bool
+        Run a self-join as the stream joined with itself (ignored for a two-way join).
     """
 
     def __init__(
@@ -51,12 +58,17 @@ class JoinCore:
         index_options: dict | None = None,
         ports: dict[str, tuple[int, ...]] | None = None,
         forward: bool = False,
+        paired: bool = False,
     ):
         self.query = query
-        self.spec = JoinSpec(query, index, index_options)
+        self.spec = JoinSpec(query, index, index_options, paired)
         self.index_name = self.spec.index_name
         self.parts = {y: self.spec.new_part() for y in self.spec.streams}
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
+        if self.spec.paired and any(len(v) > 1 for v in self.ports.values()):
+            raise ValueError(
+                f"a paired self-join core takes R and S copies on different ports; got {ports}"
+            )
         self.forward = forward
         self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0}
 
@@ -88,10 +100,11 @@ class JoinCore:
             part = self.parts[spec.probed(x)]
             found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
         if batch.store:
-            by_stream = tuple(in_order.values())
-            if spec.query.self_join:
-                by_stream += (by_stream[0][:0],)
-            found.append(spec.join_batch(batch, by_stream))  # step 2
+            if not spec.paired:  # step 2
+                by_stream = tuple(in_order.values())
+                if spec.one_stream:
+                    by_stream += (by_stream[0][:0],)
+                found.append(spec.join_batch(batch, by_stream))
             for y, (ys, keys, order) in views.items():  # step 3
                 self.parts[y].insert(batch, ys, keys=keys, order=order)
                 self.stats["inserted"] += len(ys)
