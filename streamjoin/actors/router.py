@@ -6,6 +6,7 @@ stores a tuple does not change the answer, only the balance.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,25 +67,55 @@ class GridRoute(Route):
 
 class HandshakeRoute(GridRoute):
     """Handshake join: R to the left end of the chain (``row0``), S to the right end
-    (``col0``); at the end of input a drain marker down each."""
+    (``col0``); at the end of input a drain marker down each (``one_stream``: a self-join
+    that enters at the left end only, and its marker)."""
 
-    def __init__(self) -> None:
+    def __init__(self, one_stream: bool = False) -> None:
         super().__init__(1, 1)
+        self.one_stream = one_stream
 
     def eof(self):
-        return [("row0", Drain()), ("col0", Drain())]
+        return [("row0", Drain())] + ([] if self.one_stream else [("col0", Drain())])
 
 
-def make_route(spec: dict | None) -> Route:
-    """A route from a topology's emitter config: ``{"kind": "split", "n": 4}``, …"""
+class PairedRoute(Route):
+    """A self-join as the stream joined with itself, for a two-way ``route``: every batch
+    goes through it twice, as R (``stream`` 0) and as S (``stream`` 1), both copies with the
+    one stream's expiry bound as ``horizon`` of R and S alike (see
+    :class:`~streamjoin.actors.window_part.JoinSpec`'s ``paired``)."""
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+
+    def __call__(self, batch):
+        horizon = np.full(2, batch.horizon[0], dtype=np.int64)
+        as_s = np.ones(len(batch), dtype=np.int8)
+        r_copy = dataclasses.replace(batch, horizon=horizon)
+        s_copy = dataclasses.replace(batch, stream=as_s, horizon=horizon.copy())
+        return self.route(r_copy) + self.route(s_copy)
+
+    def eof(self):
+        return self.route.eof()
+
+
+def make_route(spec: dict | None, self_join: bool = False) -> Route:
+    """A route from a topology's emitter config: ``{"kind": "split", "n": 4}``, …
+
+    ``self_join``: the query's. A spec with ``"paired": True`` (a layout that routes R and S
+    apart) then sends every batch twice (:class:`PairedRoute`); without it a self-join's
+    batches go where R's would.
+    """
     spec = spec or {"kind": "single"}
+    paired = self_join and spec.get("paired", False)
     match spec["kind"]:
         case "single":
-            return Route()
+            route = Route()
         case "split":
-            return SplitRoute(spec["n"])
+            route = SplitRoute(spec["n"])
         case "grid":
-            return GridRoute(spec["m"], spec["n"])
+            route = GridRoute(spec["m"], spec["n"])
         case "handshake":
-            return HandshakeRoute()
-    raise ValueError(f"unknown route kind {spec['kind']!r}")
+            route = HandshakeRoute(one_stream=self_join and not paired)
+        case kind:
+            raise ValueError(f"unknown route kind {kind!r}")
+    return PairedRoute(route) if paired else route

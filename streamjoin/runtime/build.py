@@ -34,9 +34,9 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
     loaded from the disk cache) before the run, not in its timed part."""
     match role:
         case "emitter":
-            route = make_route(config.get("route"))
+            route = make_route(config.get("route"), query.self_join)
             emitter = Emitter(query, settings.batch_size, settings.max_delay_ns, clock, route)
-            emitter.warm(make_route(config.get("route")))
+            emitter.warm(make_route(config.get("route"), query.self_join))
             return emitter
         case "join_core":
             core = JoinCore(
@@ -45,6 +45,7 @@ def build_actor(role: str, config: dict, query: Query, settings: Settings, clock
                 config.get("index_options"),
                 ports=config.get("ports"),
                 forward=config.get("forward", False),
+                paired=config.get("paired", False),
             )
             core.warm()
             return core

@@ -27,6 +27,9 @@ def handshake(
     probing at each core, and stored at one core, round robin (see
     :mod:`streamjoin.actors.handshake_ll`).
 
+    A self-join runs on both: the original joins the stream with itself, sending it in at both
+    ends (``paired``); the low-latency variant sends it in at the left end only.
+
     Parameters
     ----------
     n : int
@@ -51,11 +54,12 @@ def handshake(
         )
     if index is not None:
         indexes.get(index)
-    g = nx.MultiDiGraph(self_join=False, cyclic=True)
+    g = nx.MultiDiGraph(self_join=True, cyclic=True)
+    route = {"kind": "handshake"} if low_latency else {"kind": "handshake", "paired": True}
     g.add_node(
         "emitter",
         role="emitter",
-        config={"route": {"kind": "handshake"}},
+        config={"route": route},
         pos=((n - 1) / 2, 1),
         label="emitter",
     )

@@ -61,16 +61,21 @@ def grid(
     and reach every core of it, so each (r, s) pair meets at exactly one core. With
     ``forward="chain"`` the emitter feeds the first core of each row and column and each core
     passes batches on to its neighbour (right for R, down for S); with ``"direct"`` the emitter
-    sends to every core of the row or column itself. Two-way joins only.
+    sends to every core of the row or column itself.
+
+    A self-join runs as the stream joined with itself (``paired``): every batch goes to a row
+    as R and to a column as S, and a core keeps a meeting of an R copy with an S copy iff the R
+    copy is strictly the older (:class:`~streamjoin.actors.window_part.JoinSpec`), so each pair
+    is found once, where the older tuple's row crosses the newer one's column.
     """
     _check(index, m=m, n=n)
     if forward not in ("chain", "direct"):
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
-    g = nx.MultiDiGraph(self_join=False)
+    g = nx.MultiDiGraph(self_join=True)
     g.add_node(
         "emitter",
         role="emitter",
-        config={"route": {"kind": "grid", "m": m, "n": n}},
+        config={"route": {"kind": "grid", "m": m, "n": n, "paired": True}},
         pos=(-0.2, 0.9),
         label="emitter",
     )
@@ -81,7 +86,9 @@ def grid(
     for j in range(m):
         for i in range(n):
             name = f"core{j}_{i}"
-            cfg = _core_config(index, index_options, ports=ports, forward=forward == "chain")
+            cfg = _core_config(
+                index, index_options, ports=ports, forward=forward == "chain", paired=True
+            )
             g.add_node(
                 name,
                 role="join_core",
