@@ -33,6 +33,9 @@ class JoinCore:
     :class:`~streamjoin.actors.window_part.JoinSpec`): R copies on one port, S copies on the
     other, each message one-sided, so step 2 is skipped — the R and S copies of one batch meet
     at one core, and the later of the two to get there finds their pairs by probing the other.
+    Both copies carry the one stream's horizon: an R copy's lets the S copies below it expire,
+    which are older than every R copy still to come on its port, and a meeting with an older
+    S copy does not count.
 
     Parameters
     ----------
