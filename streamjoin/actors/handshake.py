@@ -16,6 +16,16 @@ The last core keeps R until the emitter's horizon says no future S tuple can nee
 does the same for S). At end of input a drain marker flows from each end and pushes every
 segment through the chain, so pairs still apart meet. The window check (the earlier of a pair
 in the later one's window) keeps the result exact whatever the segment sizes.
+
+**Self-joins** run as the stream joined with itself (``paired``, see
+:class:`~streamjoin.actors.window_part.JoinSpec`): the emitter sends every batch in at both
+ends, as R at core 0 and as S at core n-1, numbered alike. The argument above does not look at
+what the tuples are, so every R copy meets every S copy exactly once (a tuple's two copies
+included), the window check deciding in either direction with the shared numbering; a meeting
+counts iff its R copy is strictly the older, under θ(a, b) ∨ θ(b, a), so the pair (a, b), a
+older, is found once: where a's R copy meets b's S copy. Both copies' horizons are the one
+stream's: an S copy left at core 0 below it is older than every R copy still to come, and
+those meetings would not count.
 """
 
 from __future__ import annotations
@@ -111,9 +121,7 @@ class HandshakeCore(Logic):
         index: str | None = None,
         index_options: dict | None = None,
     ) -> None:
-        if query.self_join:
-            raise ValueError("the handshake join runs two-way joins only")
-        self.spec = JoinSpec(query, index, index_options)
+        self.spec = JoinSpec(query, index, index_options, paired=True)
         self.k, self.n = k, n
         self.capacity = capacity
         self.work = JoinWork()
