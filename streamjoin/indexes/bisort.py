@@ -422,7 +422,9 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
             b,
             index,
             index.shape[0],
-            _BUFFER_STRIDE,
+            # an int64, as the main array's stride: the constant would be typed as a literal
+            # and compile probe_run a second time (3-6 s of a first run)
+            np.int64(_BUFFER_STRIDE),
             keys,
             vlo,
             vhi,
