@@ -2,7 +2,9 @@
 
 - Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`_Host` actor; kernels
   are warmed in its constructor (numba's disk cache makes that a load, not a compile). The
-  emitter runs in the driver, next to the source.
+  emitter runs in the driver, next to the source. On a local cluster the driver first
+  compiles every kernel the actors will run, once, while Ray starts, so that with an empty
+  cache the actors do not each compile the same kernels at once (:func:`_build_driver_side`).
 - **Ray is the control plane, sockets the data plane.** Ray places the actors, starts and
   kills them and carries the few control calls of a run; the batches travel over one TCP
   connection per graph edge (:mod:`streamjoin.runtime.channels`), as a Ray call costs about
@@ -42,6 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import networkx as nx
 import ray
@@ -474,16 +477,19 @@ def run_ray(
     address: str | None = None,
 ) -> RunTrace:
     """Run the topology with one Ray actor per node (see module docstring)."""
-    _ensure_ray(address)
     graph = topology.graph
     (emitter,) = topology.nodes("emitter")
+    with ThreadPoolExecutor(1, thread_name_prefix="warm") as pool:
+        # kernels are compiled (or loaded) in this process while Ray starts
+        built = pool.submit(_build_driver_side, graph, emitter, query, settings, address is None)
+        _ensure_ray(address)
+        source = built.result()
     share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
     hosts = {
         n: _Host.options(num_cpus=share).remote(n, d["role"], d["config"], query, settings)
         for n, d in graph.nodes(data=True)
         if n != emitter
     }
-    source = None
     try:
         try:
             addresses = dict(
@@ -491,16 +497,38 @@ def run_ray(
             )
         except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
             raise _unwrap(e) from None
-        source = _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
         try:
             return _drive(topology, source, hosts, addresses, chunks, progress)
         except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
             raise _diagnose(hosts, e) from None
     finally:
-        if source is not None:
-            source.shut()
+        source.shut()
         for h in hosts.values():
             ray.kill(h)
+
+
+def _build_driver_side(
+    graph: nx.DiGraph, emitter: str, query: Query, settings: Settings, local: bool
+) -> _Node:
+    """The emitter's node, which runs in the driver; first, on a ``local`` cluster, one
+    throwaway logic object per kind of actor node (its role, index and index options decide
+    the kernels it runs), so that every kernel is compiled here, once, and the actors started
+    next load them from numba's disk cache, which they share with this process.
+
+    With an empty cache each actor would otherwise compile in its constructor, all of them at
+    once, those of one kind the same kernels, after Ray has started; here the compiling
+    overlaps Ray's start, and no actor starts before the cache is full.
+    """
+    if local:
+        kinds = {}
+        for n, d in graph.nodes(data=True):
+            config = d["config"]
+            key = (d["role"], config.get("index"), repr(config.get("index_options")))
+            if n != emitter:
+                kinds.setdefault(key, (n, d["role"], config))
+        for n, role, config in kinds.values():
+            _Node(n, role, config, query, settings)
+    return _Node(emitter, "emitter", graph.nodes[emitter]["config"], query, settings)
 
 
 def _quiesce(source: _Node, hosts: dict) -> None:
