@@ -184,10 +184,9 @@ def test_a_silent_connection_times_out_and_an_evicted_one_is_logged(caplog, monk
             sock = socket.create_connection(server.getsockname()[:2])
 
             def accept_until_shut():
-                try:
+                # the shutdown below may end it with an OSError; it is a daemon either way
+                with contextlib.suppress(OSError):
                     channels.accept_edges(server, SECRET, ["a"], 0.3)
-                except OSError:  # the shutdown below may end it; it is a daemon either way
-                    pass
 
             worker = threading.Thread(target=accept_until_shut, daemon=True)
             worker.start()
