@@ -6,6 +6,8 @@ One local[2] SparkSession for the run (the ``spark`` fixture). Spark defines arr
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from itertools import pairwise
 
@@ -87,6 +89,20 @@ def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_this_machines_java_passes():
     assert sb.check_java() >= 17
+
+
+def test_spark_bridge_is_an_attribute_of_the_package_loaded_on_use():
+    """As the README shows: ``import streamjoin as sj`` then ``sj.spark_bridge...``, while
+    ``import streamjoin`` alone loads neither the bridge nor PySpark."""
+    code = (
+        "import sys, streamjoin as sj\n"
+        "print(sorted({'pyspark', 'streamjoin.spark_bridge'} & set(sys.modules)))\n"
+        "print(sj.spark_bridge.from_dataframe.__name__, 'spark_bridge' in dir(sj))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "from_dataframe True"]
+    with pytest.raises(AttributeError, match="no attribute 'spark_bridges'"):
+        sj.spark_bridges  # noqa: B018
 
 
 # --- batch source ---------------------------------------------------------------------------
