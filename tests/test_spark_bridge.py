@@ -498,6 +498,41 @@ def test_streaming_sink_on_ray(spark, ray_session):
     assert result.same_pairs(sj.oracle.join(query, data))
 
 
+def test_streaming_late_micro_batch_is_fed_in_order_or_rejected(spark):
+    """ids 0, 2, 1 as in Spark's order but late: batch 1's rows precede batch 2's in event
+    time, so it is rejected, not skipped; a late id whose rows all come after everything fed
+    is fed; a replay of an id already fed is skipped."""
+    rng = np.random.default_rng(3)
+    n, parts = 1200, 4
+    data = {
+        "seq": np.arange(n),
+        "stream": rng.integers(0, 2, n).astype(np.int8),
+        "ts": np.arange(n) // 2,
+        "x": rng.integers(0, 200, n).astype(np.float64),
+    }
+    pieces = [{k: v[rows] for k, v in data.items()} for rows in np.array_split(np.arange(n), parts)]
+    frames = [spark.createDataFrame(pa.table(p)) for p in pieces]  # ts 0-149, 150-299, ...
+    for window in (sj.CountWindow(100), sj.TimeWindow(30)):
+        query = sj.Query(sj.band("x", 2), window=window)
+        sink = sb.JoinSink(query, tie_break="seq")
+        sink(frames[0], 0)
+        sink(frames[2], 2)
+        with pytest.raises(sj.InputError, match=r"micro-batch 1 came after micro-batch 2.*150"):
+            sink(frames[1], 1)
+        sink(frames[2], 2)  # a replay: skipped
+        sink(frames[3], 1)  # late, but all its rows come after everything fed: fed
+        result = sink.close()
+        assert sink.replayed == 1
+        assert [b[0] for b in sink.batches] == [0, 2, 1]
+        fed = {k: np.concatenate([pieces[i][k] for i in (0, 2, 3)]) for k in data}
+        assert result.same_pairs(sj.oracle.join(query, fed))
+    sink = sb.JoinSink(sj.Query(sj.band("x", 2), window=sj.CountWindow(9)), ts=None)
+    sink(frames[0].drop("ts"), 5)
+    with pytest.raises(sj.InputError, match="without a ts column"):
+        sink(frames[3].drop("ts"), 4)
+    assert sink.close().metrics["input_tuples"] == len(pieces[0]["ts"])
+
+
 def test_streaming_replay_not_fed_twice_and_bad_batch_rejected(spark):
     query = sj.Query(sj.band("x", 1), window=sj.TimeWindow(10))
     sink = sb.JoinSink(query, tie_break="seq")
