@@ -149,7 +149,7 @@ def check_arrived(table, columns: Sequence[str], describe: Callable[[int], str])
         )
 
 
-def _sort_indices(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+def sort_indices(table: pa.Table, keys: Sequence[str]) -> pa.Array:
     """Stable order of ``table`` by ``keys`` ascending as Spark orders them: nulls first,
     NaN after every number."""
     sort_keys = []
@@ -195,7 +195,7 @@ def in_arrival_order(
         bound = None if last else jobs[j + 1][0].ts_min
         if not held.num_rows or (bound is None and not last):
             continue
-        held = held.take(_sort_indices(held, keys))
+        held = held.take(sort_indices(held, keys))
         if last:
             cut = held.num_rows
         else:

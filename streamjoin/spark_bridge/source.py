@@ -382,13 +382,6 @@ def arrival_keyed(df, *, ts: str | None, stream: str | None, tie_break, order: s
     return out, ["ts", *tie, *(["stream"] if stream is not None else [])]
 
 
-def arrival_ordered(df, *, ts: str | None, stream: str | None, tie_break, order: str):
-    """``df`` with ``stream`` and ``ts`` under those names, sorted into arrival order by Spark
-    (``order="keep"``: not sorted)."""
-    out, keys = arrival_keyed(df, ts=ts, stream=stream, tie_break=tie_break, order=order)
-    return out.orderBy(*keys).drop(_ORDER_COL) if keys else out
-
-
 def read_files(spark, path: str | Sequence[str], format: str = "parquet", **options):
     """Read files into a DataFrame with one Spark partition per file, for
     ``from_dataframe(..., order="partitions")`` (or ``"auto"``).

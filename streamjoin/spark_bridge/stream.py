@@ -1,12 +1,12 @@
 """Structured Streaming into a long-lived join: a ``foreachBatch`` sink.
 
-Spark calls the sink once per micro-batch, in the driver. The sink sorts the micro-batch into
-arrival order (``ts``, then ``tie_break``, then R before S; see
-:mod:`streamjoin.spark_bridge.source`), validates it whole, and only then hands it to a job
-that runs for the life of the sink (:func:`streamjoin.run` in a background thread reading a
-queue). Windows therefore span micro-batch boundaries and the result is exactly the oracle's
-over the concatenation of the micro-batches in the order they were fed: ``batch_id`` order,
-as Spark calls the sink.
+Spark calls the sink once per micro-batch, in the driver. The sink collects the micro-batch as
+Arrow (one Spark job), sorts it on the driver into arrival order (``ts``, then ``tie_break``,
+then R before S; see :mod:`streamjoin.spark_bridge.source`), validates it whole, and only
+then hands it to a job that runs for the life of the sink (:func:`streamjoin.run` in a
+background thread reading a queue). Windows therefore span micro-batch boundaries and the
+result is exactly the oracle's over the concatenation of the micro-batches in the order they
+were fed: ``batch_id`` order, as Spark calls the sink.
 
 - A ``batch_id`` already fed is a replay (Spark re-runs a micro-batch after a failure, or
   after a restart from its checkpoint): it is skipped, counted in :attr:`JoinSink.replayed`,
@@ -36,13 +36,15 @@ import queue
 import threading
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamjoin.batch import InputError, validate
 from streamjoin.checks import positive_int
 from streamjoin.runtime import Result, run
 from streamjoin.sources import Source
-from streamjoin.spark_bridge.source import arrival_ordered
+from streamjoin.spark_bridge.partitions import sort_indices
+from streamjoin.spark_bridge.source import arrival_keyed
 
 _END = object()
 
@@ -175,20 +177,24 @@ class JoinSink:
                 "order: one streaming query per JoinSink)"
             )
 
-    def _arrival_ordered(self, batch_df):
-        ordered = arrival_ordered(
-            batch_df,
-            ts=self.ts,
-            stream=self.stream,
-            tie_break=self.tie_break,
-            order="sort" if self.ts else "keep",
+    def _arrival_ordered(self, batch_df) -> pa.Table:
+        """The micro-batch's columns, collected in one Spark job and sorted on the driver
+        (stable: the micro-batch's own order breaks the remaining ties)."""
+        keyed, _ = arrival_keyed(
+            batch_df, ts=self.ts, stream=self.stream, tie_break=self.tie_break, order="keep"
         )
-        missing = [c for c in self.columns if c not in ordered.columns]
+        missing = [c for c in self.columns if c not in keyed.columns]
         if missing:
             raise InputError(
                 f"the micro-batch has no column {missing[0]!r}; columns present: {batch_df.columns}"
             )
-        return ordered.select(*self.columns).toArrow()
+        ties = [self.tie_break] if isinstance(self.tie_break, str) else list(self.tie_break or [])
+        ties = [t for t in ties if t not in self.columns]
+        table = keyed.select(*self.columns, *ties).toArrow()
+        if self.ts:
+            keys = ["ts", *ties, *(["stream"] if self.stream else [])]
+            table = table.take(sort_indices(table, keys))
+        return table.select(self.columns)
 
     def _validate(self, table) -> None:
         cols = validate(table, self.query, row_offset=self.rows)
