@@ -378,6 +378,7 @@ def bridge(
     data: str = IN_ORDER,
     note: str = "",
     order: str = "auto",
+    batch: int = BATCH,
 ) -> dict:
     """``from_dataframe`` over the files into :func:`streamjoin.run`: one partition per file
     (:func:`~streamjoin.spark_bridge.read_files`) for ``order="auto"``, Spark's own file
@@ -388,7 +389,7 @@ def bridge(
     src = _TimedSource(sb.from_dataframe(r, s, tie_break="seq", order=order))
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    res = sj.run(query, src, topology, backend=backend, batch_size=BATCH, progress=False)
+    res = sj.run(query, src, topology, backend=backend, batch_size=batch, progress=False)
     wall = time.perf_counter() - t0
     if res.metrics["input_tuples"] != n:
         raise RuntimeError(f"the bridge fed {res.metrics['input_tuples']} rows, not {n}")
@@ -396,7 +397,7 @@ def bridge(
     return {
         "system": "streamjoin, from_dataframe",
         "input": data,
-        "config": f"{topology.name}, {backend} backend, batch {BATCH}, {how}{note}",
+        "config": f"{topology.name}, {backend} backend, batch {batch}, {how}{note}",
         "order": order,
         "order_used": src.src.order_used,
         **_sj_metrics(res, n, wall),
@@ -478,6 +479,8 @@ def _label(row: dict) -> str:
         name = f"{row['system']}: {row['config'].split(',')[0]}"
         name += ", Ray" if "ray" in row["config"] else ""
         name += ", global sort" if row.get("order_used") == "sort" else ""
+        batch = row["config"].split("batch ")[1].split(",")[0]
+        name += f", batch {batch}" if batch != str(BATCH) else ""
         name += WARM.removeprefix(",") if row["config"].endswith(WARM) else ""
     return name if row["input"] == IN_ORDER else f"{name}\n{row['input']}"
 
@@ -717,6 +720,12 @@ def main() -> None:
     ap.add_argument(
         "--name", default="spark_vs_bridge", help="results/NAME.{csv,md,png} (default: %(default)s)"
     )
+    ap.add_argument(
+        "--batches",
+        type=lambda text: [int(b) for b in text.split(",")],
+        default=[BATCH],
+        help="streamjoin batch sizes of the from_dataframe runs (default: %(default)s)",
+    )
     args = ap.parse_args()
     scale = SCALES["quick" if args.quick else "full"]
     n, files = args.tuples or scale["tuples"], args.files or scale["files"]
@@ -770,8 +779,9 @@ def main() -> None:
 
         record(spark_join(spark, main_dir, eps, args.delay, seq, ref))
         single = sj.topologies.single()
-        record(bridge(spark, main_dir, query, single, "local", ref))
-        record(bridge(spark, main_dir, query, single, "local", ref, note=WARM))
+        for batch in args.batches:
+            record(bridge(spark, main_dir, query, single, "local", ref, batch=batch))
+            record(bridge(spark, main_dir, query, single, "local", ref, note=WARM, batch=batch))
         if "sort" not in skip:
             record(bridge(spark, main_dir, query, single, "local", ref, order="sort"))
             record(bridge(spark, main_dir, query, single, "local", ref, order="sort", note=WARM))
