@@ -128,7 +128,12 @@ def make_input(spark, n: int, folder: str) -> tuple[float, pa.Table]:
     sb.generate(spark, n, generated, "uniform", rate=RATE, process="poisson", seed=SEED)
     # without the schema Spark wrote: it would carry over to the R and S files and make Spark
     # see a `stream` column there
-    table = pq.read_table(generated).sort_by("seq").replace_schema_metadata(None)
+    return arrival_table(pq.read_table(generated).replace_schema_metadata(None))
+
+
+def arrival_table(generated: pa.Table) -> tuple[float, pa.Table]:
+    """``eps`` and the generated rows in arrival order, ``ts`` shifted to ``T0_MS``."""
+    table = generated.sort_by("seq")
     ts = table.column("ts").to_numpy()
     # the bridge orders by ts, then seq: the same as by seq when ts never decreases along seq
     if np.any(np.diff(ts) < 0):
