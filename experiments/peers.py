@@ -37,9 +37,11 @@ environment: the JVM or the dataflow) to its last pair on disk or in memory; the
 own wall time; pairs against the exact reference: missing, extra, duplicated.
 
 Writes ``experiments/results/peers.{csv,md,png}``. Needs ``pip install -e ".[peers]"`` (PyFlink,
-Pathway, Bytewax; never in the default install). Run: ``python experiments/peers.py`` (about
-15 minutes on 2 cores at load 2-4); ``--quick`` for a smoke run on 20,000 tuples;
-``--rounds``, ``--tuples``, ``--skip`` to vary it.
+Pathway, Bytewax; never in the default install) in an environment of its own: PyFlink pins
+pyarrow < 17, PySpark 4's Arrow paths need 18 or newer, so the Spark run takes the project's
+main environment, ``--spark-python .venv/bin/python``. Run: ``python experiments/peers.py
+--spark-python PATH`` (about 15 minutes on 2 cores at load 2-4); ``--quick`` for a smoke run
+on 20,000 tuples; ``--rounds``, ``--tuples``, ``--skip`` to vary it.
 """
 
 from __future__ import annotations
