@@ -211,6 +211,7 @@ class SparkSource(Source):
         """Set :attr:`order_used` (``"auto"``: see module doc) and, for ``"partitions"``,
         plan the read."""
         self.order_used = self.order
+        self.partitions = self.held_rows = self.jobs = None
         if self.order in ("sort", "keep"):
             return None
         schema = self.keyed.schema
@@ -282,8 +283,7 @@ class SparkSource(Source):
             plan = self._choose()  # iterated without check(), or again after a run
         if self.order_used != "partitions":
             return self._in_order(columns)
-        required = [c for c in (self.columns or []) if c != "stream" or self.has_stream]
-        keys = self.keys
+        required, keys = self.columns or [], self.keys
 
         def check(table: pa.Table, pids: list[int]) -> None:
             check_arrived(table, required, lambda row: _describe(table, keys, row, pids))
