@@ -677,7 +677,7 @@ def plot(rows: list[dict], path: str) -> None:
     ax.set_title("Throughput")
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right")  # beside Spark's short bars, clear of the labels
     ax = axes[1]
     ax.barh(y - 0.2, [r["latency_p50_ms"] for r in rows], 0.4, label="p50")
     ax.barh(y + 0.2, [r["latency_p99_ms"] for r in rows], 0.4, label="p99")
