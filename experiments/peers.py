@@ -29,8 +29,12 @@ the runs alternating system by system, round after round, the load average noted
   hand-written workaround: the bucket key, sliding event-time windows of length 2W every W
   (every pair within W shares at least one), ``insert_mode="product"``, then the exact band
   and time filter and a de-duplication of pairs seen in two windows; fed one stream in
-  arrival order, branched into R and S (two sources would interleave at random and make rows
-  late).
+  arrival order (1,000 items a batch), branched into R and S (two sources would interleave at
+  random and make rows late). ``ordered=False``: the default holds values until the watermark
+  passes them, and lost 1,442 of 1,497 pairs of a 4,000-tuple check, taking 48 s. The event
+  clock waits 24 hours of system time, so windows close at the end of the input: its
+  watermark advances with system time, and with a 1 s wait it overtook this dataflow (slower
+  than event time) and dropped 499,536 of 891,569 pairs as late.
 
 Measured: input tuples/s from starting the pipeline (after imports and creating the
 environment: the JVM or the dataflow) to its last pair on disk or in memory; the process's
@@ -321,9 +325,9 @@ def run_bytewax(folder: str, eps: float) -> list[dict]:
         "r_buckets", sides.trues, lambda row: [(str(row[3] // e + d), row) for d in (-1, 0, 1)]
     )
     keyed_s = op.map("s_bucket", sides.falses, lambda row: (str(row[3] // e), row))
-    clock = win.EventClock(
+    clock = win.EventClock(  # a wait longer than the run: see the module doc
         lambda row: epoch + datetime.timedelta(milliseconds=row[2]),
-        wait_for_system_duration=datetime.timedelta(seconds=1),
+        wait_for_system_duration=datetime.timedelta(hours=24),
     )
     windower = win.SlidingWindower(
         length=datetime.timedelta(milliseconds=2 * w),
