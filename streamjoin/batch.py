@@ -97,6 +97,66 @@ def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _ts_int64(ts: np.ndarray, row_offset: int) -> np.ndarray:
+    """The ``ts`` column as int64, exactly: unsigned values beyond the int64 maximum and
+    datetimes outside int64 nanoseconds (years 1677 to 2262) are errors, not wrapped."""
+    if np.issubdtype(ts.dtype, np.unsignedinteger):
+        big = ts > _INT64_MAX
+        if big.any():
+            i = _first_bad(big)
+            raise InputError(
+                f"column 'ts' row {row_offset + i} is {ts[i]}, beyond the int64 maximum "
+                f"{_INT64_MAX}; ts must be int64 event time"
+            )
+    elif np.issubdtype(ts.dtype, np.datetime64):
+        return _datetime_ns(ts, row_offset)
+    elif not np.issubdtype(ts.dtype, np.integer):
+        raise InputError(f"column 'ts' must be int64 event time, got dtype {ts.dtype}")
+    return ts.astype(np.int64)
+
+
+#: Nanoseconds per fixed-length datetime64 unit.
+_NS_PER = {"W": 604_800 * 10**9, "D": 86_400 * 10**9, "h": 3_600 * 10**9, "m": 60 * 10**9}
+_NS_PER.update({"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1})
+
+
+def _datetime_ns(ts: np.ndarray, row_offset: int) -> np.ndarray:
+    """datetime64 ``ts`` as int64 nanoseconds since 1970, checked in integers (numpy's unit
+    conversions wrap silently, and go wrong near the int64 limits)."""
+    raw = ts.view(np.int64)
+    nat = np.isnat(ts)
+    if nat.any():
+        raise InputError(
+            f"column 'ts' has a null (NaT) value at row {row_offset + _first_bad(nat)}"
+        )
+    unit, count = np.datetime_data(ts.dtype)
+    if unit not in _NS_PER and unit not in ("Y", "M"):  # finer than ns: divides, always fits
+        return ts.astype("datetime64[ns]").view(np.int64)
+    if unit in ("Y", "M"):  # calendar units: within ±1000 years they convert to days exactly
+        limit = (1000 if unit == "Y" else 12_000) // count
+        far = (raw > limit) | (raw < -limit)
+        if far.any():
+            raise _outside_ns(ts, _first_bad(far), row_offset)
+        ts = ts.astype("datetime64[D]")
+        raw, unit, count = ts.view(np.int64), "D", 1
+    per = count * _NS_PER[unit]
+    limit = _INT64_MAX // per  # ±: the int64 minimum itself is NaT
+    bad = (raw > limit) | (raw < -limit)
+    if bad.any():
+        raise _outside_ns(ts, _first_bad(bad), row_offset)
+    return raw * np.int64(per)
+
+
+def _outside_ns(ts: np.ndarray, i: int, row_offset: int) -> InputError:
+    return InputError(
+        f"column 'ts' row {row_offset + i} is {ts[i]}, outside the int64 nanoseconds since 1970 "
+        "(1677-09-21 to 2262-04-11); give ts as integers in a coarser unit"
+    )
+
+
 def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) -> Columns:
     """Check ``data`` against ``query`` and return the columns the join needs.
 
@@ -115,8 +175,9 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     ------
     InputError
         Missing or non-numeric columns, nulls, NaN or infinite join values, integers beyond
-        2**52, ``stream`` values other than 0/1, decreasing ``ts`` under a time window,
-        columns of different lengths.
+        2**52, ``stream`` values other than 0/1, ``ts`` that is not int64 (unsigned beyond
+        ``2**63 - 1``, datetimes beyond int64 nanoseconds, NaT), decreasing ``ts`` under a
+        time window, columns of different lengths.
     """
     names = _column_names(data)
     needed = [*query.attrs]
@@ -157,17 +218,12 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
         stream = np.zeros(n, dtype=np.int8)
 
     if "ts" in names:
-        ts = _column(data, "ts")
-        if not np.issubdtype(ts.dtype, np.integer):
-            if np.issubdtype(ts.dtype, np.datetime64):
-                ts = ts.astype("datetime64[ns]").astype(np.int64)
-            else:
-                raise InputError(f"column 'ts' must be int64 event time, got dtype {ts.dtype}")
-        ts = ts.astype(np.int64)
+        ts = _ts_int64(_column(data, "ts"), row_offset)
         if check_ts and query.window.kind == "time":
             for s in (0, 1):
                 rows = np.flatnonzero(stream == s)
-                dec = np.diff(ts[rows]) < 0
+                own = ts[rows]
+                dec = own[1:] < own[:-1]  # not np.diff: it wraps for ts near ±2**63
                 if dec.any():
                     i = rows[_first_bad(dec) + 1]
                     name = "R" if s == 0 else "S"
@@ -203,6 +259,32 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
                 "join values must be finite (no NaN, no inf)"
             )
     return Columns(stream=stream, ts=ts, attrs=attrs)
+
+
+def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> None:
+    """Check that each stream's ``ts`` in ``cols`` starts at or after ``last_ts`` (int64
+    ``(2,)``, the last ``ts`` of each stream in earlier chunks; the int64 minimum before the
+    first), then advance ``last_ts`` in place. :func:`validate` checks within a chunk; this
+    checks across chunks of a stream that arrives in pieces (time windows).
+
+    Raises
+    ------
+    InputError
+        Naming the first row whose ``ts`` is below its stream's last one.
+    """
+    for s in (0, 1):
+        rows = np.flatnonzero(cols.stream == s)
+        if len(rows) and cols.ts[rows[0]] < last_ts[s]:
+            name = "R" if s == 0 else "S"
+            raise InputError(
+                f"column 'ts' decreases within stream {name} at row {row_offset + rows[0]} "
+                f"({last_ts[s]} then {cols.ts[rows[0]]}); a time window needs "
+                "non-decreasing ts per stream"
+            )
+    for s in (0, 1):  # only once the whole chunk passed
+        rows = np.flatnonzero(cols.stream == s)
+        if len(rows):
+            last_ts[s] = cols.ts[rows[-1]]
 
 
 @dataclass

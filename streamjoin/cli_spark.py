@@ -63,22 +63,45 @@ def parse_source(text: str) -> tuple[str, str] | None:
 
 def spark_source(args):
     """The bridge source for ``args.source``, and a sample of its join values per stream
-    (``r``, ``s``; ``s`` None for a self-join) for choosing eps."""
-    from streamjoin import spark_bridge
+    (``r``, ``s``; ``s`` None for a self-join) for choosing eps (both None with ``--eps``).
+
+    Raises :class:`~streamjoin.InputError` naming the file or column for what the user can
+    fix: an unreadable path (:mod:`streamjoin.spark_bridge.errors`), a missing column, nulls
+    in the sample that eps would be chosen from.
+    """
+    from streamjoin import InputError, spark_bridge
+    from streamjoin.spark_bridge.errors import input_file_errors
 
     fmt, path = parse_source(args.source)
     spark = spark_bridge.session(args.spark_master)
+    # the command reports input errors in one line; Spark's own log of a failed task would
+    # print the Java trace around it
+    spark.sparkContext.setLogLevel("FATAL")
     # one partition per file: files written in arrival order (as `streamjoin generate` does)
     # then stream partition by partition, with no global sort in Spark
     options = {"header": True, "inferSchema": True} if fmt == "csv" else {}
     df = spark_bridge.read_files(spark, path, format=fmt, **options)
     if args.attr not in df.columns:
-        raise ValueError(f"{args.source} has no column {args.attr!r}; columns: {df.columns}")
-    stream = None if args.self_join else "stream"
+        raise InputError(f"{args.source} has no column {args.attr!r}; columns: {df.columns}")
+    if not args.self_join and "stream" not in df.columns:
+        raise InputError(
+            f"{args.source} has no column 'stream' (0 for R, 1 for S) for a two-way join; "
+            f"columns: {df.columns} (one stream: --self-join)"
+        )
+    # a self-join reads a 'stream' column too, so that the source rejects S rows in it
+    stream = "stream" if "stream" in df.columns else None
     tie = args.tie_break or ("seq" if "seq" in df.columns else None)
     src = spark_bridge.from_dataframe(df, ts=args.ts_column, stream=stream, tie_break=tie)
+    if args.eps is not None:
+        return src, None, None
     cols = [args.attr] + ([] if args.self_join else ["stream"])
-    sample = df.select(*cols).limit(200_000).toArrow()
+    with input_file_errors(path):
+        sample = df.select(*cols).limit(200_000).toArrow()
+    if sample.column(args.attr).null_count:
+        raise InputError(
+            f"{args.source}: column {args.attr!r} has null values (files with different "
+            "columns?); a join column must have none"
+        )
     x = sample.column(args.attr).to_numpy()
     if args.self_join:
         return src, x, None

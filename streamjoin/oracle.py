@@ -15,6 +15,8 @@ import pyarrow as pa
 from streamjoin.batch import validate
 from streamjoin.query import Query
 
+_INT64_MIN = int(np.iinfo(np.int64).min)
+
 
 def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
     """θ(r, s) = ``lo <= s.a - r.a <= hi`` for every condition; ``r`` or ``s`` may be arrays."""
@@ -43,7 +45,10 @@ def join(query: Query, data) -> pa.Table:
         if query.window.kind == "count":
             earlier = earlier[max(0, len(earlier) - query.window_size(y)) :]
         else:
-            earlier = earlier[ts[g] - ts[earlier] <= query.window_size(y)]
+            # x.ts - y.ts <= t  ⇔  y.ts >= x.ts - t, the bound in Python ints (int64 would wrap
+            # for ts near ±2**63), clamped to the int64 range where every y.ts lies
+            start = max(int(ts[g]) - query.window_size(y), _INT64_MIN)
+            earlier = earlier[ts[earlier] >= start]
         if query.self_join:
             ok = _theta(query, attrs, g, earlier) | _theta(query, attrs, earlier, g)
             out_r.append(earlier[ok])

@@ -137,6 +137,11 @@ def _finite(name: str, value: float) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number, got {value!r}") from None
+    except OverflowError:  # an int beyond float64's range (~1.8e308)
+        raise ValueError(
+            f"{name} must be finite, got an integer of {len(str(abs(value)))} digits "
+            "(beyond float64)"
+        ) from None
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return v
@@ -189,6 +194,18 @@ def greater_equal(attr: str) -> Condition:
     return Condition(_attr_name(attr), -INF, 0.0, "greater_equal")
 
 
+#: Largest window size: windows are compared with int64 counts and ``ts`` differences.
+MAX_WINDOW = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+def _window_size(name: str, value) -> int:
+    value = positive_int(name, value)
+    if value > MAX_WINDOW:
+        raise ValueError(f"{name} must be at most 2**63 - 1 (int64), got {value}")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class CountWindow:
     """Count-based sliding window.
@@ -196,15 +213,15 @@ class CountWindow:
     When a tuple of stream X arrives, the window of the other stream Y holds the last ``w_Y``
     tuples of Y that arrived before it. ``CountWindow(w)`` uses ``w`` for both streams;
     ``CountWindow(w_r, w_s)`` sets them per stream (``w_r`` bounds the R window that S tuples
-    probe). For a self-join only ``w_r`` is used.
+    probe). For a self-join only ``w_r`` is used. Sizes go up to ``2**63 - 1``.
     """
 
     r: int
     s: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "r", positive_int("count window size", self.r))
-        s = self.r if self.s is None else positive_int("count window size", self.s)
+        object.__setattr__(self, "r", _window_size("count window size", self.r))
+        s = self.r if self.s is None else _window_size("count window size", self.s)
         object.__setattr__(self, "s", s)
 
     kind = "count"
@@ -219,22 +236,32 @@ class TimeWindow:
 
     When a tuple x of stream X arrives, the window of Y holds the tuples y of Y that arrived
     before it with ``x.ts - y.ts <= t_Y`` (inclusive). ``TimeWindow(t)`` uses ``t`` for both
-    streams; ``TimeWindow(t_r, t_s)`` sets them per stream. ``ts`` must be non-decreasing within
-    each stream.
+    streams; ``TimeWindow(t_r, t_s)`` sets them per stream (up to ``2**63 - 1``). ``ts`` must be
+    non-decreasing within each stream. The difference ``x.ts - y.ts`` is that of the integers,
+    never wrapped: ``ts`` spans the whole int64 range, and the earliest ``ts`` in a window,
+    ``x.ts - t_Y``, saturates at the int64 minimum (everything is in the window then).
     """
 
     r: int
     s: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "r", positive_int("time window length", self.r))
-        s = self.r if self.s is None else positive_int("time window length", self.s)
+        object.__setattr__(self, "r", _window_size("time window length", self.r))
+        s = self.r if self.s is None else _window_size("time window length", self.s)
         object.__setattr__(self, "s", s)
 
     kind = "time"
 
     def size(self, stream: int) -> int:
         return self.r if stream == 0 else self.s
+
+
+def window_start(ts: np.ndarray, length: int) -> np.ndarray:
+    """``ts - length`` for int64 ``ts`` and ``0 < length <= 2**63 - 1``, saturated at the int64
+    minimum instead of wrapping: the smallest ``ts`` a time window of ``length`` reaches back
+    to from each ``ts`` (when the exact value is below the minimum, every ``ts`` is at or above
+    it, as the saturated one says). O(n)."""
+    return np.maximum(ts, np.int64(INT64_MIN + length)) - np.int64(length)
 
 
 Window = CountWindow | TimeWindow

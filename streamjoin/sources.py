@@ -9,9 +9,12 @@ wraps any table as a source that :func:`streamjoin.run` reads chunk by chunk.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
+
+from streamjoin.batch import Columns, InputError, check_ts_continues, validate
 
 DISTRIBUTIONS = ("uniform", "gaussian", "gamma", "shifting_gaussian")
 
@@ -32,6 +35,78 @@ class Source:
 
     def __iter__(self) -> Iterator:
         raise NotImplementedError
+
+
+class SourceError(RuntimeError):
+    """A :class:`Source` raised while :func:`streamjoin.run` read it.
+
+    The message says which source and after how many rows; ``rows`` holds that number and
+    ``__cause__`` the source's own exception. The run ends with it: nothing partial is
+    returned.
+    """
+
+    def __init__(self, message: str, rows: int) -> None:
+        super().__init__(message, rows)  # both in args: copies and pickles rebuild it
+        self.rows = rows
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def read_validated(source: Source, query) -> Iterator[Columns]:
+    """The chunks of ``source``, each validated as in-memory input is
+    (:func:`~streamjoin.batch.validate`, row numbers counted across chunks), and under a time
+    window ``ts`` checked to stay non-decreasing per stream from one chunk to the next. So the
+    input is checked before any executor sees it, and every backend raises the same
+    :class:`~streamjoin.InputError` for the same row.
+
+    Raises
+    ------
+    InputError
+        A chunk that does not fit ``query`` (or the source's own, which already names the
+        problem).
+    SourceError
+        Any other exception of the source while it is read, as its ``__cause__``.
+    """
+    rows = 0
+    last_ts = np.full(2, np.iinfo(np.int64).min, dtype=np.int64)
+    chunks = None
+    try:
+        with _source_errors(source, rows):
+            chunks = iter(source)
+        while True:
+            with _source_errors(source, rows):
+                chunk = next(chunks, _END)
+            if chunk is _END:
+                return
+            cols = validate(chunk, query, row_offset=rows)
+            if query.window.kind == "time":
+                check_ts_continues(cols, last_ts, rows)
+            rows += len(cols)
+            yield cols
+    finally:  # also when the run stops early: let the source release what it holds
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+_END = object()
+
+
+@contextmanager
+def _source_errors(source: Source, rows: int):
+    """The source's own exceptions as :class:`SourceError` (an InputError passes: it already
+    says what is wrong with the input)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        detail = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+        raise SourceError(
+            f"source {type(source).__name__} failed after {rows:,} rows: {detail}", rows
+        ) from e
 
 
 class Stream(Source):
@@ -308,6 +383,12 @@ def band_for_match_rate(
         raise ValueError(f"match_rate must be positive, got {match_rate}")
     r = np.asarray(r_values)
     s = r if s_values is None else np.asarray(s_values)
+    if not (len(r) and len(s)):
+        raise ValueError(
+            f"choosing eps needs join values of both streams, got {len(r)} of R and {len(s)} of S"
+        )
+    if not (np.isfinite(r).all() and np.isfinite(s).all()):
+        raise ValueError("choosing eps needs finite join values, got NaN or inf (or nulls)")
     if integer is None:
         integer = np.issubdtype(r.dtype, np.integer) and np.issubdtype(s.dtype, np.integer)
     rng = np.random.default_rng(0)

@@ -13,20 +13,29 @@ def backend(request):
     return request.param
 
 
+def self_join(predicate, window):
+    return sj.Query(predicate, window=window, self_join=True)
+
+
+ASYMMETRIC = sj.band("x", lo=-1, hi=3)
+
+#: (query, self-join input, layout, batch size, keys drawn from 0..high: few values, many ties)
 SCENARIOS = [
-    (sj.Query(sj.band("x", 2), window=sj.CountWindow(30, 50)), False, "single", 1),
-    (sj.Query(sj.equal("x") & sj.less("y"), window=sj.TimeWindow(20)), False, "single", 64),
-    (
-        sj.Query(sj.band("x", lo=-1, hi=3), window=sj.CountWindow(40), self_join=True),
-        True,
-        "split",
-        16,
-    ),
-    (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8),
-    (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1),
-    (sj.Query(sj.equal("x"), window=sj.CountWindow(60), self_join=True), True, "panjoin", 4),
-    (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8),
-    (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4),
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(30, 50)), False, "single", 1, 60),
+    (sj.Query(sj.equal("x") & sj.less("y"), window=sj.TimeWindow(20)), False, "single", 64, 60),
+    (self_join(ASYMMETRIC, sj.CountWindow(40)), True, "split", 16, 60),
+    (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "grid", 8, 60),
+    (self_join(sj.equal("x"), sj.CountWindow(30)), True, "grid", 64, 3),
+    (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1, 60),
+    (self_join(sj.less("x"), sj.CountWindow(12)), True, "grid_direct", 1, 4),
+    (self_join(sj.equal("x"), sj.CountWindow(60)), True, "panjoin", 4, 60),
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8, 60),
+    (self_join(sj.band("x", 2), sj.CountWindow(40)), True, "handshake", 8, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(3)), True, "handshake", 3, 8),
+    (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4, 60),
+    (self_join(ASYMMETRIC & sj.less_equal("y"), sj.TimeWindow(5)), True, "handshake_ll", 4, 6),
+    (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
 ]
 
 LAYOUTS = {
@@ -40,10 +49,10 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize(("query", "self_join", "layout", "batch_size"), SCENARIOS)
-def test_backend_equals_oracle(backend, query, self_join, layout, batch_size):
+@pytest.mark.parametrize(("query", "one_stream", "layout", "batch_size", "high"), SCENARIOS)
+def test_backend_equals_oracle(backend, query, one_stream, layout, batch_size, high):
     data = sj.sources.synthetic(
-        600, low=0, high=60, attrs=("x", "y"), self_join=self_join, seed=batch_size
+        600, low=0, high=high, attrs=("x", "y"), self_join=one_stream, seed=batch_size
     )
     expected = sj.oracle.join(query, data)
     assert len(expected) > 0
@@ -68,14 +77,41 @@ def test_ray_actor_failure_names_the_actor(ray_session):
         sj.run(q, data, sj.topologies.single("nested_loop", bogus=1), backend="ray")
 
 
-def test_ray_failure_mid_run_ends_the_run(ray_session):
-    from streamjoin.runtime.ray_executor import ActorFailed
+class DecreasingAcrossChunks(sj.sources.Source):
+    """R's ts goes back from 5 to 4 at row 3, in the second chunk; a third chunk waits."""
 
-    class Chunks(sj.sources.Source):
-        def __iter__(self):
+    closed = False
+
+    def __iter__(self):
+        try:
             yield {"stream": np.array([0, 1]), "ts": np.array([5, 6]), "x": np.array([1.0, 1])}
-            yield {"stream": np.array([0]), "ts": np.array([4]), "x": np.array([1.0])}
+            yield {"stream": np.array([1, 0]), "ts": np.array([7, 4]), "x": np.array([1.0, 1])}
+            yield {"stream": np.array([0]), "ts": np.array([9]), "x": np.array([1.0])}
+        finally:
+            self.closed = True
+
+
+def test_decreasing_ts_across_chunks_is_the_same_input_error_on_every_backend(backend):
+    """Checked in the run's pipeline before any executor sees the chunk (on Ray the emitter's
+    own check would surface as ActorFailed), so ``except sj.InputError`` works everywhere."""
+    q = sj.Query(sj.band("x", 1), window=sj.TimeWindow(5))
+    source = DecreasingAcrossChunks()
+    message = (
+        r"^column 'ts' decreases within stream R at row 3 \(5 then 4\); a time window needs "
+        "non-decreasing ts per stream$"
+    )
+    with pytest.raises(sj.InputError, match=message):
+        sj.run(q, source, backend=backend)
+    assert source.closed  # the source is let go at once, not left to the garbage collector
+
+
+def test_source_failing_mid_run_on_ray_returns_nothing(ray_session):
+    class Failing(sj.sources.Source):
+        def __iter__(self):
+            yield {"stream": np.array([0, 1, 0]), "ts": np.arange(3), "x": np.ones(3)}
+            raise ConnectionResetError("peer went away")
 
     q = sj.Query(sj.band("x", 1), window=sj.TimeWindow(5))
-    with pytest.raises(ActorFailed, match="actor 'emitter'.*decreases within stream R"):
-        sj.run(q, Chunks(), backend="ray")
+    with pytest.raises(sj.sources.SourceError, match="after 3 rows: ConnectionResetError") as e:
+        sj.run(q, Failing(), backend="ray", batch_size=1)
+    assert isinstance(e.value.__cause__, ConnectionResetError)

@@ -1,4 +1,6 @@
-"""Frames between Ray hosts: every message comes back as it was sent, in order, read-only."""
+"""Frames between Ray hosts: every message kind comes back as it was sent, in order, read-only.
+
+(The handshake, intruders and fuzzing: ``test_channel_security.py``.)"""
 
 import socket
 
@@ -7,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamjoin.actors.handshake import Ack
+from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime import channels
+from streamjoin.runtime import channels, wire
 
 
 @pytest.fixture
@@ -70,7 +74,8 @@ def test_views_and_other_messages_in_order(pair):
     sliced = big.take(np.arange(0, 50, 3))  # taken rows
     strided = Batch(**{**big.__dict__, "attrs": np.asfortranarray(big.attrs)})  # not C order
     pairs = PairBatch(np.arange(4), np.arange(4) + 9, np.arange(4) * 7)
-    msgs = [sliced, strided, pairs, PairBatch.empty(), Drain(), {"cmd": ("x", big)}]
+    command = WorkerCommand(big, [1], [(0, [0])], [(1, np.arange(3, 50, 2))], [0])
+    msgs = [sliced, strided, pairs, PairBatch.empty(), Drain(), command]
     body = channels.payload(pairs)
     frames = [channels.frame(f"p{i}", channels.payload(m)) for i, m in enumerate(msgs)]
     frames.append(channels.frame("again", body))  # one payload, framed for a second edge
@@ -84,7 +89,7 @@ def test_views_and_other_messages_in_order(pair):
             for c in ("r", "s", "ingest_ns")
         )
     assert len(got[3][1]) == 0 and isinstance(got[4][1], Drain)
-    assert _same_batch(big, got[5][1]["cmd"][1])
+    assert _same_command(command, got[5][1])
     assert channels.recv(b) is channels.END
 
 
@@ -99,15 +104,77 @@ def test_a_connection_closed_before_the_end_frame_raises(pair):
         channels.recv(b)
 
 
-def test_connect_names_the_sender():
-    server = channels.listen("127.0.0.1")
+def _same_command(a: WorkerCommand, b: WorkerCommand) -> bool:
+    return (
+        _same_batch(a.batch, b.batch)
+        and (a.create, a.probe, a.expire) == (b.create, b.probe, b.expire)
+        and [s for s, _ in a.insert] == [s for s, _ in b.insert]
+        and all(
+            np.array_equal(p, q) and q.dtype == np.int64 and not q.flags.writeable
+            for (_, p), (_, q) in zip(a.insert, b.insert, strict=True)
+        )
+    )
+
+
+def _round_trip(message):
+    a, b = socket.socketpair()
     try:
-        out = channels.connect(server.getsockname()[:2], "core1_0")
-        sock, sender = channels.accept(server)
-        assert sender == "core1_0"
-        out.close()
-        with pytest.raises(channels.ChannelClosed, match="before ending the edge"):
-            channels.recv(sock)
-        sock.close()
+        channels.send(a, [channels.frame("port", channels.payload(message))])
+        port, got = channels.recv(b)
+        assert port == "port" and type(got) is type(message)
+        return got
     finally:
-        server.close()
+        a.close()
+        b.close()
+
+
+@st.composite
+def worker_commands(draw) -> WorkerCommand:
+    """A command as the PanJoin manager makes them: a batch, subwindow ids, probes by stream
+    and inserts of non-empty runs of the batch's positions."""
+    n = draw(st.integers(1, 300))
+    batch = _batch(n, draw(st.integers(1, 3)), draw(st.integers(0, 99)), draw(st.booleans()))
+    ids = st.integers(0, 2**40)
+    cuts = sorted(draw(st.lists(st.integers(1, n - 1), max_size=4, unique=True))) if n > 1 else []
+    runs = np.split(np.arange(n, dtype=np.int64), cuts)
+    return WorkerCommand(
+        batch,
+        create=draw(st.lists(ids, max_size=3)),
+        probe=draw(st.lists(st.tuples(st.integers(0, 1), st.lists(ids, max_size=5)), max_size=2)),
+        insert=[(draw(ids), r) for r in draw(st.lists(st.sampled_from(runs), max_size=3))],
+        expire=draw(st.lists(ids, max_size=3)),
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(command=worker_commands())
+def test_worker_command_round_trip(command):
+    assert _same_command(command, _round_trip(command))
+
+
+@given(upto=st.integers(-(2**63), 2**63 - 1))
+def test_ack_round_trip(upto):
+    assert _round_trip(Ack(upto)) == Ack(upto)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 3000), seed=st.integers(0, 99))
+def test_pairs_and_drain_round_trip(n, seed):
+    rng = np.random.default_rng(seed)
+    pairs = PairBatch(*rng.integers(-(2**62), 2**62, (3, n)))
+    got = _round_trip(pairs)
+    assert all(np.array_equal(getattr(got, c), getattr(pairs, c)) for c in ("r", "s", "ingest_ns"))
+    assert not got.r.flags.writeable
+    assert _round_trip(Drain()) == Drain()
+
+
+def test_a_message_without_a_codec_is_refused_at_the_sender():
+    with pytest.raises(TypeError, match="no wire encoding for dict"):
+        channels.payload({"cmd": 1})
+
+
+def test_a_kind_or_type_registered_twice_is_refused():
+    with pytest.raises(ValueError, match="already has a codec"):
+        wire.register(wire.Codec(1, dict, lambda m: (b"", []), lambda meta, body: {}))
+    with pytest.raises(ValueError, match="already has a codec"):
+        wire.register(wire.Codec(200, Ack, lambda m: (b"", []), lambda meta, body: Ack(0)))

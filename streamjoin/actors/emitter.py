@@ -10,8 +10,8 @@ from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
-from streamjoin.batch import Batch, Columns, InputError
-from streamjoin.query import Query
+from streamjoin.batch import Batch, Columns, check_ts_continues
+from streamjoin.query import Query, window_start
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,9 @@ class Emitter(Logic):
 
     - count window ``w_Y``: ``lo_idx = max(0, n_Y - w_Y)`` with ``n_Y`` the Y tuples before it;
     - time window ``t_Y``: Y's ``ts`` is non-decreasing, so the Y tuples before x with
-      ``x.ts - y.ts <= t_Y`` are the contiguous ``idx`` range ``[lo_idx, n_Y)``; ``lo_idx`` is a
-      binary search in the ``ts`` of the Y tuples still reachable.
+      ``x.ts - y.ts <= t_Y`` (``y.ts >= x.ts - t_Y``, the bound saturating at the int64
+      minimum) are the contiguous ``idx`` range ``[lo_idx, n_Y)``; ``lo_idx`` is a binary
+      search in the ``ts`` of the Y tuples still reachable.
 
     Each batch also carries ``horizon``: for each stream, an idx below which no later tuple's
     window reaches, which lets cores expire.
@@ -66,7 +67,7 @@ class Emitter(Logic):
     ) -> None:
         self.query = query
         self.route_spec = route or SingleRoute()
-        self.route = self.route_spec.router()
+        self.route = self.route_spec.router(query.self_join)
         self.batch_size = batch_size
         self.max_delay_ns = max_delay_ns
         self.clock = clock
@@ -181,15 +182,7 @@ class Emitter(Logic):
     def _time_lo(self, cols: Columns, n_opp_before, horizons) -> np.ndarray:
         q = self.query
         stream, ts = cols.stream, cols.ts
-        for s in (0, 1):
-            rows = np.flatnonzero(stream == s)
-            if len(rows) and ts[rows[0]] < self.last_ts[s]:
-                name = "R" if s == 0 else "S"
-                raise InputError(
-                    f"column 'ts' decreases within stream {name} at row {self.n_seen + rows[0]} "
-                    f"({self.last_ts[s]} then {ts[rows[0]]}); a time window needs "
-                    "non-decreasing ts per stream"
-                )
+        check_ts_continues(cols, self.last_ts, self.n_seen)
         lo_idx = np.zeros(len(stream), dtype=np.int64)
         for x in (0, 1):
             xs = np.flatnonzero(stream == x)
@@ -198,7 +191,8 @@ class Emitter(Logic):
             if len(xs) == 0:
                 continue
             hist = np.concatenate([self.ts_hist[y], ts[ys]])
-            found = np.searchsorted(hist, ts[xs] - q.window_size(y), side="left")
+            # saturating: ts near the int64 minimum must not wrap to a start past every tuple
+            found = np.searchsorted(hist, window_start(ts[xs], q.window_size(y)), side="left")
             lo_idx[xs] = np.minimum(self.ts_base[y] + found, n_opp_before[xs])
         for y in (0, 1):
             x = y if q.self_join else 1 - y
@@ -211,8 +205,6 @@ class Emitter(Logic):
             cut = keep_from - int(self.ts_base[y])
             self.ts_hist[y] = hist[cut:]
             self.ts_base[y] = keep_from
-            if len(ys):
-                self.last_ts[y] = ts[ys[-1]]
         self.horizon[:] = horizons[:, -1]
         return lo_idx
 

@@ -15,16 +15,14 @@ horizons, so it needs no feedback and the actor graph stays acyclic.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
-from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
+from streamjoin.actors.join_core import IndexChoice, JoinLogic, warm_batch
 from streamjoin.actors.window_part import (
-    JOIN_COUNTERS,
     JoinSpec,
     JoinWork,
     WindowPart,
@@ -127,7 +125,8 @@ class PanJoinManager(Logic):
         if subwindow_size is not None:
             self.size = {y: subwindow_size for y in (0, 1)}
         elif query.window.kind == "count":
-            self.size = {y: math.ceil(query.window_size(y) / subwindows) for y in (0, 1)}
+            # ceil(w / subwindows) in integers: exact for windows up to 2**63 - 1
+            self.size = {y: -(-query.window_size(y) // subwindows) for y in (0, 1)}
         else:
             self.size = {y: 4096 for y in (0, 1)}
         self.chains: dict[int, deque[_Subwindow]] = {y: deque() for y in self.spec.streams}
@@ -207,7 +206,7 @@ class PanJoinManager(Logic):
         return []
 
 
-class PanJoinWorker(Logic):
+class PanJoinWorker(JoinLogic):
     """Holds subwindows (one :class:`WindowPart` each) and carries out the manager's commands
     (PanJoin §III-A Step 4).
 
@@ -215,24 +214,10 @@ class PanJoinWorker(Logic):
     is a part call; whole subwindows are dropped in O(1), so nothing counts as expired).
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
-
     def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
         self.spec = JoinSpec(query, index, index_options)
         self.parts: dict[int, WindowPart] = {}
         self.work = JoinWork()
-
-    @property
-    def cost_key(self) -> str:
-        return self.spec.index_name
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    def warm(self) -> None:
-        """The kernels of a join core over the same index (the worker runs the same ones)."""
-        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
 
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
         spec, work = self.spec, self.work

@@ -1,63 +1,127 @@
-"""Framed message channels between actors: one TCP connection per graph edge.
+"""Authenticated message channels between actors: one TCP connection per graph edge.
 
 The ``ray`` executor keeps Ray for placing actors, starting and stopping them and reporting
 their failures, and passes the batches themselves over these connections: a Ray actor call
 costs about 1–2 ms of this machine's two cores, a frame on a socket tens of microseconds.
 
-A frame carries one ``(port, message)``: a header (port name, kind, sizes) and a body, written
-with one ``sendmsg`` and no copy of the arrays on the sending side. :class:`Batch` and
-:class:`PairBatch` — almost every message — travel as their raw columns, which the receiver
-views in place (read-only, as arrays arriving through Ray's object store are: numba compiles
-read-only and writable arguments separately and the actors' kernels are warmed for the
-former). Anything else is pickled (protocol 5, numpy buffers out of band). A frame of kind
-``_END`` ends the edge (:data:`END`).
+**Handshake.** Nothing but the handshake is read from a connection until both ends have shown
+they hold the run's secret (:func:`new_secret`; the driver hands it to every actor through
+Ray, whose own channel is authenticated). The sender, which connected, and the receiver,
+which accepted, exchange (HMAC-SHA256 under the secret, as Python's
+``multiprocessing.connection`` does with ``authkey``, but mutual)::
+
+    1. sender   → receiver   hello: b"SJCH", version, nonce Ns (32 bytes), name length, name
+    2. receiver → sender     nonce Nr (32 bytes), HMAC(secret, b"accept"  ‖ Ns ‖ Nr ‖ name)
+    3. sender   → receiver   HMAC(secret, b"connect" ‖ Ns ‖ Nr ‖ name)       if 2 verified
+    4. receiver → sender     b"\\x01": the edge is taken   if 3 verified and ``name`` is an
+                             expected sender not yet connected
+
+Each side proves the secret over the other's fresh nonce, so a recorded handshake does not
+replay, and the two MACs carry different labels, so neither can be reflected as the other.
+MACs are compared in constant time. A sender streams nothing to a listener that fails step 2
+(an impostor that took the port); a receiver closes and logs (one line: address, reason) a
+connection that fails step 1 or 3, sends nothing within :data:`HANDSHAKE_TIMEOUT_S`, or names
+a sender it does not expect or has already: such a connection never takes an edge. The
+receiver authenticates every waiting connection at once (:func:`accept_edges`), so an intruder
+that connects and stays silent holds up no sender. The handshake authenticates the ends, it
+does not protect the frames after it: on a cluster network a machine in the middle could still
+alter them (TLS would); a local run binds to loopback.
+
+**Frames** (:mod:`streamjoin.runtime.wire`) carry one ``(port, message)`` each, written with
+one ``sendmsg`` and no copy of the arrays on the sending side, and read back as read-only views
+of the received bytes; only registered message kinds exist, nothing is unpickled. A frame of
+kind ``END`` ends the edge.
 
 TCP delivers each connection's bytes in order, so every edge is FIFO; a sender whose
 receiver stops reading blocks once the socket buffers (``BUFFER_BYTES`` each end) are full,
-which is the backpressure.
-A connection that closes without :data:`END` raises :class:`ChannelClosed`.
+which is the backpressure. A connection that closes without :data:`END` raises
+:class:`ChannelClosed`; bytes that are no frame raise :class:`FramingError`.
 """
 
 from __future__ import annotations
 
-import pickle
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import selectors
 import socket
 import struct
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
 
-import numpy as np
+from streamjoin.runtime import wire
+from streamjoin.runtime.wire import END, FramingError, end_frame, frame, payload
 
-from streamjoin.batch import Batch, PairBatch
+__all__ = [
+    "END",
+    "Acceptor",
+    "AuthenticationError",
+    "ChannelClosed",
+    "FramingError",
+    "accept_edges",
+    "connect",
+    "end_frame",
+    "frame",
+    "listen",
+    "new_secret",
+    "payload",
+    "recv",
+    "send",
+]
 
-#: header: port-name length, message kind, length of the kind's metadata, length of the body
-_HEAD = struct.Struct("<HBIQ")
-_END, _PICKLE, _BATCH, _PAIRS = range(4)
-#: a batch's metadata: tuples, join attributes, store flag, horizon of R and of S
-_BATCH_META = struct.Struct("<QIBqq")
-#: a batch's int64 columns, in body order; then ``attrs`` (float64, k × n), then ``stream``
-_BATCH_INTS = ("seq", "idx", "ts", "ingest_ns", "lo_idx")
-_PAIR_COLS = ("r", "s", "ingest_ns")
-#: the frame that ends an edge
-END = object()
+_log = logging.getLogger(__name__)
+
 #: socket send and receive buffer per edge end (see :func:`_small_buffers`)
 BUFFER_BYTES = 256 * 1024
+#: seconds a receiver gives a connection to complete its handshake, from accepting it (a real
+#: sender has sent its hello by then and answers the challenge at once)
+HANDSHAKE_TIMEOUT_S = 10.0
+#: seconds a sender waits for the receiver's answers: the receiver may still be starting
+CONNECT_TIMEOUT_S = 30.0
+#: connections a receiver authenticates at once; one more drops the oldest
+MAX_PENDING = 64
+#: a received frame's buffer starts this large and grows with the bytes that arrive
+_FIRST_BYTES = 1 << 20
+
+_MAGIC = b"SJCH"
+_VERSION = 1
+_NONCE_BYTES = 32
+#: hello: magic, version, sender's nonce, sender-name length (the name follows)
+_HELLO = struct.Struct("<4sB32sB")
+_MAC_BYTES = hashlib.sha256().digest_size
+_TAKEN = b"\x01"
 
 
 class ChannelClosed(ConnectionError):
     """The other end of a channel went away before ending it."""
 
 
+class AuthenticationError(ConnectionError):
+    """The other end of a connection did not prove it holds the run's secret, or refused it."""
+
+
+def new_secret() -> bytes:
+    """A fresh secret for one run's channels (256 random bits)."""
+    return secrets.token_bytes(32)
+
+
+def _check_secret(secret: bytes) -> None:
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        raise ValueError("a channel secret is at least 16 bytes (use channels.new_secret())")
+
+
+def _mac(secret: bytes, label: bytes, ns: bytes, nr: bytes, name: bytes) -> bytes:
+    return hmac.new(secret, label + ns + nr + name, hashlib.sha256).digest()
+
+
 def listen(host: str) -> socket.socket:
     """A socket accepting this actor's incoming edges on ``host`` (any free port)."""
     return socket.create_server((host, 0), backlog=256)
-
-
-def connect(address: tuple[str, int], sender: str) -> socket.socket:
-    """Open an edge to the actor listening at ``address``; the first frame names the sender."""
-    sock = socket.create_connection(address)
-    _small_buffers(sock)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    send(sock, [frame("hello", payload(sender))])
-    return sock
 
 
 def _small_buffers(sock: socket.socket) -> None:
@@ -68,52 +132,222 @@ def _small_buffers(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER_BYTES)
 
 
-def accept(server: socket.socket) -> tuple[socket.socket, str]:
-    """The next incoming edge and the name of the actor sending on it."""
-    sock, _ = server.accept()
+def _edge_options(sock: socket.socket) -> None:
     _small_buffers(sock)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    _, sender = recv(sock)
-    return sock, sender
 
 
-def _column(a: np.ndarray, dtype):
-    if a.dtype != dtype or not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a, dtype=dtype)
-    return a.data.cast("B") if a.size else b""
+# -- the sending end --------------------------------------------------------------------------
 
 
-def payload(message) -> tuple:
-    """``(kind, metadata, body pieces)`` of ``message``: encode it once, then :func:`frame`
-    it for every edge it leaves on."""
-    if type(message) is Batch:
-        n, k = len(message), message.attrs.shape[0]
-        h = message.horizon
-        meta = _BATCH_META.pack(n, k, message.store, int(h[0]), int(h[1]))
-        body = [_column(getattr(message, c), np.int64) for c in _BATCH_INTS]
-        body += [_column(message.attrs, np.float64), _column(message.stream, np.int8)]
-        return _BATCH, meta, body
-    if type(message) is PairBatch:
-        meta = struct.pack("<Q", len(message))
-        return _PAIRS, meta, [_column(getattr(message, c), np.int64) for c in _PAIR_COLS]
-    buffers: list[pickle.PickleBuffer] = []
-    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    meta = struct.pack(f"<Q{len(raws)}Q", len(data), *(r.nbytes for r in raws))
-    return _PICKLE, meta, [data, *raws]
+def connect(
+    address: tuple[str, int], sender: str, secret: bytes, timeout: float = CONNECT_TIMEOUT_S
+) -> socket.socket:
+    """Open an edge to the actor listening at ``address`` as ``sender``, once the handshake
+    (module docstring) has shown that both ends hold ``secret``.
+
+    Raises
+    ------
+    AuthenticationError
+        The listener did not prove it holds the secret, refused the edge, or did not answer
+        within ``timeout`` seconds.
+    """
+    _check_secret(secret)
+    name = sender.encode()
+    if not 0 < len(name) <= 255:
+        raise ValueError(f"a sender name is 1–255 utf-8 bytes, got {sender!r}")
+    sock = socket.create_connection(address, timeout=timeout)
+    try:
+        _edge_options(sock)
+        ns = os.urandom(_NONCE_BYTES)
+        sock.sendall(_HELLO.pack(_MAGIC, _VERSION, ns, len(name)) + name)
+        answer = bytes(_recv_exact(sock, _NONCE_BYTES + _MAC_BYTES))
+        nr, mac = answer[:_NONCE_BYTES], answer[_NONCE_BYTES:]
+        if not hmac.compare_digest(mac, _mac(secret, b"accept", ns, nr, name)):
+            raise AuthenticationError(
+                f"the listener at {address} does not hold the run's secret: nothing sent"
+            )
+        sock.sendall(_mac(secret, b"connect", ns, nr, name))
+        if bytes(_recv_exact(sock, 1)) != _TAKEN:
+            raise AuthenticationError(f"the listener at {address} answered the handshake oddly")
+        sock.settimeout(None)
+        return sock
+    except (ChannelClosed, ConnectionResetError, BrokenPipeError):
+        sock.close()
+        raise AuthenticationError(
+            f"the listener at {address} closed the connection during the handshake "
+            f"(it refused sender {sender!r})"
+        ) from None
+    except TimeoutError:
+        sock.close()
+        raise AuthenticationError(
+            f"the listener at {address} did not answer the handshake within {timeout} s"
+        ) from None
+    except BaseException:
+        sock.close()
+        raise
 
 
-def frame(port: str, body: tuple) -> list:
-    """The pieces of one frame carrying ``body`` (from :func:`payload`) to ``port``."""
-    kind, meta, pieces = body
-    name = port.encode()
-    size = sum(memoryview(p).nbytes for p in pieces)
-    return [_HEAD.pack(len(name), kind, len(meta), size) + name + meta, *pieces]
+# -- the receiving end ------------------------------------------------------------------------
 
 
-def end_frame() -> list:
-    """The pieces of the frame that ends an edge."""
-    return [_HEAD.pack(0, _END, 0, 0)]
+class _Pending:
+    """A connection in its handshake: what it has sent so far of the step it is in."""
+
+    def __init__(self, sock: socket.socket, peer, deadline: float) -> None:
+        self.sock = sock
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.deadline = deadline
+        self.step = "hello"
+        self.need = _HELLO.size
+        self.got = bytearray()
+        self.ns = self.nr = self.name = b""
+        self.sender = ""
+
+    def advance(self, secret: bytes, expected: set[str], taken: dict) -> str | None:
+        """Read what has arrived; returns the reason to reject the connection, or None (go
+        on waiting, or ``step == "done"``)."""
+        try:
+            chunk = self.sock.recv(self.need - len(self.got))
+        except BlockingIOError:
+            return None
+        except OSError as e:
+            return f"connection error during the handshake: {e}"
+        if not chunk:
+            return "closed during the handshake"
+        self.got += chunk
+        if len(self.got) < self.need:
+            return None
+        got, self.got = bytes(self.got), bytearray()
+        if self.step == "hello":
+            magic, version, self.ns, self.need = _HELLO.unpack(got)
+            if magic != _MAGIC:
+                return "not a streamjoin channel (no handshake hello)"
+            if version != _VERSION:
+                return f"handshake version {version}, this end speaks {_VERSION}"
+            if not self.need:
+                return "an empty sender name"
+            self.step = "name"
+        elif self.step == "name":
+            self.name, self.nr = got, os.urandom(_NONCE_BYTES)
+            challenge = self.nr + _mac(secret, b"accept", self.ns, self.nr, self.name)
+            if not self._send(challenge):
+                return "does not read the challenge"
+            self.step, self.need = "response", _MAC_BYTES
+        else:
+            if not hmac.compare_digest(got, _mac(secret, b"connect", self.ns, self.nr, self.name)):
+                return "wrong response to the challenge: no or a wrong secret"
+            self.sender = self.name.decode(errors="replace")
+            if self.sender not in expected:
+                return f"an authenticated sender {self.sender!r} this node does not expect"
+            if self.sender in taken:
+                return f"sender {self.sender!r} is connected already"
+            if not self._send(_TAKEN):
+                return "does not read the answer"
+            self.step = "done"
+        return None
+
+    def _send(self, data: bytes) -> bool:
+        try:
+            return self.sock.send(data) == len(data)  # a few bytes into an empty buffer
+        except OSError:
+            return False
+
+
+def _reject(pending: _Pending, reason: str) -> None:
+    _log.warning("channel: rejected connection from %s: %s", pending.peer, reason)
+    pending.sock.close()
+
+
+def accept_edges(
+    server: socket.socket,
+    secret: bytes,
+    senders: Iterable[str],
+    timeout: float = HANDSHAKE_TIMEOUT_S,
+) -> dict[str, socket.socket]:
+    """Take one authenticated incoming edge from each of ``senders``: ``{sender: socket}``.
+
+    Connections are authenticated all at once, each within ``timeout`` seconds of being
+    accepted, at most :data:`MAX_PENDING` at a time (one more drops the oldest); a connection
+    that fails is closed and logged and takes no edge (module docstring). Blocks until every
+    sender has connected; raises if ``server`` is shut meanwhile.
+    """
+    _check_secret(secret)
+    expected = set(senders)
+    taken: dict[str, socket.socket] = {}
+    pending: dict[socket.socket, _Pending] = {}  # oldest first
+    selector = selectors.DefaultSelector()
+    server.setblocking(False)
+    selector.register(server, selectors.EVENT_READ)
+
+    def drop(p: _Pending, reason: str) -> None:
+        selector.unregister(p.sock)
+        del pending[p.sock]
+        _reject(p, reason)
+
+    try:
+        while len(taken) < len(expected):
+            now = time.monotonic()
+            for p in [p for p in pending.values() if p.deadline <= now]:
+                drop(p, f"no handshake within {timeout} s")
+            wait = min((p.deadline for p in pending.values()), default=None)
+            for key, _ in selector.select(None if wait is None else max(0.0, wait - now)):
+                if key.fileobj is server:
+                    try:
+                        sock, peer = server.accept()
+                    except BlockingIOError:  # the connection went away again
+                        continue
+                    sock.setblocking(False)
+                    if len(pending) >= MAX_PENDING:
+                        drop(next(iter(pending.values())), "too many connections waiting")
+                    pending[sock] = _Pending(sock, peer, time.monotonic() + timeout)
+                    selector.register(sock, selectors.EVENT_READ)
+                elif (p := pending.get(key.fileobj)) is not None:
+                    reason = p.advance(secret, expected, taken)
+                    if reason is not None:
+                        drop(p, reason)
+                    elif p.step == "done":
+                        selector.unregister(p.sock)
+                        del pending[p.sock]
+                        p.sock.setblocking(True)
+                        _edge_options(p.sock)
+                        taken[p.sender] = p.sock
+    except BaseException:
+        for sock in taken.values():
+            sock.close()
+        raise
+    finally:
+        done = len(taken) == len(expected)
+        for p in list(pending.values()):
+            drop(p, "every sender is connected" if done else "the node stopped accepting")
+        selector.close()
+        with contextlib.suppress(OSError):  # shut meanwhile
+            server.setblocking(True)
+    return taken
+
+
+class Acceptor:
+    """:func:`accept_edges` in a thread of its own, started at once: a node takes its incoming
+    edges while it connects its outgoing ones (in a cycle of nodes each waiting for the
+    other's answer in :func:`connect`, nobody would answer otherwise)."""
+
+    def __init__(self, server: socket.socket, secret: bytes, senders: Iterable[str]) -> None:
+        self._future: Future = Future()
+        args = (server, secret, list(senders))
+        threading.Thread(target=self._run, args=args, daemon=True, name="accept").start()
+
+    def _run(self, *args) -> None:
+        try:
+            self._future.set_result(accept_edges(*args))
+        except BaseException as e:
+            self._future.set_exception(e)
+
+    def result(self) -> dict[str, socket.socket]:
+        """``{sender: socket}`` once every sender has connected; raises what accepting raised."""
+        return self._future.result()
+
+
+# -- frames -----------------------------------------------------------------------------------
 
 
 def send(sock: socket.socket, frames: list[list]) -> None:
@@ -130,39 +364,41 @@ def send(sock: socket.socket, frames: list[list]) -> None:
 
 
 def recv(sock: socket.socket):
-    """Read one frame: ``(port, message)``, or :data:`END`."""
-    n_name, kind, n_meta, size = _HEAD.unpack(_recv_exact(sock, _HEAD.size, first=True))
-    if kind == _END:
+    """Read one frame: ``(port, message)``, or :data:`END`.
+
+    Raises
+    ------
+    ChannelClosed
+        The connection closed before the end frame.
+    FramingError
+        The bytes are not a frame of a known kind with consistent lengths.
+    """
+    n_name, kind, n_meta, size = wire.read_head(bytes(_recv_exact(sock, wire.HEAD.size, True)))
+    if kind == wire.END_KIND:
         return END
-    both = bytes(_recv_exact(sock, n_name + n_meta))
-    name, meta = both[:n_name].decode(), both[n_name:]
+    port_meta = bytes(_recv_exact(sock, n_name + n_meta))
     body = memoryview(_recv_exact(sock, size)).toreadonly()
-    if kind == _BATCH:
-        n, k, store, h0, h1 = _BATCH_META.unpack(meta)
-        ints = np.frombuffer(body, dtype=np.int64, count=(5 + k) * n)
-        cols = dict(zip(_BATCH_INTS, ints[: 5 * n].reshape(5, n), strict=True))
-        attrs = ints[5 * n :].view(np.float64).reshape(k, n)
-        stream = np.frombuffer(body, dtype=np.int8, offset=8 * (5 + k) * n, count=n)
-        horizon = np.array([h0, h1], dtype=np.int64)
-        return name, Batch(**cols, stream=stream, attrs=attrs, horizon=horizon, store=bool(store))
-    if kind == _PAIRS:
-        (n,) = struct.unpack("<Q", meta)
-        r, s, ingest = np.frombuffer(body, dtype=np.int64, count=3 * n).reshape(3, n)
-        return name, PairBatch(r, s, ingest)
-    n_data, *sizes = struct.unpack(f"<{len(meta) // 8}Q", meta)
-    offsets = np.cumsum([n_data, *sizes])
-    buffers = [body[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    return name, pickle.loads(body[:n_data], buffers=buffers)
+    return wire.read(kind, port_meta, n_name, body)
 
 
 def _recv_exact(sock: socket.socket, n: int, first: bool = False) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
+    """``n`` bytes of ``sock``. The buffer grows with what arrives (from ``_FIRST_BYTES``, in
+    place where the allocator can), so a length a peer states but does not send costs no
+    memory."""
+    buf = bytearray(min(n, _FIRST_BYTES))
     got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            where = "before ending the edge" if first and got == 0 else "in the middle of a frame"
-            raise ChannelClosed(f"the sender closed the connection {where}")
-        got += k
-    return buf
+    while True:
+        with memoryview(buf) as view:
+            while got < len(buf):
+                k = sock.recv_into(view[got:])
+                if k == 0:
+                    where = (
+                        "before ending the edge"
+                        if first and not got
+                        else "in the middle of a frame"
+                    )
+                    raise ChannelClosed(f"the sender closed the connection {where}")
+                got += k
+        if got == n:
+            return buf
+        buf.extend(bytes(min(len(buf), n - got)))

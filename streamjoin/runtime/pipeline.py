@@ -9,10 +9,10 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 
-from streamjoin.batch import Columns, validate
+from streamjoin.batch import Columns
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
-from streamjoin.sources import Source
+from streamjoin.sources import Source, read_validated
 
 __all__ = [
     "Progress",
@@ -34,12 +34,10 @@ def slices(cols: Columns, rows: int) -> Iterator[Columns]:
 
 
 def validated_chunks(source: Source, query: Query, rows: int) -> Iterator[Columns]:
-    """The source's chunks, each validated as it is read and handed over at most ``rows`` at a
-    time (as in-memory input is)."""
-    offset = 0
-    for chunk in source:
-        cols = validate(chunk, query, row_offset=offset)
-        offset += len(cols)
+    """The source's chunks, each validated as it is read (``ts`` order across chunks too; the
+    source's own errors as :class:`~streamjoin.sources.SourceError`) and handed over at most
+    ``rows`` at a time (as in-memory input is)."""
+    for cols in read_validated(source, query):
         yield from slices(cols, rows) if len(cols) > rows else (cols,)
 
 

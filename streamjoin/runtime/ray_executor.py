@@ -2,13 +2,20 @@
 
 - Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`_Host` actor; kernels
   are warmed in its constructor (numba's disk cache makes that a load, not a compile). The
-  emitter runs in the driver, next to the source.
+  emitter runs in the driver, next to the source. On a local cluster the driver first
+  compiles every kernel the actors will run, once, while Ray starts, so that with an empty
+  cache the actors do not each compile the same kernels at once (:func:`_build_driver_side`).
 - **Ray is the control plane, sockets the data plane.** Ray places the actors, starts and
   kills them and carries the few control calls of a run; the batches travel over one TCP
   connection per graph edge (:mod:`streamjoin.runtime.channels`), as a Ray call costs about
   1–2 ms of this machine's two cores and a frame tens of microseconds. (Ray's compiled graphs
   were measured instead: their channels wait in a ``sched_yield`` loop that keeps idle actors
   at half a core each on a 2-core machine.)
+- **Trust.** The driver makes a secret per run and hands it to the actors through Ray (whose
+  own channel is authenticated); both ends of every edge prove it before a frame is read, and
+  a host takes exactly one edge from each of its graph predecessors, then stops listening
+  (:mod:`streamjoin.runtime.channels`). Sockets bind to loopback when every Ray node is the
+  driver's machine, to the node's IP on a cluster.
 - In each host one thread reads the incoming connections and feeds the logic, so the logic
   is only ever called from one thread; each connection is FIFO, so every edge is. In a
   cyclic graph a second thread keeps reading while the first waits in a send.
@@ -41,7 +48,8 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -54,13 +62,16 @@ from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
-from streamjoin.runtime.executor import Defaults, wall_clock_defaults
+from streamjoin.runtime.executor import WallClock
 from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
 #: seconds the driver gives the actors to report their errors once a run has failed
 FAILURE_WAIT_S = 10.0
+#: a test hook: called in the driver with ``{node: (host, port)}`` once every actor listens,
+#: before any edge connects (the tests play an intruder with it); None in a normal run
+on_listen: Callable[[dict[str, tuple[str, int]]], None] | None = None
 
 
 class ActorFailed(RuntimeError):
@@ -161,11 +172,11 @@ class _Node:
                 f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}"
             ) from e
 
-    def open(self, routes: dict[str, list], addresses: dict[str, tuple]) -> None:
+    def open(self, routes: dict[str, list], addresses: dict[str, tuple], secret: bytes) -> None:
         """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
-        ``addresses[dest] = (host, port)``."""
+        ``addresses[dest] = (host, port)``, proving the run's ``secret``."""
         self.routes = routes
-        self.out = {d: channels.connect(a, self.name) for d, a in addresses.items()}
+        self.out = {d: channels.connect(a, self.name, secret) for d, a in addresses.items()}
 
     def _send(self, messages) -> None:
         frames: dict[str, list] = {}
@@ -229,22 +240,28 @@ class _Host(_Node):
     one at a time, except ``failure``, which may run while ``finished`` waits.
     """
 
-    def listen(self) -> tuple[str, int]:
-        """Open the socket incoming edges connect to; returns its address."""
-        self.server = channels.listen(ray.util.get_node_ip_address())
+    def listen(self, loopback: bool) -> tuple[str, int]:
+        """Open the socket incoming edges connect to, on loopback or on the node's IP (a
+        cluster); returns its address."""
+        self.server = channels.listen("127.0.0.1" if loopback else ray.util.get_node_ip_address())
         self.error: ActorFailed | None = None
         self.done = threading.Event()
         self.ins: list = []
         return self.server.getsockname()[:2]
 
-    def start(self, routes, addresses, n_in: int, bounded: list[str], cyclic: bool) -> None:
-        """Connect to the destinations and start reading ``n_in`` incoming edges; those from
-        the ``bounded`` senders (edges on no cycle) wait while the inbox is full."""
+    def start(
+        self, routes, addresses, senders: list[str], bounded: list[str], cyclic: bool, secret
+    ) -> None:
+        """Connect to the destinations and start reading the incoming edges of ``senders``,
+        both ends proving the run's ``secret``; the edges of the ``bounded`` senders (edges on
+        no cycle) wait while the inbox is full."""
+        n_in = len(senders)
         self.cyclic = cyclic
         self.cpu0 = time.process_time_ns()
         self.bounded_senders = set(bounded)
         self.inbox = _Inbox(self.logic.merges_batches, INBOX, self.merge_tuples)
-        self.open(routes, addresses)
+        self.acceptor = channels.Acceptor(self.server, secret, senders)  # before connecting
+        self.open(routes, addresses, secret)
         if cyclic:
             threading.Thread(
                 target=self._read, args=(n_in,), daemon=True, name=f"read-{self.name}"
@@ -255,13 +272,12 @@ class _Host(_Node):
 
     # -- threads ------------------------------------------------------------------------------
 
-    def _accept(self, n_in: int) -> tuple[selectors.BaseSelector, dict]:
-        """Take the ``n_in`` incoming edges: a selector over them and the sender of each."""
-        names = {}
-        for _ in range(n_in):
-            sock, name = channels.accept(self.server)
-            self.ins.append(sock)
-            names[sock] = name
+    def _accept(self) -> tuple[selectors.BaseSelector, dict]:
+        """Take the incoming edges: a selector over them and the sender of each. No
+        one else connects after them: the listening socket closes."""
+        names = {sock: name for name, sock in self.acceptor.result().items()}
+        self.server.close()
+        self.ins.extend(names)
         selector = selectors.DefaultSelector()
         for sock in self.ins:
             selector.register(sock, selectors.EVENT_READ)
@@ -299,7 +315,7 @@ class _Host(_Node):
     def _read(self, n_in: int) -> None:
         """Cyclic graphs: a thread that reads on while the worker waits in a send."""
         try:
-            selector, names = self._accept(n_in)
+            selector, names = self._accept()
             limited = {sock for sock in self.ins if names[sock] in self.bounded_senders}
             selector.register(self.inbox.wake_r, selectors.EVENT_READ)
             live = set(self.ins)
@@ -325,7 +341,7 @@ class _Host(_Node):
         ended = 0
         try:
             if not self.cyclic:
-                selector, names = self._accept(n_in)
+                selector, names = self._accept()
                 live = set(self.ins)
             while True:
                 if not self.cyclic:
@@ -408,6 +424,14 @@ class _Host(_Node):
         return self.stats, (self.logic if self.stats.role == "collector" else None)
 
 
+def _one_machine() -> bool:
+    """Whether every live Ray node is the driver's: then the edges stay on loopback."""
+    if ray.util.client.ray.is_connected():  # a Ray client: the driver is elsewhere
+        return False
+    here = ray.get_runtime_context().get_node_id()
+    return all(n["NodeID"] == here for n in ray.nodes() if n["Alive"])
+
+
 def _ensure_ray(address: str | None) -> None:
     if not ray.is_initialized():
         ray.init(
@@ -470,7 +494,7 @@ def _diagnose(hosts: dict, err: Exception) -> ActorFailed:
 
 
 @dataclass(frozen=True)
-class Ray:
+class Ray(WallClock):
     """The ``ray`` backend: one Ray actor per topology node (see the module docstring).
 
     Parameters
@@ -484,12 +508,6 @@ class Ray:
 
     name: ClassVar[str] = "ray"
 
-    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
-        return wall_clock_defaults(self, pace, batch_size)
-
-    def metrics(self, trace: RunTrace) -> dict:
-        return {}
-
     def run(
         self,
         query: Query,
@@ -499,34 +517,57 @@ class Ray:
         progress,
     ) -> RunTrace:
         """Run the topology with one Ray actor per node."""
-        _ensure_ray(self.address)
         progress = progress or Progress(None, enabled=False)
         graph = topology.graph
         emitter = topology.emitter
+        with ThreadPoolExecutor(1, thread_name_prefix="warm") as pool:
+            # kernels are compiled (or loaded) in this process while Ray starts
+            built = pool.submit(_build_driver_side, topology, query, settings, self.address is None)
+            _ensure_ray(self.address)
+            source = built.result()
         share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
         hosts = {
             n: _Host.options(num_cpus=share).remote(n, d["config"], query, settings)
             for n, d in graph.nodes(data=True)
             if n != emitter
         }
-        source = None
+        loopback = self.address is None and _one_machine()
         try:
             try:
-                addresses = dict(
-                    zip(hosts, ray.get([h.listen.remote() for h in hosts.values()]), strict=True)
-                )
+                listening = ray.get([h.listen.remote(loopback) for h in hosts.values()])
             except ray.exceptions.RayError as e:  # a constructor failed: its error, as Ray gave it
                 raise _unwrap(e) from None
-            source = _Node(emitter, topology.config(emitter), query, settings)
+            addresses = dict(zip(hosts, listening, strict=True))
+            if on_listen is not None:
+                on_listen(addresses)
             try:
                 return _drive(topology, source, hosts, addresses, chunks, progress)
             except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
                 raise _diagnose(hosts, e) from None
         finally:
-            if source is not None:
-                source.shut()
+            source.shut()
             for h in hosts.values():
                 ray.kill(h)
+
+
+def _build_driver_side(
+    topology: Topology, query: Query, settings: RunSettings, local: bool
+) -> _Node:
+    """The emitter's node, which runs in the driver; first, on a ``local`` cluster, the logic
+    of one node of each kind (its config decides the kernels it runs), so that every kernel is
+    compiled here, once, and the actors started next load them from numba's disk cache, which
+    they share with this process.
+
+    With an empty cache each actor would otherwise compile in its constructor, all of them at
+    once, those of one kind the same kernels, after Ray has started; here the compiling
+    overlaps Ray's start, and no actor starts before the cache is full.
+    """
+    emitter = topology.emitter
+    if local:
+        kinds = {repr(topology.config(n)): n for n in topology.graph if n != emitter}
+        for n in kinds.values():
+            _Node(n, topology.config(n), query, settings)
+    return _Node(emitter, topology.config(emitter), query, settings)
 
 
 def _quiesce(source: _Node, hosts: dict) -> None:
@@ -548,6 +589,7 @@ def _quiesce(source: _Node, hosts: dict) -> None:
 def _drive(
     topology: Topology, source: _Node, hosts: dict, addresses: dict, chunks, progress
 ) -> RunTrace:
+    secret = channels.new_secret()  # this run's: actors get it through Ray only
     routes = topology.routes()
     graph = topology.graph
 
@@ -563,11 +605,13 @@ def _drive(
 
     ray.get(
         [
-            h.start.remote(*outgoing(n), len(set(graph.predecessors(n))), bounded(n), cyclic)
+            h.start.remote(
+                *outgoing(n), sorted(set(graph.predecessors(n))), bounded(n), cyclic, secret
+            )
             for n, h in hosts.items()
         ]
     )
-    source.open(*outgoing(source.name))
+    source.open(*outgoing(source.name), secret)
     collector = topology.collector
     clock = time.monotonic_ns
     start_ns = None

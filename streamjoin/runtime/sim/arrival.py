@@ -10,11 +10,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamjoin.batch import Columns
+from streamjoin.batch import Columns, InputError
 from streamjoin.checks import positive_int, positive_number
 
 #: What a rate is, in error messages.
 _RATE = "finite rate in tuples/s"
+
+
+#: Latest replayed arrival, virtual ns (~146 years): the clock is int64 ns, and the work
+#: after the last arrival must fit too.
+MAX_REPLAY_NS = 2**62
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,17 @@ class ArrivalClock:
             if n:
                 if self.ts0 is None:
                     self.ts0 = int(cols.ts.min())
-                t = (int(cols.ts.max()) - self.ts0) * a.ts_unit_ns / a.speed / 1e9
+                # Python ints: the span of int64 ts can exceed int64
+                span = int(cols.ts.max()) - self.ts0
+                t = span * a.ts_unit_ns / a.speed / 1e9
+                if t * 1e9 > MAX_REPLAY_NS:
+                    raise InputError(
+                        f"replaying ts: column 'ts' reaches {int(cols.ts.max())}, {span} units "
+                        f"after the first row's {self.ts0}; at {a.ts_unit_ns} ns per unit and "
+                        f"speed {a.speed:g} that is {t / 3.15576e7:.3g} years of virtual time, "
+                        "beyond the simulator's clock (int64 ns, ~146 years); replay faster "
+                        "(Arrival.replay(speed=...)) or use a rate (pace=, Arrival.constant)"
+                    )
                 self.last = max(self.last, t)
         elif a.rates is None:
             self.last = max(self.last, self._advance(2, n, a.rate))

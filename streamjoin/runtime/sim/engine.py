@@ -491,7 +491,14 @@ class _Simulation:
         env = self.env
         w0 = time.perf_counter()
         env.process(self.source(chunks))
-        env.run(until=self.done)
+        try:
+            env.run(until=self.done)
+        except Exception as e:
+            # SimPy raises a copy of a process's exception, caused by the original: raise the
+            # original, so errors (an InputError, a source's error) read as on other backends
+            if type(e.__cause__) is type(e):
+                raise e.__cause__ from e.__cause__.__cause__
+            raise
         end = env.now
         self._sample(end)
         for c in self.cores.values():

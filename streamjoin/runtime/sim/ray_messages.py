@@ -68,8 +68,8 @@ class _Station:
     and when it had written it on (``taken`` again for a sink).
     """
 
-    def __init__(self) -> None:
-        self.server = channels.listen(ray.util.get_node_ip_address())
+    def __init__(self, loopback: bool) -> None:
+        self.server = channels.listen("127.0.0.1" if loopback else ray.util.get_node_ip_address())
         self.log: list = []
         self.want = 0  # drain() waits for this many log entries
         self.logged = threading.Event()
@@ -78,13 +78,16 @@ class _Station:
     def address(self) -> tuple[str, int]:
         return self.server.getsockname()[:2]
 
-    def start(self, dest: tuple[str, int] | None) -> None:
-        """Connect to ``dest`` (None: a sink) and start reading the one incoming edge."""
-        self.out = channels.connect(dest, "relay") if dest is not None else None
-        threading.Thread(target=self._work, daemon=True).start()
+    def start(self, dest: tuple[str, int] | None, sender: str, secret: bytes) -> None:
+        """Connect to ``dest`` (None: a sink) and start reading the one incoming edge, from
+        ``sender``; both ends prove ``secret``."""
+        acceptor = channels.Acceptor(self.server, secret, [sender])
+        self.out = channels.connect(dest, "relay", secret) if dest is not None else None
+        threading.Thread(target=self._work, args=(acceptor, sender), daemon=True).start()
 
-    def _work(self) -> None:
-        sock, _ = channels.accept(self.server)
+    def _work(self, acceptor: channels.Acceptor, sender: str) -> None:
+        sock = acceptor.result()[sender]
+        self.server.close()
         selector = selectors.DefaultSelector()
         selector.register(sock, selectors.EVENT_READ)
         inbox: deque = deque()
@@ -212,8 +215,9 @@ def measure_messages(
     ready socket to having read the frame and the driver's write time for comparison, and
     the load average at the start and the end.
 
-    Starts Ray with this host's CPUs and no dashboard if it is not running, and stops it again
-    then.
+    Starts Ray with this host's CPUs and no dashboard if it is not running (the stations then
+    listen on loopback, else on their node's IP), and stops it again then. The connections are
+    authenticated as the executor's are, with a secret of this call's.
     """
     started = not ray.is_initialized()
     if started:
@@ -225,11 +229,17 @@ def measure_messages(
         )
     load0 = os.getloadavg()[0]
     try:
-        sink = _Station.options(num_cpus=0.25).remote()
-        relay = _Station.options(num_cpus=0.25).remote()
+        secret = channels.new_secret()
+        sink = _Station.options(num_cpus=0.25).remote(started)
+        relay = _Station.options(num_cpus=0.25).remote(started)
         sink_at, relay_at = ray.get([sink.address.remote(), relay.address.remote()])
-        ray.get([sink.start.remote(None), relay.start.remote(sink_at)])
-        sock = channels.connect(relay_at, "driver")
+        ray.get(
+            [
+                sink.start.remote(None, "relay", secret),
+                relay.start.remote(sink_at, "driver", secret),
+            ]
+        )
+        sock = channels.connect(relay_at, "driver", secret)
         try:
             _pipelined(sock, relay, sink, _batch(256), 200)  # warm threads and connections
             runs: dict = {n: [] for n in sizes}
