@@ -148,3 +148,53 @@ def test_config_builds_and_draws_threads(tmp_path):
     topo.draw(tmp_path / "shared.png")
     assert (tmp_path / "shared.png").stat().st_size > 0
     assert sj.topologies.parse("shared:2").config("core").threads == 2
+
+
+def _run_drawn(data, backend, max_rows):
+    """One drawn scenario run end to end on ``backend`` with ``ordered=True``: exact against
+    the oracle, and the pairs in the order they reached the collector are in order."""
+    self_join = data.draw(st.booleans(), label="self_join")
+    table = data.draw(tables(self_join, max_rows=max_rows))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
+    index = data.draw(st.sampled_from(SHAREABLE), label="index")
+    topo = sj.topologies.shared_index(
+        data.draw(st.integers(1, 4), label="threads"),
+        index,
+        task_size=data.draw(st.integers(1, 9), label="task_size"),
+        merge=data.draw(st.sampled_from(["nonblocking", "blocking"]), label="merge"),
+        index_options=TINY[index],
+    )
+    batch = data.draw(st.sampled_from([1, 3, 16]), label="batch")
+    res = sj.run(query, table, topo, backend=backend, batch_size=batch, ordered=True)
+    assert res.same_pairs(sj.oracle.join(query, table))
+    r, s = res.pairs.column("r").to_numpy(), res.pairs.column("s").to_numpy()
+    assert_in_order(r, s)
+
+
+@pytest.mark.parametrize("backend", ["local", "sim"])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_run_exact_and_in_order_on_backend(backend, data):
+    _run_drawn(data, backend, 60)
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_run_exact_and_in_order_on_ray(ray_session, data):
+    _run_drawn(data, "ray", 40)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_ray_core_asks_for_its_threads_as_cpus(ray_session, threads):
+    """The shared core's Ray actor reserves its threads' CPUs, capped so every actor fits."""
+    import ray
+
+    from streamjoin.runtime.ray_executor import _cpu_requests
+
+    topo = sj.topologies.shared_index(threads)
+    cpus = _cpu_requests(topo.graph, topo.emitter)
+    total = ray.cluster_resources()["CPU"]
+    assert sum(cpus.values()) <= total + 1e-9
+    assert cpus["core"] == pytest.approx(min(threads, total - cpus["collector"]))
+    assert cpus["core"] > cpus["collector"] or threads == 1

@@ -432,6 +432,22 @@ def _one_machine() -> bool:
     return all(n["NodeID"] == here for n in ray.nodes() if n["Alive"])
 
 
+def _cpu_requests(graph, emitter: str) -> dict[str, float]:
+    """Ray CPUs each actor asks for: a node whose config names ``cpus`` (a shared-index core's
+    threads) gets that many, capped so that every actor still fits the cluster; the others
+    half of a processor's share each. Logical CPUs: they place actors, the threads run anyway."""
+    share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
+    hosts = [(n, d["config"]) for n, d in graph.nodes(data=True) if n != emitter]
+    total = float(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
+    wanting = [n for n, c in hosts if getattr(c, "cpus", None)]
+    left = max(share, (total - share * (len(hosts) - len(wanting))) / max(1, len(wanting)))
+    out = {n: share for n, _ in hosts}
+    for n, c in hosts:
+        if n in wanting:
+            out[n] = max(share, min(float(c.cpus), left))
+    return out
+
+
 def _ensure_ray(address: str | None) -> None:
     if not ray.is_initialized():
         ray.init(
@@ -525,9 +541,9 @@ class Ray(WallClock):
             built = pool.submit(_build_driver_side, topology, query, settings, self.address is None)
             _ensure_ray(self.address)
             source = built.result()
-        share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
+        cpus = _cpu_requests(graph, emitter)
         hosts = {
-            n: _Host.options(num_cpus=share).remote(n, d["config"], query, settings)
+            n: _Host.options(num_cpus=cpus[n]).remote(n, d["config"], query, settings)
             for n, d in graph.nodes(data=True)
             if n != emitter
         }
