@@ -198,3 +198,22 @@ def test_ray_core_asks_for_its_threads_as_cpus(ray_session, threads):
     assert sum(cpus.values()) <= total + 1e-9
     assert cpus["core"] == pytest.approx(min(threads, total - cpus["collector"]))
     assert cpus["core"] > cpus["collector"] or threads == 1
+
+
+def test_sim_charges_the_core_as_threads_processors():
+    """The simulator splits a step's tasks over the core's threads: more threads, less busy
+    virtual time (until the step has fewer tasks than threads), same pairs, deterministic."""
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(500))
+    data = sj.sources.synthetic(6000, low=0, high=500, seed=5)
+    expected = sj.oracle.join(query, data)
+
+    def busy(threads):
+        topo = sj.topologies.shared_index(threads, task_size=32)
+        res = sj.run(query, data, topo, backend="sim", batch_size=256)
+        assert res.same_pairs(expected)
+        return res.metrics["actors"]["core"]["busy_s"]
+
+    one, two, four, eight, sixteen = (busy(t) for t in (1, 2, 4, 8, 16))
+    assert one > two > four > eight
+    assert abs(eight - sixteen) < 0.01 * eight  # 256-tuple steps hold ~8 tasks of 32
+    assert busy(2) == two

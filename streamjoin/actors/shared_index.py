@@ -42,7 +42,7 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -102,6 +102,15 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     delay_spins: int = 0
     delay_seed: int = 0
 
+    def simulated(self) -> SharedIndexConfig:
+        """The config the simulator builds: the tasks run on one host thread, so the core's
+        work (which index candidates a task sees depends on when it reads the edge tuple) is
+        the same every run; the simulator charges them as ``threads`` processors."""
+        return replace(self, host_threads=1)
+
+    #: Threads actually started (default ``threads``); fewer only in the simulator.
+    host_threads: int | None = None
+
     def __post_init__(self) -> None:
         positive_int("threads", self.threads)
         positive_int("task_size", self.task_size)
@@ -133,6 +142,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
                 ordered=settings.ordered,
                 delay_spins=self.delay_spins,
                 delay_seed=self.delay_seed,
+                host_threads=self.host_threads,
             )
         core.warm()
         return core
@@ -210,9 +220,12 @@ class SharedIndexCore(Logic):
         order tuple-at-a-time processing emits.
     delay_spins, delay_seed : int
         The interleaving test hook (:class:`SharedIndexConfig`).
+    host_threads : int, optional
+        Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork` (``part_calls`` counts tasks;
-    ``scan`` the probes' descents, or for ``nested_loop`` the rows scanned). What the
+    Counters: :class:`~streamjoin.actors.window_part.JoinWork` (``part_calls``: a probe and
+    an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
+    run inside one kernel call; ``scan`` the probes' descents, or for ``nested_loop`` the rows scanned). What the
     simulator needs to model the threads is :attr:`last_tasks`; :meth:`stats` adds the
     rows scanned past the edge tuple, lock waits and merges.
     """
@@ -233,6 +246,7 @@ class SharedIndexCore(Logic):
         ordered: bool = False,
         delay_spins: int = 0,
         delay_seed: int = 0,
+        host_threads: int | None = None,
     ) -> None:
         self.query = query
         self.spec = spec = JoinSpec(query, index, index_options)
@@ -258,11 +272,12 @@ class SharedIndexCore(Logic):
         self.scanned = self.lock_waits = self.tasks = 0
         #: per task of the last step: int64 (tasks, WORK) (:mod:`~streamjoin.actors.
         #: shared_kernels` W_* columns), for the simulator's model of the threads
-        self.last_tasks = np.zeros((0, WORK), dtype=np.int64)
+        self.last_tasks = self._no_tasks = np.zeros((0, WORK), dtype=np.int64)
         self._pairs_per_tuple = 4.0
         self._buf = np.empty((self.threads, 3, 0), dtype=np.int64)
         self._out = np.empty((3, 0), dtype=np.int64)
-        self._pool = _Pool(self.threads - 1) if self.threads > 1 else None
+        run = self.threads if host_threads is None else min(self.threads, host_threads)
+        self._pool = _Pool(run - 1) if run > 1 else None
         if self._pool is not None:
             weakref.finalize(self, self._pool.close)
         self._dummy = shared.SharedBPlusTree(3, 3).state  # the probed state a stream lacks
@@ -276,6 +291,7 @@ class SharedIndexCore(Logic):
             raise ValueError(f"shared-index core has no input port {port!r}; ports: ['in']")
         batch = batch.freeze()
         spec, b = self.spec, len(batch)
+        self.last_tasks = self._no_tasks
         self.work.tuples += b
         out = self._step(batch) if b else None
         for y in spec.streams:  # expire between steps, as a JoinCore does
@@ -375,14 +391,14 @@ class SharedIndexCore(Logic):
         for y in spec.streams:
             if self.indexes[y] is not None:
                 self.indexes[y].end_step()
-        self._account(task_work, sizes, n_tasks)
+        self._account(task_work, sizes, n_tasks, int(np.count_nonzero(n_y)))
         self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * res.shape[1] / b
         return PairBatch(res[0], res[1], res[2])
 
-    def _account(self, task_work: np.ndarray, sizes: dict, n_tasks: int) -> None:
+    def _account(self, task_work: np.ndarray, sizes: dict, n_tasks: int, streams: int) -> None:
         total = task_work.sum(axis=0)
         work = self.work
-        work.part_calls += n_tasks
+        work.part_calls += 2 * streams  # as a JoinCore: a probe and an insert per stream
         work.probes += int(total[W_PROBES])
         size = max(sizes.values())
         if self.indexed:
@@ -400,6 +416,7 @@ class SharedIndexCore(Logic):
 
     def on_eof(self) -> list:
         """End of stream: finish background merges, stop the threads."""
+        self.last_tasks = self._no_tasks
         self.close()
         return []
 
