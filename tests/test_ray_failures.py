@@ -87,7 +87,9 @@ def _exact_after_kill(layout: str, tmp_path, at: str, after: int, n: int, batch:
     data = sj.sources.synthetic(n, low=0, high=3000, seed=seed)
     marker = tmp_path / f"fired-{layout}-{at}-{after}"
     topo = inject(make(), node, fault="kill", at=at, after=after, once=str(marker))
-    result = sj.run(query, data, topo, backend="ray", batch_size=batch)
+    # one chunk: the emitter writes every batch at once, so they wait and coalesce
+    chunk_rows = n if at == "merged" else None
+    result = sj.run(query, data, topo, backend="ray", batch_size=batch, chunk_rows=chunk_rows)
     assert marker.exists(), "the fault never fired"
     expected = sj.oracle.join(query, data)
     assert result.same_pairs(expected), (layout, at, after, len(result.pairs), len(expected))

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import secrets
@@ -84,6 +85,8 @@ from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
 
 __all__ = ["ActorFailed", "Ray"]
+
+_log = logging.getLogger(__name__)
 
 #: seconds the driver gives the actors to report their errors once a run has failed
 FAILURE_WAIT_S = 3.0
@@ -318,9 +321,10 @@ class _Run:
     def _timed_out(self) -> RunTimeout:
         refs = {n: h.status.remote() for n, h in self.hosts.items()}
         busy = []
+        deadline = time.monotonic() + FAILURE_WAIT_S
         for n, ref in refs.items():
             try:
-                status = ray.get(ref, timeout=2)
+                status = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:
                 status = "not answering"
             except ray.exceptions.RayError:
@@ -537,14 +541,21 @@ class _Run:
         replay.settimeout(POLL_S)
         try:
             self.wait(refs)
-            frames = [
-                channels.frame(port, channels.payload(b)) for port, b in self.retention.replay(node)
-            ]
+            kept = self.retention.replay(node)
+            frames = [channels.frame(port, channels.payload(b)) for port, b in kept]
             channels.send(replay, [*frames, channels.end_frame()], lambda: self.check())
         finally:
             close_socket(replay)
         self._watch(node)
-        self.recoveries.append(time.monotonic() - t0)
+        took = time.monotonic() - t0
+        self.recoveries.append(took)
+        _log.warning(
+            "actor %r lost; restarted and rebuilt from %d kept tuples (progress %s) in %.1f s",
+            node,
+            sum(len(b) for _, b in kept),
+            delivered,
+            took,
+        )
 
     def close(self) -> None:
         """Kill every actor and close the driver's edges (whatever ended the run)."""
