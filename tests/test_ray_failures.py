@@ -114,8 +114,8 @@ def test_a_stalled_actor_ends_the_run_at_its_timeout_naming_it(ray_session, tmp_
     topo = inject(make(), node, fault="stall", at="probe", after=1000)
     start = time.monotonic()
     with pytest.raises(sj.RunTimeout, match=rf"still busy: .*'{node}' \(join_core: in a step"):
-        sj.run(BIG, _big_input(20_000), topo, backend="ray", batch_size=64, timeout=6)
-    assert time.monotonic() - start < 6 + ERROR_WITHIN_S
+        sj.run(BIG, _big_input(20_000), topo, backend="ray", batch_size=64, timeout=30)
+    assert time.monotonic() - start < 30 + ERROR_WITHIN_S
 
 
 def test_timeout_on_local_names_the_actors_with_work_left():
@@ -174,36 +174,25 @@ _INTERRUPTED = textwrap.dedent(
 )
 
 
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
+def _host_pids() -> list[int]:
+    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::Host…``)."""
+    pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::Host"):
+                        pids.append(int(entry))
+            except OSError:
                 continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            out.add(c)
-            todo.append(c)
-    return out
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+    return pids
 
 
 def test_ctrl_c_stops_the_run_at_once_and_the_next_run_works(tmp_path):
     """SIGINT to a driver blocked in a run (its sends wait on full sockets): the run ends
     with KeyboardInterrupt within seconds, its actors are gone, no file descriptor is left
     behind, and a second run in the same process gives the exact answer."""
+    before = set(_host_pids())
     child = subprocess.Popen(
         [sys.executable, "-c", _INTERRUPTED],
         stdout=subprocess.PIPE,
@@ -213,9 +202,11 @@ def test_ctrl_c_stops_the_run_at_once_and_the_next_run_works(tmp_path):
     )
     try:
         assert child.stdout.readline().strip() == "running"
-        time.sleep(4)  # the buffers fill
-        hosts = [p for p in _descendants(child.pid) if _cmdline(p).startswith(b"ray::Host")]
-        assert hosts, "no actor processes mid-run"
+        deadline = time.monotonic() + 60
+        while len(hosts := set(_host_pids()) - before) < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(hosts) == 5, "the run's actors did not start"
+        time.sleep(3)  # the buffers fill
         sent = time.monotonic()
         child.send_signal(signal.SIGINT)
         line = child.stdout.readline().split()

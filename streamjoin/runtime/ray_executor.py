@@ -93,6 +93,8 @@ FAILURE_WAIT_S = 3.0
 #: seconds between the driver's looks at its actors while it waits (a send into a full
 #: socket, the end of the run, a control call): a failure ends any wait within about this
 POLL_S = 0.1
+#: seconds the driver waits for Ray to restart a lost core
+RESTART_WAIT_S = 60.0
 #: seconds between the driver's asks for the cores' delivered progress (what it must keep)
 PROGRESS_POLL_S = 0.25
 #: the Ray namespace of the actors (each named ``<run>-<node>``)
@@ -504,10 +506,7 @@ class _Run:
                 node, "join_core", f"lost more than max_restarts={self.ex.max_restarts} times"
             )
         host = self.hosts[node]
-        try:
-            listening = self.wait(host.listen.remote(self._loopback()))
-        except ActorFailed as e:
-            raise _died(node, "join_core", f"Ray did not restart it: {e}") from None
+        listening = self._restarted(node)
         address = tuple(listening[:2])
         self.addresses[node] = address
         self.node_of[node] = listening[2]
@@ -556,6 +555,23 @@ class _Run:
             delivered,
             took,
         )
+
+    def _restarted(self, node: str) -> tuple:
+        """``listen`` on ``node`` once Ray has restarted it (calls fail while it restarts)."""
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while True:
+            ref = self.hosts[node].listen.remote(self._loopback())
+            while not ray.wait([ref], timeout=POLL_S)[0]:
+                self.check()
+            try:
+                return ray.get(ref)
+            except ray.exceptions.ActorUnavailableError as e:
+                if time.monotonic() > deadline:
+                    why = f"not restarted within {RESTART_WAIT_S} s; {e}"
+                    raise _died(node, "join_core", why) from None
+                time.sleep(POLL_S)
+            except ray.exceptions.RayError as e:
+                raise _died(node, "join_core", f"Ray did not restart it: {_unwrap(e)}") from None
 
     def close(self) -> None:
         """Kill every actor and close the driver's edges (whatever ended the run)."""

@@ -595,7 +595,7 @@ class Host(Node):
 
     def frontiers(self) -> dict[str, tuple[int, int]]:
         """The progress each recoverable sender has delivered here (the collector)."""
-        return dict(self.progress)
+        return dict(getattr(self, "progress", {}))
 
     def expect(self, sender: str, timeout: float) -> tuple | None:
         """Take a new edge from ``sender``, restarted: once the old edge is seen broken,
