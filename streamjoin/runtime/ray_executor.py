@@ -411,6 +411,8 @@ class _Run:
         self.source = _DriverNode(self, self.topology.config(self.emitter))
         try:
             return self._drive(chunks)
+        except RunTimeout:
+            raise
         except (OSError, LostNeighbour) as e:
             raise _diagnose(hosts, e, self._dead) from None
 
