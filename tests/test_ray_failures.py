@@ -194,7 +194,7 @@ _INTERRUPTED = textwrap.dedent(
         print("interrupted", time.monotonic(), flush=True)
     print("fds", fds, len(os.listdir("/proc/self/fd")), channel_sockets(), flush=True)
     result = sj.run(q, small, topo, backend="ray")
-    print("again", result.same_pairs(sj.oracle.join(q, small)), flush=True)
+    print("again", bool(result.same_pairs(sj.oracle.join(q, small))), flush=True)
     """
 )
 
