@@ -2,6 +2,7 @@
 
     python experiments/long_runs.py memory [--tuples 50000000] [--indexes all]
     python experiments/long_runs.py leaks [--runs 20]
+    python experiments/long_runs.py failures
 
 ``memory``: one ``local`` run per window kind (count, time) and index over ``--tuples``
 generated input tuples (made part by part, never held whole: ``sources.synthetic_part``),
@@ -14,7 +15,11 @@ one that times out — counting after each the driver's open file descriptors an
 and the live actor processes (``ray::Host``) and listening TCP sockets of this user's
 processes. The counts after the first run are the baseline; any growth is a leak.
 
-Both print a markdown table and write it to ``experiments/results/long_runs_<what>.md`` with
+``failures`` (under the Ray lock too): seconds from an injected fault (an exception or a
+killed process, with full socket buffers) to the run's error or to the lost core's rebuild,
+and from Ctrl-C to the driver's prompt.
+
+Each prints a markdown table and writes it to ``experiments/results/long_runs_<what>.md`` with
 the machine and commit.
 """
 
@@ -192,6 +197,88 @@ def leaks(runs: int) -> list[str]:
     return rows
 
 
+def failures() -> list[str]:
+    """Seconds from a fault to the run's error (or to the rebuilt core's first step), and
+    from Ctrl-C to the prompt, with full socket buffers (300 K tuples in batches of 32)."""
+    import logging
+
+    import ray
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+    from faults import inject
+
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4000))
+    data = sj.sources.synthetic(300_000, low=0, high=200_000, seed=7)
+    rebuilt: list[float] = []
+
+    class _Rebuilt(logging.Handler):
+        def emit(self, record):
+            rebuilt.append(time.time())
+
+    logging.getLogger("streamjoin.runtime.ray_executor").addHandler(_Rebuilt())
+    rows = ["| layout | fault | outcome | s from the fault |", "|---|---|---|---|"]
+    cases = [
+        ("single", "core", "raise"),
+        ("grid(2, 2)", "core1_1", "raise"),
+        ("handshake(2)", "core1", "raise"),
+        ("panjoin(2, 4)", "worker1", "raise"),
+        ("panjoin(2, 4)", "worker1", "kill"),
+        ("grid(2, 2)", "core1_1", "kill"),
+        ("split(2)", "core1", "kill"),
+    ]
+    layouts = {
+        "single": lambda: sj.topologies.single(),
+        "grid(2, 2)": lambda: sj.topologies.grid(2, 2),
+        "handshake(2)": lambda: sj.topologies.handshake(2, segment=256),
+        "panjoin(2, 4)": lambda: sj.topologies.panjoin(2, 4),
+        "split(2)": lambda: sj.topologies.split(2),
+    }
+    tmp = tempfile.mkdtemp()
+    for k, (layout, node, fault) in enumerate(cases):
+        marker = f"{tmp}/fired{k}"
+        topo = inject(layouts[layout](), node, fault=fault, after=30_000, once=marker)
+        rebuilt.clear()
+        try:
+            sj.run(query, data, topo, backend="ray", batch_size=32, collect="count")
+            outcome = "rebuilt, run completed"
+            ended = rebuilt[0] if rebuilt else float("nan")
+        except Exception as e:
+            outcome = f"{type(e).__name__}: {str(e)[:70]}"
+            ended = time.time()
+        line = f"| {layout} | {fault} {node} | {outcome} | {ended - os.path.getmtime(marker):.2f} |"
+        print(line, flush=True)
+        rows.append(line)
+    ray.shutdown()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline().strip() == "running"
+    time.sleep(8)
+    sent = time.monotonic()
+    child.send_signal(2)
+    got = child.stdout.readline().split()
+    child.wait(60)
+    line = f"| grid(2, 2) | Ctrl-C in the driver | {got[0]} | {float(got[1]) - sent:.2f} |"
+    print(line, flush=True)
+    rows.append(line)
+    return rows
+
+
+_INTERRUPTED = """
+import time
+import streamjoin as sj
+q = sj.Query(sj.band("x", 1), window=sj.CountWindow(20_000))
+data = sj.sources.synthetic(3_000_000, low=0, high=1_000_000, seed=1)
+print("running", flush=True)
+try:
+    sj.run(q, data, sj.topologies.grid(2, 2), backend="ray", batch_size=64, progress=False)
+    print("finished", time.monotonic(), flush=True)
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic(), flush=True)
+"""
+
+
 def _commit() -> str:
     return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -200,7 +287,7 @@ def _commit() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["memory", "leaks"])
+    parser.add_argument("what", choices=["memory", "leaks", "failures"])
     parser.add_argument("--tuples", type=int, default=50_000_000)
     parser.add_argument("--indexes", default="all")
     parser.add_argument("--runs", type=int, default=20)
@@ -208,8 +295,10 @@ def main() -> None:
     if args.what == "memory":
         names = sj.indexes.names() if args.indexes == "all" else args.indexes.split(",")
         rows = memory(args.tuples, names)
-    else:
+    elif args.what == "leaks":
         rows = leaks(args.runs)
+    else:
+        rows = failures()
     head = [
         f"# long runs: {args.what}",
         "",

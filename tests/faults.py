@@ -6,8 +6,9 @@ with a fault that fires after ``after`` input tuples, at one of these points:
 - ``"probe"``: inside the first window probe after that (the middle of a batch: probes done
   before it, inserts not), or at the end of that batch if it probes nothing;
 - ``"eof"``: in the node's end-of-stream step;
-- ``"merged"``: on the first batch after that which holds more than ``batch_size`` tuples
-  (the executor coalesced several).
+- ``"merged"``: on the first batch after that which the executor coalesced from several
+  emitter batches (its tuples span two of the emitter's ``batch_size`` rows: with the input
+  handed over as one chunk, the emitter cuts batches at multiples of ``batch_size``).
 
 ``fault="raise"`` raises ``RuntimeError("injected fault")``; ``"kill"`` sends the process
 SIGKILL (what the OOM killer does); ``"stall"`` sleeps for an hour (alive, not progressing). With ``once`` (a file path), the fault fires only if the
@@ -102,7 +103,8 @@ class _FaultyLogic:
         due = self._due()
         self._seen += len(message)
         at = self._config.at
-        if due and at == "merged" and len(message) > self._batch_size:
+        size = self._batch_size
+        if due and at == "merged" and message.seq[0] // size != message.seq[-1] // size:
             self._fire()
         if not (due and at == "probe"):
             return self._inner.on_batch(port, message)

@@ -65,7 +65,7 @@ def main() -> None:
         ray_executor.on_listen = on_listen
         backend = ray_executor.Ray(address=cluster.address, placement="spread")
         result = sj.run(query, data, sj.topologies.grid(2, 2), backend=backend, batch_size=16)
-        out["exact"] = result.same_pairs(expected)
+        out["exact"] = bool(result.same_pairs(expected))
         cores = [n for n in placed if n.startswith("core")]
         out["core_nodes"] = len({placed[n] for n in cores})
         out["hosts"] = sorted({h for h, _ in listening.values()})
@@ -79,7 +79,7 @@ def main() -> None:
             )
             result = sj.run(query, data, topo, backend=backend, batch_size=16)
             out["killed"] = os.path.exists(marker)
-            out["exact_after_kill"] = result.same_pairs(expected)
+            out["exact_after_kill"] = bool(result.same_pairs(expected))
         print(json.dumps(out), flush=True)
     finally:
         ray.shutdown()

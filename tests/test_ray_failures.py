@@ -278,8 +278,11 @@ def test_every_failure_ends_with_the_named_error_or_the_exact_answer(
 @pytest.mark.parametrize("layout", sorted(RECOVERABLE))
 def test_a_core_killed_at_random_points_is_rebuilt_exactly(ray_session, tmp_path, layout):
     """Before its first batch, in the middle of a batch (between its probes and inserts),
-    on a batch coalesced from several, and after the last input."""
-    rng = np.random.default_rng(abs(hash(layout)) % 2**32)
-    points = [("probe", 0), ("probe", int(rng.integers(100, 6000))), ("merged", 0), ("eof", 0)]
+    on a batch coalesced from several (not in a split: its batches alternate between stored
+    and probed only, which never merge), and after the last input."""
+    rng = np.random.default_rng(sum(map(ord, layout)))
+    points = [("probe", 0), ("probe", int(rng.integers(100, 3000))), ("eof", 0)]
+    if not layout.startswith("split"):
+        points.append(("merged", 0))
     for k, (at, after) in enumerate(points):
         _exact_after_kill(layout, tmp_path, at, after, n=8000, batch=8, seed=k)
