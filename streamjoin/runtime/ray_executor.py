@@ -42,7 +42,9 @@ timeout of :data:`POLL_S`, and each wait — a full socket, the end of the run, 
 fails or its process dies. The first failure ends the run with :class:`ActorFailed` naming
 the failing actor (its own error, not its neighbours' broken edges; :func:`_diagnose`); a run
 given ``timeout=`` ends with :class:`RunTimeout` naming the actors still busy; Ctrl-C raises
-``KeyboardInterrupt`` out of any wait. In every case all actors are killed before
+``KeyboardInterrupt`` out of any wait (the signal may land on one of Ray's threads: the
+driver's main thread sees it when its wait wakes, every :data:`POLL_S`, not in a blocking
+``sendmsg`` that never returns). In every case all actors are killed before
 :meth:`Ray.run` returns: never a hang, never a short result.
 
 Recovery of a lost join core: :mod:`streamjoin.runtime.ray_recovery`.
