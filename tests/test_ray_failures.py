@@ -278,11 +278,13 @@ def test_every_failure_ends_with_the_named_error_or_the_exact_answer(
 @pytest.mark.parametrize("layout", sorted(RECOVERABLE))
 def test_a_core_killed_at_random_points_is_rebuilt_exactly(ray_session, tmp_path, layout):
     """Before its first batch, in the middle of a batch (between its probes and inserts),
-    on a batch coalesced from several (not in a split: its batches alternate between stored
-    and probed only, which never merge), and after the last input."""
+    after the last input, and on a batch coalesced from several where batches can merge: a
+    single core, or a grid core fed by its chain neighbours (a core the emitter feeds gets
+    its row and column batches in turn, and a split core stored and probe-only ones, which
+    never merge)."""
     rng = np.random.default_rng(sum(map(ord, layout)))
     points = [("probe", 0), ("probe", int(rng.integers(100, 3000))), ("eof", 0)]
-    if not layout.startswith("split"):
+    if layout in ("single", "grid_chain"):
         points.append(("merged", 0))
     for k, (at, after) in enumerate(points):
         _exact_after_kill(layout, tmp_path, at, after, n=8000, batch=8, seed=k)
