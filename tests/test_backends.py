@@ -13,20 +13,29 @@ def backend(request):
     return request.param
 
 
+def self_join(predicate, window):
+    return sj.Query(predicate, window=window, self_join=True)
+
+
+ASYMMETRIC = sj.band("x", lo=-1, hi=3)
+
+#: (query, self-join input, layout, batch size, keys drawn from 0..high: few values, many ties)
 SCENARIOS = [
-    (sj.Query(sj.band("x", 2), window=sj.CountWindow(30, 50)), False, "single", 1),
-    (sj.Query(sj.equal("x") & sj.less("y"), window=sj.TimeWindow(20)), False, "single", 64),
-    (
-        sj.Query(sj.band("x", lo=-1, hi=3), window=sj.CountWindow(40), self_join=True),
-        True,
-        "split",
-        16,
-    ),
-    (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8),
-    (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1),
-    (sj.Query(sj.equal("x"), window=sj.CountWindow(60), self_join=True), True, "panjoin", 4),
-    (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8),
-    (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4),
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(30, 50)), False, "single", 1, 60),
+    (sj.Query(sj.equal("x") & sj.less("y"), window=sj.TimeWindow(20)), False, "single", 64, 60),
+    (self_join(ASYMMETRIC, sj.CountWindow(40)), True, "split", 16, 60),
+    (sj.Query(sj.band("x", 3), window=sj.TimeWindow(30, 10)), False, "grid", 8, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "grid", 8, 60),
+    (self_join(sj.equal("x"), sj.CountWindow(30)), True, "grid", 64, 3),
+    (sj.Query(sj.band("x", 3), window=sj.CountWindow(50)), False, "grid_direct", 1, 60),
+    (self_join(sj.less("x"), sj.CountWindow(12)), True, "grid_direct", 1, 4),
+    (self_join(sj.equal("x"), sj.CountWindow(60)), True, "panjoin", 4, 60),
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "handshake", 8, 60),
+    (self_join(sj.band("x", 2), sj.CountWindow(40)), True, "handshake", 8, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(3)), True, "handshake", 3, 8),
+    (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4, 60),
+    (self_join(ASYMMETRIC & sj.less_equal("y"), sj.TimeWindow(5)), True, "handshake_ll", 4, 6),
+    (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
 ]
 
 LAYOUTS = {
@@ -40,10 +49,10 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize(("query", "self_join", "layout", "batch_size"), SCENARIOS)
-def test_backend_equals_oracle(backend, query, self_join, layout, batch_size):
+@pytest.mark.parametrize(("query", "one_stream", "layout", "batch_size", "high"), SCENARIOS)
+def test_backend_equals_oracle(backend, query, one_stream, layout, batch_size, high):
     data = sj.sources.synthetic(
-        600, low=0, high=60, attrs=("x", "y"), self_join=self_join, seed=batch_size
+        600, low=0, high=high, attrs=("x", "y"), self_join=one_stream, seed=batch_size
     )
     expected = sj.oracle.join(query, data)
     assert len(expected) > 0

@@ -150,6 +150,32 @@ def test_merged_batches_join_like_separate_ones(data):
     )
 
 
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_merged_copies_join_like_separate_ones_at_a_paired_core(data):
+    """A self-join on a grid core: its R copies (port ``row``) and S copies (port ``col``)
+    merged per port as an inbox merges them, in any order that keeps each port FIFO, give the
+    oracle's pairs."""
+    table = data.draw(tables(True, max_rows=40))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=True)
+    config = sj.topologies.grid(1, 1).config("emitter")
+    emitter = config.build(query, RunSettings(batch_size=1), None)
+    sent = emitter.on_chunk(sj.batch.validate(table, query)) + emitter.on_eof()
+    waiting = {port: [b for p, b in sent if p == f"{port}0"] for port in ("row", "col")}
+    core = JoinCore(query, ports={"row": (0,), "col": (1,)}, paired=True)
+    found = []
+    while waiting["row"] or waiting["col"]:
+        port = data.draw(st.sampled_from([p for p, q in waiting.items() if q]))
+        take = data.draw(st.integers(1, len(waiting[port])))
+        group, waiting[port] = waiting[port][:take], waiting[port][take:]
+        found += [m for _, m in core.on_batch(port, merge(group))]
+    pairs = sorted((int(r), int(s)) for p in found for r, s in zip(p.r, p.s, strict=True))
+    expected = sj.oracle.join(query, table)
+    assert pairs == sorted(
+        zip(expected.column("r").to_pylist(), expected.column("s").to_pylist(), strict=True)
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])

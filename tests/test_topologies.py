@@ -1,6 +1,7 @@
 """Parallel layouts (split, DP-Join grid, PanJoin, handshake) give the oracle's answer on random
 inputs, under FIFO delivery and under random interleavings that keep each link FIFO."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,9 +58,13 @@ def test_layout_errors():
         sj.topologies.grid(0, 2)
     with pytest.raises(ValueError, match="forward must be 'chain' or 'direct'"):
         sj.topologies.grid(2, 2, forward="ring")
+    # every layout runs self-joins today; one that declares it cannot is refused up front
+    assert all(make().graph.graph["self_join"] for make in LAYOUTS)
+    topo = sj.topologies.grid(2, 2)
+    topo.graph.graph["self_join"] = False
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(4), self_join=True)
     with pytest.raises(ValueError, match="two-way joins only"):
-        sj.run(q, {"x": [1.0, 2.0]}, sj.topologies.grid(2, 2))
+        sj.run(q, {"x": [1.0, 2.0]}, topo)
 
 
 def test_panjoin_subwindows_and_the_index_subwindows_are_set_apart():
@@ -121,12 +126,6 @@ def test_handshake_moves_tuples_along_the_chain():
     # the inner cores receive only what their neighbours forward
     assert actors["core1"]["tuples_in"] > 0 and actors["core2"]["tuples_in"] > 0
     assert sj.topologies.handshake(4).cyclic
-    with pytest.raises(ValueError, match="two-way joins only"):
-        sj.run(
-            sj.Query(sj.band("x", 1), sj.CountWindow(3), self_join=True),
-            {"x": [1.0]},
-            sj.topologies.handshake(2),
-        )
 
 
 def test_chain_cores_pass_batches_on_before_their_step():
@@ -152,3 +151,88 @@ def test_chain_cores_pass_batches_on_before_their_step():
     for call in (chained.passes_on, chained.on_batch):
         with pytest.raises(ValueError, match="no input port 'up'"):
             call("up", batch)
+
+
+# -- self-joins on layouts that route R and S apart ---------------------------------------------
+
+SELF_JOIN_LAYOUTS = [
+    lambda: sj.topologies.grid(1, 1),
+    lambda: sj.topologies.grid(2, 2),
+    lambda: sj.topologies.grid(2, 3, forward="direct"),
+    lambda: sj.topologies.handshake(1),
+    lambda: sj.topologies.handshake(3, segment=2),
+    lambda: sj.topologies.handshake(1, low_latency=True),
+    lambda: sj.topologies.handshake(3, low_latency=True),
+]
+
+_N = 40
+EDGE_CASES = {
+    "empty": ({"x": np.zeros(0)}, sj.CountWindow(5)),
+    "one_tuple": ({"x": np.ones(1)}, sj.CountWindow(5)),
+    "window_of_one": ({"x": np.arange(_N) % 3.0}, sj.CountWindow(1)),
+    "all_keys_equal": ({"x": np.ones(_N)}, sj.CountWindow(7)),
+    "equal_timestamps": (
+        {"ts": np.zeros(_N, np.int64), "x": np.arange(_N) % 4.0},
+        sj.TimeWindow(1),
+    ),
+    "time_window_steps": ({"ts": np.arange(_N) // 5, "x": np.ones(_N)}, sj.TimeWindow(1)),
+}
+
+
+@pytest.mark.parametrize("make", SELF_JOIN_LAYOUTS)
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+@pytest.mark.parametrize("predicate", [sj.band("x", 1), sj.band("x", lo=-1, hi=3)])
+def test_self_join_edge_cases(make, case, predicate):
+    data, window = EDGE_CASES[case]
+    q = sj.Query(predicate, window=window, self_join=True)
+    expected = sj.oracle.join(q, data)
+    topo = make()
+    for batch_size, seed in ((1, None), (1, 2), (4, 3), (64, None)):
+        res = sj.run(q, data, topo, batch_size=batch_size, delivery_seed=seed)
+        assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}, seed {seed}"
+
+
+def test_paired_route_sends_every_batch_as_r_and_as_s():
+    from streamjoin.actors.emitter import Emitter
+    from streamjoin.actors.router import HandshakeRoute
+    from streamjoin.batch import validate
+
+    q = sj.Query(sj.equal("x"), window=sj.CountWindow(2), self_join=True)
+    route = sj.topologies.grid(2, 3).config("emitter").route
+    em = Emitter(q, batch_size=2, route=route)
+    sent = em.on_chunk(validate({"x": np.ones(6)}, q))
+    # rows and columns round robin, each batch once to each
+    assert [p for p, _ in sent] == ["row0", "col0", "row1", "col1", "row0", "col2"]
+    for (_, r_copy), (_, s_copy) in zip(sent[::2], sent[1::2], strict=True):
+        assert (r_copy.stream == 0).all() and (s_copy.stream == 1).all()
+        for f in ("seq", "idx", "lo_idx"):  # one numbering: rank in the one stream
+            assert np.array_equal(getattr(r_copy, f), getattr(s_copy, f))
+        assert r_copy.horizon[1] == r_copy.horizon[0] and list(s_copy.horizon) == list(
+            r_copy.horizon
+        )
+    assert list(sent[-1][1].horizon) == [4, 4]  # 6 tuples, window 2
+    # without "paired" (the low-latency chain) a self-join goes in at one end only
+    ll = Emitter(q, 6, route=HandshakeRoute(paired=False))
+    assert [p for p, _ in ll.on_chunk(validate({"x": np.ones(6)}, q))] == ["row0"]
+    assert [p for p, _ in ll.on_eof()] == ["row0"]
+
+
+def test_paired_core_keeps_each_pair_once_where_the_older_r_copy_meets():
+    """One grid core, one batch of three equal keys: its S copy arrives first and is stored;
+    the R copy then finds each pair (older R, newer S) once, and neither a tuple with itself
+    nor a pair the other way round."""
+    from streamjoin.actors.emitter import Emitter
+    from streamjoin.actors.join_core import JoinCore
+    from streamjoin.actors.router import GridRoute
+    from streamjoin.batch import validate
+
+    q = sj.Query(sj.less_equal("x"), window=sj.CountWindow(5), self_join=True)
+    em = Emitter(q, batch_size=3, route=GridRoute(1, 1))
+    (_, r_copy), (_, s_copy) = em.on_chunk(validate({"x": [2.0, 1.0, 1.0]}, q))
+    core = JoinCore(q, ports={"row": (0,), "col": (1,)}, paired=True)
+    assert core.on_batch("col", s_copy) == []  # stored; no in-batch join of one copy
+    ((_, pairs),) = core.on_batch("row", r_copy)
+    # θ(a, b) or θ(b, a) for every pair of equal or unequal keys: all three, r the older
+    assert sorted(zip(pairs.r.tolist(), pairs.s.tolist(), strict=True)) == [(0, 1), (0, 2), (1, 2)]
+    with pytest.raises(ValueError, match="R and S copies on different ports"):
+        JoinCore(q, paired=True)

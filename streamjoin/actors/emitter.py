@@ -67,7 +67,7 @@ class Emitter(Logic):
     ) -> None:
         self.query = query
         self.route_spec = route or SingleRoute()
-        self.route = self.route_spec.router()
+        self.route = self.route_spec.router(query.self_join)
         self.batch_size = batch_size
         self.max_delay_ns = max_delay_ns
         self.clock = clock

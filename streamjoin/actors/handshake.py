@@ -16,6 +16,16 @@ The last core keeps R until the emitter's horizon says no future S tuple can nee
 does the same for S). At end of input a drain marker flows from each end and pushes every
 segment through the chain, so pairs still apart meet. The window check (the earlier of a pair
 in the later one's window) keeps the result exact whatever the segment sizes.
+
+**Self-joins** run as the stream joined with itself (``paired``, see
+:class:`~streamjoin.actors.window_part.JoinSpec`): the emitter sends every batch in at both
+ends, as R at core 0 and as S at core n-1, numbered alike. The argument above does not look at
+what the tuples are, so every R copy meets every S copy exactly once (a tuple's two copies
+included), the window check deciding in either direction with the shared numbering; a meeting
+counts iff its R copy is strictly the older, under θ(a, b) ∨ θ(b, a), so the pair (a, b), a
+older, is found once: where a's R copy meets b's S copy. Both copies' horizons are the one
+stream's: an S copy left at core 0 below it is older than every R copy still to come, and
+those meetings would not count.
 """
 
 from __future__ import annotations
@@ -24,11 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamjoin.actors.base import ActorConfig, Clock, Logic, RunSettings
+from streamjoin.actors.base import ActorConfig, Clock, RunSettings
 from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
-from streamjoin.actors.join_core import IndexChoice, JoinCore
+from streamjoin.actors.join_core import IndexChoice, JoinLogic
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
+from streamjoin.actors.window_part import JoinSpec, JoinWork
 from streamjoin.batch import Batch
 from streamjoin.query import Query
 
@@ -86,7 +96,7 @@ _IN = {0: "r_in", 1: "s_in"}
 _ACK = {0: "r_ack", 1: "s_ack"}
 
 
-class HandshakeCore(Logic):
+class HandshakeCore(JoinLogic):
     """Core ``k`` of ``n`` in a handshake-join chain (see module docstring).
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
@@ -99,9 +109,6 @@ class HandshakeCore(Logic):
     a part call more, and so is each segment that shrank; tuples passed on count as tuples.
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
-
     def __init__(
         self,
         query: Query,
@@ -111,9 +118,7 @@ class HandshakeCore(Logic):
         index: str | None = None,
         index_options: dict | None = None,
     ) -> None:
-        if query.self_join:
-            raise ValueError("the handshake join runs two-way joins only")
-        self.spec = JoinSpec(query, index, index_options)
+        self.spec = JoinSpec(query, index, index_options, paired=True)
         self.k, self.n = k, n
         self.capacity = capacity
         self.work = JoinWork()
@@ -123,17 +128,6 @@ class HandshakeCore(Logic):
         # R leaves the chain at the right end, S at the left
         self.last = {0: k == n - 1, 1: k == 0}
         self.from_emitter = {0: k == 0, 1: k == n - 1}
-
-    @property
-    def cost_key(self) -> str:
-        return self.spec.index_name
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    def warm(self) -> None:
-        """The kernels of a join core over the same index (a segment runs the same ones)."""
-        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
 
     def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
         work = self.work

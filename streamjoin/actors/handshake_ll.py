@@ -29,6 +29,13 @@ after a batch of stream x no later x needs a logged y older than that batch's la
 log drops it) nor a stored y below the batch's ``horizon`` (expired, as in a join core). At
 end of input the emitter's drain marker follows each stream through the chain: behind it no
 tuple of that stream comes, so a core drops the other stream's stored tuples and log.
+
+**Self-joins.** With one stream there is nothing to cross: it enters at core 0 only, and every
+batch passes every core in ``seq`` order (one FIFO path). So the tuples stored at a core when a
+batch reaches it are all older than the batch, and the pair (a, b), a older, is found once: at
+a's home, by b probing a there if they came in different batches (a was stored before b
+arrived), or by the in-batch join (DESIGN §2 step 2) of their batch at its home. No log, and no
+seq filter is needed; expiry follows each batch's ``horizon`` as in a join core.
 """
 
 from __future__ import annotations
@@ -37,10 +44,9 @@ from collections import deque
 
 import numpy as np
 
-from streamjoin.actors.base import Logic
-from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.join_core import JoinLogic
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork, concat_pairs
+from streamjoin.actors.window_part import JoinSpec, JoinWork, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -56,7 +62,7 @@ def _later_of(pairs: PairBatch, stream: int) -> PairBatch:
     return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
 
 
-class LowLatencyHandshakeCore(Logic):
+class LowLatencyHandshakeCore(JoinLogic):
     """Core ``k`` of ``n`` in a low-latency handshake-join chain (see module docstring).
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
@@ -66,7 +72,7 @@ class LowLatencyHandshakeCore(Logic):
     Parameters
     ----------
     query : Query
-        A two-way join.
+        A two-way join, or a self-join (which uses ``r_in`` and ``r_out`` only).
     k, n : int
         This core's place in the chain and the chain's length.
     index : str, optional
@@ -78,9 +84,6 @@ class LowLatencyHandshakeCore(Logic):
     core); a drain marker's step counts nothing.
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
-
     def __init__(
         self,
         query: Query,
@@ -89,29 +92,16 @@ class LowLatencyHandshakeCore(Logic):
         index: str | None = None,
         index_options: dict | None = None,
     ) -> None:
-        if query.self_join:
-            raise ValueError("the handshake join runs two-way joins only")
         self.spec = JoinSpec(query, index, index_options)
         self.index_name = self.spec.index_name
         self.k, self.n = k, n
         self.work = JoinWork()
-        self.parts = {y: self.spec.new_part(self.work) for y in (0, 1)}  # stored here (home)
+        self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}  # home
         self.crossed: dict[int, deque[Batch]] = {0: deque(), 1: deque()}  # the crossing log
         self.seen = [0, 0]  # batches of each stream that passed here: they number the homes
         self.drained = [False, False]
         self.last = {0: k == n - 1, 1: k == 0}  # R leaves the chain at the right end, S left
         self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0, "crossed": 0}
-
-    @property
-    def cost_key(self) -> str:
-        return self.index_name
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    def warm(self) -> None:
-        """The kernels of a join core over the same index (the core runs the same ones)."""
-        JoinCore(self.spec.query, self.index_name, self.spec.index_options).warm()
 
     def home(self, x: int, j: int) -> int:
         """Home core of the ``j``-th batch of stream ``x``: round robin from its entry end."""
@@ -124,15 +114,16 @@ class LowLatencyHandshakeCore(Logic):
         return [] if self.last[x] else [(f"{'rs'[x]}_out", msg)]
 
     def _stream_of(self, port: str) -> int:
-        if port not in _IN:
-            raise ValueError(f"handshake core has no input port {port!r}; ports: {list(_IN)}")
+        ports = [p for p, x in _IN.items() if x in self.spec.streams]
+        if port not in ports:
+            raise ValueError(f"handshake core has no input port {port!r}; ports: {ports}")
         return _IN[port]
 
     def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
         """Probe, store and log one batch (or end a stream on a ``Drain``); returns its pairs
         as ``[("out", PairBatch)]``. What goes on along the chain is :meth:`passes_on`'s."""
         x = self._stream_of(port)
-        y = 1 - x
+        y = self.spec.probed(x)
         if isinstance(msg, Drain):  # no x comes after it: y here has nothing left to meet
             self.drained[x] = True
             self.stats["expired"] += self.parts[y].expire(_NEVER)
@@ -146,18 +137,23 @@ class LowLatencyHandshakeCore(Logic):
         work = self.work
         work.tuples += len(batch)
         work.probe_call(len(batch), len(self.parts[y].index), self.spec.index_cls)
-        # step 1: the stored y earlier than each probing tuple
-        found = [_later_of(self.parts[y].probe(batch, x, xs), x)]
-        if at_home:  # step 2: the logged y later than each probing tuple
-            crossed = self._join_crossed(batch, x)
-            self.stats["crossed"] += len(crossed)
-            found.append(crossed)
+        if self.spec.one_stream:  # the stored tuples are all earlier; step 2: the batch itself
+            found = [self.parts[x].probe(batch, x, xs)]
+            if at_home:
+                found.append(self.spec.join_batch(batch))
+        else:  # step 1: the stored y earlier than each probing tuple
+            found = [_later_of(self.parts[y].probe(batch, x, xs), x)]
+            if at_home:  # step 2: the logged y later than each probing tuple
+                crossed = self._join_crossed(batch, x)
+                self.stats["crossed"] += len(crossed)
+                found.append(crossed)
+            if not self.drained[y]:
+                self.crossed[x].append(batch)
+        if at_home:
             self.parts[x].insert(batch, xs)
             self.stats["inserted"] += len(batch)
             work.inserted += len(batch)
             work.part_calls += 1 if len(batch) else 0
-        if not self.drained[y]:
-            self.crossed[x].append(batch)
         # no x after this batch needs a y older than its last tuple or below its horizon
         log, last_seq = self.crossed[y], batch.seq[-1]
         while log and log[0].seq[-1] < last_seq:

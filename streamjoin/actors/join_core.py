@@ -30,20 +30,46 @@ class IndexChoice:
 @dataclass(frozen=True)
 class JoinCoreConfig(IndexChoice, ActorConfig):
     """A join core node (:class:`JoinCore`): its index, its input ports and the streams each
-    carries (None: one port ``"in"`` with both), and whether it passes batches on along a
-    chain (DP-Join's forwarding)."""
+    carries (None: one port ``"in"`` with both), whether it passes batches on along a chain
+    (DP-Join's forwarding), and whether it runs a self-join as the stream joined with itself
+    (``paired``: a grid core, which sees R and S copies apart)."""
 
     role = "join_core"
     ports: dict | None = None
     forward: bool = False
+    paired: bool = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> JoinCore:
-        core = JoinCore(query, self.index, self.index_options, self.ports, self.forward)
+        core = JoinCore(
+            query, self.index, self.index_options, self.ports, self.forward, self.paired
+        )
         core.warm()
         return core
 
 
-class JoinCore(Logic):
+class JoinLogic(Logic):
+    """What every join actor shares (join core, handshake cores, PanJoin worker): a
+    :class:`~streamjoin.actors.window_part.JoinSpec` (``spec``) and the ``join`` cost group's
+    counters (``work``), charged with its index's coefficients; warming runs a join core over
+    the same index (the same kernels)."""
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
+    spec: JoinSpec
+    work: JoinWork
+
+    @property
+    def cost_key(self) -> str:
+        return self.spec.index_name
+
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    def warm(self) -> None:
+        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
+
+
+class JoinCore(JoinLogic):
     """Joins batches of both streams exactly as tuple-at-a-time probe → insert → expire would.
 
     For a batch (tuples of both streams in ``seq`` order), DESIGN §2:
@@ -63,6 +89,14 @@ class JoinCore(Logic):
     so expiry of stream Y follows only the horizons of batches from ports that carry Y's
     probers: a prober emitted earlier can then no longer be on its way.
 
+    A ``paired`` core runs a self-join as the stream joined with itself (a DP-Join grid:
+    :class:`~streamjoin.actors.window_part.JoinSpec`): R copies on one port, S copies on the
+    other, each message one-sided, so step 2 is skipped — the R and S copies of one batch meet
+    at one core, and the later of the two to get there finds their pairs by probing the other.
+    Both copies carry the one stream's horizon: an R copy's lets the S copies below it expire,
+    which are older than every R copy still to come on its port, and a meeting with an older
+    S copy does not count.
+
     Parameters
     ----------
     query : Query
@@ -76,12 +110,12 @@ class JoinCore(Logic):
     forward : bool
         Pass every input batch on, unchanged, on port ``"<in port>_next"`` before joining it
         (chain layouts; :meth:`passes_on`).
+    paired : bool
+        Run a self-join as the stream joined with itself (ignored for a two-way join).
 
     Counters: :class:`~streamjoin.actors.window_part.JoinWork`.
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
     merges_batches = True
 
     def __init__(
@@ -91,13 +125,18 @@ class JoinCore(Logic):
         index_options: dict | None = None,
         ports: dict[str, tuple[int, ...]] | None = None,
         forward: bool = False,
+        paired: bool = False,
     ):
         self.query = query
-        self.spec = JoinSpec(query, index, index_options)
+        self.spec = JoinSpec(query, index, index_options, paired)
         self.index_name = self.spec.index_name
         self.work = JoinWork()
         self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
+        if self.spec.paired and any(len(v) > 1 for v in self.ports.values()):
+            raise ValueError(
+                f"a paired self-join core takes R and S copies on different ports; got {ports}"
+            )
         self.forward = forward
 
     # -- one batch ---------------------------------------------------------------------------
@@ -130,10 +169,11 @@ class JoinCore(Logic):
             work.probe_call(len(xs), len(part.index), spec.index_cls)
             found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
         if batch.store:
-            by_stream = tuple(in_order.values())
-            if spec.query.self_join:
-                by_stream += (by_stream[0][:0],)
-            found.append(spec.join_batch(batch, by_stream))  # step 2
+            if not spec.paired:  # step 2
+                by_stream = tuple(in_order.values())
+                if spec.one_stream:
+                    by_stream += (by_stream[0][:0],)
+                found.append(spec.join_batch(batch, by_stream))
             for y, (ys, keys, order) in views.items():  # step 3
                 self.parts[y].insert(batch, ys, keys=keys, order=order)
                 work.inserted += len(ys)
@@ -147,13 +187,6 @@ class JoinCore(Logic):
             return []
         work.pairs += len(out)
         return [("out", out)]
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    @property
-    def cost_key(self) -> str:
-        return self.index_name
 
     # -- introspection -----------------------------------------------------------------------
 

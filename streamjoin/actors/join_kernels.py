@@ -63,6 +63,7 @@ def probe_pairs(
     orient,
     min_idx,
     probe_is_r,
+    r_earlier,
 ):
     """The pairs among candidates: ``(r_seq, s_seq, ingest_ns)``, one pass over them.
 
@@ -75,7 +76,10 @@ def probe_pairs(
     first; a stored candidate can also be the *later* tuple when the two streams reach a core
     by different paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``. ``probe_is_r``: the
     probing tuple is the pair's r (else the stored one is, as for a self-join, whose r is the
-    earlier). A pair's ingest time is the later of its two tuples'.
+    earlier). ``r_earlier``: keep only pairs whose r arrived strictly first (a self-join run as
+    the stream joined with itself, :class:`~streamjoin.actors.window_part.JoinSpec`'s
+    ``paired``: of the two meetings of a pair's copies, and of a tuple with itself, only one
+    counts). A pair's ingest time is the later of its two tuples'.
     """
     m = p_pos.shape[0]
     r = np.empty(m, dtype=np.int64)
@@ -91,6 +95,8 @@ def probe_pairs(
         j = c_at[t]
         c_seq = c_rows[j, SEQ]
         c_idx = c_rows[j, IDX]
+        if r_earlier and not (p_seq[i] < c_seq if probe_is_r else c_seq < p_seq[i]):
+            continue
         in_window = c_idx >= p_lo_idx[i] if c_seq < p_seq[i] else p_idx[i] >= c_rows[j, LO_IDX]
         if not in_window or c_idx < min_idx:
             continue

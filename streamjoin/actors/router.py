@@ -6,6 +6,7 @@ stores a tuple does not change the answer, only the balance.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,18 +62,39 @@ class _GridRouter(Router):
 
 
 class _HandshakeRouter(_GridRouter):
-    def __init__(self) -> None:
+    def __init__(self, one_stream: bool = False) -> None:
         super().__init__(1, 1)
+        self.one_stream = one_stream
 
     def eof(self):
-        return [("row0", Drain()), ("col0", Drain())]
+        return [("row0", Drain())] + ([] if self.one_stream else [("col0", Drain())])
+
+
+class _PairedRouter(Router):
+    """A self-join as the stream joined with itself, through a two-way ``router``: every batch
+    goes through it twice, as R (``stream`` 0) and as S (``stream`` 1), both copies with the
+    one stream's expiry bound as the horizon of R and S alike (``JoinSpec(paired=True)``)."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def __call__(self, batch):
+        horizon = np.full(2, batch.horizon[0], dtype=np.int64)
+        as_s = np.ones(len(batch), dtype=np.int8)
+        r_copy = dataclasses.replace(batch, horizon=horizon)
+        s_copy = dataclasses.replace(batch, stream=as_s, horizon=horizon.copy())
+        return self.router(r_copy) + self.router(s_copy)
+
+    def eof(self):
+        return self.router.eof()
 
 
 @dataclass(frozen=True)
 class SingleRoute:
     """Every batch to port ``out`` (one join core)."""
 
-    def router(self) -> Router:
+    def router(self, self_join: bool = False) -> Router:
+        """A fresh router (a self-join's batches go where any batch goes)."""
         return Router()
 
 
@@ -83,29 +105,37 @@ class SplitRoute:
 
     n: int
 
-    def router(self) -> Router:
+    def router(self, self_join: bool = False) -> Router:
         return _SplitRouter(self.n)
 
 
 @dataclass(frozen=True)
 class GridRoute:
     """DP-Join: the R tuples of a batch to row ``j`` (port ``row{j}``), its S tuples to column
-    ``i`` (port ``col{i}``), rows and columns taken round robin."""
+    ``i`` (port ``col{i}``), rows and columns taken round robin. A self-join's batches go
+    twice, as R to a row and as S to a column (the stream joined with itself, ``paired``)."""
 
     m: int
     n: int
 
-    def router(self) -> Router:
-        return _GridRouter(self.m, self.n)
+    def router(self, self_join: bool = False) -> Router:
+        grid = _GridRouter(self.m, self.n)
+        return _PairedRouter(grid) if self_join else grid
 
 
 @dataclass(frozen=True)
 class HandshakeRoute:
     """Handshake join: R to the left end of the chain (``row0``), S to the right end
-    (``col0``); at the end of input a drain marker down each."""
+    (``col0``); at the end of input a drain marker down each. A self-join's batches go in at
+    both ends (``paired``: the original handshake join) or, for the low-latency variant, at
+    the left end only, with one marker."""
 
-    def router(self) -> Router:
-        return _HandshakeRouter()
+    paired: bool = True
+
+    def router(self, self_join: bool = False) -> Router:
+        if not self_join:
+            return _HandshakeRouter()
+        return _PairedRouter(_HandshakeRouter()) if self.paired else _HandshakeRouter(True)
 
 
 #: A route spec: what an emitter's config says about where batches go.

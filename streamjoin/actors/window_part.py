@@ -100,21 +100,39 @@ class JoinSpec:
         Registry name (default: :func:`~streamjoin.indexes.default_for` the predicate).
     index_options : dict, optional
         Keyword arguments for each index instance.
+    paired : bool
+        For a self-join: run it as a two-way join of the stream with itself, as layouts that
+        route R and S apart do (a DP-Join grid, the original handshake join). Every tuple comes
+        twice, as an R copy (``stream`` 0) and an S copy (``stream`` 1), numbered alike (its
+        rank in the one stream, ``lo_idx`` its own window's bound); the layout's two-way
+        algorithm brings every R copy together with every S copy exactly once, and of these
+        meetings only those whose R copy arrived strictly first count, under the closure
+        θ(r, s) ∨ θ(s, r). The pair (a, b), a older, is thus kept once: where a's R copy meets
+        b's S copy; (b's R copy, a's S copy) and a tuple with itself are dropped. Ignored for a
+        two-way join.
     """
 
-    def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
+    def __init__(
+        self,
+        query: Query,
+        index: str | None = None,
+        index_options: dict | None = None,
+        paired: bool = False,
+    ):
         self.query = query
         self.index_name = index or indexes.default_for(query.predicate)
         self.index_cls = indexes.check_supports(self.index_name, query.predicate)
         self.index_options = dict(index_options or {})
         self.n_keys = len(query.predicate) if self.index_cls.multi_attribute else 1
-        self.streams = (0,) if query.self_join else (0, 1)
+        self.paired = query.self_join and paired
+        self.one_stream = query.self_join and not paired
+        self.streams = (0,) if self.one_stream else (0, 1)
         self.cond_attr = query.condition_attr_index
         self.lo, self.hi = query.predicate.bounds
 
     def probed(self, x: int) -> int:
         """The stream that tuples of stream ``x`` probe."""
-        return x if self.query.self_join else 1 - x
+        return x if self.one_stream else 1 - x
 
     def new_part(self, work: JoinWork | None = None) -> WindowPart:
         """An empty part whose probes count their candidates in ``work``."""
@@ -151,8 +169,11 @@ class JoinSpec:
 
         ``by_stream``: for each stream (R, S), the positions of its tuples in the batch in
         order of the primary attribute, if the caller has them; else they are sorted here
-        (:meth:`in_key_order`).
+        (:meth:`in_key_order`). Not for a ``paired`` self-join: there the two copies of a batch
+        find each other by probing, where they meet.
         """
+        if self.paired:
+            raise ValueError("a paired self-join finds in-batch pairs by probing, not here")
         if len(batch) < 2:
             return PairBatch.empty()
         if by_stream is None:
@@ -242,7 +263,8 @@ class WindowPart:
             first,
             orient,
             min_idx,
-            not spec.query.self_join and x == 0,
+            x == 0 and not spec.one_stream,
+            spec.paired,
         )
         return PairBatch(r, s, ingest)
 

@@ -84,11 +84,16 @@ class Executor(Protocol):
         ...
 
 
-def wall_clock_defaults(executor: Executor, pace: float | None, batch_size: int) -> Defaults:
-    """:meth:`Executor.defaults` of a backend that runs in wall-clock time: the input is paced
-    at ``pace`` as it is handed over, one millisecond of it at a time (``batch_size`` rows
-    unpaced)."""
-    return Defaults(executor, default_chunk_rows(pace, batch_size), pace)
+class WallClock:
+    """What a backend that runs in wall-clock time (``local``, ``ray``) shares: the input is
+    paced at ``pace`` as it is handed over, one millisecond of it at a time (``batch_size``
+    rows unpaced), and the run's metrics need nothing more."""
+
+    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
+        return Defaults(self, default_chunk_rows(pace, batch_size), pace)
+
+    def metrics(self, trace: RunTrace) -> dict:
+        return {}
 
 
 class Backends(Mapping):

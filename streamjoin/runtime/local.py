@@ -13,14 +13,14 @@ from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
 from streamjoin.batch import Columns
 from streamjoin.query import Query
-from streamjoin.runtime.executor import Defaults, RunTimeout, wall_clock_defaults
+from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
 
 
 @dataclass(frozen=True)
-class Local:
+class Local(WallClock):
     """The ``local`` backend: every actor in this process (for tests and small runs).
 
     Parameters
@@ -36,12 +36,6 @@ class Local:
     delivery_seed: int | None = None
 
     name: ClassVar[str] = "local"
-
-    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
-        return wall_clock_defaults(self, pace, batch_size)
-
-    def metrics(self, trace: RunTrace) -> dict:
-        return {}
 
     def run(
         self,

@@ -2,8 +2,11 @@
 
 - Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`Host` actor; kernels
   are warmed in its constructor (numba's disk cache makes that a load, not a compile). The
-  emitter runs in the driver, next to the source. Actors are named after their node
-  (``<run>-core0_1`` in namespace ``"streamjoin"``), so Ray's tools show which is which.
+  emitter runs in the driver, next to the source. On a local cluster the driver first
+  compiles every kernel the actors will run, once, while Ray starts, so that with an empty
+  cache the actors do not each compile the same kernels at once (:func:`_compile_kinds`).
+  Actors are named after their node (``<run>-core0_1`` in namespace ``"streamjoin"``), so
+  Ray's tools show which is which.
 - **Ray is the control plane, sockets the data plane.** Ray places the actors, starts,
   restarts and kills them and carries the few control calls of a run; the batches travel
   over one TCP connection per graph edge (:mod:`streamjoin.runtime.channels`), as a Ray call
@@ -61,6 +64,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -71,7 +75,7 @@ from streamjoin.actors.base import ActorConfig, RunSettings
 from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime import channels
-from streamjoin.runtime.executor import Defaults, RunTimeout, wall_clock_defaults
+from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress as ProgressBar
 from streamjoin.runtime.ray_host import (
     Abandon,
@@ -188,7 +192,7 @@ def _diagnose(
 
 
 @dataclass(frozen=True)
-class Ray:
+class Ray(WallClock):
     """The ``ray`` backend: one Ray actor per topology node (see the module docstring).
 
     Parameters
@@ -217,12 +221,6 @@ class Ray:
         if self.placement not in ("default", "spread"):
             raise ValueError(f"placement must be 'default' or 'spread', got {self.placement!r}")
 
-    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
-        return wall_clock_defaults(self, pace, batch_size)
-
-    def metrics(self, trace: RunTrace) -> dict:
-        return {}
-
     def run(
         self,
         query: Query,
@@ -232,12 +230,33 @@ class Ray:
         progress,
     ) -> RunTrace:
         """Run the topology with one Ray actor per node."""
-        _ensure_ray(self.address)
+        with ThreadPoolExecutor(1, thread_name_prefix="warm") as pool:
+            # on a local cluster, kernels are compiled (or loaded) here while Ray starts
+            local = self.address is None
+            compiled = pool.submit(_compile_kinds, topology, query, settings) if local else None
+            _ensure_ray(self.address)
+            if compiled is not None:
+                compiled.result()
         run = _Run(self, query, topology, settings, progress)
         try:
             return run.drive(chunks)
         finally:
             run.close()
+
+
+def _compile_kinds(topology: Topology, query: Query, settings: RunSettings) -> None:
+    """Build the logic of one node of each kind (its config decides the kernels it runs) in
+    the driver, so that every kernel is compiled here, once, and the actors started next load
+    them from numba's disk cache, which they share with this process.
+
+    With an empty cache each actor would otherwise compile in its constructor, all of them at
+    once, those of one kind the same kernels, after Ray has started; here the compiling
+    overlaps Ray's start, and no actor starts before the cache is full.
+    """
+    emitter = topology.emitter
+    kinds = {repr(topology.config(n)): n for n in topology.graph if n != emitter}
+    for n in kinds.values():
+        topology.config(n).build(query, settings, time.monotonic_ns)
 
 
 class _Run:

@@ -27,16 +27,22 @@ def grid(
     and reach every core of it, so each (r, s) pair meets at exactly one core. With
     ``forward="chain"`` the emitter feeds the first core of each row and column and each core
     passes batches on to its neighbour (right for R, down for S; DP-Join §III-C); with
-    ``"direct"`` the emitter sends to every core of the row or column itself. Two-way joins
-    only. ``index_options`` (and ``**options``) go to every core's index.
+    ``"direct"`` the emitter sends to every core of the row or column itself.
+    ``index_options`` (and ``**options``) go to every core's index.
+
+    A self-join runs as the stream joined with itself (``paired``): every batch goes to a row
+    as R and to a column as S, and a core keeps a meeting of an R copy with an S copy iff the R
+    copy is strictly the older (:class:`~streamjoin.actors.window_part.JoinSpec`), so each pair
+    is found once, where the older tuple's row crosses the newer one's column.
     """
     positive_int("m", m)
     positive_int("n", n)
     if forward not in ("chain", "direct"):
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
     opts = index_options_of(index, index_options, options)
-    core = JoinCoreConfig(index, opts, ports={"row": (0,), "col": (1,)}, forward=forward == "chain")
-    g = nx.MultiDiGraph(self_join=False)
+    ports = {"row": (0,), "col": (1,)}
+    core = JoinCoreConfig(index, opts, ports, forward=forward == "chain", paired=True)
+    g = nx.MultiDiGraph(self_join=True)
     add_actor(g, "emitter", EmitterConfig(GridRoute(m, n)), pos=(-0.2, 0.9), label="emitter")
     add_actor(g, "collector", CollectorConfig(), pos=(n + 1.2, -(m - 1) / 2), label="collector")
     for j in range(m):

@@ -31,6 +31,9 @@ def handshake(
     probing at each core, and stored at one core, round robin (see
     :mod:`streamjoin.actors.handshake_ll`).
 
+    A self-join runs on both: the original joins the stream with itself, sending it in at both
+    ends (``paired``); the low-latency variant sends it in at the left end only.
+
     Parameters
     ----------
     n : int
@@ -55,9 +58,15 @@ def handshake(
             "variant stores each tuple at one core and keeps no segments"
         )
     opts = index_options_of(index, index_options, options)
-    g = nx.MultiDiGraph(self_join=False, cyclic=True)
+    g = nx.MultiDiGraph(self_join=True, cyclic=True)
     mid = (n - 1) / 2
-    add_actor(g, "emitter", EmitterConfig(HandshakeRoute()), pos=(mid, 1), label="emitter")
+    add_actor(
+        g,
+        "emitter",
+        EmitterConfig(HandshakeRoute(paired=not low_latency)),
+        pos=(mid, 1),
+        label="emitter",
+    )
     add_actor(g, "collector", CollectorConfig(), pos=(mid, -1), label="collector")
     for k in range(n):
         core = HandshakeConfig(index, opts, k=k, n=n, segment=segment, low_latency=low_latency)
