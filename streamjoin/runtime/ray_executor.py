@@ -256,7 +256,7 @@ def _compile_kinds(topology: Topology, query: Query, settings: RunSettings) -> N
     emitter = topology.emitter
     kinds = {repr(topology.config(n)): n for n in topology.graph if n != emitter}
     for n in kinds.values():
-        topology.config(n).build(query, settings, time.monotonic_ns)
+        Node(n, topology.config(n), query, settings)  # its errors name the node
 
 
 class _Run:
