@@ -51,6 +51,11 @@ driver's main thread sees it when its wait wakes, every :data:`POLL_S`, not in a
 :meth:`Ray.run` returns: never a hang, never a short result.
 
 Recovery of a lost join core: :mod:`streamjoin.runtime.ray_recovery`.
+
+Why one file of ~620 lines: what is here is the driver's side of one run, a single state
+machine (:class:`_Run`: start, wire, drive, watch, recover, close) whose waits must all look at
+the same actors; the actor side is :mod:`~streamjoin.runtime.ray_host` and the recovery's
+bookkeeping, which needs no Ray, :mod:`~streamjoin.runtime.ray_recovery`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The actor side of the ``ray`` executor (:mod:`~streamjoin.runtime.ray_executor`): a
 topology node's logic with its connections (:class:`Node`, also the driver's emitter), in a
 Ray actor of its own (:class:`Host`) whose threads read the edges and run the logic.
+
+Why one file of ~660 lines: a node's sending, receiving, coalescing and reconnecting share
+its sockets and the lock that guards them (:class:`Node`); the Ray actor (:class:`Host`) is
+that node plus its listening and control calls.
 """
 
 from __future__ import annotations
