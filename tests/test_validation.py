@@ -28,6 +28,8 @@ def good():
         (lambda: sj.band("x", 1, lo=0, hi=1), "either eps or lo/hi"),
         (lambda: sj.equal(""), "non-empty string"),
         (lambda: sj.less("ts"), "'ts' is a reserved column"),
+        (lambda: sj.less("x", "ts"), "'ts' is a reserved column"),
+        (lambda: sj.band("x", 1, ""), "non-empty string"),
         (lambda: sj.Query("x < y", window=sj.CountWindow(1)), "predicate must be built"),
         (lambda: sj.Query(sj.equal("x"), window=5), "window must be CountWindow"),
     ],
@@ -91,12 +93,32 @@ def test_all_three_input_kinds_give_the_same_pairs():
         ({"max_delay": -1}, "max_delay must be"),
         ({"collect": "all"}, "collect must be 'pairs' or 'count'"),
         ({"collect": "count", "ordered": True}, "ordered=True needs collect='pairs'"),
-        ({"topology": sj.topologies.single("hash")}, "index 'hash' cannot serve"),
     ],
 )
 def test_run_setting_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         sj.run(Q, good(), **kwargs)
+
+
+def test_an_index_that_cannot_serve_the_query_says_so_and_the_answer_stays_exact():
+    """``hash`` serves no band: the core scans its window and filters (a warning names the
+    index); a cross-attribute condition in a self-join needs two keys per tuple, so the index
+    serves the next condition instead."""
+    data = sj.sources.synthetic(400, low=0, high=30, attrs=("x", "y"), seed=2)
+    with pytest.warns(sj.indexes.IndexFallbackWarning, match="index 'hash' cannot serve .*scans"):
+        res = sj.run(Q, data, sj.topologies.single("hash"))
+    assert res.same_pairs(sj.oracle.join(Q, data))
+    one = sj.sources.synthetic(400, low=0, high=30, attrs=("x", "y"), self_join=True, seed=3)
+    q = sj.Query(sj.band("x", 1, "y") & sj.band("y", 2), sj.CountWindow(20), self_join=True)
+    with pytest.warns(sj.indexes.IndexFallbackWarning, match="two keys per tuple.*serves"):
+        res = sj.run(q, one, sj.topologies.single("bplus_tree"))
+    assert res.same_pairs(sj.oracle.join(q, one))
+
+
+def test_missing_attribute_named_with_its_side():
+    q = sj.Query(sj.less("x", "end"), window=sj.CountWindow(4))
+    with pytest.raises(sj.InputError, match="no column 'end', which the query compares as s.end"):
+        sj.run(q, good())
 
 
 def test_unknown_index_fails_when_the_topology_is_built():

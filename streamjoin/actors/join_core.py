@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,9 +23,14 @@ class IndexChoice:
     index_options: dict = field(default_factory=dict)
 
     def check(self, query: Query) -> None:
-        """Raise ``ValueError`` if the index cannot serve ``query``'s predicate."""
-        name = self.index or indexes.default_for(query.predicate)
-        indexes.check_supports(name, query.predicate)
+        """Warn (:class:`~streamjoin.indexes.IndexFallbackWarning`) if the index named cannot
+        serve ``query``'s first condition: the join stays exact, another condition is served
+        or the window is scanned (:func:`~streamjoin.indexes.plan`)."""
+        if self.index is None:
+            return
+        note = indexes.plan(self.index, query.predicate, query.self_join).note
+        if note:
+            warnings.warn(note, indexes.IndexFallbackWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,8 @@ def warm_key(spec: JoinSpec) -> tuple:
         q.self_join,
         spec.n_keys,
         q.predicate.symmetric,
+        spec.symmetric_keys,
+        spec.plan.fallback,
     )
 
 

@@ -16,6 +16,26 @@ from streamjoin.indexes import (  # noqa: F401  (registers the indexes)
     rap_table,
     wib_tree,
 )
-from streamjoin.indexes.base import WindowIndex, check_supports, default_for, get, names, register
+from streamjoin.indexes.base import (
+    IndexFallbackWarning,
+    IndexPlan,
+    WindowIndex,
+    check_supports,
+    default_for,
+    get,
+    names,
+    plan,
+    register,
+)
 
-__all__ = ["WindowIndex", "check_supports", "default_for", "get", "names", "register"]
+__all__ = [
+    "IndexFallbackWarning",
+    "IndexPlan",
+    "WindowIndex",
+    "check_supports",
+    "default_for",
+    "get",
+    "names",
+    "plan",
+    "register",
+]
