@@ -2,7 +2,7 @@
 
 >>> from streamjoin import indexes
 >>> indexes.names()
-['bisort', 'bplus_tree', 'chained', 'css_tree', 'hash', 'im_tree', 'nested_loop', 'pim_tree', 'rap_table', 'wib_tree']
+['bisort', 'bplus_tree', 'chained', 'css_tree', 'hash', 'im_tree', 'nested_loop', 'pim_tree', 'po_join', 'rap_table', 'wib_tree']
 """
 
 from streamjoin.indexes import (  # noqa: F401  (registers the indexes)
@@ -13,6 +13,7 @@ from streamjoin.indexes import (  # noqa: F401  (registers the indexes)
     hash,
     nested_loop,
     pim_tree,
+    po_join,
     rap_table,
     wib_tree,
 )
