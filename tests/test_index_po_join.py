@@ -143,6 +143,7 @@ def test_permutation_array_by_hand():
         np.array([1.5]),
         np.array([25.0]),
         np.array([0]),
+        np.array([0]),
         np.array([5e-324, -INF]),
         np.array([INF, -5e-324]),
         0,

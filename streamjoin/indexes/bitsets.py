@@ -28,9 +28,11 @@ def new_bits(n: int) -> tuple[np.ndarray, np.ndarray]:
 def mark(bits, summary, p):
     """Set position ``p``."""
     w = p >> 6
-    if bits[w] == 0:
+    old = bits[w]
+    # read once, write, then branch: testing bits[w] before the |= ran 28x slower (numba 0.68)
+    bits[w] = old | (ONE << np.uint64(p & 63))
+    if old == 0:
         summary[w >> 6] |= ONE << np.uint64(w & 63)
-    bits[w] |= ONE << np.uint64(p & 63)
 
 
 @njit(cache=True, nogil=True, inline="always")

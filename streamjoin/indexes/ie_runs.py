@@ -101,25 +101,66 @@ def build_run(runs, at, a_slots, b_slots, slot_keys, slot_refs, keep_from):
     return n
 
 
+@njit(cache=True, nogil=True, inline="always")
+def gallop(keys, start, stop, x, strict):
+    """First position in ``[start, stop)`` with ``keys[pos] >= x`` (``> x`` if ``strict``),
+    when every key before ``start`` is below it: doubling steps from ``start``, then a binary
+    search. O(log(distance))."""
+    if start >= stop or (keys[start] > x if strict else keys[start] >= x):
+        return start
+    at, step = start, 1  # keys[at] is below the bound
+    while at + step < stop and (keys[at + step] <= x if strict else keys[at + step] < x):
+        at += step
+        step *= 2
+    end = min(at + step, stop)
+    if strict:
+        return upper_bound(keys, at + 1, end, x)
+    return lower_bound(keys, at + 1, end, x)
+
+
 @njit(cache=True, nogil=True)
-def probe_runs(runs, starts, ka, kb, by_b, lo, hi, min_ref, bits, summary):
+def offsets(a_keys, s0, s1, ka, by_a, lo, hi, al, ah):
+    """Each probe's a-interval in the run ``[s0, s1)`` of L1: ``al[i]``, ``ah[i]`` (absolute
+    positions), the role of IE-Join's offset arrays. SPO-Join Alg. 3: the probes, sorted, are
+    located one after another, each search starting where the previous one ended (galloping
+    rather than Alg. 3's linear step). The widened bounds are made non-decreasing first, which
+    drops no match (a key below a smaller probe's widened bound fails every larger probe too).
+    O(m log(n / m)) for m probes into n items."""
+    at_lo = at_hi = s0
+    vlo_run = vhi_run = -np.inf
+    for t in range(by_a.shape[0]):
+        i = by_a[t]
+        vlo, vhi = key_range(ka[i], lo, hi)
+        vlo_run, vhi_run = max(vlo_run, vlo), max(vhi_run, vhi)
+        at_lo = gallop(a_keys, at_lo, s1, vlo_run, False)
+        at_hi = s1 if vhi_run == np.inf else gallop(a_keys, max(at_hi, at_lo), s1, vhi_run, True)
+        al[i] = at_lo
+        ah[i] = at_hi
+
+
+@njit(cache=True, nogil=True)
+def probe_runs(runs, starts, ka, kb, by_a, by_b, lo, hi, min_ref, bits, summary):
     """Items of the runs between ``starts`` with ``lo[c] <= item[c] - key[c] <= hi[c]`` for
     both rows and ``ref >= min_ref``: ``(probe_pos, refs)`` int64.
 
-    ``ka``/``kb``: the probe keys (m,); ``by_b``: the probes in ascending ``kb`` order;
-    ``bits``/``summary``: a cleared bit array for the largest run (left cleared). A second row
-    unbounded both ways marks nothing: every item in the a-interval is a candidate.
+    ``ka``/``kb``: the probe keys (m,); ``by_a``/``by_b``: the probes in ascending ``ka`` /
+    ``kb`` order; ``bits``/``summary``: a cleared bit array for the largest run (left
+    cleared). A second row unbounded both ways marks nothing: every item in the a-interval is
+    a candidate.
     """
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n = 0
     m = ka.shape[0]
+    al_all = np.empty(m, dtype=np.int64)
+    ah_all = np.empty(m, dtype=np.int64)
     b_all = lo[1] == -np.inf and hi[1] == np.inf
     for r in range(starts.shape[0] - 1):
         s0, s1 = starts[r], starts[r + 1]
         size = s1 - s0
         if size == 0:
             continue
+        offsets(runs.a_keys, s0, s1, ka, by_a, lo[0], hi[0], al_all, ah_all)
         bot = top = 0  # marked: the b-positions [bot, top)
         for t in range(m):
             i = by_b[t]
@@ -135,16 +176,13 @@ def probe_runs(runs, starts, ka, kb, by_b, lo, hi, min_ref, bits, summary):
                     bot += 1
                 if bot == top:
                     continue
-            # the probe's offsets in L1
-            vlo, vhi = key_range(ka[i], lo[0], hi[0])
-            al = lower_bound(runs.a_keys, s0, s1, vlo) - s0
-            ah = upper_bound(runs.a_keys, s0 + al, s1, vhi) - s0
+            al, ah = al_all[i] - s0, ah_all[i] - s0
             if al >= ah:
                 continue
-            if n + (ah - al if b_all else 64) > out_p.shape[0]:
-                out_p = grow(out_p, n + (ah - al if b_all else 64))
-                out_r = grow(out_r, out_p.shape[0])
             if b_all:
+                if n + ah - al > out_p.shape[0]:
+                    out_p = grow(out_p, n + ah - al)
+                    out_r = grow(out_r, out_p.shape[0])
                 for p in range(al, ah):
                     q = s0 + p
                     if in_band(runs.a_keys[q], ka[i], lo[0], hi[0]) and runs.a_refs[q] >= min_ref:
@@ -253,7 +291,7 @@ class RunSet:
             self.largest = 0
         return gone
 
-    def probe(self, ka, kb, by_b, lo, hi, min_ref: int) -> tuple[np.ndarray, np.ndarray]:
+    def probe(self, ka, kb, by_a, by_b, lo, hi, min_ref: int) -> tuple[np.ndarray, np.ndarray]:
         """:func:`probe_runs` over every run."""
         bits, summary = new_bits(self.largest)
         return probe_runs(
@@ -261,6 +299,7 @@ class RunSet:
             np.array(self.starts, dtype=np.int64),
             ka,
             kb,
+            by_a,
             by_b,
             lo,
             hi,

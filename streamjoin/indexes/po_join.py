@@ -110,8 +110,8 @@ class POJoinIndex(WindowIndex):
         keys = np.ascontiguousarray(keys, dtype=np.float64)
         found = []
         if len(self.runs):
-            ka, kb, lo2, hi2, by_b = two_rows(keys, lo, hi)
-            found.append(self.runs.probe(ka, kb, by_b, lo2, hi2, self._min_ref))
+            ka, kb, lo2, hi2, by_a, by_b = two_rows(keys, lo, hi)
+            found.append(self.runs.probe(ka, kb, by_a, by_b, lo2, hi2, self._min_ref))
         if len(self.mutable):
             found.append(self.mutable.probe(keys, lo, hi, self._min_ref))
         if len(found) == 1:
@@ -148,14 +148,15 @@ class POJoinIndex(WindowIndex):
 
 
 def two_rows(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray):
-    """Probe keys as the two rows a structure searches, and the probes in second-row order:
-    ``(ka, kb, lo, hi, by_b)``. One row is padded with an unbounded second one."""
+    """Probe keys as the two rows a structure searches, and the probes in the order of each:
+    ``(ka, kb, lo, hi, by_a, by_b)``. One row is padded with an unbounded second one."""
+    by_a = stable_order(keys[0])
     if keys.shape[0] == 2:
-        return keys[0], keys[1], lo, hi, stable_order(keys[1])
+        return keys[0], keys[1], lo, hi, by_a, stable_order(keys[1])
     m = keys.shape[1]
     lo2 = np.array([lo[0], -np.inf])
     hi2 = np.array([hi[0], np.inf])
-    return keys[0], np.zeros(m), lo2, hi2, np.arange(m, dtype=np.int64)
+    return keys[0], np.zeros(m), lo2, hi2, by_a, np.arange(m, dtype=np.int64)
 
 
 def split_slots(a_slots: np.ndarray, b_slots: np.ndarray, pieces: int):
