@@ -131,6 +131,29 @@ def probe_pairs(
 
 
 @njit(cache=True, nogil=True)
+def pairs_within_batch(idx, lo_idx, attrs, probe, cand, conds, first, orient):
+    """Of candidate pairs ``(probe[t], cand[t])`` (positions in one seq-ordered batch, found by
+    an index over the batch's own tuples), those whose candidate came first and is in the
+    probing tuple's window and for which θ holds (conditions before ``first`` were checked
+    by the index): ``(i, j)`` int64, ``j < i``. DESIGN §2 step 2 by index rather than sweep."""
+    m = probe.shape[0]
+    out_i = np.empty(m, dtype=np.int64)
+    out_j = np.empty(m, dtype=np.int64)
+    n = 0
+    for t in range(m):
+        i, j = probe[t], cand[t]
+        if (
+            j < i
+            and idx[j] >= lo_idx[i]
+            and theta_oriented(attrs, i, attrs, j, conds, first, orient)
+        ):
+            out_i[n] = i
+            out_j[n] = j
+            n += 1
+    return out_i[:n], out_j[:n]
+
+
+@njit(cache=True, nogil=True)
 def join_within_batch(
     stream, idx, lo_idx, attrs, key_r, key_s, key_lo, key_hi, conds, self_join, by_r, by_s
 ):

@@ -12,6 +12,7 @@ from streamjoin.actors.join_kernels import (
     S_PROBES,
     Conditions,
     join_within_batch,
+    pairs_within_batch,
     probe_pairs,
 )
 from streamjoin.actors.store import TupleStore
@@ -210,23 +211,26 @@ class JoinSpec:
             raise ValueError("a paired self-join finds in-batch pairs by probing, not here")
         if len(batch) < 2:
             return PairBatch.empty()
-        if by_stream is None:
-            views = (self.in_key_order(batch, x) for x in (0, 1))
-            by_stream = tuple(xs[order] for xs, _, order in views)
-        key_r, key_s = self._batch_keys(batch)
-        i, j = join_within_batch(
-            batch.stream,
-            batch.idx,
-            batch.lo_idx,
-            batch.attrs,
-            key_r,
-            key_s,
-            self.key_lo[0],
-            self.key_hi[0],
-            self.conds,
-            self.query.self_join,
-            *by_stream,
-        )
+        if self.index_cls.batch_join_options is not None and self.n_served > 1:
+            i, j = self._join_batch_by_index(batch)
+        else:
+            if by_stream is None:
+                views = (self.in_key_order(batch, x) for x in (0, 1))
+                by_stream = tuple(xs[order] for xs, _, order in views)
+            key_r, key_s = self._batch_keys(batch)
+            i, j = join_within_batch(
+                batch.stream,
+                batch.idx,
+                batch.lo_idx,
+                batch.attrs,
+                key_r,
+                key_s,
+                self.key_lo[0],
+                self.key_hi[0],
+                self.conds,
+                self.query.self_join,
+                *by_stream,
+            )
         if len(i) == 0:
             return PairBatch.empty()
         ingest = np.maximum(batch.ingest_ns[i], batch.ingest_ns[j])
@@ -236,6 +240,40 @@ class JoinSpec:
         r = np.where(later_is_r, batch.seq[i], batch.seq[j])
         s = np.where(later_is_r, batch.seq[j], batch.seq[i])
         return PairBatch(r, s, ingest)
+
+    def _join_batch_by_index(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The in-batch join through a fresh index over each probed stream's tuples of the
+        batch (``index_cls.batch_join_options``): ``(i, j)`` batch positions, ``j < i``."""
+        options = {**self.index_options, **self.index_cls.batch_join_options}
+        found_i, found_j = [], []
+        for x in self.streams:
+            y = self.probed(x)
+            xs, ys = np.flatnonzero(batch.stream == x), np.flatnonzero(batch.stream == y)
+            if len(xs) == 0 or len(ys) == 0:
+                continue
+            index = self.index_cls(self.n_keys, **options)
+            index.insert(self.keys(batch, ys, y), ys)  # positions in the batch as refs
+            orient = EITHER if self.query.self_join else (R_PROBES if x == 0 else S_PROBES)
+            keys = self.keys(batch, xs, x)
+            boxes = self.probe_boxes(orient)
+            pos, cand = map(
+                np.concatenate, zip(*(index.probe(keys, lo, hi) for lo, hi in boxes), strict=True)
+            )
+            if len(boxes) > 1:
+                pos, cand = _unique_pairs(pos, cand)
+            first = self.n_served
+            if orient == EITHER and self.query.predicate.symmetric:
+                orient = S_PROBES
+            elif orient == EITHER:
+                first = 0
+            i, j = pairs_within_batch(
+                batch.idx, batch.lo_idx, batch.attrs, xs[pos], cand, self.conds, first, orient
+            )
+            found_i.append(i)
+            found_j.append(j)
+        if not found_i:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(found_i), np.concatenate(found_j)
 
     def _batch_keys(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """Every tuple's key on the first served condition as an R tuple and as an S tuple."""

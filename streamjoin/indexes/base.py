@@ -92,6 +92,10 @@ class WindowIndex(ABC):
     #: a few hundred items (``JoinCore.warm`` runs one before the timed part), overriding the
     #: user's: e.g. a small subwindow, so that one fills and the next is set up.
     warm_options: ClassVar[dict] = {}
+    #: Options under which a fresh instance over one batch's tuples, probed by the batch, is
+    #: the join core's in-batch join (DESIGN §2 step 2) when the index serves two or more
+    #: conditions; None: the join core sweeps the batch on the first condition's key instead.
+    batch_join_options: ClassVar[dict | None] = None
     #: How a probe's work grows with the items held (the simulator's *scan units*, PIM-Tree
     #: §2.2.3 Eq. 4 charges a probe ``H · λ`` for its descent): ``"log"`` (a search tree or
     #: sorted runs), ``"linear"`` (a scan), ``"const"`` (a hash table).

@@ -63,14 +63,13 @@ def set_positions(bits, summary, start, stop):
         mark(bits, summary, p)
 
 
-@njit(cache=True, nogil=True)
-def marked(bits, summary, start, stop):
-    """The set positions in ``[start, stop)``, ascending, found through the summary: what the
-    probe kernels inline (a reference for tests). O((stop - start) / 4096 + set words)."""
-    out = np.empty(max(0, stop - start), dtype=np.int64)
+@njit(cache=True, nogil=True, inline="always")
+def marked_in(bits, summary, start, stop, out):
+    """Write the set positions in ``[start, stop)`` to ``out``, ascending, found through the
+    summary; returns how many. O((stop - start) / 4096 + words with a set bit + found)."""
     n = 0
     if stop <= start:
-        return out[:0]
+        return 0
     w0, w1 = start >> 6, (stop - 1) >> 6
     for sw in range(w0 >> 6, (w1 >> 6) + 1):
         s = summary[sw]
@@ -90,4 +89,12 @@ def marked(bits, summary, start, stop):
                 out[n] = w * 64 + np.int64(trailing_zeros(word))
                 n += 1
                 word &= word - ONE
-    return out[:n]
+    return n
+
+
+@njit(cache=True, nogil=True)
+def marked(bits, summary, start, stop):
+    """The set positions in ``[start, stop)``, ascending (:func:`marked_in` into a new
+    array)."""
+    out = np.empty(max(0, stop - start), dtype=np.int64)
+    return out[: marked_in(bits, summary, start, stop, out)]

@@ -33,15 +33,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import grow, in_band, key_range
-from streamjoin.indexes.bitsets import (
-    ONE,
-    high_mask,
-    low_mask,
-    mark,
-    new_bits,
-    trailing_zeros,
-    unmark,
-)
+from streamjoin.indexes.bitsets import mark, marked_in, new_bits, unmark
 from streamjoin.indexes.sorted_runs import lower_bound
 
 
@@ -154,73 +146,63 @@ def probe_runs(runs, starts, ka, kb, by_a, by_b, lo, hi, min_ref, bits, summary)
     m = ka.shape[0]
     al_all = np.empty(m, dtype=np.int64)
     ah_all = np.empty(m, dtype=np.int64)
+    # a probe's marked positions are collected here first: growing the output inside the
+    # word loops made numba count references on every word
+    cand = np.empty(bits.shape[0] * 64, dtype=np.int64)
     b_all = lo[1] == -np.inf and hi[1] == np.inf
+    down = hi[1] == np.inf  # the b-interval is open upwards: it grows as kb falls
     for r in range(starts.shape[0] - 1):
         s0, s1 = starts[r], starts[r + 1]
         size = s1 - s0
         if size == 0:
             continue
         offsets(runs.a_keys, s0, s1, ka, by_a, lo[0], hi[0], al_all, ah_all)
-        bot = top = 0  # marked: the b-positions [bot, top)
+        bot = top = size if down else 0  # marked: the b-positions [bot, top)
         for t in range(m):
-            i = by_b[t]
+            i = by_b[m - 1 - t] if down else by_b[t]
             if not b_all:
                 # IE-Join's scan: the b-interval only moves up as kb grows, so positions
-                # enter at the top and leave at the bottom, each once per run and batch
+                # enter at the top and leave at the bottom, each once per run and batch; an
+                # interval open upwards is swept downwards instead, where it only grows
                 vlo, vhi = key_range(kb[i], lo[1], hi[1])
-                while top < size and runs.b_keys[s0 + top] <= vhi:
-                    mark(bits, summary, runs.perm[s0 + top])
-                    top += 1
-                while bot < top and runs.b_keys[s0 + bot] < vlo:
-                    unmark(bits, summary, runs.perm[s0 + bot])
-                    bot += 1
+                if down:
+                    while bot > 0 and runs.b_keys[s0 + bot - 1] >= vlo:
+                        bot -= 1
+                        mark(bits, summary, runs.perm[s0 + bot])
+                else:
+                    while top < size and runs.b_keys[s0 + top] <= vhi:
+                        mark(bits, summary, runs.perm[s0 + top])
+                        top += 1
+                    while bot < top and runs.b_keys[s0 + bot] < vlo:
+                        unmark(bits, summary, runs.perm[s0 + bot])
+                        bot += 1
                 if bot == top:
                     continue
             al, ah = al_all[i] - s0, ah_all[i] - s0
             if al >= ah:
                 continue
             if b_all:
-                if n + ah - al > out_p.shape[0]:
-                    out_p = grow(out_p, n + ah - al)
-                    out_r = grow(out_r, out_p.shape[0])
+                n_cand = ah - al
                 for p in range(al, ah):
-                    q = s0 + p
-                    if in_band(runs.a_keys[q], ka[i], lo[0], hi[0]) and runs.a_refs[q] >= min_ref:
-                        out_p[n] = i
-                        out_r[n] = runs.a_refs[q]
-                        n += 1
-                continue
-            w0, w1 = al >> 6, (ah - 1) >> 6
-            for sw in range(w0 >> 6, (w1 >> 6) + 1):
-                sword = summary[sw]
-                if sw == w0 >> 6:
-                    sword &= low_mask(w0 & 63)
-                if sw == w1 >> 6:
-                    sword &= high_mask(w1 & 63)
-                while sword:
-                    w = sw * 64 + np.int64(trailing_zeros(sword))
-                    sword &= sword - ONE
-                    word = bits[w]
-                    if w == w0:
-                        word &= low_mask(al & 63)
-                    if w == w1:
-                        word &= high_mask((ah - 1) & 63)
-                    while word:
-                        q = s0 + w * 64 + np.int64(trailing_zeros(word))
-                        word &= word - ONE
-                        if (
-                            in_band(runs.a_keys[q], ka[i], lo[0], hi[0])
-                            and in_band(runs.a_other[q], kb[i], lo[1], hi[1])
-                            and runs.a_refs[q] >= min_ref
-                        ):
-                            if n == out_p.shape[0]:
-                                out_p = grow(out_p, n + 1)
-                                out_r = grow(out_r, n + 1)
-                            out_p[n] = i
-                            out_r[n] = runs.a_refs[q]
-                            n += 1
-        for j in range(bot, top):
-            unmark(bits, summary, runs.perm[s0 + j])
+                    cand[p - al] = p
+            else:
+                n_cand = marked_in(bits, summary, al, ah, cand)
+            if n + n_cand > out_p.shape[0]:
+                out_p = grow(out_p, n + n_cand)
+                out_r = grow(out_r, n + n_cand)
+            for c in range(n_cand):
+                q = s0 + cand[c]
+                if (
+                    in_band(runs.a_keys[q], ka[i], lo[0], hi[0])
+                    and in_band(runs.a_other[q], kb[i], lo[1], hi[1])
+                    and runs.a_refs[q] >= min_ref
+                ):
+                    out_p[n] = i
+                    out_r[n] = runs.a_refs[q]
+                    n += 1
+        if top > bot:  # clear the rest: whole words are cheaper than a mark at a time
+            bits[: (size + 63) >> 6] = 0
+            summary[: (((size + 63) >> 6) + 63) >> 6] = 0
     return out_p[:n], out_r[:n]
 
 

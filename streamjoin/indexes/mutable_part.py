@@ -86,66 +86,66 @@ def _matches(slot_keys, slot_refs, s, keys, i, lo, hi, min_ref):
     return True
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _range_bits(table, sorted_slots, g, first, end, out):
+    """``out`` := the bit array of the slots ranked ``[first, end)`` in one row's key order:
+    two prefix rows XORed, then the slots between ``g``-multiples and the bounds toggled."""
+    lb, hb = first // g, end // g
+    low, high = table[lb], table[hb]
+    for w in range(out.shape[0]):
+        out[w] = high[w] ^ low[w]
+    for j in range(lb * g, first):
+        s = sorted_slots[j]
+        out[s >> 6] ^= ONE << np.uint64(s & 63)
+    for j in range(hb * g, end):
+        s = sorted_slots[j]
+        out[s >> 6] ^= ONE << np.uint64(s & 63)
+
+
 @njit(cache=True, nogil=True)
 def probe_bitsets(
     sorted_keys, sorted_slots, tables, g, slot_keys, slot_refs, keys, lo, hi, min_ref
 ):
-    """Slots matching each probe on every key row: ``(probe_pos, slot)`` int64.
+    """Slots matching each probe on both key rows: ``(probe_pos, slot)`` int64.
 
     Per probe and row, the bit array of the row's range is two prefix rows XORed and the
-    slots ranked between them toggled; rows are ANDed word by word, and the set bits of the
-    result are tested exactly (the ranges were widened). O(m · K · (log n + n / 64 + g) +
+    slots ranked between them toggled; the rows are ANDed word by word, and the set bits of
+    the result are tested exactly (the ranges were widened). O(m · (log n + n / 64 + g) +
     matches).
     """
-    n_rows, n = sorted_keys.shape
+    n = sorted_keys.shape[1]
     n_words = tables.shape[2]
     acc = np.empty(n_words, dtype=np.uint64)
     row = np.empty(n_words, dtype=np.uint64)
+    # set bits are collected here first: growing the output inside the word loop made numba
+    # count references on every word (10x slower)
+    cand = np.empty(n_words * 64, dtype=np.int64)
     out_p = np.empty(64, dtype=np.int64)
     out_s = np.empty(64, dtype=np.int64)
     n_out = 0
     for i in range(keys.shape[1]):
-        empty = False
-        for c in range(n_rows):
-            lr, hr = _row_range(sorted_keys[c], n, keys[c, i], lo[c], hi[c])
-            if lr >= hr:
-                empty = True
-                break
-            lb, hb = lr // g, hr // g
-            if c == 0:
-                for w in range(n_words):
-                    acc[w] = tables[c, hb, w] ^ tables[c, lb, w]
-                for j in range(lb * g, lr):
-                    s = sorted_slots[c, j]
-                    acc[s >> 6] ^= ONE << np.uint64(s & 63)
-                for j in range(hb * g, hr):
-                    s = sorted_slots[c, j]
-                    acc[s >> 6] ^= ONE << np.uint64(s & 63)
-            else:  # AND with this row's array, toggles applied to a copy of its words
-                for w in range(n_words):
-                    row[w] = tables[c, hb, w] ^ tables[c, lb, w]
-                for j in range(lb * g, lr):
-                    s = sorted_slots[c, j]
-                    row[s >> 6] ^= ONE << np.uint64(s & 63)
-                for j in range(hb * g, hr):
-                    s = sorted_slots[c, j]
-                    row[s >> 6] ^= ONE << np.uint64(s & 63)
-                for w in range(n_words):
-                    acc[w] &= row[w]
-        if empty:
+        l0, h0 = _row_range(sorted_keys[0], n, keys[0, i], lo[0], hi[0])
+        l1, h1 = _row_range(sorted_keys[1], n, keys[1, i], lo[1], hi[1])
+        if l0 >= h0 or l1 >= h1:
             continue
+        _range_bits(tables[0], sorted_slots[0], g, l0, h0, acc)
+        _range_bits(tables[1], sorted_slots[1], g, l1, h1, row)
+        n_cand = 0
         for w in range(n_words):
-            word = acc[w]
+            word = acc[w] & row[w]
             while word:
-                s = w * 64 + np.int64(trailing_zeros(word))
+                cand[n_cand] = w * 64 + np.int64(trailing_zeros(word))
+                n_cand += 1
                 word &= word - ONE
-                if _matches(slot_keys, slot_refs, s, keys, i, lo, hi, min_ref):
-                    if n_out == out_p.shape[0]:
-                        out_p = grow(out_p, n_out + 1)
-                        out_s = grow(out_s, n_out + 1)
-                    out_p[n_out] = i
-                    out_s[n_out] = s
-                    n_out += 1
+        if n_out + n_cand > out_p.shape[0]:
+            out_p = grow(out_p, n_out + n_cand)
+            out_s = grow(out_s, n_out + n_cand)
+        for q in range(n_cand):
+            s = cand[q]
+            if _matches(slot_keys, slot_refs, s, keys, i, lo, hi, min_ref):
+                out_p[n_out] = i
+                out_s[n_out] = s
+                n_out += 1
     return out_p[:n_out], out_s[:n_out]
 
 

@@ -74,6 +74,9 @@ class POJoinIndex(WindowIndex):
     takes_order = True
     #: a warm run (batches of a few hundred) merges, probes structures and expires one
     warm_options = {"merge_every": 128}
+    #: a batch joined with itself through one structure over it (IE-Join on the batch): the
+    #: sweep on one key would meet half the batch per tuple under two inequalities
+    batch_join_options = {"merge_every": 1}
 
     def __init__(
         self,
@@ -94,6 +97,15 @@ class POJoinIndex(WindowIndex):
         self._min_ref = _NO_REF
 
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
+        if len(self.mutable) == 0 and len(refs) >= self.merge_every:
+            # a batch of δ or more would be merged at once: sort it into structures directly
+            a = stable_order(keys[0]) if order is None else order
+            b = stable_order(keys[1]) if self.n_keys > 1 else a
+            rows = np.zeros((2, len(refs)))
+            rows[: self.n_keys] = keys
+            for a_part, b_part in split_slots(a, b, self.subintervals):
+                self.runs.add(a_part, b_part, rows, refs, self._min_ref)
+            return
         self.mutable.insert(keys, refs, order)
         if len(self.mutable) >= self.merge_every:
             self.merge()
