@@ -98,9 +98,9 @@ class JoinSpec:
     The index serves the conditions :func:`~streamjoin.indexes.plan` picks (one key row each:
     a stored tuple's key is its own side's attribute, ``attr`` for R and ``attr_s`` for S);
     the rest are residual filters. Conditions are kept in that order — served ones first — in
-    :attr:`conds`. When the index can serve no condition (``plan.fallback``) the parts hold a
-    ``nested_loop`` over one constant key row, probed with an unbounded box, and every
-    condition is residual: slow, never wrong.
+    :attr:`conds`. When the index can serve no condition (``plan.fallback``) the parts hold
+    the ``fallback`` index (``nested_loop``) over one constant key row, probed with an
+    unbounded box, and every condition is residual: slow, never wrong.
 
     Parameters
     ----------
@@ -119,6 +119,8 @@ class JoinSpec:
         θ(r, s) ∨ θ(s, r). The pair (a, b), a older, is thus kept once: where a's R copy meets
         b's S copy; (b's R copy, a's S copy) and a tuple with itself are dropped. Ignored for a
         two-way join.
+    fallback : str
+        The index that scans everything when ``index`` can serve no condition.
     """
 
     def __init__(
@@ -127,14 +129,16 @@ class JoinSpec:
         index: str | None = None,
         index_options: dict | None = None,
         paired: bool = False,
+        fallback: str = "nested_loop",
     ):
         self.query = query
         asked = index or indexes.default_for(query.predicate, query.self_join)
-        self.plan = indexes.plan(asked, query.predicate, query.self_join)
+        self.plan = indexes.plan(asked, query.predicate, query.self_join, fallback)
         self.index_name = self.plan.index
         self.index_cls = indexes.get(self.index_name)
-        # a fallback nested loop gets none of the options meant for the index asked for
-        self.index_options = {} if self.plan.fallback else dict(index_options or {})
+        # a fallback index gets none of the options meant for another index
+        fell_back = self.plan.fallback and self.index_name != asked
+        self.index_options = {} if fell_back else dict(index_options or {})
         self.n_served = len(self.plan.keys)
         self.n_keys = max(1, self.n_served)
         self.paired = query.self_join and paired

@@ -227,11 +227,13 @@ def why_not_served(cls: type[WindowIndex], cond: Condition, self_join: bool) -> 
     return cls.unsupported(Predicate((cond,)))
 
 
-def plan(name: str, predicate: Predicate, self_join: bool = False) -> IndexPlan:
+def plan(
+    name: str, predicate: Predicate, self_join: bool = False, fallback: str = "nested_loop"
+) -> IndexPlan:
     """The :class:`IndexPlan` of index ``name`` for ``predicate``: the conditions it can
     serve, in order (up to one for a single-key index, ``max_keys`` for a multi-attribute one),
-    or the nested-loop fallback if it can serve none. Never a wrong answer: what is not served
-    is checked as a residual filter."""
+    or ``fallback`` (an index that scans everything under an unbounded box) if it can serve
+    none. Never a wrong answer: what is not served is checked as a residual filter."""
     cls = get(name)
     reasons = [why_not_served(cls, c, self_join) for c in predicate]
     usable = tuple(i for i, why in enumerate(reasons) if why is None)
@@ -243,10 +245,10 @@ def plan(name: str, predicate: Predicate, self_join: bool = False) -> IndexPlan:
         rest = (
             f"it serves {predicate.conditions[keys[0]]} instead"
             if keys
-            else "the core scans its window (nested_loop) and checks every condition"
+            else f"the core scans its window ({fallback}) and checks every condition"
         )
         note = f"index {name!r} cannot serve {first}: {reasons[0]}; {rest}"
-    return IndexPlan(name if keys else "nested_loop", keys, note)
+    return IndexPlan(name if keys else fallback, keys, note)
 
 
 def default_for(predicate: Predicate, self_join: bool = False) -> str:

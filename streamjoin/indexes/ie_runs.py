@@ -273,12 +273,15 @@ class RunSet:
             self.largest = 0
         return gone
 
-    def probe(self, ka, kb, by_a, by_b, lo, hi, min_ref: int) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`probe_runs` over every run."""
+    def probe(
+        self, ka, kb, by_a, by_b, lo, hi, min_ref: int, first: int = 0, end: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`probe_runs` over runs ``first`` to ``end - 1`` (default: every run)."""
         bits, summary = new_bits(self.largest)
+        starts = self.starts[first : (self.n_runs if end is None else end) + 1]
         return probe_runs(
             self.arrays,
-            np.array(self.starts, dtype=np.int64),
+            np.array(starts, dtype=np.int64),
             ka,
             kb,
             by_a,

@@ -22,6 +22,9 @@ residual filters.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from streamjoin.indexes.base import WindowIndex, register
@@ -57,8 +60,9 @@ class POJoinIndex(WindowIndex):
     ----------
     n_keys : int
         Key rows, 1 or 2.
-    merge_every : int
-        δ: merge the mutable part once it holds this many items.
+    merge_every : int or None
+        δ: merge the mutable part once it holds this many items (None: only when
+        :meth:`merge` is called, as the ``spo`` topology's mutable stage does).
     subintervals : int
         Structures each merge is divided into (consecutive arrivals).
     intersect : {"bitset", "scatter", "hash"}
@@ -81,23 +85,25 @@ class POJoinIndex(WindowIndex):
     def __init__(
         self,
         n_keys: int = 1,
-        merge_every: int = DEFAULT_MERGE_EVERY,
+        merge_every: int | None = DEFAULT_MERGE_EVERY,
         subintervals: int = 1,
         intersect: str = "bitset",
         fanout: int = 32,
         leaf_size: int = 64,
     ) -> None:
         super().__init__(n_keys)
-        self.merge_every = _positive("merge_every", merge_every)
+        self.merge_every = None if merge_every is None else _positive("merge_every", merge_every)
         self.subintervals = _positive("subintervals", subintervals)
         if intersect not in INTERSECTIONS:
             raise ValueError(f"po_join intersect must be one of {INTERSECTIONS}, got {intersect!r}")
         self.mutable = MutablePart(n_keys, intersect, fanout, leaf_size)
         self.runs = RunSet()
         self._min_ref = _NO_REF
+        self._visible: tuple[int, int] | None = None  # (first, end) structure, mutable hidden
 
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
-        if len(self.mutable) == 0 and len(refs) >= self.merge_every:
+        every = self.merge_every
+        if every is not None and len(self.mutable) == 0 and len(refs) >= every:
             # a batch of δ or more would be merged at once: sort it into structures directly
             a = stable_order(keys[0]) if order is None else order
             b = stable_order(keys[1]) if self.n_keys > 1 else a
@@ -107,7 +113,7 @@ class POJoinIndex(WindowIndex):
                 self.runs.add(a_part, b_part, rows, refs, self._min_ref)
             return
         self.mutable.insert(keys, refs, order)
-        if len(self.mutable) >= self.merge_every:
+        if every is not None and len(self.mutable) >= every:
             self.merge()
 
     def merge(self) -> None:
@@ -118,13 +124,39 @@ class POJoinIndex(WindowIndex):
         for a, b in split_slots(a_slots, b_slots, self.subintervals):
             self.runs.add(a, b, slot_keys, slot_refs, self._min_ref)
 
+    def take_mutable(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Empty the mutable part without merging it here (the ``spo`` topology ships it to a
+        worker): ``(a_slots, b_slots, slot_keys, slot_refs)`` as
+        :meth:`~streamjoin.indexes.mutable_part.MutablePart.take`. O(K · δ)."""
+        return self.mutable.take()
+
+    def add_structure(self, a_order, b_order, keys: np.ndarray, refs: np.ndarray) -> bool:
+        """Add a PO-Join structure over items ``refs`` (increasing, above every ref held)
+        with key rows ``keys`` (``(n_keys, n)``), given the positions in the first key's order
+        and in the second's (a merge's, from another index's mutable part). Items already
+        expired are left out; returns whether anything was left. O(n)."""
+        rows = np.zeros((2, len(refs)))
+        rows[: self.n_keys] = keys
+        return self.runs.add(a_order, b_order, rows, refs, self._min_ref) > 0
+
+    @contextmanager
+    def only_structures(self, first: int, end: int) -> Iterator[None]:
+        """Within the block, probes see structures ``first`` to ``end - 1`` (oldest first)
+        and not the mutable part."""
+        self._visible = (first, end)
+        try:
+            yield
+        finally:
+            self._visible = None
+
     def probe(self, keys, lo, hi):
         keys = np.ascontiguousarray(keys, dtype=np.float64)
         found = []
-        if len(self.runs):
+        first, end = self._visible or (0, self.runs.n_runs)
+        if end > first and len(self.runs):
             ka, kb, lo2, hi2, by_a, by_b = two_rows(keys, lo, hi)
-            found.append(self.runs.probe(ka, kb, by_a, by_b, lo2, hi2, self._min_ref))
-        if len(self.mutable):
+            found.append(self.runs.probe(ka, kb, by_a, by_b, lo2, hi2, self._min_ref, first, end))
+        if len(self.mutable) and self._visible is None:
             found.append(self.mutable.probe(keys, lo, hi, self._min_ref))
         if len(found) == 1:
             return found[0]
@@ -156,7 +188,8 @@ class POJoinIndex(WindowIndex):
         self.runs.check(self._min_ref)
         if len(self.runs) and len(self.mutable):
             assert self.mutable.slot_refs[0] > self.runs.newest_refs[-1], "mutable part newest"
-        assert len(self.mutable) < self.merge_every, "the mutable part merges at δ"
+        if self.merge_every is not None:
+            assert len(self.mutable) < self.merge_every, "the mutable part merges at δ"
 
 
 def two_rows(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray):
