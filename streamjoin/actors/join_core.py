@@ -189,11 +189,12 @@ class JoinCore(Logic):
         return sum(p.nbytes for p in self.parts.values())
 
     def warm(self) -> None:
-        """Compile (or load from the disk cache) every kernel on a throwaway run: a batch is
-        stored, a second probes it, and a third's horizon expires half of the first (the
-        indexes' delete paths, which a run reaches only once a window is full), under the
-        index's ``warm_options`` (e.g. subwindows small enough to fill). Once per process for
-        each index, its options and the query's shape (:data:`~streamjoin.actors.base.WARMED`).
+        """Compile (or load from the disk cache) every kernel on a throwaway run: four batches
+        are stored, each probing those before it, and the last one's horizon expires half of the
+        first (the indexes' delete paths, which a run reaches only once a window is full), under
+        the index's ``warm_options`` (e.g. subwindows small enough to fill). Once per process
+        for each index, its options and the query's shape
+        (:data:`~streamjoin.actors.base.WARMED`).
         """
         WARMED.once(warm_key(self.spec), lambda: self._warm())
 
@@ -203,8 +204,8 @@ class JoinCore(Logic):
         probe = JoinCore(self.query, self.index_name, options)
         n = 512
         per_stream = n if self_join else n // 2
-        for b in range(3):
-            expire = per_stream // 2 if b == 2 else 0
+        for b in range(4):  # the fourth probes what the third filled (a merged structure)
+            expire = per_stream // 2 if b == 3 else 0
             probe.on_batch("in", warm_batch(k, self_join, n, first=b * per_stream, horizon=expire))
 
 

@@ -76,8 +76,9 @@ class POJoinIndex(WindowIndex):
     multi_attribute = True
     max_keys = 2
     takes_order = True
-    #: a warm run (batches of a few hundred) merges, probes structures and expires one
-    warm_options = {"merge_every": 128}
+    #: a warm run (batches of 512: 256 per stream, or 512 for a self-join) fills the
+    #: mutable part's trees, merges them and probes the structure
+    warm_options = {"merge_every": 600}
     #: a batch joined with itself through one structure over it (IE-Join on the batch): the
     #: sweep on one key would meet half the batch per tuple under two inequalities
     batch_join_options = {"merge_every": 1}
