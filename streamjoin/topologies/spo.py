@@ -58,21 +58,22 @@ def spo(
     mid = (workers - 1) / 2
     ports = ("mutable", *(f"w{k}" for k in range(workers)))
     add_actor(g, "emitter", EmitterConfig(BroadcastRoute(ports)), pos=(0, -mid), label="emitter")
+    # the mutable stage above the column of workers, the collector level with it on the right
     every = f"δ={merge_every}" if merge_every else f"δ={merge_after} ts"
     add_actor(
         g,
         "mutable",
         SPOMutableConfig(workers, merge, opts),
-        pos=(1, 1),
-        label=f"mutable stage\nB+-trees, bitsets\n{every}",
+        pos=(1, 1.2),
+        label=f"mutable\n{every}",
     )
-    add_actor(g, "collector", CollectorConfig(), pos=(3, -mid), label="collector")
+    add_actor(g, "collector", CollectorConfig(), pos=(3.2, 1.2), label="collector")
     g.add_edge("emitter", "mutable", src_port="mutable", dst_port="in", label="R+S")
     g.add_edge("mutable", "collector", src_port="out", dst_port="in", label="pairs")
     for k in range(workers):
         name = f"worker{k}"
         config = SPOWorkerConfig(k, workers, merge)
-        add_actor(g, name, config, pos=(2, -k), label=f"PO-Join worker {k}\nlinked IE structures")
+        add_actor(g, name, config, pos=(2.1, -k), label=f"PO-Join\nworker {k}")
         g.add_edge("emitter", name, src_port=f"w{k}", dst_port="in", label="R+S")
         g.add_edge("mutable", name, src_port=f"w{k}", dst_port="runs", label="merges")
         g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
