@@ -233,17 +233,16 @@ def _query_data(args, predicate):
     names = list(dict.fromkeys(predicate.attrs))
     one_sided = [c for c in predicate if math.isinf(c.lo) != math.isinf(c.hi)]
     per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
-    if len(one_sided) >= 2 and len(names) <= 2:
-        data = sources.inequality_workload(
+    if len(one_sided) >= 2 and len(names) == 2:
+        return sources.inequality_workload(
             args.tuples,
             max(1, int(per_window)),
             args.match_rate,
+            attrs=tuple(names),
             self_join=args.self_join,
             rate=args.rate,
             seed=args.seed,
         )
-        renames = dict(zip(("a", "b"), names, strict=False))
-        return data.rename_columns([renames.get(c, c) for c in data.column_names])
     params = {"low": 0, "high": 10 * args.tuples} if args.distribution == "uniform" else {}
     return sources.synthetic(
         args.tuples,

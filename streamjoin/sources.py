@@ -367,12 +367,13 @@ def inequality_workload(
     window: int,
     match_rate: float = 2.0,
     *,
+    attrs: tuple[str, str] = ("a", "b"),
     self_join: bool = False,
     rate: float = 10_000,
     seed: int = 0,
 ) -> pa.Table:
     """Two correlated attributes for the two-inequality join ``r.a < s.a AND r.b > s.b``
-    (SPO-Join's Q1 shape; ``sj.less("a") & sj.greater("b")``).
+    (SPO-Join's Q1 shape; ``sj.less("a") & sj.greater("b")``), named ``attrs``.
 
     ``a`` is uniform in [0, 1) and ``b = a + noise``, gaussian with the width ``σ`` that gives
     about ``match_rate`` matches per probe into a full count window of ``window`` tuples: a
@@ -388,8 +389,8 @@ def inequality_workload(
     table = synthetic(n, attrs=(), self_join=self_join, rate=rate, seed=seed)
     rng = np.random.default_rng(seed + 1)
     a = rng.uniform(0.0, 1.0, n)
-    return table.append_column("a", pa.array(a)).append_column(
-        "b", pa.array(a + rng.normal(0.0, sigma, n))
+    return table.append_column(attrs[0], pa.array(a)).append_column(
+        attrs[1], pa.array(a + rng.normal(0.0, sigma, n))
     )
 
 
