@@ -38,6 +38,7 @@ SCENARIOS = [
     (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
     (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
     (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),
+    (sj.Query(sj.band("x", 2, "y") & sj.not_equal("x"), sj.CountWindow(40)), False, "grid", 8, 60),
 ]
 
 LAYOUTS = {

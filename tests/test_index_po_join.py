@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
@@ -122,7 +128,14 @@ class POJoinMachine(RuleBasedStateMachine):
 
 
 TestPOJoinMachine = POJoinMachine.TestCase
-TestPOJoinMachine.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
+TestPOJoinMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+@pytest.mark.slow
+def test_po_join_machine_long():
+    """The state machine ten times longer (``pytest -m slow``)."""
+    long = settings(max_examples=600, stateful_step_count=40, deadline=None)
+    run_state_machine_as_test(POJoinMachine, settings=long)
 
 
 def test_permutation_array_by_hand():
@@ -204,7 +217,7 @@ def test_bad_options():
 Q1 = sj.less("a") & sj.greater("b")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_single_po_join_equals_oracle(data):
     """Two-inequality, cross-attribute and band queries, two-way and self-joins, count and
