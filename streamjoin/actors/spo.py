@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
-from streamjoin.actors.join_core import JoinCore, warm_batch, warm_key
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork, concat_pairs
+from streamjoin.actors.base import WARMED, ActorConfig, Clock, RunSettings
+from streamjoin.actors.join_core import JoinCore, JoinLogic, warm_batch, warm_key
+from streamjoin.actors.window_part import JoinSpec, JoinWork, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
 from streamjoin.indexes.po_join import DEFAULT_MERGE_EVERY
@@ -177,11 +177,11 @@ class SPOWorkerConfig(ActorConfig):
         return _INDEX
 
 
-class _Stage(Logic):
-    """What both SPO stages share: the spec over ``po_join``, join counters."""
+class _Stage(JoinLogic):
+    """What both SPO stages share: the spec over ``po_join``, the join cost group's counters
+    charged with ``po_join``'s coefficients (:class:`~streamjoin.actors.join_core.JoinLogic`);
+    each stage warms the whole pipeline, not a join core alone."""
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
     #: merges follow batch boundaries (:class:`MergePlan`), which coalescing would move
     merges_batches = False
 
@@ -192,10 +192,7 @@ class _Stage(Logic):
 
     @property
     def cost_key(self) -> str:
-        return _INDEX
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
+        return _INDEX  # also when po_join serves no condition (the spec's fallback is po_join)
 
 
 class SPOMutableStage(_Stage):
