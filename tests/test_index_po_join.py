@@ -257,3 +257,65 @@ def test_q1_shape_with_many_structures(self_join):
     topo = sj.topologies.single("po_join", merge_every=64)
     res = sj.run(q, data, topo, batch_size=100)
     assert res.same_pairs(expected)
+
+
+INEQUALITIES = ["less", "less_equal", "greater", "greater_equal"]
+
+
+def _ties(n: int, self_join: bool, seed: int) -> dict:
+    """Few key values (many duplicates), runs of equal timestamps."""
+    rng = np.random.default_rng(seed)
+    data = {
+        "ts": np.cumsum(rng.integers(0, 2, n)),
+        "x": rng.integers(0, 6, n).astype(np.float64),
+        "y": rng.integers(0, 6, n),
+    }
+    if not self_join:
+        data["stream"] = rng.integers(0, 2, n).astype(np.int8)
+    return data
+
+
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+@pytest.mark.parametrize("second", INEQUALITIES)
+@pytest.mark.parametrize("first", INEQUALITIES)
+def test_every_pair_of_inequalities(first, second, self_join):
+    """Each of the 16 pairs of <, <=, >, >= on (x, y), and on (x vs s.y, y vs s.x) for two-way
+    joins, with ties everywhere, in count and time windows, merges every few tuples."""
+    data = _ties(240, self_join, seed=len(first) * 7 + len(second))
+    preds = [getattr(sj, first)("x") & getattr(sj, second)("y")]
+    if not self_join:
+        preds.append(getattr(sj, first)("x", "y") & getattr(sj, second)("y", "x"))
+    for pred in preds:
+        for window in (sj.CountWindow(40), sj.TimeWindow(9, 4)):
+            query = sj.Query(pred, window=window, self_join=self_join)
+            expected = sj.oracle.join(query, data)
+            assert len(expected) > 0
+            for batch_size, merge_every in ((1, 5), (16, 7), (64, 64)):
+                topo = sj.topologies.single("po_join", merge_every=merge_every, subintervals=2)
+                res = sj.run(query, data, topo, batch_size=batch_size)
+                assert res.same_pairs(expected), f"{query}, batch {batch_size}"
+
+
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+def test_edges_duplicates_equal_ts_empty_and_windows_of_one(self_join):
+    """All keys equal and all timestamps equal; windows of one tuple or one time unit; no
+    input at all; in a two-way join, one stream empty."""
+    n = 50
+    same = {"ts": np.zeros(n, np.int64), "x": np.ones(n), "y": np.full(n, 2)}
+    if not self_join:
+        same["stream"] = np.arange(n, dtype=np.int8) % 2
+    cases = [same, {k: v[:0] for k, v in same.items()}]  # and no input
+    if not self_join:
+        cases.append({**same, "stream": np.zeros(n, np.int8)})  # S empty
+    pred = sj.less_equal("x") & sj.greater_equal("y")
+    for data in cases:
+        for window in (sj.CountWindow(1), sj.TimeWindow(1), sj.CountWindow(n), sj.TimeWindow(3)):
+            query = sj.Query(pred, window=window, self_join=self_join)
+            expected = sj.oracle.join(query, data)
+            for topo in (
+                sj.topologies.single("po_join", merge_every=3),
+                sj.topologies.spo(2, merge_every=3),
+            ):
+                for batch_size in (1, 8):
+                    res = sj.run(query, data, topo, batch_size=batch_size)
+                    assert res.same_pairs(expected), f"{query}, {topo.name}, {len(data['ts'])}"

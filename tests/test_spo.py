@@ -2,6 +2,7 @@
 interleavings, merge plans, pieces that reach a worker before or after the batches they
 serve, and the drawing."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -110,3 +111,31 @@ def test_spo_draws_and_parses(tmp_path):
     topo.draw(tmp_path / "spo.png")
     assert (tmp_path / "spo.png").read_bytes()[:4] == b"\x89PNG"
     assert sj.topologies.parse("spo:4").name.startswith("spo(4 workers")
+
+
+INEQUALITIES = ["less", "less_equal", "greater", "greater_equal"]
+
+
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+@pytest.mark.parametrize("second", INEQUALITIES)
+@pytest.mark.parametrize("first", INEQUALITIES)
+def test_spo_every_pair_of_inequalities(first, second, self_join):
+    """The 16 pairs of <, <=, >, >= on (x, y) through spo(2), few key values, equal
+    timestamps, pieces delivered in a shuffled order."""
+    rng = np.random.default_rng(len(first) * 7 + len(second))
+    n = 240
+    data = {
+        "ts": np.cumsum(rng.integers(0, 2, n)),
+        "x": rng.integers(0, 6, n).astype(np.float64),
+        "y": rng.integers(0, 6, n),
+    }
+    if not self_join:
+        data["stream"] = rng.integers(0, 2, n).astype(np.int8)
+    pred = getattr(sj, first)("x") & getattr(sj, second)("y")
+    query = sj.Query(pred, window=sj.CountWindow(40), self_join=self_join)
+    expected = sj.oracle.join(query, data)
+    assert len(expected) > 0
+    topo = sj.topologies.spo(2, merge_every=7, subintervals=2)
+    for batch_size, seed in ((1, None), (8, 3), (32, 11)):
+        res = sj.run(query, data, topo, batch_size=batch_size, delivery_seed=seed)
+        assert res.same_pairs(expected), f"{query}, batch {batch_size}, seed {seed}"
