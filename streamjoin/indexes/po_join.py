@@ -46,8 +46,7 @@ def _positive(name: str, value) -> int:
 
 @register
 class POJoinIndex(WindowIndex):
-    """SPO-Join: mutable B+-trees with bit-array intersection, merged every δ items into
-    immutable PO-Join (IE-Join) structures.
+    """SPO-Join: B+-trees with ANDed bit arrays, merged every δ items into IE-Join structures.
 
     Complexity (w items held, δ = ``merge_every``, K key rows): ``insert`` of b items
     O(K · b · (log b + log δ)), plus O(K · δ) per merge, i.e. O(K) per item; ``probe`` of m
