@@ -1,5 +1,7 @@
 """Bad queries, inputs and settings get a clear error, raised before any work starts."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -113,6 +115,17 @@ def test_an_index_that_cannot_serve_the_query_says_so_and_the_answer_stays_exact
     with pytest.warns(sj.indexes.IndexFallbackWarning, match="two keys per tuple.*serves"):
         res = sj.run(q, one, sj.topologies.single("bplus_tree"))
     assert res.same_pairs(sj.oracle.join(q, one))
+
+
+def test_nested_loop_chosen_for_a_not_equal_says_nothing():
+    """``nested_loop`` is the scan every index falls back to: asked for by name it does not
+    warn that it falls back to itself."""
+    q = sj.Query(sj.not_equal("x"), sj.CountWindow(20))
+    data = sj.sources.synthetic(200, low=0, high=5, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sj.indexes.IndexFallbackWarning)
+        res = sj.run(q, data, sj.topologies.single("nested_loop"))
+    assert res.same_pairs(sj.oracle.join(q, data))
 
 
 def test_missing_attribute_named_with_its_side():

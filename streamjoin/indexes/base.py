@@ -249,7 +249,7 @@ def plan(
     most = (cls.max_keys or len(usable)) if cls.multi_attribute else 1
     keys = usable[:most]
     note = None
-    if reasons[0] is not None:
+    if reasons[0] is not None and name != fallback:  # the fallback itself: nothing to say
         first = predicate.conditions[0]
         rest = (
             f"it serves {predicate.conditions[keys[0]]} instead"
