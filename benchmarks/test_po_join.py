@@ -62,10 +62,25 @@ def _load() -> float:
 
 
 def test_join_core(benchmark, batches):
+    RESULTS["join_core"] = _join_cores(benchmark, batches, CONFIGS)
+
+
+#: δ candidates for DEFAULT_MERGE_EVERY, on the same workload
+DELTAS = {
+    f"po_join δ={d}": ("po_join", {"merge_every": d}) for d in (1024, 2048, 4096, 8192, 16384)
+}
+
+
+def test_merge_every(benchmark, batches):
+    """The join core at steady state for each δ, taking turns: DEFAULT_MERGE_EVERY's choice."""
+    RESULTS["merge_every"] = _join_cores(benchmark, batches, DELTAS)
+
+
+def _join_cores(benchmark, batches, configs: dict) -> dict:
     _, stream = batches
     fill = 2 * W // BATCH
     cores = {}
-    for name, (index, options) in CONFIGS.items():
+    for name, (index, options) in configs.items():
         core = JoinCore(QUERY, index, options)
         core.warm()
         for batch in stream[:fill]:  # fill the windows: store and index, no probes
@@ -76,8 +91,8 @@ def test_join_core(benchmark, batches):
                 core.parts[y].insert(batch, ys, keys=keys, order=order)
                 core.parts[y].expire(int(batch.horizon[y]))
         cores[name] = core
-    per_round = {name: [] for name in CONFIGS}
-    pairs = dict.fromkeys(CONFIGS, 0)
+    per_round = {name: [] for name in configs}
+    pairs = dict.fromkeys(configs, 0)
     load = [_load()]
 
     def rounds():
@@ -92,19 +107,19 @@ def test_join_core(benchmark, batches):
 
     benchmark.pedantic(rounds, rounds=1, iterations=1)
     load.append(_load())
-    base = np.array(per_round["po_join"])
+    base = np.array(next(iter(per_round.values())))
     table = {}
     for name, times in per_round.items():
         t = np.array(times)
         table[name] = {
             "cpu_ns_per_tuple": float(np.median(t) * 1e9),
             "tuples_per_cpu_s": float(1 / np.median(t)),
-            "ratio_to_po_join": float(np.median(t / base)),
+            "cpu_ratio_to_first": float(np.median(t / base)),
             "pairs_per_tuple": pairs[name] / (ROUNDS * PER_ROUND * BATCH),
         }
     benchmark.extra_info.update({"join_core": table, "load_1min": load})
-    RESULTS["join_core"] = {"table": table, "load": load}
     assert len({round(v["pairs_per_tuple"], 6) for v in table.values()}) == 1  # same answer
+    return {"table": table, "load": load}
 
 
 def test_run(benchmark, batches):
@@ -186,14 +201,17 @@ def test_index_alone(benchmark):
 
 
 def test_summary():
-    if "join_core" in RESULTS:
-        r = RESULTS["join_core"]
+    for key in ("join_core", "merge_every"):
+        if key not in RESULTS:
+            continue
+        r = RESULTS[key]
+        first = next(iter(r["table"]))
         print(f"\njoin core, steady state at W = 2^16, load {r['load']}")
-        print(f"{'index':<14}{'ns/tuple':>12}{'tuples/cpu-s':>15}{'x po_join':>11}")
+        print(f"{'index':<20}{'ns/tuple':>12}{'tuples/cpu-s':>15}{'x ' + first:>22}")
         for name, v in r["table"].items():
             print(
-                f"{name:<14}{v['cpu_ns_per_tuple']:>12,.0f}{v['tuples_per_cpu_s']:>15,.0f}"
-                f"{v['ratio_to_po_join']:>11.1f}"
+                f"{name:<20}{v['cpu_ns_per_tuple']:>12,.0f}{v['tuples_per_cpu_s']:>15,.0f}"
+                f"{v['cpu_ratio_to_first']:>22.2f}"
             )
     if "run" in RESULTS:
         r = RESULTS["run"]
