@@ -23,8 +23,8 @@ Sections (paper figures in brackets):
 - ``stream`` [Fig. 11]: whole runs on one process (CPU time per input tuple), SPO-Join on one
   core and as ``spo(2)`` against the chained index (B+-tree subindexes on one attribute, the
   other a residual filter), SplitJoin (``split(2)``, nested loops) and one nested loop.
-- ``latency`` [Fig. 8, 10]: event-time latency percentiles on the simulator at a fixed input
-  rate near what the slower layouts sustain (Q1 150,000 tuples/s, Q2 25,000).
+- ``latency`` [Fig. 8, 10]: event-time latency percentiles and CDFs on the simulator at a fixed
+  input rate near what the slower layouts sustain (Q1 150,000 tuples/s, Q2 25,000).
 - ``scale`` [Fig. 13]: the highest input rate ``spo(w)`` sustains on the simulator, w = 1–8.
 - ``anchor``: one window's contents joined statically by DuckDB (IEJoin) and by a PO-Join
   structure (build + probe).
@@ -372,6 +372,8 @@ def section_latency(quick: bool) -> list[dict]:
                         os.getloadavg()[0],
                     )
                 )
+            for q in range(1, 101):  # the CDF, drawn beside the other panels
+                rows.append(_row("cdf", name, layout, q, float(np.percentile(lat, q)), "ms", 0.0))
             print(
                 f"latency {name} {layout}: p50 {np.percentile(lat, 50):.2f} ms, "
                 f"p95 {np.percentile(lat, 95):.2f} ms"
@@ -469,6 +471,68 @@ PAPER = {
 }
 
 
+#: ours as the paper states its own: (numerator, denominator) series, per x
+RATIOS = {
+    ("immutable", "Q1"): [("po_join", "css_bitset"), ("po_join", "css_hash")],
+    ("immutable", "Q2"): [("po_join", "css_bitset"), ("po_join", "css_hash")],
+    ("mutable", "Q1"): [("scatter", "hash"), ("bitset", "scatter")],
+    ("stream", "Q1"): [("po_join", "split(2)"), ("po_join", "nested_loop"), ("po_join", "chained")],
+    ("stream", "Q2"): [("po_join", "split(2)"), ("po_join", "nested_loop"), ("po_join", "chained")],
+}
+
+#: why ours differ from the paper's, from what these runs measure
+WHY = {
+    ("immutable", "Q1"): (
+        "Ours grow with the window: the CSS-tree alternatives intersect about half the window "
+        "per probe (each condition alone matches half of it), O(W), while a PO-Join probe "
+        "costs its position search, the marked words and its ~2 matches. The paper's windows "
+        "are 15–45× ours; its fall to 2× at 3 M is not reached here."
+    ),
+    ("immutable", "Q2"): (
+        "Lower than the paper's: Q2 on the flights is output-bound, a probe matches about 4% of "
+        "the window (336 pairs per tuple at W = 2^13 in `stream`), and every method pays for "
+        "its output."
+    ),
+    ("mutable", "Q1"): (
+        "The paper's bit set is our `scatter` (one bit per item of the first condition's "
+        "range, the second's items tested against them): `scatter`/`hash` is the paper's "
+        "comparison. `bitset` is ours, the default: prefix bit rows XORed and ANDed a word at "
+        "a time."
+    ),
+    ("stream", "Q1"): (
+        "The paper's 43× is at windows of 1–3 M; a nested loop's cost per tuple grows with W and "
+        "PO-Join's barely does, so at W = 2^13 the gap is smaller. `chained` serves one "
+        "condition (half the window per probe) and filters the other; it is slower than the "
+        "nested loop here (not investigated)."
+    ),
+    ("stream", "Q2"): (
+        "Output-bound (336 pairs per tuple): every layout but `chained` is within ~15% of the "
+        "others, unlike the paper's 32–90×."
+    ),
+    ("scale", "Q1"): (
+        "Simulated with this machine's cost profile. Every batch goes to the mutable stage "
+        "and to every worker (Alg. 1 l. 1–2): the mutable stage's work does not shrink with "
+        "more workers, and each worker pays a per-batch cost however few structures it "
+        "holds; ours stop gaining beyond 2–4 workers. The paper measured a Storm cluster "
+        "at far lower rates."
+    ),
+}
+
+
+def _ratios(rows: list[dict], section: str, query: str) -> list[str]:
+    sel = [r for r in rows if r["section"] == section and r["query"] == query]
+    vals = {(r["series"], r["x"]): r["value"] for r in sel}
+    out = []
+    for num, den in RATIOS.get((section, query), []):
+        xs = sorted({x for (s, x) in vals if s == num and (den, x) in vals})
+        if xs:
+            each = ", ".join(
+                f"{vals[num, x] / vals[den, x]:.1f}× ({_fmt_x(section, x)})" for x in xs
+            )
+            out.append(f"- {num} / {den}: {each}")
+    return out
+
+
 def _table(rows: list[dict], section: str, query: str) -> list[str]:
     sel = [r for r in rows if r["section"] == section and r["query"] == query]
     if not sel:
@@ -520,6 +584,11 @@ def write_report(rows: list[dict], name: str, seconds: float) -> None:
         table = _table(rows, section, query)
         if table:
             lines += [f"## {section}, {query}", "", f"Paper: {paper}.", "", *table, ""]
+            ratios = _ratios(rows, section, query)
+            if ratios:
+                lines += ["Ours:", "", *ratios, ""]
+            if (section, query) in WHY:
+                lines += [f"Why: {WHY[section, query]}", ""]
     for section, query in (("latency", "Q1"), ("latency", "Q2"), ("anchor", "Q1")):
         table = _table(rows, section, query)
         if table:
@@ -538,12 +607,26 @@ def _plot(rows: list[dict], path: str) -> None:
         ("stream", "Q1"),
         ("stream", "Q2"),
         ("scale", "Q1"),
+        ("cdf", "Q1"),
+        ("cdf", "Q2"),
     ]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    for ax, (section, query) in zip(axes.ravel(), panels, strict=True):
+    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
+    for ax in axes.ravel()[len(panels) :]:
+        ax.axis("off")
+    for ax, (section, query) in zip(axes.ravel(), panels, strict=False):
         sel = [r for r in rows if r["section"] == section and r["query"] == query]
         if not sel:
             ax.axis("off")
+            continue
+        if section == "cdf":  # event-time latency CDFs (the paper's Fig. 8, 10)
+            for s in dict.fromkeys(r["series"] for r in sel):
+                pts = sorted((r["x"], r["value"]) for r in sel if r["series"] == s)
+                ax.plot([p[1] for p in pts], [p[0] / 100 for p in pts], label=s)
+            ax.set_xscale("log")
+            ax.set_xlabel("event-time latency (ms, sim)")
+            ax.set_ylabel("fraction of pairs")
+            ax.set_title(f"latency CDF {query}")
+            ax.legend(fontsize=7)
             continue
         for s in dict.fromkeys(r["series"] for r in sel):
             pts = sorted((r["x"], r["value"]) for r in sel if r["series"] == s)

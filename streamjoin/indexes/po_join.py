@@ -37,9 +37,9 @@ _NO_REF = np.iinfo(np.int64).min
 #: δ, the items the mutable part takes before it is merged into a PO-Join structure.
 #: Measured (benchmarks/test_po_join.py::test_merge_every: join core, r.a < s.a AND r.b > s.b,
 #: W = 2^16, batch 1024, load 11.6): CPU per tuple relative to δ = 1024 is 0.71 at 2048, 0.57
-#: at 4096, 0.51 at 8192, 0.50 at 16384. Past 4096 the gain is ~10% while the mutable part's
-#: probe cost grows with δ (quadratic in the worst case) and a window smaller than 2δ would
-#: rarely merge: 4096.
+#: at 4096, 0.51 at 8192, 0.50 at 16384. Past 4096 the gain is ~10%, while the mutable part's
+#: probe cost grows with δ and a window smaller than δ is probed wholly in the mutable part
+#: (not measured here): 4096.
 DEFAULT_MERGE_EVERY = 4096
 
 
