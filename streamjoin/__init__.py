@@ -19,7 +19,7 @@ from streamjoin.query import (
     less_equal,
     not_equal,
 )
-from streamjoin.runtime import Result, run
+from streamjoin.runtime import Result, RunTimeout, run
 
 __all__ = [
     "__version__",
@@ -27,6 +27,7 @@ __all__ = [
     "InputError",
     "Query",
     "Result",
+    "RunTimeout",
     "TimeWindow",
     "band",
     "equal",
