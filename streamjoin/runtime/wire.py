@@ -29,7 +29,9 @@ kind      message                      meta; body
 4         :class:`Ack`                 upto; —
 5         :class:`WorkerCommand`       a batch's meta, index length, positions length;
                                        index (int64), positions (int64), the batch's body
-6         :class:`MergedRun`           piece, stream, a batch's meta; ``a_order``,
+6         ``Progress``                 r, s; — (registered by
+                                       :mod:`~streamjoin.runtime.ray_recovery`)
+7         :class:`MergedRun`           piece, stream, a batch's meta; ``a_order``,
                                        ``b_order`` (int64, n each), the batch's body
 ========  ===========================  ==================================================
 """
@@ -378,4 +380,4 @@ register(Codec(2, PairBatch, _encode_pairs, _decode_pairs))
 register(Codec(3, Drain, _encode_drain, _decode_drain))
 register(Codec(4, Ack, _encode_ack, _decode_ack))
 register(Codec(5, WorkerCommand, _encode_command, _decode_command))
-register(Codec(6, MergedRun, _encode_merged, _decode_merged))
+register(Codec(7, MergedRun, _encode_merged, _decode_merged))
