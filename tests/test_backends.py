@@ -39,6 +39,9 @@ SCENARIOS = [
     (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "shared", 8, 60),
     (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "shared", 16, 60),
     (self_join(sj.equal("x") & sj.less("y"), sj.CountWindow(30)), True, "shared_bplus", 4, 6),
+    (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
+    (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),
+    (sj.Query(sj.band("x", 2, "y") & sj.not_equal("x"), sj.CountWindow(40)), False, "grid", 8, 60),
 ]
 
 LAYOUTS = {
@@ -51,6 +54,7 @@ LAYOUTS = {
     "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
     "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
     "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
+    "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
 }
 
 
@@ -67,7 +71,8 @@ def test_backend_equals_oracle(backend, query, one_stream, layout, batch_size, h
     cores = [
         a
         for a in res.metrics["actors"].values()
-        if a["role"] in ("join_core", "manager", "handshake_core", "handshake_ll_core")
+        if a["role"]
+        in ("join_core", "manager", "handshake_core", "handshake_ll_core", "spo_mutable")
     ]
     assert sum(a["tuples_in"] for a in cores) >= 600
     assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
