@@ -75,7 +75,7 @@ from streamjoin.actors.store import TupleStore
 from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
-from streamjoin.indexes import shared
+from streamjoin.indexes import plan, shared
 from streamjoin.indexes.atomics import PAD
 from streamjoin.query import Query
 
@@ -122,6 +122,14 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
                 f"index {name!r} cannot be shared by {self.threads} threads; use one of "
                 f"{', '.join(shared.SHAREABLE)}, or threads=1"
             )
+
+    def check(self, query: Query) -> None:
+        """As a join core's (a warning when the index serves another condition than the
+        first), and a ``ValueError`` when the index can serve no condition of ``query``."""
+        name = self.index or "pim_tree"
+        if name in shared.SHAREABLE:
+            _check_served(name, plan(name, query.predicate, query.self_join).fallback, query)
+        IndexChoice.check(self, query)
 
     @property
     def cpus(self) -> int:
@@ -190,6 +198,18 @@ class _Pool:
             jobs.put(None)
 
 
+def _check_served(index: str, fallback: bool, query: Query) -> None:
+    """The shared core's tasks probe, scan past the edge tuple and insert on one served
+    condition (§4.1); a query whose conditions no index can search (all ``!=``, or a
+    self-join's cross-attribute ones) has none: a single core scans its window instead."""
+    if fallback:
+        raise ValueError(
+            f"shared_index({index!r}) needs a condition its index can search; "
+            f"{query.predicate} has none (!= conditions, or cross-attribute ones in a "
+            "self-join): use single()"
+        )
+
+
 def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
     """Probe boxes of the primary condition per orientation: float64 ``(3, 2, 2)`` (orient,
     box, lo/hi) and their counts (DESIGN §2: indexes return a superset, refined here)."""
@@ -250,6 +270,9 @@ class SharedIndexCore(Logic):
     ) -> None:
         self.query = query
         self.spec = spec = JoinSpec(query, index, index_options)
+        _check_served(spec.index_name, spec.plan.fallback, query)
+        # the served condition's attribute of each stream's tuples (one key row each)
+        self.key_rows = np.array([spec.conds.r_row[0], spec.conds.s_row[0]], dtype=np.int64)
         self.index_name = spec.index_name
         self.threads = positive_int("threads", threads)
         self.task_size = positive_int("task_size", task_size)
@@ -319,7 +342,7 @@ class SharedIndexCore(Logic):
             sizes[y] = len(index) if index is not None else len(store)
             refs = store.append(batch, ys)
             if index is not None:
-                states[y] = index.begin_step(spec.keys(batch, ys)[0], refs)
+                states[y] = index.begin_step(spec.keys(batch, ys, y)[0], refs)
             bases[y] = store.base, store.head
         if spec.query.self_join:
             states[1] = states[0]
@@ -363,9 +386,8 @@ class SharedIndexCore(Logic):
             bases,
             states[0],
             states[1],
-            spec.cond_attr,
-            spec.lo,
-            spec.hi,
+            spec.conds,
+            self.key_rows,
             self.boxes,
             self.n_boxes,
             spec.query.predicate.symmetric,

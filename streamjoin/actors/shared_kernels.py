@@ -136,9 +136,8 @@ def _join_tuples(
     head,
     state,
     indexed,
-    cond_attr,
-    lo,
-    hi,
+    conds,
+    key_rows,
     boxes,
     n_boxes,
     self_join,
@@ -184,8 +183,8 @@ def _join_tuples(
             j = ref - base
             if rows[j, IDX] < tup[T_LO_IDX, g]:  # before g's window
                 continue
-            if first < cond_attr.shape[0] and not theta_oriented(
-                attrs, g, store_attrs, j, cond_attr, lo, hi, first, c_orient
+            if first < conds.lo.shape[0] and not theta_oriented(
+                attrs, g, store_attrs, j, conds, first, c_orient
             ):
                 continue
             c_seq = rows[j, SEQ]
@@ -198,10 +197,12 @@ def _join_tuples(
     # the scan tests the primary condition inline on one column (an inlined θ call per row
     # cost reference counting of its array arguments, measured at ~90 ns a row), the rest
     # of θ only for rows that pass it
-    primary = cond_attr[0]
-    s_key = store_attrs[primary]
-    lo0, hi0 = lo[0], hi[0]
-    residual = cond_attr.shape[0] > 1
+    # the served condition compares the probing tuple's own-side attribute (``key_rows[x]``)
+    # with the stored tuple's (``key_rows[y]``): one row each, as the index keys them
+    s_key = store_attrs[key_rows[y]]
+    g_row = key_rows[x]
+    lo0, hi0 = conds.lo[0], conds.hi[0]
+    residual = conds.lo.shape[0] > 1
     for a in range(n_g):  # the not-yet-indexed tail, edge tuple to t_e (§4.1, Fig. 6)
         g = gs[a]
         end = tup[T_OPP, g]
@@ -216,7 +217,7 @@ def _join_tuples(
             start = e_ref
         work[W_SCANNED] += end - start
         g_seq = tup[T_SEQ, g]
-        g_key = attrs[primary, g]
+        g_key = attrs[g_row, g]
         for j in range(start - base, end - base):
             d = s_key[j] - g_key  # stored minus probing: s - r when r probes
             if orient == R_PROBES:
@@ -227,9 +228,7 @@ def _join_tuples(
                 hit = lo0 <= -d <= hi0 or lo0 <= d <= hi0
             if not hit:
                 continue
-            if residual and not theta_oriented(
-                attrs, g, store_attrs, j, cond_attr, lo, hi, 0, orient
-            ):
+            if residual and not theta_oriented(attrs, g, store_attrs, j, conds, 0, orient):
                 continue
             c_seq = rows[j, SEQ]
             ingest = max(tup[T_INGEST, g], rows[j, INGEST_NS])
@@ -301,9 +300,8 @@ def run_tasks(
     bases,
     state0,
     state1,
-    cond_attr,
-    lo,
-    hi,
+    conds,
+    key_rows,
     boxes,
     n_boxes,
     symmetric,
@@ -345,7 +343,6 @@ def run_tasks(
     sorted_keys = np.empty((2, task_size), dtype=np.float64)
     orders = np.empty((2, task_size), dtype=np.int64)
     refs = np.empty(task_size, dtype=np.int64)
-    primary = cond_attr[0]
     cand_p = np.empty(64, dtype=np.int64)
     cand_r = np.empty(64, dtype=np.int64)
     pairs = np.empty((5, 256), dtype=np.int64)
@@ -374,7 +371,7 @@ def run_tasks(
             # the tuples' keys in (key, ref) order: probes share descents, inserts walk the
             # subindexes in order (refs ascend with positions, so a stable sort suffices)
             for a in range(m):
-                keys[x, a] = attrs[primary, gs[x, a]]
+                keys[x, a] = attrs[key_rows[x], gs[x, a]]
             orders[x, :m] = np.argsort(keys[x, :m], kind="mergesort")
             for a in range(m):
                 sorted_keys[x, a] = keys[x, orders[x, a]]
@@ -400,9 +397,8 @@ def run_tasks(
                 bases[y, 1],
                 state,
                 indexed,
-                cond_attr,
-                lo,
-                hi,
+                conds,
+                key_rows,
                 boxes,
                 n_boxes,
                 self_join,
