@@ -231,6 +231,30 @@ def probe_partitioned(
     return out_p[:n_out], out_r[:n_out]
 
 
+def check_options(
+    name: str,
+    merge_ratio: float,
+    insertion_depth: int,
+    window: int | None,
+    fanout: int,
+    leaf_size: int,
+    css_fanout: int,
+    css_leaf_size: int,
+) -> None:
+    """Raise ``ValueError``, naming index ``name``, for a PIM-Tree option out of its range
+    (this index's and the shared one's, :mod:`streamjoin.indexes.shared`)."""
+    if not 0 < merge_ratio <= 1:
+        raise ValueError(f"{name} merge_ratio must be in (0, 1], got {merge_ratio}")
+    if insertion_depth < 0:
+        raise ValueError(f"{name} insertion_depth must be >= 0, got {insertion_depth}")
+    if window is not None and window < 1:
+        raise ValueError(f"{name} window must be positive, got {window}")
+    if fanout < 3 or leaf_size < 3:
+        raise ValueError(f"{name} fanout and leaf_size must be at least 3")
+    if css_fanout < 2 or css_leaf_size < 1:
+        raise ValueError(f"{name} needs css_fanout >= 2 and css_leaf_size >= 1")
+
+
 @register
 class PIMTreeIndex(WindowIndex):
     """PIM-Tree (§3.3): immutable T_S plus T_I partitioned by T_S's nodes at depth D_I.
@@ -292,16 +316,16 @@ class PIMTreeIndex(WindowIndex):
         css_leaf_size: int = 32,
     ) -> None:
         super().__init__(n_keys)
-        if not 0 < merge_ratio <= 1:
-            raise ValueError(f"{self.name} merge_ratio must be in (0, 1], got {merge_ratio}")
-        if insertion_depth < 0:
-            raise ValueError(f"{self.name} insertion_depth must be >= 0, got {insertion_depth}")
-        if window is not None and window < 1:
-            raise ValueError(f"{self.name} window must be positive, got {window}")
-        if fanout < 3 or leaf_size < 3:
-            raise ValueError(f"{self.name} fanout and leaf_size must be at least 3")
-        if css_fanout < 2 or css_leaf_size < 1:
-            raise ValueError(f"{self.name} needs css_fanout >= 2 and css_leaf_size >= 1")
+        check_options(
+            self.name,
+            merge_ratio,
+            insertion_depth,
+            window,
+            fanout,
+            leaf_size,
+            css_fanout,
+            css_leaf_size,
+        )
         self.merge_ratio = float(merge_ratio)
         self.insertion_depth = int(insertion_depth)
         self.window = window

@@ -41,7 +41,7 @@ from streamjoin.indexes.bplus_tree import (
 )
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.key_order import stable_order
-from streamjoin.indexes.pim_tree import partitions
+from streamjoin.indexes.pim_tree import check_options, partitions
 from streamjoin.indexes.pim_tree_shared import (
     APPLYING,
     BUILDING,
@@ -122,16 +122,16 @@ class SharedPIMTree:
     ) -> None:
         if merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {merge!r}")
-        if not 0 < merge_ratio <= 1:
-            raise ValueError(f"{name} merge_ratio must be in (0, 1], got {merge_ratio}")
-        if insertion_depth < 0:
-            raise ValueError(f"{name} insertion_depth must be >= 0, got {insertion_depth}")
-        if window is not None and window < 1:
-            raise ValueError(f"{name} window must be positive, got {window}")
-        if fanout < 3 or leaf_size < 3:
-            raise ValueError(f"{name} fanout and leaf_size must be at least 3")
-        if css_fanout < 2 or css_leaf_size < 1:
-            raise ValueError(f"{name} needs css_fanout >= 2 and css_leaf_size >= 1")
+        check_options(
+            name,
+            merge_ratio,
+            insertion_depth,
+            window,
+            fanout,
+            leaf_size,
+            css_fanout,
+            css_leaf_size,
+        )
         self.name = name
         self.merge = merge
         self.merge_ratio = float(merge_ratio)
