@@ -853,17 +853,17 @@ def plot(data: dict, path: str) -> None:
             styles[machine],
             marker="o",
             color=colors[k],
-            label=f"{k} ({machine})",
+            label=k if machine == "paper" else None,
         )
     for k, n in FIG4_MIN_N.items():
         ax.axvline(n, color=colors[k], lw=0.8, ls=":", alpha=0.7)
     ax.set(
         xlabel="workers N",
         ylabel="output rate (pairs/s)",
-        title="Fig. 4: 2,100 t/s per stream, T_w 300 s (simulated)\ndotted verticals: paper's "
-        "minimum N",
+        title="Fig. 4: 2,100 t/s per stream, T_w 300 s (simulated)\nsolid: `paper` machine, "
+        "dashed: `calibrated`; dotted: paper's min. N",
     )
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="lower right")
 
     ax = axes[0][1]
     for (machine, k), sel in _groups(data.get("fig5a", []), "machine", "kind").items():
@@ -892,6 +892,14 @@ def plot(data: dict, path: str) -> None:
                 color="k",
                 label=f"linear, {backend} (measured)" if backend == "ray" else backend,
             )
+    one = P_PAPER / (T_JOIN_NS * 1e-9)  # the paper's 1x1 by Expr. 4
+    ax.plot(
+        list(TABLE1_LAYOUTS),
+        [TABLE1[(n, "linear")] / one for n in TABLE1_LAYOUTS],
+        "k*",
+        ms=13,
+        label="paper: Table I linear / Expr. 4's B(1)",
+    )
     ax.plot([1, 16], [1, 16], color="grey", lw=1, label="ideal")
     ax.set(
         xlabel="workers N",
@@ -911,7 +919,7 @@ def plot(data: dict, path: str) -> None:
             styles[machine],
             marker="o",
             color=colors[k] if window == 300 else "C4",
-            label=f"{k}, T_w {window:.0f} s ({machine})",
+            label=f"{k}, T_w {window:.0f} s" + (" (calibrated)" if machine != "paper" else ""),
         )
         if machine == "paper" and k == "linear":
             ax.plot(
@@ -925,7 +933,8 @@ def plot(data: dict, path: str) -> None:
     ax.set(
         xlabel="workers N",
         ylabel="max sustainable rate (tuples/s per stream)",
-        title="Fig. 5b: rate search (simulated); 16 cores, SMT beyond",
+        title="Fig. 5b: rate search (simulated), `paper` machine solid\n16 cores, SMT beyond "
+        "(dashed line); `calibrated` dashed",
     )
     ax.legend(fontsize=8)
 

@@ -109,7 +109,7 @@ INFINIBAND = {
 #: Scales: full and --quick.
 SCALES = {
     "full": {
-        "window": 2**20,
+        "window": 2**18,
         "batches": [2**12, 2**14, 2**15, 2**16, 2**18],
         "windows": [2**16, 2**18, 2**20],
         "big_windows": [2**22],
@@ -118,7 +118,7 @@ SCALES = {
         "selectivities": [1, 4, 16, 64],
         "base_windows": [2**18, 2**20, 2**23, 2**27],
         "nl_window": 2**13,
-        "storm_window": 2**20,
+        "storm_window": 2**18,
         "measured_window": 2**14,
     },
     "quick": {
@@ -332,7 +332,7 @@ def model(profile, store: str, window: int, workers: int, subwindows: int, batch
         + j["scan"] * probes * math.log2(n_sub + 1)
         + j["candidates"] * pairs
         + j["pairs"] * pairs
-        + j["inserted"] * batch / max(1, min(workers, subwindows))
+        + j["inserted"] * batch / workers
         + send(pair_bytes)
     )
     total_pairs = batch * subwindows * s + in_batch
@@ -421,31 +421,29 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
     if section == "batch":
         for store in STORES:
             for b in sc["batches"]:
-                point("cluster", profs["cluster"], store, w, 32, 16, b, 1)
-            point("calibrated", profs["calibrated"], store, w, 32, 16, 2**15, 1)
+                point("cluster", profs["cluster"], store, w, 16, 15, b, 1)
+            point("calibrated", profs["calibrated"], store, w, 16, 15, 2**15, 1)
             for b in [2**k for k in range(10, 24, 2)]:
                 for machine, prof in profs.items():
-                    modelled(machine, prof, store, 2**27, 32, 16, b, 1)
+                    modelled(machine, prof, store, 2**27, 16, 15, b, 1)
     elif section == "window":
         for s in (1, 64):
             for store in STORES:
                 for window in sc["windows"] + (sc["big_windows"] if store == "bisort" else []):
                     if s == 64 and window > 2**16:
                         continue  # 1,024 pairs per input tuple: 0.5G pairs at 2^16 already
-                    point("cluster", profs["cluster"], store, window, 32, 16, 2**15, s)
+                    point("cluster", profs["cluster"], store, window, 16, 15, 2**15, s)
                 for workers in sc["workers"]:
-                    if s == 1:
-                        point(
-                            "cluster", profs["cluster"], store, w, workers, workers // 2, 2**15, s
-                        )
+                    if s == 1 and workers != 16:  # 16 workers: the window sweep's points
+                        point("cluster", profs["cluster"], store, w, workers, workers - 1, 2**15, s)
                     for window in MODEL_WINDOWS:
                         for machine, prof in profs.items():
-                            modelled(machine, prof, store, window, workers, workers // 2, 2**15, s)
+                            modelled(machine, prof, store, window, workers, workers - 1, 2**15, s)
     elif section == "selectivity":
         ws = sc["sel_window"]
         for store in STORES:
             for s in sc["selectivities"]:
-                row = point("cluster", profs["cluster"], store, ws, 32, 16, 2**15, s)
+                row = point("cluster", profs["cluster"], store, ws, 16, 15, 2**15, s)
                 row["result_share"] = result_share(profs["cluster"], row)
     elif section == "baselines":
         nl = sc["nl_window"]
@@ -454,13 +452,13 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
                 simulate = window <= w
                 for machine, prof in profs.items():
                     if simulate:
-                        point(machine, prof, store, window, 16, 8, 2**15, 1)
+                        point(machine, prof, store, window, 16, 15, 2**15, 1)
                     else:
-                        modelled(machine, prof, store, window, 16, 8, 2**15, 1)
+                        modelled(machine, prof, store, window, 16, 15, 2**15, 1)
             for kind in NESTED:
                 for machine, prof in profs.items():
                     k = window / nl
-                    point(  # the PanJoin rows' match rate: 8 subwindows at S = 1
+                    point(  # the PanJoin rows' match rate: 15 subwindows at S = 1
                         machine,
                         scaled_scan(prof, k),
                         "nested_loop",
@@ -468,7 +466,7 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
                         16,
                         1,
                         512,
-                        8,
+                        15,
                         kind=kind,
                         sim_window=nl,
                         scale=k,
@@ -477,14 +475,14 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
         ws = sc["storm_window"]
         for store in STORES:
             for machine, prof in profs.items():
-                full = point(machine, prof, store, ws, 32, 16, 2**15, 1, variant="PanJoin")
+                full = point(machine, prof, store, ws, 16, 15, 2**15, 1, variant="PanJoin")
                 empty = point(
                     machine,
                     empty_workers(prof, store),
                     store,
                     ws,
-                    32,
                     16,
+                    15,
                     2**15,
                     1,
                     variant="empty workers",
