@@ -574,6 +574,7 @@ def render(quick: bool, prov: report.Provenance) -> None:
         return
     base = os.path.join(report.results_dir(), "dpjoin_system" + ("_quick" if quick else ""))
     plot(data, base + ".png")
+    headline(data, base + "_headline.png")
     k = SCALE * (3 if quick else 1)
     lines = [
         "# DP-Join's system figures on the simulator (and measured where this machine can)",
@@ -830,18 +831,40 @@ SECTION_WRITERS = {
 }
 
 
+COLORS = {"linear": "C0", "square": "C1", "rectangular": "C2", "handshake": "C3"}
+STYLES = {"paper": "-", "calibrated": "--"}
+
+
 def plot(data: dict, path: str) -> None:
+    """Every section's panel (``dpjoin_system.png``)."""
+    panels = [panel_fig4, panel_fig5a, panel_fig5b, panel_table1, panel_fig7b, panel_measured]
+    _figure(data, path, panels, (2, 3), (17, 10), 11)
+
+
+def headline(data: dict, path: str) -> None:
+    """Fig. 4 and Fig. 5b, large enough to read where the README shows them."""
+    _figure(data, path, [panel_fig4, panel_fig5b], (1, 2), (13, 5.2), 12)
+
+
+def _figure(data, path, panels, grid, size, font) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 11})
-    fig, axes = plt.subplots(2, 3, figsize=(17, 10))
-    colors = {"linear": "C0", "square": "C1", "rectangular": "C2", "handshake": "C3"}
-    styles = {"paper": "-", "calibrated": "--"}
+    plt.rcParams.update({"font.size": font})
+    fig, axes = plt.subplots(*grid, figsize=size, squeeze=False)
+    for panel, ax in zip(panels, axes.ravel(), strict=True):
+        panel(ax, data)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=font - 3, loc="lower right" if panel is panel_fig4 else "best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
-    ax = axes[0][0]
+
+def panel_fig4(ax, data: dict) -> None:
+    """Fig. 4: output rate against workers."""
     for r0 in data.get("fig4", [])[:1]:
         ax.axhline(r0["expr3_bmax"], color="k", lw=1, label="Expr. 3 B_max (ours)")
         ax.axhline(9526, color="k", lw=1, ls=":", label="paper's B_max 9,526")
@@ -850,22 +873,23 @@ def plot(data: dict, path: str) -> None:
         ax.plot(
             [r["workers"] for r in sel],
             [r["output_rate"] for r in sel],
-            styles[machine],
+            STYLES[machine],
             marker="o",
-            color=colors[k],
+            color=COLORS[k],
             label=k if machine == "paper" else None,
         )
     for k, n in FIG4_MIN_N.items():
-        ax.axvline(n, color=colors[k], lw=0.8, ls=":", alpha=0.7)
+        ax.axvline(n, color=COLORS[k], lw=0.8, ls=":", alpha=0.7)
     ax.set(
         xlabel="workers N",
         ylabel="output rate (pairs/s)",
         title="Fig. 4: 2,100 t/s per stream, T_w 300 s (simulated)\nsolid: `paper` machine, "
         "dashed: `calibrated`; dotted: paper's min. N",
     )
-    ax.legend(fontsize=8, loc="lower right")
 
-    ax = axes[0][1]
+
+def panel_fig5a(ax, data: dict) -> None:
+    """Fig. 5a: scalability, with the measured Ray points."""
     for (machine, k), sel in _groups(data.get("fig5a", []), "machine", "kind").items():
         sel.sort(key=lambda r: r["workers"])
         one = next((r["output_rate"] for r in sel if r["workers"] == 1), None)
@@ -873,9 +897,9 @@ def plot(data: dict, path: str) -> None:
             ax.plot(
                 [r["workers"] for r in sel],
                 [r["output_rate"] / one for r in sel],
-                styles[machine],
+                STYLES[machine],
                 marker="o",
-                color=colors[k],
+                color=COLORS[k],
                 label=f"{k} ({machine})",
             )
     meas = data.get("measured", [])
@@ -906,9 +930,10 @@ def plot(data: dict, path: str) -> None:
         ylabel="scalability B(N) / B(1)",
         title="Fig. 5a: 6,000 t/s, T_w 300 s (simulated;\nsquares: measured on Ray, 2 cores)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[0][2]
+
+def panel_fig5b(ax, data: dict) -> None:
+    """Fig. 5b: the sustained rate against workers."""
     for (machine, window, k), sel in _groups(
         data.get("fig5b", []), "machine", "window_s", "kind"
     ).items():
@@ -916,9 +941,9 @@ def plot(data: dict, path: str) -> None:
         ax.plot(
             [r["workers"] for r in sel],
             [r["rate"] for r in sel],
-            styles[machine],
+            STYLES[machine],
             marker="o",
-            color=colors[k] if window == 300 else "C4",
+            color=COLORS[k] if window == 300 else "C4",
             label=f"{k}, T_w {window:.0f} s" + (" (calibrated)" if machine != "paper" else ""),
         )
         if machine == "paper" and k == "linear":
@@ -936,9 +961,10 @@ def plot(data: dict, path: str) -> None:
         title="Fig. 5b: rate search (simulated), `paper` machine solid\n16 cores, SMT beyond "
         "(dashed line); `calibrated` dashed",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[1][0]
+
+def panel_table1(ax, data: dict) -> None:
+    """Table I: offered bandwidth per layout, beside the paper."""
     t1 = data.get("table1", [])
     get = {(r["machine"], r["layout"]): r["output_rate"] for r in t1}
     labels = [(n, lay) for n, lays in TABLE1_LAYOUTS.items() for lay in lays]
@@ -956,9 +982,10 @@ def plot(data: dict, path: str) -> None:
         ylabel="offered bandwidth (pairs/s)",
         title="Table I: 6,000 t/s, T_w 300 s (simulated vs paper)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[1][1]
+
+def panel_fig7b(ax, data: dict) -> None:
+    """Fig. 7b: latency per layout, beside Expr. 5–6."""
     f7 = data.get("fig7b", [])
     sel = [r for r in f7 if r["machine"] == "paper"]
     if sel:
@@ -971,9 +998,11 @@ def plot(data: dict, path: str) -> None:
         ylabel="mean latency (ms)",
         title="Fig. 7b: T_x 150 s, T_y 300 s, 1,000 t/s\n(`paper` machine, simulated)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[1][2]
+
+def panel_measured(ax, data: dict) -> None:
+    """Measured against simulated on this machine."""
+    meas = data.get("measured", [])
     if meas:
         layouts = list(dict.fromkeys(r["layout"] for r in meas))
         backends = list(dict.fromkeys(r["backend"] for r in meas))
@@ -1002,10 +1031,6 @@ def plot(data: dict, path: str) -> None:
         title="This machine: measured (median, min–max) vs simulated\n2,100 t/s of event time, "
         "T_w 10 s, full speed",
     )
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def _groups(rows: list[dict], *keys: str) -> dict:
