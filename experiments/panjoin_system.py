@@ -645,6 +645,7 @@ def render(quick: bool, prov: report.Provenance) -> None:
     suffix = "_quick" if quick else ""
     base = os.path.join(report.results_dir(), "panjoin_system" + suffix)
     plot(data, base + ".png")
+    headline(data, base + "_headline.png")
     lines = [
         "# PanJoin as a system (§V-C, Fig. 15): simulated, modelled beyond, measured scaled down",
         "",
@@ -872,182 +873,201 @@ def _groups(rows: list[dict], *keys: str) -> dict:
     return out
 
 
+COLORS = {
+    "bisort": "C0",
+    "rap_table": "C1",
+    "wib_tree": "C2",
+    "split": "C3",
+    "handshake_ll": "C4",
+}
+
+
 def plot(data: dict, path: str) -> None:
+    """Every section's panel (``panjoin_system.png``)."""
+    panels = [panel_batch, panel_window, panel_workers, panel_selectivity, panel_ratio]
+    panels.append(panel_measured)
+    _figure(data, path, panels, (2, 3), (17, 10), 11)
+
+
+def headline(data: dict, path: str) -> None:
+    """Throughput against the window and the ratio to the nested loops, for the README."""
+    _figure(data, path, [panel_window, panel_ratio], (1, 2), (13, 5.2), 12)
+
+
+def _figure(data, path, panels, grid, size, font) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 11})
-    fig, axes = plt.subplots(2, 3, figsize=(17, 10))
-    colors = {
-        "bisort": "C0",
-        "rap_table": "C1",
-        "wib_tree": "C2",
-        "split": "C3",
-        "handshake_ll": "C4",
-    }
+    plt.rcParams.update({"font.size": font})
+    fig, axes = plt.subplots(*grid, figsize=size, squeeze=False)
+    for panel, ax in zip(panels, axes.ravel(), strict=True):
+        panel(ax, data)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=font - 3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
-    ax = axes[0][0]
-    rows = data.get("batch", [])
-    for (machine, source, store), sel in _groups(rows, "machine", "source", "store").items():
-        sel.sort(key=lambda r: r["batch"])
-        if machine != "cluster":
-            continue
+
+def _lines(ax, rows: list[dict], x: str, name) -> None:
+    """One line per (source, name(row)): simulated solid with dots, modelled dotted."""
+    for (source, label), sel in _groups(
+        [{**r, "_name": name(r)} for r in rows], "source", "_name"
+    ).items():
+        sel.sort(key=lambda r: r[x])
         ax.plot(
-            [r["batch"] for r in sel],
+            [r[x] for r in sel],
             [r["tuples_per_s"] for r in sel],
             "-o" if source == "simulated" else ":",
-            color=colors[store],
-            label=f"{store}, {source} (W {_p2(sel[0]['window'])})",
+            color=COLORS[label],
+            label=f"{label} ({source})",
         )
-    ax.axhline(
-        PAPER_FIGURES["bisort_128M"],
-        color="k",
-        ls="--",
-        lw=1,
-        label="paper: 28.9M (BI-Sort, W 128M)",
-    )
+
+
+def panel_batch(ax, data: dict) -> None:
+    """Fig. 15a: throughput against the batch size."""
+    rows = [r for r in data.get("batch", []) if r["machine"] == "cluster"]
+    _lines(ax, rows, "batch", lambda r: r["store"])
+    ax.axhline(PAPER_FIGURES["bisort_128M"], color="k", ls="--", lw=1, label="paper: 28.9M")
+    ax.set_xscale("log", base=2)
     ax.set(
-        xscale="log",
         yscale="log",
         xlabel="batch size N_Bat (tuples)",
         ylabel="input tuples/s",
-        title="Fig. 15a: S = 1, 32 workers, `cluster`",
+        title="Fig. 15a: S = 1, 16 workers, `cluster`\nsimulated at W 2^18, modelled at 2^27",
     )
-    ax.set_xscale("log", base=2)
-    ax.legend(fontsize=8)
 
-    ax = axes[0][1]
+
+def panel_window(ax, data: dict) -> None:
+    """Fig. 15a/d: throughput against the window."""
     rows = [
-        r for r in data.get("window", []) if r["machine"] == "cluster" and r["selectivity"] == 1
+        r
+        for r in data.get("window", [])
+        if r["machine"] == "cluster" and r["selectivity"] == 1 and r["workers"] == 16
     ]
-    for (source, store, workers), sel in _groups(rows, "source", "store", "workers").items():
-        if source == "simulated" and workers != 32:
-            continue
-        if source == "modelled" and workers != 32:
-            continue
-        sel.sort(key=lambda r: r["window"])
-        ax.plot(
-            [r["window"] for r in sel],
-            [r["tuples_per_s"] for r in sel],
-            "-o" if source == "simulated" else ":",
-            color=colors[store],
-            label=f"{store}, {source}",
-        )
-    ax.plot([2**27], [PAPER_FIGURES["bisort_128M"]], "k*", ms=14, label="paper: BI-Sort 128M")
-    ax.plot([2**30], [PAPER_FIGURES["bisort_1G"]], "kP", ms=12, label="paper: BI-Sort 1G")
+    _lines(ax, rows, "window", lambda r: r["store"])
+    ax.plot([2**27], [PAPER_FIGURES["bisort_128M"]], "k*", ms=14, label="paper: BI-Sort, 128M")
+    ax.plot([2**30], [PAPER_FIGURES["bisort_1G"]], "kP", ms=12, label="paper: BI-Sort, 1G")
     ax.set_xscale("log", base=2)
     ax.set(
         yscale="log",
         xlabel="window W (tuples per stream)",
         ylabel="input tuples/s",
-        title="Fig. 15a/d: S = 1, N_Bat 32K, 32 workers, `cluster`\n(dotted: modelled)",
+        title="Fig. 15a/d: S = 1, N_Bat 32K, 16 workers, `cluster`\n(dotted: modelled)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[0][2]
-    rows = [r for r in data.get("window", []) if r["machine"] == "cluster" and r["window"] == 2**30]
-    if rows:
-        workers = sorted({r["workers"] for r in rows})
-        x = np.arange(len(workers))
-        for i, store in enumerate(STORES):
-            for s, hatch in ((1, ""), (64, "//")):
-                get = {
-                    r["workers"]: r["tuples_per_s"]
-                    for r in rows
-                    if r["store"] == store and r["selectivity"] == s
-                }
-                ax.bar(
-                    x + (i - 1) * 0.27 + (0.0 if s == 1 else 0.0),
-                    [get.get(wk, 0) for wk in workers],
-                    0.25 if s == 1 else 0.15,
-                    color=colors[store],
-                    hatch=hatch,
-                    alpha=1 if s == 1 else 0.6,
-                    label=f"{store}, S = {s}",
-                )
-        ax.axhline(
-            PAPER_FIGURES["bisort_1G"], color="k", ls="--", lw=1, label="paper: BI-Sort ≈ 10M"
-        )
-        ax.set_xticks(x, [f"{w:.0f}" for w in workers])
+
+def panel_workers(ax, data: dict) -> None:
+    """Fig. 15d: throughput against the workers at W = 1G (modelled)."""
+    rows = [
+        r
+        for r in data.get("window", [])
+        if r["machine"] == "cluster" and r["window"] == 2**30 and r["source"] == "modelled"
+    ]
+    workers = sorted({r["workers"] for r in rows})
+    x = np.arange(len(workers))
+    for i, store in enumerate(STORES):
+        for s, hatch in ((1, ""), (64, "//")):
+            get = {
+                r["workers"]: r["tuples_per_s"]
+                for r in rows
+                if r["store"] == store and r["selectivity"] == s
+            }
+            ax.bar(
+                x + (i - 1) * 0.28 + (-0.07 if s == 1 else 0.07),
+                [get.get(w, 0) for w in workers],
+                0.14,
+                color=COLORS[store],
+                hatch=hatch,
+                label=f"{store}, S = {s}",
+            )
+    ax.axhline(PAPER_FIGURES["bisort_1G"], color="k", ls="--", lw=1, label="paper: BI-Sort 10M")
+    ax.set_xticks(x, [f"{w:.0f}" for w in workers])
     ax.set(
         yscale="log",
         xlabel="workers",
         ylabel="input tuples/s",
-        title="Fig. 15d: W = 1G, N_Bat 32K (modelled, `cluster`)",
+        title="Fig. 15d: W = 1G, N_Bat 32K\n(modelled, `cluster`)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[1][0]
+
+def panel_selectivity(ax, data: dict) -> None:
+    """Fig. 15b: throughput against the selectivity."""
     rows = data.get("selectivity", [])
-    for store, sel in _groups(rows, "store").items():
-        sel.sort(key=lambda r: r["selectivity"])
-        ax.plot(
-            [r["selectivity"] for r in sel],
-            [r["tuples_per_s"] for r in sel],
-            "-o",
-            color=colors[store[0]],
-            label=f"{store[0]} (simulated)",
-        )
+    _lines(ax, rows, "selectivity", lambda r: r["store"])
     ax.set_xscale("log", base=2)
+    w = rows[0]["window"] if rows else 0
     ax.set(
         yscale="log",
         xlabel="selectivity S (matches per probe per subwindow)",
         ylabel="input tuples/s",
-        title="Fig. 15b: N_Bat 32K, 32 workers, `cluster`",
+        title=f"Fig. 15b: N_Bat 32K, 16 workers, W {_p2(w) if w else ''}\n(simulated, `cluster`)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[1][1]
+
+def panel_ratio(ax, data: dict) -> None:
+    """Fig. 15e-f: the best PanJoin store over the best nested-loop layout, against W."""
     rows = [r for r in data.get("baselines", []) if r["machine"] == "cluster"]
-    for (layout_, store, source), sel in _groups(rows, "layout", "store", "source").items():
-        sel.sort(key=lambda r: r["window"])
-        name = store if layout_ == "panjoin" else layout_
+    by_w = _groups(rows, "window")
+    xs, ys, kinds = [], [], []
+    for (w,), sel in sorted(by_w.items()):
+        pan = [r for r in sel if r["layout"] == "panjoin"]
+        nest = [r for r in sel if r["layout"] in NESTED]
+        if pan and nest:
+            p = max(pan, key=lambda r: r["tuples_per_s"])
+            xs.append(w)
+            ys.append(p["tuples_per_s"] / max(r["tuples_per_s"] for r in nest))
+            kinds.append(p["source"])
+    ax.plot(xs, ys, "-", color="C0")
+    for x, y, k in zip(xs, ys, kinds, strict=True):
         ax.plot(
-            [r["window"] for r in sel],
-            [r["tuples_per_s"] for r in sel],
-            "-o" if source == "simulated" else ":s",
-            color=colors[name],
-            label=f"{name} ({source})",
+            x,
+            y,
+            "o" if k == "simulated" else "s",
+            color="C0",
+            mfc="C0" if k == "simulated" else "white",
+            ms=9,
         )
+    ax.plot([], [], "o", color="C0", label="PanJoin simulated")
+    ax.plot([], [], "s", color="C0", mfc="white", label="PanJoin modelled")
+    ax.plot([2**23], [1000], "k*", ms=14, label="paper: > 1000x at 8M")
+    ax.plot([2**27], [5000], "kP", ms=12, label="paper: ≈ 5000x at 128M")
     ax.set_xscale("log", base=2)
     ax.set(
         yscale="log",
         xlabel="window W (tuples per stream)",
-        ylabel="input tuples/s",
-        title="Fig. 15e-f: 16 workers, S = 1, `cluster`\n(paper: > 1000x at 8M, ≈ 5000x at 128M)",
+        ylabel="best PanJoin / best nested loop",
+        title="Fig. 15e-f: 16 workers, S = 1, `cluster`\n(nested loops simulated, window scaled)",
     )
-    ax.legend(fontsize=8)
 
-    ax = axes[1][2]
+
+def panel_measured(ax, data: dict) -> None:
+    """Scaled down on this machine: measured beside simulated."""
     rows = data.get("measured", [])
-    if rows:
-        names = list(dict.fromkeys((r["layout"], r["store"]) for r in rows))
-        backends = list(dict.fromkeys(r["backend"] for r in rows))
-        get = {(r["layout"], r["store"], r["backend"]): r["tuples_per_s"] for r in rows}
-        width = 0.8 / len(backends)
-        for i, b in enumerate(backends):
-            ax.bar(
-                np.arange(len(names)) + (i - (len(backends) - 1) / 2) * width,
-                [get.get((lay, st, b), 0) for lay, st in names],
-                width,
-                label=b + (" (measured)" if b in ("ray", "local") else " (simulated)"),
-            )
-        ax.set_xticks(
-            np.arange(len(names)),
-            [st if lay == "panjoin" else lay for lay, st in names],
-            fontsize=9,
+    if not rows:
+        ax.set(title="This machine: measured (pending)")
+        return
+    names = list(dict.fromkeys((r["layout"], r["store"]) for r in rows))
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    get = {(r["layout"], r["store"], r["backend"]): r["tuples_per_s"] for r in rows}
+    width = 0.8 / len(backends)
+    for i, b in enumerate(backends):
+        ax.bar(
+            np.arange(len(names)) + (i - (len(backends) - 1) / 2) * width,
+            [get.get((lay, st, b), 0) for lay, st in names],
+            width,
+            label=b + (" (measured)" if b in ("ray", "local") else " (simulated)"),
         )
-        ax.set(
-            yscale="log",
-            ylabel="input tuples/s",
-            title=f"This machine: 2 workers, W = {_p2(rows[0]['window'])}, full speed",
-        )
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    ax.set_xticks(
+        np.arange(len(names)), [st if lay == "panjoin" else lay for lay, st in names], fontsize=9
+    )
+    ax.set(
+        yscale="log",
+        ylabel="input tuples/s",
+        title=f"This machine: 2 workers, W = {_p2(rows[0]['window'])}, full speed",
+    )
 
 
 if __name__ == "__main__":
