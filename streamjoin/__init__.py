@@ -39,3 +39,18 @@ __all__ = [
     "sources",
     "topologies",
 ]
+
+
+def __getattr__(name: str):
+    """``streamjoin.spark_bridge`` on first use (PEP 562), so ``import streamjoin`` loads
+    neither the bridge nor PySpark, and ``sj.spark_bridge.from_dataframe(df)`` works after a
+    plain ``import streamjoin as sj``."""
+    if name == "spark_bridge":
+        import importlib
+
+        return importlib.import_module("streamjoin.spark_bridge")
+    raise AttributeError(f"module 'streamjoin' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "spark_bridge"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -249,24 +250,51 @@ def _run_job(args):
     topology = sj.topologies.parse(args.topology, index)
     print(f"{query}  ({described}, {topology.name})", flush=True)
     t0 = time.perf_counter()
-    result = sj.run(
-        query,
-        data,
-        topology,
-        backend=args.backend,
-        batch_size=args.batch_size,
-        max_delay=args.max_delay,
-        pace=args.pace,
-        collect="pairs" if args.check else args.collect,
-        progress=False if args.no_progress else None,
-        **sim_run_kwargs(args),
-    )
+    with compile_notice():
+        result = sj.run(
+            query,
+            data,
+            topology,
+            backend=args.backend,
+            batch_size=args.batch_size,
+            max_delay=args.max_delay,
+            pace=args.pace,
+            collect="pairs" if args.check else args.collect,
+            progress=False if args.no_progress else None,
+            **sim_run_kwargs(args),
+        )
     print(result.summary())
     if getattr(data, "order_used", None):  # a Spark source: how it streamed the rows
         how = {"partitions": "partition by partition", "sort": "after a global sort in Spark"}
         print(f"input read {how.get(data.order_used, data.order_used)}")
     print(f"wall time {time.perf_counter() - t0:.1f} s (includes starting actors, loading kernels)")
     return result, topology, query, data
+
+
+@contextlib.contextmanager
+def compile_notice():
+    """Say once, on stderr, that numba is compiling, when it starts to: the kernels are not in
+    numba's disk cache yet (the first run after an install or an upgrade) and the run waits
+    for them. Silent when every kernel loads from the cache."""
+    from numba.core import event
+
+    class Notice(event.Listener):
+        said = False
+
+        def on_start(self, ev) -> None:
+            if not self.said:
+                self.said = True
+                print("compiling numba kernels (first run only)…", file=sys.stderr, flush=True)
+
+        def on_end(self, ev) -> None:
+            pass
+
+    notice = Notice()
+    event.register("numba:compile", notice)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", notice)
 
 
 def cmd_run(args) -> int:

@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -81,6 +83,37 @@ def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
     for png in ("latency.png", "graph.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in os.listdir(out) if p.startswith(".tmp")]
+
+
+def test_compile_notice_says_once_that_numba_compiles(capsys):
+    from numba import njit
+
+    from streamjoin.cli import compile_notice
+
+    @njit
+    def double(x):
+        return 2 * x
+
+    with compile_notice():
+        double(1)
+        double(1.5)  # a second signature, a second compile: still one line
+    assert capsys.readouterr().err == "compiling numba kernels (first run only)…\n"
+    with compile_notice():
+        double(2)  # compiled already
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_cli_first_run_says_it_compiles_and_the_second_does_not(tmp_path):
+    """With an empty numba cache the run says once that it compiles; the next run, loading
+    every kernel from the cache, says nothing of it."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    args = [sys.executable, "-m", "streamjoin", "run", "-n", "3000", "--backend", "local"]
+    args += ["--no-progress", "-o", str(tmp_path / "out")]
+    first, second = (subprocess.run(args, env=env, capture_output=True, text=True) for _ in "12")
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert first.stderr.count("compiling numba kernels (first run only)") == 1
+    assert "compiling" not in second.stderr
 
 
 def test_cli_bad_settings_leave_nothing_behind(tmp_path, capsys):

@@ -158,10 +158,8 @@ def test_merged_copies_join_like_separate_ones_at_a_paired_core(data):
     oracle's pairs."""
     table = data.draw(tables(True, max_rows=40))
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=True)
-    config = sj.topologies.grid(1, 1).graph.nodes["emitter"]["config"]
-    emitter = sj.runtime.build.build_actor(
-        "emitter", config, query, sj.runtime.build.Settings(batch_size=1), None
-    )
+    config = sj.topologies.grid(1, 1).config("emitter")
+    emitter = config.build(query, RunSettings(batch_size=1), None)
     sent = emitter.on_chunk(sj.batch.validate(table, query)) + emitter.on_eof()
     waiting = {port: [b for p, b in sent if p == f"{port}0"] for port in ("row", "col")}
     core = JoinCore(query, ports={"row": (0,), "col": (1,)}, paired=True)

@@ -6,6 +6,8 @@ One local[2] SparkSession for the run (the ``spark`` fixture). Spark defines arr
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from itertools import pairwise
 
@@ -87,6 +89,20 @@ def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_this_machines_java_passes():
     assert sb.check_java() >= 17
+
+
+def test_spark_bridge_is_an_attribute_of_the_package_loaded_on_use():
+    """As the README shows: ``import streamjoin as sj`` then ``sj.spark_bridge...``, while
+    ``import streamjoin`` alone loads neither the bridge nor PySpark."""
+    code = (
+        "import sys, streamjoin as sj\n"
+        "print(sorted({'pyspark', 'streamjoin.spark_bridge'} & set(sys.modules)))\n"
+        "print(sj.spark_bridge.from_dataframe.__name__, 'spark_bridge' in dir(sj))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "from_dataframe True"]
+    with pytest.raises(AttributeError, match="no attribute 'spark_bridges'"):
+        sj.spark_bridges  # noqa: B018
 
 
 # --- batch source ---------------------------------------------------------------------------
@@ -233,19 +249,21 @@ def test_equal_ts_interleaved_across_partitions(spark, tmp_path):
     assert sj.run(query, src).same_pairs(sj.oracle.join(query, expected))
 
 
-def test_overlapping_partitions_fall_back_to_the_sort(spark):
+def test_overlapping_partitions_are_held_or_sorted_in_spark(spark, monkeypatch):
+    """Round robin: every partition spans all of ts. The driver holds the rows until Spark
+    has read them all (small input), or Spark sorts them (more than MAX_HELD_ROWS)."""
     data = sj.sources.synthetic(3000, low=0, high=3000, seed=6)
     data = with_seq({k: data.column(k).to_numpy() for k in data.column_names})
     query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
     expected = sj.oracle.join(query, in_arrival_order(data))
-    df = spark_df(spark, data, 3)  # round robin: every partition spans all of ts
+    df = spark_df(spark, data, 3)
     src = sb.from_dataframe(df, tie_break="seq", rows_per_job=100)
     assert sj.run(query, src, batch_size=128).same_pairs(expected)
-    assert src.order_used == "sort" and src.held_rows > 1500
-    # forced, it is still exact: the driver holds back what a later partition may precede
-    src = sb.from_dataframe(df, tie_break="seq", order="partitions", rows_per_job=100)
+    assert src.order_used == "partitions" and src.held_rows >= 2000  # held until the end
+    monkeypatch.setattr(sb.source, "MAX_HELD_ROWS", 1000)
+    src = sb.from_dataframe(df, tie_break="seq", rows_per_job=100)
     assert sj.run(query, src, batch_size=128).same_pairs(expected)
-    assert src.order_used == "partitions"
+    assert src.order_used == "sort"
 
 
 def test_two_dataframes_from_file_pairs_stream_by_partitions(spark, tmp_path):
@@ -281,22 +299,81 @@ def test_partition_order_with_empty_partitions_and_ipc(spark, tmp_path):
     df = sb.read_files(spark, str(tmp_path / "in"))
     assert df.rdd.getNumPartitions() == 7
     query = sj.Query(sj.band("x", 3), window=sj.CountWindow(40))
-    for transport in ("arrow", "ipc"):
+    for transport, read in (("arrow", 3), ("ipc", 7)):
         src = sb.from_dataframe(df, tie_break="seq", transport=transport, rows_per_job=1)
         result = sj.run(query, src, batch_size=16)
-        assert src.order_used == "partitions" and len(src.partitions) == 3  # 4 are empty
+        # the footers tell the Arrow path that 4 partitions are empty; "ipc" reads them all
+        assert src.order_used == "partitions" and len(src.partitions) == read
         assert result.same_pairs(sj.oracle.join(query, data))
     empty = spark.createDataFrame(pa.table({k: v[:0] for k, v in data.items()}))
     src = sb.from_dataframe(empty, tie_break="seq", order="partitions")
     assert sj.run(query, src).metrics["input_tuples"] == 0 and src.partitions == []
 
 
+def new_jobs(spark, since: set[int]) -> list[int]:
+    """Spark jobs (outside job groups) started since ``since`` was taken."""
+    return sorted(set(spark.sparkContext.statusTracker().getJobIdsForGroup()) - since)
+
+
+def test_one_spark_pass_in_few_jobs_from_file_statistics(spark, tmp_path, monkeypatch):
+    """No Spark job before the join: the footers bound each file's ts, so the first job's
+    rows are handed over before Spark reads the rest, in jobs that grow."""
+    n = 12_000
+    data = sj.sources.synthetic(n, low=0, high=n, seed=12)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["seq"] = np.arange(n, dtype=np.int64)
+    write_files(str(tmp_path / "in"), cut(data, [1000] * 12))
+    df = sb.read_files(spark, str(tmp_path / "in"))
+    query = sj.Query(sj.band("x", 3), window=sj.TimeWindow(50))
+    expected = sj.oracle.join(query, data)
+    monkeypatch.setattr(sb.source, "FIRST_JOB_ROWS", 1000)
+    for rows_per_job, jobs in ((1 << 20, 4), (4000, 5)):  # 1, 2, 4, (4 or 5), 1 files
+        before = set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+        src = sb.from_dataframe(df, tie_break="seq", rows_per_job=rows_per_job)
+        src.check(query)
+        assert new_jobs(spark, before) == []  # planned without Spark
+        assert src.order_used == "partitions" and src.jobs == jobs
+        assert all(p.ts_min is not None for p in src.partitions)
+        assert sj.run(query, src, batch_size=256).same_pairs(expected)
+        assert len(new_jobs(spark, before)) == jobs
+
+
+@pytest.mark.parametrize("zone", ["UTC", None])
+def test_file_statistics_through_conversions_and_filters(spark, tmp_path, zone):
+    """ts as a timestamp column (an instant, or a wall-clock time in a UTC session;
+    milliseconds through unix_millis), filtered: bounds known; ts computed by a function that
+    is not monotone: unknown, and the answer the same."""
+    from pyspark.sql import functions as F
+
+    n = 4000
+    data = sj.sources.synthetic(n, low=0, high=n, seed=13)
+    data = {k: data.column(k).to_numpy() for k in data.column_names}
+    data["seq"] = np.arange(n, dtype=np.int64)
+    when = pa.array(data["ts"] * 1000 + 1_700_000_000_000_000, pa.timestamp("us", tz=zone))
+    write_files(str(tmp_path / "in"), cut({**data, "when": when}, [1000] * 4))
+    df = sb.read_files(spark, str(tmp_path / "in")).drop("ts")
+    keep = data["x"] < 3000
+    ms = {**{k: v[keep] for k, v in data.items()}, "ts": data["ts"][keep] + 1_700_000_000_000}
+    query = sj.Query(sj.band("x", 3), window=sj.TimeWindow(40))
+    src = sb.from_dataframe(df.where("x < 3000"), ts="when", tie_break="seq")
+    assert sj.run(query, src).same_pairs(sj.oracle.join(query, ms))
+    assert src.order_used == "partitions" and len(src.partitions) == 4
+    # the files' minima, unfiltered: a lower bound of what the filter keeps
+    firsts = [1_700_000_000_000 + data["ts"][1000 * k] for k in range(4)]
+    assert [p.ts_min for p in src.partitions] == firsts
+    flipped = df.withColumn("ts", -F.unix_millis("when")).where("x < 3000")
+    src = sb.from_dataframe(flipped, tie_break="seq")
+    minus = {**ms, "ts": -ms["ts"]}
+    assert sj.run(query, src).same_pairs(sj.oracle.join(query, in_arrival_order(minus)))
+    assert src.order_used == "partitions" and all(p.ts_min is None for p in src.partitions)
+
+
 def test_partition_order_needs_sortable_tie_break(spark, no_job):
     df = spark.createDataFrame(
-        pa.table({"stream": [0, 1], "ts": [1, 1], "x": [1.0, 2.0], "w": [0.5, 0.25]})
+        pa.table({"stream": [0, 1], "ts": [1, 1], "x": [1.0, 2.0], "w": [[0.5], [0.25]]})
     )
     query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
-    with pytest.raises(sj.InputError, match="'w' is double"):
+    with pytest.raises(sj.InputError, match="tie-break column 'w' of type array<double>"):
         sj.run(query, sb.from_dataframe(df, tie_break="w", order="partitions"))
     src = sb.from_dataframe(df, tie_break="w")
     src.check(query)
@@ -314,6 +391,15 @@ def test_partition_plan_and_held_rows():
     assert partitions.buffered_rows(jobs) == (1, 11)
     assert [[p.pid for p in job] for job in partitions.plan_jobs(parts, 15)] == [[1, 3], [0, 4]]
     assert partitions.buffered_rows(partitions.plan_jobs(parts, 100)) == (0, 35)
+    # growing jobs: 1 partition (>= 5 rows), then >= 10, then the rest
+    grown = partitions.plan_jobs(parts, 100, first_rows=5)
+    assert [[p.pid for p in job] for job in grown] == [[1], [3], [0, 4]]
+    # unknown bounds come first, and everything is held until they are all read
+    blind = [*parts, P(5, 7, None, None), P(6, 0, None, None)]
+    jobs = partitions.plan_jobs(blind, 10)
+    assert [[p.pid for p in job] for job in jobs] == [[5, 6, 1], [3], [0], [4]]
+    # after [5, 6, 1]: 5's 7 rows and a tenth of 1's held; at the peak with 3's 10 rows
+    assert partitions.buffered_rows(jobs) == (8, 18)
     with pytest.raises(ValueError, match="rows_per_job"):
         partitions.plan_jobs(parts, 0)
 
@@ -344,8 +430,8 @@ def test_background_iteration_hands_over_errors_and_stops():
 @settings(max_examples=50, deadline=None)
 @given(st.data())
 def test_merging_jobs_gives_arrival_order(draw):
-    """Random partitions (overlapping or not) and job sizes: the merge equals a lexsort, and
-    a partition that does not hold what the check counted is an error."""
+    """Random partitions (overlapping or not, bounds known or not) and job sizes: the merge
+    equals a lexsort, and a row below what was already handed over is an error."""
     n_parts = draw.draw(st.integers(1, 6))
     parts, pieces = [], []
     for pid in range(n_parts):
@@ -356,22 +442,32 @@ def test_merging_jobs_gives_arrival_order(draw):
         )
         seq = np.array(draw.draw(st.permutations(range(n))), np.int64) + 100 * pid
         pieces.append(pa.table({"ts": ts, "seq": seq, "stream": (seq % 2).astype(np.int8)}))
-        if n:
+        if draw.draw(st.booleans()):
+            parts.append(partitions.PartitionRange(pid, n, None, None))
+        elif n:
             parts.append(partitions.PartitionRange(pid, n, int(ts.min()), int(ts.max())))
     jobs = partitions.plan_jobs(parts, draw.draw(st.integers(1, 30)))
-    fetched = ([b for p in job for b in pieces[p.pid].to_batches()] for job in jobs)
+    fetched = (pa.concat_tables([pieces[p.pid] for p in job]) for job in jobs)
     got = list(partitions.in_arrival_order(fetched, jobs, ["ts", "seq", "stream"], ["seq"]))
-    whole = pa.concat_tables(pieces)
+    whole = pa.concat_tables([pieces[p.pid] for p in parts] or [pieces[0].slice(0, 0)])
     order = np.lexsort([whole.column(c).to_numpy() for c in ("stream", "seq", "ts")])
     seq = np.concatenate([t.column("seq").to_numpy() for t in got]) if got else np.zeros(0)
     assert np.array_equal(seq, whole.column("seq").to_numpy()[order])
-    if parts:
-        short = ([b for p in job for b in pieces[p.pid].slice(1).to_batches()] for job in jobs)
-        with pytest.raises(sj.InputError, match="evaluate the same twice"):
-            list(partitions.in_arrival_order(short, jobs, ["ts", "seq", "stream"], ["seq"]))
+    if len(jobs) > 1 and jobs[1][0].ts_min is not None:
+        early = jobs[1][0].ts_min - 1  # a row the statistics said could not come that late
+        late = (
+            pa.concat_tables([pieces[p.pid] for p in job]) if j != 1 else _with_row(job, early)
+            for j, job in enumerate(jobs)
+        )
+        with pytest.raises(sj.InputError, match="statistics that planned the order"):
+            list(partitions.in_arrival_order(late, jobs, ["ts", "seq", "stream"], ["seq"]))
 
 
-# --- errors before the job starts ---------------------------------------------------------
+def _with_row(job, ts: int) -> pa.Table:
+    return pa.table({"ts": [ts], "seq": [-1], "stream": pa.array([0], pa.int8())})
+
+
+# --- errors ---------------------------------------------------------
 
 
 @pytest.fixture
@@ -393,13 +489,24 @@ def test_missing_column_is_a_clear_error(spark, no_job):
         sb.from_dataframe(df, ts="when")
 
 
-def test_null_in_join_column_is_a_clear_error(spark, no_job):
-    df = spark.createDataFrame(
-        pa.table({"stream": [0, 1, 0], "ts": [1, 2, 3], "x": pa.array([1.0, None, float("nan")])})
-    )
+@pytest.mark.parametrize("order", ["partitions", "sort"])
+def test_null_in_join_column_is_a_clear_error_and_no_result(spark, order):
+    """Checked as the rows stream (no Spark pass before the join): the column and the row
+    are named, and run() raises instead of returning what was joined so far."""
+    n = 5000
+    x = np.arange(n, dtype=np.float64)
+    x[4321] = np.nan
+    data = pa.table({"seq": np.arange(n), "stream": np.arange(n) % 2, "ts": np.arange(n), "x": x})
+    df = spark.createDataFrame(data).repartition(3)
     query = sj.Query(sj.band("x", 1), window=sj.CountWindow(4))
-    with pytest.raises(sj.InputError, match="column 'x' has 2 null or NaN values"):
-        sj.run(query, sb.from_dataframe(df))
+    src = sb.from_dataframe(df, tie_break="seq", order=order)
+    where = "ts=4321, seq=4321" if order == "partitions" else "row 4,321"
+    with pytest.raises(sj.InputError, match=f"column 'x' is NaN or infinite in .*{where}"):
+        sj.run(query, src, batch_size=64)
+    nulls = data.set_column(3, "x", pa.array([None if i == 7 else v for i, v in enumerate(x)]))
+    src = sb.from_dataframe(spark.createDataFrame(nulls), tie_break="seq", order=order)
+    with pytest.raises(sj.InputError, match="column 'x' is null in"):
+        sj.run(query, src, batch_size=64)
 
 
 def test_non_numeric_column_is_a_clear_error(spark, no_job):
@@ -480,6 +587,41 @@ def test_streaming_sink_on_ray(spark, ray_session):
     result = sink.close(timeout=300)
     assert result.metrics["backend"] == "ray"
     assert result.same_pairs(sj.oracle.join(query, data))
+
+
+def test_streaming_late_micro_batch_is_fed_in_order_or_rejected(spark):
+    """ids 0, 2, 1 as in Spark's order but late: batch 1's rows precede batch 2's in event
+    time, so it is rejected, not skipped; a late id whose rows all come after everything fed
+    is fed; a replay of an id already fed is skipped."""
+    rng = np.random.default_rng(3)
+    n, parts = 1200, 4
+    data = {
+        "seq": np.arange(n),
+        "stream": rng.integers(0, 2, n).astype(np.int8),
+        "ts": np.arange(n) // 2,
+        "x": rng.integers(0, 200, n).astype(np.float64),
+    }
+    pieces = [{k: v[rows] for k, v in data.items()} for rows in np.array_split(np.arange(n), parts)]
+    frames = [spark.createDataFrame(pa.table(p)) for p in pieces]  # ts 0-149, 150-299, ...
+    for window in (sj.CountWindow(100), sj.TimeWindow(30)):
+        query = sj.Query(sj.band("x", 2), window=window)
+        sink = sb.JoinSink(query, tie_break="seq")
+        sink(frames[0], 0)
+        sink(frames[2], 2)
+        with pytest.raises(sj.InputError, match=r"micro-batch 1 came after micro-batch 2.*150"):
+            sink(frames[1], 1)
+        sink(frames[2], 2)  # a replay: skipped
+        sink(frames[3], 1)  # late, but all its rows come after everything fed: fed
+        result = sink.close()
+        assert sink.replayed == 1
+        assert [b[0] for b in sink.batches] == [0, 2, 1]
+        fed = {k: np.concatenate([pieces[i][k] for i in (0, 2, 3)]) for k in data}
+        assert result.same_pairs(sj.oracle.join(query, fed))
+    sink = sb.JoinSink(sj.Query(sj.band("x", 2), window=sj.CountWindow(9)), ts=None)
+    sink(frames[0].drop("ts"), 5)
+    with pytest.raises(sj.InputError, match="without a ts column"):
+        sink(frames[3].drop("ts"), 4)
+    assert sink.close().metrics["input_tuples"] == len(pieces[0]["ts"])
 
 
 def test_streaming_replay_not_fed_twice_and_bad_batch_rejected(spark):

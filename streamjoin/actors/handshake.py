@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamjoin.actors.base import ActorConfig, Clock, Logic, RunSettings
+from streamjoin.actors.base import ActorConfig, Clock, RunSettings
 from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
-from streamjoin.actors.join_core import IndexChoice, JoinCore
+from streamjoin.actors.join_core import IndexChoice, JoinLogic
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
+from streamjoin.actors.window_part import JoinSpec, JoinWork
 from streamjoin.batch import Batch
 from streamjoin.query import Query
 
@@ -96,7 +96,7 @@ _IN = {0: "r_in", 1: "s_in"}
 _ACK = {0: "r_ack", 1: "s_ack"}
 
 
-class HandshakeCore(Logic):
+class HandshakeCore(JoinLogic):
     """Core ``k`` of ``n`` in a handshake-join chain (see module docstring).
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
@@ -108,9 +108,6 @@ class HandshakeCore(Logic):
     and counts its tuples as probes whatever the segment held, a non-empty segment probed is
     a part call more, and so is each segment that shrank; tuples passed on count as tuples.
     """
-
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
 
     def __init__(
         self,
@@ -131,17 +128,6 @@ class HandshakeCore(Logic):
         # R leaves the chain at the right end, S at the left
         self.last = {0: k == n - 1, 1: k == 0}
         self.from_emitter = {0: k == 0, 1: k == n - 1}
-
-    @property
-    def cost_key(self) -> str:
-        return self.spec.index_name
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    def warm(self) -> None:
-        """The kernels of a join core over the same index (a segment runs the same ones)."""
-        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
 
     def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
         work = self.work

@@ -44,10 +44,9 @@ from collections import deque
 
 import numpy as np
 
-from streamjoin.actors.base import Logic
-from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.join_core import JoinLogic
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork, concat_pairs
+from streamjoin.actors.window_part import JoinSpec, JoinWork, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -63,7 +62,7 @@ def _later_of(pairs: PairBatch, stream: int) -> PairBatch:
     return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
 
 
-class LowLatencyHandshakeCore(Logic):
+class LowLatencyHandshakeCore(JoinLogic):
     """Core ``k`` of ``n`` in a low-latency handshake-join chain (see module docstring).
 
     Ports: ``r_in`` (R from the left, or from the emitter at core 0), ``s_in`` (S from the
@@ -85,9 +84,6 @@ class LowLatencyHandshakeCore(Logic):
     core); a drain marker's step counts nothing.
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
-
     def __init__(
         self,
         query: Query,
@@ -106,17 +102,6 @@ class LowLatencyHandshakeCore(Logic):
         self.drained = [False, False]
         self.last = {0: k == n - 1, 1: k == 0}  # R leaves the chain at the right end, S left
         self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0, "crossed": 0}
-
-    @property
-    def cost_key(self) -> str:
-        return self.index_name
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    def warm(self) -> None:
-        """The kernels of a join core over the same index (the core runs the same ones)."""
-        JoinCore(self.spec.query, self.index_name, self.spec.index_options).warm()
 
     def home(self, x: int, j: int) -> int:
         """Home core of the ``j``-th batch of stream ``x``: round robin from its entry end."""

@@ -47,7 +47,29 @@ class JoinCoreConfig(IndexChoice, ActorConfig):
         return core
 
 
-class JoinCore(Logic):
+class JoinLogic(Logic):
+    """What every join actor shares (join core, handshake cores, PanJoin worker): a
+    :class:`~streamjoin.actors.window_part.JoinSpec` (``spec``) and the ``join`` cost group's
+    counters (``work``), charged with its index's coefficients; warming runs a join core over
+    the same index (the same kernels)."""
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
+    spec: JoinSpec
+    work: JoinWork
+
+    @property
+    def cost_key(self) -> str:
+        return self.spec.index_name
+
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    def warm(self) -> None:
+        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
+
+
+class JoinCore(JoinLogic):
     """Joins batches of both streams exactly as tuple-at-a-time probe → insert → expire would.
 
     For a batch (tuples of both streams in ``seq`` order), DESIGN §2:
@@ -94,8 +116,6 @@ class JoinCore(Logic):
     Counters: :class:`~streamjoin.actors.window_part.JoinWork`.
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
     merges_batches = True
 
     def __init__(
@@ -167,13 +187,6 @@ class JoinCore(Logic):
             return []
         work.pairs += len(out)
         return [("out", out)]
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    @property
-    def cost_key(self) -> str:
-        return self.index_name
 
     # -- introspection -----------------------------------------------------------------------
 

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
-from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
+from streamjoin.actors.join_core import IndexChoice, JoinLogic, warm_batch
 from streamjoin.actors.window_part import (
-    JOIN_COUNTERS,
     JoinSpec,
     JoinWork,
     WindowPart,
@@ -207,7 +206,7 @@ class PanJoinManager(Logic):
         return []
 
 
-class PanJoinWorker(Logic):
+class PanJoinWorker(JoinLogic):
     """Holds subwindows (one :class:`WindowPart` each) and carries out the manager's commands
     (PanJoin §III-A Step 4).
 
@@ -215,24 +214,10 @@ class PanJoinWorker(Logic):
     is a part call; whole subwindows are dropped in O(1), so nothing counts as expired).
     """
 
-    cost_group = "join"
-    COUNTERS = JOIN_COUNTERS
-
     def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
         self.spec = JoinSpec(query, index, index_options)
         self.parts: dict[int, WindowPart] = {}
         self.work = JoinWork()
-
-    @property
-    def cost_key(self) -> str:
-        return self.spec.index_name
-
-    def counters(self) -> tuple:
-        return self.work.as_tuple()
-
-    def warm(self) -> None:
-        """The kernels of a join core over the same index (the worker runs the same ones)."""
-        JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
 
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
         spec, work = self.spec, self.work

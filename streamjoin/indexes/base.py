@@ -53,13 +53,22 @@ def in_band(item, key, lo, hi):
 
 
 @njit(cache=True, nogil=True)
+def copy_prefix(dst, src, n):
+    """``dst[:n] = src[:n]`` for 1-d arrays, written out: numba compiles an array slice
+    assignment together with the message it raises on mismatched shapes, string formatting
+    that cost a first run about 1.4 s of compiling (once per process)."""
+    for i in range(n):
+        dst[i] = src[i]
+
+
+@njit(cache=True, nogil=True)
 def grow(arr, need):
     """A copy of 1-d ``arr`` with capacity at least ``need`` (doubling)."""
     cap = max(16, arr.shape[0])
     while cap < need:
         cap *= 2
     out = np.empty(cap, dtype=arr.dtype)
-    out[: arr.shape[0]] = arr
+    copy_prefix(out, arr, arr.shape[0])
     return out
 
 

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import grow, in_band, register
+from streamjoin.indexes.base import copy_prefix, grow, in_band, register
 from streamjoin.indexes.sorted_runs import prefetch
 from streamjoin.indexes.subwindows import (
     SubwindowIndex,
@@ -123,8 +123,8 @@ def insert_bisort(t, keys, refs):
     else:
         run_keys = np.empty(b + n)
         run_refs = np.empty(b + n, dtype=np.int64)
-        run_keys[:b] = t.buf_keys[:b]
-        run_refs[:b] = t.buf_refs[:b]
+        copy_prefix(run_keys, t.buf_keys, b)
+        copy_prefix(run_refs, t.buf_refs, b)
         merge_back(run_keys, run_refs, b, keys, refs)
         merge_back(t.keys, t.refs, m, run_keys, run_refs)
     m += b + n
@@ -422,7 +422,9 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
             b,
             index,
             index.shape[0],
-            _BUFFER_STRIDE,
+            # an int64, as the main array's stride: the constant would be typed as a literal
+            # and compile probe_run a second time (3-6 s of a first run)
+            np.int64(_BUFFER_STRIDE),
             keys,
             vlo,
             vhi,

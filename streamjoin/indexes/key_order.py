@@ -67,6 +67,65 @@ def _before(keys, p, q):
     return a < b or b != b
 
 
+#: Runs up to this long are sorted by insertion; longer ones by merges of such blocks.
+_SHORT_RUN = 16
+
+
+@njit(cache=True, nogil=True)
+def _insertion_sort(run, keys):
+    """Sort the positions ``run`` in place by :func:`_before`. O(len(run)^2)."""
+    for i in range(1, run.shape[0]):
+        o = run[i]
+        j = i
+        while j > 0 and _before(keys, o, run[j - 1]):
+            run[j] = run[j - 1]
+            j -= 1
+        run[j] = o
+
+
+@njit(cache=True, nogil=True)
+def _merge_sort(run, keys):
+    """Sort the positions ``run`` in place by :func:`_before`: blocks of ``_SHORT_RUN`` by
+    insertion, then bottom-up merges through a scratch array. O(k log k) for k = len(run).
+
+    Written out rather than ``np.argsort(kind="mergesort")`` with a slice assignment: those
+    cost a first run about 2 s of compiling (numba's generic merge sort, and the message a
+    mismatched slice assignment would raise). A run of equal keys, the usual long run, is in
+    position order already: that is checked first, in O(k).
+    """
+    k = run.shape[0]
+    ordered = True
+    for i in range(1, k):
+        if _before(keys, run[i], run[i - 1]):
+            ordered = False
+            break
+    if ordered:
+        return
+    for c in range(0, k, _SHORT_RUN):
+        _insertion_sort(run[c : c + _SHORT_RUN], keys)
+    src = run
+    dst = np.empty(k, dtype=np.int64)
+    width = _SHORT_RUN
+    in_scratch = False
+    while width < k:
+        for lo in range(0, k, 2 * width):
+            mid, hi = min(lo + width, k), min(lo + 2 * width, k)
+            i, j = lo, mid
+            for w in range(lo, hi):
+                if j < hi and (i == mid or _before(keys, src[j], src[i])):
+                    dst[w] = src[j]
+                    j += 1
+                else:
+                    dst[w] = src[i]
+                    i += 1
+        src, dst = dst, src
+        in_scratch = not in_scratch
+        width *= 2
+    if in_scratch:
+        for w in range(k):
+            run[w] = src[w]
+
+
 @njit(cache=True, nogil=True)
 def _unpack_order(packed, keys, shift):
     """The positions out of sorted :func:`_pack_keys` images, with runs of equal high bits
@@ -82,18 +141,10 @@ def _unpack_order(packed, keys, shift):
         b = a + 1
         while b < n and (packed[b] ^ packed[a]) <= low:
             b += 1
-        if b - a > 16:
-            run = order[a:b].copy()
-            sub = np.argsort(keys[run], kind="mergesort")  # run is in position order
-            order[a:b] = run[sub]
+        if b - a > _SHORT_RUN:
+            _merge_sort(order[a:b], keys)
         elif b - a > 1:
-            for i in range(a + 1, b):
-                o = order[i]
-                j = i
-                while j > a and _before(keys, o, order[j - 1]):
-                    order[j] = order[j - 1]
-                    j -= 1
-                order[j] = o
+            _insertion_sort(order[a:b], keys)
         a = b
     return order
 

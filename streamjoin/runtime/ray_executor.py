@@ -2,7 +2,9 @@
 
 - Each node's logic (:mod:`streamjoin.actors`) is built inside a :class:`_Host` actor; kernels
   are warmed in its constructor (numba's disk cache makes that a load, not a compile). The
-  emitter runs in the driver, next to the source.
+  emitter runs in the driver, next to the source. On a local cluster the driver first
+  compiles every kernel the actors will run, once, while Ray starts, so that with an empty
+  cache the actors do not each compile the same kernels at once (:func:`_build_driver_side`).
 - **Ray is the control plane, sockets the data plane.** Ray places the actors, starts and
   kills them and carries the few control calls of a run; the batches travel over one TCP
   connection per graph edge (:mod:`streamjoin.runtime.channels`), as a Ray call costs about
@@ -47,6 +49,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -514,17 +517,20 @@ class Ray(WallClock):
         progress,
     ) -> RunTrace:
         """Run the topology with one Ray actor per node."""
-        _ensure_ray(self.address)
         progress = progress or Progress(None, enabled=False)
         graph = topology.graph
         emitter = topology.emitter
+        with ThreadPoolExecutor(1, thread_name_prefix="warm") as pool:
+            # kernels are compiled (or loaded) in this process while Ray starts
+            built = pool.submit(_build_driver_side, topology, query, settings, self.address is None)
+            _ensure_ray(self.address)
+            source = built.result()
         share = max(0.01, min(1.0, (os.cpu_count() or 1) / max(1, graph.number_of_nodes())) / 2)
         hosts = {
             n: _Host.options(num_cpus=share).remote(n, d["config"], query, settings)
             for n, d in graph.nodes(data=True)
             if n != emitter
         }
-        source = None
         loopback = self.address is None and _one_machine()
         try:
             try:
@@ -534,16 +540,34 @@ class Ray(WallClock):
             addresses = dict(zip(hosts, listening, strict=True))
             if on_listen is not None:
                 on_listen(addresses)
-            source = _Node(emitter, topology.config(emitter), query, settings)
             try:
                 return _drive(topology, source, hosts, addresses, chunks, progress)
             except (OSError, ray.exceptions.RayError, _LostNeighbour) as e:
                 raise _diagnose(hosts, e) from None
         finally:
-            if source is not None:
-                source.shut()
+            source.shut()
             for h in hosts.values():
                 ray.kill(h)
+
+
+def _build_driver_side(
+    topology: Topology, query: Query, settings: RunSettings, local: bool
+) -> _Node:
+    """The emitter's node, which runs in the driver; first, on a ``local`` cluster, the logic
+    of one node of each kind (its config decides the kernels it runs), so that every kernel is
+    compiled here, once, and the actors started next load them from numba's disk cache, which
+    they share with this process.
+
+    With an empty cache each actor would otherwise compile in its constructor, all of them at
+    once, those of one kind the same kernels, after Ray has started; here the compiling
+    overlaps Ray's start, and no actor starts before the cache is full.
+    """
+    emitter = topology.emitter
+    if local:
+        kinds = {repr(topology.config(n)): n for n in topology.graph if n != emitter}
+        for n in kinds.values():
+            _Node(n, topology.config(n), query, settings)
+    return _Node(emitter, topology.config(emitter), query, settings)
 
 
 def _quiesce(source: _Node, hosts: dict) -> None:

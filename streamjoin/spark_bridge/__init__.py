@@ -1,9 +1,9 @@
 """PySpark sources and sinks: the only package that imports pyspark.
 
-- :func:`from_dataframe`: a DataFrame (or R and S DataFrames) as a source for
-  :func:`streamjoin.run`, streamed partition by partition as Arrow record batches, Spark's
-  reading overlapping the join when the partitions come in time order (:func:`read_files`
-  reads files one partition each);
+- :func:`from_dataframe`: any DataFrame (or R and S DataFrames) as a source for
+  :func:`streamjoin.run`: Spark reads it once, as Arrow record batches, checked as they
+  stream; Spark's reading overlaps the join where Parquet footers bound each partition's
+  ``ts`` (:func:`read_files` reads files one partition each; :mod:`.file_stats`);
 - :class:`JoinSink`: a Structured Streaming ``foreachBatch`` sink feeding one long-lived join;
 - :meth:`SparkSource.pairs_with_columns` and :meth:`streamjoin.Result.to_spark`: results back
   as DataFrames;

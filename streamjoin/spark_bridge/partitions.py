@@ -1,29 +1,34 @@
-"""Partition-ordered streaming: overlap Spark reading the input with the join.
+"""Partition-ordered streaming: Spark reads the input once, and the join starts early.
 
-A global sort into arrival order makes the join wait until Spark has read and sorted every
-row. Inputs that arrive in time order on disk (Parquet parts written by
-:func:`~streamjoin.spark_bridge.generate`, one file per span of event time, read one
-partition per file by :func:`~streamjoin.spark_bridge.read_files`) do not need one: their
-Spark partitions cover (nearly) disjoint ``ts`` ranges. Then, knowing each partition's
-row count and ``ts`` minimum and maximum (gathered by the source's input check, in the same
-Spark pass that counts nulls):
+A global sort into arrival order in Spark makes the join wait until Spark has read and sorted
+every row. The bridge instead has Spark read the DataFrame's own partitions, a Spark job of
+several partitions at a time from one RDD (so every job sees the same partitions, and each
+partition is computed once), and orders the rows on the driver:
 
-1. take the non-empty partitions in order of their ``ts`` minimum and cut them into jobs of
-   about ``rows_per_job`` rows (one Spark job each);
-2. on the driver, add each job's rows to the rows held back so far and sort them by the full
-   arrival key (``ts``, the tie-break columns, ``stream``) with :func:`numpy.lexsort`;
-3. hand over the rows whose ``ts`` is below the next job's ``ts`` minimum, and hold back the
-   rest: every later row has ``ts`` at least that minimum, so nothing handed over can be
+1. before reading, each partition gets a lower and upper bound of its ``ts`` where one is
+   known (:mod:`streamjoin.spark_bridge.file_stats`: from the Parquet footers of the files it
+   reads), else none. :func:`plan_jobs` takes the partitions whose bound is unknown first,
+   then the others in order of their ``ts`` minimum, and cuts them into jobs whose size
+   doubles from ``first_rows`` up to ``rows_per_job`` rows (the first job small so the join
+   starts soon, later ones large so Spark's cost per job is paid rarely);
+2. on the driver, each job's rows are checked as they arrive (:func:`check_arrived`: no
+   null or non-finite join value), added to the rows held back so far and sorted by the full
+   arrival key (``ts``, the tie-break columns, ``stream``);
+3. the rows whose ``ts`` is below the next job's ``ts`` minimum are handed over, the rest held
+   back: every later row has ``ts`` at least that minimum, so nothing handed over can be
    preceded by a row still to come, and rows tied on ``ts`` across a partition boundary are
-   ordered by the rest of the key together.
+   ordered by the rest of the key together. While a partition of unknown bound is still to
+   come nothing is handed over; with no bound known at all the driver sorts the whole input
+   once Spark has read it. A row below what was already handed over (a file changed between
+   planning and reading) is an :class:`~streamjoin.InputError`, never a wrong order.
 
-A background thread runs steps 1–3 a job or two ahead of the join, so Spark reads job *k + 1*
-while the join works on job *k*.
+A background thread runs steps 2 and 3, and the Spark jobs, ahead of the join, so Spark reads
+job *k + 1* while the join works on job *k*.
 
 The rows come out in exactly the order a global sort gives (given keys that tell rows apart,
-which the default tie-break does). Partitions whose ranges overlap only make the driver hold
-more rows back; :func:`buffered_rows` estimates how many, and the source falls back to the
-global sort when that is many (``order="auto"``).
+which the default tie-break does). Partitions whose ranges overlap, or are unknown, only make
+the driver hold more rows back; :func:`buffered_rows` estimates how many, and the source falls
+back to Spark's global sort when that is too many (``order="auto"``).
 """
 
 from __future__ import annotations
@@ -36,34 +41,51 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamjoin.batch import InputError
 
 PREFETCH_JOBS = 2  #: results of jobs kept ready ahead of the join
+HAND_OVER_ROWS = 1 << 16  #: most rows handed to the join at a time
 
 
 @dataclass(frozen=True)
 class PartitionRange:
-    """What the input check learnt about one non-empty Spark partition."""
+    """What is known about one Spark partition before it is read: its ``ts`` bounds (None
+    when unknown) and rows (an estimate; with bounds, an upper bound, 0 for an empty one)."""
 
     pid: int  #: Spark's partition index
     rows: int
-    ts_min: int
-    ts_max: int
+    ts_min: int | None
+    ts_max: int | None
 
 
-def plan_jobs(parts: Sequence[PartitionRange], rows_per_job: int) -> list[list[PartitionRange]]:
-    """Non-empty partitions in order of ``ts_min`` (then ``ts_max``, index), cut into runs of
-    at least ``rows_per_job`` rows (the last may hold fewer), one Spark job each.
+def _fetch_order(p: PartitionRange) -> tuple:
+    """Unknown bounds first (in index order), then by ``ts_min``, ``ts_max``, index."""
+    if p.ts_min is None:
+        return (0, 0, 0, p.pid)
+    return (1, p.ts_min, p.ts_max, p.pid)
+
+
+def plan_jobs(
+    parts: Sequence[PartitionRange], rows_per_job: int, first_rows: int | None = None
+) -> list[list[PartitionRange]]:
+    """The partitions to read, in the order of step 1 of the module doc (known-empty ones
+    left out), cut into jobs: job *k* takes partitions until it holds at least
+    ``min(rows_per_job, first_rows * 2**k)`` rows (the last may hold fewer).
+    ``first_rows`` defaults to ``rows_per_job``: jobs of equal size.
 
     Runtime complexity: ``O(p log p)`` for ``p`` partitions.
     """
     if rows_per_job <= 0:
         raise ValueError(f"rows_per_job must be positive, got {rows_per_job}")
+    target = rows_per_job if first_rows is None else max(1, min(first_rows, rows_per_job))
     jobs: list[list[PartitionRange]] = []
-    rows = rows_per_job
-    for part in sorted((p for p in parts if p.rows), key=lambda p: (p.ts_min, p.ts_max, p.pid)):
-        if rows >= rows_per_job:
+    rows = 0
+    for part in sorted((p for p in parts if p.rows or p.ts_min is None), key=_fetch_order):
+        if not jobs or rows >= target:
+            if jobs:
+                target = min(rows_per_job, 2 * target)
             jobs.append([])
             rows = 0
         jobs[-1].append(part)
@@ -75,95 +97,148 @@ def buffered_rows(jobs: Sequence[Sequence[PartitionRange]]) -> tuple[int, int]:
     """Estimates of the rows the driver holds: held back between two jobs (after job *j*, the
     rows fetched so far at or above job *j + 1*'s ``ts_min``), and at the peak (held back plus
     the job being merged). Each partition's rows are taken as spread evenly over its ``ts``
-    range, so a partition that only touches the next one's range counts for a few rows.
+    range, so a partition that only touches the next one's range counts for a few rows; a
+    partition of unknown bounds is held whole until the first job after it.
 
     Runtime complexity: ``O(p log p + j h)`` for ``p`` partitions, ``j`` jobs and at most
     ``h`` partitions held back at once.
     """
     fetched: list[tuple[int, int, PartitionRange]] = []  # heap of partitions still held
+    blind = 0  # rows of partitions of unknown bounds, held until the next job is merged
     held = held_max = peak = 0
     for j, job in enumerate(jobs):
         peak = max(peak, held + sum(p.rows for p in job))
+        blind_now = sum(p.rows for p in job if p.ts_min is None)
         for p in job:
-            heapq.heappush(fetched, (p.ts_max, p.pid, p))
+            if p.ts_min is not None:
+                heapq.heappush(fetched, (p.ts_max, p.pid, p))
         if j + 1 == len(jobs):
             break
-        bound = jobs[j + 1][0].ts_min  # never decreases from one job to the next
-        while fetched and fetched[0][0] < bound:
-            heapq.heappop(fetched)
-        held = sum(
-            -(-p.rows * (p.ts_max - max(bound, p.ts_min) + 1) // (p.ts_max - p.ts_min + 1))
-            for _, _, p in fetched
-        )
+        bound = jobs[j + 1][0].ts_min
+        blind += blind_now
+        if bound is None:  # nothing can be handed over yet
+            held = blind + sum(p.rows for _, _, p in fetched)
+        else:
+            while fetched and fetched[0][0] < bound:
+                heapq.heappop(fetched)
+            held = blind + sum(
+                -(-p.rows * (p.ts_max - max(bound, p.ts_min) + 1) // (p.ts_max - p.ts_min + 1))
+                for _, _, p in fetched
+            )
+            blind = 0
         held_max = max(held_max, held)
     return held_max, peak
 
 
+def check_arrived(table, columns: Sequence[str], describe: Callable[[int], str]) -> None:
+    """Raise :class:`~streamjoin.InputError` for a null in ``columns`` (the ones the join
+    reads) or a NaN or infinite float among them, naming the column and the row
+    (``describe(row)``, ``row`` counting rows of ``table``, a table or record batch)."""
+    for name in columns:
+        col = table.column(name)
+        if col.null_count:
+            bad, what = pc.is_null(col), "null"
+        elif pa.types.is_floating(col.type) and pc.any(pc.invert(pc.is_finite(col))).as_py():
+            bad, what = pc.invert(pc.is_finite(col)), "NaN or infinite"
+        else:
+            continue
+        row = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
+        raise InputError(
+            f"column {name!r} is {what} in {describe(row)}; a join column must have none "
+            f"(filter them, e.g. df.dropna(subset=[{name!r}]))"
+        )
+
+
+def sort_indices(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """Stable order of ``table`` by ``keys`` ascending as Spark orders them: nulls first,
+    NaN after every number."""
+    sort_keys = []
+    for k in keys:
+        if table.column(k).null_count:  # Arrow puts nulls last: a validity key first
+            table = table.append_column(f"_valid_{k}", pc.is_valid(table.column(k)))
+            sort_keys.append((f"_valid_{k}", "ascending"))
+        sort_keys.append((k, "ascending"))
+    return pc.sort_indices(table, sort_keys=sort_keys)
+
+
+def _slices(table: pa.Table) -> Iterator[pa.Table]:
+    for start in range(0, table.num_rows, HAND_OVER_ROWS):
+        yield table.slice(start, HAND_OVER_ROWS)
+
+
 def in_arrival_order(
-    fetched: Iterator[list[pa.RecordBatch]],
+    fetched: Iterator[pa.Table],
     jobs: Sequence[Sequence[PartitionRange]],
     keys: Sequence[str],
     keep: Sequence[str],
 ) -> Iterator[pa.Table]:
-    """Merge the jobs' rows (``fetched``: one list of record batches per job, in ``jobs``'
-    order) into arrival order: steps 2 and 3 of the module doc.
+    """Merge the jobs' rows (``fetched``: one table per job, in ``jobs``' order, checked)
+    into arrival order: steps 2 and 3 of the module doc.
 
     ``keys`` is the arrival key, most significant first (``ts`` first); ``keep`` the columns
-    handed over. Raises :class:`~streamjoin.InputError` if a job's rows do not match what the
-    check saw (a DataFrame that does not evaluate the same twice), since the order would be
-    wrong.
+    handed over, at most :data:`HAND_OVER_ROWS` rows at a time.
     """
     held: pa.Table | None = None
-    for j, batches in enumerate(fetched):
-        job = jobs[j]
-        rows = sum(b.num_rows for b in batches)
-        expected = sum(p.rows for p in job)
-        table = pa.Table.from_batches(batches) if batches else None
-        if rows != expected or (
-            rows and int(np.min(table.column("ts").to_numpy())) < min(p.ts_min for p in job)
-        ):
-            raise InputError(
-                f"Spark partitions {[p.pid for p in job]} held {rows:,} rows, not the "
-                f"{expected:,} the input check counted (or other ts): the DataFrame does not "
-                "evaluate the same twice; cache it, or pass order='sort'"
-            )
-        if table is not None:
-            held = table if held is None else pa.concat_tables([held, table])
-        if held is None or not held.num_rows:
+    handed: int | None = None  # every row handed over has ts below this
+    for j, table in enumerate(fetched):
+        if table.num_rows and handed is not None:
+            low = pc.min(table.column("ts")).as_py()
+            if low < handed:
+                raise InputError(
+                    f"Spark partition(s) {[p.pid for p in jobs[j]]} hold a row at ts {low}, "
+                    f"below ts {handed}, up to which rows were already handed to the join: "
+                    "the files' statistics that planned the order do not describe the rows "
+                    "Spark read (did the files change while reading?); pass order='sort'"
+                )
+        held = table if held is None else pa.concat_tables([held, table])
+        last = j + 1 == len(jobs)
+        bound = None if last else jobs[j + 1][0].ts_min
+        if not held.num_rows or (bound is None and not last):
             continue
-        cols = [held.column(k).to_numpy() for k in reversed(keys)]  # lexsort: last is primary
-        order = np.lexsort(cols)
-        ts = cols[-1][order]
-        cut = len(ts) if j + 1 == len(jobs) else int(np.searchsorted(ts, jobs[j + 1][0].ts_min))
-        if cut:
-            yield held.take(order[:cut]).select(list(keep))
-        held = held.take(order[cut:])
+        held = held.take(sort_indices(held, keys))
+        if last:
+            cut = held.num_rows
+        else:
+            cut = int(np.searchsorted(held.column("ts").to_numpy(), bound, side="left"))
+            handed = bound
+        yield from _slices(held.slice(0, cut).select(list(keep)))
+        held = held.slice(cut)
 
 
 def fetch_jobs(
-    fetch: Callable[[list[int]], list[pa.RecordBatch]], jobs: Sequence[Sequence[PartitionRange]]
-) -> Iterator[list[pa.RecordBatch]]:
-    """Run ``fetch`` (one Spark job) over each job's partitions, in order."""
+    fetch: Callable[[list[int]], pa.Table],
+    jobs: Sequence[Sequence[PartitionRange]],
+    check: Callable[[pa.Table, list[int]], None],
+) -> Iterator[pa.Table]:
+    """Run ``fetch`` (one Spark job) over each job's partitions, in order, and ``check`` its
+    rows as they arrive."""
     for job in jobs:
-        yield fetch([p.pid for p in job])
+        pids = [p.pid for p in job]
+        table = fetch(pids)
+        check(table, pids)
+        yield table
 
 
 def in_background(items: Iterator, depth: int = PREFETCH_JOBS) -> Iterator:
     """Iterate ``items`` in a background thread, up to ``depth`` items ahead of the consumer.
 
     Spark jobs and the driver's sorting then run while the consumer (the join, whose numba
-    kernels release the GIL) works on earlier items. An error in the thread is raised here;
-    closing the iterator early stops the thread after the item it is working on.
+    kernels release the GIL) works on earlier items. An error in the thread is raised here at
+    the consumer's next step, before the items still queued (a bad row stops the join as soon
+    as it is seen); closing the iterator early stops the thread after the item it is working
+    on.
     """
     results: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
+    failed: list[BaseException] = []
 
     def work() -> None:
         while not stop.is_set():
             try:
                 item = (next(items, end), None)
             except BaseException as e:  # handed to the consumer
+                failed.append(e)
                 item = (None, e)
             while not stop.is_set():
                 try:
@@ -179,8 +254,8 @@ def in_background(items: Iterator, depth: int = PREFETCH_JOBS) -> Iterator:
     try:
         while True:
             item, error = results.get()
-            if error is not None:
-                raise error
+            if failed:
+                raise failed[0]
             if item is end:
                 return
             yield item

@@ -6,48 +6,51 @@ A stream join's answer depends on arrival order (count windows, and which of two
 earlier), so the bridge defines it: rows arrive in ascending order of the key
 ``(ts, *tie_break, stream)``: by ``ts``; at equal ``ts`` by the ``tie_break`` columns (default:
 the DataFrame's own row order, ``monotonically_increasing_id()`` taken before any sorting, so
-for R and S given as two DataFrames, R's rows come first); then R before S. Rows equal on the
-whole key (a tie-break that does not tell rows apart) come in an unspecified order. Every
-``order`` but ``"keep"`` streams exactly this order:
+for R and S given as two DataFrames, R's rows come first; nulls first, NaN last, as Spark
+sorts); then R before S. Rows equal on the whole key (a tie-break that does not tell rows
+apart) come in an unspecified order. Every ``order`` but ``"keep"`` streams exactly this order,
+for any DataFrame (a local table, files, a join, a shuffle, ``rand()``: Spark computes each
+row once):
 
+- ``"partitions"``: Spark reads the DataFrame's own partitions, several per Spark job, all
+  jobs over one RDD, and the driver sorts the rows and hands them to the join
+  (:mod:`streamjoin.spark_bridge.partitions`). Where the Parquet footers of the files a
+  partition reads bound its ``ts`` (:mod:`streamjoin.spark_bridge.file_stats`), the
+  partitions are read in ``ts`` order a job or two ahead of the join, which starts after the
+  first job: Spark's reading overlaps the join, and the driver holds back only the rows a
+  later partition may precede. Without bounds the driver holds every row until Spark has read
+  them all, then sorts.
 - ``"sort"``: Spark sorts the DataFrame with a range partitioning, so partition *k* holds the
-  *k*-th slice of the arrival order, and streams it partition by partition. The join starts
-  once Spark has read and sorted every row.
-- ``"partitions"``: partition-ordered streaming (:mod:`streamjoin.spark_bridge.partitions`):
-  Spark reads the partitions in order of their ``ts`` minimum, a job of about
-  ``rows_per_job`` rows at a time, a job or two ahead of the join, and the driver sorts the
-  rows and holds back those that a later partition may precede. The join starts after the
-  first job, and Spark reading overlaps the join. Suits inputs whose partitions cover disjoint
-  ``ts`` ranges, such as Parquet parts written in time order read one partition per file
-  (:func:`read_files`); overlapping ranges cost driver memory, not correctness. Tie-break
-  columns must be integers, booleans, dates or timestamps, without nulls.
-- ``"auto"`` (the default): ``"partitions"`` when it applies, the driver would hold back at
-  most half the rows between jobs and at most ``MAX_HELD_ROWS`` at once (estimated from each
-  partition's rows and ``ts`` range, which the input check's one Spark pass measures), else
-  ``"sort"``.
-  :attr:`SparkSource.order_used` says which.
+  *k*-th slice of the arrival order, and streams it partition by partition, holding one at a
+  time. The join starts once Spark has read and sorted every row.
+- ``"auto"`` (the default): ``"partitions"`` when the driver would hold at most
+  ``MAX_HELD_ROWS`` rows at once (estimated from the bounds, or from Spark's size estimate of
+  the plan when a partition has none), and the tie-break columns are of types Arrow sorts
+  (not arrays, maps or structs); else ``"sort"``. :attr:`SparkSource.order_used` says which.
 - ``"keep"`` trusts a DataFrame that is already in arrival order and whose order is
   deterministic (sorted and cached, say); its ``ts`` is still checked per stream as it
   streams.
 
+Checks
+------
+Nothing runs in Spark before the join starts: :meth:`SparkSource.check` checks the schema
+(columns present, numeric join columns) and plans the read. Rows are checked as they arrive:
+a null, NaN or infinite join value raises :class:`~streamjoin.InputError` naming the column
+and the row the moment the bridge sees it (``"partitions"``: as a job's rows arrive, before
+any of them is sorted; otherwise as each record batch streams), so :func:`streamjoin.run`
+raises and returns no partial result.
+
 Transport
 ---------
-The DataFrame is streamed partition by partition, never collected whole: Spark runs one job
-per partition (or per run of partitions, ``"partitions"``), the next one prefetched, and the
-driver receives that partition's Arrow record batches. ``transport="arrow"`` uses the JVM's
-own Arrow conversion (``Dataset.toArrowBatchRdd``, the path of ``DataFrame.toArrow()``, served
-through ``PythonRDD.toLocalIteratorAndServe`` or ``PythonRDD.runJob``), with no Python workers;
-it relies on PySpark internals of classic (non-Connect) Spark. ``transport="ipc"`` uses only
-public API: ``mapInArrow`` turns each partition into Arrow IPC blobs that
-``toLocalIterator(prefetchPartitions=True)`` (or ``SparkContext.runJob``) brings back; it
-costs a Python worker per task and a copy more. ``"auto"`` (the default) takes ``"arrow"``
-where it is available.
+See :mod:`streamjoin.spark_bridge.transport`: ``"arrow"`` (the JVM's own Arrow conversion,
+classic Spark), ``"ipc"`` (public API, a Python worker per task), ``"auto"`` (the first where
+available).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -55,18 +58,22 @@ from streamjoin.batch import InputError
 from streamjoin.checks import positive_int
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.errors import input_file_errors, reading
+from streamjoin.spark_bridge.file_stats import partition_ranges
 from streamjoin.spark_bridge.partitions import (
     PartitionRange,
     buffered_rows,
+    check_arrived,
     fetch_jobs,
     in_arrival_order,
     in_background,
     plan_jobs,
 )
+from streamjoin.spark_bridge.transport import TRANSPORTS, PartitionReader, stream_batches
 
-TRANSPORTS = ("auto", "arrow", "ipc")
 ORDERS = ("auto", "sort", "partitions", "keep")
-MAX_HELD_ROWS = 1 << 21  #: ``order="auto"``: most rows the driver may hold at once
+MAX_HELD_ROWS = 1 << 22  #: ``order="auto"``: most rows the driver may hold at once
+FIRST_JOB_ROWS = 1 << 15  #: ``order="partitions"``: rows of the first Spark job, about
+MAX_JOB_BYTES = 1 << 27  #: ``order="partitions"``: Arrow bytes of a Spark job's rows, about
 _ORDER_COL = "_sj_order"
 
 
@@ -78,21 +85,11 @@ def _is_numeric(dtype) -> bool:
     )
 
 
-def _sorts_like_spark(dtype) -> bool:
-    """Whether numpy orders this column's values as Spark does (no NaN or -0.0 subtleties)."""
+def _sorts_in_arrow(dtype) -> bool:
+    """Whether the driver can sort a tie-break column of this type as Spark does."""
     from pyspark.sql import types as T
 
-    return isinstance(
-        dtype,
-        T.ByteType
-        | T.ShortType
-        | T.IntegerType
-        | T.LongType
-        | T.BooleanType
-        | T.DateType
-        | T.TimestampType
-        | T.TimestampNTZType,
-    )
+    return not isinstance(dtype, T.ArrayType | T.MapType | T.StructType | T.VariantType)
 
 
 def _ts_column(df, ts: str):
@@ -110,15 +107,39 @@ def _ts_column(df, ts: str):
     )
 
 
+def _row_bytes(schema: pa.Schema) -> int:
+    """Bytes of one row in Arrow (a variable-width value counted as 32)."""
+    return sum(t.bit_width // 8 if pa.types.is_primitive(t) else 32 for t in schema.types) or 1
+
+
+def _estimated_rows(df) -> int | None:
+    """Spark's estimate of ``df``'s rows, from its optimised plan's statistics (no job)."""
+    try:
+        plan = df._jdf.queryExecution().optimizedPlan()
+        stats = plan.stats()
+        if stats.rowCount().isDefined():
+            return int(str(stats.rowCount().get()))
+        return int(str(stats.sizeInBytes())) // (8 + plan.schema().defaultSize())
+    except Exception:  # Spark Connect, or internals changed: no estimate
+        return None
+
+
+class _Plan:
+    """How one iteration reads the DataFrame (``order="partitions"``)."""
+
+    def __init__(self, reader: PartitionReader, parts: list[PartitionRange], jobs) -> None:
+        self.reader = reader
+        self.parts = parts
+        self.jobs = jobs
+
+
 class SparkSource(Source):
     """Rows of a Spark DataFrame in arrival order, as Arrow record batches (see module doc).
 
     Made by :func:`from_dataframe`. :meth:`check` (called by :func:`streamjoin.run` before the
-    job starts) checks the columns and, in one Spark pass, counts each partition's rows, nulls
-    and NaN (and S rows) and finds its ``ts`` range, then picks how to stream
-    (:attr:`order_used`); iterating streams only the columns the query needs. A file Spark
-    cannot read, in that pass or while streaming, is an InputError naming it
-    (:mod:`~streamjoin.spark_bridge.errors`).
+    job starts) checks the schema and picks how to stream (:attr:`order_used`) without running
+    anything in Spark; iterating reads the DataFrame once, only the columns the query needs,
+    checking rows as they arrive.
     """
 
     def __init__(
@@ -140,11 +161,12 @@ class SparkSource(Source):
         self.transport = transport
         self.rows_per_job = rows_per_job
         self.columns: list[str] | None = None  # set by check(): what the query needs
-        self.n_rows = None
-        self.s_rows: int | None = None  #: rows with a nonzero ``stream``, from the check
-        self.partitions: list[PartitionRange] | None = None  #: non-empty ones, from the check
+        #: ``"partitions"``: the partitions read, with what was known of them beforehand
+        self.partitions: list[PartitionRange] | None = None
         self.order_used: str | None = None  #: ``"sort"``, ``"partitions"`` or ``"keep"``
-        self.held_rows: int | None = None  #: estimate of rows held back (not ``"sort"``)
+        self.held_rows: int | None = None  #: estimate of rows held back (``"partitions"``)
+        self.jobs: int | None = None  #: Spark jobs of the read (``"partitions"``)
+        self._plan: _Plan | None = None  # made by check(), used by the next iteration
 
     @property
     def ordered(self):
@@ -156,10 +178,8 @@ class SparkSource(Source):
     # --- before the job ------------------------------------------------------------------
 
     def check(self, query) -> None:
-        """Raise :class:`streamjoin.InputError` for a missing or non-numeric column, a null or
-        NaN in a column the join reads, S rows (``stream`` 1) under a self-join, or a file
-        Spark cannot read; count the rows (for the progress bar) and choose how to stream,
-        all in one Spark pass."""
+        """Raise :class:`streamjoin.InputError` for a missing or non-numeric column; choose
+        how to stream. Runs nothing in Spark: values are checked as they stream."""
         present = [c for c in self.keyed.columns if c != _ORDER_COL]
         for name in query.attrs:
             if name not in present:
@@ -183,111 +203,110 @@ class SparkSource(Source):
                     f"column {name!r} is {dtype.simpleString()}; the join needs numbers "
                     "(cast decimals to double, encode strings as integer codes)"
                 )
-        with input_file_errors():  # the first pass that reads every file
-            nulls = self._scan(columns)
-        if query.self_join and self.s_rows:
-            raise InputError(
-                f"a self-join reads one stream, but column 'stream' has {self.s_rows:,} rows of "
-                "S (1); drop the column or use a two-way Query"
-            )
-        for name in columns:
-            if nulls[name]:
-                raise InputError(
-                    f"column {name!r} has {nulls[name]:,} null or NaN values; a join column "
-                    f"must have none (filter them, e.g. df.dropna(subset=[{name!r}]))"
-                )
         self.columns = columns
+        self._plan = self._choose()
 
-    def _scan(self, columns: list[str]) -> dict[str, int]:
-        """The one Spark pass: per partition, rows, ``ts`` range and nulls (NaN too, in float
-        columns) of ``columns`` and the tie-break columns; sets :attr:`n_rows` and
-        :attr:`order_used`. Returns the null count of each column."""
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
-        schema = self.keyed.schema
-        ties = [k for k in self.keys[1:] if k != "stream" and k not in columns]
-        aggs = [F.count(F.lit(1)).alias("_rows")]
-        if self.has_ts:
-            aggs += [F.min("ts").alias("_ts_min"), F.max("ts").alias("_ts_max")]
-        if self.has_stream:
-            aggs.append(F.sum(F.when(F.col("stream") != 0, 1).otherwise(0)).alias("_s_rows"))
-        for k, name in enumerate(columns + ties):
-            c = F.col(name)
-            bad = c.isNull()
-            if isinstance(schema[name].dataType, T.FloatType | T.DoubleType):
-                bad = bad | F.isnan(c)
-            aggs.append(F.sum(F.when(bad, 1).otherwise(0)).alias(f"_null{k}"))
-        # the partition id is taken below the coalesce: each input partition's own; the
-        # coalesce makes one task per core read many small partitions (files) in turn
-        parallelism = self.keyed.sparkSession.sparkContext.defaultParallelism
-        keyed = self.keyed.withColumn("_pid", F.spark_partition_id()).coalesce(parallelism)
-        rows = keyed.groupBy("_pid").agg(*aggs).collect()
-        nulls = {name: sum(r[f"_null{k}"] for r in rows) for k, name in enumerate(columns + ties)}
-        self.n_rows = sum(r["_rows"] for r in rows)
-        self.s_rows = sum(r["_s_rows"] or 0 for r in rows) if self.has_stream else 0
-        if self.has_ts:
-            self.partitions = [
-                PartitionRange(r["_pid"], r["_rows"], r["_ts_min"], r["_ts_max"])
-                for r in rows
-                if r["_rows"]
-            ]
-        self.order_used = self._choose(ties, nulls)
-        return nulls
-
-    def _choose(self, ties: list[str], nulls: dict[str, int]) -> str:
-        """``"auto"``: partition-ordered streaming when it applies and holds back few rows."""
+    def _choose(self) -> _Plan | None:
+        """Set :attr:`order_used` (``"auto"``: see module doc) and, for ``"partitions"``,
+        plan the read."""
+        self.order_used = self.order
+        self.partitions = self.held_rows = self.jobs = None
         if self.order in ("sort", "keep"):
-            return self.order
+            return None
         schema = self.keyed.schema
-        unsortable = [
-            k for k in self.keys[1:] if not _sorts_like_spark(schema[k].dataType) or nulls.get(k)
-        ]
-        jobs = plan_jobs(self.partitions, self.rows_per_job)
-        self.held_rows, peak = buffered_rows(jobs)
-        if self.order == "partitions":
-            if unsortable:
+        unsortable = [k for k in self.keys[1:] if not _sorts_in_arrow(schema[k].dataType)]
+        if unsortable:
+            if self.order == "partitions":
                 name = unsortable[0]
                 raise InputError(
-                    f"order='partitions' sorts on the driver and needs integer, boolean, date "
-                    f"or timestamp tie-break columns without nulls; {name!r} is "
-                    f"{schema[name].dataType.simpleString()} with {nulls.get(name, 0):,} "
-                    "nulls (use order='sort')"
+                    f"order='partitions' sorts on the driver, which cannot sort tie-break "
+                    f"column {name!r} of type {schema[name].dataType.simpleString()} as Spark "
+                    "does (use order='sort')"
                 )
-            return "partitions"
-        fits = self.held_rows <= self.n_rows // 2 and peak <= MAX_HELD_ROWS
-        return "partitions" if fits and not unsortable else "sort"
+            self.order_used = "sort"
+            return None
+        fetched = self._fetched()
+        try:
+            adaptive = (
+                fetched._jdf.queryExecution().executedPlan().nodeName() == "AdaptiveSparkPlan"
+            )
+        except Exception:  # Spark Connect, or internals changed
+            adaptive = True
+        if self.order == "auto" and adaptive:
+            # an exchange below: making the RDD would run Spark's shuffle now, and no file
+            # bounds are known; decide on Spark's size estimate first
+            estimate = _estimated_rows(fetched)
+            if estimate is None or estimate > MAX_HELD_ROWS:
+                self.order_used = "sort"
+                return None
+        plan = self._plan_read(fetched)
+        self.held_rows, peak = buffered_rows(plan.jobs)
+        if self.order == "auto" and peak > MAX_HELD_ROWS:
+            self.order_used = "sort"
+            return None
+        self.order_used = "partitions"
+        self.partitions = plan.parts
+        self.jobs = len(plan.jobs)
+        return plan
+
+    def _fetched(self):
+        """The DataFrame the ``"partitions"`` read fetches: query columns and the key."""
+        columns = self.columns or [c for c in self.keyed.columns if c != _ORDER_COL]
+        return self.keyed.select(*columns, *[k for k in self.keys if k not in columns])
+
+    def _plan_read(self, fetched) -> _Plan:
+        """One RDD of ``fetched`` as Arrow, its partitions' ``ts`` bounds where the files'
+        statistics give them, and the jobs that read it."""
+        reader = PartitionReader(fetched, self.transport)
+        n = reader.num_partitions
+        if reader.rdd is not None:
+            parts = partition_ranges(reader.plan, reader.rdd)
+        else:
+            parts = [PartitionRange(p, 0, None, None) for p in range(n)]
+        blind = [p for p in parts if p.ts_min is None]
+        if blind:  # rows unknown: Spark's estimate, spread evenly
+            known = sum(p.rows for p in parts)
+            estimate = _estimated_rows(fetched)
+            each = max(1, -(-max(0, (estimate or 0) - known) // len(blind)))
+            parts = [PartitionRange(p.pid, each, None, None) if p in blind else p for p in parts]
+        rows_per_job = max(1, min(self.rows_per_job, MAX_JOB_BYTES // _row_bytes(reader.schema)))
+        jobs = plan_jobs(parts, rows_per_job, FIRST_JOB_ROWS)
+        return _Plan(reader, [p for job in jobs for p in job], jobs)
 
     # --- streaming -----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[pa.RecordBatch | pa.Table]:
+        """The DataFrame's rows in arrival order, as Arrow batches checked as they come; a file
+        Spark cannot read is an InputError naming it (:mod:`~streamjoin.spark_bridge.
+        errors`)."""
         with input_file_errors():
             return reading(self._batches())
 
     def _batches(self) -> Iterator[pa.RecordBatch | pa.Table]:
         columns = self.columns or [c for c in self.keyed.columns if c != _ORDER_COL]
-        if self.order_used is None:  # iterated without check()
-            if self.order in ("sort", "keep"):
-                self.order_used = self.order
-            else:  # the partitions' ranges decide: the pass, without a query
-                self._scan([])
-        if self.order_used == "partitions":
-            fetched = columns + [k for k in self.keys if k not in columns]
-            jobs = plan_jobs(self.partitions, self.rows_per_job)
-            fetch = _fetcher(self.keyed.select(*fetched), self.transport)
-            return in_background(
-                in_arrival_order(fetch_jobs(fetch, jobs), jobs, self.keys, columns)
-            )
-        df = self.ordered.select(*columns)
-        if self.transport != "ipc":
-            try:
-                jrdd = df._jdf.toArrowBatchRdd()
-            except Exception:  # Spark Connect, or internals changed: the public path
-                if self.transport == "arrow":
-                    raise
-            else:
-                return _arrow_batches(df, jrdd)
-        return _ipc_batches(df)
+        plan, self._plan = self._plan, None
+        if self.order_used is None or (plan is None and self.order_used == "partitions"):
+            plan = self._choose()  # iterated without check(), or again after a run
+        if self.order_used != "partitions":
+            return self._in_order(columns)
+        required, keys = self.columns or [], self.keys
+
+        def check(table: pa.Table, pids: list[int]) -> None:
+            check_arrived(table, required, lambda row: _describe(table, keys, row, pids))
+
+        fetched = fetch_jobs(plan.reader, plan.jobs, check)
+        return in_background(in_arrival_order(fetched, plan.jobs, keys, columns))
+
+    def _in_order(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """``"sort"`` and ``"keep"``: record batches in arrival order, checked as they come."""
+        required = self.columns or []
+        offset = 0
+        for batch in stream_batches(self.ordered.select(*columns), self.transport):
+            check_arrived(batch, required, lambda row, at=offset: f"row {at + row:,}")
+            offset += batch.num_rows
+            yield batch
+
+    # --- results back --------------------------------------------------------------------
 
     def with_row_numbers(self):
         """The DataFrame in arrival order with a ``row`` column: the row number that
@@ -332,77 +351,10 @@ class SparkSource(Source):
         return pairs.select(*ordered)
 
 
-def _arrow_schema(df) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(df.schema, timezone="UTC")
-
-
-def _arrow_batches(df, jrdd) -> Iterator[pa.RecordBatch]:
-    """Partition by partition through the JVM's Arrow conversion (see module doc)."""
-    from pyspark.core.rdd import _local_iterator_from_socket
-    from pyspark.serializers import NoOpSerializer
-
-    schema = _arrow_schema(df)
-    sock_info = df.sparkSession.sparkContext._jvm.PythonRDD.toLocalIteratorAndServe(jrdd, True)
-    for blob in _local_iterator_from_socket(sock_info, NoOpSerializer()):
-        yield pa.ipc.read_record_batch(pa.py_buffer(blob), schema)
-
-
-def _partition_to_ipc(batches):
-    """``mapInArrow`` function: each record batch as one Arrow IPC stream in a binary cell."""
-    import pyarrow as pa
-
-    for batch in batches:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        yield pa.record_batch(
-            [pa.array([sink.getvalue().to_pybytes()], pa.binary())], names=["ipc"]
-        )
-
-
-def _ipc_batches(df) -> Iterator[pa.RecordBatch]:
-    """Partition by partition through ``mapInArrow`` and ``toLocalIterator`` (public API)."""
-    for row in df.mapInArrow(_partition_to_ipc, "ipc binary").toLocalIterator(
-        prefetchPartitions=True
-    ):
-        yield from pa.ipc.open_stream(row.ipc)
-
-
-def _ipc_cells(rows):
-    """``SparkContext.runJob`` function: the IPC blobs of a partition's rows."""
-    return [row.ipc for row in rows]
-
-
-def _fetcher(df, transport: str) -> Callable[[list[int]], list[pa.RecordBatch]]:
-    """A function that runs one Spark job over the given partitions of ``df`` and returns
-    their Arrow record batches (partition-ordered streaming; transports as in the module doc)."""
-    sc = df.sparkSession.sparkContext
-    if transport != "ipc":
-        try:
-            jrdd = df._jdf.toArrowBatchRdd().toJavaRDD()
-        except Exception:  # Spark Connect, or internals changed: the public path
-            if transport == "arrow":
-                raise
-        else:
-            from pyspark.core.rdd import _load_from_socket
-            from pyspark.serializers import NoOpSerializer
-
-            schema = _arrow_schema(df)
-
-            def fetch_arrow(pids: list[int]) -> list[pa.RecordBatch]:
-                sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), jrdd, pids)
-                with _load_from_socket(sock_info, NoOpSerializer()) as blobs:
-                    return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
-
-            return fetch_arrow
-    rdd = df.mapInArrow(_partition_to_ipc, "ipc binary").rdd
-
-    def fetch_ipc(pids: list[int]) -> list[pa.RecordBatch]:
-        return [b for blob in sc.runJob(rdd, _ipc_cells, pids) for b in pa.ipc.open_stream(blob)]
-
-    return fetch_ipc
+def _describe(table: pa.Table, keys: Sequence[str], row: int, pids: list[int]) -> str:
+    """A row of a Spark job, named by its arrival-key values and the partitions it read."""
+    at = ", ".join(f"{k}={table.column(k)[row].as_py()!r}" for k in keys if k != _ORDER_COL)
+    return f"a row ({at}) of Spark partition(s) {pids}"
 
 
 def arrival_keyed(df, *, ts: str | None, stream: str | None, tie_break, order: str):
@@ -434,13 +386,6 @@ def arrival_keyed(df, *, ts: str | None, stream: str | None, tie_break, order: s
         out = out.withColumn(_ORDER_COL, F.monotonically_increasing_id())
         tie = [_ORDER_COL]
     return out, ["ts", *tie, *(["stream"] if stream is not None else [])]
-
-
-def arrival_ordered(df, *, ts: str | None, stream: str | None, tie_break, order: str):
-    """``df`` with ``stream`` and ``ts`` under those names, sorted into arrival order by Spark
-    (``order="keep"``: not sorted)."""
-    out, keys = arrival_keyed(df, ts=ts, stream=stream, tie_break=tie_break, order=order)
-    return out.orderBy(*keys).drop(_ORDER_COL) if keys else out
 
 
 def read_files(spark, path: str | Sequence[str], format: str = "parquet", **options):
@@ -481,7 +426,7 @@ def from_dataframe(
     tie_break: str | Sequence[str] | None = None,
     order: str = "auto",
     transport: str = "auto",
-    rows_per_job: int = 1 << 16,
+    rows_per_job: int = 1 << 20,
 ) -> SparkSource:
     """A source that streams a Spark DataFrame into :func:`streamjoin.run`.
 
@@ -506,14 +451,17 @@ def from_dataframe(
         Columns that order rows with equal ``ts`` (default: the DataFrame's own order), e.g.
         a sequence number.
     order : {"auto", "sort", "partitions", "keep"}
-        How to bring rows into arrival order (see module doc): a global sort in Spark,
-        partition-ordered streaming that overlaps Spark with the join, the better of the two
-        for this input (``"auto"``), or none (the DataFrame already is in it).
+        How to bring rows into arrival order (see module doc): Spark reads the partitions
+        and the driver orders the rows, in ``ts`` order ahead of the join where the files'
+        statistics allow (``"partitions"``); a global sort in Spark (``"sort"``); the first
+        unless the driver would hold too many rows (``"auto"``); or none (``"keep"``: the
+        DataFrame already is in arrival order).
     transport : {"auto", "arrow", "ipc"}
-        How partitions reach the driver (see module doc).
+        How partitions reach the driver (:mod:`streamjoin.spark_bridge.transport`).
     rows_per_job : int
-        ``order="partitions"``: rows Spark reads per job (whole partitions, taken in order of
-        their ``ts`` minimum).
+        ``order="partitions"``: most rows a Spark job reads (whole partitions; the first
+        job reads about 32K rows so the join starts soon, each next one twice as many, up to
+        this and 128 MB of Arrow data).
 
     Examples
     --------

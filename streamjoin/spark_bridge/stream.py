@@ -1,14 +1,22 @@
 """Structured Streaming into a long-lived join: a ``foreachBatch`` sink.
 
-Spark calls the sink once per micro-batch, in the driver. The sink sorts the micro-batch into
-arrival order (``ts``, then ``tie_break``, then R before S; see
-:mod:`streamjoin.spark_bridge.source`), validates it whole, and only then hands it to a job
-that runs for the life of the sink (:func:`streamjoin.run` in a background thread reading a
-queue). Windows therefore span micro-batch boundaries and the result is exactly the oracle's
-over the concatenation of the micro-batches in ``batch_id`` order.
+Spark calls the sink once per micro-batch, in the driver. The sink collects the micro-batch as
+Arrow (one Spark job), sorts it on the driver into arrival order (``ts``, then ``tie_break``,
+then R before S; see :mod:`streamjoin.spark_bridge.source`), validates it whole, and only
+then hands it to a job that runs for the life of the sink (:func:`streamjoin.run` in a
+background thread reading a queue). Windows therefore span micro-batch boundaries and the
+result is exactly the oracle's over the concatenation of the micro-batches in the order they
+were fed: ``batch_id`` order, as Spark calls the sink.
 
-- A ``batch_id`` at or below the last one fed is a replay (Spark re-runs a micro-batch after a
-  failure): it is skipped, counted in :attr:`JoinSink.replayed`, never fed twice.
+- A ``batch_id`` already fed is a replay (Spark re-runs a micro-batch after a failure, or
+  after a restart from its checkpoint): it is skipped, counted in :attr:`JoinSink.replayed`,
+  never fed twice.
+- A ``batch_id`` never fed that comes after a higher one was fed is late. It is fed when every
+  row of it comes after every row fed so far in event time (its smallest ``ts`` above the
+  largest fed): arrival in ``ts`` order is then what feeding it now gives. Otherwise it is
+  rejected with :class:`streamjoin.InputError` (feeding it would change the windows of rows
+  already joined, skipping it would lose its pairs); without a ``ts`` column the order is the
+  ``batch_id`` order and a late micro-batch is always rejected. Never skipped silently.
 - A bad micro-batch (a null join value, ``ts`` going back in time under a time window) raises
   :class:`streamjoin.InputError` from the sink before any of it is fed, so the Spark query
   fails with that message and the job keeps what came before.
@@ -28,12 +36,15 @@ import queue
 import threading
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamjoin.batch import InputError, validate
 from streamjoin.checks import positive_int
 from streamjoin.runtime import Result, run
 from streamjoin.sources import Source
-from streamjoin.spark_bridge.source import arrival_ordered
+from streamjoin.spark_bridge.partitions import sort_indices
+from streamjoin.spark_bridge.source import arrival_keyed
 
 _END = object()
 
@@ -97,6 +108,8 @@ class JoinSink:
         self.rows = 0  #: rows fed so far
         self.batches: list[tuple[int, int, int]] = []  #: (batch_id, first row, rows) fed
         self.replayed = 0  #: micro-batches skipped as replays
+        self._fed_ids: set[int] = set()
+        self._max_ts: int | None = None  # the largest ts fed so far, both streams
         self.streaming_query = None  #: the Spark query :meth:`start` started
         self._last_ts = np.full(2, np.iinfo(np.int64).min, dtype=np.int64)
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
@@ -127,29 +140,61 @@ class JoinSink:
             if self._closed:
                 raise RuntimeError("the sink is closed; start a new JoinSink")
             self._check_alive()
-            if self.batches and batch_id <= self.batches[-1][0]:
+            batch_id = int(batch_id)
+            if batch_id in self._fed_ids:
                 self.replayed += 1
                 return
             table = self._arrival_ordered(batch_df)
+            if self._fed_ids and batch_id < max(self._fed_ids) and table.num_rows:
+                self._check_late(table, batch_id)
             self._validate(table)
             self._put(table)
-            self.batches.append((int(batch_id), self.rows, table.num_rows))
+            self.batches.append((batch_id, self.rows, table.num_rows))
+            self._fed_ids.add(batch_id)
             self.rows += table.num_rows
+            if self.ts and table.num_rows:
+                last = int(pc.max(table.column("ts")).as_py())
+                self._max_ts = last if self._max_ts is None else max(self._max_ts, last)
 
-    def _arrival_ordered(self, batch_df):
-        ordered = arrival_ordered(
-            batch_df,
-            ts=self.ts,
-            stream=self.stream,
-            tie_break=self.tie_break,
-            order="sort" if self.ts else "keep",
+    def _check_late(self, table, batch_id: int) -> None:
+        """A micro-batch that comes after a higher ``batch_id`` was fed: feed it only if all
+        its rows come after everything fed so far (see module doc)."""
+        latest = max(self._fed_ids)
+        if not self.ts:
+            raise InputError(
+                f"micro-batch {batch_id} came after micro-batch {latest} was fed; without a "
+                "ts column rows arrive in batch_id order, so feeding it now would change the "
+                "windows and skipping it would lose its pairs (feed micro-batches in batch_id "
+                "order: one streaming query per JoinSink)"
+            )
+        first = int(pc.min(table.column("ts")).as_py())
+        if self._max_ts is not None and first <= self._max_ts:
+            raise InputError(
+                f"micro-batch {batch_id} came after micro-batch {latest} was fed, and its "
+                f"rows (ts from {first}) do not all come after the rows fed so far (ts up to "
+                f"{self._max_ts}): feeding it now would change the windows of rows already "
+                "joined and skipping it would lose its pairs (feed micro-batches in batch_id "
+                "order: one streaming query per JoinSink)"
+            )
+
+    def _arrival_ordered(self, batch_df) -> pa.Table:
+        """The micro-batch's columns, collected in one Spark job and sorted on the driver
+        (stable: the micro-batch's own order breaks the remaining ties)."""
+        keyed, _ = arrival_keyed(
+            batch_df, ts=self.ts, stream=self.stream, tie_break=self.tie_break, order="keep"
         )
-        missing = [c for c in self.columns if c not in ordered.columns]
+        missing = [c for c in self.columns if c not in keyed.columns]
         if missing:
             raise InputError(
                 f"the micro-batch has no column {missing[0]!r}; columns present: {batch_df.columns}"
             )
-        return ordered.select(*self.columns).toArrow()
+        ties = [self.tie_break] if isinstance(self.tie_break, str) else list(self.tie_break or [])
+        ties = [t for t in ties if t not in self.columns]
+        table = keyed.select(*self.columns, *ties).toArrow()
+        if self.ts:
+            keys = ["ts", *ties, *(["stream"] if self.stream else [])]
+            table = table.take(sort_indices(table, keys))
+        return table.select(self.columns)
 
     def _validate(self, table) -> None:
         cols = validate(table, self.query, row_offset=self.rows)
