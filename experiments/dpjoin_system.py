@@ -471,6 +471,8 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
     def note(row: dict) -> None:
         rows.append(row)
         prov.note()
+        # the section so far, so that an interrupted run (fig5b takes an hour) keeps its points
+        save([{**r, **prov.fields()} for r in rows], csv_path(section, quick))
         cells = "  ".join(
             f"{c}={row[c]:,.3g}" if isinstance(row[c], float) else f"{c}={row[c]}"
             for c in ("machine", "layout", "rate", "output_rate", "sustained", "latency_mean_ms")
@@ -842,8 +844,10 @@ def plot(data: dict, path: str) -> None:
 
 
 def headline(data: dict, path: str) -> None:
-    """Fig. 4 and Fig. 5b, large enough to read where the README shows them."""
-    _figure(data, path, [panel_fig4, panel_fig5b], (1, 2), (13, 5.2), 12)
+    """Fig. 4 and Fig. 5b (Fig. 5a until ``fig5b`` has run), large enough to read where the
+    README shows them."""
+    second = panel_fig5b if data.get("fig5b") else panel_fig5a
+    _figure(data, path, [panel_fig4, second], (1, 2), (13, 5.6), 12)
 
 
 def _figure(data, path, panels, grid, size, font) -> None:
@@ -883,8 +887,8 @@ def panel_fig4(ax, data: dict) -> None:
     ax.set(
         xlabel="workers N",
         ylabel="output rate (pairs/s)",
-        title="Fig. 4: 2,100 t/s per stream, T_w 300 s (simulated)\nsolid: `paper` machine, "
-        "dashed: `calibrated`; dotted: paper's min. N",
+        title="Fig. 4: 2,100 t/s per stream, T_w 300 s (simulated)\nsolid `paper` machine, "
+        "dashed `calibrated`;\nvertical dotted: the paper's minimum N",
     )
 
 
@@ -928,7 +932,8 @@ def panel_fig5a(ax, data: dict) -> None:
     ax.set(
         xlabel="workers N",
         ylabel="scalability B(N) / B(1)",
-        title="Fig. 5a: 6,000 t/s, T_w 300 s (simulated;\nsquares: measured on Ray, 2 cores)",
+        title="Fig. 5a: 6,000 t/s, T_w 300 s (simulated"
+        + (";\nsquares: measured on Ray, 2 cores)" if meas else ")"),
     )
 
 
@@ -958,8 +963,8 @@ def panel_fig5b(ax, data: dict) -> None:
     ax.set(
         xlabel="workers N",
         ylabel="max sustainable rate (tuples/s per stream)",
-        title="Fig. 5b: rate search (simulated), `paper` machine solid\n16 cores, SMT beyond "
-        "(dashed line); `calibrated` dashed",
+        title="Fig. 5b: highest sustained rate (simulated)\nsolid `paper` machine, dashed "
+        "`calibrated`;\nvertical: 16 cores, SMT beyond",
     )
 
 
