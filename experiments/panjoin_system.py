@@ -604,7 +604,11 @@ def load_rows(path: str) -> list[dict]:
             return v
 
     with open(path, newline="") as f:
-        return [{k: value(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        # a short commit hash can be all digits (or read as 1e5-like): never a number
+        return [
+            {k: v if k == "commit" else value(v) for k, v in row.items()}
+            for row in csv.DictReader(f)
+        ]
 
 
 def main() -> None:

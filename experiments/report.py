@@ -66,6 +66,9 @@ class Provenance:
     def __init__(self) -> None:
         self.t0 = time.time()
         self.loads = [load()]
+        # the code that runs is the code at the start: commits made during a long run do not
+        # describe it
+        self.commit, self.dirty = commit(), dirty()
 
     def note(self) -> float:
         """Record the load now (call it between measured runs); returns it."""
@@ -76,7 +79,7 @@ class Provenance:
         """The record as CSV-friendly fields."""
         m = machine_info()
         return {
-            "commit": commit() + ("+dirty" if dirty() else ""),
+            "commit": self.commit + ("+dirty" if self.dirty else ""),
             "cpus": m["cpus"],
             "platform": m["platform"],
             "load_start": round(self.loads[0], 2),
@@ -89,11 +92,11 @@ class Provenance:
         m = machine_info()
         loads = self.loads
         between = f", {min(loads):.1f}–{max(loads):.1f} over the run" if len(loads) > 2 else ""
-        tree = " plus uncommitted changes" if dirty() else ""
+        tree = " plus uncommitted changes" if self.dirty else ""
         return (
             f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python "
             f"{m['python']}; load average {loads[0]:.1f} at the start, {end:.1f} at the end"
-            f"{between} (other jobs share the cores); commit `{commit()}`{tree}; "
+            f"{between} (other jobs share the cores); commit `{self.commit}`{tree}; "
             f"{time.strftime('%Y-%m-%d %H:%M')}; `python {' '.join(sys.argv)}`; "
             f"{(time.time() - self.t0) / 60:.1f} minutes."
         )
