@@ -1037,8 +1037,8 @@ def panel_measured(ax, data: dict) -> None:
         ax.set_xticks(np.arange(len(layouts)), layouts)
     ax.set(
         ylabel="input tuples/s",
-        title="This machine: measured (median, min–max) vs simulated\n2,100 t/s of event time, "
-        "T_w 10 s, full speed",
+        title="This machine: measured (median, min–max)\nvs simulated; 2,100 t/s, T_w 10 s, "
+        "full speed",
     )
 
 
