@@ -2,7 +2,7 @@
 
 ``python -m experiments.all`` (from the repository root) runs each experiment's script in turn,
 in a child process, and writes what each writes (CSV, markdown, PNG) to ``experiments/results``;
-``--quick`` runs each script's smoke version (a few minutes in all) into
+``--quick`` runs each script's smoke version (a few minutes each) into
 ``experiments/results/quick`` instead, so the published results stay as they are. A progress bar
 follows the experiments' expected durations; each child's output goes to ``<results>/logs``.
 
