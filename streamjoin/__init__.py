@@ -18,7 +18,7 @@ from streamjoin.query import (
     less,
     less_equal,
 )
-from streamjoin.runtime import Result, run
+from streamjoin.runtime import Result, RunTimeout, run
 
 __all__ = [
     "__version__",
@@ -26,6 +26,7 @@ __all__ = [
     "InputError",
     "Query",
     "Result",
+    "RunTimeout",
     "TimeWindow",
     "band",
     "equal",

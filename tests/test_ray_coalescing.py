@@ -25,7 +25,7 @@ from streamjoin.actors.panjoin import PanJoinWorker
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.coalesce import merge
-from streamjoin.runtime.ray_executor import _Inbox
+from streamjoin.runtime.ray_host import Inbox
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -55,7 +55,7 @@ def _batch(seq, stream, horizon=(0, 0), store=True) -> Batch:
     )
 
 
-def _taken(box: _Inbox) -> list:
+def _taken(box: Inbox) -> list:
     """Everything in ``box`` as ``(port, message)``, merged as the worker receives it."""
     out = []
     while box.items:
@@ -65,7 +65,7 @@ def _taken(box: _Inbox) -> list:
 
 
 def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
-    box = _Inbox(True, limit=None, max_tuples=5)
+    box = Inbox(True, limit=None, max_tuples=5)
     msgs = [
         ("a", "row", _batch([0, 1], [0, 0], (0, 0))),
         ("a", "row", _batch([2], [0], (1, 0))),  # merged with the one before
@@ -93,14 +93,14 @@ def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
 def test_inbox_keeps_batches_apart_for_logic_that_counts_them():
     for logic in (HandshakeCore, LowLatencyHandshakeCore, PanJoinWorker, Collector):
         assert not logic.merges_batches
-        box = _Inbox(logic.merges_batches, limit=None, max_tuples=100)
+        box = Inbox(logic.merges_batches, limit=None, max_tuples=100)
         box.put(("msg", "a", "r_in", _batch([0], [0])))
         box.put(("msg", "a", "r_in", _batch([1], [0])))
         assert len(_taken(box)) == 2
 
 
 def test_inbox_merges_result_pairs():
-    box = _Inbox(False, limit=None, max_tuples=1)
+    box = Inbox(False, limit=None, max_tuples=1)
     for k in range(3):
         box.put(("msg", "core", "in", PairBatch(np.array([k]), np.array([k + 10]), np.array([k]))))
     ((port, pairs),) = _taken(box)
@@ -108,7 +108,7 @@ def test_inbox_merges_result_pairs():
 
 
 def test_full_inbox_pauses_its_reader_until_the_worker_takes():
-    box = _Inbox(False, limit=2, max_tuples=1)
+    box = Inbox(False, limit=2, max_tuples=1)
     box.put(("msg", "a", "in", _batch([0], [0])))
     assert not box.pause()
     box.put(("msg", "b", "in", _batch([1], [0])))  # from a neighbour: counts the same
@@ -233,13 +233,13 @@ def test_ray_failure_of_one_core_of_a_split_ends_the_run(ray_session):
 
 
 def _host_pids() -> list[int]:
-    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::_Host…``)."""
+    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::Host…``)."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::_Host"):
+                    if f.read().startswith(b"ray::Host"):
                         pids.append(int(entry))
             except OSError:
                 continue

@@ -42,12 +42,16 @@ class RunSettings:
         Keep every result pair or only count them.
     ordered : bool
         Return pairs in order of the later tuple's arrival.
+    timeout : float, optional
+        Seconds the run may take; then the executor ends it with
+        :class:`~streamjoin.runtime.executor.RunTimeout` (None: no limit).
     """
 
     batch_size: int = 1024
     max_delay_ns: int | None = None
     collect: str = "pairs"
     ordered: bool = False
+    timeout: float | None = None
 
 
 @runtime_checkable

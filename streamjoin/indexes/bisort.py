@@ -35,6 +35,11 @@ How it finds the starts depends on the batch's density (:func:`_locate_group`):
 
 Ends only move forward and are counted from the previous one; equal probe keys find their
 range again (§III-E). All subwindows of a window append to one pair of outputs.
+
+Why one file of ~620 lines: the insert (merge-back), locate and probe kernels all read one
+array layout (sorted run, group index, samples and stride, :class:`BISortArrays`), and the two
+classes at the end hold it in a chain of subwindows; apart, a change to the
+layout would have to be made in step in several files.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ The kernels name a tree by its ``(root, height)`` pair (``top``), so several tre
 one set of node arrays: a *forest* (:func:`new_forest`), whose tree ``p`` starts at leaf ``p``
 and whose leaf chains run on from one tree into the next, as PIM-Tree's partitioned T_I needs
 (§3.3.1). A lone tree keeps its pair in ``meta[ROOT:HEIGHT + 1]``.
+
+Why one file of ~740 lines: every kernel here (insert, delete with borrow and merge, probe,
+the forest's chain walk) relies on the same node layout and its invariants (half-full nodes,
+self-describing separators, free lists threaded through the arrays), stated once above; split
+by operation, each file would need this whole description to be read correctly.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ The executors are :class:`Local`, :class:`Ray` and :class:`Sim`, by name in :dat
 imports neither Ray nor SimPy.
 """
 
-from streamjoin.runtime.executor import BACKENDS, Defaults, Executor
+from streamjoin.runtime.executor import BACKENDS, Defaults, Executor, RunTimeout
 from streamjoin.runtime.local import Local
 from streamjoin.runtime.result import Result
 from streamjoin.runtime.run import run
 
-__all__ = ["BACKENDS", "Defaults", "Executor", "Local", "Result", "run"]
+__all__ = ["BACKENDS", "Defaults", "Executor", "Local", "Result", "RunTimeout", "run"]
 
 _LAZY = {"Ray": "ray", "Sim": "sim"}  # attribute -> backend name
 

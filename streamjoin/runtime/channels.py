@@ -51,7 +51,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 from streamjoin.runtime import wire
@@ -350,13 +350,24 @@ class Acceptor:
 # -- frames -----------------------------------------------------------------------------------
 
 
-def send(sock: socket.socket, frames: list[list]) -> None:
+def send(sock: socket.socket, frames: list[list], idle: Callable[[], None] | None = None) -> None:
     """Write whole frames (each a list of pieces from :func:`frame`), blocking until the
-    kernel took every byte."""
+    kernel took every byte.
+
+    With ``idle``, on a socket with a timeout: ``idle()`` runs each time the timeout passes
+    with nothing sent (the receiver is not reading), and may raise to give up; a sender that
+    must not wait blindly on a stuck or dead receiver looks around there.
+    """
     views = [memoryview(p).cast("B") for f in frames for p in f]
     views = [v for v in views if v.nbytes]
     while views:
-        n = sock.sendmsg(views[:512])
+        try:
+            n = sock.sendmsg(views[:512])
+        except TimeoutError:
+            if idle is None:
+                raise
+            idle()
+            continue
         while views and n >= views[0].nbytes:
             n -= views.pop(0).nbytes
         if n:

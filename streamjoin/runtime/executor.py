@@ -23,6 +23,10 @@ from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
 
 
+class RunTimeout(TimeoutError):
+    """A run did not end within its ``timeout=``; the message names the actors still busy."""
+
+
 @dataclass(frozen=True)
 class Defaults:
     """What an executor makes of the run arguments whose meaning depends on the backend

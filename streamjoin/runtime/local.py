@@ -13,7 +13,7 @@ from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
 from streamjoin.batch import Columns
 from streamjoin.query import Query
-from streamjoin.runtime.executor import WallClock
+from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
@@ -69,7 +69,19 @@ class Local(WallClock):
                     if waiting[dst] > stats[dst].peak_queue:
                         stats[dst].peak_queue = waiting[dst]
 
+        deadline = None if settings.timeout is None else time.monotonic() + settings.timeout
+
         def step(node: str, call, *args) -> None:
+            if deadline is not None and time.monotonic() > deadline:
+                busy = [f"{node!r} ({stats[node].role}: about to step)"] + [
+                    f"{n!r} ({stats[n].role}: {k} messages waiting)"
+                    for n, k in waiting.items()
+                    if k and n != node
+                ]
+                raise RunTimeout(
+                    f"the run did not end within timeout={settings.timeout} s; still busy: "
+                    + ", ".join(busy)
+                )
             t0 = time.perf_counter_ns()
             out = call(*args)
             stats[node].busy_ns += time.perf_counter_ns() - t0

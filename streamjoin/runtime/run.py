@@ -27,6 +27,7 @@ def run(
     chunk_rows: int | None = None,
     pace: float | None = None,
     progress: bool | None = None,
+    timeout: float | None = None,
     **options,
 ) -> Result:
     """Run ``query`` over ``data`` on ``topology`` and return the exact result with metrics.
@@ -66,6 +67,10 @@ def run(
         arrival rate in virtual time.
     progress : bool, optional
         Show a progress bar on runs longer than two seconds (default: when stderr is a tty).
+    timeout : float, optional
+        Seconds the run may take: then it ends with :class:`~streamjoin.runtime.RunTimeout`
+        naming the actors still busy (``ray``: every actor is stopped; ``local``: checked
+        between steps, so a step that never returns is not cut short; ``sim``: not taken).
     **options
         With a backend name, the options of its executor: ``delivery_seed`` (``local``: a
         seeded random delivery order that keeps each edge FIFO, to test a topology against
@@ -84,6 +89,10 @@ def run(
         chunk_rows = positive_int("chunk_rows", chunk_rows)
     if max_delay is not None and not (isinstance(max_delay, int | float) and max_delay >= 0):
         raise ValueError(f"max_delay must be a number of seconds >= 0, got {max_delay!r}")
+    if timeout is not None:
+        positive_number("timeout", timeout, "seconds")
+        if executor.name == "sim":
+            raise ValueError("timeout= is for wall-clock backends (local, ray), not sim")
     if collect not in ("pairs", "count"):
         raise ValueError(f"collect must be 'pairs' or 'count', got {collect!r}")
     if ordered and collect == "count":
@@ -99,6 +108,7 @@ def run(
         max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
         collect=collect,
         ordered=ordered,
+        timeout=timeout,
     )
 
     if isinstance(data, Source):

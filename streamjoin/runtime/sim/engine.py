@@ -44,6 +44,10 @@ stream follows the data through every link, so a core ends after all its inputs 
 actor the trace (:class:`~streamjoin.runtime.sim.trace.SimTrace`) records virtual busy time,
 messages and tuples in and out, peak and time-averaged mailbox length, and the mailbox (in
 tuples) sampled over time.
+
+Why one file of ~610 lines: :class:`_Simulation` is one SimPy event loop whose processes
+(arrivals, cores, links, the collector) share its state; the pieces that do not need that
+state live in the package's other modules (costs, arrival, capacity, calibration).
 """
 
 from __future__ import annotations

@@ -1,0 +1,664 @@
+"""The actor side of the ``ray`` executor (:mod:`~streamjoin.runtime.ray_executor`): a
+topology node's logic with its connections (:class:`Node`, also the driver's emitter), in a
+Ray actor of its own (:class:`Host`) whose threads read the edges and run the logic.
+
+Why one file of ~660 lines: a node's sending, receiving, coalescing and reconnecting share
+its sockets and the lock that guards them (:class:`Node`); the Ray actor (:class:`Host`) is
+that node plus its listening and control calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+
+from streamjoin.actors import passes_on
+from streamjoin.actors.base import ActorConfig, RunSettings
+from streamjoin.batch import Batch, Columns, PairBatch
+from streamjoin.query import Query
+from streamjoin.runtime import channels
+from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.ray_recovery import REPLAY, Progress
+from streamjoin.runtime.trace import ActorStats
+
+#: a recoverable core reports its progress at least every this many steps without pairs
+PROGRESS_EVERY = 16
+
+
+class ActorFailed(RuntimeError):
+    """An actor raised or died; the message names the actor and its exception."""
+
+
+class LostNeighbour(ActorFailed):
+    """An actor stopped because a neighbour's connection broke (a consequence, not a cause)."""
+
+
+class Abandon(Exception):
+    """A send of the driver's gave up: its destination is being restarted."""
+
+
+class Inbox:
+    """What a host's reader hands its worker, in order of arrival: ``("msg", sender, port,
+    message)``, ``("end", sender)``, ``("call", fn, done)``, ``("edge", sender, socket)``
+    and ``("error", exception)``.
+
+    Once ``limit`` messages wait, the reader stops reading the edges that lie on no cycle
+    (:meth:`pause`) until the worker has taken one, and a wake-up socket tells it so; a call,
+    a new edge or an error (put by another thread) wakes a worker waiting for frames too. Nothing here blocks the reader:
+    edges on a cycle are read on, but their messages count too, so a congested handshake core
+    holds back the source instead of the skew between its streams growing without bound.
+    """
+
+    def __init__(self, merges_batches: bool, limit: int, max_tuples: int) -> None:
+        self.merges_batches = merges_batches
+        self.limit = limit
+        self.max_tuples = max_tuples
+        self.items: deque = deque()
+        self.cond = threading.Condition()
+        self.counted = 0  # messages waiting
+        self.paused = False
+        self.peak = 0
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_w.setblocking(False)
+
+    def put(self, item) -> None:
+        with self.cond:
+            self.items.append(item)
+            if item[0] == "msg":
+                self.counted += 1
+            elif item[0] in ("call", "edge", "error"):  # from another thread
+                self._wake()
+            self.peak = max(self.peak, len(self.items))
+            self.cond.notify_all()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # a wake-up is waiting already
+            self.wake_w.send(b"x")
+
+    def pause(self) -> bool:
+        """Whether the reader should stop reading bounded edges; if so, the worker wakes it
+        (through ``wake_r``) once there is room again."""
+        with self.cond:
+            self.paused = self.counted >= self.limit
+            return self.paused
+
+    def take(self) -> tuple:
+        """The next item; consecutive messages of one sender for one port that
+        :func:`mergeable` allows come as one ``("msg", sender, port, [messages])``."""
+        with self.cond:
+            while not self.items:
+                self.cond.wait()
+            item = self.items.popleft()
+            if item[0] == "msg":
+                _, sender, port, msg = item
+                group = [msg]
+                while self.items:
+                    nxt = self.items[0]
+                    if not (
+                        nxt[0] == "msg"
+                        and nxt[1] == sender
+                        and nxt[2] == port
+                        and mergeable(self.merges_batches, group, nxt[3], self.max_tuples)
+                    ):
+                        break
+                    group.append(self.items.popleft()[3])
+                self.counted -= len(group)
+                item = ("msg", sender, port, group)
+                if self.paused and self.counted < self.limit:
+                    self.paused = False
+                    self._wake()
+            return item
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What a host needs to join the run's data plane (:meth:`Host.start`).
+
+    Attributes
+    ----------
+    routes : dict
+        ``out_port -> [(dest, dst_port), …]``.
+    addresses : dict
+        ``dest -> (host, port)`` of every destination.
+    senders : list of str
+        The nodes (and :data:`REPLAY`) whose edges this host takes.
+    bounded : list of str
+        Senders on no cycle with this node: their edges may wait while the inbox is full.
+    cyclic : bool
+    secret : bytes
+    recoverable : frozenset of str
+        Nodes whose loss the run survives: a broken edge to or from one is not an error.
+    reports_to : str or None
+        Where this node sends its :class:`Progress` (a recoverable core: the collector).
+    resume : tuple or None
+        A restarted core: ``(r, s)``, the progress its last life delivered.
+    """
+
+    routes: dict
+    addresses: dict
+    senders: list
+    bounded: list
+    cyclic: bool
+    secret: bytes
+    recoverable: frozenset = frozenset()
+    reports_to: str | None = None
+    resume: tuple | None = None
+
+
+class Node:
+    """One topology node: its logic object and its outgoing connections.
+
+    Runs inside a Ray actor (:class:`Host`), or in the driver for the emitter, which saves a
+    process and a copy of every input batch.
+    """
+
+    def __init__(self, name: str, config: ActorConfig, query: Query, settings: RunSettings):
+        self.name = name
+        self.self_join = query.self_join
+        self.stats = ActorStats(role=config.role)
+        self.routes: dict[str, list] = {}
+        self.out: dict[str, socket.socket] = {}
+        self.lock = threading.Lock()  # guards out, broken and ended_out
+        self.broken: set[str] = set()  # destinations being restarted: nothing goes there
+        self.ended_out = False
+        self.recoverable: frozenset = frozenset()
+        self.frames_sent = 0
+        self.frames_handled = 0
+        self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)
+        self.activity: tuple[str, float] | None = None  # what it does, since when
+        # a recoverable core: its progress, where it reports it, what its last life delivered
+        self.reports_to: str | None = None
+        self.upto = [-1, -1]
+        self.delivered: tuple[int, int] | None = None
+        self.quiet_steps = 0
+        self.logic = self._guard(config.build, query, settings, time.monotonic_ns)
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise ActorFailed(
+                f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}"
+            ) from e
+
+    def open(
+        self, routes: dict[str, list], addresses: dict[str, tuple], secret: bytes, recoverable
+    ) -> None:
+        """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
+        ``addresses[dest] = (host, port)``, proving the run's ``secret``; a broken edge to
+        a ``recoverable`` node waits for :meth:`reconnect` instead of failing."""
+        self.routes = routes
+        self.recoverable = frozenset(recoverable)
+        for d, a in addresses.items():
+            self.out[d] = self._connect(a, secret)
+
+    def _connect(self, address, secret) -> socket.socket:
+        return channels.connect(address, self.name, secret)
+
+    def reconnect(self, dest: str, address, secret: bytes) -> None:
+        """A new edge to ``dest``, restarted at ``address``; ended at once if this node has
+        ended its edges already."""
+        sock = self._connect(address, secret)
+        with self.lock:
+            old = self.out.get(dest)
+            self.out[dest] = sock
+            self.broken.discard(dest)
+            ended = self.ended_out
+        if old is not None:
+            close_socket(old)
+        if ended:
+            self._write(dest, [channels.end_frame()])
+
+    def _send(self, messages, report: bool = False) -> None:
+        frames: dict[str, list] = {}
+        pairs = False
+        for port, msg in messages:
+            if self.delivered is not None and isinstance(msg, PairBatch):
+                msg = self._undelivered(msg)
+                if not len(msg):
+                    continue
+            pairs = pairs or isinstance(msg, PairBatch)
+            self.stats.batches_out += 1
+            self.stats.tuples_out += len(msg)
+            dests = self.routes.get(port, ())
+            if dests:
+                body = channels.payload(msg)
+                for dest, dst_port in dests:
+                    frames.setdefault(dest, []).append(channels.frame(dst_port, body))
+        if report and self.reports_to is not None:
+            self.quiet_steps = 0 if pairs else self.quiet_steps + 1
+            if pairs or self.quiet_steps >= PROGRESS_EVERY:
+                progress = channels.frame("progress", channels.payload(Progress(*self.upto)))
+                frames.setdefault(self.reports_to, []).append(progress)
+                self.quiet_steps = 0
+        for dest, fs in frames.items():
+            self.frames_sent += len(fs)  # before the receiver can count them handled
+            self._write(dest, fs)
+
+    def _undelivered(self, pairs: PairBatch) -> PairBatch:
+        """``pairs`` less those among tuples this core's last life had handled and
+        delivered (module docstring)."""
+        r, s = self.delivered
+        keep = (pairs.r > r) | (pairs.s > s)
+        if keep.all():
+            return pairs
+        return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
+
+    def _write(self, dest: str, frames: list) -> None:
+        with self.lock:
+            if dest in self.broken:
+                return
+            sock = self.out[dest]
+        self.activity = (f"sending to {dest!r}", time.monotonic())
+        try:
+            channels.send(sock, frames, self._idle(dest))
+        except (OSError, Abandon) as e:
+            if dest not in self.recoverable:
+                raise LostNeighbour(
+                    f"actor {self.name!r} ({self.stats.role}) could not send to "
+                    f"{dest!r}: {type(e).__name__}: {e}"
+                ) from e
+            with self.lock:  # it is being restarted: what it misses, the driver replays
+                if self.out.get(dest) is sock:
+                    self.broken.add(dest)
+        finally:
+            self.activity = None
+
+    def _idle(self, dest: str) -> Callable[[], None] | None:
+        """What to do while a send to ``dest`` waits (the driver: look at the actors)."""
+        return None
+
+    def _end_edges(self) -> None:
+        with self.lock:
+            self.ended_out = True
+            dests = list(self.out)
+        for dest in dests:
+            self._write(dest, [channels.end_frame()])
+
+    def _step(self, fn, *args, batch: Batch | None = None) -> None:
+        t0 = time.perf_counter_ns()
+        self.activity = ("in a step", time.monotonic())
+        out = self._guard(fn, *args)
+        self.activity = None
+        self.stats.busy_ns += time.perf_counter_ns() - t0
+        if batch is not None and self.reports_to is not None:
+            self._advance(batch)
+        self._send(out, report=True)
+
+    def _advance(self, batch: Batch) -> None:
+        """Progress: the last ``seq`` of each stream in a handled ``batch``."""
+        for y in (0,) if self.self_join else (0, 1):
+            seqs = batch.seq[batch.stream == y]
+            if len(seqs):
+                self.upto[y] = max(self.upto[y], int(seqs[-1]))
+        if self.self_join:
+            self.upto[1] = self.upto[0]
+
+    def on_chunk(self, cols: Columns) -> list:
+        """Stamp and send a chunk (the emitter); returns the messages it sent."""
+        self.stats.tuples_in += len(cols)
+        t0 = time.perf_counter_ns()
+        out = self._guard(self.logic.on_chunk, cols)
+        self.stats.busy_ns += time.perf_counter_ns() - t0
+        self._send(out)
+        return out
+
+    def on_eof(self, end_edges: bool) -> list:
+        """The end-of-stream step; with ``end_edges`` the outgoing edges end after it."""
+        t0 = time.perf_counter_ns()
+        out = self._guard(self.logic.on_eof)
+        self.stats.busy_ns += time.perf_counter_ns() - t0
+        self._send(out, report=True)
+        if self.reports_to is not None and self.quiet_steps:  # the last progress
+            self.quiet_steps = PROGRESS_EVERY
+            self._send([], report=True)
+        if end_edges:
+            self._end_edges()
+        return out
+
+    def shut(self) -> None:
+        for sock in list(self.out.values()):
+            close_socket(sock)
+
+
+def close_socket(sock) -> None:
+    """Shut a socket both ways (a thread blocked on it wakes) and close it (a peer whose
+    data it never read gets a reset: a shut-down socket would leave that peer blocked)."""
+    with contextlib.suppress(OSError):  # already shut, or never connected
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+@ray.remote(max_task_retries=0, max_concurrency=4)
+class Host(Node):
+    """A node in its own Ray actor: a worker thread that reads its edges and runs the logic,
+    and in a cyclic graph a reader thread besides (module docstring).
+
+    Ray calls (listen, start, watch, settle, end, failure, status, frontiers, expect,
+    reconnect, report) come from the driver; ``watch`` waits while the others run.
+    """
+
+    def listen(self, loopback: bool) -> tuple[str, int, str]:
+        """Open the socket incoming edges connect to, on loopback or on the node's IP (a
+        cluster); returns its address and the Ray node this actor runs on."""
+        self.host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+        self.server = channels.listen(self.host)
+        self.error: ActorFailed | None = None
+        self.done = threading.Event()
+        self.ins: list = []
+        self.edges = threading.Condition()
+        self.lost: set[str] = set()  # senders whose edge broke and is not taken again yet
+        self.ended: set[str] = set()  # senders whose edge ended
+        self.held: dict[str, list] = {}  # pairs waiting for their sender's progress
+        self.progress: dict[str, tuple[int, int]] = {}  # delivered progress by sender
+        self.last_seq: dict[str, int] = {}  # last seq taken on each port
+        self.dedup = False  # drop tuples at or below last_seq (a neighbour was restarted)
+        self.waiting: list = []  # edges read after the replay
+        self.inbox = Inbox(self.logic.merges_batches, INBOX, self.merge_tuples)
+        host, port = self.server.getsockname()[:2]
+        return host, port, ray.get_runtime_context().get_node_id()
+
+    def start(self, wiring: Wiring) -> None:
+        """Connect to the destinations and start reading the incoming edges, both ends
+        proving the run's secret; the edges of ``wiring.bounded`` senders (edges on no
+        cycle) wait while the inbox is full. A restarted core reads its replay edge first."""
+        n_in = len(wiring.senders)
+        self.cyclic = wiring.cyclic
+        self.cpu0 = time.process_time_ns()
+        self.bounded_senders = set(wiring.bounded)
+        self.reports_to = wiring.reports_to
+        if wiring.resume is not None:
+            self.delivered = tuple(wiring.resume)
+            self.upto = list(wiring.resume)
+            self.dedup = True
+        self.acceptor = channels.Acceptor(self.server, wiring.secret, wiring.senders)
+        self.open(wiring.routes, wiring.addresses, wiring.secret, wiring.recoverable)
+        if self.cyclic:
+            threading.Thread(
+                target=self._read, args=(n_in,), daemon=True, name=f"read-{self.name}"
+            ).start()
+        threading.Thread(
+            target=self._work, args=(n_in,), daemon=True, name=f"work-{self.name}"
+        ).start()
+
+    # -- threads ------------------------------------------------------------------------------
+
+    def _accept(self) -> tuple[selectors.BaseSelector, dict]:
+        """Take the incoming edges: a selector over them and the sender of each. No
+        one else connects after them: the listening socket closes. The edges of a restarted
+        core wait until its replay edge has ended."""
+        names = {sock: name for name, sock in self.acceptor.result().items()}
+        close_socket(self.server)
+        self.ins.extend(names)
+        selector = selectors.DefaultSelector()
+        replay = [s for s, n in names.items() if n == REPLAY]
+        for sock in replay or self.ins:
+            selector.register(sock, selectors.EVENT_READ)
+        if replay:
+            self.waiting = [s for s in self.ins if s not in replay]
+        return selector, names
+
+    def _receive(self, sock, names: dict, selector, live: set) -> None:
+        """Read one frame of ``sock`` into the inbox."""
+        sender = names[sock]
+        try:
+            frame = channels.recv(sock)
+        except Exception as e:
+            if sender not in self.recoverable:
+                raise LostNeighbour(
+                    f"actor {self.name!r} ({self.stats.role}) lost its edge from "
+                    f"{sender!r}: {type(e).__name__}: {e}"
+                ) from e
+            self._lose(sock, sender, selector, live)
+            return
+        if frame is channels.END:
+            selector.unregister(sock)
+            live.discard(sock)
+            with self.edges:
+                self.ended.add(sender)
+            self.inbox.put(("end", sender))
+            if sender == REPLAY:
+                for waiting in self.waiting:
+                    selector.register(waiting, selectors.EVENT_READ)
+                self.waiting = []
+            return
+        port, msg = frame
+        if isinstance(msg, Progress):  # the pairs before it are delivered, whole
+            for port_, pairs in self.held.pop(sender, ()):
+                self.inbox.put(("msg", sender, port_, pairs))
+            self.progress[sender] = (msg.r, msg.s)
+        elif sender in self.recoverable and isinstance(msg, PairBatch):
+            self.held.setdefault(sender, []).append((port, msg))
+        else:
+            self.inbox.put(("msg", sender, port, msg))
+
+    def _lose(self, sock, sender: str, selector, live: set) -> None:
+        """A recoverable sender's edge broke: forget what it sent without its progress and
+        wait for the driver to announce its new edge (:meth:`expect`)."""
+        selector.unregister(sock)
+        live.discard(sock)
+        self.ins.remove(sock)
+        close_socket(sock)
+        self.held.pop(sender, None)
+        with self.edges:
+            self.lost.add(sender)
+            self.edges.notify_all()
+
+    def _adopt(self, sock, sender: str, names: dict, selector, live: set) -> None:
+        names[sock] = sender
+        self.ins.append(sock)
+        live.add(sock)
+        if self.waiting:  # still replaying: after the replay
+            self.waiting.append(sock)
+        else:
+            selector.register(sock, selectors.EVENT_READ)
+
+    def _poll(self, selector, names: dict, live: set) -> None:
+        """Acyclic graphs: the worker reads its edges itself, what is ready — and waits for a
+        frame if nothing waits in the inbox — up to ``INBOX`` messages; the socket buffers
+        hold the rest, and then the senders wait."""
+        while live and len(self.inbox.items) < INBOX:
+            # a frame may put nothing in the inbox (pairs waiting for their progress)
+            ready = selector.select(None if not self.inbox.items else 0)
+            if not ready:
+                return
+            for key, _ in ready:
+                if key.fileobj is self.inbox.wake_r:  # an item from another thread
+                    key.fileobj.recv(64)
+                else:
+                    self._receive(key.fileobj, names, selector, live)
+
+    def _read(self, n_in: int) -> None:
+        """Cyclic graphs: a thread that reads on while the worker waits in a send."""
+        try:
+            selector, names = self._accept()
+            limited = {sock for sock in self.ins if names[sock] in self.bounded_senders}
+            selector.register(self.inbox.wake_r, selectors.EVENT_READ)
+            live = set(self.ins)
+            paused = False
+            while live:
+                if self.inbox.pause() != paused:
+                    paused = not paused
+                    for sock in limited & live:
+                        if paused:
+                            selector.unregister(sock)
+                        else:
+                            selector.register(sock, selectors.EVENT_READ)
+                for key, _ in selector.select():
+                    if key.fileobj is self.inbox.wake_r:
+                        key.fileobj.recv(64)
+                    else:
+                        self._receive(key.fileobj, names, selector, live)
+        except Exception as e:
+            if self.error is None:  # else: our own shutdown woke us
+                self.inbox.put(("error", e))
+
+    def _work(self, n_in: int) -> None:
+        ended = 0
+        try:
+            if not self.cyclic:
+                selector, names = self._accept()
+                selector.register(self.inbox.wake_r, selectors.EVENT_READ)
+                live = set(self.ins)
+            while True:
+                if not self.cyclic:
+                    self._poll(selector, names, live)
+                item = self.inbox.take()
+                kind = item[0]
+                if kind == "msg":
+                    _, _, port, group = item
+                    msg = self._fresh(port, merge(group))
+                    if msg is not None:
+                        self.stats.batches_in += 1
+                        self.stats.tuples_in += len(msg)
+                        # a batch passed on along a chain leaves first: the next core starts
+                        # on it while this one works (DP-Join, §III-C)
+                        self._send(self._guard(passes_on, self.logic, port, msg))
+                        batch = msg if isinstance(msg, Batch) else None
+                        self._step(self.logic.on_batch, port, msg, batch=batch)
+                    self.frames_handled += len(group)
+                elif kind == "end":
+                    ended += 1
+                    if not self.cyclic and ended == n_in:  # end of stream in-band
+                        self.on_eof(end_edges=True)
+                        self.done.set()
+                        return
+                elif kind == "call":
+                    _, fn, finished = item
+                    fn()
+                    finished.set()
+                elif kind == "edge":
+                    self._adopt(item[2], item[1], names, selector, live)
+                else:
+                    raise item[1]
+        except Exception as e:
+            self._fail(e)
+
+    def _fresh(self, port: str, msg):
+        """``msg`` less the tuples at or below the last ``seq`` this port took, once a
+        neighbour has been restarted (it replays what this node may have); None if nothing
+        is left. Each port's batches come in ``seq`` order, so nothing else is dropped."""
+        if not isinstance(msg, Batch) or not len(msg):
+            return msg
+        last = self.last_seq.get(port, -1)
+        self.last_seq[port] = max(last, int(msg.seq[-1]))
+        if not self.dedup or msg.seq[0] > last:
+            return msg
+        if msg.seq[-1] <= last:
+            return None
+        return msg.take(np.flatnonzero(msg.seq > last))
+
+    def _fail(self, e: Exception) -> None:
+        if self.error is None:
+            self.error = (
+                e
+                if isinstance(e, ActorFailed)
+                else ActorFailed(
+                    f"actor {self.name!r} ({self.stats.role}) failed: {type(e).__name__}: {e}"
+                )
+            )
+        for sock in [self.server, *self.ins, *self.out.values()]:
+            close_socket(sock)
+        self.done.set()
+
+    # -- driver calls -------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Wait until this node has ended (acyclic graphs) or failed; raises its error. The
+        driver keeps one call waiting per actor: Ray ends it if the actor's process dies."""
+        self.done.wait()
+        self._raise()
+
+    def failure(self) -> tuple[str, str] | None:
+        """``(kind, message)`` of this node's error: ``"cause"`` for its own failure,
+        ``"lost"`` for a broken connection to a neighbour; None if it has not failed."""
+        if getattr(self, "error", None) is None:
+            return None
+        return ("lost" if isinstance(self.error, LostNeighbour) else "cause", str(self.error))
+
+    def status(self) -> str | None:
+        """What this node is busy with (None: it has ended)."""
+        if getattr(self, "done", None) is None:
+            return "not started"
+        if self.done.is_set():
+            return None
+        if self.activity is not None:
+            what, since = self.activity
+            return f"{what} for {time.monotonic() - since:.1f} s"
+        waiting = len(self.inbox.items)
+        return f"{waiting} messages waiting" if waiting else "waiting for input"
+
+    def frontiers(self) -> dict[str, tuple[int, int]]:
+        """The progress each recoverable sender has delivered here (the collector)."""
+        return dict(getattr(self, "progress", {}))
+
+    def expect(self, sender: str, timeout: float) -> tuple | None:
+        """Take a new edge from ``sender``, restarted: once the old edge is seen broken,
+        listen for the new one; returns ``(address, delivered progress or None)``, or None
+        if the old edge had ended (nothing more is needed from it)."""
+        with self.edges:
+            if not self.edges.wait_for(
+                lambda: sender in self.lost or sender in self.ended, timeout
+            ):
+                raise ActorFailed(f"actor {self.name!r} did not see its edge from {sender!r} break")
+            if sender in self.ended:
+                return None
+            self.lost.discard(sender)
+        self.dedup = True
+        server = channels.listen(self.host)
+        acceptor = channels.Acceptor(server, self.secret, [sender])
+        threading.Thread(
+            target=self._take_edge, args=(acceptor, server, sender), daemon=True
+        ).start()
+        return server.getsockname()[:2], self.progress.get(sender)
+
+    def _take_edge(self, acceptor, server, sender: str) -> None:
+        try:
+            sock = acceptor.result()[sender]
+        except Exception as e:
+            self.inbox.put(("error", e))
+            return
+        finally:
+            close_socket(server)
+        self.inbox.put(("edge", sender, sock))
+
+    def open(self, routes, addresses, secret, recoverable) -> None:
+        self.secret = secret
+        super().open(routes, addresses, secret, recoverable)
+
+    def reconnect_to(self, dest: str, address) -> None:
+        """A new edge to ``dest``, restarted at ``address``."""
+        self.reconnect(dest, address, self.secret)
+
+    def settle(self) -> tuple[int, int]:
+        """``(frames sent, frames handled)`` so far (cyclic graphs find quiescence with it)."""
+        self._raise()
+        return self.frames_sent, self.frames_handled
+
+    def end(self) -> None:
+        """Run the end-of-stream step in the worker thread (cyclic graphs, once quiescent)."""
+        finished = threading.Event()
+        self.inbox.put(("call", lambda: self.on_eof(end_edges=False), finished))
+        while not finished.wait(0.05):
+            self._raise()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def report(self):
+        """``(stats, logic)``: the logic object is returned for the collector only."""
+        inbox = getattr(self, "inbox", None)
+        self.stats.peak_queue = inbox.peak if inbox is not None else 0
+        self.stats.cpu_ns = time.process_time_ns() - getattr(self, "cpu0", 0)
+        return self.stats, (self.logic if self.stats.role == "collector" else None)
