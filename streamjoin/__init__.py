@@ -17,6 +17,7 @@ from streamjoin.query import (
     greater_equal,
     less,
     less_equal,
+    not_equal,
 )
 from streamjoin.runtime import Result, RunTimeout, run
 
@@ -35,6 +36,7 @@ __all__ = [
     "indexes",
     "less",
     "less_equal",
+    "not_equal",
     "oracle",
     "run",
     "sources",

@@ -183,9 +183,14 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     needed = [*query.attrs]
     missing = [a for a in needed if a not in names]
     if missing:
+        side = next(
+            f"r.{c.attr}" if c.attr == missing[0] else f"s.{c.attr_s}"
+            for c in query.predicate
+            if missing[0] in (c.attr, c.attr_s)
+        )
         raise InputError(
-            f"input has no column {missing[0]!r} (the query joins on {list(query.attrs)}); "
-            f"columns present: {names}"
+            f"input has no column {missing[0]!r}, which the query compares as {side} (the "
+            f"query joins on {list(query.attrs)}); columns present: {names}"
         )
     if query.window.kind == "time" and "ts" not in names:
         raise InputError("a time window needs an int64 'ts' column; the input has none")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import tempfile
@@ -25,6 +26,8 @@ examples:
   streamjoin run -n 50000 --window 1000 --check     # small run, checked against the oracle
   streamjoin run --window-kind time --window 500    # time window of 500 ms
   streamjoin run --self-join --distribution gaussian --index nested_loop
+  streamjoin run --query "r.a < s.a AND r.b > s.b" --topology spo:2   # SPO-Join's Q1
+  streamjoin run --query "r.start <= s.end AND r.end >= s.start" --index po_join
   streamjoin generate -n 1000000 -o data.parquet    # a workload written by Spark
   streamjoin run --source parquet:data.parquet --window-kind time --window 100
 """
@@ -84,6 +87,15 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         help="count- or time-based window (default: %(default)s)",
     )
     query.add_argument(
+        "--query",
+        default=None,
+        metavar="TEXT",
+        help="the join predicate, e.g. 'r.a < s.a AND r.b > s.b' or 'a<a,b>b' (r.a < s.a, "
+        "r.b > s.b), '|r.x - s.y| <= 5', 'r.start <= s.end, r.end >= s.start'; synthetic "
+        "data then has the attributes it names, correlated for two inequalities (about "
+        "--match-rate matches per probe) (default: the band |r.x - s.x| <= eps)",
+    )
+    query.add_argument(
         "--match-rate",
         type=_positive(float),
         default=2.0,
@@ -93,7 +105,8 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     execution.add_argument(
         "--topology",
         default="single",
-        help="actor layout: single, split:N, grid:MxN or grid:MxN:direct (default: %(default)s)",
+        help="actor layout: single, split:N, grid:MxN, grid:MxN:direct, handshake:N, "
+        "panjoin:WxS or spo:W (default: %(default)s)",
     )
     execution.add_argument(
         "--pace",
@@ -116,7 +129,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         choices=["auto", *indexes.names()],
         default="auto",
         help="window index of the join core; auto picks hash for an equality, bisort for a "
-        "band, nested_loop for an inequality (default: %(default)s)",
+        "band, po_join for two inequalities, nested_loop for one (default: %(default)s)",
     )
     execution.add_argument(
         "--batch-size",
@@ -213,14 +226,91 @@ def _make_data(args):
     )
 
 
+def _query_data(args, predicate):
+    """Synthetic data for a ``--query`` predicate: its attributes, correlated pairs for two
+    inequalities (``sources.inequality_workload``), else uniform ones."""
+    from streamjoin import sources
+
+    names = list(dict.fromkeys(predicate.attrs))
+    one_sided = [c for c in predicate if math.isinf(c.lo) != math.isinf(c.hi)]
+    per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
+    if len(one_sided) >= 2 and len(names) == 2:
+        return sources.inequality_workload(
+            args.tuples,
+            max(1, int(per_window)),
+            args.match_rate,
+            attrs=tuple(names),
+            self_join=args.self_join,
+            rate=args.rate,
+            seed=args.seed,
+        )
+    params = {"low": 0, "high": 10 * args.tuples} if args.distribution == "uniform" else {}
+    return sources.synthetic(
+        args.tuples,
+        args.distribution,
+        rate=args.rate,
+        attrs=tuple(names),
+        self_join=args.self_join,
+        seed=args.seed,
+        **params,
+    )
+
+
 def _run_job(args):
     """The `run` job: data, query and topology from ``args``, run. Returns what it made."""
     import streamjoin as sj
     from streamjoin.cli_sim import sim_run_kwargs
     from streamjoin.cli_spark import parse_source, spark_source
+    from streamjoin.query_text import parse_predicate
 
     # settings first: a bad one fails before any data is made or Spark starts
     window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
+    predicate = parse_predicate(args.query) if args.query else None
+    if predicate is not None and parse_source(args.source) is None:
+        data = _query_data(args, predicate)
+        described = f"{args.tuples:,} tuples, {args.distribution}"
+        query = sj.Query(predicate, window=window, self_join=args.self_join)
+    elif predicate is not None:  # no eps to choose: no sample of the join values
+        first = predicate.conditions[0].attr
+        data = spark_source(argparse.Namespace(**{**vars(args), "attr": first, "eps": 0.0}))[0]
+        described = args.source
+        query = sj.Query(predicate, window=window, self_join=args.self_join)
+    else:
+        query, data, described = _band_query(args, window)
+    index = (
+        sj.indexes.default_for(query.predicate, query.self_join)
+        if args.index == "auto"
+        else args.index
+    )
+    topology = sj.topologies.parse(args.topology, index)
+    print(f"{query}  ({described}, {topology.name})", flush=True)
+    t0 = time.perf_counter()
+    with compile_notice():
+        result = sj.run(
+            query,
+            data,
+            topology,
+            backend=args.backend,
+            batch_size=args.batch_size,
+            max_delay=args.max_delay,
+            pace=args.pace,
+            collect="pairs" if args.check else args.collect,
+            progress=False if args.no_progress else None,
+            **sim_run_kwargs(args),
+        )
+    print(result.summary())
+    if getattr(data, "order_used", None):  # a Spark source: how it streamed the rows
+        how = {"partitions": "partition by partition", "sort": "after a global sort in Spark"}
+        print(f"input read {how.get(data.order_used, data.order_used)}")
+    print(f"wall time {time.perf_counter() - t0:.1f} s (includes starting actors, loading kernels)")
+    return result, topology, query, data
+
+
+def _band_query(args, window):
+    """The default query: ``|r.x - s.x| <= eps``, eps for ``--match-rate`` unless ``--eps``."""
+    import streamjoin as sj
+    from streamjoin.cli_spark import parse_source, spark_source
+
     if parse_source(args.source) is None:
         data, attr = _make_data(args), "x"
         x = data.column("x").to_numpy()
@@ -246,29 +336,7 @@ def _run_job(args):
                 f"{described}: cannot choose eps for --match-rate: {e}; pass --eps"
             ) from e
     query = sj.Query(sj.band(attr, eps), window=window, self_join=args.self_join)
-    index = sj.indexes.default_for(query.predicate) if args.index == "auto" else args.index
-    topology = sj.topologies.parse(args.topology, index)
-    print(f"{query}  ({described}, {topology.name})", flush=True)
-    t0 = time.perf_counter()
-    with compile_notice():
-        result = sj.run(
-            query,
-            data,
-            topology,
-            backend=args.backend,
-            batch_size=args.batch_size,
-            max_delay=args.max_delay,
-            pace=args.pace,
-            collect="pairs" if args.check else args.collect,
-            progress=False if args.no_progress else None,
-            **sim_run_kwargs(args),
-        )
-    print(result.summary())
-    if getattr(data, "order_used", None):  # a Spark source: how it streamed the rows
-        how = {"partitions": "partition by partition", "sort": "after a global sort in Spark"}
-        print(f"input read {how.get(data.order_used, data.order_used)}")
-    print(f"wall time {time.perf_counter() - t0:.1f} s (includes starting actors, loading kernels)")
-    return result, topology, query, data
+    return query, data, described
 
 
 @contextlib.contextmanager

@@ -19,11 +19,12 @@ _INT64_MIN = int(np.iinfo(np.int64).min)
 
 
 def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
-    """θ(r, s) = ``lo <= s.a - r.a <= hi`` for every condition; ``r`` or ``s`` may be arrays."""
+    """θ(r, s): ``lo <= s.attr_s - r.attr <= hi`` for every condition (outside ``[lo, hi]``
+    for ``not_equal``); ``r`` or ``s`` may be arrays."""
     ok = True
-    for cond, k in zip(query.predicate, query.condition_attr_index, strict=True):
-        d = attrs[k, s] - attrs[k, r]
-        ok = ok & (cond.lo <= d) & (d <= cond.hi)
+    for cond, kr, ks in zip(query.predicate, *query.condition_rows, strict=True):
+        d = attrs[ks, s] - attrs[kr, r]
+        ok = ok & (((cond.lo <= d) & (d <= cond.hi)) != cond.negated)
     return ok
 
 

@@ -1,30 +1,39 @@
 """Join predicates, windows and the :class:`Query` that combines them.
 
 Semantics (DESIGN §1). Every predicate is written with ``r`` from stream R and ``s`` from
-stream S. Each elementary condition is normalised once, here, to a *closed interval on the
-difference* ``d = s.attr - r.attr`` evaluated in float64:
+stream S. Each elementary condition compares one attribute of r with one of s — the same one
+by default, another when a second name is given (``less("a", "b")`` ⇔ ``r.a < s.b``) — and is
+normalised once, here, to a *closed interval on the difference* ``d = s.attr_s - r.attr``
+evaluated in float64:
 
-==========================  ======================  ===============================
-condition                   meaning                 interval on ``d = s - r``
-==========================  ======================  ===============================
-``band("x", eps)``          ``|r.x - s.x| <= eps``  ``[-eps, eps]``
-``band("x", lo=a, hi=b)``   ``s.x - r.x in [a, b]`` ``[a, b]``
-``equal("k")``              ``r.k == s.k``          ``[0, 0]``
-``less("a")``               ``r.a < s.a``           ``[TINY, +inf]``
-``less_equal("a")``         ``r.a <= s.a``          ``[0, +inf]``
-``greater("a")``            ``r.a > s.a``           ``[-inf, -TINY]``
-``greater_equal("a")``      ``r.a >= s.a``          ``[-inf, 0]``
-==========================  ======================  ===============================
+=============================  ===========================  ===============================
+condition                      meaning                      ``d = s.attr_s - r.attr`` in
+=============================  ===========================  ===============================
+``band("x", eps)``             ``|r.x - s.x| <= eps``       ``[-eps, eps]``
+``band("x", eps, "y")``        ``|r.x - s.y| <= eps``       ``[-eps, eps]``
+``band("x", lo=a, hi=b)``      ``s.x - r.x in [a, b]``      ``[a, b]``
+``equal("k")``                 ``r.k == s.k``               ``[0, 0]``
+``not_equal("k")``             ``r.k != s.k``               not in ``[0, 0]``
+``less("a")``                  ``r.a < s.a``                ``[TINY, +inf]``
+``less_equal("start", "end")`` ``r.start <= s.end``         ``[0, +inf]``
+``greater("a")``               ``r.a > s.a``                ``[-inf, -TINY]``
+``greater_equal("a")``         ``r.a >= s.a``               ``[-inf, 0]``
+=============================  ===========================  ===============================
 
 ``TINY`` is the smallest positive float64 (5e-324). For finite IEEE doubles ``s - r > 0`` holds
 exactly when ``s > r`` (gradual underflow), and ``s - r == 0`` exactly when ``s == r``, so the
-strict inequalities become closed intervals without changing their meaning. Every join path
-(oracle, index, core) evaluates the same formula ``lo <= s - r <= hi``, which is what makes the
-result identical on every backend. Integer attributes are converted to float64 at the boundary;
-values beyond ``2**52`` in magnitude are rejected there because their differences would round.
+strict inequalities become closed intervals without changing their meaning. ``not_equal`` is the
+one *negated* interval: it holds when ``d`` lies outside ``[0, 0]``. Every join path (oracle,
+index, core) evaluates the same formula ``lo <= s - r <= hi`` (negated for ``not_equal``),
+which is what makes the result identical on every backend. Integer attributes are converted to
+float64 at the boundary; values beyond ``2**52`` in magnitude are rejected there because their
+differences would round.
 
 Conjunctions are written with ``&``; the first conjunct is the *primary* one that indexes serve,
-the rest are checked as residual filters.
+the rest are checked as residual filters (or, for two inequalities, both served by a
+``po_join`` IE-Join structure). A self-join keeps the pair (a older, b newer) iff θ(a, b) or
+θ(b, a); with a second attribute that is ``lo <= b.attr_s - a.attr <= hi`` or
+``lo <= a.attr_s - b.attr <= hi``.
 """
 
 from __future__ import annotations
@@ -43,41 +52,60 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class Condition:
-    """One elementary condition ``lo <= s.attr - r.attr <= hi`` (float64, closed).
+    """One elementary condition ``lo <= s.attr_s - r.attr <= hi`` (float64, closed), or its
+    negation (``not_equal``).
 
-    ``kind`` is kept for display and for indexes that serve only some kinds (``hash``
-    serves ``equal`` only).
+    ``attr`` names r's attribute, ``attr_s`` s's (the same one unless the condition compares two
+    attributes). ``kind`` is kept for display and for indexes that serve only some kinds
+    (``hash`` serves ``equal`` only).
     """
 
     attr: str
     lo: float
     hi: float
     kind: str
+    attr_s: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.attr_s:
+            object.__setattr__(self, "attr_s", self.attr)
 
     def __and__(self, other: Condition | Predicate) -> Predicate:
         return Predicate((self,)) & other
 
     @property
     def is_equality(self) -> bool:
-        return self.lo == 0.0 and self.hi == 0.0
+        return self.lo == 0.0 and self.hi == 0.0 and not self.negated
+
+    @property
+    def negated(self) -> bool:
+        """True for ``not_equal``: the condition holds when ``d`` is *outside* ``[lo, hi]``."""
+        return self.kind == "not_equal"
+
+    @property
+    def cross(self) -> bool:
+        """True when r's and s's attributes differ (``less("a", "b")``)."""
+        return self.attr != self.attr_s
 
     def __str__(self) -> str:
-        a = self.attr
+        r, s = f"r.{self.attr}", f"s.{self.attr_s}"
         match self.kind:
             case "band":
                 if self.lo == -self.hi:
-                    return f"|r.{a} - s.{a}| <= {self.hi:g}"
-                return f"s.{a} - r.{a} in [{self.lo:g}, {self.hi:g}]"
+                    return f"|{r} - {s}| <= {self.hi:g}"
+                return f"{s} - {r} in [{self.lo:g}, {self.hi:g}]"
             case "equal":
-                return f"r.{a} == s.{a}"
+                return f"{r} == {s}"
+            case "not_equal":
+                return f"{r} != {s}"
             case "less":
-                return f"r.{a} < s.{a}"
+                return f"{r} < {s}"
             case "less_equal":
-                return f"r.{a} <= s.{a}"
+                return f"{r} <= {s}"
             case "greater":
-                return f"r.{a} > s.{a}"
+                return f"{r} > {s}"
             case _:
-                return f"r.{a} >= s.{a}"
+                return f"{r} >= {s}"
 
 
 @dataclass(frozen=True)
@@ -105,8 +133,8 @@ class Predicate:
 
     @property
     def attrs(self) -> tuple[str, ...]:
-        """Join attribute names in condition order (an attribute may repeat)."""
-        return tuple(c.attr for c in self.conditions)
+        """Join attribute names in condition order, r's then s's of each (names may repeat)."""
+        return tuple(a for c in self.conditions for a in (c.attr, c.attr_s))
 
     @property
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -117,8 +145,9 @@ class Predicate:
 
     @property
     def symmetric(self) -> bool:
-        """True when ``θ(a, b) ⇔ θ(b, a)`` (every interval is symmetric around 0)."""
-        return all(c.lo == -c.hi for c in self.conditions)
+        """True when ``θ(a, b) ⇔ θ(b, a)`` (every interval is symmetric around 0 and compares
+        an attribute with itself)."""
+        return all(c.lo == -c.hi and not c.cross for c in self.conditions)
 
     def __str__(self) -> str:
         return " AND ".join(str(c) for c in self.conditions)
@@ -147,51 +176,69 @@ def _finite(name: str, value: float) -> float:
     return v
 
 
-def band(attr: str, eps: float | None = None, *, lo: float | None = None, hi: float | None = None):
-    """Band condition: ``|r.attr - s.attr| <= eps``, or ``lo <= s.attr - r.attr <= hi``.
+def _s_attr(attr: str, attr_s: str | None) -> str:
+    return attr if attr_s is None else _attr_name(attr_s)
+
+
+def band(
+    attr: str,
+    eps: float | None = None,
+    attr_s: str | None = None,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+) -> Condition:
+    """Band condition: ``|r.attr - s.attr_s| <= eps``, or ``lo <= s.attr_s - r.attr <= hi``.
 
     Give either ``eps`` (symmetric band, ``eps >= 0``) or both ``lo`` and ``hi``
-    (``lo <= hi``); bounds are inclusive.
+    (``lo <= hi``); bounds are inclusive. ``attr_s`` (default: ``attr``) names s's attribute.
     """
     attr = _attr_name(attr)
+    other = _s_attr(attr, attr_s)
     if eps is not None:
         if lo is not None or hi is not None:
             raise ValueError("band takes either eps or lo/hi, not both")
         e = _finite("band eps", eps)
         if e < 0:
             raise ValueError(f"band eps must be >= 0, got {eps!r}")
-        return Condition(attr, -e, e, "band")
+        return Condition(attr, -e, e, "band", other)
     if lo is None or hi is None:
         raise ValueError("band needs eps, or both lo= and hi=")
     lo_f, hi_f = _finite("band lo", lo), _finite("band hi", hi)
     if lo_f > hi_f:
         raise ValueError(f"band lo must be <= hi, got lo={lo!r} > hi={hi!r}")
-    return Condition(attr, lo_f, hi_f, "band")
+    return Condition(attr, lo_f, hi_f, "band", other)
 
 
-def equal(attr: str) -> Condition:
-    """Equi-join condition ``r.attr == s.attr``."""
-    return Condition(_attr_name(attr), 0.0, 0.0, "equal")
+def equal(attr: str, attr_s: str | None = None) -> Condition:
+    """Equi-join condition ``r.attr == s.attr_s`` (``attr_s`` defaults to ``attr``)."""
+    return Condition(_attr_name(attr), 0.0, 0.0, "equal", _s_attr(attr, attr_s))
 
 
-def less(attr: str) -> Condition:
-    """``r.attr < s.attr``."""
-    return Condition(_attr_name(attr), TINY, INF, "less")
+def not_equal(attr: str, attr_s: str | None = None) -> Condition:
+    """``r.attr != s.attr_s``. No index searches it (it matches almost the whole window): it
+    is checked as a residual filter, beside a condition an index serves."""
+    return Condition(_attr_name(attr), 0.0, 0.0, "not_equal", _s_attr(attr, attr_s))
 
 
-def less_equal(attr: str) -> Condition:
-    """``r.attr <= s.attr``."""
-    return Condition(_attr_name(attr), 0.0, INF, "less_equal")
+def less(attr: str, attr_s: str | None = None) -> Condition:
+    """``r.attr < s.attr_s``."""
+    return Condition(_attr_name(attr), TINY, INF, "less", _s_attr(attr, attr_s))
 
 
-def greater(attr: str) -> Condition:
-    """``r.attr > s.attr``."""
-    return Condition(_attr_name(attr), -INF, -TINY, "greater")
+def less_equal(attr: str, attr_s: str | None = None) -> Condition:
+    """``r.attr <= s.attr_s``."""
+    return Condition(_attr_name(attr), 0.0, INF, "less_equal", _s_attr(attr, attr_s))
 
 
-def greater_equal(attr: str) -> Condition:
-    """``r.attr >= s.attr``."""
-    return Condition(_attr_name(attr), -INF, 0.0, "greater_equal")
+def greater(attr: str, attr_s: str | None = None) -> Condition:
+    """``r.attr > s.attr_s``."""
+    return Condition(_attr_name(attr), -INF, -TINY, "greater", _s_attr(attr, attr_s))
+
+
+def greater_equal(attr: str, attr_s: str | None = None) -> Condition:
+    """``r.attr >= s.attr_s``."""
+    return Condition(_attr_name(attr), -INF, 0.0, "greater_equal", _s_attr(attr, attr_s))
 
 
 #: Largest window size: windows are compared with int64 counts and ``ts`` differences.
@@ -305,10 +352,18 @@ class Query:
         return tuple(dict.fromkeys(self.predicate.attrs))
 
     @property
-    def condition_attr_index(self) -> np.ndarray:
-        """For each condition, the row of its attribute in the batch's ``attrs`` matrix."""
+    def condition_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """For each condition, the rows of r's and of s's attribute in the batch's ``attrs``
+        matrix: two int64 arrays."""
         pos = {a: i for i, a in enumerate(self.attrs)}
-        return np.array([pos[a] for a in self.predicate.attrs], dtype=np.int64)
+        r = np.array([pos[c.attr] for c in self.predicate], dtype=np.int64)
+        s = np.array([pos[c.attr_s] for c in self.predicate], dtype=np.int64)
+        return r, s
+
+    @property
+    def negated(self) -> np.ndarray:
+        """For each condition, whether it is negated (``not_equal``): bool array."""
+        return np.array([c.negated for c in self.predicate], dtype=np.bool_)
 
     def window_size(self, stream: int) -> int:
         """Window size (tuples or ts units) of ``stream``; self-joins use the R size."""

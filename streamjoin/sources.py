@@ -362,6 +362,38 @@ def handshake_workload(
     )
 
 
+def inequality_workload(
+    n: int,
+    window: int,
+    match_rate: float = 2.0,
+    *,
+    attrs: tuple[str, str] = ("a", "b"),
+    self_join: bool = False,
+    rate: float = 10_000,
+    seed: int = 0,
+) -> pa.Table:
+    """Two correlated attributes for the two-inequality join ``r.a < s.a AND r.b > s.b``
+    (SPO-Join's Q1 shape; ``sj.less("a") & sj.greater("b")``), named ``attrs``.
+
+    ``a`` is uniform in [0, 1) and ``b = a + noise``, gaussian with the width ``σ`` that gives
+    about ``match_rate`` matches per probe into a full count window of ``window`` tuples: a
+    probe r matches s iff ``0 < s.a - r.a < r.noise - s.noise``, which happens with probability
+    ``σ / √π`` per window tuple (twice that for a self-join, which takes either order). Each
+    condition alone matches about half the window.
+    """
+    if window <= 0:
+        raise ValueError(f"window must be positive, got {window}")
+    if match_rate <= 0:
+        raise ValueError(f"match_rate must be positive, got {match_rate}")
+    sigma = match_rate * np.sqrt(np.pi) / window / (2 if self_join else 1)
+    table = synthetic(n, attrs=(), self_join=self_join, rate=rate, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    a = rng.uniform(0.0, 1.0, n)
+    return table.append_column(attrs[0], pa.array(a)).append_column(
+        attrs[1], pa.array(a + rng.normal(0.0, sigma, n))
+    )
+
+
 def band_for_match_rate(
     r_values: np.ndarray,
     s_values: np.ndarray | None = None,

@@ -16,6 +16,8 @@ ROLE_COLORS = {
     "worker": "#ffb703",
     "handshake_core": "#ffb703",
     "handshake_ll_core": "#ffb703",
+    "spo_mutable": "#e5989b",
+    "spo_worker": "#ffb703",
 }
 
 

@@ -11,19 +11,22 @@ INT_VALUES = st.integers(-6, 6)
 FLOAT_VALUES = st.sampled_from([-2.5, -1.0, -0.0, 0.0, 0.25, 0.5, 1.0, 1.5, 3.0, 1e-300, -1e-300])
 
 
+KINDS = ["band", "band_lohi", "equal", "not_equal", "less", "less_equal", "greater"]
+KINDS += ["greater_equal"]
+
+
 @st.composite
 def conditions(draw, attr: str):
-    kind = draw(
-        st.sampled_from(
-            ["band", "band_lohi", "equal", "less", "less_equal", "greater", "greater_equal"]
-        )
-    )
+    """One condition on r's ``attr``; s's attribute is the same, or (a third of the time) the
+    other of ``x`` and ``y`` (a cross-attribute condition)."""
+    kind = draw(st.sampled_from(KINDS))
+    other = draw(st.sampled_from([attr, attr, {"x": "y", "y": "x"}[attr]]))
     if kind == "band":
-        return sj.band(attr, draw(st.sampled_from([0, 0.5, 1, 2, 3])))
+        return sj.band(attr, draw(st.sampled_from([0, 0.5, 1, 2, 3])), other)
     if kind == "band_lohi":
         lo = draw(st.sampled_from([-3, -1, 0, 0.5, 1]))
-        return sj.band(attr, lo=lo, hi=lo + draw(st.sampled_from([0, 1, 2.5])))
-    return getattr(sj, kind)(attr)
+        return sj.band(attr, None, other, lo=lo, hi=lo + draw(st.sampled_from([0, 1, 2.5])))
+    return getattr(sj, kind)(attr, other)
 
 
 @st.composite

@@ -36,6 +36,9 @@ SCENARIOS = [
     (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4, 60),
     (self_join(ASYMMETRIC & sj.less_equal("y"), sj.TimeWindow(5)), True, "handshake_ll", 4, 6),
     (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
+    (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
+    (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),
+    (sj.Query(sj.band("x", 2, "y") & sj.not_equal("x"), sj.CountWindow(40)), False, "grid", 8, 60),
 ]
 
 LAYOUTS = {
@@ -46,6 +49,7 @@ LAYOUTS = {
     "panjoin": lambda: sj.topologies.panjoin(2, 4),
     "handshake": lambda: sj.topologies.handshake(3, segment=10),
     "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
+    "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
 }
 
 
@@ -62,7 +66,8 @@ def test_backend_equals_oracle(backend, query, one_stream, layout, batch_size, h
     cores = [
         a
         for a in res.metrics["actors"].values()
-        if a["role"] in ("join_core", "manager", "handshake_core", "handshake_ll_core")
+        if a["role"]
+        in ("join_core", "manager", "handshake_core", "handshake_ll_core", "spo_mutable")
     ]
     assert sum(a["tuples_in"] for a in cores) >= 600
     assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)

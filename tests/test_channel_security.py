@@ -29,6 +29,7 @@ import streamjoin as sj
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
+from streamjoin.actors.spo import MergedRun
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime import channels, wire
 
@@ -268,6 +269,7 @@ def _frames() -> list[bytes]:
         Drain(),
         Ack(7),
         WorkerCommand(batch, [3], [(1, [0, 2])], [(3, z[1:4]), (4, z[4:])], [1]),
+        MergedRun(9, 1, batch, z[::-1].copy(), z),
     ]
     out = [
         b"".join(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
+from streamjoin.actors.spo import MergedRun
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime import channels, wire
 
@@ -150,6 +151,31 @@ def worker_commands(draw) -> WorkerCommand:
 @given(command=worker_commands())
 def test_worker_command_round_trip(command):
     assert _same_command(command, _round_trip(command))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 500), k=st.integers(1, 3), seed=st.integers(0, 99))
+def test_merged_run_round_trip(n, k, seed):
+    """A merged piece of SPO-Join's mutable part: its rows and both key orders."""
+    rng = np.random.default_rng(seed)
+    run = MergedRun(
+        int(rng.integers(0, 2**40)),
+        n % 2,
+        _batch(n, k, seed, True),
+        rng.permutation(n),
+        rng.permutation(n),
+    )
+    got = _round_trip(run)
+    assert (got.piece, got.stream) == (run.piece, run.stream) and _same_batch(run.rows, got.rows)
+    assert np.array_equal(got.a_order, run.a_order) and np.array_equal(got.b_order, run.b_order)
+    assert not got.a_order.flags.writeable
+
+
+def test_a_merged_run_ordering_positions_outside_its_rows_is_a_framing_error():
+    z = np.arange(4, dtype=np.int64)
+    run = MergedRun(0, 0, _batch(4, 1, 0, True), z, z + 1)
+    with pytest.raises(channels.FramingError, match="out of its 4 rows"):
+        _round_trip(run)
 
 
 @given(upto=st.integers(-(2**63), 2**63 - 1))

@@ -48,6 +48,39 @@ def test_inequality_direction_by_hand():
     assert pairs(sj.oracle.join(sj.Query(sj.greater("x"), sj.CountWindow(5)), data)) == [(0, 2)]
 
 
+def test_cross_attribute_interval_overlap_by_hand():
+    # r.start <= s.end AND r.end >= s.start: rows 0 R[1,5], 1 S[4,8], 2 S[6,9], 3 R[9,9]
+    data = {
+        "stream": np.array([0, 1, 1, 0]),
+        "start": np.array([1, 4, 6, 9]),
+        "end": np.array([5, 8, 9, 9]),
+    }
+    overlap = sj.less_equal("start", "end") & sj.greater_equal("end", "start")
+    q = sj.Query(overlap, window=sj.CountWindow(5))
+    assert str(q.predicate) == "r.start <= s.end AND r.end >= s.start"
+    # R[1,5] meets S[4,8]; R[9,9] meets S[6,9] (9 <= 9, 9 >= 6), not S[4,8] (9 > 8)
+    assert pairs(sj.oracle.join(q, data)) == [(0, 1), (3, 2)]
+    # |r.start - s.end| <= 1: only R[9,9], with S[4,8] and S[6,9]
+    near = sj.Query(sj.band("start", 1, "end"), sj.CountWindow(5))
+    assert pairs(sj.oracle.join(near, data)) == [(3, 1), (3, 2)]
+
+
+def test_cross_attribute_self_join_closure_by_hand():
+    # θ(a, b) = a.x < b.y; pair (a older, b newer) iff a.x < b.y or b.x < a.y
+    data = {"x": np.array([5, 1, 9]), "y": np.array([0, 6, 2])}
+    q = sj.Query(sj.less("x", "y"), window=sj.CountWindow(10), self_join=True)
+    # (0,1): 5 < 6 yes. (0,2): 5 < 2 no, 9 < 0 no. (1,2): 1 < 2 yes.
+    assert pairs(sj.oracle.join(q, data)) == [(0, 1), (1, 2)]
+
+
+def test_not_equal_by_hand():
+    data = {"stream": np.array([0, 1, 1, 0]), "k": np.array([1, 1, 2, 2])}
+    q = sj.Query(sj.not_equal("k"), window=sj.CountWindow(5))
+    assert str(q.predicate) == "r.k != s.k"
+    # row1 S1 sees R0 (1 == 1: no); row2 S2 sees R0 (yes); row3 R2 sees S1 (yes), S2 (no)
+    assert pairs(sj.oracle.join(q, data)) == [(0, 2), (3, 1)]
+
+
 def test_empty_input():
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(3))
     empty = {"stream": np.array([], np.int8), "x": np.array([], float)}
@@ -57,8 +90,9 @@ def test_empty_input():
 def _sql_condition(query, r, s):
     parts = []
     for c in query.predicate:
-        d = f"({s}.{c.attr}::DOUBLE - {r}.{c.attr}::DOUBLE)"
-        parts.append(f"{d} >= {c.lo!r} AND {d} <= {c.hi!r}".replace("inf", "'inf'::DOUBLE"))
+        d = f"({s}.{c.attr_s}::DOUBLE - {r}.{c.attr}::DOUBLE)"
+        inside = f"{d} >= {c.lo!r} AND {d} <= {c.hi!r}".replace("inf", "'inf'::DOUBLE")
+        parts.append(f"NOT ({inside})" if c.negated else f"({inside})")
     return " AND ".join(parts)
 
 

@@ -10,3 +10,11 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # it writes its pictures to the working directory
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "latency.png").exists()
+
+
+def test_readme_inequality_example_runs(tmp_path, monkeypatch):
+    """The README's SPO-Join example (its second Python block) runs, its assertion holds."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[1]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})

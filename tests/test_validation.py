@@ -1,5 +1,7 @@
 """Bad queries, inputs and settings get a clear error, raised before any work starts."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -28,6 +30,8 @@ def good():
         (lambda: sj.band("x", 1, lo=0, hi=1), "either eps or lo/hi"),
         (lambda: sj.equal(""), "non-empty string"),
         (lambda: sj.less("ts"), "'ts' is a reserved column"),
+        (lambda: sj.less("x", "ts"), "'ts' is a reserved column"),
+        (lambda: sj.band("x", 1, ""), "non-empty string"),
         (lambda: sj.Query("x < y", window=sj.CountWindow(1)), "predicate must be built"),
         (lambda: sj.Query(sj.equal("x"), window=5), "window must be CountWindow"),
     ],
@@ -91,12 +95,43 @@ def test_all_three_input_kinds_give_the_same_pairs():
         ({"max_delay": -1}, "max_delay must be"),
         ({"collect": "all"}, "collect must be 'pairs' or 'count'"),
         ({"collect": "count", "ordered": True}, "ordered=True needs collect='pairs'"),
-        ({"topology": sj.topologies.single("hash")}, "index 'hash' cannot serve"),
     ],
 )
 def test_run_setting_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         sj.run(Q, good(), **kwargs)
+
+
+def test_an_index_that_cannot_serve_the_query_says_so_and_the_answer_stays_exact():
+    """``hash`` serves no band: the core scans its window and filters (a warning names the
+    index); a cross-attribute condition in a self-join needs two keys per tuple, so the index
+    serves the next condition instead."""
+    data = sj.sources.synthetic(400, low=0, high=30, attrs=("x", "y"), seed=2)
+    with pytest.warns(sj.indexes.IndexFallbackWarning, match="index 'hash' cannot serve .*scans"):
+        res = sj.run(Q, data, sj.topologies.single("hash"))
+    assert res.same_pairs(sj.oracle.join(Q, data))
+    one = sj.sources.synthetic(400, low=0, high=30, attrs=("x", "y"), self_join=True, seed=3)
+    q = sj.Query(sj.band("x", 1, "y") & sj.band("y", 2), sj.CountWindow(20), self_join=True)
+    with pytest.warns(sj.indexes.IndexFallbackWarning, match="two keys per tuple.*serves"):
+        res = sj.run(q, one, sj.topologies.single("bplus_tree"))
+    assert res.same_pairs(sj.oracle.join(q, one))
+
+
+def test_nested_loop_chosen_for_a_not_equal_says_nothing():
+    """``nested_loop`` is the scan every index falls back to: asked for by name it does not
+    warn that it falls back to itself."""
+    q = sj.Query(sj.not_equal("x"), sj.CountWindow(20))
+    data = sj.sources.synthetic(200, low=0, high=5, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sj.indexes.IndexFallbackWarning)
+        res = sj.run(q, data, sj.topologies.single("nested_loop"))
+    assert res.same_pairs(sj.oracle.join(q, data))
+
+
+def test_missing_attribute_named_with_its_side():
+    q = sj.Query(sj.less("x", "end"), window=sj.CountWindow(4))
+    with pytest.raises(sj.InputError, match="no column 'end', which the query compares as s.end"):
+        sj.run(q, good())
 
 
 def test_unknown_index_fails_when_the_topology_is_built():

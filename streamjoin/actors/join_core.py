@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,9 +23,14 @@ class IndexChoice:
     index_options: dict = field(default_factory=dict)
 
     def check(self, query: Query) -> None:
-        """Raise ``ValueError`` if the index cannot serve ``query``'s predicate."""
-        name = self.index or indexes.default_for(query.predicate)
-        indexes.check_supports(name, query.predicate)
+        """Warn (:class:`~streamjoin.indexes.IndexFallbackWarning`) if the index named cannot
+        serve ``query``'s first condition: the join stays exact, another condition is served
+        or the window is scanned (:func:`~streamjoin.indexes.plan`)."""
+        if self.index is None:
+            return
+        note = indexes.plan(self.index, query.predicate, query.self_join).note
+        if note:
+            warnings.warn(note, indexes.IndexFallbackWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)
@@ -196,11 +202,12 @@ class JoinCore(JoinLogic):
         return sum(p.nbytes for p in self.parts.values())
 
     def warm(self) -> None:
-        """Compile (or load from the disk cache) every kernel on a throwaway run: a batch is
-        stored, a second probes it, and a third's horizon expires half of the first (the
-        indexes' delete paths, which a run reaches only once a window is full), under the
-        index's ``warm_options`` (e.g. subwindows small enough to fill). Once per process for
-        each index, its options and the query's shape (:data:`~streamjoin.actors.base.WARMED`).
+        """Compile (or load from the disk cache) every kernel on a throwaway run: four batches
+        are stored, each probing those before it, and the last one's horizon expires half of the
+        first (the indexes' delete paths, which a run reaches only once a window is full), under
+        the index's ``warm_options`` (e.g. subwindows small enough to fill). Once per process
+        for each index, its options and the query's shape
+        (:data:`~streamjoin.actors.base.WARMED`).
         """
         WARMED.once(warm_key(self.spec), lambda: self._warm())
 
@@ -210,8 +217,8 @@ class JoinCore(JoinLogic):
         probe = JoinCore(self.query, self.index_name, options)
         n = 512
         per_stream = n if self_join else n // 2
-        for b in range(3):
-            expire = per_stream // 2 if b == 2 else 0
+        for b in range(4):  # the fourth probes what the third filled (a merged structure)
+            expire = per_stream // 2 if b == 3 else 0
             probe.on_batch("in", warm_batch(k, self_join, n, first=b * per_stream, horizon=expire))
 
 
@@ -226,6 +233,8 @@ def warm_key(spec: JoinSpec) -> tuple:
         q.self_join,
         spec.n_keys,
         q.predicate.symmetric,
+        spec.symmetric_keys,
+        spec.plan.fallback,
     )
 
 

@@ -7,6 +7,8 @@ probing tuple is s), ``EITHER`` (self-join: θ(cand, probe) or θ(probe, cand)).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -22,27 +24,44 @@ EITHER = 2
 _AHEAD = 8
 
 
+class Conditions(NamedTuple):
+    """θ in the form kernels evaluate (DESIGN §1): condition ``c`` holds iff
+    ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <= hi[c]`` is not ``neg[c]``."""
+
+    #: int64 (C,): row of r's attribute in an ``attrs`` matrix
+    r_row: np.ndarray
+    #: int64 (C,): row of s's attribute
+    s_row: np.ndarray
+    #: float64 (C,): closed bounds on the difference ``s - r``
+    lo: np.ndarray
+    #: float64 (C,)
+    hi: np.ndarray
+    #: bool (C,): the condition is negated (``not_equal``)
+    neg: np.ndarray
+
+
 @njit(cache=True, nogil=True, inline="always")
-def theta(r_attrs, ri, s_attrs, sj, cond_attr, lo, hi, first):
-    """Conditions ``first..`` of θ(r, s): ``lo[c] <= s[a_c] - r[a_c] <= hi[c]``."""
-    for c in range(first, lo.shape[0]):
-        a = cond_attr[c]
-        d = s_attrs[a, sj] - r_attrs[a, ri]
-        if not ((d >= lo[c]) & (d <= hi[c])):
+def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
+    """Conditions ``first..`` of θ (see :class:`Conditions`) between probing tuple ``i`` and
+    candidate ``j`` in orientation ``orient``: θ(probe, cand) for ``R_PROBES``, θ(cand,
+    probe) for ``S_PROBES``, either for ``EITHER``.
+
+    One loop over the conditions serves both orientations: a helper called once per
+    orientation kept numba from inlining it, and the in-batch sweep ran 10x slower."""
+    as_r = orient != S_PROBES  # θ(probe, cand) may decide
+    as_s = orient != R_PROBES  # θ(cand, probe) may decide
+    for c in range(first, conds.lo.shape[0]):
+        a, b = conds.r_row[c], conds.s_row[c]
+        lo, hi, neg = conds.lo[c], conds.hi[c], conds.neg[c]
+        if as_r:
+            d = c_attrs[b, j] - p_attrs[a, i]
+            as_r = ((d >= lo) & (d <= hi)) != neg
+        if as_s:
+            d = p_attrs[b, i] - c_attrs[a, j]
+            as_s = ((d >= lo) & (d <= hi)) != neg
+        if not (as_r or as_s):
             return False
     return True
-
-
-@njit(cache=True, nogil=True, inline="always")
-def theta_oriented(p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient):
-    """θ between probing tuple ``i`` and candidate ``j`` in orientation ``orient``."""
-    if orient == R_PROBES:
-        return theta(p_attrs, i, c_attrs, j, cond_attr, lo, hi, first)
-    if orient == S_PROBES:
-        return theta(c_attrs, j, p_attrs, i, cond_attr, lo, hi, first)
-    return theta(c_attrs, j, p_attrs, i, cond_attr, lo, hi, first) or theta(
-        p_attrs, i, c_attrs, j, cond_attr, lo, hi, first
-    )
 
 
 @njit(cache=True, nogil=True)
@@ -56,9 +75,7 @@ def probe_pairs(
     c_attrs,
     c_rows,
     c_at,
-    cond_attr,
-    lo,
-    hi,
+    conds,
     first,
     orient,
     min_idx,
@@ -85,7 +102,7 @@ def probe_pairs(
     r = np.empty(m, dtype=np.int64)
     s = np.empty(m, dtype=np.int64)
     ingest = np.empty(m, dtype=np.int64)
-    residual = first < lo.shape[0]  # a single band the index checked leaves the window only
+    residual = first < conds.lo.shape[0]  # a band the index checked leaves the window only
     width = c_rows.shape[1]
     n = 0
     for t in range(m):
@@ -100,9 +117,7 @@ def probe_pairs(
         in_window = c_idx >= p_lo_idx[i] if c_seq < p_seq[i] else p_idx[i] >= c_rows[j, LO_IDX]
         if not in_window or c_idx < min_idx:
             continue
-        if residual and not theta_oriented(
-            p_attrs, i, c_attrs, j, cond_attr, lo, hi, first, orient
-        ):
+        if residual and not theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
             continue
         if probe_is_r:
             r[n] = p_seq[i]
@@ -116,25 +131,62 @@ def probe_pairs(
 
 
 @njit(cache=True, nogil=True)
-def join_within_batch(stream, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, by_r, by_s):
+def pairs_within_batch(idx, lo_idx, attrs, probe, cand, conds, first, orient):
+    """Of candidate pairs ``(probe[t], cand[t])`` (positions in one seq-ordered batch, found by
+    an index over the batch's own tuples), those whose candidate came first and is in the
+    probing tuple's window and for which θ holds (conditions before ``first`` were checked
+    by the index): ``(i, j)`` int64, ``j < i``. DESIGN §2 step 2 by index rather than sweep."""
+    m = probe.shape[0]
+    out_i = np.empty(m, dtype=np.int64)
+    out_j = np.empty(m, dtype=np.int64)
+    n = 0
+    for t in range(m):
+        i, j = probe[t], cand[t]
+        if (
+            j < i
+            and idx[j] >= lo_idx[i]
+            and theta_oriented(attrs, i, attrs, j, conds, first, orient)
+        ):
+            out_i[n] = i
+            out_j[n] = j
+            n += 1
+    return out_i[:n], out_j[:n]
+
+
+@njit(cache=True, nogil=True)
+def join_within_batch(
+    stream, idx, lo_idx, attrs, key_r, key_s, key_lo, key_hi, conds, self_join, by_r, by_s
+):
     """Pairs ``(i, j)``, ``j < i``, of one seq-ordered batch: ``j`` is of ``i``'s opposite
     stream (its own for a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
 
     DESIGN §2 step 2 (PIM-Tree §4's edge tuple: what is not indexed yet is scanned).
-    ``by_r`` / ``by_s`` hold the positions of each stream's tuples in order of the primary
-    attribute (for a self-join ``by_r`` holds them all); the probing stream's tuples sweep the
+    ``key_r`` / ``key_s`` (float64, one per tuple) are the R and S tuples' keys on the indexed
+    condition, ``s - r`` in ``[key_lo, key_hi]`` when it holds (all zeros and unbounded when no
+    condition is indexed); ``by_r`` / ``by_s`` hold the positions of each stream's tuples in
+    key order (for a self-join ``by_r`` holds them all). The probing stream's tuples sweep the
     probed stream's keys with a pointer that only moves forward, so the cost is
     O(b + candidates in range) after the sort, with no binary search per tuple.
     """
     b = stream.shape[0]
-    key = attrs[cond_attr[0]]
     by_stream = (by_r, by_s)
     cap = 2 * b + 64
     while True:
         out_i = np.empty(cap, dtype=np.int64)
         out_j = np.empty(cap, dtype=np.int64)
         n = _sweep_batch(
-            key, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, by_stream, out_i, out_j
+            key_r,
+            key_s,
+            key_lo,
+            key_hi,
+            idx,
+            lo_idx,
+            attrs,
+            conds,
+            self_join,
+            by_stream,
+            out_i,
+            out_j,
         )
         if n <= cap:
             return out_i[:n], out_j[:n]
@@ -142,36 +194,40 @@ def join_within_batch(stream, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, 
 
 
 @njit(cache=True, nogil=True)
-def _sweep_batch(key, idx, lo_idx, attrs, cond_attr, lo, hi, self_join, by_stream, out_i, out_j):
+def _sweep_batch(
+    key_r, key_s, key_lo, key_hi, idx, lo_idx, attrs, conds, self_join, by_stream, out_i, out_j
+):
     """:func:`join_within_batch`'s sweep; writes up to ``len(out_i)`` pairs, returns how many
     it found."""
     n = 0
     for x in range(1 if self_join else 2):
         xs = by_stream[x]
         ys = by_stream[x if self_join else 1 - x]
+        key_x = key_r if x == 0 else key_s
+        key_y = key_r if self_join or x == 1 else key_s
         if self_join:
             orient = EITHER
-            lo_d, hi_d = min(lo[0], -hi[0]), max(hi[0], -lo[0])
+            lo_d, hi_d = min(key_lo, -key_hi), max(key_hi, -key_lo)
         elif x == 0:
             orient = R_PROBES
-            lo_d, hi_d = lo[0], hi[0]
+            lo_d, hi_d = key_lo, key_hi
         else:
             orient = S_PROBES
-            lo_d, hi_d = -hi[0], -lo[0]
+            lo_d, hi_d = -key_hi, -key_lo
         start = 0
         for a in range(xs.shape[0]):
             i = xs[a]
-            vlo, vhi = key_range(key[i], lo_d, hi_d)
+            vlo, vhi = key_range(key_x[i], lo_d, hi_d)
             # keys below an earlier (smaller) probe key's interval fail this one's too
-            while start < ys.shape[0] and key[ys[start]] < vlo:
+            while start < ys.shape[0] and key_y[ys[start]] < vlo:
                 start += 1
             t = start
-            while t < ys.shape[0] and key[ys[t]] <= vhi:
+            while t < ys.shape[0] and key_y[ys[t]] <= vhi:
                 j = ys[t]
                 if (
                     j < i
                     and idx[j] >= lo_idx[i]
-                    and theta_oriented(attrs, i, attrs, j, cond_attr, lo, hi, 0, orient)
+                    and theta_oriented(attrs, i, attrs, j, conds, 0, orient)
                 ):
                     if n < out_i.shape[0]:
                         out_i[n] = i

@@ -89,6 +89,14 @@ class _PairedRouter(Router):
         return self.router.eof()
 
 
+class _BroadcastRouter(Router):
+    def __init__(self, ports: tuple[str, ...]) -> None:
+        self.ports = ports
+
+    def __call__(self, batch):
+        return [(port, batch) for port in self.ports]
+
+
 @dataclass(frozen=True)
 class SingleRoute:
     """Every batch to port ``out`` (one join core)."""
@@ -138,5 +146,16 @@ class HandshakeRoute:
         return _PairedRouter(_HandshakeRouter()) if self.paired else _HandshakeRouter(True)
 
 
+@dataclass(frozen=True)
+class BroadcastRoute:
+    """Every batch, whole and in order, to each of ``ports`` (SPO-Join Alg. 1 l. 1–2: a tuple
+    goes to the mutable stage and to every PO-Join worker)."""
+
+    ports: tuple[str, ...]
+
+    def router(self, self_join: bool = False) -> Router:
+        return _BroadcastRouter(self.ports)
+
+
 #: A route spec: what an emitter's config says about where batches go.
-RouteSpec = SingleRoute | SplitRoute | GridRoute | HandshakeRoute
+RouteSpec = SingleRoute | SplitRoute | GridRoute | HandshakeRoute | BroadcastRoute

@@ -10,7 +10,9 @@ from streamjoin.actors.join_kernels import (
     EITHER,
     R_PROBES,
     S_PROBES,
+    Conditions,
     join_within_batch,
+    pairs_within_batch,
     probe_pairs,
 )
 from streamjoin.actors.store import TupleStore
@@ -91,7 +93,14 @@ JOIN_COUNTERS = JoinWork.JOIN_COUNTERS
 
 
 class JoinSpec:
-    """The query in the form kernels use, and the index class that serves it.
+    """The query in the form kernels use, and the index that serves it.
+
+    The index serves the conditions :func:`~streamjoin.indexes.plan` picks (one key row each:
+    a stored tuple's key is its own side's attribute, ``attr`` for R and ``attr_s`` for S);
+    the rest are residual filters. Conditions are kept in that order — served ones first — in
+    :attr:`conds`. When the index can serve no condition (``plan.fallback``) the parts hold
+    the ``fallback`` index (``nested_loop``) over one constant key row, probed with an
+    unbounded box, and every condition is residual: slow, never wrong.
 
     Parameters
     ----------
@@ -110,6 +119,8 @@ class JoinSpec:
         θ(r, s) ∨ θ(s, r). The pair (a, b), a older, is thus kept once: where a's R copy meets
         b's S copy; (b's R copy, a's S copy) and a tuple with itself are dropped. Ignored for a
         two-way join.
+    fallback : str
+        The index that scans everything when ``index`` can serve no condition.
     """
 
     def __init__(
@@ -118,17 +129,34 @@ class JoinSpec:
         index: str | None = None,
         index_options: dict | None = None,
         paired: bool = False,
+        fallback: str = "nested_loop",
     ):
         self.query = query
-        self.index_name = index or indexes.default_for(query.predicate)
-        self.index_cls = indexes.check_supports(self.index_name, query.predicate)
-        self.index_options = dict(index_options or {})
-        self.n_keys = len(query.predicate) if self.index_cls.multi_attribute else 1
+        asked = index or indexes.default_for(query.predicate, query.self_join)
+        self.plan = indexes.plan(asked, query.predicate, query.self_join, fallback)
+        self.index_name = self.plan.index
+        self.index_cls = indexes.get(self.index_name)
+        # a fallback index gets none of the options meant for another index
+        fell_back = self.plan.fallback and self.index_name != asked
+        self.index_options = {} if fell_back else dict(index_options or {})
+        self.n_served = len(self.plan.keys)
+        self.n_keys = max(1, self.n_served)
         self.paired = query.self_join and paired
         self.one_stream = query.self_join and not paired
         self.streams = (0,) if self.one_stream else (0, 1)
-        self.cond_attr = query.condition_attr_index
-        self.lo, self.hi = query.predicate.bounds
+        order = [
+            *self.plan.keys,
+            *(c for c in range(len(query.predicate)) if c not in self.plan.keys),
+        ]
+        r_row, s_row = query.condition_rows
+        lo, hi = query.predicate.bounds
+        self.conds = Conditions(
+            r_row[order], s_row[order], lo[order], hi[order], query.negated[order]
+        )
+        if self.plan.fallback:
+            self.key_lo, self.key_hi = np.array([-np.inf]), np.array([np.inf])
+        else:
+            self.key_lo, self.key_hi = self.conds.lo[: self.n_keys], self.conds.hi[: self.n_keys]
 
     def probed(self, x: int) -> int:
         """The stream that tuples of stream ``x`` probe."""
@@ -138,58 +166,75 @@ class JoinSpec:
         """An empty part whose probes count their candidates in ``work``."""
         return WindowPart(self, work)
 
-    def keys(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
-        """Index key rows of the tuples at ``pos``: float64 ``(n_keys, len(pos))``."""
-        return np.ascontiguousarray(batch.attrs[self.cond_attr[: self.n_keys]][:, pos])
+    def keys(self, batch: Batch, pos: np.ndarray, x: int) -> np.ndarray:
+        """Index key rows of the stream-``x`` tuples at ``pos``: float64
+        ``(n_keys, len(pos))``, each tuple's own side of the served conditions (zeros when
+        none is served)."""
+        if self.plan.fallback:
+            return np.zeros((1, len(pos)))
+        rows = (self.conds.r_row if x == 0 else self.conds.s_row)[: self.n_keys]
+        return np.ascontiguousarray(batch.attrs[rows][:, pos])
 
     def in_key_order(self, batch: Batch, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(xs, keys, order)`` of the batch's stream-``x`` tuples: their positions in arrival
         order, their index keys (:meth:`keys`) and the stable order of those keys on the
-        primary attribute, which the join core computes once per batch and shares between
+        first served condition, which the join core computes once per batch and shares between
         probing, the in-batch join and the index insert."""
         xs = np.flatnonzero(batch.stream == x)
-        keys = self.keys(batch, xs)
+        keys = self.keys(batch, xs, x)
         return xs, keys, stable_order(keys[0])
 
     def probe_boxes(self, orient: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Index probe boxes (``item - key`` intervals) for probing tuples of one orientation."""
-        lo, hi = self.lo[: self.n_keys], self.hi[: self.n_keys]
+        lo, hi = self.key_lo, self.key_hi
         if orient == R_PROBES:  # stored items are s: s - r in [lo, hi]
             return [(lo, hi)]
         stored_r = (-hi, -lo)  # stored items are r: r - s in [-hi, -lo]
-        if orient == S_PROBES or self.query.predicate.symmetric:
+        if orient == S_PROBES or self.symmetric_keys:
             return [stored_r]
         # self-join, asymmetric: stored a may be r (θ(a, b)) or s (θ(b, a))
         if self.n_keys == 1 and max(lo[0], -hi[0]) <= min(hi[0], -lo[0]):  # intervals overlap
             return [(np.minimum(lo, -hi), np.maximum(hi, -lo))]
         return [stored_r, (lo, hi)]
 
+    @property
+    def symmetric_keys(self) -> bool:
+        """The served conditions' boxes are symmetric around 0 (one box serves both
+        orientations of a self-join)."""
+        return bool(np.all(self.key_lo == -self.key_hi))
+
     def join_batch(self, batch: Batch, by_stream: tuple | None = None) -> PairBatch:
         """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too.
 
         ``by_stream``: for each stream (R, S), the positions of its tuples in the batch in
-        order of the primary attribute, if the caller has them; else they are sorted here
-        (:meth:`in_key_order`). Not for a ``paired`` self-join: there the two copies of a batch
-        find each other by probing, where they meet.
+        order of the first served condition's key, if the caller has them; else they are
+        sorted here (:meth:`in_key_order`). Not for a ``paired`` self-join: there the two
+        copies of a batch find each other by probing, where they meet.
         """
         if self.paired:
             raise ValueError("a paired self-join finds in-batch pairs by probing, not here")
         if len(batch) < 2:
             return PairBatch.empty()
-        if by_stream is None:
-            views = (self.in_key_order(batch, x) for x in (0, 1))
-            by_stream = tuple(xs[order] for xs, _, order in views)
-        i, j = join_within_batch(
-            batch.stream,
-            batch.idx,
-            batch.lo_idx,
-            batch.attrs,
-            self.cond_attr,
-            self.lo,
-            self.hi,
-            self.query.self_join,
-            *by_stream,
-        )
+        if self.index_cls.batch_join_options is not None and self.n_served > 1:
+            i, j = self._join_batch_by_index(batch)
+        else:
+            if by_stream is None:
+                views = (self.in_key_order(batch, x) for x in (0, 1))
+                by_stream = tuple(xs[order] for xs, _, order in views)
+            key_r, key_s = self._batch_keys(batch)
+            i, j = join_within_batch(
+                batch.stream,
+                batch.idx,
+                batch.lo_idx,
+                batch.attrs,
+                key_r,
+                key_s,
+                self.key_lo[0],
+                self.key_hi[0],
+                self.conds,
+                self.query.self_join,
+                *by_stream,
+            )
         if len(i) == 0:
             return PairBatch.empty()
         ingest = np.maximum(batch.ingest_ns[i], batch.ingest_ns[j])
@@ -199,6 +244,47 @@ class JoinSpec:
         r = np.where(later_is_r, batch.seq[i], batch.seq[j])
         s = np.where(later_is_r, batch.seq[j], batch.seq[i])
         return PairBatch(r, s, ingest)
+
+    def _join_batch_by_index(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The in-batch join through a fresh index over each probed stream's tuples of the
+        batch (``index_cls.batch_join_options``): ``(i, j)`` batch positions, ``j < i``."""
+        options = {**self.index_options, **self.index_cls.batch_join_options}
+        found_i, found_j = [], []
+        for x in self.streams:
+            y = self.probed(x)
+            xs, ys = np.flatnonzero(batch.stream == x), np.flatnonzero(batch.stream == y)
+            if len(xs) == 0 or len(ys) == 0:
+                continue
+            index = self.index_cls(self.n_keys, **options)
+            index.insert(self.keys(batch, ys, y), ys)  # positions in the batch as refs
+            orient = EITHER if self.query.self_join else (R_PROBES if x == 0 else S_PROBES)
+            keys = self.keys(batch, xs, x)
+            boxes = self.probe_boxes(orient)
+            pos, cand = map(
+                np.concatenate, zip(*(index.probe(keys, lo, hi) for lo, hi in boxes), strict=True)
+            )
+            if len(boxes) > 1:
+                pos, cand = _unique_pairs(pos, cand)
+            first = self.n_served
+            if orient == EITHER and self.query.predicate.symmetric:
+                orient = S_PROBES
+            elif orient == EITHER:
+                first = 0
+            i, j = pairs_within_batch(
+                batch.idx, batch.lo_idx, batch.attrs, xs[pos], cand, self.conds, first, orient
+            )
+            found_i.append(i)
+            found_j.append(j)
+        if not found_i:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(found_i), np.concatenate(found_j)
+
+    def _batch_keys(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """Every tuple's key on the first served condition as an R tuple and as an S tuple."""
+        if self.plan.fallback:
+            zero = np.zeros(len(batch))
+            return zero, zero
+        return batch.attrs[self.conds.r_row[0]], batch.attrs[self.conds.s_row[0]]
 
 
 class WindowPart:
@@ -235,14 +321,14 @@ class WindowPart:
         if len(self.index) == 0 or len(xs) == 0:
             return PairBatch.empty()
         orient = EITHER if spec.query.self_join else (R_PROBES if x == 0 else S_PROBES)
-        keys = spec.keys(batch, xs) if keys is None else keys
+        keys = spec.keys(batch, xs, x) if keys is None else keys
         found = [self.index.probe(keys, lo, hi) for lo, hi in spec.probe_boxes(orient)]
         if len(found) == 1:
             pos, refs = found[0]
         else:
             pos, refs = _unique_pairs(*map(np.concatenate, zip(*found, strict=True)))
         self.work.candidates += len(pos)
-        first = spec.n_keys
+        first = spec.n_served
         if orient == EITHER and spec.query.predicate.symmetric:
             orient = S_PROBES  # θ(a, b) ⇔ θ(b, a): one orientation decides
         elif orient == EITHER:
@@ -257,9 +343,7 @@ class WindowPart:
             store.attrs,
             store.rows,
             refs - store.base,
-            spec.cond_attr,
-            spec.lo,
-            spec.hi,
+            spec.conds,
             first,
             orient,
             min_idx,
@@ -282,7 +366,8 @@ class WindowPart:
         """
         if len(pos):
             refs = self.store.append(batch, pos)
-            keys = self.spec.keys(batch, pos) if keys is None else keys
+            if keys is None:
+                keys = self.spec.keys(batch, pos, int(batch.stream[pos[0]]))
             if self.index.takes_order:
                 self.index.insert(keys, refs, order=order)
             else:

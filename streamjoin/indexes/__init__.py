@@ -2,7 +2,7 @@
 
 >>> from streamjoin import indexes
 >>> indexes.names()
-['bisort', 'bplus_tree', 'chained', 'css_tree', 'hash', 'im_tree', 'nested_loop', 'pim_tree', 'rap_table', 'wib_tree']
+['bisort', 'bplus_tree', 'chained', 'css_tree', 'hash', 'im_tree', 'nested_loop', 'pim_tree', 'po_join', 'rap_table', 'wib_tree']
 """
 
 from streamjoin.indexes import (  # noqa: F401  (registers the indexes)
@@ -13,9 +13,30 @@ from streamjoin.indexes import (  # noqa: F401  (registers the indexes)
     hash,
     nested_loop,
     pim_tree,
+    po_join,
     rap_table,
     wib_tree,
 )
-from streamjoin.indexes.base import WindowIndex, check_supports, default_for, get, names, register
+from streamjoin.indexes.base import (
+    IndexFallbackWarning,
+    IndexPlan,
+    WindowIndex,
+    check_supports,
+    default_for,
+    get,
+    names,
+    plan,
+    register,
+)
 
-__all__ = ["WindowIndex", "check_supports", "default_for", "get", "names", "register"]
+__all__ = [
+    "IndexFallbackWarning",
+    "IndexPlan",
+    "WindowIndex",
+    "check_supports",
+    "default_for",
+    "get",
+    "names",
+    "plan",
+    "register",
+]

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 from numba import njit
 
-from streamjoin.query import Predicate
+from streamjoin.query import Condition, Predicate
 
 # --------------------------------------------------------------------------------------------
 # Shared kernels
@@ -89,8 +90,10 @@ class WindowIndex(ABC):
 
     #: Registry name.
     name: ClassVar[str]
-    #: True if the index evaluates every condition of a conjunction (one key row each).
+    #: True if the index evaluates several conditions of a conjunction (one key row each).
     multi_attribute: ClassVar[bool] = False
+    #: Most key rows a multi-attribute index takes (None: as many as there are conditions).
+    max_keys: ClassVar[int | None] = None
     #: True if ``insert`` takes ``order=``: the stable order of ``keys[0]``, when the caller
     #: already sorted the batch (the join core does, once per batch), else None.
     takes_order: ClassVar[bool] = False
@@ -98,6 +101,10 @@ class WindowIndex(ABC):
     #: a few hundred items (``JoinCore.warm`` runs one before the timed part), overriding the
     #: user's: e.g. a small subwindow, so that one fills and the next is set up.
     warm_options: ClassVar[dict] = {}
+    #: Options under which a fresh instance over one batch's tuples, probed by the batch, is
+    #: the join core's in-batch join (DESIGN §2 step 2) when the index serves two or more
+    #: conditions; None: the join core sweeps the batch on the first condition's key instead.
+    batch_join_options: ClassVar[dict | None] = None
     #: How a probe's work grows with the items held (the simulator's *scan units*, PIM-Tree
     #: §2.2.3 Eq. 4 charges a probe ``H · λ`` for its descent): ``"log"`` (a search tree or
     #: sorted runs), ``"linear"`` (a scan), ``"const"`` (a hash table).
@@ -115,6 +122,10 @@ class WindowIndex(ABC):
     def __init__(self, n_keys: int = 1) -> None:
         if n_keys < 1 or (n_keys > 1 and not self.multi_attribute):
             raise ValueError(f"index {self.name!r} takes one key row, got n_keys={n_keys}")
+        if self.max_keys is not None and n_keys > self.max_keys:
+            raise ValueError(
+                f"index {self.name!r} takes at most {self.max_keys} key rows, got n_keys={n_keys}"
+            )
         self.n_keys = n_keys
 
     @classmethod
@@ -180,7 +191,7 @@ def get(name: str) -> type[WindowIndex]:
 
 
 def check_supports(name: str, predicate: Predicate) -> type[WindowIndex]:
-    """The class of ``name``, after checking it can serve ``predicate``."""
+    """The class of ``name``, after checking it can serve ``predicate``'s primary condition."""
     cls = get(name)
     reason = cls.unsupported(predicate)
     if reason:
@@ -188,9 +199,71 @@ def check_supports(name: str, predicate: Predicate) -> type[WindowIndex]:
     return cls
 
 
-def default_for(predicate: Predicate) -> str:
-    """A sensible index for ``predicate``, by its primary (first) condition: ``hash`` for an
-    equality, ``bisort`` for a band with finite bounds, else ``nested_loop`` (an inequality
+class IndexFallbackWarning(UserWarning):
+    """A window index named for a run cannot serve the query's first condition: another
+    condition is served, or every probe scans the window (:class:`IndexPlan`'s note)."""
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """Which conditions of a query a window index serves, and what becomes of the rest.
+
+    ``index`` is the registry name of the index the join actors hold: the one asked for, or
+    ``nested_loop`` when it can serve no condition at all (the *fallback*: every probe scans
+    the window, every condition is a residual filter). ``keys`` lists the positions of the
+    served conditions, one key row each, in the order of the index's key rows; the others are
+    residual filters checked on every candidate. ``note`` says, naming the index, why a
+    condition the user put first is not served (None when it is).
+    """
+
+    index: str
+    keys: tuple[int, ...]
+    note: str | None = None
+
+    @property
+    def fallback(self) -> bool:
+        return not self.keys
+
+
+def why_not_served(cls: type[WindowIndex], cond: Condition, self_join: bool) -> str | None:
+    """Why index ``cls`` cannot serve ``cond`` as a key row, or None if it can."""
+    if cond.negated:
+        return "!= is no range an index can search (it matches almost every item)"
+    if self_join and cond.cross:
+        # θ(a, b) ∨ θ(b, a) compares a.attr with b.attr_s and b.attr with a.attr_s: a stored
+        # tuple would need a key for either side
+        return "in a self-join it would need two keys per tuple (one per attribute)"
+    return cls.unsupported(Predicate((cond,)))
+
+
+def plan(
+    name: str, predicate: Predicate, self_join: bool = False, fallback: str = "nested_loop"
+) -> IndexPlan:
+    """The :class:`IndexPlan` of index ``name`` for ``predicate``: the conditions it can
+    serve, in order (up to one for a single-key index, ``max_keys`` for a multi-attribute one),
+    or ``fallback`` (an index that scans everything under an unbounded box) if it can serve
+    none. Never a wrong answer: what is not served is checked as a residual filter."""
+    cls = get(name)
+    reasons = [why_not_served(cls, c, self_join) for c in predicate]
+    usable = tuple(i for i, why in enumerate(reasons) if why is None)
+    most = (cls.max_keys or len(usable)) if cls.multi_attribute else 1
+    keys = usable[:most]
+    note = None
+    if reasons[0] is not None and name != fallback:  # the fallback itself: nothing to say
+        first = predicate.conditions[0]
+        rest = (
+            f"it serves {predicate.conditions[keys[0]]} instead"
+            if keys
+            else f"the core scans its window ({fallback}) and checks every condition"
+        )
+        note = f"index {name!r} cannot serve {first}: {reasons[0]}; {rest}"
+    return IndexPlan(name if keys else fallback, keys, note)
+
+
+def default_for(predicate: Predicate, self_join: bool = False) -> str:
+    """A sensible index for ``predicate``, by its first condition an index can search:
+    ``hash`` for an equality, ``bisort`` for a band with finite bounds, ``po_join`` when two
+    one-sided inequalities lead (SPO-Join's query shape), else ``nested_loop`` (an inequality
     matches a whole side of the window, which a vectorised scan serves best).
 
     Measured on the 2-core VM (band join, match rate 2, batches of 1024, one core, CPU time):
@@ -198,7 +271,15 @@ def default_for(predicate: Predicate) -> str:
     ahead of ``pim_tree`` (0.8-1.1), ``bplus_tree`` (0.5-1.0) and ``nested_loop`` (0.47 at
     2^10, 0.01 at 2^16).
     """
-    first = predicate.conditions[0]
+    usable = [c for c in predicate if not c.negated and not (self_join and c.cross)]
+    if not usable:
+        return "nested_loop"
+    first = usable[0]
     if first.is_equality:
         return "hash"
-    return "bisort" if np.isfinite(first.lo) and np.isfinite(first.hi) else "nested_loop"
+    if np.isfinite(first.lo) and np.isfinite(first.hi):
+        return "bisort"
+    one_sided = [c for c in usable if np.isinf(c.lo) != np.isinf(c.hi)]
+    if len(one_sided) >= 2 and "po_join" in _REGISTRY:
+        return "po_join"
+    return "nested_loop"

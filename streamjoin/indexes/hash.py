@@ -79,7 +79,7 @@ class HashIndex(WindowIndex):
     @classmethod
     def unsupported(cls, predicate: Predicate) -> str | None:
         if not predicate.conditions[0].is_equality:
-            return "hash serves equi-joins only (make equal(...) the first condition)"
+            return "hash serves equi-joins only (an equal(...) condition)"
         return None
 
     def _alloc(self, cap: int) -> None:

@@ -29,6 +29,10 @@ kind      message                      meta; body
 4         :class:`Ack`                 upto; —
 5         :class:`WorkerCommand`       a batch's meta, index length, positions length;
                                        index (int64), positions (int64), the batch's body
+6         ``Progress``                 r, s; — (registered by
+                                       :mod:`~streamjoin.runtime.ray_recovery`)
+7         :class:`MergedRun`           piece, stream, a batch's meta; ``a_order``,
+                                       ``b_order`` (int64, n each), the batch's body
 ========  ===========================  ==================================================
 """
 
@@ -44,6 +48,7 @@ import numpy as np
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
+from streamjoin.actors.spo import MergedRun
 from streamjoin.batch import Batch, PairBatch
 
 #: a frame's head: port-name length, kind, metadata length, body length
@@ -348,8 +353,31 @@ def _decode_command(meta: bytes, body: Body) -> WorkerCommand:
     return WorkerCommand(batch, create, probe, insert, expire)
 
 
+#: a merged piece's metadata: piece number, stream, then its rows' batch meta
+_MERGED = struct.Struct("<QB" + _BATCH_META)
+
+
+def _encode_merged(m: MergedRun) -> tuple[bytes, list]:
+    orders = [_column(m.a_order, np.int64), _column(m.b_order, np.int64)]
+    return _MERGED.pack(m.piece, m.stream, *_batch_fields(m.rows)), orders + _batch_pieces(m.rows)
+
+
+def _decode_merged(meta: bytes, body: Body) -> MergedRun:
+    piece, stream, *fields = unpack(_MERGED, meta)
+    n = fields[0]
+    if stream > 1:
+        raise FramingError(f"a merged piece of stream {stream}")
+    orders = body.array(I64, 2 * n).reshape(2, n)
+    rows = _read_batch(tuple(fields), body)
+    for order in orders:
+        if n and (order.min() < 0 or order.max() >= n):
+            raise FramingError(f"a merged piece orders positions out of its {n} rows")
+    return MergedRun(piece, stream, rows, orders[0], orders[1])
+
+
 register(Codec(1, Batch, _encode_batch, _decode_batch))
 register(Codec(2, PairBatch, _encode_pairs, _decode_pairs))
 register(Codec(3, Drain, _encode_drain, _decode_drain))
 register(Codec(4, Ack, _encode_ack, _decode_ack))
 register(Codec(5, WorkerCommand, _encode_command, _decode_command))
+register(Codec(7, MergedRun, _encode_merged, _decode_merged))

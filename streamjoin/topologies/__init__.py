@@ -8,15 +8,16 @@ from streamjoin.topologies.handshake import handshake
 from streamjoin.topologies.panjoin import panjoin
 from streamjoin.topologies.single import single
 from streamjoin.topologies.split import split
+from streamjoin.topologies.spo import spo
 
-__all__ = ["Topology", "grid", "handshake", "panjoin", "parse", "single", "split"]
+__all__ = ["Topology", "grid", "handshake", "panjoin", "parse", "single", "split", "spo"]
 
 
 def parse(spec: str, index: str | None = None) -> Topology:
     """A topology from a short spec: ``single``, ``split:4``, ``grid:2x2``, ``grid:2x2:direct``,
     a bare layout ``2x2`` (a chain-forwarding grid), ``handshake:4`` (the original handshake
-    join), ``handshake:4:ll`` (its low-latency variant) or ``panjoin:2x4`` (workers x
-    subwindows per window)."""
+    join), ``handshake:4:ll`` (its low-latency variant), ``panjoin:2x4`` (workers x
+    subwindows per window) or ``spo:2`` (SPO-Join with 2 PO-Join workers)."""
     text = spec.strip().lower()
     if re.fullmatch(r"\d+x\d+", text):
         text = f"grid:{text}"
@@ -30,7 +31,9 @@ def parse(spec: str, index: str | None = None) -> Topology:
         return handshake(int(m[1]), index, low_latency=bool(m[2]))
     if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):
         return panjoin(int(m[1]), int(m[2] or 4), index)
+    if m := re.fullmatch(r"spo(?::(\d+))?", text):
+        return spo(int(m[1] or 2))
     raise ValueError(
         f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct, "
-        "handshake:N, handshake:N:ll or panjoin:WORKERSxSUBWINDOWS"
+        "handshake:N, handshake:N:ll, panjoin:WORKERSxSUBWINDOWS or spo:WORKERS"
     )

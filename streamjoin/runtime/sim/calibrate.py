@@ -22,7 +22,7 @@ import numpy as np
 from streamjoin import indexes as registry
 from streamjoin import sources, topologies
 from streamjoin._version import __version__
-from streamjoin.query import CountWindow, Query, band, equal
+from streamjoin.query import CountWindow, Query, band, equal, greater, less
 from streamjoin.runtime.result import machine_info
 from streamjoin.runtime.run import run
 from streamjoin.runtime.sim.arrival import Arrival
@@ -120,7 +120,11 @@ def fit_costs(rows: list, names: tuple) -> tuple[dict, dict]:
 
 def _workload(index: str, n: int, window: int, match: float, seed: int):
     """``(query, data)``: a band join at ``match`` rate over a count ``window`` (an equi-join
-    for an index without range probes), or None if ``index`` supports neither."""
+    for an index without range probes; SPO-Join's two-inequality join for ``po_join``), or
+    None if ``index`` supports neither."""
+    if index == "po_join":
+        data = sources.inequality_workload(n, window, match, seed=seed)
+        return Query(less("a") & greater("b"), window=CountWindow(window)), data
     cls = registry.get(index)
     band_ok = cls.unsupported(Query(band("x", 1), window=CountWindow(1)).predicate) is None
     if band_ok:
@@ -153,7 +157,9 @@ def _calibration_runs(index: str, quick: bool, seed: int):
                 # varied chunk sizes, so the emitter's per-chunk and per-tuple costs separate
                 chunk = max((1, 64, 1024)[(k + b + w) % 3], -(-n // steps))
                 yield query, data, topologies.single(index), b, chunk
-                if b > 1:  # workers: the same kernels behind per-subwindow calls
+                if b > 1 and index == "po_join":  # its stages, under the same coefficients
+                    yield query, data, topologies.spo(2, merge_every=max(64, w // 4)), b, chunk
+                elif b > 1:  # workers: the same kernels behind per-subwindow calls
                     yield query, data, topologies.panjoin(2, 4, index), b, chunk
 
 

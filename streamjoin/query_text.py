@@ -1,0 +1,83 @@
+"""Predicates written as text, for the command line: ``r.a < s.a AND r.b > s.b``.
+
+Conditions are joined by ``AND`` (any case), ``&``, ``&&`` or a comma. Each is one of
+
+- ``r.X OP s.Y`` with ``OP`` one of ``<  <=  >  >=  ==  =  !=``; written the other way round
+  (``s.Y OP r.X``) it is turned around; ``X OP Y`` without prefixes means ``r.X OP s.Y``
+  (so ``a<a,b>b`` is ``r.a < s.a AND r.b > s.b``);
+- ``|r.X - s.Y| <= EPS`` (a band);
+- ``s.Y - r.X in [LO, HI]`` (an asymmetric band).
+
+>>> str(parse_predicate("r.start <= s.end and r.end >= s.start"))
+'r.start <= s.end AND r.end >= s.start'
+"""
+
+from __future__ import annotations
+
+import re
+
+from streamjoin.query import (
+    Predicate,
+    band,
+    equal,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    not_equal,
+)
+
+_OPS = {
+    "<": less,
+    "<=": less_equal,
+    ">": greater,
+    ">=": greater_equal,
+    "==": equal,
+    "=": equal,
+    "!=": not_equal,
+}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "=": "=", "!=": "!="}
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NAME = r"[A-Za-z_]\w*"
+#: conjunctions: AND, &, && or a comma outside brackets
+_SPLIT = re.compile(r"\s+and\s+|\s*&&?\s*|\s*,\s*(?![^\[]*\])", re.IGNORECASE)
+_BAND = re.compile(rf"\|\s*r\.({_NAME})\s*-\s*s\.({_NAME})\s*\|\s*<=\s*({_NUM})")
+_RANGE = re.compile(rf"s\.({_NAME})\s*-\s*r\.({_NAME})\s+in\s+\[\s*({_NUM})\s*,\s*({_NUM})\s*\]")
+_COMPARE = re.compile(rf"(?:([rs])\.)?({_NAME})\s*(<=|>=|==|!=|<|>|=)\s*(?:([rs])\.)?({_NAME})")
+
+
+def parse_predicate(text: str) -> Predicate:
+    """The :class:`~streamjoin.query.Predicate` ``text`` writes (module docstring).
+
+    Raises
+    ------
+    ValueError
+        Naming the condition that could not be read.
+    """
+    parts = [p.strip() for p in _SPLIT.split(text.strip()) if p.strip()]
+    if not parts:
+        raise ValueError("the query is empty; write e.g. 'r.a < s.a AND r.b > s.b'")
+    conds = [_condition(p) for p in parts]
+    return Predicate(tuple(conds))
+
+
+def _condition(text: str):
+    if m := _BAND.fullmatch(text):
+        return band(m[1], float(m[3]), m[2])
+    if m := _RANGE.fullmatch(text):
+        return band(m[2], None, m[1], lo=float(m[3]), hi=float(m[4]))
+    if m := _COMPARE.fullmatch(text):
+        left, a, op, right, b = m.groups()
+        sides = (left or "r", right or "s")
+        if sides == ("s", "r"):
+            a, b, op = b, a, _FLIP[op]
+        elif sides != ("r", "s"):
+            raise ValueError(
+                f"cannot read {text!r}: a condition compares r's attribute with s's "
+                "(r.x < s.y), not two of one stream"
+            )
+        return _OPS[op](a, b)
+    raise ValueError(
+        f"cannot read the condition {text!r}; write r.x < s.y (<, <=, >, >=, ==, !=), "
+        "|r.x - s.y| <= eps or s.y - r.x in [lo, hi]"
+    )
