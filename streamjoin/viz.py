@@ -47,7 +47,8 @@ def save_figure(fig, path: str | os.PathLike) -> None:
 
 
 def draw_graph(graph, title: str, path: str | os.PathLike) -> None:
-    """Draw an actor graph: nodes at their ``pos``, coloured by ``role``, edges labelled."""
+    """Draw an actor graph: nodes at their ``pos``, coloured by ``role``, edges labelled; a
+    node's ``parts`` (e.g. a shared-index core's threads) as small boxes inside it."""
     import networkx as nx
 
     plt = _pyplot()
@@ -71,6 +72,19 @@ def draw_graph(graph, title: str, path: str | os.PathLike) -> None:
         graph, pos, ax=ax, node_color=colors, node_size=2000, node_shape="s", edgecolors="#333333"
     )
     nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=8)
+    for n, d in graph.nodes(data=True):  # what runs inside a node (a core's threads)
+        parts = d.get("parts", ())
+        for k, part in enumerate(parts):
+            ax.annotate(
+                part,
+                xy=pos[n],
+                xytext=(14 * (k - (len(parts) - 1) / 2), -12),
+                textcoords="offset points",
+                ha="center",
+                va="center",
+                fontsize=6,
+                bbox={"boxstyle": "square,pad=0.2", "fc": "white", "ec": "#333333"},
+            )
     nx.draw_networkx_edges(
         graph, pos, ax=ax, arrows=True, arrowsize=16, node_size=2000, node_shape="s"
     )

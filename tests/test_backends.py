@@ -36,6 +36,9 @@ SCENARIOS = [
     (sj.Query(sj.band("x", 2), window=sj.TimeWindow(15, 40)), False, "handshake_ll", 4, 60),
     (self_join(ASYMMETRIC & sj.less_equal("y"), sj.TimeWindow(5)), True, "handshake_ll", 4, 6),
     (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
+    (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "shared", 8, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "shared", 16, 60),
+    (self_join(sj.equal("x") & sj.less("y"), sj.CountWindow(30)), True, "shared_bplus", 4, 6),
     (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
     (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),
     (sj.Query(sj.band("x", 2, "y") & sj.not_equal("x"), sj.CountWindow(40)), False, "grid", 8, 60),
@@ -49,6 +52,8 @@ LAYOUTS = {
     "panjoin": lambda: sj.topologies.panjoin(2, 4),
     "handshake": lambda: sj.topologies.handshake(3, segment=10),
     "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
+    "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
+    "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
     "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
 }
 

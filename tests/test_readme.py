@@ -18,3 +18,11 @@ def test_readme_inequality_example_runs(tmp_path, monkeypatch):
     code = re.findall(r"```python\n(.*?)```", text, re.S)[1]
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {})
+
+
+def test_readme_shared_index_example_runs(tmp_path, monkeypatch):
+    """The README's shared-index example runs, its oracle assertion holds."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    (code,) = [c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "shared_index(" in c]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})

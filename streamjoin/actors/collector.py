@@ -64,9 +64,12 @@ class CollectorConfig(ActorConfig):
     """The collector node: keeps the run's pairs (or counts them, ``collect="count"``)."""
 
     role = "collector"
+    #: The pairs arrive in order when the run is ordered (one core emits them in order: a
+    #: ``single`` or ``shared_index`` layout): nothing is left to sort at the end.
+    in_order: bool = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Collector:
-        collector = Collector(settings.collect, clock)
+        collector = Collector(settings.collect, clock, self.in_order)
         collector.warm()
         return collector
 
@@ -83,6 +86,9 @@ class Collector(Logic):
         ``"pairs"`` keeps every pair with its latency; ``"count"`` keeps a count and a latency
         histogram only, for runs too large to hold.
     clock : callable returning int nanoseconds
+    in_order : bool
+        The pairs of an ordered run arrive in order (:class:`CollectorConfig`); otherwise
+        :meth:`arrays` sorts them at the end.
 
     Counter (``COUNTERS``): pairs received.
     """
@@ -90,11 +96,17 @@ class Collector(Logic):
     cost_group = "collector"
     COUNTERS = ("pairs",)
 
-    def __init__(self, collect: str = "pairs", clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        collect: str = "pairs",
+        clock: Callable[[], int] | None = None,
+        in_order: bool = False,
+    ) -> None:
         if collect not in ("pairs", "count"):
             raise ValueError(f"collect must be 'pairs' or 'count', got {collect!r}")
         self.collect = collect
         self.clock = clock
+        self.in_order = in_order
         self.count = 0
         self.histogram = LatencyHistogram()
         self.first_ns: int | None = None
@@ -126,12 +138,13 @@ class Collector(Logic):
 
     def arrays(self, ordered: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Kept pairs ``(r, s, latency_ns)``; with ``ordered``, sorted by the later tuple's row
-        (then the earlier one's), the order tuple-at-a-time processing emits them in."""
+        (then the earlier one's), the order tuple-at-a-time processing emits them in (as
+        they arrived, if they arrive ``in_order``)."""
         if not self._r:
             z = np.empty(0, dtype=np.int64)
             return z, z.copy(), z.copy()
         r, s, lat = (np.concatenate(x) for x in (self._r, self._s, self._lat))
-        if ordered:
+        if ordered and not self.in_order:
             order = np.lexsort((np.minimum(r, s), np.maximum(r, s)))
             r, s, lat = r[order], s[order], lat[order]
         return r, s, lat

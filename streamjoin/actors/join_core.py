@@ -44,10 +44,20 @@ class JoinCoreConfig(IndexChoice, ActorConfig):
     ports: dict | None = None
     forward: bool = False
     paired: bool = False
+    #: The core's output is the whole result stream (one core): with ``ordered`` runs it
+    #: sorts each batch's pairs, so the collector receives them in order as they come.
+    in_order: bool = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> JoinCore:
+        ordered = settings.ordered and self.in_order
         core = JoinCore(
-            query, self.index, self.index_options, self.ports, self.forward, self.paired
+            query,
+            self.index,
+            self.index_options,
+            self.ports,
+            self.forward,
+            self.paired,
+            ordered,
         )
         core.warm()
         return core
@@ -118,6 +128,10 @@ class JoinCore(JoinLogic):
         (chain layouts; :meth:`passes_on`).
     paired : bool
         Run a self-join as the stream joined with itself (ignored for a two-way join).
+    ordered : bool
+        Return each batch's pairs in order of the later tuple's ``seq`` (then the earlier's):
+        a core whose input arrives in ``seq`` order on one port then emits the result stream
+        in the order tuple-at-a-time processing would.
 
     Counters: :class:`~streamjoin.actors.window_part.JoinWork`.
     """
@@ -132,6 +146,7 @@ class JoinCore(JoinLogic):
         ports: dict[str, tuple[int, ...]] | None = None,
         forward: bool = False,
         paired: bool = False,
+        ordered: bool = False,
     ):
         self.query = query
         self.spec = JoinSpec(query, index, index_options, paired)
@@ -144,6 +159,7 @@ class JoinCore(JoinLogic):
                 f"a paired self-join core takes R and S copies on different ports; got {ports}"
             )
         self.forward = forward
+        self.ordered = ordered
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -192,6 +208,8 @@ class JoinCore(JoinLogic):
         if out is None:
             return []
         work.pairs += len(out)
+        if self.ordered:
+            out = in_pair_order(out)
         return [("out", out)]
 
     # -- introspection -----------------------------------------------------------------------
@@ -220,6 +238,13 @@ class JoinCore(JoinLogic):
         for b in range(4):  # the fourth probes what the third filled (a merged structure)
             expire = per_stream // 2 if b == 3 else 0
             probe.on_batch("in", warm_batch(k, self_join, n, first=b * per_stream, horizon=expire))
+
+
+def in_pair_order(pairs: PairBatch) -> PairBatch:
+    """``pairs`` sorted by the later tuple's ``seq``, then the earlier's (DESIGN §1)."""
+    r, s = pairs.r, pairs.s
+    order = np.lexsort((np.minimum(r, s), np.maximum(r, s)))
+    return PairBatch(r[order], s[order], pairs.ingest_ns[order])
 
 
 def warm_key(spec: JoinSpec) -> tuple:

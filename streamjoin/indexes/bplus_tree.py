@@ -40,6 +40,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from streamjoin.indexes.atomics import atomic_add
 from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.key_order import stable_key_order, stable_order
 from streamjoin.indexes.sorted_runs import lower_bound, prefetch_range, scan_run
@@ -142,13 +143,18 @@ def _shift(keys, refs, child, inner, node, start, stop, by):
 
 @njit(cache=True, nogil=True, inline="always")
 def _alloc(meta, free, hwm, link):
-    """A node id from the free list ``meta[free]`` (linked through ``link``), else a fresh one."""
+    """A node id from the free list ``meta[free]`` (linked through ``link``), else a fresh one.
+
+    A fresh id is taken with an atomic add: the trees of a forest (PIM-Tree's T_I subindexes)
+    are updated by several threads at once, each under its own tree's lock, and share the
+    high-water mark (PIM-Tree §3.3.3). Free lists only fill by deletes, which no forest shared
+    that way does.
+    """
     node = meta[free]
     if node >= 0:
         meta[free] = link[node]
     else:
-        node = meta[hwm]
-        meta[hwm] += 1
+        node = atomic_add(meta, hwm, 1)
     return node
 
 

@@ -125,6 +125,22 @@ def _one_machine() -> bool:
     return all(n["NodeID"] == here for n in ray.nodes() if n["Alive"])
 
 
+def _cpu_requests(graph, emitter: str) -> dict[str, float]:
+    """Ray CPUs each actor asks for: a node whose config names ``cpus`` (a shared-index core's
+    threads) gets that many, capped so that every actor still fits the cluster; the others
+    half of a processor's share each. Logical CPUs: they place actors, the threads run anyway."""
+    total = float(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
+    share = max(0.01, min(1.0, total / max(1, graph.number_of_nodes())) / 2)
+    hosts = [(n, d["config"]) for n, d in graph.nodes(data=True) if n != emitter]
+    wanting = [n for n, c in hosts if getattr(c, "cpus", None)]
+    left = max(share, (total - share * (len(hosts) - len(wanting))) / max(1, len(wanting)))
+    out = {n: share for n, _ in hosts}
+    for n, c in hosts:
+        if n in wanting:
+            out[n] = max(share, min(float(c.cpus), left))
+    return out
+
+
 def _ensure_ray(address: str | None) -> None:
     if not ray.is_initialized():
         ray.init(
@@ -283,15 +299,13 @@ class _Run:
         self.retention = Retention(feeds(topology), query.self_join) if self.recoverable else None
         self.secret = channels.new_secret()  # this run's: actors get it through Ray only
         self.routes = topology.routes()
-        nodes = self.graph.number_of_nodes()
-        cpus = ray.cluster_resources().get("CPU", os.cpu_count() or 1)
-        share = max(0.01, min(1.0, cpus / max(1, nodes)) / 2)
+        cpus = _cpu_requests(self.graph, self.emitter)
         strategy = "SPREAD" if ex.placement == "spread" else "DEFAULT"
         self.hosts = {
             n: Host.options(
                 name=f"{self.run_id}-{n}",
                 namespace=NAMESPACE,
-                num_cpus=share,
+                num_cpus=cpus[n],
                 max_restarts=ex.max_restarts if n in self.recoverable else 0,
                 scheduling_strategy=strategy,
             ).remote(n, d["config"], query, settings)

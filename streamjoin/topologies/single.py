@@ -21,12 +21,15 @@ def single(index: str | None = None, *, index_options: dict | None = None, **opt
         band, ``nested_loop`` for an inequality).
     index_options : dict, optional
         Passed to the index constructor; ``**options`` are added to them.
+
+    An ``ordered`` run gets its pairs in order as they come: the core sorts each batch's.
     """
-    core = JoinCoreConfig(index, index_options_of(index, index_options, options))
+    options = index_options_of(index, index_options, options)
+    core = JoinCoreConfig(index, options, in_order=True)
     g = nx.MultiDiGraph(self_join=True)
     add_actor(g, "emitter", EmitterConfig(), pos=(0, 0), label="emitter")
     add_actor(g, "core", core, pos=(1, 0), label=f"join core\n{index or 'auto'}")
-    add_actor(g, "collector", CollectorConfig(), pos=(2, 0), label="collector")
+    add_actor(g, "collector", CollectorConfig(in_order=True), pos=(2, 0), label="collector")
     g.add_edge("emitter", "core", src_port="out", dst_port="in", label="R+S")
     g.add_edge("core", "collector", src_port="out", dst_port="in", label="pairs")
     return Topology(f"single({index or 'auto'})", g)

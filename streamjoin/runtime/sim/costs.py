@@ -27,6 +27,14 @@ from collections.abc import Callable
 
 from streamjoin import indexes
 from streamjoin.actors.base import ActorLogic
+from streamjoin.actors.shared_kernels import (
+    W_CANDIDATES,
+    W_INSERTED,
+    W_PAIRS,
+    W_PROBES,
+    W_SCANNED,
+    W_TUPLES,
+)
 from streamjoin.runtime.sim.profile import FEATURES, MachineProfile, message_nbytes
 
 #: Index whose coefficients stand in for an index the profile has not measured, by how its
@@ -91,7 +99,9 @@ class CostModel:
         return costs[stand_in]
 
     def bind(self, logic: ActorLogic) -> Charge:
-        """The charge of ``logic``'s steps, its coefficients looked up once."""
+        """The charge of ``logic``'s steps, its coefficients looked up once. A core with
+        ``threads > 1`` that reports its tasks (``last_tasks``: a shared-index core) is
+        charged as ``threads`` processors (:func:`threads_charge`)."""
         c_call, *per_unit = self.coefficients(logic)
 
         def charge(kind, msg, before, after, wall_ns) -> float:
@@ -100,6 +110,14 @@ class CostModel:
                 ns += c * (a - b)  # left to right: the dot product in counter order
             return ns
 
+        if getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks"):
+            coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))
+
+            def charge_threads(kind, msg, before, after, wall_ns) -> float:
+                one = charge(kind, msg, before, after, wall_ns)
+                return threads_charge(one, logic, coefs, before, after)
+
+            return charge_threads
         return charge
 
     def after_idle_ns(self, logic: ActorLogic) -> float:
@@ -113,3 +131,37 @@ class CostModel:
         if self._per_byte:
             return self.profile.messages.step_ns(message_nbytes(msg))
         return self._msg_const
+
+
+def threads_charge(one: float, logic, coefs: dict, before: tuple, after: tuple) -> float:
+    """A step of a core whose ``logic.threads`` threads share its tasks (PIM-Tree §4.1),
+    from ``one``, its charge on one processor: each task of the step (``logic.last_tasks``,
+    the W_* columns of :mod:`~streamjoin.actors.shared_kernels`) costs its tuples, probes (and
+    their share of the step's descent work), candidates, pairs, inserts and the rows it
+    scanned past the edge tuple; tasks go in order to the thread that is free first, and
+    the step costs what is not task work (the call and the window-part calls, expiry) plus the last
+    thread's finish. Lock waits are not charged: their count depends on the host's timing,
+    and virtual time must not."""
+    tasks = logic.last_tasks
+    if len(tasks) == 0:
+        return one
+    delta = {n: a - b for n, a, b in zip(logic.COUNTERS, after, before, strict=True)}
+    probes = tasks[:, W_PROBES].astype(float)
+    # the step's descent work (``scan``) split by what it counted: the probes' descents of an
+    # index, or a nested loop's rows scanned
+    by = probes if logic.indexed else tasks[:, W_SCANNED].astype(float)
+    scan = delta["scan"] * by / by.sum() if by.sum() else 0.0 * by
+    per_task = (
+        coefs["tuples"] * tasks[:, W_TUPLES]
+        + coefs["probes"] * probes
+        + coefs["scan"] * scan
+        + coefs["candidates"] * tasks[:, W_CANDIDATES]
+        + coefs["pairs"] * tasks[:, W_PAIRS]
+        + coefs["inserted"] * tasks[:, W_INSERTED]
+    )
+    serial = max(0.0, one - float(per_task.sum()))
+    free = [0.0] * logic.threads
+    for cost in per_task.tolist():
+        k = free.index(min(free))
+        free[k] += cost
+    return serial + max(free)

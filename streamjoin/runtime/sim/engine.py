@@ -185,7 +185,7 @@ class _Simulation:
             n: _Core(
                 n,
                 d["role"],
-                d["config"].build(query, settings, clock),
+                _simulated(d["config"]).build(query, settings, clock),
                 1 if self.cyclic or n == emitter else len(set(graph.predecessors(n))),
                 model,
             )
@@ -613,3 +613,10 @@ class Sim:
 
     def metrics(self, trace: SimTrace) -> dict:
         return trace.metrics()
+
+
+def _simulated(config):
+    """What the simulator builds for a node: ``config.simulated()`` if it has one (a config
+    whose real execution would depend on the host's thread timing), else ``config``."""
+    simulated = getattr(config, "simulated", None)
+    return config if simulated is None else simulated()

@@ -1,0 +1,86 @@
+"""Throughput of one join core: ``shared_index(threads)`` vs ``single("pim_tree")``, and the
+share of a step spent outside the task kernels (Python orchestration, expiry, merges).
+
+    python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES]
+
+CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge).
+Band join, count window 2^LOG2_WINDOW per stream, match rate 2 (band width set so a probe
+finds 2 partners on average), keys uniform. The window is filled untimed (2 windows of
+tuples); then TIMED_TUPLES (default one window) are joined, timed; prints one line ``config
+window tuples seconds tuples/s outside_kernel_fraction pairs cpu/wall``: the fraction is the
+step time outside the task kernels (store appends, index staging, merges, expiry, Python).
+Run the configurations side by side (A B A B) and quote ratios with the load.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import streamjoin as sj
+import streamjoin.actors.shared_index as si
+from streamjoin.actors.emitter import Emitter
+from streamjoin.actors.join_core import JoinCore
+from streamjoin.batch import validate
+
+config = sys.argv[1]
+log2w = int(sys.argv[2]) if len(sys.argv) > 2 else 18
+batch_size = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
+w = 1 << log2w
+high = float(w)  # keys uniform on [0, w): a band of ±1 holds 2 keys of a w-tuple window
+query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
+n_fill, n_timed = 2 * w, int(sys.argv[4]) if len(sys.argv) > 4 else w
+data = sj.sources.synthetic(n_fill + n_timed, low=0, high=high, seed=1)
+cols = validate(data, query)
+batches = [b for _, b in Emitter(query, batch_size).on_chunk(cols, 0)]
+
+if config == "single":
+    core = JoinCore(query, "pim_tree")
+else:
+    threads = int(config[len("shared")])
+    merge = "blocking" if config.endswith("b") else "nonblocking"
+    core = si.SharedIndexCore(query, "pim_tree", threads=threads, merge=merge)
+core.warm()
+
+kernel_spans: list[tuple[int, float, float]] = []
+real = si.run_tasks
+
+
+def timed_run_tasks(k, *args):
+    t0 = time.perf_counter()
+    out = real(k, *args)
+    kernel_spans.append((k, t0, time.perf_counter()))
+    return out
+
+
+si.run_tasks = timed_run_tasks
+filled = 0
+k = 0
+while filled < n_fill:
+    filled += len(batches[k])
+    core.on_batch("in", batches[k])
+    k += 1
+kernel_spans.clear()
+pairs = tuples = 0
+outside = 0.0
+t_start, cpu_start = time.perf_counter(), time.process_time()
+for batch in batches[k:]:
+    t0 = time.perf_counter()
+    mark = len(kernel_spans)
+    for _, p in core.on_batch("in", batch):
+        pairs += len(p)
+    t1 = time.perf_counter()
+    spans = kernel_spans[mark:]
+    inside = max(e for _, _, e in spans) - min(s for _, s, _ in spans) if spans else 0.0
+    outside += (t1 - t0) - inside
+    tuples += len(batch)
+elapsed = time.perf_counter() - t_start
+cpu = time.process_time() - cpu_start
+busy = [round(sum(e - s for k, s, e in kernel_spans if k == t), 3) for t in range(4)]
+frac = outside / elapsed if config != "single" else float("nan")
+print(
+    f"{config} 2^{log2w} {tuples} {elapsed:.3f} {tuples / elapsed:.0f} {frac:.3f} {pairs} "
+    f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy}"
+)
+if hasattr(core, "close"):
+    core.close()

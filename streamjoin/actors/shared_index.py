@@ -1,0 +1,509 @@
+"""The shared-index join core: one core whose window indexes ``threads`` threads share
+(PIM-Tree §4, the paper's parallel join).
+
+Design
+------
+Each batch the core receives is one *step* (the unit the executors deliver: its pairs leave
+when the step ends). Inside a step, PIM-Tree §4.1's algorithm runs on ``threads`` threads:
+the calling thread and ``threads - 1`` pool threads, each in one ``nogil`` numba kernel
+(:func:`~streamjoin.actors.shared_kernels.run_tasks`) for the whole step, so Python runs
+only once per step and thread, not per task.
+
+- **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
+  tasks of ``task_size`` tuples. Tasks are claimed in order with one atomic add on a shared
+  counter (the paper protects its queue with a mutex; numba has no mutex, and an atomic add
+  is the cheapest claim: an intrinsic over LLVM's ``atomicrmw``,
+  :mod:`~streamjoin.indexes.atomics`). Before the threads start, the core appends the batch
+  to its tuple stores, so every tuple has its ref and every thread can read every tuple.
+- **Edge tuple.** Per stream, the count of the batch's leading tuples that are indexed. A
+  task reads it once (§4.1: an old value only lengthens the scan) as the ref bound ``e``; it
+  probes the shared index and keeps the candidates with ref ``< e``, and scans the store from
+  ``e`` to each tuple's predecessors (Fig. 6), so no pair is missed or found twice whatever
+  the threads' timing. After inserting its tuples a thread flags them indexed and moves the
+  edge on under a test-and-set mutex; if another thread holds it, it goes on (§4.1).
+- **Results in order.** A task sorts its pairs by (later, earlier) tuple when the run is
+  ``ordered``, stores them in its thread's buffer and marks the task completed; then the
+  thread, under the test-and-set propagation mutex, moves completed tasks at the queue head
+  to the step's output in task order (§4.1 result propagation). The step returns the output
+  in arrival order of the later tuple; ``ordered`` adds the sort inside each task.
+- **What is locked.** T_S never (immutable during a step), T_I per subindex, a shared
+  ``bplus_tree`` as a whole, ``nested_loop`` nothing (its probes scan the store);
+  :mod:`~streamjoin.indexes.shared`.
+- **Merges.** Between steps (no thread runs): blocking, or the two phases of §4.2's
+  nonblocking merge on a merging thread of the index's own, which runs across steps.
+- **Expiry** between steps, by the batch's horizons, as at a :class:`JoinCore`.
+
+With ``threads=1`` the same kernel runs on the calling thread alone (the paper's parallel
+join "with concurrency control" on one thread, Fig. 12a).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
+from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
+from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES
+from streamjoin.actors.shared_kernels import (
+    C_DELAY,
+    C_INDEXED,
+    C_N_TASKS,
+    C_ORDERED,
+    C_SEED,
+    C_SELF_JOIN,
+    C_TASK_SIZE,
+    CFG,
+    CTL,
+    HEAD,
+    OUT_N,
+    W_CANDIDATES,
+    W_INSERTED,
+    W_PROBES,
+    W_SCANNED,
+    W_WAITS,
+    WORK,
+    gather_pairs,
+    run_tasks,
+    stage_batch,
+)
+from streamjoin.actors.store import TupleStore
+from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
+from streamjoin.batch import Batch, PairBatch
+from streamjoin.checks import positive_int
+from streamjoin.indexes import plan, shared
+from streamjoin.indexes.atomics import PAD
+from streamjoin.query import Query
+
+#: Default tuples per task: a task's keys are probed as one sorted run, so T_S's descents
+#: share nodes and its leaves are fetched ahead; 64 kept one thread within a few percent of
+#: the single-threaded core (measured, ``benchmarks/test_shared_index.py``).
+TASK_SIZE = 64
+
+
+@dataclass(frozen=True)
+class SharedIndexConfig(IndexChoice, ActorConfig):
+    """A shared-index join core node (:class:`SharedIndexCore`).
+
+    ``threads`` worker threads, ``task_size`` tuples per task, ``merge`` (``"nonblocking"`` or
+    ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``). ``delay_spins`` and
+    ``delay_seed``: a test hook that makes each thread wait a random number of spins (up to
+    ``delay_spins``) between the steps of every task, forcing interleavings.
+    """
+
+    role = "join_core"
+    threads: int = 2
+    task_size: int = TASK_SIZE
+    merge: str = "nonblocking"
+    delay_spins: int = 0
+    delay_seed: int = 0
+
+    def simulated(self) -> SharedIndexConfig:
+        """The config the simulator builds: the tasks run on one host thread, so the core's
+        work (which index candidates a task sees depends on when it reads the edge tuple) is
+        the same every run; the simulator charges them as ``threads`` processors."""
+        return replace(self, host_threads=1)
+
+    #: Threads actually started (default ``threads``); fewer only in the simulator.
+    host_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        positive_int("threads", self.threads)
+        positive_int("task_size", self.task_size)
+        if self.merge not in shared.MERGES:
+            raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
+        name = self.index or "pim_tree"
+        if self.threads > 1 and name not in shared.SHAREABLE:
+            raise ValueError(
+                f"index {name!r} cannot be shared by {self.threads} threads; use one of "
+                f"{', '.join(shared.SHAREABLE)}, or threads=1"
+            )
+
+    def check(self, query: Query) -> None:
+        """As a join core's (a warning when the index serves another condition than the
+        first), and a ``ValueError`` when the index can serve no condition of ``query``."""
+        name = self.index or "pim_tree"
+        if name in shared.SHAREABLE:
+            _check_served(name, plan(name, query.predicate, query.self_join).fallback, query)
+        IndexChoice.check(self, query)
+
+    @property
+    def cpus(self) -> int:
+        return self.threads
+
+    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Logic:
+        name = self.index or "pim_tree"
+        if name not in shared.SHAREABLE:  # one thread, any index: a plain core
+            core = JoinCore(query, name, self.index_options, ordered=settings.ordered)
+        else:
+            core = SharedIndexCore(
+                query,
+                name,
+                self.index_options,
+                threads=self.threads,
+                task_size=self.task_size,
+                merge=self.merge,
+                ordered=settings.ordered,
+                delay_spins=self.delay_spins,
+                delay_seed=self.delay_seed,
+                host_threads=self.host_threads,
+            )
+        core.warm()
+        return core
+
+
+class _Pool:
+    """``n`` threads that each run ``fn(k)`` for their ``k`` when :meth:`run` asks, while the
+    calling thread runs ``fn(0)``."""
+
+    def __init__(self, n: int) -> None:
+        self.fn = None
+        self.jobs = [queue.SimpleQueue() for _ in range(n)]
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._serve, args=(k + 1,), daemon=True, name=f"join-{k + 1}")
+            for k in range(n)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _serve(self, k: int) -> None:
+        jobs = self.jobs[k - 1]
+        while (fn := jobs.get()) is not None:
+            try:
+                self.done.put((k, fn(k)))
+            except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+                self.done.put((k, e))
+
+    def run(self, fn) -> list:
+        """``[fn(0), fn(1), …]``, ``fn(0)`` on this thread; re-raises a thread's exception."""
+        for jobs in self.jobs:
+            jobs.put(fn)
+        first = fn(0)
+        out = [first] + [None] * len(self.jobs)
+        for _ in self.jobs:
+            k, res = self.done.get()
+            out[k] = res
+        for res in out:
+            if isinstance(res, BaseException):
+                raise res
+        return out
+
+    def close(self) -> None:
+        for jobs in self.jobs:
+            jobs.put(None)
+
+
+def _check_served(index: str, fallback: bool, query: Query) -> None:
+    """The shared core's tasks probe, scan past the edge tuple and insert on one served
+    condition (§4.1); a query whose conditions no index can search (all ``!=``, or a
+    self-join's cross-attribute ones) has none: a single core scans its window instead."""
+    if fallback:
+        raise ValueError(
+            f"shared_index({index!r}) needs a condition its index can search; "
+            f"{query.predicate} has none (!= conditions, or cross-attribute ones in a "
+            "self-join): use single()"
+        )
+
+
+def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Probe boxes of the primary condition per orientation: float64 ``(3, 2, 2)`` (orient,
+    box, lo/hi) and their counts (DESIGN §2: indexes return a superset, refined here)."""
+    boxes = np.zeros((3, 2, 2))
+    n_boxes = np.zeros(3, dtype=np.int64)
+    for orient in (R_PROBES, S_PROBES, EITHER):
+        found = spec.probe_boxes(orient)
+        n_boxes[orient] = len(found)
+        for k, (lo, hi) in enumerate(found):
+            boxes[orient, k] = lo[0], hi[0]
+    return boxes, n_boxes
+
+
+class SharedIndexCore(Logic):
+    """Joins batches exactly as tuple-at-a-time processing would, on ``threads`` threads over
+    shared window indexes (module docstring; PIM-Tree §4).
+
+    Parameters
+    ----------
+    query : Query
+    index : {"pim_tree", "im_tree", "bplus_tree", "nested_loop"}
+    index_options : dict, optional
+    threads : int
+    task_size : int
+    merge : {"nonblocking", "blocking"}
+    ordered : bool
+        Sort each task's pairs by (later, earlier) tuple: the step's output is then in the
+        order tuple-at-a-time processing emits.
+    delay_spins, delay_seed : int
+        The interleaving test hook (:class:`SharedIndexConfig`).
+    host_threads : int, optional
+        Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
+
+    Counters: :class:`~streamjoin.actors.window_part.JoinWork` (``part_calls``: a probe and
+    an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
+    run inside one kernel call; ``scan`` the probes' descents, or for ``nested_loop`` the rows scanned). What the
+    simulator needs to model the threads is :attr:`last_tasks`; :meth:`stats` adds the
+    rows scanned past the edge tuple, lock waits and merges.
+    """
+
+    cost_group = "join"
+    COUNTERS = JOIN_COUNTERS
+    merges_batches = True
+
+    def __init__(
+        self,
+        query: Query,
+        index: str = "pim_tree",
+        index_options: dict | None = None,
+        *,
+        threads: int = 2,
+        task_size: int = TASK_SIZE,
+        merge: str = "nonblocking",
+        ordered: bool = False,
+        delay_spins: int = 0,
+        delay_seed: int = 0,
+        host_threads: int | None = None,
+    ) -> None:
+        self.query = query
+        self.spec = spec = JoinSpec(query, index, index_options)
+        _check_served(spec.index_name, spec.plan.fallback, query)
+        # the served condition's attribute of each stream's tuples (one key row each)
+        self.key_rows = np.array([spec.conds.r_row[0], spec.conds.s_row[0]], dtype=np.int64)
+        self.index_name = spec.index_name
+        self.threads = positive_int("threads", threads)
+        self.task_size = positive_int("task_size", task_size)
+        self.merge = merge
+        self.ordered = ordered
+        self.work = JoinWork()
+        self.stores = {y: TupleStore(len(query.attrs)) for y in spec.streams}
+        self.indexes = {
+            y: shared.make_shared(spec.index_name, spec.index_options, merge) for y in spec.streams
+        }
+        self.indexed = self.indexes[0] is not None
+        self.boxes, self.n_boxes = _boxes(spec)
+        self.cfg = np.zeros(CFG, dtype=np.int64)
+        self.cfg[C_TASK_SIZE] = self.task_size
+        self.cfg[C_SELF_JOIN] = query.self_join
+        self.cfg[C_INDEXED] = self.indexed
+        self.cfg[C_ORDERED] = ordered
+        self.cfg[C_DELAY] = delay_spins
+        self.cfg[C_SEED] = delay_seed
+        self.scanned = self.lock_waits = self.tasks = 0
+        #: per task of the last step: int64 (tasks, WORK) (:mod:`~streamjoin.actors.
+        #: shared_kernels` W_* columns), for the simulator's model of the threads
+        self.last_tasks = self._no_tasks = np.zeros((0, WORK), dtype=np.int64)
+        self._pairs_per_tuple = 4.0
+        self._buf = np.empty((self.threads, 3, 0), dtype=np.int64)
+        self._out = np.empty((3, 0), dtype=np.int64)
+        run = self.threads if host_threads is None else min(self.threads, host_threads)
+        self._pool = _Pool(run - 1) if run > 1 else None
+        if self._pool is not None:
+            weakref.finalize(self, self._pool.close)
+        self._dummy = shared.SharedBPlusTree(3, 3).state  # the probed state a stream lacks
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def on_batch(self, port: str, batch: Batch) -> list[tuple[str, PairBatch]]:
+        """Join one batch on the threads; returns ``[("out", PairBatch)]`` in arrival order of
+        the later tuple when it produced pairs."""
+        if port != "in":
+            raise ValueError(f"shared-index core has no input port {port!r}; ports: ['in']")
+        batch = batch.freeze()
+        spec, b = self.spec, len(batch)
+        self.last_tasks = self._no_tasks
+        self.work.tuples += b
+        out = self._step(batch) if b else None
+        for y in spec.streams:  # expire between steps, as a JoinCore does
+            store = self.stores[y]
+            before = len(store)
+            first_live = store.expire(int(batch.horizon[y]))
+            if self.indexed:
+                self.indexes[y].expire(first_live)
+            self.work.expired += before - len(store)
+        if out is None or len(out) == 0:
+            return []
+        self.work.pairs += len(out)
+        return [("out", out)]
+
+    def _step(self, batch: Batch) -> PairBatch:
+        spec, b, threads = self.spec, len(batch), self.threads
+        first_ref = np.zeros(2, dtype=np.int64)
+        states = [self._dummy, self._dummy]
+        bases = np.zeros((2, 2), dtype=np.int64)
+        sizes = {}
+        for y in spec.streams:
+            store, index = self.stores[y], self.indexes[y]
+            ys = np.flatnonzero(batch.stream == y)
+            first_ref[y] = store.base + store.tail
+            sizes[y] = len(index) if index is not None else len(store)
+            refs = store.append(batch, ys)
+            if index is not None:
+                states[y] = index.begin_step(spec.keys(batch, ys, y)[0], refs)
+            bases[y] = store.base, store.head
+        if spec.query.self_join:
+            states[1] = states[0]
+        tup, ypos, n_y = stage_batch(
+            batch.stream,
+            batch.seq,
+            batch.idx,
+            batch.lo_idx,
+            batch.ingest_ns,
+            first_ref,
+            spec.query.self_join,
+        )
+        n_tasks = -(-b // self.task_size)
+        self.cfg[C_N_TASKS] = n_tasks
+        cap = int(1.5 * self._pairs_per_tuple * b) + 256
+        if self._buf.shape[2] < cap:
+            self._buf = np.empty((threads, 3, cap), dtype=np.int64)
+            self._out = np.empty((3, cap), dtype=np.int64)
+        ctl = np.zeros(CTL * PAD, dtype=np.int64)
+        edge = np.zeros(2 * PAD, dtype=np.int64)
+        flags = np.zeros(b, dtype=np.int64)
+        status = np.zeros(n_tasks, dtype=np.int64)
+        task_meta = np.zeros((n_tasks, 3), dtype=np.int64)
+        task_work = np.zeros((n_tasks, WORK), dtype=np.int64)
+        buf_n = np.zeros(threads * PAD, dtype=np.int64)
+        stores = [self.stores[y] for y in (0, 0 if spec.query.self_join else 1)]
+        args = (
+            self.cfg,
+            ctl,
+            edge,
+            first_ref,
+            tup,
+            batch.attrs,
+            ypos,
+            n_y,
+            flags,
+            stores[0].rows,
+            stores[0].attrs,
+            stores[1].rows,
+            stores[1].attrs,
+            bases,
+            states[0],
+            states[1],
+            spec.conds,
+            self.key_rows,
+            self.boxes,
+            self.n_boxes,
+            spec.query.predicate.symmetric,
+            status,
+            task_meta,
+            task_work,
+            self._buf,
+            buf_n,
+            self._out,
+        )
+
+        def work(k: int):
+            return run_tasks(k, *args)
+
+        results = [work(0)] if self._pool is None else self._pool.run(work)
+        spills = [s for s, _ in results]
+        spill_base = np.cumsum([0] + [s.shape[1] for s in spills[:-1]]).astype(np.int64)
+        spill = np.concatenate(spills, axis=1) if len(spills) > 1 else spills[0]
+        if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
+            res = self._out[:, : ctl[OUT_N * PAD]].copy()
+        else:
+            res = gather_pairs(ctl, task_meta, self._buf, spill, spill_base, self._out, n_tasks)
+        for y in spec.streams:
+            if self.indexes[y] is not None:
+                self.indexes[y].end_step()
+        self._account(task_work, sizes, n_tasks, int(np.count_nonzero(n_y)))
+        self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * res.shape[1] / b
+        return PairBatch(res[0], res[1], res[2])
+
+    def _account(self, task_work: np.ndarray, sizes: dict, n_tasks: int, streams: int) -> None:
+        total = task_work.sum(axis=0)
+        work = self.work
+        work.part_calls += 2 * streams  # as a JoinCore: a probe and an insert per stream
+        work.probes += int(total[W_PROBES])
+        size = max(sizes.values())
+        if self.indexed:
+            work.scan += int(total[W_PROBES]) * self.spec.index_cls.probe_work(size)
+        else:
+            work.scan += float(total[W_SCANNED])
+        work.candidates += int(total[W_CANDIDATES])
+        work.inserted += int(total[W_INSERTED])
+        self.scanned += int(total[W_SCANNED])
+        self.lock_waits += int(total[W_WAITS])
+        self.tasks += n_tasks
+        self.last_tasks = task_work
+
+    # -- the rest of the contract --------------------------------------------------------------
+
+    def on_eof(self) -> list:
+        """End of stream: finish background merges, stop the threads."""
+        self.last_tasks = self._no_tasks
+        self.close()
+        return []
+
+    def close(self) -> None:
+        for index in self.indexes.values():
+            if index is not None:
+                index.close()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def counters(self) -> tuple:
+        return self.work.as_tuple()
+
+    @property
+    def cost_key(self) -> str:
+        return self.index_name
+
+    def stats(self) -> dict:
+        """What the counters do not hold: rows scanned past the edge tuple, times a lock was
+        found held (workers and merging thread), tasks, merges and their thread time."""
+        idx = [i for i in self.indexes.values() if i is not None]
+        return {
+            "threads": self.threads,
+            "task_size": self.task_size,
+            "tasks": self.tasks,
+            "scanned": self.scanned,
+            "lock_waits": self.lock_waits + sum(i.lock_waits for i in idx),
+            "merges": sum(i.merges for i in idx),
+            "merged": sum(i.merged for i in idx),
+            "merge_seconds": sum(i.merge_seconds for i in idx),
+        }
+
+    @property
+    def nbytes(self) -> int:
+        held = sum(s.nbytes for s in self.stores.values())
+        return held + sum(i.nbytes for i in self.indexes.values() if i is not None)
+
+    def check(self) -> None:
+        """Assert every index's invariants (between steps; settles merges in flight)."""
+        for index in self.indexes.values():
+            if index is not None:
+                index.check()
+
+    def warm(self) -> None:
+        """Compile (or load) every kernel on a throwaway core, once per process for each index,
+        its options and the query's shape: three batches fill, probe and expire its windows,
+        with merges (both phases of a nonblocking one) along the way."""
+        key = ("shared", self.index_name, options_key(self.spec.index_options), self.merge)
+        q = self.query
+        key += (q.self_join, self.spec.n_keys, q.predicate.symmetric)
+        WARMED.once(key, self._warm)
+
+    def _warm(self) -> None:
+        k, self_join = len(self.query.attrs), self.query.self_join
+        spare = SharedIndexCore(
+            self.query, self.index_name, self.spec.index_options, threads=1, merge=self.merge
+        )
+        n = 512
+        per_stream = n if self_join else n // 2
+        for b in range(4):
+            expire = per_stream // 2 if b >= 2 else 0
+            batch = warm_batch(k, self_join, n, first=b * per_stream, horizon=expire)
+            spare.on_batch("in", batch)
+            for index in spare.indexes.values():
+                if index is not None:
+                    index.settle()
+        spare.close()

@@ -1,0 +1,475 @@
+"""numba kernels of the shared-index join core (PIM-Tree §4.1): the loop each worker thread
+runs over one step's tasks, and the step's bookkeeping around it.
+
+A step is one batch. Its tuples sit in the tuple stores already (the core appends them before
+the threads start), and ``tup`` holds, per tuple in arrival order, the rows of :data:`TUP`:
+``seq``, ``stream``, ``idx``, ``lo_idx``, ``ingest_ns``, its ref in its own stream's store
+(``OWN``) and the ref bound of the probed stream's tuples that arrived before it (``OPP``: the
+probed store's refs ``< OPP`` are its predecessors). Task ``t`` is tuples
+``[t · task_size, (t + 1) · task_size)``.
+
+Control slots (``ctl``, each on its own cache line, :data:`~streamjoin.indexes.atomics.PAD`):
+``NEXT`` the next task to hand out, ``EDGE_LOCK`` and ``PROP_LOCK`` the test-and-set mutexes of
+the edge tuple and of result propagation, ``HEAD`` the first task not propagated, ``OUT_N``
+the pairs propagated, ``STALLED`` set when propagation has to wait for the step's end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_oriented
+from streamjoin.actors.store import IDX, INGEST_NS, SEQ
+from streamjoin.indexes.atomics import (
+    PAD,
+    atomic_add,
+    cpu_relax,
+    load_acquire,
+    store_release,
+    try_lock,
+    unlock,
+    yield_cpu,
+)
+from streamjoin.indexes.bplus_tree import new_path
+from streamjoin.indexes.pim_tree_shared import insert_shared, probe_shared
+from streamjoin.indexes.sorted_runs import prefetch
+
+#: How many index candidates ahead the stored tuple's row is fetched (as ``probe_pairs``).
+_AHEAD = 8
+#: Rows of ``tup``.
+T_SEQ, T_STREAM, T_IDX, T_LO_IDX, T_INGEST, T_OWN, T_OPP, TUP = range(8)
+#: Slots of ``ctl`` (times PAD).
+NEXT, EDGE_LOCK, PROP_LOCK, HEAD, OUT_N, STALLED, CTL = range(7)
+#: Task status (§4.1): handed out, results ready, (propagated: ``HEAD`` passed it).
+AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
+#: Columns of ``task_meta``: the thread whose buffer holds the task's pairs (-1 - thread if
+#: they spilled), their offset there, their count.
+M_THREAD, M_OFF, M_CNT = range(3)
+#: Columns of ``task_work`` (per task) and of a thread's counters: tuples, probes of an
+#: index, index candidates, pairs, tuples inserted, rows scanned past the edge tuple, times a
+#: lock was found held.
+W_TUPLES, W_PROBES, W_CANDIDATES, W_PAIRS, W_INSERTED, W_SCANNED, W_WAITS, WORK = range(8)
+#: ``cfg`` slots.
+C_TASK_SIZE, C_N_TASKS, C_SELF_JOIN, C_INDEXED, C_ORDERED, C_DELAY, C_SEED, CFG = range(8)
+
+
+@njit(cache=True, nogil=True)
+def stage_batch(stream, seq, idx, lo_idx, ingest, first_ref, self_join):
+    """``(tup, ypos, n_y)`` of a batch whose stream-``y`` tuples got refs from
+    ``first_ref[y]`` on, in arrival order: ``tup`` as in the module docstring, ``ypos[y, k]``
+    the batch position of the ``k``-th stream-``y`` tuple, ``n_y[y]`` their count. O(b)."""
+    b = stream.shape[0]
+    tup = np.empty((TUP, b), dtype=np.int64)
+    ypos = np.empty((2, b), dtype=np.int64)
+    n_y = np.zeros(2, dtype=np.int64)
+    for g in range(b):
+        x = stream[g]
+        y = x if self_join else 1 - x
+        tup[T_SEQ, g] = seq[g]
+        tup[T_STREAM, g] = x
+        tup[T_IDX, g] = idx[g]
+        tup[T_LO_IDX, g] = lo_idx[g]
+        tup[T_INGEST, g] = ingest[g]
+        tup[T_OWN, g] = first_ref[x] + n_y[x]
+        tup[T_OPP, g] = first_ref[y] + n_y[y]
+        ypos[x, n_y[x]] = g
+        n_y[x] += 1
+    return tup, ypos, n_y
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _first_row_from(rows, start, stop, idx_bound):
+    """First row in ``[start, stop)`` whose ``idx >= idx_bound`` (idx ascends with rows)."""
+    while start < stop:
+        mid = (start + stop) >> 1
+        if rows[mid, IDX] < idx_bound:
+            start = mid + 1
+        else:
+            stop = mid
+    return start
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _delay(rng, max_spins):
+    """The test hook: wait a random while (spins, sometimes a yield) if ``max_spins``; ``rng``
+    is the thread's generator state (an int64 LCG, wrapping)."""
+    if max_spins <= 0:
+        return rng
+    rng = rng * 6364136223846793005 + 1442695040888963407
+    r = (rng >> 33) & 0x7FFFFFFF
+    for _ in range(r % max_spins):
+        cpu_relax()
+    if r & 3 == 0:
+        yield_cpu()
+    return rng
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _emit(pairs, n, r, s, ingest, later, earlier):
+    if n == pairs.shape[1]:
+        bigger = np.empty((5, 2 * n + 64), dtype=np.int64)
+        bigger[:, :n] = pairs[:, :n]
+        pairs = bigger
+    pairs[0, n] = r
+    pairs[1, n] = s
+    pairs[2, n] = ingest
+    pairs[3, n] = later
+    pairs[4, n] = earlier
+    return pairs, n + 1
+
+
+@njit(cache=True, nogil=True)
+def _join_tuples(
+    gs,
+    n_g,
+    keys,
+    order,
+    x,
+    y,
+    e_ref,
+    tup,
+    attrs,
+    rows,
+    store_attrs,
+    base,
+    head,
+    state,
+    indexed,
+    conds,
+    key_rows,
+    boxes,
+    n_boxes,
+    self_join,
+    symmetric,
+    cand_p,
+    cand_r,
+    pairs,
+    n_pairs,
+    work,
+):
+    """§4.1 result generation for the stream-``x`` tuples ``gs[:n_g]`` of a task against the
+    window of stream ``y``: the index for the refs below the edge tuple ``e_ref``, then a scan
+    of the store from there to each tuple's predecessors. ``keys``: their primary keys in
+    ascending order, ``order``: the stable order that sorts them. Returns the grown scratch
+    arrays and the pair count."""
+    orient = EITHER if self_join else (R_PROBES if x == 0 else S_PROBES)
+    probe_is_r = not self_join and x == 0
+    if indexed and n_g:
+        n_c = 0
+        for box in range(n_boxes[orient]):
+            cand_p, cand_r, n_c, waits = probe_shared(
+                state, keys, boxes[orient, box, 0], boxes[orient, box, 1], cand_p, cand_r, n_c
+            )
+            work[W_WAITS] += waits
+        work[W_PROBES] += n_g
+        work[W_CANDIDATES] += n_c
+        # θ for the index's candidates: a single band was checked exactly by the index; an
+        # asymmetric self-join's boxes each check only their own orientation
+        first = 1
+        c_orient = orient
+        if orient == EITHER and symmetric:
+            c_orient = S_PROBES
+        elif orient == EITHER:
+            first = 0
+        width = rows.shape[1]
+        for c in range(n_c):
+            if c + _AHEAD < n_c:  # stored rows are scattered: fetch them a few ahead
+                prefetch(rows, (cand_r[c + _AHEAD] - base) * width)
+            ref = cand_r[c]
+            if ref >= e_ref:  # not known to be indexed: the scan below finds it (§4.1)
+                continue
+            g = gs[order[cand_p[c]]]
+            j = ref - base
+            if rows[j, IDX] < tup[T_LO_IDX, g]:  # before g's window
+                continue
+            if first < conds.lo.shape[0] and not theta_oriented(
+                attrs, g, store_attrs, j, conds, first, c_orient
+            ):
+                continue
+            c_seq = rows[j, SEQ]
+            g_seq = tup[T_SEQ, g]
+            ingest = max(tup[T_INGEST, g], rows[j, INGEST_NS])
+            if probe_is_r:
+                pairs, n_pairs = _emit(pairs, n_pairs, g_seq, c_seq, ingest, g_seq, c_seq)
+            else:
+                pairs, n_pairs = _emit(pairs, n_pairs, c_seq, g_seq, ingest, g_seq, c_seq)
+    # the scan tests the primary condition inline on one column (an inlined θ call per row
+    # cost reference counting of its array arguments, measured at ~90 ns a row), the rest
+    # of θ only for rows that pass it
+    # the served condition compares the probing tuple's own-side attribute (``key_rows[x]``)
+    # with the stored tuple's (``key_rows[y]``): one row each, as the index keys them
+    s_key = store_attrs[key_rows[y]]
+    g_row = key_rows[x]
+    lo0, hi0 = conds.lo[0], conds.hi[0]
+    residual = conds.lo.shape[0] > 1
+    for a in range(n_g):  # the not-yet-indexed tail, edge tuple to t_e (§4.1, Fig. 6)
+        g = gs[a]
+        end = tup[T_OPP, g]
+        lo_idx = tup[T_LO_IDX, g]
+        if not indexed:  # no index: the whole window is the tail
+            start = base + _first_row_from(rows, head, end - base, lo_idx)
+        elif e_ref >= end:
+            continue
+        elif rows[e_ref - base, IDX] < lo_idx:  # the window starts past the edge tuple
+            start = base + _first_row_from(rows, e_ref - base, end - base, lo_idx)
+        else:
+            start = e_ref
+        work[W_SCANNED] += end - start
+        g_seq = tup[T_SEQ, g]
+        g_key = attrs[g_row, g]
+        for j in range(start - base, end - base):
+            d = s_key[j] - g_key  # stored minus probing: s - r when r probes
+            if orient == R_PROBES:
+                hit = lo0 <= d <= hi0
+            elif orient == S_PROBES:
+                hit = lo0 <= -d <= hi0
+            else:  # either may be r: θ(stored, probing) or θ(probing, stored)
+                hit = lo0 <= -d <= hi0 or lo0 <= d <= hi0
+            if not hit:
+                continue
+            if residual and not theta_oriented(attrs, g, store_attrs, j, conds, 0, orient):
+                continue
+            c_seq = rows[j, SEQ]
+            ingest = max(tup[T_INGEST, g], rows[j, INGEST_NS])
+            if probe_is_r:
+                pairs, n_pairs = _emit(pairs, n_pairs, g_seq, c_seq, ingest, g_seq, c_seq)
+            else:
+                pairs, n_pairs = _emit(pairs, n_pairs, c_seq, g_seq, ingest, g_seq, c_seq)
+    return cand_p, cand_r, pairs, n_pairs
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _advance_edge(ctl, edge, indexed_flags, ypos, n_y, n_streams):
+    """Index update, last part (§4.1): move each stream's edge tuple past the tuples indexed
+    since, unless another thread is doing it (test-and-set: then skip)."""
+    if not try_lock(ctl, EDGE_LOCK * PAD):
+        return
+    for y in range(n_streams):
+        k = edge[y * PAD]
+        while k < n_y[y] and load_acquire(indexed_flags, ypos[y, k]) != 0:
+            k += 1
+        store_release(edge, y * PAD, k)
+    unlock(ctl, EDGE_LOCK * PAD)
+
+
+@njit(cache=True, nogil=True)
+def _propagate(ctl, status, task_meta, buf, out, n_tasks):
+    """Result propagation (§4.1): under the propagation mutex (skipped if another thread holds
+    it), move the pairs of completed tasks at the queue head into the step's output, in task
+    order, until the head task is not completed. A task whose pairs spilled, or that does not
+    fit the output, stalls propagation until the step ends (:func:`gather_pairs`)."""
+    while True:
+        if load_acquire(ctl, STALLED * PAD) or not try_lock(ctl, PROP_LOCK * PAD):
+            return
+        h = ctl[HEAD * PAD]
+        n = ctl[OUT_N * PAD]
+        cap = out.shape[1]
+        while h < n_tasks and load_acquire(status, h) == COMPLETED:
+            k, off, cnt = task_meta[h, M_THREAD], task_meta[h, M_OFF], task_meta[h, M_CNT]
+            if k < 0 or n + cnt > cap:
+                store_release(ctl, STALLED * PAD, 1)
+                break
+            out[:, n : n + cnt] = buf[k, :, off : off + cnt]
+            n += cnt
+            h += 1
+        ctl[HEAD * PAD] = h
+        ctl[OUT_N * PAD] = n
+        unlock(ctl, PROP_LOCK * PAD)
+        # a task completed after the check above saw the mutex held and went on: look again
+        if h >= n_tasks or load_acquire(status, h) != COMPLETED:
+            return
+
+
+@njit(cache=True, nogil=True)
+def run_tasks(
+    thread,
+    cfg,
+    ctl,
+    edge,
+    first_ref,
+    tup,
+    attrs,
+    ypos,
+    n_y,
+    indexed_flags,
+    rows0,
+    attrs0,
+    rows1,
+    attrs1,
+    bases,
+    state0,
+    state1,
+    conds,
+    key_rows,
+    boxes,
+    n_boxes,
+    symmetric,
+    status,
+    task_meta,
+    task_work,
+    buf,
+    buf_n,
+    out,
+):
+    """One worker thread's share of a step: PIM-Tree §4.1's four steps, task after task.
+
+    1. *Task acquisition*: claim the next task with an atomic add on ``ctl[NEXT]`` (the
+       paper's work queue under a mutex, here one instruction).
+    2. *Result generation*: per stream in the task, read the edge tuple of the probed stream
+       (``e = min(edge, OPP of the task's first tuple)``, kept for the whole task: an old
+       value only costs a longer scan), probe the shared index and keep the candidates below
+       ``e``, then scan the store from ``e`` to each tuple's predecessors; sort the task's
+       pairs by (later, earlier) tuple if ``ordered``; store them in this thread's buffer and
+       mark the task completed.
+    3. *Index update*: insert the task's tuples (locks as the index prescribes), flag them
+       indexed, advance the edge tuples (test-and-set).
+    4. *Result propagation* (:func:`_propagate`).
+
+    ``cfg[C_DELAY] > 0`` waits a random while between the steps (a test hook that forces
+    interleavings). Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
+    not fit this thread's buffer (``task_meta`` locates them) and int64 ``(WORK,)``.
+    """
+    task_size, n_tasks = cfg[C_TASK_SIZE], cfg[C_N_TASKS]
+    self_join, indexed, ordered = cfg[C_SELF_JOIN] != 0, cfg[C_INDEXED] != 0, cfg[C_ORDERED] != 0
+    max_spins = cfg[C_DELAY]
+    rng = cfg[C_SEED] * 7919 + thread * 104729 + 1
+    b = tup.shape[1]
+    n_streams = 1 if self_join else 2
+    counters = np.zeros(WORK, dtype=np.int64)
+    gs = np.empty((2, task_size), dtype=np.int64)
+    n_g = np.zeros(2, dtype=np.int64)
+    keys = np.empty((2, task_size), dtype=np.float64)
+    sorted_keys = np.empty((2, task_size), dtype=np.float64)
+    orders = np.empty((2, task_size), dtype=np.int64)
+    refs = np.empty(task_size, dtype=np.int64)
+    cand_p = np.empty(64, dtype=np.int64)
+    cand_r = np.empty(64, dtype=np.int64)
+    pairs = np.empty((5, 256), dtype=np.int64)
+    spill = np.empty((3, 64), dtype=np.int64)
+    n_spill = 0
+    path = new_path()
+    while True:
+        t = atomic_add(ctl, NEXT * PAD, 1)  # 1. task acquisition
+        if t >= n_tasks:
+            break
+        store_release(status, t, ACTIVE)
+        rng = _delay(rng, max_spins)
+        a0, a1 = t * task_size, min((t + 1) * task_size, b)
+        work = task_work[t]
+        work[W_TUPLES] = a1 - a0
+        n_g[:] = 0
+        for g in range(a0, a1):
+            x = tup[T_STREAM, g]
+            gs[x, n_g[x]] = g
+            n_g[x] += 1
+        n_pairs = 0
+        for x in range(2):  # 2. result generation
+            m = n_g[x]
+            if m == 0:
+                continue
+            # the tuples' keys in (key, ref) order: probes share descents, inserts walk the
+            # subindexes in order (refs ascend with positions, so a stable sort suffices)
+            for a in range(m):
+                keys[x, a] = attrs[key_rows[x], gs[x, a]]
+            orders[x, :m] = np.argsort(keys[x, :m], kind="mergesort")
+            for a in range(m):
+                sorted_keys[x, a] = keys[x, orders[x, a]]
+            y = x if self_join else 1 - x
+            e_ref = min(first_ref[y] + load_acquire(edge, y * PAD), tup[T_OPP, gs[x, 0]])
+            if y == 0:
+                rows, s_attrs, state = rows0, attrs0, state0
+            else:
+                rows, s_attrs, state = rows1, attrs1, state1
+            cand_p, cand_r, pairs, n_pairs = _join_tuples(
+                gs[x],
+                m,
+                sorted_keys[x, :m],
+                orders[x, :m],
+                x,
+                y,
+                e_ref,
+                tup,
+                attrs,
+                rows,
+                s_attrs,
+                bases[y, 0],
+                bases[y, 1],
+                state,
+                indexed,
+                conds,
+                key_rows,
+                boxes,
+                n_boxes,
+                self_join,
+                symmetric,
+                cand_p,
+                cand_r,
+                pairs,
+                n_pairs,
+                work,
+            )
+        if ordered and n_pairs > 1:  # by the later tuple, then the earlier (DESIGN §1)
+            by_earlier = np.argsort(pairs[4, :n_pairs], kind="mergesort")
+            by_later = np.argsort(pairs[3, :n_pairs][by_earlier], kind="mergesort")
+            pairs[:3, :n_pairs] = pairs[:3, :n_pairs][:, by_earlier[by_later]]
+        work[W_PAIRS] = n_pairs
+        off = buf_n[thread * PAD]
+        if off + n_pairs <= buf.shape[2]:
+            buf[thread, :, off : off + n_pairs] = pairs[:3, :n_pairs]
+            buf_n[thread * PAD] = off + n_pairs
+            task_meta[t, M_THREAD] = thread
+            task_meta[t, M_OFF] = off
+        else:  # this thread's buffer is full: keep them here, the step's end gathers them
+            while n_spill + n_pairs > spill.shape[1]:
+                bigger = np.empty((3, 2 * spill.shape[1] + n_pairs), dtype=np.int64)
+                bigger[:, :n_spill] = spill[:, :n_spill]
+                spill = bigger
+            spill[:, n_spill : n_spill + n_pairs] = pairs[:3, :n_pairs]
+            task_meta[t, M_THREAD] = -1 - thread
+            task_meta[t, M_OFF] = n_spill
+            n_spill += n_pairs
+        task_meta[t, M_CNT] = n_pairs
+        store_release(status, t, COMPLETED)
+        rng = _delay(rng, max_spins)
+        if indexed:  # 3. index update
+            for x in range(n_streams):
+                m = n_g[x]
+                if m == 0:
+                    continue
+                for a in range(m):
+                    refs[a] = tup[T_OWN, gs[x, orders[x, a]]]
+                state = state0 if x == 0 else state1
+                work[W_WAITS] += insert_shared(state, sorted_keys[x, :m], refs[:m], path)
+                work[W_INSERTED] += m
+                for a in range(m):
+                    store_release(indexed_flags, gs[x, a], 1)
+            rng = _delay(rng, max_spins)
+            _advance_edge(ctl, edge, indexed_flags, ypos, n_y, n_streams)
+        rng = _delay(rng, max_spins)
+        _propagate(ctl, status, task_meta, buf, out, n_tasks)  # 4. result propagation
+        for w in range(WORK):
+            counters[w] += work[w]
+    return spill[:, :n_spill], counters
+
+
+@njit(cache=True, nogil=True)
+def gather_pairs(ctl, task_meta, buf, spill, spill_base, out, n_tasks):
+    """The step's pairs in task order: those propagated already (``out[:, :OUT_N]``), then
+    each later task's from its thread's buffer or from ``spill`` (the threads' spills one
+    after another; thread ``k``'s start at ``spill_base[k]``). int64 ``(3, n)``."""
+    n = ctl[OUT_N * PAD]
+    total = n
+    for t in range(ctl[HEAD * PAD], n_tasks):
+        total += task_meta[t, M_CNT]
+    res = np.empty((3, total), dtype=np.int64)
+    res[:, :n] = out[:, :n]
+    for t in range(ctl[HEAD * PAD], n_tasks):
+        k, off, cnt = task_meta[t, M_THREAD], task_meta[t, M_OFF], task_meta[t, M_CNT]
+        if k >= 0:
+            res[:, n : n + cnt] = buf[k, :, off : off + cnt]
+        else:
+            at = spill_base[-1 - k] + off
+            res[:, n : n + cnt] = spill[:, at : at + cnt]
+        n += cnt
+    return res

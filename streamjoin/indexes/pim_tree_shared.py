@@ -1,0 +1,362 @@
+"""Window indexes that several threads search and update at once: PIM-Tree (and IM-Tree) with
+the concurrency control of PIM-Tree §3.3.3 and the nonblocking merge of §4.2, and a B+-tree
+under one coarse lock. The shared-index join core (:mod:`streamjoin.actors.shared_index`)
+drives them from ``nogil`` kernels on several threads.
+
+What is locked
+--------------
+- T_S (the immutable CSS-tree) is searched lock-free: nothing writes it while threads run
+  (§3.3.3: "traversing T_S is completely lock-free").
+- T_I's subindexes B_p each have a spin lock (:mod:`~streamjoin.indexes.atomics`), padded to a
+  cache line. An insert takes the lock of each run of items bound for one subindex (Alg. 1
+  l. 8-11); a search takes B_p's lock before it seeks into B_p and holds it while it scans,
+  hopping to B_{p+1}'s lock when the scan crosses into it (Alg. 2 l. 16-39). Node ids come
+  from a high-water mark shared by the forest, taken with an atomic add (``bplus_tree``).
+- ``bplus_tree`` is shared as one tree under one lock (the coarse baseline): it is the
+  one-partition case of the same code, with no T_S.
+
+Nonblocking merge (§4.2)
+------------------------
+With ``merge="blocking"`` T_I is merged into T_S when a step ends with ``m · w`` items in T_I,
+before the next step starts (what a single thread does). With ``merge="nonblocking"`` the
+merge runs on a *merging thread* of its own in two phases, started and switched only between
+steps, when no worker thread runs (the paper's merging thread "blocks the assignment of new
+tasks until all active threads finish"):
+
+1. **Build.** T_I is frozen (F) and a fresh forest T_I' over the same partitions takes the
+   inserts. The merging thread merges T_S and F into the leaf level of a new T_S and builds
+   its inner nodes, reading only T_S and F; workers search T_S, F (lock-free: nobody writes
+   it) and T_I' (locked).
+2. **Pending updates.** At the first step boundary after the build, the new T_S replaces the
+   old one and T_I' becomes the *pending* items, a sorted run cut by the new partitions; a
+   new T_I (F's node arrays, reused) takes the inserts. The merging thread inserts each
+   partition's pending run into the new T_I under that partition's lock and then flags the
+   partition applied; a search of partition q, under q's lock, also scans q's pending run
+   while q is not applied, so every pending item is found exactly once.
+
+Expired items are flagged (ref below the expiry bound, skipped by every scan) and dropped by
+the merge that follows, as in the single-threaded ``pim_tree``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.atomics import PAD, load_acquire, spin_lock, store_release, unlock
+from streamjoin.indexes.base import key_range
+from streamjoin.indexes.bplus_tree import (
+    MAX_HEIGHT,
+    BPlusArrays,
+    insert_into,
+    new_path,
+    seek_leaf,
+)
+from streamjoin.indexes.css_tree import descend_css_tree
+from streamjoin.indexes.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
+
+#: Slots of :attr:`SharedArrays.meta`.
+N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, META_SIZE = range(8)
+#: :attr:`SharedArrays.meta` ``[PHASE]``: no merge in flight, the build, the pending updates.
+STEADY, BUILDING, APPLYING = 0, 1, 2
+#: How many keys ahead of the one being scanned a probe fetches its T_S leaf.
+AHEAD = 8
+
+
+class SharedArrays(NamedTuple):
+    """What the threads of one step search and update: one stream's shared window index.
+
+    The arrays of every kind of shared index have the same types, so one compiled kernel
+    serves them all; a kind uses what it needs and leaves the rest empty.
+    """
+
+    #: int64 (META_SIZE,): partitions, leaves per partition, insertion depth, T_S node sizes,
+    #: merge phase, expiry bound (items with smaller refs are expired)
+    meta: np.ndarray
+    #: float64 (n,), int64 (n,): T_S's leaf level, sorted by (key, ref)
+    ts_keys: np.ndarray
+    ts_refs: np.ndarray
+    #: float64, int64: T_S's inner keys and level offsets (``css_tree``)
+    inner: np.ndarray
+    offsets: np.ndarray
+    #: float64 (P,): largest key of each partition (+inf past the last)
+    upper: np.ndarray
+    #: T_I: P B+-trees over shared node arrays (the coarse tree: one)
+    t: BPlusArrays
+    #: int64 (P, 2): each subindex's (root, height)
+    tops: np.ndarray
+    #: int64 (P · PAD,): subindex p's lock at ``p · PAD`` (0: free)
+    locks: np.ndarray
+    #: int64 (P,): inserts per subindex since the last merge (§5, Fig. 13a)
+    inserts: np.ndarray
+    #: F, the T_I being merged (phase BUILDING), over the same partitions; searched unlocked
+    frozen: BPlusArrays
+    frozen_tops: np.ndarray
+    #: float64, int64: the pending items (phase APPLYING), sorted by (key, ref)
+    pend_keys: np.ndarray
+    pend_refs: np.ndarray
+    #: int64 (P + 1,): partition q's pending items are ``[pend_start[q], pend_start[q + 1])``
+    pend_start: np.ndarray
+    #: int64 (P,): 1 once partition q's pending items are in T_I (written under q's lock)
+    applied: np.ndarray
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _part_of(n_parts, inner, offsets, fanout, depth, key):
+    """The subindex of T_I that takes ``key`` (Alg. 1 l. 1-7: descend T_S to depth D_I)."""
+    if n_parts == 1:
+        return 0
+    return descend_css_tree(inner, offsets, fanout, key, depth)
+
+
+# The kernels take a SharedArrays and read its fields once, into locals: a field read from
+# the (large) tuple inside a loop cost up to a microsecond each (measured).
+
+
+@njit(cache=True, nogil=True)
+def insert_shared(s, keys, refs, path):
+    """Insert a ``(key, ref)``-sorted run into T_I, each run of items bound for one subindex
+    under that subindex's lock (PIM-Tree Alg. 1 l. 8-11). ``path``: scratch of
+    :func:`~streamjoin.indexes.bplus_tree.new_path`. Room for the nodes is reserved before the
+    step. Returns how often a lock was found held (contention). O(b · (D_I · log(fanout_S) +
+    H'_I · log(fanout_I))), Eq. 6 step 3.
+    """
+    b = keys.shape[0]
+    waits = 0
+    if b == 0:
+        return waits
+    meta, inner, offsets = s.meta, s.inner, s.offsets
+    t, tops, locks, inserts = s.t, s.tops, s.locks, s.inserts
+    n_parts, fanout, depth = meta[N_PARTS], meta[CSS_FANOUT], meta[DEPTH]
+    parts = np.empty(b + 1, dtype=np.int64)
+    parts[b] = -1
+    size = t.leaf_keys.shape[1]
+    leaf_keys, leaf_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
+    for j in range(b):  # the subindexes, and (unlocked: only a hint) the leaves to update
+        parts[j] = _part_of(n_parts, inner, offsets, fanout, depth, keys[j])
+        leaf = _peek_leaf(t, tops, parts[j], keys[j])
+        prefetch_range(leaf_keys, leaf * size, leaf * size + size)
+        prefetch_range(leaf_refs, leaf * size, leaf * size + size)
+    start = 0
+    p = parts[0]
+    for j in range(1, b + 1):
+        q = parts[j]
+        if q == p:
+            continue
+        waits += spin_lock(locks, p * PAD)
+        insert_into(t, tops[p], keys[start:j], refs[start:j], path)
+        inserts[p] += j - start
+        unlock(locks, p * PAD)
+        start, p = j, q
+    return waits
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _peek_leaf(t, tops, sub, x):
+    """Where :func:`~streamjoin.indexes.bplus_tree.seek_leaf` would end for ``x`` in subindex
+    ``sub``, read without its lock: only a prefetch address. Another thread may be splitting
+    nodes meanwhile, so every id and count read is clamped to the arrays (garbage values give
+    a useless prefetch, never a read outside them)."""
+    n_inner = t.inner_count.shape[0]
+    fanout = t.inner_keys.shape[1]
+    node = min(max(tops[sub, 0], 0), n_inner - 1)
+    for _ in range(min(max(tops[sub, 1], 0), MAX_HEIGHT)):
+        count = min(max(t.inner_count[node], 1), fanout)
+        j = max(lower_bound(t.inner_keys[node], 1, count, x) - 1, 0)
+        node = min(max(t.inner_child[node, j], 0), n_inner - 1)
+    return min(node, t.leaf_count.shape[0] - 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n):
+    """Partition ``q``'s pending items in the probe band, unless they are in T_I already
+    (called under ``q``'s lock, which the applier holds while it inserts them).
+    ``pending``: ``(applied, pend_start, pend_keys, pend_refs)``."""
+    applied, pend_start, pend_keys, pend_refs = pending
+    if load_acquire(applied, q):
+        return out_p, out_r, n
+    a, b = pend_start[q], pend_start[q + 1]
+    p = lower_bound(pend_keys, a, b, vlo)
+    out_p, out_r, n, _ = scan_run(
+        pend_keys, pend_refs, p, b, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
+    )
+    return out_p, out_r, n
+
+
+@njit(cache=True, nogil=True)
+def _walk_frozen(
+    t, ti_keys, ti_refs, tops, upper, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
+):
+    """Scan F, the T_I being merged, from subindex ``sub`` for one key's probe band (Alg. 2
+    l. 19-38 without locks: nobody writes F). Returns ``(out_p, out_r, n)``."""
+    n_parts = tops.shape[0]
+    size = t.leaf_keys.shape[1]
+    vlo, vhi = key_range(key, lo, hi)
+    node = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)
+    pos = lower_bound(ti_keys, node * size, node * size + t.leaf_count[node], vlo)
+    while True:
+        stop = node * size + t.leaf_count[node]
+        out_p, out_r, n, done = scan_run(
+            ti_keys, ti_refs, pos, stop, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
+        )
+        nxt = t.leaf_next[node]
+        if done or nxt < 0:
+            break
+        if nxt < n_parts:
+            if vhi <= upper[sub]:
+                break
+            sub += 1
+        node = nxt
+        pos = node * size
+    return out_p, out_r, n
+
+
+@njit(cache=True, nogil=True)
+def probe_shared(s, keys, lo, hi, out_p, out_r, n):
+    """Items with ``lo <= key - keys[i] <= hi`` and ``ref >= meta[MIN_REF]`` (PIM-Tree Alg. 2,
+    concurrently): appended to ``out_p`` (``i``) and ``out_r`` (refs) from position ``n``.
+
+    ``keys`` float64 (m,), ascending. As ``pim_tree``'s batched probe, in three stages so that
+    cold leaves load while other keys are worked on: the descents of T_S (lock-free) and,
+    unlocked and only as a hint, of each key's subindex (:func:`_peek_leaf`); then the leaf
+    keys ``2 · AHEAD`` keys ahead and the scans' start (with the refs there) ``AHEAD`` keys
+    ahead; then each key scans T_S lock-free and T_I under its subindexes' locks, seeking
+    again under the lock (the leaves are in cache by then), and F, unlocked, while a merge
+    builds. Items inserted by other threads during the step may be returned; the caller
+    filters by its edge tuple (§4.1). Returns ``(out_p, out_r, n, waits)``.
+    O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
+    """
+    m = keys.shape[0]
+    meta, ts_keys, ts_refs, inner, offsets = s.meta, s.ts_keys, s.ts_refs, s.inner, s.offsets
+    t, tops, locks, upper = s.t, s.tops, s.locks, s.upper
+    min_ref, phase = meta[MIN_REF], meta[PHASE]
+    fanout, leaf_size, stride = meta[CSS_FANOUT], meta[CSS_LEAF], meta[STRIDE]
+    n_ts = ts_keys.shape[0]
+    levels = offsets.shape[0] - 1
+    size = t.leaf_keys.shape[1]
+    ti_keys, ti_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
+    pending = (s.applied, s.pend_start, s.pend_keys, s.pend_refs)
+    frozen, frozen_tops = s.frozen, s.frozen_tops
+    f_keys, f_refs = frozen.leaf_keys.reshape(-1), frozen.leaf_refs.reshape(-1)
+    n_parts = tops.shape[0]
+    leaf_count, leaf_next = t.leaf_count, t.leaf_next
+    applying = phase == APPLYING
+    ts_at = np.zeros(m, dtype=np.int64)  # T_S's leaf, then the scan's first position
+    sub = np.zeros(m, dtype=np.int64)  # B_sub holds the bottom of the range
+    ti_leaf = np.empty(m, dtype=np.int64)  # the T_I leaf it starts in (a hint)
+    for i in range(m):  # l. 1-9: descend T_S for Range.min; its ancestor at D_I is B_sub
+        vlo, _ = key_range(keys[i], lo, hi)
+        if n_ts:
+            ts_at[i] = descend_css_tree(inner, offsets, fanout, vlo, levels)
+            sub[i] = ts_at[i] // stride  # l. 3-4
+        ti_leaf[i] = _peek_leaf(t, tops, sub[i], vlo)
+    waits = 0
+    for i in range(-2 * AHEAD, m):
+        k = i + 2 * AHEAD
+        if k < m:  # the keys of the leaves both scans start in
+            start = min(ts_at[k] * leaf_size, n_ts)
+            prefetch_range(ts_keys, start, min(start + leaf_size, n_ts))
+            prefetch_range(ti_keys, ti_leaf[k] * size, ti_leaf[k] * size + size)
+        k = i + AHEAD
+        if 0 <= k < m:  # where they start (l. 10-15, 18), and the refs there
+            vlo, _ = key_range(keys[k], lo, hi)
+            start = min(ts_at[k] * leaf_size, n_ts)
+            ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n_ts), vlo)
+            prefetch(ts_refs, min(ts_at[k], max(n_ts - 1, 0)))
+            first = ti_leaf[k] * size  # a hint read unlocked: its count is clamped
+            count = min(max(t.leaf_count[ti_leaf[k]], 0), size)
+            prefetch(ti_refs, lower_bound(ti_keys, first, first + count, vlo))
+        if i < 0:
+            continue
+        key = keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        out_p, out_r, n, _ = scan_run(  # l. 10-15, lock-free
+            ts_keys, ts_refs, ts_at[i], n_ts, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
+        )
+        # l. 16-39 on the live T_I, written out here: a call per key with the forest's
+        # arrays as arguments cost more than the walk (measured)
+        sb = sub[i]
+        waits += spin_lock(locks, sb * PAD)  # l. 16
+        node = seek_leaf(t, tops[sb, 0], tops[sb, 1], vlo)  # l. 17-18, under the lock
+        pos = lower_bound(ti_keys, node * size, node * size + leaf_count[node], vlo)
+        while True:  # l. 19-38
+            out_p, out_r, n, done = scan_run(
+                ti_keys,
+                ti_refs,
+                pos,
+                node * size + leaf_count[node],
+                key,
+                lo,
+                hi,
+                vhi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n,
+            )
+            nxt = leaf_next[node]
+            if done or nxt < 0:  # l. 25, 37-38
+                break
+            if nxt < n_parts:  # l. 27: B_sb's last leaf; the next is B_{sb + 1}'s head
+                if vhi <= upper[sb]:  # l. 31-33: later subindexes hold larger keys
+                    break
+                if applying:  # B_sb is done: its pending run too, before its lock goes
+                    out_p, out_r, n = _scan_pending(
+                        pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
+                    )
+                waits += spin_lock(locks, (sb + 1) * PAD)  # l. 28-30
+                unlock(locks, sb * PAD)
+                sb += 1
+            node = nxt
+            pos = node * size
+        if applying:
+            out_p, out_r, n = _scan_pending(
+                pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
+            )
+        unlock(locks, sb * PAD)  # l. 39
+        if phase == BUILDING:
+            out_p, out_r, n = _walk_frozen(
+                frozen,
+                f_keys,
+                f_refs,
+                frozen_tops,
+                upper,
+                sub[i],
+                key,
+                lo,
+                hi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n,
+            )
+    return out_p, out_r, n, waits
+
+
+@njit(cache=True, nogil=True)
+def apply_pending(s):
+    """Phase 2 of the nonblocking merge (§4.2): insert each partition's pending run into T_I
+    under its lock and flag it applied, while worker threads join and insert. Returns how
+    often a lock was found held."""
+    path = new_path()
+    waits = 0
+    t, tops, locks, inserts, applied = s.t, s.tops, s.locks, s.inserts, s.applied
+    pend_start, pend_keys, pend_refs = s.pend_start, s.pend_keys, s.pend_refs
+    for q in range(s.meta[N_PARTS]):
+        a, b = pend_start[q], pend_start[q + 1]
+        waits += spin_lock(locks, q * PAD)
+        if b > a:
+            insert_into(t, tops[q], pend_keys[a:b], pend_refs[a:b], path)
+            inserts[q] += b - a
+        store_release(applied, q, 1)
+        unlock(locks, q * PAD)
+    return waits

@@ -1,0 +1,511 @@
+"""Window indexes that the threads of one join core share (PIM-Tree §3.3.3, §4), by name.
+
+A shared index is driven in *steps*: between steps no thread runs, and the index may switch
+merge phases, reserve node room and expire; during a step the threads search and insert with
+the kernels of :mod:`~streamjoin.indexes.pim_tree_shared` on :attr:`state`, the arrays of
+the step. Per step the join core calls :meth:`begin_step` with the items its threads will
+insert, runs them, then :meth:`end_step` and :meth:`expire`.
+
+Which indexes can be shared (:func:`make_shared`):
+
+- ``pim_tree`` and ``im_tree`` (:class:`SharedPIMTree`): T_S lock-free, T_I's subindexes under
+  their own locks (IM-Tree has one: its T_I is one B+-tree), merges blocking or nonblocking;
+- ``bplus_tree`` (:class:`SharedBPlusTree`): one tree under one lock, expired items deleted
+  between steps;
+- ``nested_loop``: nothing to share, every probe scans the tuple store (``None``).
+
+Every other index keeps state that concurrent updates would corrupt (subwindows created and
+dropped, rebuilt arrays) and is refused for more than one thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from streamjoin.indexes.atomics import PAD
+from streamjoin.indexes.bplus_tree import (
+    HEIGHT,
+    INNER_HWM,
+    LEAF_HWM,
+    ROOT,
+    chain_items,
+    check_forest,
+    delete_items,
+    new_forest,
+    new_tree,
+    reserve,
+)
+from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.key_order import stable_order
+from streamjoin.indexes.pim_tree import partitions
+from streamjoin.indexes.pim_tree_shared import (
+    APPLYING,
+    BUILDING,
+    CSS_FANOUT,
+    CSS_LEAF,
+    DEPTH,
+    META_SIZE,
+    MIN_REF,
+    N_PARTS,
+    PHASE,
+    STEADY,
+    STRIDE,
+    SharedArrays,
+    apply_pending,
+)
+from streamjoin.indexes.sorted_runs import merge_runs_into
+
+_NO_REF = np.iinfo(np.int64).min
+#: Index names that threads can share, and the ones they cannot (DESIGN §3).
+SHAREABLE = ("bplus_tree", "im_tree", "nested_loop", "pim_tree")
+MERGES = ("blocking", "nonblocking")
+
+
+def _empty(dtype=np.float64) -> np.ndarray:
+    return np.empty(0, dtype=dtype)
+
+
+def _meta() -> np.ndarray:
+    meta = np.zeros(META_SIZE, dtype=np.int64)
+    meta[N_PARTS] = meta[STRIDE] = 1
+    meta[MIN_REF] = _NO_REF
+    return meta
+
+
+class SharedPIMTree:
+    """PIM-Tree (§3.3) shared by threads: T_S searched lock-free, T_I's subindexes locked,
+    T_I merged into T_S blocking or nonblocking (module docstring of
+    :mod:`~streamjoin.indexes.pim_tree_shared`).
+
+    Complexity as ``pim_tree`` (its docstring) for every thread's operations. With
+    ``merge="nonblocking"`` a merge costs the same O(w) on the merging thread, plus O(p) at
+    the step that installs the new T_S for the p items that arrived while it was built (they
+    are cut out of T_I' as a sorted run), and the threads search one more component (F, then
+    the pending run) while it is in flight. Memory: as ``pim_tree``, plus T_I' and F at once
+    during a build (the paper's merge buffer, Fig. 11a).
+
+    Parameters
+    ----------
+    name : {"pim_tree", "im_tree"}
+        ``im_tree`` is insertion depth 0: T_I is one B+-tree under one lock.
+    merge : {"nonblocking", "blocking"}
+    merge_ratio, insertion_depth, window, fanout, leaf_size, css_fanout, css_leaf_size
+        As for ``pim_tree``.
+
+    Attributes
+    ----------
+    merges : int
+        Merges finished (a nonblocking one once its pending updates are applied).
+    merged : int
+        Items written into new T_S levels by those merges.
+    merge_seconds : float
+        Thread time of the builds.
+    lock_waits : int
+        Times the merging thread found a lock held while applying pending updates.
+    """
+
+    def __init__(
+        self,
+        name: str = "pim_tree",
+        merge: str = "nonblocking",
+        merge_ratio: float = 0.125,
+        insertion_depth: int = 1,
+        window: int | None = None,
+        fanout: int = 32,
+        leaf_size: int = 64,
+        css_fanout: int = 65,
+        css_leaf_size: int = 32,
+    ) -> None:
+        if merge not in MERGES:
+            raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {merge!r}")
+        if not 0 < merge_ratio <= 1:
+            raise ValueError(f"{name} merge_ratio must be in (0, 1], got {merge_ratio}")
+        if insertion_depth < 0:
+            raise ValueError(f"{name} insertion_depth must be >= 0, got {insertion_depth}")
+        if window is not None and window < 1:
+            raise ValueError(f"{name} window must be positive, got {window}")
+        if fanout < 3 or leaf_size < 3:
+            raise ValueError(f"{name} fanout and leaf_size must be at least 3")
+        if css_fanout < 2 or css_leaf_size < 1:
+            raise ValueError(f"{name} needs css_fanout >= 2 and css_leaf_size >= 1")
+        self.name = name
+        self.merge = merge
+        self.merge_ratio = float(merge_ratio)
+        self.insertion_depth = 0 if name == "im_tree" else int(insertion_depth)
+        self.window = window
+        self.fanout, self.leaf_size = int(fanout), int(leaf_size)
+        self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
+        self.merges = self.merged = self.lock_waits = 0
+        self.merge_seconds = 0.0
+        self._meta = _meta()
+        self._meta[CSS_FANOUT], self._meta[CSS_LEAF] = self.css_fanout, self.css_leaf_size
+        self._before = _NO_REF
+        self._first_ref = self._last_ref = None
+        self._ts_buf = self._spare = (_empty(), _empty(np.int64))
+        self._forest = self._spare_forest = None
+        self._frozen, self._frozen_tops = new_forest(1, 3, 3)
+        self._n_frozen = 0
+        self._no_pending()
+        self._phase = STEADY
+        self._worker: threading.Thread | None = None  # the merging thread, while it runs
+        self._built = None  # what the build phase made, for the next step to install
+        self._room = 0  # items T_I may take before node room must be reserved again
+        keys, refs = _empty(), _empty(np.int64)
+        inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
+        self._install(keys, refs, inner, offsets, *self._partitions(keys, offsets))
+
+    # -- T_S and T_I -----------------------------------------------------------------------
+
+    def _partitions(self, keys, offsets):
+        return partitions(keys, offsets, self.css_fanout, self.css_leaf_size, self.insertion_depth)
+
+    def _install(self, keys, refs, inner, offsets, depth, stride, upper) -> None:
+        """Make ``keys``/``refs`` T_S with a fresh, empty T_I over its partitions (the node
+        arrays of the forest not in use are reused)."""
+        self._ts_keys, self._ts_refs, self._inner, self._offsets = keys, refs, inner, offsets
+        self._upper = upper
+        n_parts = len(upper)
+        self._meta[N_PARTS], self._meta[STRIDE], self._meta[DEPTH] = n_parts, stride, depth
+        reuse = self._spare_forest if self._forest is not None else None
+        self._forest, self._tops = new_forest(n_parts, self.fanout, self.leaf_size, reuse)
+        self._spare_forest = None
+        self._locks = np.zeros(n_parts * PAD, dtype=np.int64)
+        self._inserts = np.zeros(n_parts, dtype=np.int64)
+        self._n_ti = 0
+
+    def _no_pending(self) -> None:
+        self._pend_keys, self._pend_refs = _empty(), _empty(np.int64)
+        self._pend_start = np.zeros(2, dtype=np.int64)
+        self._applied = np.zeros(1, dtype=np.int64)
+
+    def _build(self, ts_keys, ts_refs, frozen, n_frozen, before, buf) -> None:
+        """Merge T_S and the frozen T_I into a new T_S (§3.2; §4.2 phase 1), dropping expired
+        items. Reads only its arguments: it runs on the merging thread while workers join."""
+        t0 = time.thread_time()
+        ti_keys, ti_refs = chain_items(frozen, 0, n_frozen)
+        need = len(ts_keys) + n_frozen
+        keys, refs = buf
+        if len(keys) < need:  # room for a window a quarter larger before the next allocation
+            keys, refs = np.empty(need + need // 4), np.empty(need + need // 4, dtype=np.int64)
+        n = merge_runs_into(ts_keys, ts_refs, ti_keys, ti_refs, before, keys, refs)
+        inner, offsets = build_css_tree(keys[:n], self.css_fanout, self.css_leaf_size)
+        built = (keys[:n], refs[:n], inner, offsets, *self._partitions(keys[:n], offsets))
+        self._built = (built, (keys, refs))
+        self.merged += n
+        self.merge_seconds += time.thread_time() - t0
+
+    def _merge_size(self) -> int:
+        """m · w, with w the ``window`` option or the ref span of the live items."""
+        w = self.window or self._last_ref + 1 - max(self._before, self._first_ref)
+        return max(1, int(np.ceil(self.merge_ratio * w)))
+
+    # -- steps -----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> SharedArrays:
+        """The arrays the threads of the next step share."""
+        self._meta[PHASE] = self._phase
+        self._meta[MIN_REF] = self._before
+        return SharedArrays(
+            self._meta,
+            self._ts_keys,
+            self._ts_refs,
+            self._inner,
+            self._offsets,
+            self._upper,
+            self._forest,
+            self._tops,
+            self._locks,
+            self._inserts,
+            self._frozen,
+            self._frozen_tops,
+            self._pend_keys,
+            self._pend_refs,
+            self._pend_start,
+            self._applied,
+        )
+
+    def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
+        """Prepare a step whose threads insert ``refs`` (keys ``keys``, both in ref order):
+        switch merge phases that are due, reserve node room; returns the step's state."""
+        self._switch_phase()
+        n = len(refs)
+        if n:
+            if self._first_ref is None:
+                self._first_ref = int(refs[0])
+            self._last_ref = int(refs[-1])
+        if self._phase == APPLYING and self._room < n:  # the applier must not see arrays move
+            self._finish_worker()
+        if self._phase == APPLYING:
+            self._room -= n
+        else:
+            self._forest = reserve(self._forest, self._n_ti + n, n, len(self._upper))
+        self._n_ti += n
+        return self.state
+
+    def end_step(self) -> None:
+        """After a step: start a merge if T_I holds ``m · w`` items (blocking: merge now)."""
+        self._switch_phase()
+        if self._phase != STEADY or self._n_ti < self._merge_size():
+            return
+        if self.merge == "blocking":
+            self._build(
+                self._ts_keys, self._ts_refs, self._forest, self._n_ti, self._before, self._spare
+            )
+            (built, buf), self._built = self._built, None
+            self._spare, self._ts_buf = self._ts_buf, buf
+            self._spare_forest = self._forest
+            self._install(*built)
+            self.merges += 1
+            return
+        # §4.2 phase 1: T_I freezes, T_I' takes the inserts, the merging thread builds
+        self._frozen, self._frozen_tops, self._n_frozen = self._forest, self._tops, self._n_ti
+        n_parts = len(self._upper)
+        self._forest, self._tops = new_forest(
+            n_parts, self.fanout, self.leaf_size, self._spare_forest
+        )
+        self._spare_forest = None
+        self._locks = np.zeros(n_parts * PAD, dtype=np.int64)
+        self._inserts = np.zeros(n_parts, dtype=np.int64)
+        self._n_ti = 0
+        self._phase = BUILDING
+        args = (self._ts_keys, self._ts_refs, self._frozen, self._n_frozen, self._before)
+        self._start_worker(self._build, *args, self._spare)
+
+    def _start_worker(self, target, *args) -> None:
+        self._worker = threading.Thread(target=target, args=args, daemon=True, name="pim-merge")
+        self._worker.start()
+
+    def _finish_worker(self) -> None:
+        """Wait for the merging thread's phase to end, then switch."""
+        if self._worker is not None:
+            self._worker.join()
+        self._switch_phase()
+
+    def _switch_phase(self) -> None:
+        """Between steps: install a built T_S (phase 2 starts) or end phase 2."""
+        if self._worker is not None and self._worker.is_alive():
+            return
+        self._worker = None
+        if self._phase == BUILDING:
+            self._install_built()
+        elif self._phase == APPLYING:
+            self._no_pending()
+            self._phase = STEADY
+            self.merges += 1
+
+    def _install_built(self) -> None:
+        """§4.2 phase 2: the new T_S replaces the old; T_I' becomes the pending run, cut by
+        the new partitions; a new T_I (F's arrays) takes the inserts and the merging thread
+        applies the pending run to it."""
+        (built, buf), self._built = self._built, None
+        side, n_side = self._forest, self._n_ti
+        pend_keys, pend_refs = chain_items(side, 0, n_side)
+        self._spare, self._ts_buf = self._ts_buf, buf
+        self._spare_forest = self._frozen  # merged away: its arrays make the new T_I
+        self._frozen, self._frozen_tops = new_forest(1, 3, 3)
+        self._n_frozen = 0
+        self._install(*built)
+        self._spare_forest = side
+        self._pend_keys, self._pend_refs = pend_keys, pend_refs
+        upper = self._upper
+        self._pend_start = np.zeros(len(upper) + 1, dtype=np.int64)
+        self._pend_start[1:] = np.searchsorted(pend_keys, upper, side="right")
+        self._applied = np.zeros(len(upper), dtype=np.int64)
+        # the applier inserts while threads do: reserve node room for both now, and for
+        # the steps to come until it is done
+        self._room = 2 * self._merge_size() + 4096
+        n = n_side + self._room
+        self._forest = reserve(self._forest, n, n, len(upper))
+        self._n_ti = n_side
+        self._phase = APPLYING
+        self._start_worker(self._apply, self.state)
+
+    def _apply(self, state: SharedArrays) -> None:
+        self.lock_waits += apply_pending(state)
+
+    def settle(self) -> None:
+        """Wait for a merge in flight to finish all its phases (end of stream, checks)."""
+        while self._phase != STEADY:
+            self._finish_worker()
+
+    # -- window ----------------------------------------------------------------------------
+
+    def expire(self, before_ref: int) -> None:
+        """Flag items with ``ref < before_ref`` expired (between steps). O(1)."""
+        self._before = max(self._before, int(before_ref))
+
+    def __len__(self) -> int:
+        return len(self._ts_refs) + self._n_ti + self._n_frozen
+
+    @property
+    def partition_inserts(self) -> np.ndarray:
+        """Inserts per T_I subindex since the last merge, a copy (as ``pim_tree``'s)."""
+        return self._inserts.copy()
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [*self._ts_buf, *self._spare, self._inner, self._offsets, self._upper]
+        arrays += [self._tops, self._locks, self._inserts, self._pend_keys, self._pend_refs]
+        for forest in (self._forest, self._spare_forest, self._frozen):
+            if forest is not None:
+                arrays += list(forest)
+        return sum(a.nbytes for a in arrays)
+
+    def check(self) -> None:
+        """Assert the invariants (settles a merge in flight first; between steps only)."""
+        self.settle()
+        keys, refs = self._ts_keys, self._ts_refs
+        assert np.array_equal(np.lexsort((refs, keys)), np.arange(len(keys))), "T_S sorted"
+        inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
+        assert np.array_equal(inner, self._inner) and np.array_equal(offsets, self._offsets)
+        depth, stride, upper = self._partitions(keys, offsets)
+        assert (depth, stride) == (self._meta[DEPTH], self._meta[STRIDE])
+        assert np.array_equal(upper, self._upper)
+        assert not self._locks.any(), "every lock released"
+        held = check_forest(self._forest, self._tops)
+        assert len(held) == len(upper), "one subindex per node at the insertion depth"
+        assert np.array_equal(self._inserts, [len(items) for items in held]), "insert counts"
+        ti_refs = []
+        for p, items in enumerate(held):
+            for key, ref in items:
+                part = descend_css_tree(inner, offsets, self.css_fanout, key, depth)
+                assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
+                ti_refs.append(ref)
+        assert len(ti_refs) == self._n_ti, "T_I item count"
+        all_refs = np.concatenate([refs, np.array(ti_refs, dtype=np.int64)])
+        assert len(np.unique(all_refs)) == len(all_refs), "every item held once"
+
+    def close(self) -> None:
+        """Stop background work (end of stream)."""
+        self.settle()
+
+
+class SharedBPlusTree:
+    """A B+-tree shared under one coarse lock: the baseline PIM-Tree's partitioned locks
+    improve on. Threads insert and search under the lock; items expire between steps (deleted
+    one by one, in key order, from a log of the inserts).
+
+    Complexity as ``bplus_tree``; every operation of every thread is serialised by the lock.
+
+    Parameters
+    ----------
+    fanout, leaf_size : int
+        As for ``bplus_tree``.
+    """
+
+    name = "bplus_tree"
+    lock_waits = merges = merged = 0
+    merge_seconds = 0.0
+
+    def __init__(self, fanout: int = 32, leaf_size: int = 64) -> None:
+        if fanout < 3 or leaf_size < 3:
+            raise ValueError("bplus_tree fanout and leaf_size must be at least 3")
+        self._tree = new_tree(int(fanout), int(leaf_size), 16, 16)
+        # the tree's (root, height) live in its meta: the one "subindex" of the shared kernels
+        self._tops = self._tree.meta[ROOT : HEIGHT + 1].reshape(1, 2)
+        self._meta = _meta()
+        self._locks = np.zeros(PAD, dtype=np.int64)
+        self._inserts = np.zeros(1, dtype=np.int64)
+        self._log: deque = deque()  # (keys, refs) of each step, in ref order
+        self._n = 0
+        self._empty_forest, self._empty_tops = new_forest(1, 3, 3)
+        self._none = (_empty(), _empty(np.int64))
+
+    @property
+    def state(self) -> SharedArrays:
+        none_f, none_i = self._none
+        return SharedArrays(
+            self._meta,
+            none_f,
+            none_i,
+            none_f,
+            np.zeros(1, dtype=np.int64),
+            np.full(1, np.inf),
+            self._tree,
+            self._tops,
+            self._locks,
+            self._inserts,
+            self._empty_forest,
+            self._empty_tops,
+            none_f,
+            none_i,
+            np.zeros(2, dtype=np.int64),
+            np.zeros(1, dtype=np.int64),
+        )
+
+    def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
+        if len(refs):
+            self._log.append((keys.copy(), refs.copy()))
+            self._tree = reserve(self._tree, self._n + len(refs), len(refs))
+            self._n += len(refs)
+        return self.state
+
+    def end_step(self) -> None:
+        pass
+
+    def expire(self, before_ref: int) -> None:
+        """Delete the items with ``ref < before_ref`` (between steps). O(e log e + e · height ·
+        fanout) for e items."""
+        self._meta[MIN_REF] = max(self._meta[MIN_REF], int(before_ref))
+        gone_k, gone_r = [], []
+        while self._log and self._log[0][1][0] < before_ref:
+            keys, refs = self._log.popleft()
+            cut = int(np.searchsorted(refs, before_ref))
+            gone_k.append(keys[:cut])
+            gone_r.append(refs[:cut])
+            if cut < len(refs):
+                self._log.appendleft((keys[cut:], refs[cut:]))
+        if gone_r:
+            keys, refs = np.concatenate(gone_k), np.concatenate(gone_r)
+            order = stable_order(keys)  # refs ascend: a stable sort gives (key, ref) order
+            delete_items(self._tree, keys[order], refs[order])
+            self._n -= len(refs)
+
+    def settle(self) -> None:
+        pass
+
+    close = settle
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._tree) + sum(k.nbytes + r.nbytes for k, r in self._log)
+
+    def check(self) -> None:
+        t = self._tree
+        (held,) = check_forest(t, t.meta[None, ROOT : HEIGHT + 1])
+        logged = [(k, r) for keys, refs in self._log for k, r in zip(keys, refs, strict=True)]
+        assert held == sorted(logged), "the tree holds exactly the logged items"
+        assert not self._locks.any(), "the lock is free"
+        assert int(t.meta[LEAF_HWM]) <= len(t.leaf_count)
+        assert int(t.meta[INNER_HWM]) <= len(t.inner_count)
+
+
+def make_shared(name: str, options: dict, merge: str = "nonblocking"):
+    """The shared form of index ``name`` with its ``options``: a :class:`SharedPIMTree`, a
+    :class:`SharedBPlusTree`, or None for ``nested_loop`` (probes scan the store).
+
+    Raises
+    ------
+    ValueError
+        For an index that threads cannot share.
+    """
+    if name not in SHAREABLE:
+        raise ValueError(
+            f"index {name!r} cannot be shared by several threads; use one of "
+            f"{', '.join(SHAREABLE)} (or threads=1)"
+        )
+    if name in ("pim_tree", "im_tree"):
+        return SharedPIMTree(name, merge, **options)
+    if name == "bplus_tree":
+        return SharedBPlusTree(**options)
+    if options:
+        raise TypeError(f"nested_loop takes no options, got {sorted(options)}")
+    return None

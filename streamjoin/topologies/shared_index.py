@@ -1,0 +1,67 @@
+"""``shared_index``: one join core whose window indexes several threads share (PIM-Tree §4)."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from streamjoin.actors.collector import CollectorConfig
+from streamjoin.actors.emitter import EmitterConfig
+from streamjoin.actors.shared_index import TASK_SIZE, SharedIndexConfig
+from streamjoin.topologies.base import Topology, add_actor, index_options_of
+
+
+def shared_index(
+    threads: int = 2,
+    index: str = "pim_tree",
+    *,
+    task_size: int = TASK_SIZE,
+    merge: str = "nonblocking",
+    index_options: dict | None = None,
+    **options,
+) -> Topology:
+    """One join core, ``threads`` threads over its shared window indexes (PIM-Tree §4):
+    tuples of both streams in one work queue in arrival order, tasks of ``task_size`` tuples,
+    edge tuples, results propagated in arrival order, merges blocking or nonblocking
+    (:mod:`streamjoin.actors.shared_index`).
+
+    Parameters
+    ----------
+    threads : int
+        Worker threads of the core (the Ray backend gives its actor this many CPUs).
+    index : {"pim_tree", "im_tree", "bplus_tree", "nested_loop"}
+        The shared window index (``bplus_tree`` under one coarse lock, ``nested_loop`` none:
+        probes scan the window). Any other index serves ``threads=1`` only.
+    task_size : int
+        Tuples per task: larger tasks cost less scheduling and fewer lock acquisitions, and
+        lengthen the scans past the edge tuple (§5, Fig. 10c-d).
+    merge : {"nonblocking", "blocking"}
+        How T_I is merged into T_S (§4.2; ``pim_tree`` and ``im_tree``).
+    index_options : dict, optional
+        Passed to the index; ``**options`` are added to them.
+
+    An ``ordered`` run gets its pairs in order as they come: each task sorts its pairs and
+    tasks are propagated in arrival order.
+    """
+    core = SharedIndexConfig(
+        index,
+        index_options_of(index, index_options, options),
+        threads=threads,
+        task_size=task_size,
+        merge=merge,
+    )
+    g = nx.MultiDiGraph(self_join=True)
+    add_actor(g, "emitter", EmitterConfig(), pos=(0, 0), label="emitter")
+    add_actor(
+        g,
+        "core",
+        core,
+        pos=(1, 0),
+        label=f"shared-index core\n{index}, {merge} merge\n\n",
+        parts=[f"T{k}" for k in range(threads)]
+        if threads <= 8
+        else ["T0", "T1", "…", f"T{threads - 1}"],
+    )
+    add_actor(g, "collector", CollectorConfig(in_order=True), pos=(2, 0), label="collector")
+    g.add_edge("emitter", "core", src_port="out", dst_port="in", label="R+S")
+    g.add_edge("core", "collector", src_port="out", dst_port="in", label="pairs")
+    return Topology(f"shared_index({threads}, {index})", g)

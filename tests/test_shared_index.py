@@ -1,0 +1,234 @@
+"""The shared-index join core (PIM-Tree §4): exact under forced interleavings of its threads,
+in order when asked, merges in flight included."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import predicates, tables, windows
+
+import streamjoin as sj
+from streamjoin.actors.emitter import Emitter
+from streamjoin.actors.shared_index import SharedIndexConfig, SharedIndexCore
+from streamjoin.batch import validate
+from streamjoin.indexes import plan
+from streamjoin.indexes.shared import SHAREABLE
+
+#: Tiny nodes and a merge every few tuples: splits, partition hops, merges and both phases of
+#: a nonblocking merge happen within a few dozen tuples.
+TINY = {
+    "pim_tree": {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2, "window": 8},
+    "im_tree": {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2, "window": 8},
+    "bplus_tree": {"fanout": 3, "leaf_size": 3},
+    "nested_loop": {},
+}
+
+
+def pairs_in_arrival(query, data, core, batch_size, check=False):
+    """Drive ``core`` with the emitter's batches; the pairs in the order the core emitted them,
+    ``check()`` of its indexes after every step."""
+    emitter = Emitter(query, batch_size)
+    cols = validate(data, query)
+    out = []
+    batches = [b for _, b in emitter.on_chunk(cols, 0) + emitter.on_eof()]
+    for batch in batches:
+        for _, pairs in core.on_batch("in", batch):
+            out.append(pairs)
+        if check:
+            core.check()
+    core.on_eof()
+    if not out:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate([p.r for p in out]), np.concatenate([p.s for p in out])
+
+
+def as_set(r, s) -> set:
+    return set(zip(r.tolist(), s.tolist(), strict=True))
+
+
+def oracle_set(query, data) -> set:
+    expected = sj.oracle.join(query, data)
+    return as_set(expected.column("r").to_numpy(), expected.column("s").to_numpy())
+
+
+def assert_in_order(r, s):
+    """Pairs by the later tuple's row, then the earlier's (DESIGN §1), as they came."""
+    later, earlier = np.maximum(r, s), np.minimum(r, s)
+    key = later * (int(max(later.max(initial=0), earlier.max(initial=0))) + 1) + earlier
+    assert np.all(np.diff(key) > 0), "pairs out of order"
+
+
+def refused(query: sj.Query, index: str) -> bool:
+    """The shared core needs a condition its index serves (all != conditions, or a
+    self-join's cross-attribute ones, leave none): it refuses such a query by name."""
+    return plan(index, query.predicate, query.self_join).fallback
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_exact_under_forced_interleavings(data):
+    self_join = data.draw(st.booleans(), label="self_join")
+    table = data.draw(tables(self_join, max_rows=80))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
+    index = data.draw(st.sampled_from(SHAREABLE), label="index")
+    threads = data.draw(st.integers(1, 4), label="threads")
+    if refused(query, index):
+        with pytest.raises(ValueError, match="needs a condition its index can search"):
+            SharedIndexCore(query, index, TINY[index], threads=threads)
+        return
+    core = SharedIndexCore(
+        query,
+        index,
+        TINY[index],
+        threads=threads,
+        task_size=data.draw(st.integers(1, 9), label="task_size"),
+        merge=data.draw(st.sampled_from(["nonblocking", "blocking"]), label="merge"),
+        ordered=True,
+        delay_spins=data.draw(st.sampled_from([0, 50, 2000]), label="delay"),
+        delay_seed=data.draw(st.integers(0, 9)),
+    )
+    batch = data.draw(st.sampled_from([1, 5, 16, 64]), label="batch")
+    r, s = pairs_in_arrival(query, table, core, batch, check=True)
+    assert len(set(zip(r, s, strict=True))) == len(r), "a pair found twice"
+    assert as_set(r, s) == oracle_set(query, table)
+    assert_in_order(r, s)
+
+
+@pytest.mark.parametrize("index", SHAREABLE)
+@pytest.mark.parametrize("self_join", [False, True])
+@pytest.mark.parametrize("window", [sj.CountWindow(40, 25), sj.TimeWindow(30, 60)])
+def test_every_shareable_index_four_threads(index, self_join, window):
+    pred = sj.band("x", 2) if index != "nested_loop" else sj.band("x", 2) & sj.less_equal("y")
+    query = sj.Query(pred, window=window, self_join=self_join)
+    data = sj.sources.synthetic(
+        1500, low=0, high=100, attrs=("x", "y"), self_join=self_join, rate=1000, seed=3
+    )
+    core = SharedIndexCore(
+        query, index, TINY[index], threads=4, task_size=3, ordered=True, delay_spins=300
+    )
+    r, s = pairs_in_arrival(query, data, core, 64)
+    assert len(r) > 100
+    assert as_set(r, s) == oracle_set(query, data)
+    assert_in_order(r, s)
+
+
+@pytest.mark.parametrize("merge", ["nonblocking", "blocking"])
+def test_merges_every_few_tuples_with_threads_racing(merge):
+    """A merge every 4 tuples per stream, in flight across steps while 3 threads join."""
+    query = sj.Query(sj.band("x", 1.5), window=sj.CountWindow(30))
+    data = sj.sources.synthetic(3000, low=0, high=300, seed=8)
+    options = {**TINY["pim_tree"], "merge_ratio": 0.5}
+    core = SharedIndexCore(
+        query, "pim_tree", options, threads=3, task_size=2, merge=merge, delay_spins=100
+    )
+    r, s = pairs_in_arrival(query, data, core, 32, check=True)
+    assert as_set(r, s) == oracle_set(query, data)
+    assert core.stats()["merges"] > 50
+
+
+@pytest.mark.parametrize("layout", ["single", "shared"])
+def test_ordered_run_streams_pairs_in_order(layout):
+    """With ordered=True, pairs reach the collector in order: nothing is sorted at the end."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(2000, low=0, high=200, seed=4)
+    topo = (
+        sj.topologies.single("bplus_tree")
+        if layout == "single"
+        else sj.topologies.shared_index(3, "pim_tree", task_size=5)
+    )
+    res = sj.run(query, data, topo, batch_size=100, ordered=True)
+    assert res.same_pairs(sj.oracle.join(query, data))
+    r, s = res.pairs.column("r").to_numpy(), res.pairs.column("s").to_numpy()
+    assert_in_order(r, s)
+
+
+def test_unshareable_index_refused_by_name():
+    with pytest.raises(ValueError, match="'bisort' cannot be shared by 2 threads"):
+        sj.topologies.shared_index(2, "bisort")
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(20))
+    data = sj.sources.synthetic(300, low=0, high=50, seed=2)
+    res = sj.run(query, data, sj.topologies.shared_index(1, "bisort"))
+    assert res.same_pairs(sj.oracle.join(query, data))
+
+
+def test_config_builds_and_draws_threads(tmp_path):
+    topo = sj.topologies.shared_index(3, "im_tree", merge="blocking")
+    config = topo.config("core")
+    assert isinstance(config, SharedIndexConfig) and config.cpus == 3
+    assert topo.graph.nodes["core"]["parts"] == ["T0", "T1", "T2"]
+    topo.draw(tmp_path / "shared.png")
+    assert (tmp_path / "shared.png").stat().st_size > 0
+    assert sj.topologies.parse("shared:2").config("core").threads == 2
+
+
+def _run_drawn(data, backend, max_rows):
+    """One drawn scenario run end to end on ``backend`` with ``ordered=True``: exact against
+    the oracle, and the pairs in the order they reached the collector are in order."""
+    self_join = data.draw(st.booleans(), label="self_join")
+    table = data.draw(tables(self_join, max_rows=max_rows))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
+    index = data.draw(st.sampled_from(SHAREABLE), label="index")
+    if refused(query, index):  # before any work starts, at the topology's check
+        with pytest.raises(ValueError, match="needs a condition its index can search"):
+            sj.run(query, table, sj.topologies.shared_index(2, index), backend=backend)
+        return
+    topo = sj.topologies.shared_index(
+        data.draw(st.integers(1, 4), label="threads"),
+        index,
+        task_size=data.draw(st.integers(1, 9), label="task_size"),
+        merge=data.draw(st.sampled_from(["nonblocking", "blocking"]), label="merge"),
+        index_options=TINY[index],
+    )
+    batch = data.draw(st.sampled_from([1, 3, 16]), label="batch")
+    res = sj.run(query, table, topo, backend=backend, batch_size=batch, ordered=True)
+    assert res.same_pairs(sj.oracle.join(query, table))
+    r, s = res.pairs.column("r").to_numpy(), res.pairs.column("s").to_numpy()
+    assert_in_order(r, s)
+
+
+@pytest.mark.parametrize("backend", ["local", "sim"])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_run_exact_and_in_order_on_backend(backend, data):
+    _run_drawn(data, backend, 60)
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_run_exact_and_in_order_on_ray(ray_session, data):
+    _run_drawn(data, "ray", 40)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_ray_core_asks_for_its_threads_as_cpus(ray_session, threads):
+    """The shared core's Ray actor reserves its threads' CPUs, capped so every actor fits."""
+    import ray
+
+    from streamjoin.runtime.ray_executor import _cpu_requests
+
+    topo = sj.topologies.shared_index(threads)
+    cpus = _cpu_requests(topo.graph, topo.emitter)
+    total = ray.cluster_resources()["CPU"]
+    assert sum(cpus.values()) <= total + 1e-9
+    assert cpus["core"] == pytest.approx(min(threads, total - cpus["collector"]))
+    assert cpus["core"] > cpus["collector"] or threads == 1
+
+
+def test_sim_charges_the_core_as_threads_processors():
+    """The simulator splits a step's tasks over the core's threads: more threads, less busy
+    virtual time (until the step has fewer tasks than threads), same pairs, deterministic."""
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(500))
+    data = sj.sources.synthetic(6000, low=0, high=500, seed=5)
+    expected = sj.oracle.join(query, data)
+
+    def busy(threads):
+        topo = sj.topologies.shared_index(threads, task_size=32)
+        res = sj.run(query, data, topo, backend="sim", batch_size=256)
+        assert res.same_pairs(expected)
+        return res.metrics["actors"]["core"]["busy_s"]
+
+    one, two, four, eight, sixteen = (busy(t) for t in (1, 2, 4, 8, 16))
+    assert one > two > four > eight
+    assert abs(eight - sixteen) < 0.01 * eight  # 256-tuple steps hold ~8 tasks of 32
+    assert busy(2) == two
