@@ -39,7 +39,8 @@ receive, the order of a lock-free queue hand-off between cores, cf. FastFlow; no
 - ``native``: those overheads 50× smaller (a what-if of compiled workers, closer to DP-Join's
   C++ ones), so that scanning the window dominates as in the paper.
 
-Writes ``experiments/results/dpjoin_layouts.{csv,md,png}`` with the profiles and the commit.
+Writes ``experiments/results/dpjoin_layouts.{csv,md,png}`` (``dpjoin_layouts_quick.*`` with
+``--quick``) with the profiles, the commit, the machine and its load.
 
 Scenarios 1–3 run on both machines, the handshake comparison on ``native`` (its latency is the
 time tuples spend in the chain, which per-step overheads barely change). The mirror layouts
@@ -60,12 +61,10 @@ import os
 import time
 
 import numpy as np
+import report
 
 import streamjoin as sj
 from streamjoin.runtime import sim
-from streamjoin.runtime.result import machine_info
-
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 #: Assumed shared-memory message costs (ns): see the module docstring.
 SHARED_MEMORY = sim.MessageCosts(send_ns=500.0, hop_ns=1_000.0, recv_ns=500.0)
@@ -125,17 +124,21 @@ def simulate(
     eps: int,
     seed: int = 1,
     tail_s: float = 0.0,
+    window_r_s: float | None = None,
 ) -> dict:
     """One layout (``"MxN"`` or ``"handshake(N)"``): mean steady-state latency and output rate.
 
-    Steady state: pairs whose later tuple arrived after one window length and at least
+    ``window_s`` is S's window and R's too unless ``window_r_s`` is given (DP-Join Fig. 7b).
+    Steady state: pairs whose later tuple arrived after the longer window and at least
     ``tail_s`` before the end (by its expected arrival time; rows arrive at
     ``rate_r + rate_s`` on average).
     """
     tuples = int((rate_r + rate_s) * run_s)
     data = sj.sources.handshake_workload(tuples, rate=rate_r, rate_s=rate_s, seed=seed)
+    window_r_s = window_s if window_r_s is None else window_r_s
     query = sj.Query(
-        sj.band("x", eps) & sj.band("y", eps), window=sj.TimeWindow(int(window_s * 1000))
+        sj.band("x", eps) & sj.band("y", eps),
+        window=sj.TimeWindow(int(window_r_s * 1000), int(window_s * 1000)),
     )
     arrival = sim.Arrival.poisson(rate_r + rate_s, seed=seed)
     t0 = time.perf_counter()
@@ -151,7 +154,7 @@ def simulate(
         progress=False,
     )
     wall = time.perf_counter() - t0
-    first = int((rate_r + rate_s) * window_s)
+    first = int((rate_r + rate_s) * max(window_s, window_r_s))
     last = tuples - int((rate_r + rate_s) * tail_s)
     r, s_, lat = (res.pairs.column(c).to_numpy() for c in ("r", "s", "latency_ns"))
     later = np.maximum(r, s_)
@@ -189,12 +192,22 @@ def handshake_ms(n: int, window_s: float) -> float:
     return window_s * 1e3 * (n - 1) ** 2 / (4 * n**2)
 
 
-def expr5_6_ms(profile, m: int, n: int, rate_r: float, rate_s: float, window_s: float) -> float:
+def expr5_6_ms(
+    profile,
+    m: int,
+    n: int,
+    rate_r: float,
+    rate_s: float,
+    window_s: float,
+    window_r_s: float | None = None,
+) -> float:
     """DP-Join Expr. 5–6, ``p_x W_y T⋈ / (2n) + p_y W_x T⋈ / (2m)`` with ``p_x`` the share of
-    X arrivals; for equal rates it is Expr. 7, ``λ T_w T⋈ (m + n) / (4 m n)``."""
+    X arrivals and ``W_x = λ_x T_x`` (``window_r_s``, default ``window_s``); for equal rates
+    and windows it is Expr. 7, ``λ T_w T⋈ (m + n) / (4 m n)``."""
     t_join = profile.indexes["nested_loop"]["scan"]
     px, py = rate_r / (rate_r + rate_s), rate_s / (rate_r + rate_s)
-    wr, ws = rate_r * window_s, rate_s * window_s
+    window_r_s = window_s if window_r_s is None else window_r_s
+    wr, ws = rate_r * window_r_s, rate_s * window_s
     return (px * ws / (2 * n) + py * wr / (2 * m)) * t_join / 1e6
 
 
@@ -225,6 +238,7 @@ def main() -> None:
         ("python", "asymmetric", 1000.0, 3000.0, grids(asym), 1.5, 0.0),
     ]
     rows = []
+    prov = report.Provenance()
     for mname, scenario, lx, ly, layouts, runs, tail in plan:
         prof = profiles[mname]
         for layout in layouts:
@@ -260,32 +274,14 @@ def main() -> None:
                 f"core {out['max_core_busy']:.0%}  [{out['wall_s']:.0f} s]",
                 flush=True,
             )
-    write(rows, profiles)
+            prov.note()
+    write(rows, profiles, prov, "_quick" if args.quick else "")
 
 
-def commit_id() -> str:
-    """The checked-out commit (short hash), read from ``.git`` (no git process is started);
-    the working tree may hold changes beyond it."""
-    git = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".git")
-    try:
-        with open(os.path.join(git, "HEAD")) as f:
-            head = f.read().strip()
-        if not head.startswith("ref: "):
-            return head[:7]
-        ref = head[5:]
-        if os.path.exists(os.path.join(git, ref)):
-            with open(os.path.join(git, ref)) as f:
-                return f.read().strip()[:7]
-        with open(os.path.join(git, "packed-refs")) as f:
-            found = [line[:7] for line in f if line.rstrip().endswith(" " + ref)]
-        return found[0] if found else "unknown"
-    except OSError:
-        return "unknown"
-
-
-def write(rows: list[dict], profiles: dict) -> None:
-    os.makedirs(RESULTS, exist_ok=True)
-    base = os.path.join(RESULTS, "dpjoin_layouts")
+def write(rows: list[dict], profiles: dict, prov: report.Provenance, suffix: str = "") -> None:
+    results = report.results_dir()
+    os.makedirs(results, exist_ok=True)
+    base = os.path.join(results, "dpjoin_layouts" + suffix)
     with open(base + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -295,10 +291,10 @@ def write(rows: list[dict], profiles: dict) -> None:
     lines = [
         "# DP-Join layouts on the simulator",
         "",
-        f"commit `{commit_id()}` (working tree may differ), host "
-        f"`{machine_info()['platform']}`, window {window:g} s, batch 1, Poisson arrivals, "
-        f"band {rows[0]['band']}; total simulator wall time "
-        f"{sum(r['wall_s'] for r in rows):.0f} s.",
+        "Simulated (virtual time: the figures do not depend on this host's load). "
+        f"Window {window:g} s, batch 1, Poisson arrivals, band {rows[0]['band']}; total "
+        f"simulator wall time {sum(r['wall_s'] for r in rows):.0f} s.",
+        prov.line(),
         "",
     ]
     for mname, prof in profiles.items():

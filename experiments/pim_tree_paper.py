@@ -53,7 +53,7 @@ from streamjoin.actors.join_core import JoinCore
 from streamjoin.batch import Columns, validate
 from streamjoin.runtime.result import machine_info
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = report.results_dir()
 BATCH = 1024
 INDEXES = {
     "bplus_tree": ("bplus_tree", {}),
@@ -572,8 +572,8 @@ def _preamble(title: str, what: str, load: tuple[float, float]) -> list[str]:
         "",
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
         f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (other processes "
-        f"share the 2 cores: figures are noisy, compare within a table); "
-        f"{time.strftime('%Y-%m-%d')}; `python {' '.join(sys.argv)}`.",
+        f"share the 2 cores: figures are noisy, compare within a table); commit "
+        f"{report.commit()}; {time.strftime('%Y-%m-%d')}; `python {' '.join(sys.argv)}`.",
     ]
 
 

@@ -1,11 +1,25 @@
-"""What every experiment records beside its figures: the commit it ran from."""
+"""What every experiment records beside its figures: where its results go, the commit it ran
+from, the machine and its load."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
+
+from streamjoin.runtime.result import machine_info
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+#: Environment variable naming another folder for the results (the gallery's quick runs and
+#: the tests write there, so that they never overwrite the full results).
+RESULTS_ENV = "STREAMJOIN_RESULTS"
+
+
+def results_dir() -> str:
+    """The folder an experiment writes into: ``$STREAMJOIN_RESULTS``, else
+    ``experiments/results``."""
+    return os.environ.get(RESULTS_ENV) or os.path.join(os.path.dirname(__file__), "results")
 
 
 def commit() -> str:
@@ -14,3 +28,75 @@ def commit() -> str:
         ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     return out.stdout.strip() or "unknown"
+
+
+def dirty() -> bool:
+    """Whether tracked files differ from the commit (results written by the run aside)."""
+    out = subprocess.run(
+        [
+            "git",
+            "-C",
+            ROOT,
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!experiments/results",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return bool(out.stdout.strip())
+
+
+def load() -> float:
+    """The 1-minute load average (the 2 cores are shared with other jobs)."""
+    return os.getloadavg()[0]
+
+
+class Provenance:
+    """Start a run's record: ``p = Provenance()`` at the start, ``p.line()`` in its markdown.
+
+    The line names the machine, the load average at the start and at the end (and the range
+    of any loads noted in between with :meth:`note`), the commit (and whether the working tree
+    differed from it), the date, the command and how long it took.
+    """
+
+    def __init__(self) -> None:
+        self.t0 = time.time()
+        self.loads = [load()]
+        # the code that runs is the code at the start: commits made during a long run do not
+        # describe it
+        self.commit, self.dirty = commit(), dirty()
+
+    def note(self) -> float:
+        """Record the load now (call it between measured runs); returns it."""
+        self.loads.append(load())
+        return self.loads[-1]
+
+    def fields(self) -> dict:
+        """The record as CSV-friendly fields."""
+        m = machine_info()
+        return {
+            "commit": self.commit + ("+dirty" if self.dirty else ""),
+            "cpus": m["cpus"],
+            "platform": m["platform"],
+            "load_start": round(self.loads[0], 2),
+            "load_max": round(max(self.loads), 2),
+        }
+
+    def line(self) -> str:
+        """One markdown line: machine, load, commit, date, command, duration."""
+        end = self.note()
+        m = machine_info()
+        loads = self.loads
+        between = f", {min(loads):.1f}–{max(loads):.1f} over the run" if len(loads) > 2 else ""
+        tree = " plus uncommitted changes" if self.dirty else ""
+        return (
+            f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python "
+            f"{m['python']}; load average {loads[0]:.1f} at the start, {end:.1f} at the end"
+            f"{between} (other jobs share the cores); commit `{self.commit}`{tree}; "
+            f"{time.strftime('%Y-%m-%d %H:%M')}; `python {' '.join(sys.argv)}`; "
+            f"{(time.time() - self.t0) / 60:.1f} minutes."
+        )

@@ -52,15 +52,14 @@ import sys
 import time
 
 import numpy as np
+import report
 
 import streamjoin as sj
 from streamjoin import viz
 from streamjoin.runtime import sim
 from streamjoin.runtime.result import machine_info
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dpjoin_layouts import RESULTS, commit_id  # noqa: E402
-
+RESULTS = report.results_dir()
 LAYOUTS = {
     "single": lambda index: sj.topologies.single(index),
     "split(2)": lambda index: sj.topologies.split(2, index),
@@ -71,7 +70,7 @@ FLOOD = 1e12
 #: The simulated machines (see the module docstring).
 SIMULATED = ("sim, shipped", "sim, calibrated", "sim, calibrated now")
 #: Where ``streamjoin calibrate -o`` put the profile compared by default.
-CALIBRATED = os.path.join(RESULTS, "sim_fidelity.machine.json")
+CALIBRATED = os.path.join(os.path.dirname(__file__), "results", "sim_fidelity.machine.json")
 
 
 def band_workload(n: int, window: int, seed: int = 1):
@@ -261,7 +260,7 @@ def ratios(rows: list[dict], names: list[str]) -> list[dict]:
 
 def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     os.makedirs(RESULTS, exist_ok=True)
-    base = os.path.join(RESULTS, "sim_fidelity")
+    base = os.path.join(RESULTS, "sim_fidelity" + ("_quick" if args.quick else ""))
     with open(base + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -285,7 +284,7 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         f"input as one batch each, {args.paced_seconds:g} s of input. Ray and local: median "
         f"of {args.repeat} runs.",
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
-        f"commit `{commit_id()}` (working tree may differ); 1-minute load average during the "
+        f"commit `{report.commit()}` (working tree may differ); 1-minute load average during the "
         f"runs {min(loads):.1f}–{max(loads):.1f}; `python {' '.join(sys.argv)}`.",
         "",
         "Simulated machines (message costs in µs, per-byte in ns/B; every one with its actors "

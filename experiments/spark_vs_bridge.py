@@ -91,6 +91,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import report
 from report import commit
 
 import streamjoin as sj
@@ -99,7 +100,7 @@ from streamjoin import viz
 from streamjoin.runtime.result import machine_info
 from streamjoin.sources import Source
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = report.results_dir()
 RATE = 2000  #: tuples per second of event time, per stream
 WINDOW_MS = 2000  #: W: the time window, ms, both streams
 MATCH_RATE = 1.5  #: matches per probe
@@ -490,9 +491,9 @@ def _label(row: dict) -> str:
     return name if row["input"] == IN_ORDER else f"{name}\n{row['input']}"
 
 
-def write(rows: list[dict], info: dict, loads: tuple[float, float]) -> None:
+def write(rows: list[dict], info: dict, loads: tuple[float, float], name: str) -> None:
     os.makedirs(RESULTS, exist_ok=True)
-    base = os.path.join(RESULTS, info["name"])
+    base = os.path.join(RESULTS, name)
     fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(base + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -733,6 +734,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     scale = SCALES["quick" if args.quick else "full"]
+    name = args.name + ("_quick" if args.quick else "")
     n, files = args.tuples or scale["tuples"], args.files or scale["files"]
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:
@@ -773,7 +775,7 @@ def main() -> None:
             "files": files,
             "eps": eps,
             "delay": args.delay,
-            "name": args.name,
+            "name": name,
             "expected": ref.num_rows,
             "pyspark": pyspark.__version__,
             **check_reference(query, table, ref, scale["oracle_rows"]),
@@ -818,12 +820,12 @@ def main() -> None:
                 )
             )
         loads.append(os.getloadavg()[0])
-        write(rows, info, (loads[0], loads[1]))
+        write(rows, info, (loads[0], loads[1]), name)
     finally:
         spark.stop()
         if not args.data:
             shutil.rmtree(folder, ignore_errors=True)
-    print(f"wrote {os.path.join(RESULTS, args.name)}.{{csv,md,png}}")
+    print(f"wrote {os.path.join(RESULTS, name)}.{{csv,md,png}}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import sys
 import time
 
 import numpy as np
@@ -23,9 +22,8 @@ import report
 
 import streamjoin as sj
 from streamjoin import viz
-from streamjoin.runtime.result import machine_info
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = report.results_dir()
 
 
 def band_query(data, window: int, match_rate: float = 2.0) -> sj.Query:
@@ -59,6 +57,7 @@ def main() -> None:
     import ray
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    prov = report.Provenance()
     data = sj.sources.synthetic(args.tuples, low=0, high=10 * args.tuples, seed=1)
     q = band_query(data, args.window)
     paced = data.slice(0, min(len(data), int(args.pace * 4)))  # four seconds of input
@@ -92,18 +91,17 @@ def main() -> None:
             }
             rows.append(row)
             print(row, flush=True)
-    write(rows, args)
+            prov.note()
+    write(rows, args, prov)
 
 
-def write(rows: list[dict], args) -> None:
+def write(rows: list[dict], args, prov: report.Provenance) -> None:
     os.makedirs(RESULTS, exist_ok=True)
-    base = os.path.join(RESULTS, "topologies")
+    base = os.path.join(RESULTS, "topologies" + ("_quick" if args.quick else ""))
     with open(base + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    commit = report.commit()
-    m = machine_info()
     local = {r["layout"]: r["input_tuples_per_s"] for r in rows if r["backend"] == "local"}
     lines = [
         "# Topologies on local and Ray",
@@ -111,8 +109,7 @@ def write(rows: list[dict], args) -> None:
         f"{args.tuples:,} tuples, count window {args.window:,} per stream, band join at match "
         f"rate 2, index `{args.index}`; full speed at batch 16,384; paced at {args.pace:,.0f} "
         "tuples/s with batch 256 closing after 1 ms.",
-        f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
-        f"commit {commit}; `python {' '.join(sys.argv)}`.",
+        prov.line(),
         "",
         "| layout | backend | exact | tuples/s | ray/local | p50 ms | p99 ms | paced tuples/s "
         "| paced p50 ms | paced p99 ms |",

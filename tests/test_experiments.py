@@ -1,0 +1,74 @@
+"""The experiment gallery: one command runs it, every entry has its script (or is marked as being
+built), the index names every script, and a quick run writes results that say where they came
+from."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+EXPERIMENTS = ROOT / "experiments"
+#: Modules of experiments/ that are not experiments themselves.
+HELPERS = {"all.py", "report.py"}
+
+
+def gallery():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from experiments.all import GALLERY
+    finally:
+        sys.path.remove(str(ROOT))
+    return GALLERY
+
+
+def test_every_script_is_in_the_gallery_and_the_index():
+    entries = {e.script: e for e in gallery()}
+    scripts = {p.name for p in EXPERIMENTS.glob("*.py")} - HELPERS
+    assert scripts <= set(entries), f"not in the gallery: {scripts - set(entries)}"
+    index = (EXPERIMENTS / "README.md").read_text()
+    for script, entry in entries.items():
+        assert script in index, f"experiments/README.md does not name {script}"
+        if not entry.ready:
+            assert "being built" in index
+
+
+def test_readme_links_the_gallery_and_shows_two_pictures():
+    text = (ROOT / "README.md").read_text()
+    assert "experiments/README.md" in text
+    pictures = [
+        line for line in text.splitlines() if "![" in line and "experiments/results/" in line
+    ]
+    assert len(pictures) >= 2
+    for line in pictures:
+        path = line.split("](", 1)[1].split(")", 1)[0]
+        assert (ROOT / path).exists(), path
+
+
+def run_quick(name: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.all", "--quick", "--only", name, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_quick_run_of_one_experiment(tmp_path):
+    proc = run_quick("chained_index", tmp_path)
+    assert proc.returncode == 0, (tmp_path / "logs" / "chained_index_quick.log").read_text()
+    for ext in ("csv", "md", "png"):
+        assert (tmp_path / f"chained_index_quick.{ext}").exists()
+    md = (tmp_path / "chained_index_quick.md").read_text()
+    assert "commit `" in md and "load average" in md and "CPUs" in md
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dpjoin_system", "panjoin_system"])
+def test_quick_run_of_a_system_experiment(tmp_path, name):
+    proc = run_quick(name, tmp_path)
+    assert proc.returncode == 0, (tmp_path / "logs" / f"{name}_quick.log").read_text()
+    md = (tmp_path / f"{name}_quick.md").read_text()
+    assert "simulated" in md.lower() and "commit `" in md
+    assert (tmp_path / f"{name}_quick.png").exists()
