@@ -1,7 +1,7 @@
 """Throughput of one join core: ``shared_index(threads)`` vs ``single("pim_tree")``, and the
 share of a step spent outside the task kernels (Python orchestration, expiry, merges).
 
-    python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES]
+    python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES] [TASK_SIZE]
 
 CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge).
 Band join, count window 2^LOG2_WINDOW per stream, match rate 2 (band width set so a probe
@@ -39,7 +39,8 @@ if config == "single":
 else:
     threads = int(config[len("shared")])
     merge = "blocking" if config.endswith("b") else "nonblocking"
-    core = si.SharedIndexCore(query, "pim_tree", threads=threads, merge=merge)
+    task_size = int(sys.argv[5]) if len(sys.argv) > 5 else si.TASK_SIZE
+    core = si.SharedIndexCore(query, "pim_tree", threads=threads, merge=merge, task_size=task_size)
 core.warm()
 
 kernel_spans: list[tuple[int, float, float]] = []

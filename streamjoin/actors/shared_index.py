@@ -80,8 +80,10 @@ from streamjoin.indexes.atomics import PAD
 from streamjoin.query import Query
 
 #: Default tuples per task: a task's keys are probed as one sorted run, so T_S's descents
-#: share nodes and its leaves are fetched ahead; 64 kept one thread within a few percent of
-#: the single-threaded core (measured, ``benchmarks/test_shared_index.py``).
+#: share nodes and its leaves are fetched ahead. One thread, W = 2^18, band at 3 pairs per
+#: tuple (``benchmarks/shared_index_speedup.py shared1 18 1024 262144 TASK``, quiet machine):
+#: 16 → 0.53 M tuples/s, 64 → 0.78–0.81 M, 256 → 0.71–0.83 M, 1024 → 0.57 M; ``single()``
+#: ran 1.27–1.59 M in the same series (the shared core's gap, issue notes).
 TASK_SIZE = 64
 
 
