@@ -66,7 +66,6 @@ for a smoke run of a few minutes.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import statistics
@@ -472,7 +471,7 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
         rows.append(row)
         prov.note()
         # the section so far, so that an interrupted run (fig5b takes an hour) keeps its points
-        save([{**r, **prov.fields()} for r in rows], csv_path(section, quick))
+        report.save_rows([{**r, **prov.fields()} for r in rows], csv_path(section, quick))
         cells = "  ".join(
             f"{c}={row[c]:,.3g}" if isinstance(row[c], float) else f"{c}={row[c]}"
             for c in ("machine", "layout", "rate", "output_rate", "sustained", "latency_mean_ms")
@@ -522,31 +521,6 @@ def csv_path(section: str, quick: bool) -> str:
     )
 
 
-def save(rows: list[dict], path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
-
-
-def load_rows(path: str) -> list[dict]:
-    def value(v: str):
-        if v in ("True", "False"):
-            return v == "True"
-        try:
-            return float(v)
-        except ValueError:
-            return v
-
-    with open(path, newline="") as f:
-        # a short commit hash can be all digits (or read as 1e5-like): never a number
-        return [
-            {k: v if k == "commit" else value(v) for k, v in row.items()}
-            for row in csv.DictReader(f)
-        ]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
@@ -564,7 +538,7 @@ def main() -> None:
             rows = run_section(section, args, prov)
             for row in rows:
                 row.update(prov.fields())
-            save(rows, csv_path(section, args.quick))
+            report.save_rows(rows, csv_path(section, args.quick))
     render(args.quick, prov)
 
 
@@ -574,7 +548,9 @@ def main() -> None:
 def render(quick: bool, prov: report.Provenance) -> None:
     """``dpjoin_system.{md,png}`` from every section's CSV present."""
     data = {
-        s: load_rows(csv_path(s, quick)) for s in SECTIONS if os.path.exists(csv_path(s, quick))
+        s: report.load_rows(csv_path(s, quick))
+        for s in SECTIONS
+        if os.path.exists(csv_path(s, quick))
     }
     if not data:
         return

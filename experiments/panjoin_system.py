@@ -59,7 +59,6 @@ for some sections, ``--render`` to redraw from the CSVs, ``--quick`` for a smoke
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import statistics
@@ -595,29 +594,6 @@ def csv_path(section: str, quick: bool) -> str:
     )
 
 
-def save(rows: list[dict], path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
-
-
-def load_rows(path: str) -> list[dict]:
-    def value(v: str):
-        try:
-            return float(v)
-        except ValueError:
-            return v
-
-    with open(path, newline="") as f:
-        # a short commit hash can be all digits (or read as 1e5-like): never a number
-        return [
-            {k: v if k == "commit" else value(v) for k, v in row.items()}
-            for row in csv.DictReader(f)
-        ]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
@@ -635,7 +611,7 @@ def main() -> None:
             rows = run_section(section, args, prov)
             for row in rows:
                 row.update(prov.fields())
-            save(rows, csv_path(section, args.quick))
+            report.save_rows(rows, csv_path(section, args.quick))
     render(args.quick, prov)
 
 
@@ -652,7 +628,9 @@ def _p2(v: float) -> str:
 
 def render(quick: bool, prov: report.Provenance) -> None:
     data = {
-        s: load_rows(csv_path(s, quick)) for s in SECTIONS if os.path.exists(csv_path(s, quick))
+        s: report.load_rows(csv_path(s, quick))
+        for s in SECTIONS
+        if os.path.exists(csv_path(s, quick))
     }
     if not data:
         return

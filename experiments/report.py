@@ -3,6 +3,7 @@ from, the machine and its load."""
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -100,3 +101,32 @@ class Provenance:
             f"{time.strftime('%Y-%m-%d %H:%M')}; `python {' '.join(sys.argv)}`; "
             f"{(time.time() - self.t0) / 60:.1f} minutes."
         )
+
+
+def save_rows(rows: list[dict], path: str) -> None:
+    """Write ``rows`` as CSV at ``path`` (folders made), columns in first-seen order."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def load_rows(path: str) -> list[dict]:
+    """Rows of a CSV :func:`save_rows` wrote: numbers as floats, ``True``/``False`` as bools,
+    the commit hash always as text."""
+
+    def value(v: str):
+        if v in ("True", "False"):
+            return v == "True"
+        try:
+            return float(v)
+        except ValueError:
+            return v
+
+    with open(path, newline="") as f:
+        # a short commit hash can be all digits (or read as 1e5-like): never a number
+        return [
+            {k: v if k == "commit" else value(v) for k, v in row.items()}
+            for row in csv.DictReader(f)
+        ]
