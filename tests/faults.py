@@ -128,3 +128,17 @@ class _FaultyLogic:
         if self._config.at == "eof" and self._due():
             self._fire()
         return self._inner.on_eof()
+
+
+def host_pids() -> list[int]:
+    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::Host…``)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::Host"):
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids

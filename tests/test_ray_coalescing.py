@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from faults import host_pids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -232,20 +233,6 @@ def test_ray_failure_of_one_core_of_a_split_ends_the_run(ray_session):
         sj.run(q, data, topo, backend="ray", batch_size=4)
 
 
-def _host_pids() -> list[int]:
-    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::Host…``)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::Host"):
-                        pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
 def test_ray_actor_process_killed_mid_run_ends_the_run(ray_session):
     """An actor's process dies (SIGKILL) while batches flow: its sockets close, the run ends
     with an error naming a dead actor — in bounded time, never a hang or a short result."""
@@ -256,7 +243,7 @@ def test_ray_actor_process_killed_mid_run_ends_the_run(ray_session):
             rng = np.random.default_rng(3)
             for k in range(400):
                 if k == 5:
-                    for pid in _host_pids():
+                    for pid in host_pids():
                         os.kill(pid, signal.SIGKILL)
                 ts = np.arange(k * 50, (k + 1) * 50)
                 yield {"stream": ts % 2, "ts": ts, "x": rng.uniform(0, 100, 50)}

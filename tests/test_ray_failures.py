@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from faults import inject
+from faults import host_pids, inject
 
 import streamjoin as sj
 
@@ -204,25 +204,11 @@ _INTERRUPTED = textwrap.dedent(
 )
 
 
-def _host_pids() -> list[int]:
-    """Processes of Ray actors hosting topology nodes (Ray titles them ``ray::Host…``)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::Host"):
-                        pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
 def test_ctrl_c_stops_the_run_at_once_and_the_next_run_works(tmp_path):
     """SIGINT to a driver blocked in a run (its sends wait on full sockets): the run ends
     with KeyboardInterrupt within seconds, its actors are gone, none of its connections is
     left open, and a second run in the same process gives the exact answer."""
-    before = set(_host_pids())
+    before = set(host_pids())
     child = subprocess.Popen(
         [sys.executable, "-c", _INTERRUPTED],
         stdout=subprocess.PIPE,
@@ -233,7 +219,7 @@ def test_ctrl_c_stops_the_run_at_once_and_the_next_run_works(tmp_path):
     try:
         assert child.stdout.readline().strip() == "running"
         deadline = time.monotonic() + 60
-        while len(hosts := set(_host_pids()) - before) < 5 and time.monotonic() < deadline:
+        while len(hosts := set(host_pids()) - before) < 5 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(hosts) == 5, "the run's actors did not start"
         time.sleep(3)  # the buffers fill
