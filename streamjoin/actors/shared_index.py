@@ -60,6 +60,7 @@ from streamjoin.actors.shared_kernels import (
     CFG,
     CTL,
     HEAD,
+    META,
     OUT_N,
     W_CANDIDATES,
     W_INSERTED,
@@ -367,8 +368,10 @@ class SharedIndexCore(Logic):
         edge = np.zeros(2 * PAD, dtype=np.int64)
         flags = np.zeros(b, dtype=np.int64)
         status = np.zeros(n_tasks, dtype=np.int64)
-        task_meta = np.zeros((n_tasks, 3), dtype=np.int64)
+        task_meta = np.zeros((n_tasks, META), dtype=np.int64)
         task_work = np.zeros((n_tasks, WORK), dtype=np.int64)
+        pub_keys = np.empty(b)
+        pub_pos = np.empty(b, dtype=np.int64)
         buf_n = np.zeros(threads * PAD, dtype=np.int64)
         stores = [self.stores[y] for y in (0, 0 if spec.query.self_join else 1)]
         args = (
@@ -396,6 +399,8 @@ class SharedIndexCore(Logic):
             status,
             task_meta,
             task_work,
+            pub_keys,
+            pub_pos,
             self._buf,
             buf_n,
             self._out,

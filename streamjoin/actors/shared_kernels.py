@@ -23,6 +23,7 @@ from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_ori
 from streamjoin.actors.store import IDX, INGEST_NS, SEQ
 from streamjoin.indexes.atomics import (
     PAD,
+    SPINS,
     atomic_add,
     cpu_relax,
     load_acquire,
@@ -31,9 +32,10 @@ from streamjoin.indexes.atomics import (
     unlock,
     yield_cpu,
 )
+from streamjoin.indexes.base import key_range
 from streamjoin.indexes.bplus_tree import new_path
 from streamjoin.indexes.pim_tree_shared import insert_shared, probe_shared
-from streamjoin.indexes.sorted_runs import prefetch
+from streamjoin.indexes.sorted_runs import lower_bound, prefetch
 
 #: How many index candidates ahead the stored tuple's row is fetched (as ``probe_pairs``).
 _AHEAD = 8
@@ -41,11 +43,13 @@ _AHEAD = 8
 T_SEQ, T_STREAM, T_IDX, T_LO_IDX, T_INGEST, T_OWN, T_OPP, TUP = range(8)
 #: Slots of ``ctl`` (times PAD).
 NEXT, EDGE_LOCK, PROP_LOCK, HEAD, OUT_N, STALLED, CTL = range(7)
-#: Task status (§4.1): handed out, results ready, (propagated: ``HEAD`` passed it).
+#: Task status (§4.1): not yet handed out (or its keys not yet sorted), its sorted keys
+#: published and its results under way, results ready (propagated: ``HEAD`` passed it).
 AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
 #: Columns of ``task_meta``: the thread whose buffer holds the task's pairs (-1 - thread if
-#: they spilled), their offset there, their count.
-M_THREAD, M_OFF, M_CNT = range(3)
+#: they spilled), their offset there, their count; its stream-0 tuples (published when the
+#: task turns ACTIVE, with its sorted keys: :func:`_join_tail`).
+M_THREAD, M_OFF, M_CNT, M_N0, META = range(5)
 #: Columns of ``task_work`` (per task) and of a thread's counters: tuples, probes of an
 #: index, index candidates, pairs, tuples inserted, rows scanned past the edge tuple, times a
 #: lock was found held.
@@ -120,6 +124,107 @@ def _emit(pairs, n, r, s, ingest, later, earlier):
 
 
 @njit(cache=True, nogil=True)
+def _join_tail(
+    gs,
+    order,
+    keys,
+    n_g,
+    x,
+    y,
+    e_ref,
+    t,
+    task_size,
+    tup,
+    ypos,
+    n_y,
+    first_ref,
+    status,
+    task_meta,
+    pub_keys,
+    pub_pos,
+    attrs,
+    store_attrs,
+    base,
+    conds,
+    orient,
+    probe_is_r,
+    pairs,
+    n_pairs,
+    work,
+):
+    """§4.1's scan of the not-yet-indexed tail, from the edge tuple to each tuple of the task,
+    as a band join of sorted runs: the tail's stream-``y`` tuples lie in tasks ``u0 … t`` (the
+    step's tuples before the edge are all indexed, its later ones are no predecessors), and
+    each task publishes its tuples sorted by key (``pub_keys``/``pub_pos``, stream 0 first)
+    before it turns ACTIVE; for each probing tuple (``keys`` ascending, ``order`` to ``gs``) a
+    binary search in each such task's run finds the keys in its band, checked exactly, in the
+    window and before it in arrival. O(n_g · (tasks in flight) · log(task_size) + matches),
+    not O(n_g · rows past the edge): a task's tail costs about the same whatever its size."""
+    k0 = e_ref - first_ref[y]
+    if n_g == 0 or k0 >= n_y[y]:
+        return pairs, n_pairs
+    u0 = ypos[y, k0] // task_size
+    b = tup.shape[1]
+    lo0, hi0 = conds.lo[0], conds.hi[0]
+    if orient == R_PROBES:  # stored minus probing key, d, within [dlo, dhi]
+        dlo, dhi = lo0, hi0
+    elif orient == S_PROBES:
+        dlo, dhi = -hi0, -lo0
+    else:
+        dlo, dhi = min(lo0, -hi0), max(hi0, -lo0)
+    residual = conds.lo.shape[0] > 1
+    for u in range(u0, t + 1):
+        spins = 0
+        while load_acquire(status, u) == AVAILABLE:  # claimed before t: sorting, briefly
+            spins += 1
+            if spins < SPINS:
+                cpu_relax()
+            else:  # its thread may have lost its processor: hand ours over
+                yield_cpu()
+                spins = 0
+        a = u * task_size
+        n0 = task_meta[u, M_N0]
+        ya, yb = (a, a + n0) if y == 0 else (a + n0, min(a + task_size, b))
+        if ya == yb:
+            continue
+        for i in range(n_g):
+            g = gs[order[i]]
+            g_key = keys[i]
+            end = tup[T_OPP, g]
+            lo_idx = tup[T_LO_IDX, g]
+            vlo, vhi = key_range(g_key, dlo, dhi)
+            q = lower_bound(pub_keys, ya, yb, vlo)
+            while q < yb and pub_keys[q] <= vhi:
+                c = pub_pos[q]
+                ref = tup[T_OWN, c]
+                s_key = pub_keys[q]
+                q += 1
+                work[W_SCANNED] += 1
+                if ref < e_ref or ref >= end or tup[T_IDX, c] < lo_idx:
+                    continue  # indexed (the probe found it), not before g, or out of window
+                d = s_key - g_key  # stored minus probing: s - r when r probes
+                if orient == R_PROBES:
+                    hit = lo0 <= d <= hi0
+                elif orient == S_PROBES:
+                    hit = lo0 <= -d <= hi0
+                else:  # either may be r: θ(stored, probing) or θ(probing, stored)
+                    hit = lo0 <= -d <= hi0 or lo0 <= d <= hi0
+                if not hit:
+                    continue
+                if residual and not theta_oriented(
+                    attrs, g, store_attrs, ref - base, conds, 0, orient
+                ):
+                    continue
+                g_seq, c_seq = tup[T_SEQ, g], tup[T_SEQ, c]
+                ingest = max(tup[T_INGEST, g], tup[T_INGEST, c])
+                if probe_is_r:
+                    pairs, n_pairs = _emit(pairs, n_pairs, g_seq, c_seq, ingest, g_seq, c_seq)
+                else:
+                    pairs, n_pairs = _emit(pairs, n_pairs, c_seq, g_seq, ingest, g_seq, c_seq)
+    return pairs, n_pairs
+
+
+@njit(cache=True, nogil=True)
 def _join_tuples(
     gs,
     n_g,
@@ -149,10 +254,10 @@ def _join_tuples(
     work,
 ):
     """§4.1 result generation for the stream-``x`` tuples ``gs[:n_g]`` of a task against the
-    window of stream ``y``: the index for the refs below the edge tuple ``e_ref``, then a scan
-    of the store from there to each tuple's predecessors. ``keys``: their primary keys in
-    ascending order, ``order``: the stable order that sorts them. Returns the grown scratch
-    arrays and the pair count."""
+    window of stream ``y``: the index for the refs below the edge tuple ``e_ref`` (the tail
+    past it is :func:`_join_tail`'s), or with no index a scan of the whole window in the
+    store. ``keys``: their primary keys in ascending order, ``order``: the stable order that
+    sorts them. Returns the grown scratch arrays and the pair count."""
     orient = EITHER if self_join else (R_PROBES if x == 0 else S_PROBES)
     probe_is_r = not self_join and x == 0
     if indexed and n_g:
@@ -203,18 +308,12 @@ def _join_tuples(
     g_row = key_rows[x]
     lo0, hi0 = conds.lo[0], conds.hi[0]
     residual = conds.lo.shape[0] > 1
-    for a in range(n_g):  # the not-yet-indexed tail, edge tuple to t_e (§4.1, Fig. 6)
+    if indexed:  # the tail past the edge tuple: _join_tail
+        return cand_p, cand_r, pairs, n_pairs
+    for a in range(n_g):  # no index: the whole window is the tail
         g = gs[a]
         end = tup[T_OPP, g]
-        lo_idx = tup[T_LO_IDX, g]
-        if not indexed:  # no index: the whole window is the tail
-            start = base + _first_row_from(rows, head, end - base, lo_idx)
-        elif e_ref >= end:
-            continue
-        elif rows[e_ref - base, IDX] < lo_idx:  # the window starts past the edge tuple
-            start = base + _first_row_from(rows, e_ref - base, end - base, lo_idx)
-        else:
-            start = e_ref
+        start = base + _first_row_from(rows, head, end - base, tup[T_LO_IDX, g])
         work[W_SCANNED] += end - start
         g_seq = tup[T_SEQ, g]
         g_key = attrs[g_row, g]
@@ -308,6 +407,8 @@ def run_tasks(
     status,
     task_meta,
     task_work,
+    pub_keys,
+    pub_pos,
     buf,
     buf_n,
     out,
@@ -353,7 +454,6 @@ def run_tasks(
         t = atomic_add(ctl, NEXT * PAD, 1)  # 1. task acquisition
         if t >= n_tasks:
             break
-        store_release(status, t, ACTIVE)
         rng = _delay(rng, max_spins)
         a0, a1 = t * task_size, min((t + 1) * task_size, b)
         work = task_work[t]
@@ -363,18 +463,27 @@ def run_tasks(
             x = tup[T_STREAM, g]
             gs[x, n_g[x]] = g
             n_g[x] += 1
-        n_pairs = 0
-        for x in range(2):  # 2. result generation
+        at = a0
+        for x in range(2):
             m = n_g[x]
-            if m == 0:
-                continue
             # the tuples' keys in (key, ref) order: probes share descents, inserts walk the
-            # subindexes in order (refs ascend with positions, so a stable sort suffices)
+            # subindexes in order (refs ascend with positions, so a stable sort suffices);
+            # published for the tails of later tasks (_join_tail)
             for a in range(m):
                 keys[x, a] = attrs[key_rows[x], gs[x, a]]
             orders[x, :m] = np.argsort(keys[x, :m], kind="mergesort")
             for a in range(m):
                 sorted_keys[x, a] = keys[x, orders[x, a]]
+                pub_keys[at + a] = sorted_keys[x, a]
+                pub_pos[at + a] = gs[x, orders[x, a]]
+            at += m
+        task_meta[t, M_N0] = n_g[0]
+        store_release(status, t, ACTIVE)
+        n_pairs = 0
+        for x in range(2):  # 2. result generation
+            m = n_g[x]
+            if m == 0:
+                continue
             y = x if self_join else 1 - x
             e_ref = min(first_ref[y] + load_acquire(edge, y * PAD), tup[T_OPP, gs[x, 0]])
             if y == 0:
@@ -409,6 +518,35 @@ def run_tasks(
                 n_pairs,
                 work,
             )
+            if indexed:
+                pairs, n_pairs = _join_tail(
+                    gs[x],
+                    orders[x, :m],
+                    sorted_keys[x, :m],
+                    m,
+                    x,
+                    y,
+                    e_ref,
+                    t,
+                    task_size,
+                    tup,
+                    ypos,
+                    n_y,
+                    first_ref,
+                    status,
+                    task_meta,
+                    pub_keys,
+                    pub_pos,
+                    attrs,
+                    s_attrs,
+                    bases[y, 0],
+                    conds,
+                    EITHER if self_join else (R_PROBES if x == 0 else S_PROBES),
+                    not self_join and x == 0,
+                    pairs,
+                    n_pairs,
+                    work,
+                )
         if ordered and n_pairs > 1:  # by the later tuple, then the earlier (DESIGN §1)
             by_earlier = np.argsort(pairs[4, :n_pairs], kind="mergesort")
             by_later = np.argsort(pairs[3, :n_pairs][by_earlier], kind="mergesort")
