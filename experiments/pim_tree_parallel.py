@@ -2,9 +2,10 @@
 (``sj.topologies.shared_index``) against the single-threaded cores and round-robin
 partitioning, on this machine's 2 cores, and simulated past them.
 
-Workload (as ``benchmarks/shared_index_speedup.py``): band join ``|r.x - s.x| <= 1`` of two
-streams of keys uniform on ``[0, W)``, count window W per stream (so a probe finds 2 partners
-on average: match rate 2), batches of 1,024; a self-join (Fig. 12) keeps W tuples of one
+Workload (as ``pim_tree_paper.py``): band join ``|r.x - s.x| <= eps`` of two streams of
+integer keys uniform on ``[0, 2^31)``, ``eps`` chosen for match rate 2 (a probe finds 2
+partners on average in a window; :func:`~streamjoin.sources.band_for_match_rate`), count
+window W per stream, batches of 1,024; a self-join (Fig. 12) keeps W tuples of one
 stream. Throughput is the steady state's: the first 2 W tuples fill the windows untimed, the
 next ``max(W, 2^19)`` (``--quick``: ``max(W, 2^15)``) are timed, wall clock.
 
@@ -116,24 +117,33 @@ PAPER_SCALING_SELF = {1: 1.0, 8: 4.0, 16: 5.0}
 # --------------------------------------------------------------------------------------------
 
 
-def query(window: int, self_join: bool = False) -> sj.Query:
-    return sj.Query(sj.band("x", 1.0), window=sj.CountWindow(window), self_join=self_join)
+def query(data, window: int, self_join: bool = False) -> sj.Query:
+    """The band join of ``data`` at match rate 2 (``eps`` from
+    :func:`~streamjoin.sources.band_for_match_rate`, as ``pim_tree_paper.py``)."""
+    x = data.column("x").to_numpy()
+    if self_join:
+        eps = sj.sources.band_for_match_rate(x, window=window)
+    else:
+        s = data.column("stream").to_numpy()
+        eps = sj.sources.band_for_match_rate(x[s == 0], x[s == 1], window=window)
+    return sj.Query(sj.band("x", eps), window=sj.CountWindow(window), self_join=self_join)
 
 
 @functools.cache
 def workload(window: int, min_timed: int, self_join: bool = False):
-    """``(data, batches, n_fill_batches)``: the input table, its emitter batches (built once,
-    shared by every configuration) and how many of them fill the windows."""
+    """``(data, query, batches, n_fill_batches)``: the input table (integer keys uniform on
+    ``[0, 2^31)``), its query, its emitter batches (built once, shared by every
+    configuration) and how many of them fill the windows."""
     n_fill = 2 * window
     n = n_fill + max(window, min_timed)
-    data = sj.sources.synthetic(n, low=0, high=float(window), seed=1, self_join=self_join)
-    cols = validate(data, query(window, self_join))
-    batches = [b for _, b in Emitter(query(window, self_join), BATCH).on_chunk(cols, 0)]
+    data = sj.sources.synthetic(n, seed=1, self_join=self_join)
+    q = query(data, window, self_join)
+    batches = [b for _, b in Emitter(q, BATCH).on_chunk(validate(data, q), 0)]
     filled = k = 0
     while filled < n_fill:
         filled += len(batches[k])
         k += 1
-    return data, batches, k
+    return data, q, batches, k
 
 
 def make_core(kind: str, q: sj.Query, options: dict):
@@ -154,8 +164,8 @@ def make_core(kind: str, q: sj.Query, options: dict):
 def drive(kind: str, options: dict, window: int, min_timed: int, self_join=False) -> dict:
     """One core driven directly: fill untimed, then the timed phase (wall clock). Returns
     throughput, pairs and (shared cores) the merge and lock statistics of the timed phase."""
-    _, batches, n_fill = workload(window, min_timed, self_join)
-    core = make_core(kind, query(window, self_join), options)
+    _, q, batches, n_fill = workload(window, min_timed, self_join)
+    core = make_core(kind, q, options)
     for b in batches[:n_fill]:
         core.on_batch("in", b)
     before = core.stats() if kind == "shared" else {}
@@ -192,8 +202,7 @@ def via_run(topo, window: int, min_timed: int, backend: str = "local", self_join
     """Steady-state throughput of ``topo`` through ``sj.run``: a run of the fill and a run of
     the whole input, throughput = timed tuples / the difference. On ``sim`` the input arrives
     far faster than any configuration takes it (virtual time)."""
-    data, _, _ = workload(window, min_timed, self_join)
-    q = query(window, self_join)
+    data, q, _, _ = workload(window, min_timed, self_join)
     n_fill = 2 * window
     kw = {"pace": 1e12} if backend == "sim" else {}
     t_fill, _ = _run_seconds(q, data.slice(0, n_fill), topo, backend, **kw)
@@ -349,8 +358,8 @@ def part_latency(sc, prov, bar) -> tuple[list[dict], dict]:
     pace = round(0.5 * min(probes), -3)
     n_fill = 2 * w
     n = n_fill + int(pace * sc["latency_timed_s"])
-    data = sj.sources.synthetic(n, low=0, high=float(w), seed=2)
-    q = query(w)
+    data = sj.sources.synthetic(n, seed=2)
+    q = query(data, w)
     rows, cdfs = [], {}
     runs: dict[str, list[np.ndarray]] = {"blocking": [], "nonblocking": []}
     stats: dict[str, list[float]] = {"blocking": [], "nonblocking": []}
@@ -435,7 +444,8 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
     lines = [
         "# PIM-Tree §4–5: the parallel join (shared-index core) on this machine",
         "",
-        "Band join at match rate 2, count window W per stream, batches of 1,024, keys uniform; "
+        "Band join at match rate 2 (integer keys uniform on [0, 2^31), eps chosen for 2 "
+        "partners per probe), count window W per stream, batches of 1,024; "
         "steady-state throughput in input tuples/s of wall time (the 2 W tuples that fill the "
         "windows untimed). Cores (`single`, `shared(T)` = `shared_index(T)` with PIM-Tree, "
         "default options: m = 1/8, D_I = 1, task size "
