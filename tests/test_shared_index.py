@@ -232,3 +232,85 @@ def test_sim_charges_the_core_as_threads_processors():
     assert one > two > four > eight
     assert abs(eight - sixteen) < 0.01 * eight  # 256-tuple steps hold ~8 tasks of 32
     assert busy(2) == two
+
+
+def _stepped_tree(keys, **options):
+    """A SharedPIMTree holding ``keys`` (refs 0..n-1), inserted in steps of 64, no merge."""
+    from streamjoin.indexes.bplus_tree import new_path
+    from streamjoin.indexes.pim_tree_shared import insert_shared
+    from streamjoin.indexes.shared import SharedPIMTree
+
+    tree = SharedPIMTree(merge="blocking", **options)
+    path = new_path()
+    for a in range(0, len(keys), 64):
+        k, r = keys[a : a + 64], np.arange(a, min(a + 64, len(keys)), dtype=np.int64)
+        order = np.argsort(k, kind="stable")
+        state = tree.begin_step(k, r)
+        insert_shared(state, np.ascontiguousarray(k[order]), r[order], path)
+        tree.end_step()
+    return tree
+
+
+def test_unlocked_leaf_hint_is_the_leaf_a_locked_seek_finds():
+    """The probe's unlocked descent (:func:`_peek_leaf`) ends where ``seek_leaf`` does in a
+    quiet tree, at every height: a probe uses it as its start when nobody inserted since."""
+    from streamjoin.indexes.bplus_tree import seek_leaf
+    from streamjoin.indexes.pim_tree_shared import _peek_leaf
+
+    rng = np.random.default_rng(3)
+    tree = _stepped_tree(rng.uniform(0, 1000, 3000), fanout=16, leaf_size=3, window=10**6)
+    state = tree.state
+    assert state.tops[:, 1].max() >= 2, "the test needs subindexes several levels high"
+    # leaf ids beyond the inner nodes' (a clamp to the inner ids once sent hints astray)
+    assert state.t.leaf_count.shape[0] > 2 * state.t.inner_count.shape[0]
+    for sub in range(len(state.tops)):
+        for x in rng.uniform(-10, 1010, 200):
+            root, height = state.tops[sub]
+            assert _peek_leaf(state.t, state.tops, sub, x) == seek_leaf(state.t, root, height, x)
+
+
+def test_probe_finds_every_item_while_another_thread_inserts():
+    """A probe racing inserts into the same subindexes (splits under way, its unlocked hints
+    going stale) returns every item inserted before it started, each once, and only items in
+    its band. (A stress test: a torn hint is rare, and forward scans forgive most stale ones.)"""
+    import threading
+
+    from streamjoin.indexes.bplus_tree import new_path
+    from streamjoin.indexes.pim_tree_shared import insert_shared, probe_shared
+
+    rng = np.random.default_rng(5)
+    old = rng.integers(0, 500, 2000).astype(np.float64)
+    new = rng.integers(0, 500, 20000).astype(np.float64)
+    tree = _stepped_tree(old, fanout=4, leaf_size=4, window=10**7)
+    refs = np.arange(len(old), len(old) + len(new), dtype=np.int64)
+    state = tree.begin_step(new, refs)  # one step: the racing thread inserts all of it
+    done = [0]  # items of ``new`` whose insert returned
+    runs = range(0, len(new), 8)
+
+    def insert_all():
+        path = new_path()
+        for a in runs:
+            k, r = new[a : a + 8], refs[a : a + 8]
+            order = np.argsort(k, kind="stable")
+            insert_shared(state, np.ascontiguousarray(k[order]), r[order], path)
+            done[0] = a + len(k)
+
+    every_key = np.concatenate([old, new])
+    inserter = threading.Thread(target=insert_all)
+    inserter.start()
+    probes = 0
+    out_p, out_r = np.empty(64, np.int64), np.empty(64, np.int64)
+    while inserter.is_alive() or probes < 5:
+        before = len(old) + done[0]
+        keys = np.sort(rng.integers(0, 500, 32).astype(np.float64))
+        out_p, out_r, n, _ = probe_shared(state, keys, -2.0, 2.0, out_p, out_r, 0)
+        got = set(zip(out_p[:n].tolist(), out_r[:n].tolist(), strict=True))
+        assert len(got) == n, "an item returned twice"
+        d = every_key[out_r[:n]] - keys[out_p[:n]]
+        assert np.all((d >= -2) & (d <= 2)), "an item outside the band"
+        for i, x in enumerate(keys):
+            hits = np.flatnonzero(np.abs(every_key[:before] - x) <= 2)
+            assert {(i, int(j)) for j in hits} <= got, "an item inserted before the probe missed"
+        probes += 1
+    inserter.join()
+    assert done[0] == len(new) and probes >= 5
