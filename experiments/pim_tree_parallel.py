@@ -17,7 +17,9 @@ Parts (``--only`` takes a comma-separated list):
   ``split(2)`` with ``pim_tree`` (round-robin partitioning, §2.2.3) through
   ``sj.run(backend="local")``, timed as the difference between a run of the fill and a run
   of the whole input. The configurations run in alternation (A B C D E, repeated), median
-  of the rounds;
+  of the rounds. Beside them, ``split(2)`` and ``shared_index(2)`` on the simulator (two
+  simulated processors each), the round-robin comparison on 2 cores that ``local`` cannot
+  give;
 - ``fig10``: task size 1 … 256 for ``shared_index(1)`` and ``shared_index(2)`` at W = 2^20
   (quick 2^14), measured, in alternation (Fig. 10c; Fig. 10d's latency is not swept);
 - ``fig12``: scalability, two-way join and self-join: ``single("pim_tree")`` (no concurrency
@@ -264,6 +266,16 @@ def part_fig13c(sc, prov, bar) -> list[dict]:
                 configs[label] = functools.partial(via_run, topo, w, sc["min_timed"])
         for r in alternate(configs, sc["rounds"], prov, bar):
             rows.append({"part": "fig13c", "window": w, **r})
+        # round robin against the shared index on 2 simulated processors each (one run:
+        # the simulator is deterministic), the comparison §2.2.3 argues
+        for label, topo in (
+            ("split(2) pim_tree", sj.topologies.split(2, index="pim_tree")),
+            ("shared(2) nonblocking", sj.topologies.shared_index(2)),
+        ):
+            r = via_run(topo, w, sc["min_timed"], "sim")
+            r["load"] = prov.note()
+            bar.update(1)
+            rows.append({"part": "fig13c_sim", "window": w, "config": label, **r})
         workload.cache_clear()  # one window's input in memory at a time
     return rows
 
@@ -408,7 +420,7 @@ def n_units(parts: list[str], sc: dict) -> int:
     """Progress units (one measured run each)."""
     r, n = sc["rounds"], 0
     if "fig13c" in parts:
-        n += r * len(sc["windows"]) * len(IMPLEMENTATIONS)
+        n += (r * len(IMPLEMENTATIONS) + 2) * len(sc["windows"])
     if "fig10" in parts:
         n += r * 2 * len(sc["task_sizes"])
     if "fig12" in parts:
@@ -471,7 +483,11 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "",
             f"Paper: {PAPER['fig13c']}. Fig. 8a: {PAPER['fig8a']}.",
             "",
-            "| W | " + " | ".join(labels) + " | shared(2) nb / single pim | single pim / bplus "
+            "| W | "
+            + " | ".join(
+                c + (" (local, one thread)" if c.startswith("split") else "") for c in labels
+            )
+            + " | shared(2) nb / single pim | single pim / bplus "
             "| load |",
             "|---" + "|---:" * (len(labels) + 3) + "|",
         ]
@@ -486,6 +502,23 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
                 + f" | {nb['tuples_per_s'] / sp['tuples_per_s']:.2f} "
                 f"| {sp['tuples_per_s'] / bp['tuples_per_s']:.2f} | ≤ {max(loads):.1f} |"
             )
+    sel = [r for r in rows if r["part"] == "fig13c_sim"]
+    if sel:
+        get = {(r["window"], r["config"]): r["tuples_per_s"] for r in sel}
+        lines += [
+            "",
+            "Round robin against the shared index on the simulator (`sj.run(backend='sim')`, "
+            "the shipped profile; `split(2)`: two join cores on a processor each, every "
+            "batch probed at both; `shared(2)`: one core charged as 2 processors; what the "
+            "simulator leaves out: lock waits, the merging thread, contention between threads, "
+            "longer scans past the edge tuple):",
+            "",
+            "| W | split(2) pim_tree, simulated | shared(2), simulated | shared / split |",
+            "|---|---:|---:|---:|",
+        ]
+        for w in dict.fromkeys(r["window"] for r in sel):
+            a, b = get[(w, "split(2) pim_tree")], get[(w, "shared(2) nonblocking")]
+            lines.append(f"| {_p2(w)} | {_k(a)} | {_k(b)} | {b / a:.2f} |")
     sel = [r for r in rows if r["part"] == "fig10"]
     if sel:
         get = {(r["threads"], r["task_size"]): r["tuples_per_s"] for r in sel}
@@ -676,13 +709,25 @@ def plot(rows, path: str) -> None:
     for ax, part in zip(axes[0], parts, strict=True):
         sel = [r for r in rows if r["part"] == part]
         if part == "fig13c":
+            colors = dict(zip(IMPLEMENTATIONS, plt.get_cmap("tab10").colors, strict=False))
             for label in IMPLEMENTATIONS:
                 pts = sorted((r["window"], r["tuples_per_s"]) for r in sel if r["config"] == label)
-                ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+                shown = label + (" (local, 1 thread)" if label.startswith("split") else "")
+                ax.plot(*zip(*pts, strict=True), marker="o", color=colors[label], label=shown)
+            sim = [r for r in rows if r["part"] == "fig13c_sim"]
+            for label in dict.fromkeys(r["config"] for r in sim):
+                pts = sorted((r["window"], r["tuples_per_s"]) for r in sim if r["config"] == label)
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    "--",
+                    marker="s",
+                    color=colors[label],
+                    label=f"{label}, simulated",
+                )
             ax.set_xscale("log", base=2)
             ax.set_xlabel("window W (tuples per stream)")
             ax.set_ylabel("throughput (input tuples/s)")
-            ax.set_title("Fig. 13c: five implementations (measured)")
+            ax.set_title("Fig. 13c: five implementations (dashed: simulated)")
         elif part == "fig10":
             for t in (1, 2):
                 pts = sorted((r["task_size"], r["tuples_per_s"]) for r in sel if r["threads"] == t)
@@ -743,6 +788,10 @@ def plot(rows, path: str) -> None:
             ax.set_ylabel("CPU ms per merge")
             ax.set_title("Fig. 14: cost of one merge (measured)")
         ax.grid(True, alpha=0.3)
+        if part == "fig13c":  # room above the lines for the legend
+            ax.set_ylim(0, 1.5 * ax.get_ylim()[1])
+            ax.legend(fontsize=6, ncol=2, loc="upper center")
+            continue
         if part != "fig14":
             ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
