@@ -323,11 +323,13 @@ class Batch:
         return sum(getattr(self, f).nbytes for f in _ARRAYS) + self.horizon.nbytes
 
     def take(self, index: np.ndarray) -> Batch:
-        """The tuples at ``index`` (integer positions or a boolean mask), order kept."""
+        """The tuples at ``index`` (integer positions or a boolean mask), order kept; per-row
+        horizons (``(2, n)``, an emitter's pending rows) are taken with their rows."""
+        horizon = self.horizon[:, index] if self.horizon.ndim == 2 else self.horizon.copy()
         return Batch(
             *(getattr(self, f)[index] for f in _ARRAYS[:-1]),
             attrs=np.ascontiguousarray(self.attrs[:, index]),
-            horizon=self.horizon.copy(),
+            horizon=horizon,
             store=self.store,
         )
 

@@ -307,14 +307,15 @@ def _fetch_leaf(t, leaf):
 
 
 @njit(cache=True, nogil=True)
-def insert_into(t, top, keys, refs, path):
+def insert_into(t, top, keys, refs, path, fetched=False):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
 
     ``top``: int64 (2,), the tree's ``(root, height)``, updated when the root splits.
     ``keys`` float64 (b,), ``refs`` int64 (b,), new to the tree; sorted by ``(key, ref)`` the
     descents touch neighbouring leaves in turn. ``path``: scratch from :func:`new_path` (a
-    caller inserting many short runs reuses one). The caller reserves room for the new nodes
-    (:func:`reserve`). O(b · height · log(fanout)).
+    caller inserting many short runs reuses one). ``fetched``: the caller prefetched the
+    items' leaves already (then no descent ahead of the inserts). The caller reserves room
+    for the new nodes (:func:`reserve`). O(b · height · log(fanout)).
     """
     fanout = t.inner_keys.shape[1]
     leaf_size = t.leaf_keys.shape[1]
@@ -323,7 +324,7 @@ def insert_into(t, top, keys, refs, path):
     b = keys.shape[0]
     # leaves of a large tree are cold: fetch the leaf of the item INSERT_AHEAD places on (a
     # hint, found on keys alone: splits on the way may move it) while this one is inserted
-    ahead = INSERT_AHEAD if t.meta[LEAF_HWM] * leaf_size >= PREFETCH_ITEMS else 0
+    ahead = INSERT_AHEAD if t.meta[LEAF_HWM] * leaf_size >= PREFETCH_ITEMS and not fetched else 0
     for i in range(min(ahead, b)):
         _fetch_leaf(t, seek_leaf(t, top[0], top[1], keys[i]))
     for i in range(b):

@@ -151,7 +151,7 @@ def insert_shared(s, keys, refs, path):
         if q == p:
             continue
         waits += spin_lock(locks, p * PAD)
-        insert_into(t, tops[p], keys[start:j], refs[start:j], path)
+        insert_into(t, tops[p], keys[start:j], refs[start:j], path, True)
         inserts[p] += j - start
         unlock(locks, p * PAD)
         start, p = j, q
