@@ -111,10 +111,9 @@ GALLERY = [
     Experiment(
         "pim_tree_parallel",
         "pim_tree_parallel.py",
-        "PIM-Tree §4 and its parallel figures (8a, 8d, 9a, 10c-d, 11b-d, 12a, 12c, 13c)",
-        60,
-        5,
-        starts_ray=True,
+        "PIM-Tree §4: Fig. 10c, 12a, 12c, 13c, 14 and latency with blocking vs nonblocking merge",
+        40,
+        0.5,
     ),
     Experiment("spo_paper", "spo_paper.py", "SPO-Join §6, Fig. 7-15", 60, 5, starts_ray=True),
     Experiment(

@@ -2,6 +2,8 @@
 built), the index names every script, and a quick run writes results that say where they came
 from."""
 
+import csv
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +74,33 @@ def test_quick_run_of_a_system_experiment(tmp_path, name):
     md = (tmp_path / f"{name}_quick.md").read_text()
     assert "simulated" in md.lower() and "commit `" in md
     assert (tmp_path / f"{name}_quick.png").exists()
+
+
+def test_quick_run_of_the_parallel_join_experiment(tmp_path):
+    """``pim_tree_parallel.py --quick --only fig14``: both merge modes of ``shared_index(2)``
+    find the same pairs (at match rate 2), merges are counted and timed, and the markdown says
+    where the figures came from."""
+    proc = subprocess.run(
+        [sys.executable, "pim_tree_parallel.py", "--quick", "--only", "fig14", "--rounds", "1"],
+        cwd=EXPERIMENTS,
+        env={**os.environ, "STREAMJOIN_RESULTS": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "pim_tree_parallel_quick.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_window: dict = {}
+    for r in rows:
+        by_window.setdefault(r["window"], {})[r["config"]] = r
+    assert len(by_window) == 2
+    for pair in by_window.values():
+        assert set(pair) == {"shared(2) blocking", "shared(2) nonblocking"}
+        found = {r["pairs_per_tuple"] for r in pair.values()}
+        assert len(found) == 1, found  # the same exact join, whatever the merge
+        assert 1.5 < float(found.pop()) < 2.5
+        for r in pair.values():
+            assert int(r["merges"]) > 0 and float(r["merge_seconds"]) > 0
+    md = (tmp_path / "pim_tree_parallel_quick.md").read_text()
+    assert "commit `" in md and "load average" in md and "## Fig. 14" in md
+    assert (tmp_path / "pim_tree_parallel_quick.png").exists()
