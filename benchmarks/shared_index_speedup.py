@@ -29,7 +29,9 @@ config = sys.argv[1]
 log2w = int(sys.argv[2]) if len(sys.argv) > 2 else 18
 batch_size = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 w = 1 << log2w
-high = float(w)  # keys uniform on [0, w): a band of ±1 holds 2 keys of a w-tuple window
+# integer keys uniform on [0, 1.5 w): a band of ±1 spans 3 of its values, which a w-tuple
+# window holds 2 tuples of (the match rate of PIM-Tree §5)
+high = 1.5 * w
 query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
 n_fill, n_timed = 3 * w, int(sys.argv[4]) if len(sys.argv) > 4 else w
 data = sj.sources.synthetic(n_fill + n_timed, low=0, high=high, seed=1)

@@ -85,7 +85,7 @@ from streamjoin.query import Query
 #: tuple (``benchmarks/shared_index_speedup.py shared1 18 1024 262144 TASK``, quiet machine):
 #: 16 → 0.53 M tuples/s, 64 → 0.78–0.81 M, 256 → 0.71–0.83 M, 1024 → 0.57 M; ``single()``
 #: ran 1.27–1.59 M in the same series (the shared core's gap, issue notes).
-TASK_SIZE = 64
+TASK_SIZE = 128
 
 
 @dataclass(frozen=True)
