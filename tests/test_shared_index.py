@@ -12,6 +12,7 @@ from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.shared_index import SharedIndexConfig, SharedIndexCore
 from streamjoin.batch import validate
 from streamjoin.indexes import plan
+from streamjoin.indexes.pim_tree_shared import APPLYING, BUILDING, PHASE
 from streamjoin.indexes.shared import SHAREABLE
 
 #: Tiny nodes and a merge every few tuples: splits, partition hops, merges and both phases of
@@ -112,18 +113,37 @@ def test_every_shareable_index_four_threads(index, self_join, window):
     assert_in_order(r, s)
 
 
-@pytest.mark.parametrize("merge", ["nonblocking", "blocking"])
-def test_merges_every_few_tuples_with_threads_racing(merge):
-    """A merge every 4 tuples per stream, in flight across steps while 3 threads join."""
+@pytest.mark.parametrize(
+    ("merge", "chunk"), [("nonblocking", 256), ("nonblocking", 1), ("blocking", 256)]
+)
+def test_merges_every_few_tuples_with_threads_racing(merge, chunk, monkeypatch):
+    """A merge every 4 tuples per stream, in flight across steps while 3 threads join (no
+    check between steps: it would settle every merge before the next step); with a chunk of
+    1 the merging thread applies each pending item under a lock of its own, so searches meet
+    partitions part applied."""
+    monkeypatch.setattr("streamjoin.indexes.shared.APPLY_CHUNK", chunk)
     query = sj.Query(sj.band("x", 1.5), window=sj.CountWindow(30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=8)
     options = {**TINY["pim_tree"], "merge_ratio": 0.5}
     core = SharedIndexCore(
         query, "pim_tree", options, threads=3, task_size=2, merge=merge, delay_spins=100
     )
-    r, s = pairs_in_arrival(query, data, core, 32, check=True)
+    phases = []
+    begin = core.indexes[0].begin_step
+
+    def begin_step(keys, refs):
+        state = begin(keys, refs)
+        phases.append(int(state.meta[PHASE]))
+        return state
+
+    monkeypatch.setattr(core.indexes[0], "begin_step", begin_step)
+    r, s = pairs_in_arrival(query, data, core, 32)
+    core.check()
     assert as_set(r, s) == oracle_set(query, data)
+    assert len(r) == len(as_set(r, s)), "a pair found twice"
     assert core.stats()["merges"] > 50
+    if merge == "nonblocking":
+        assert phases.count(BUILDING) > 10 and phases.count(APPLYING) > 10, "merges in flight"
 
 
 @pytest.mark.parametrize("layout", ["single", "shared"])

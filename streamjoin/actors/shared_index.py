@@ -81,10 +81,13 @@ from streamjoin.indexes.atomics import PAD
 from streamjoin.query import Query
 
 #: Default tuples per task: a task's keys are probed as one sorted run, so T_S's descents
-#: share nodes and its leaves are fetched ahead. One thread, W = 2^18, band at 3 pairs per
-#: tuple (``benchmarks/shared_index_speedup.py shared1 18 1024 262144 TASK``, quiet machine):
-#: 16 → 0.53 M tuples/s, 64 → 0.78–0.81 M, 256 → 0.71–0.83 M, 1024 → 0.57 M; ``single()``
-#: ran 1.27–1.59 M in the same series (the shared core's gap, issue notes).
+#: share nodes and its leaves are fetched ahead, and the tail past the edge tuple costs about
+#: the same at any task size (:func:`~streamjoin.actors.shared_kernels._join_tail`). W = 2^20,
+#: match rate 2, batches of 1,024, two alternating rounds on a quiet machine
+#: (``benchmarks/shared_index_speedup.py sharedN 20 1024 1048576 TASK``): one thread 0.83–0.86
+#: M tuples/s at 64, 0.92–0.93 M at 128, 0.93 M at 256, 0.90–0.94 M at 512; two threads
+#: 1.12–1.24 M at 64, 1.48–1.51 M at 128, 1.26–1.42 M at 256, 1.34–1.50 M at 512; ``single()``
+#: 1.25–1.39 M in the same series.
 TASK_SIZE = 128
 
 

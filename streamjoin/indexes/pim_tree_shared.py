@@ -31,8 +31,9 @@ tasks until all active threads finish"):
    old one and T_I' becomes the *pending* items, a sorted run cut by the new partitions; a
    new T_I (F's node arrays, reused) takes the inserts. The merging thread inserts each
    partition's pending run into the new T_I under that partition's lock and then flags the
-   partition applied; a search of partition q, under q's lock, also scans q's pending run
-   while q is not applied, so every pending item is found exactly once.
+   count of applied items (it inserts a chunk at a time); a search of partition q, under
+   q's lock, also scans the part of q's pending run not applied yet, so every pending item
+   is found exactly once.
 
 Expired items are flagged (ref below the expiry bound, skipped by every scan) and dropped by
 the merge that follows, as in the single-threaded ``pim_tree``.
@@ -58,7 +59,7 @@ from streamjoin.indexes.css_tree import descend_css_tree
 from streamjoin.indexes.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
 
 #: Slots of :attr:`SharedArrays.meta`.
-N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, META_SIZE = range(8)
+N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, CHUNK, META_SIZE = range(9)
 #: :attr:`SharedArrays.meta` ``[PHASE]``: no merge in flight, the build, the pending updates.
 STEADY, BUILDING, APPLYING = 0, 1, 2
 #: How many keys ahead of the one being scanned a probe fetches its T_S leaf.
@@ -73,7 +74,8 @@ class SharedArrays(NamedTuple):
     """
 
     #: int64 (META_SIZE,): partitions, leaves per partition, insertion depth, T_S node sizes,
-    #: merge phase, expiry bound (items with smaller refs are expired)
+    #: merge phase, expiry bound (items with smaller refs are expired), pending items applied
+    #: per lock acquisition (:func:`apply_pending`)
     meta: np.ndarray
     #: float64 (n,), int64 (n,): T_S's leaf level, sorted by (key, ref)
     ts_keys: np.ndarray
@@ -99,7 +101,8 @@ class SharedArrays(NamedTuple):
     pend_refs: np.ndarray
     #: int64 (P + 1,): partition q's pending items are ``[pend_start[q], pend_start[q + 1])``
     pend_start: np.ndarray
-    #: int64 (P,): 1 once partition q's pending items are in T_I (written under q's lock)
+    #: int64 (P,): how many of partition q's pending items are in T_I (the first ones;
+    #: written under q's lock)
     applied: np.ndarray
 
 
@@ -177,13 +180,13 @@ def _peek_leaf(t, tops, sub, x):
 
 @njit(cache=True, nogil=True, inline="always")
 def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n):
-    """Partition ``q``'s pending items in the probe band, unless they are in T_I already
-    (called under ``q``'s lock, which the applier holds while it inserts them).
+    """Partition ``q``'s pending items in the probe band that are not in T_I yet (called
+    under ``q``'s lock, which the applier holds while it inserts a chunk of them).
     ``pending``: ``(applied, pend_start, pend_keys, pend_refs)``."""
     applied, pend_start, pend_keys, pend_refs = pending
-    if load_acquire(applied, q):
+    a, b = pend_start[q] + load_acquire(applied, q), pend_start[q + 1]
+    if a >= b:
         return out_p, out_r, n
-    a, b = pend_start[q], pend_start[q + 1]
     p = lower_bound(pend_keys, a, b, vlo)
     out_p, out_r, n, _ = scan_run(
         pend_keys, pend_refs, p, b, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
@@ -356,19 +359,21 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
 
 @njit(cache=True, nogil=True)
 def apply_pending(s):
-    """Phase 2 of the nonblocking merge (§4.2): insert each partition's pending run into T_I
-    under its lock and flag it applied, while worker threads join and insert. Returns how
-    often a lock was found held."""
+    """Phase 2 of the nonblocking merge (§4.2): insert each partition's pending run into T_I,
+    ``meta[CHUNK]`` items per acquisition of its lock, and count them applied (a search scans
+    the rest), while worker threads join and insert. Returns how often a lock was found held."""
     path = new_path()
     waits = 0
     t, tops, locks, inserts, applied = s.t, s.tops, s.locks, s.inserts, s.applied
     pend_start, pend_keys, pend_refs = s.pend_start, s.pend_keys, s.pend_refs
+    chunk = max(s.meta[CHUNK], 1)
     for q in range(s.meta[N_PARTS]):
         a, b = pend_start[q], pend_start[q + 1]
-        waits += spin_lock(locks, q * PAD)
-        if b > a:
-            insert_into(t, tops[q], pend_keys[a:b], pend_refs[a:b], path)
-            inserts[q] += b - a
-        store_release(applied, q, 1)
-        unlock(locks, q * PAD)
+        for c in range(a, b, chunk):
+            d = min(c + chunk, b)
+            waits += spin_lock(locks, q * PAD)
+            insert_into(t, tops[q], pend_keys[c:d], pend_refs[c:d], path)
+            inserts[q] += d - c
+            store_release(applied, q, d - a)
+            unlock(locks, q * PAD)
     return waits

@@ -20,8 +20,10 @@ dropped, rebuilt arrays) and is refused for more than one thread.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+import weakref
 from collections import deque
 
 import numpy as np
@@ -45,6 +47,7 @@ from streamjoin.indexes.pim_tree import check_options, partitions
 from streamjoin.indexes.pim_tree_shared import (
     APPLYING,
     BUILDING,
+    CHUNK,
     CSS_FANOUT,
     CSS_LEAF,
     DEPTH,
@@ -60,6 +63,10 @@ from streamjoin.indexes.pim_tree_shared import (
 from streamjoin.indexes.sorted_runs import merge_runs_into
 
 _NO_REF = np.iinfo(np.int64).min
+#: Pending items the merging thread inserts under one acquisition of a subindex's lock
+#: (§4.2 phase 2): a whole partition's run (thousands of items at W = 2^20) held the lock for
+#: milliseconds, and every probe of that partition waited for it.
+APPLY_CHUNK = 256
 #: Index names that threads can share, and the ones they cannot (DESIGN §3).
 SHAREABLE = ("bplus_tree", "im_tree", "nested_loop", "pim_tree")
 MERGES = ("blocking", "nonblocking")
@@ -74,6 +81,60 @@ def _meta() -> np.ndarray:
     meta[N_PARTS] = meta[STRIDE] = 1
     meta[MIN_REF] = _NO_REF
     return meta
+
+
+class _MergingThread:
+    """The merging thread of one shared PIM-Tree (§4.2): started at the first merge and kept,
+    so that a merge costs no thread start (one per phase cost ~0.3 ms a step at W = 2^12,
+    where a merge is always in flight). Runs one phase at a time; an error in a phase is
+    raised by :meth:`wait` in the thread that waits for it."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._done.set()
+        self._error: BaseException | None = None
+
+    def start(self, target, *args) -> None:
+        """Run ``target(*args)`` on the merging thread (no phase may be in flight)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, daemon=True, name="pim-merge")
+            self._thread.start()
+        self._done.clear()
+        self._jobs.put((target, args))
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job[0](*job[1])
+            except BaseException as e:  # noqa: BLE001 (raised by wait() in the core's thread)
+                self._error = e
+            finally:
+                job = None  # hold no reference to the index between phases
+                self._done.set()
+
+    @property
+    def busy(self) -> bool:
+        return not self._done.is_set()
+
+    def wait(self) -> None:
+        """Wait for the phase in flight; re-raise its error."""
+        self._done.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError("the merging thread of a shared PIM-Tree failed") from error
+
+    def stop(self) -> None:
+        """Let the thread end once the phase in flight is done (no wait)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+
+    def close(self) -> None:
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 class SharedPIMTree:
@@ -143,6 +204,7 @@ class SharedPIMTree:
         self.merge_seconds = 0.0
         self._meta = _meta()
         self._meta[CSS_FANOUT], self._meta[CSS_LEAF] = self.css_fanout, self.css_leaf_size
+        self._meta[CHUNK] = APPLY_CHUNK
         self._before = _NO_REF
         self._first_ref = self._last_ref = None
         self._ts_buf = self._spare = (_empty(), _empty(np.int64))
@@ -151,7 +213,8 @@ class SharedPIMTree:
         self._n_frozen = 0
         self._no_pending()
         self._phase = STEADY
-        self._worker: threading.Thread | None = None  # the merging thread, while it runs
+        self._merger = _MergingThread()
+        weakref.finalize(self, self._merger.stop)  # an index dropped unclosed ends its thread
         self._built = None  # what the build phase made, for the next step to install
         self._room = 0  # items T_I may take before node room must be reserved again
         keys, refs = _empty(), _empty(np.int64)
@@ -277,20 +340,18 @@ class SharedPIMTree:
         self._start_worker(self._build, *args, self._spare)
 
     def _start_worker(self, target, *args) -> None:
-        self._worker = threading.Thread(target=target, args=args, daemon=True, name="pim-merge")
-        self._worker.start()
+        self._merger.start(target, *args)
 
     def _finish_worker(self) -> None:
         """Wait for the merging thread's phase to end, then switch."""
-        if self._worker is not None:
-            self._worker.join()
+        self._merger.wait()
         self._switch_phase()
 
     def _switch_phase(self) -> None:
         """Between steps: install a built T_S (phase 2 starts) or end phase 2."""
-        if self._worker is not None and self._worker.is_alive():
+        if self._merger.busy:
             return
-        self._worker = None
+        self._merger.wait()  # done: raises its error, if it had one
         if self._phase == BUILDING:
             self._install_built()
         elif self._phase == APPLYING:
@@ -381,8 +442,9 @@ class SharedPIMTree:
         assert len(np.unique(all_refs)) == len(all_refs), "every item held once"
 
     def close(self) -> None:
-        """Stop background work (end of stream)."""
+        """Stop background work (end of stream): finish the merge in flight, end the thread."""
         self.settle()
+        self._merger.close()
 
 
 class SharedBPlusTree:
