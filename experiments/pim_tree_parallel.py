@@ -37,8 +37,12 @@ Parts (``--only`` takes a comma-separated list):
 Writes ``pim_tree_parallel{_quick}.{csv,md,png}`` and ``pim_tree_parallel_latency{_quick}.png``
 into the results folder (``$STREAMJOIN_RESULTS``, else ``experiments/results``).
 
-Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (about 60 minutes on 2
+Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (about 40 minutes on 2
 cores); ``--quick`` for a smoke run (about a minute), ``--only fig13c,fig14`` for some parts.
+
+The script is over 600 lines because its five parts share one workload, one alternation of
+configurations and one report; :func:`write` (the markdown, with each figure's paper value
+and the targets of issue 18) is a third of it.
 """
 
 from __future__ import annotations
