@@ -16,10 +16,12 @@ only once per step and thread, not per task.
   :mod:`~streamjoin.indexes.atomics`). Before the threads start, the core appends the batch
   to its tuple stores, so every tuple has its ref and every thread can read every tuple.
 - **Edge tuple.** Per stream, the count of the batch's leading tuples that are indexed. A
-  task reads it once (§4.1: an old value only lengthens the scan) as the ref bound ``e``; it
-  probes the shared index and keeps the candidates with ref ``< e``, and scans the store from
-  ``e`` to each tuple's predecessors (Fig. 6), so no pair is missed or found twice whatever
-  the threads' timing. After inserting its tuples a thread flags them indexed and moves the
+  task reads it once (§4.1: an old value only lengthens the tail) as the ref bound ``e``; it
+  probes the shared index and keeps the candidates with ref ``< e``, and joins the tuples
+  from ``e`` to each tuple's predecessors (Fig. 6) as sorted runs: every task publishes its
+  tuples sorted by key before it starts joining, and each tuple binary-searches the runs of
+  the unindexed tasks up to its own, so no pair is missed or found twice whatever the
+  threads' timing, and the tail costs about the same at any task size. After inserting its tuples a thread flags them indexed and moves the
   edge on under a test-and-set mutex; if another thread holds it, it goes on (§4.1).
 - **Results in order.** A task sorts its pairs by (later, earlier) tuple when the run is
   ``ordered``, stores them in its thread's buffer and marks the task completed; then the
@@ -253,7 +255,7 @@ class SharedIndexCore(Logic):
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
     run inside one kernel call; ``scan`` the probes' descents, or for ``nested_loop`` the rows scanned). What the
     simulator needs to model the threads is :attr:`last_tasks`; :meth:`stats` adds the
-    rows scanned past the edge tuple, lock waits and merges.
+    tail's candidates past the edge tuple (``scanned``), lock waits and merges.
     """
 
     cost_group = "join"

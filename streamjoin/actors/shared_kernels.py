@@ -51,8 +51,8 @@ AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
 #: task turns ACTIVE, with its sorted keys: :func:`_join_tail`).
 M_THREAD, M_OFF, M_CNT, M_N0, META = range(5)
 #: Columns of ``task_work`` (per task) and of a thread's counters: tuples, probes of an
-#: index, index candidates, pairs, tuples inserted, rows scanned past the edge tuple, times a
-#: lock was found held.
+#: index, index candidates, pairs, tuples inserted, tail candidates past the edge tuple (the
+#: window's rows for ``nested_loop``), times a lock was found held.
 W_TUPLES, W_PROBES, W_CANDIDATES, W_PAIRS, W_INSERTED, W_SCANNED, W_WAITS, WORK = range(8)
 #: ``cfg`` slots.
 C_TASK_SIZE, C_N_TASKS, C_SELF_JOIN, C_INDEXED, C_ORDERED, C_DELAY, C_SEED, CFG = range(8)
