@@ -123,6 +123,18 @@ def _emit(pairs, n, r, s, ingest, later, earlier):
     return pairs, n + 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _primary_holds(d, lo0, hi0, orient):
+    """The served condition ``lo0 <= s - r <= hi0`` for ``d`` = stored key minus probing key
+    (``s - r`` when r probes), in orientation ``orient`` (``EITHER``: either may be r). Scalars
+    only: an inlined θ call with array arguments cost reference counting per row."""
+    if orient == R_PROBES:
+        return lo0 <= d <= hi0
+    if orient == S_PROBES:
+        return lo0 <= -d <= hi0
+    return lo0 <= -d <= hi0 or lo0 <= d <= hi0
+
+
 @njit(cache=True, nogil=True)
 def _join_tail(
     gs,
@@ -202,14 +214,7 @@ def _join_tail(
                 work[W_SCANNED] += 1
                 if ref < e_ref or ref >= end or tup[T_IDX, c] < lo_idx:
                     continue  # indexed (the probe found it), not before g, or out of window
-                d = s_key - g_key  # stored minus probing: s - r when r probes
-                if orient == R_PROBES:
-                    hit = lo0 <= d <= hi0
-                elif orient == S_PROBES:
-                    hit = lo0 <= -d <= hi0
-                else:  # either may be r: θ(stored, probing) or θ(probing, stored)
-                    hit = lo0 <= -d <= hi0 or lo0 <= d <= hi0
-                if not hit:
+                if not _primary_holds(s_key - g_key, lo0, hi0, orient):
                     continue
                 if residual and not theta_oriented(
                     attrs, g, store_attrs, ref - base, conds, 0, orient
@@ -318,14 +323,7 @@ def _join_tuples(
         g_seq = tup[T_SEQ, g]
         g_key = attrs[g_row, g]
         for j in range(start - base, end - base):
-            d = s_key[j] - g_key  # stored minus probing: s - r when r probes
-            if orient == R_PROBES:
-                hit = lo0 <= d <= hi0
-            elif orient == S_PROBES:
-                hit = lo0 <= -d <= hi0
-            else:  # either may be r: θ(stored, probing) or θ(probing, stored)
-                hit = lo0 <= -d <= hi0 or lo0 <= d <= hi0
-            if not hit:
+            if not _primary_holds(s_key[j] - g_key, lo0, hi0, orient):
                 continue
             if residual and not theta_oriented(attrs, g, store_attrs, j, conds, 0, orient):
                 continue
