@@ -29,7 +29,7 @@ the B+-tree gets ``window=W``. Writes ``experiments/results/pim_tree_paper.{csv,
 three sections; the
 markdown puts the paper's reported figures beside ours.
 
-Run: ``python experiments/pim_tree_paper.py`` (about 40 minutes on 2 cores; ``--quick`` for a
+Run: ``python experiments/pim_tree_paper.py`` (12 minutes on 2 quiet cores; ``--quick`` for a
 smoke run, ``--only window,chain`` or ``--only breakdown,distributions,shifting`` for some).
 """
 

@@ -37,7 +37,7 @@ Parts (``--only`` takes a comma-separated list):
 Writes ``pim_tree_parallel{_quick}.{csv,md,png}`` and ``pim_tree_parallel_latency{_quick}.png``
 into the results folder (``$STREAMJOIN_RESULTS``, else ``experiments/results``).
 
-Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (about 40 minutes on 2
+Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (17 minutes on 2
 cores); ``--quick`` for a smoke run (about a minute), ``--only fig13c,fig14`` for some parts.
 
 The script is over 600 lines because its five parts share one workload, one alternation of
