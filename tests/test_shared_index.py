@@ -1,6 +1,8 @@
 """The shared-index join core (PIM-Tree §4): exact under forced interleavings of its threads,
 in order when asked, merges in flight included."""
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,8 +14,16 @@ from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.shared_index import SharedIndexConfig, SharedIndexCore
 from streamjoin.batch import validate
 from streamjoin.indexes import plan
-from streamjoin.indexes.pim_tree_shared import APPLYING, BUILDING, PHASE
-from streamjoin.indexes.shared import SHAREABLE
+from streamjoin.indexes.bplus_tree import new_path, seek_leaf
+from streamjoin.indexes.pim_tree_shared import (
+    APPLYING,
+    BUILDING,
+    PHASE,
+    _peek_leaf,
+    insert_shared,
+    probe_shared,
+)
+from streamjoin.indexes.shared import SHAREABLE, SharedPIMTree
 
 #: Tiny nodes and a merge every few tuples: splits, partition hops, merges and both phases of
 #: a nonblocking merge happen within a few dozen tuples.
@@ -256,10 +266,6 @@ def test_sim_charges_the_core_as_threads_processors():
 
 def _stepped_tree(keys, **options):
     """A SharedPIMTree holding ``keys`` (refs 0..n-1), inserted in steps of 64, no merge."""
-    from streamjoin.indexes.bplus_tree import new_path
-    from streamjoin.indexes.pim_tree_shared import insert_shared
-    from streamjoin.indexes.shared import SharedPIMTree
-
     tree = SharedPIMTree(merge="blocking", **options)
     path = new_path()
     for a in range(0, len(keys), 64):
@@ -274,9 +280,6 @@ def _stepped_tree(keys, **options):
 def test_unlocked_leaf_hint_is_the_leaf_a_locked_seek_finds():
     """The probe's unlocked descent (:func:`_peek_leaf`) ends where ``seek_leaf`` does in a
     quiet tree, at every height: a probe uses it as its start when nobody inserted since."""
-    from streamjoin.indexes.bplus_tree import seek_leaf
-    from streamjoin.indexes.pim_tree_shared import _peek_leaf
-
     rng = np.random.default_rng(3)
     tree = _stepped_tree(rng.uniform(0, 1000, 3000), fanout=16, leaf_size=3, window=10**6)
     state = tree.state
@@ -293,11 +296,6 @@ def test_probe_finds_every_item_while_another_thread_inserts():
     """A probe racing inserts into the same subindexes (splits under way, its unlocked hints
     going stale) returns every item inserted before it started, each once, and only items in
     its band. (A stress test: a torn hint is rare, and forward scans forgive most stale ones.)"""
-    import threading
-
-    from streamjoin.indexes.bplus_tree import new_path
-    from streamjoin.indexes.pim_tree_shared import insert_shared, probe_shared
-
     rng = np.random.default_rng(5)
     old = rng.integers(0, 500, 2000).astype(np.float64)
     new = rng.integers(0, 500, 20000).astype(np.float64)
