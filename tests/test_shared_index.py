@@ -332,3 +332,26 @@ def test_probe_finds_every_item_while_another_thread_inserts():
         probes += 1
     inserter.join()
     assert done[0] == len(new) and probes >= 5
+
+
+def test_a_failed_merge_is_raised_by_the_next_step(monkeypatch):
+    """An error on the merging thread ends the run at the step that waits for it, naming the
+    merging thread; the index it left half merged refuses later steps and closes quietly."""
+
+    def broken_build(self, *args):
+        raise MemoryError("no room for the new T_S")
+
+    monkeypatch.setattr(SharedPIMTree, "_build", broken_build)
+    tree = SharedPIMTree(merge="nonblocking", window=64)
+    path = new_path()
+    with pytest.raises(RuntimeError, match="merging thread") as failed:
+        for a in range(0, 4096, 32):
+            keys, refs = np.arange(a, a + 32, dtype=np.float64), np.arange(a, a + 32)
+            state = tree.begin_step(keys, refs)
+            insert_shared(state, keys, refs, path)
+            tree.end_step()
+        tree.settle()
+    assert isinstance(failed.value.__cause__, MemoryError)
+    with pytest.raises(RuntimeError, match="merging thread"):  # the half-merged index stays shut
+        tree.begin_step(np.zeros(1), np.array([10**6]))
+    tree.close()  # quietly: the error was raised where the run waited

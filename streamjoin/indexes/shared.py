@@ -118,12 +118,16 @@ class _MergingThread:
     def busy(self) -> bool:
         return not self._done.is_set()
 
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
     def wait(self) -> None:
-        """Wait for the phase in flight; re-raise its error."""
+        """Wait for the phase in flight; raise its error (again at every later wait: the
+        index it left half merged is not used again)."""
         self._done.wait()
         if self._error is not None:
-            error, self._error = self._error, None
-            raise RuntimeError("the merging thread of a shared PIM-Tree failed") from error
+            raise RuntimeError("the merging thread of a shared PIM-Tree failed") from self._error
 
     def stop(self) -> None:
         """Let the thread end once the phase in flight is done (no wait)."""
@@ -442,8 +446,10 @@ class SharedPIMTree:
         assert len(np.unique(all_refs)) == len(all_refs), "every item held once"
 
     def close(self) -> None:
-        """Stop background work (end of stream): finish the merge in flight, end the thread."""
-        self.settle()
+        """Stop background work (end of stream): finish the merge in flight (unless the merging
+        thread failed: its error was raised by the step that waited), end the thread."""
+        if not self._merger.failed:
+            self.settle()
         self._merger.close()
 
 
