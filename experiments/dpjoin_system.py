@@ -61,6 +61,12 @@ Run: ``python experiments/dpjoin_system.py`` (about an hour on 2 shared cores, m
 ``fig5b``; the ``measured`` section starts Ray: run it under the machine's Ray lock);
 ``--only fig4,table1`` for some sections, ``--render`` to redraw from the CSVs, ``--quick``
 for a smoke run of a few minutes.
+
+Why one file of ~1,000 lines: it is one paper section's reproduction, read end to end by whoever
+checks a figure — the paper's figures and machine (top), the workload and runs per section,
+and the report (from ``# -- the report``, about half) that puts each of our rows beside the
+paper's value. The report only reads the CSV rows the runs write; it stays here so that one
+file says how a figure was made and how it was judged.
 """
 
 from __future__ import annotations
@@ -820,31 +826,16 @@ STYLES = {"paper": "-", "calibrated": "--"}
 def plot(data: dict, path: str) -> None:
     """Every section's panel (``dpjoin_system.png``)."""
     panels = [panel_fig4, panel_fig5a, panel_fig5b, panel_table1, panel_fig7b, panel_measured]
-    _figure(data, path, panels, (2, 3), (17, 10), 11)
+    report.figure(data, path, panels, (2, 3), (17, 10), 11, {panel_fig4: "lower right"})
 
 
 def headline(data: dict, path: str) -> None:
     """Fig. 4 and Fig. 5b (Fig. 5a until ``fig5b`` has run), large enough to read where the
     README shows them."""
     second = panel_fig5b if data.get("fig5b") else panel_fig5a
-    _figure(data, path, [panel_fig4, second], (1, 2), (13, 5.6), 12)
-
-
-def _figure(data, path, panels, grid, size, font) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": font})
-    fig, axes = plt.subplots(*grid, figsize=size, squeeze=False)
-    for panel, ax in zip(panels, axes.ravel(), strict=True):
-        panel(ax, data)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=font - 3, loc="lower right" if panel is panel_fig4 else "best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    report.figure(
+        data, path, [panel_fig4, second], (1, 2), (13, 5.6), 12, {panel_fig4: "lower right"}
+    )
 
 
 def panel_fig4(ax, data: dict) -> None:
@@ -852,7 +843,7 @@ def panel_fig4(ax, data: dict) -> None:
     for r0 in data.get("fig4", [])[:1]:
         ax.axhline(r0["expr3_bmax"], color="k", lw=1, label="Expr. 3 B_max (ours)")
         ax.axhline(9526, color="k", lw=1, ls=":", label="paper's B_max 9,526")
-    for (machine, k), sel in _groups(data.get("fig4", []), "machine", "kind").items():
+    for (machine, k), sel in report.groups(data.get("fig4", []), "machine", "kind").items():
         sel.sort(key=lambda r: r["workers"])
         ax.plot(
             [r["workers"] for r in sel],
@@ -874,7 +865,7 @@ def panel_fig4(ax, data: dict) -> None:
 
 def panel_fig5a(ax, data: dict) -> None:
     """Fig. 5a: scalability, with the measured Ray points."""
-    for (machine, k), sel in _groups(data.get("fig5a", []), "machine", "kind").items():
+    for (machine, k), sel in report.groups(data.get("fig5a", []), "machine", "kind").items():
         sel.sort(key=lambda r: r["workers"])
         one = next((r["output_rate"] for r in sel if r["workers"] == 1), None)
         if one:
@@ -919,7 +910,7 @@ def panel_fig5a(ax, data: dict) -> None:
 
 def panel_fig5b(ax, data: dict) -> None:
     """Fig. 5b: the sustained rate against workers."""
-    for (machine, window, k), sel in _groups(
+    for (machine, window, k), sel in report.groups(
         data.get("fig5b", []), "machine", "window_s", "kind"
     ).items():
         sel.sort(key=lambda r: r["workers"])
@@ -1016,13 +1007,6 @@ def panel_measured(ax, data: dict) -> None:
         title="This machine: measured (median, min–max)\nvs simulated; 2,100 t/s, T_w 10 s, "
         "full speed",
     )
-
-
-def _groups(rows: list[dict], *keys: str) -> dict:
-    out: dict = {}
-    for r in rows:
-        out.setdefault(tuple(r[k] for k in keys), []).append(r)
-    return out
 
 
 if __name__ == "__main__":

@@ -55,6 +55,11 @@ Writes ``experiments/results/panjoin_paper.{csv,md,png}``; a partial or quick ru
 
 Run: ``python experiments/panjoin_paper.py`` (about 6-15 minutes on 2 cores; ``--quick`` for a
 smoke run, ``--only insert,probe`` for some sections).
+
+Why one file of ~1,170 lines: one paper section (§V-A), every part of which measures the same
+three stores on the same workload helpers (top) in child processes (:func:`measure`); the
+report (from the report banner, about 40%) writes each figure's table beside the paper's
+value. It stays one file so that one file says how each figure was made and judged.
 """
 
 from __future__ import annotations

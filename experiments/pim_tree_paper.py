@@ -31,6 +31,11 @@ markdown puts the paper's reported figures beside ours.
 
 Run: ``python experiments/pim_tree_paper.py`` (12 minutes on 2 quiet cores; ``--quick`` for a
 smoke run, ``--only window,chain`` or ``--only breakdown,distributions,shifting`` for some).
+
+Why one file of ~1,070 lines: one paper section (§5, single thread), whose figures share the
+join workload, the lockstep alternation and the replayed step timings; the report and
+figures are about half. It stays one file so that one file says how each figure was made
+and judged.
 """
 
 from __future__ import annotations

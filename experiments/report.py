@@ -130,3 +130,32 @@ def load_rows(path: str) -> list[dict]:
             {k: v if k == "commit" else value(v) for k, v in row.items()}
             for row in csv.DictReader(f)
         ]
+
+
+def groups(rows: list[dict], *keys: str) -> dict:
+    """``rows`` grouped by the values of ``keys``: ``{(v1, v2, ...): [row, ...]}``, in
+    first-seen order."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def figure(data, path: str, panels, grid, size, font, legend_loc=None) -> None:
+    """Draw ``panels`` (each ``panel(ax, data)``) on a ``grid`` of axes of ``size`` inches and
+    save the PNG at ``path``; a panel with labelled lines gets a legend (at ``legend_loc``,
+    a ``{panel: loc}`` dict, else where matplotlib finds room)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": font})
+    fig, axes = plt.subplots(*grid, figsize=size, squeeze=False)
+    for panel, ax in zip(panels, axes.ravel(), strict=True):
+        panel(ax, data)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=font - 3, loc=(legend_loc or {}).get(panel, "best"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -40,6 +40,9 @@ Writes ``experiments/results/sim_fidelity.{csv,md,png}`` with the machine, load 
 
 Run: ``python experiments/sim_fidelity.py`` (about 6 minutes on 2 cores with ``--repeat 5``;
 ``--quick`` for a smoke run).
+
+Why one file of ~600 lines: the runs are short (:func:`measure`); most of the file is the
+report, whose explanation (:func:`explanation`) reads the rows of every machine together.
 """
 
 from __future__ import annotations

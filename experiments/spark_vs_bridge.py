@@ -73,6 +73,10 @@ Writes ``experiments/results/spark_vs_bridge.{csv,md,png}``.
 Run: ``python experiments/spark_vs_bridge.py`` (about 4 minutes on 2 cores at load 2-4, 8 at
 load 5-8, most of it Spark's join; ``--quick`` for a smoke run of about 2 minutes, one of them starting Spark
 and its Python workers; ``--tuples``, ``--files``, ``--delay`` to vary the input).
+
+Why one file of ~830 lines: input generation, the exact reference (DuckDB), the Spark
+Structured Streaming run, the bridge's runs and the report (with where the time went) are one
+benchmark whose parts share the input files and the pair check; each part is under a banner.
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ this ran); the load is recorded. Writes ``experiments/results/spo_paper.{csv,md,
 (``spo_paper_quick.*`` with ``--quick``).
 
 Run: ``python experiments/spo_paper.py`` (``--quick`` for a smoke run, ``--only a,b``).
+
+Why one file of ~670 lines: one paper section (§6), whose parts share the two queries, their
+data and the paper's CSS-tree alternative (written out here because it is a baseline, not a
+streamjoin index); the report is the last quarter.
 """
 
 from __future__ import annotations

@@ -104,3 +104,23 @@ def test_quick_run_of_the_parallel_join_experiment(tmp_path):
     md = (tmp_path / "pim_tree_parallel_quick.md").read_text()
     assert "commit `" in md and "load average" in md and "## Fig. 14" in md
     assert (tmp_path / "pim_tree_parallel_quick.png").exists()
+
+
+def test_steady_state_of_a_split_join_smaller_than_its_batches():
+    """``panjoin_system``'s steady throughput of ``split(16)`` with nested loops at a window of
+    2^10 tuples and batches of 512 (each worker holds a stored batch at most now and then):
+    runs of 3 W and 4 W tuples ended at the same simulated time there, and the difference of
+    their ends measured nothing; the runs now go past the workers' rotation, and the figure
+    is the modelled scan rate's."""
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import panjoin_system as ps
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    assert ps.run_lengths("panjoin", 2**18, 16, 2**15) == (3 * 2**18, 4 * 2**18)
+    first, second = ps.run_lengths("split", 2**10, 16, 512)
+    assert first >= 2 * 2**10 + 2 * 16 * 512 and (second - first) % (16 * 512) == 0
+    prof = ps.scaled_scan(ps.machines()["cluster"], 2**13)
+    out = ps.steady_throughput(prof, ("split", "nested_loop", 16, 1), 2**23, 15, 512, 2**10)
+    model = ps.nested_model(prof, "split", 2**10, 16, 512)
+    assert 0.95 < out["tuples_per_s"] / model < 1.05
