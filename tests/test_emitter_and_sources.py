@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streamjoin as sj
 from streamjoin.actors import Emitter
@@ -94,6 +96,68 @@ def test_time_window_lo_idx_across_chunks():
     ((_, batch),) = em.on_eof()
     # S at ts 14 sees R with ts >= 4: idx 1, 2; S at ts 31 sees R with ts >= 21: none (lo 3)
     assert batch.lo_idx[3:].tolist() == [1, 3]
+
+
+@st.composite
+def _time_chunks(draw):
+    """Arrivals whose ``ts`` do not decrease per stream (ties, gaps and values near the int64
+    limits), the windows of the two streams, and cuts into chunks."""
+    self_join = draw(st.booleans())
+    n = draw(st.integers(1, 60))
+    stream = (
+        np.zeros(n, np.int8)
+        if self_join
+        else np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
+    )
+    lo = np.iinfo(np.int64).min if draw(st.booleans()) else draw(st.integers(-(2**62), 2**62))
+    ts = np.empty(n, np.int64)
+    last = [lo, lo]
+    for g in range(n):
+        last[stream[g]] = min(
+            last[stream[g]] + draw(st.sampled_from([0, 0, 1, 3, 7, 2**40])), np.iinfo(np.int64).max
+        )
+        ts[g] = last[stream[g]]
+    windows = [draw(st.sampled_from([1, 2, 5, 20, 2**41, 2**63 - 1])) for _ in range(2)]
+    cuts = sorted(set(draw(st.lists(st.integers(1, n), max_size=5))) | {n})
+    return self_join, stream, ts, windows, cuts
+
+
+@settings(max_examples=300, deadline=None)
+@given(_time_chunks())
+def test_time_window_stamps_match_their_definition(case):
+    """Every tuple's ``lo_idx`` is the first idx of its probed stream whose ``ts`` is within
+    the window (``ts_x - ts_y <= w_Y``, exact integers), at most the tuples of that stream
+    before it, whatever the chunks; ``horizon`` never passes a later tuple's ``lo_idx``."""
+    self_join, stream, ts, windows, cuts = case
+    q = sj.Query(
+        sj.equal("x"),
+        window=sj.TimeWindow(windows[0], windows[1])
+        if not self_join
+        else sj.TimeWindow(windows[0]),
+        self_join=self_join,
+    )
+    em = Emitter(q, batch_size=1000)
+    start = 0
+    for end in cuts:
+        data = {"ts": ts[start:end], "x": np.zeros(end - start)}
+        if not self_join:
+            data["stream"] = stream[start:end]
+        em.on_chunk(validate(data, q, row_offset=start))
+        start = end
+    ((_, b),) = em.on_eof()
+    horizons = []
+    for g in range(len(ts)):
+        x = int(stream[g])
+        y = x if self_join else 1 - x
+        w = q.window_size(y)
+        ys = [h for h in range(g) if stream[h] == y]
+        inside = [k for k, h in enumerate(ys) if int(ts[g]) - int(ts[h]) <= w]
+        assert b.lo_idx[g] == (inside[0] if inside else len(ys)), g
+        assert b.idx[g] == sum(stream[:g] == x)
+        horizons.append((y, b.lo_idx[g]))
+    for y in (0, 1):
+        later = [lo for yy, lo in horizons if yy == y]
+        assert b.horizon[y] <= (later[-1] if later else b.horizon[y])
 
 
 def test_interleave_rates_and_order():

@@ -11,7 +11,7 @@ from numba import njit
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
 from streamjoin.batch import Batch, Columns, check_ts_continues
-from streamjoin.query import Query, window_start
+from streamjoin.query import Query
 
 
 @dataclass(frozen=True)
@@ -157,16 +157,19 @@ class Emitter(Logic):
                 stream, self.count, q.window_size(0), q.window_size(1), q.self_join
             )
         else:
-            is_s = stream.astype(np.int64)
-            n_s_before = self.count[1] + np.cumsum(is_s) - is_s  # S tuples before each row
-            n_r_before = self.count[0] + np.arange(n) - (n_s_before - self.count[1])
-            idx = np.where(is_s == 1, n_s_before, n_r_before)
-            # tuples of the probed stream before each row (own stream for a self-join)
-            n_opp_before = idx if q.self_join else np.where(is_s == 1, n_r_before, n_s_before)
-            horizons = np.empty((2, n), dtype=np.int64)
-            lo_idx = self._time_lo(cols, n_opp_before, horizons)
-            self.count[1] += int(is_s.sum())
-            self.count[0] += n - int(is_s.sum())
+            check_ts_continues(cols, self.last_ts, self.n_seen)
+            idx, lo_idx, horizons, self.ts_hist[0], self.ts_hist[1] = stamp_time(
+                stream,
+                cols.ts,
+                self.count,
+                self.ts_hist[0],
+                self.ts_hist[1],
+                self.ts_base,
+                self.horizon,
+                q.window_size(0),
+                q.window_size(1),
+                q.self_join,
+            )
         self.n_seen += n
         return Batch(
             seq=seq,
@@ -178,35 +181,6 @@ class Emitter(Logic):
             attrs=np.ascontiguousarray(cols.attrs),
             horizon=horizons,  # per-row horizons; cut to the batch's last row in _close
         )
-
-    def _time_lo(self, cols: Columns, n_opp_before, horizons) -> np.ndarray:
-        q = self.query
-        stream, ts = cols.stream, cols.ts
-        check_ts_continues(cols, self.last_ts, self.n_seen)
-        lo_idx = np.zeros(len(stream), dtype=np.int64)
-        for x in (0, 1):
-            xs = np.flatnonzero(stream == x)
-            y = x if q.self_join else 1 - x
-            ys = np.flatnonzero(stream == y)
-            if len(xs) == 0:
-                continue
-            hist = np.concatenate([self.ts_hist[y], ts[ys]])
-            # saturating: ts near the int64 minimum must not wrap to a start past every tuple
-            found = np.searchsorted(hist, window_start(ts[xs], q.window_size(y)), side="left")
-            lo_idx[xs] = np.minimum(self.ts_base[y] + found, n_opp_before[xs])
-        for y in (0, 1):
-            x = y if q.self_join else 1 - y
-            # a later x has ts >= the last x's ts, so its lo_idx >= the last x's lo_idx
-            at_x = np.where(stream == x, lo_idx, 0)
-            horizons[y] = np.maximum(self.horizon[y], np.maximum.accumulate(at_x))
-            ys = np.flatnonzero(stream == y)
-            keep_from = int(horizons[y, -1]) if len(stream) else int(self.horizon[y])
-            hist = np.concatenate([self.ts_hist[y], ts[ys]])
-            cut = keep_from - int(self.ts_base[y])
-            self.ts_hist[y] = hist[cut:]
-            self.ts_base[y] = keep_from
-        self.horizon[:] = horizons[:, -1]
-        return lo_idx
 
     # -- closing ---------------------------------------------------------------------------------
 
@@ -243,6 +217,9 @@ class Emitter(Logic):
         return out
 
 
+_INT64_MIN = np.iinfo(np.int64).min
+
+
 @njit(cache=True, nogil=True)
 def stamp_count(stream, count, w_r, w_s, self_join):
     """``(idx, lo_idx, horizons)`` of a chunk under a count window, in one pass.
@@ -271,6 +248,83 @@ def stamp_count(stream, count, w_r, w_s, self_join):
     count[0] = c_r
     count[1] = c_s
     return idx, lo_idx, horizons
+
+
+@njit(cache=True, nogil=True)
+def stamp_time(stream, ts, count, hist_r, hist_s, base, horizon, w_r, w_s, self_join):
+    """``(idx, lo_idx, horizons, hist_r, hist_s)`` of a chunk under a time window, in one pass.
+
+    ``hist_r``/``hist_s`` hold the ``ts`` of each stream's tuples from idx ``base[Y]`` on (the
+    ones a later window may still reach; ``base[Y] + len(hist) == count[Y]``). A tuple's
+    ``lo_idx`` is the first idx of its probed stream Y whose ``ts`` is at or above its
+    :func:`~streamjoin.query.window_start` (``ts - w_Y`` saturated at the int64 minimum),
+    at most the ``n_Y`` tuples of Y before it: Y's ``ts`` do not decrease, so that is a
+    lower-bound search, and as the probing stream's ``ts`` do not decrease either, each search
+    starts where the last one for Y ended. ``horizons[Y, g]`` is the largest ``lo_idx`` of
+    Y's probers up to row ``g`` (and at least ``horizon[Y]``): no later window reaches below
+    it. ``count``, ``base`` and ``horizon`` are advanced in place; the returned histories
+    start at the new ``base``. O(len(stream) · log(history)) at worst, O(len(stream) +
+    history) when the window moves steadily.
+    """
+    n = stream.shape[0]
+    n_s = 0
+    for g in range(n):
+        n_s += stream[g] == 1
+    h_r = np.empty(hist_r.shape[0] + n - n_s, dtype=np.int64)
+    h_s = np.empty(hist_s.shape[0] + n_s, dtype=np.int64)
+    h_r[: hist_r.shape[0]] = hist_r
+    h_s[: hist_s.shape[0]] = hist_s
+    a, b = hist_r.shape[0], hist_s.shape[0]
+    for g in range(n):
+        if stream[g] == 1:
+            h_s[b] = ts[g]
+            b += 1
+        else:
+            h_r[a] = ts[g]
+            a += 1
+    idx = np.empty(n, dtype=np.int64)
+    lo_idx = np.empty(n, dtype=np.int64)
+    horizons = np.empty((2, n), dtype=np.int64)
+    c_r, c_s = count[0], count[1]
+    at_r, at_s = 0, 0  # where the last search in each history ended
+    hz_r, hz_s = horizon[0], horizon[1]
+    for g in range(n):
+        x = np.int64(stream[g])
+        y = x if self_join else 1 - x
+        if x == 1:
+            idx[g] = c_s
+            c_s += 1
+        else:
+            idx[g] = c_r
+            c_r += 1
+        w = w_s if y == 1 else w_r
+        t = ts[g]
+        start = max(t, np.int64(_INT64_MIN + w)) - w
+        h = h_s if y == 1 else h_r
+        lo = at_s if y == 1 else at_r
+        hi = h.shape[0]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if h[mid] < start:
+                lo = mid + 1
+            else:
+                hi = mid
+        # tuples of Y before this one (its own stream, this one excluded, for a self-join)
+        before = idx[g] if self_join else (c_s if y == 1 else c_r)
+        lo_idx[g] = min(base[y] + lo, before)
+        if y == 1:
+            at_s = lo
+            hz_s = max(hz_s, lo_idx[g])
+        else:
+            at_r = lo
+            hz_r = max(hz_r, lo_idx[g])
+        horizons[0, g] = hz_r
+        horizons[1, g] = hz_s
+    cut_r, cut_s = hz_r - base[0], hz_s - base[1]
+    base[0], base[1] = hz_r, hz_s
+    horizon[0], horizon[1] = hz_r, hz_s
+    count[0], count[1] = c_r, c_s
+    return idx, lo_idx, horizons, h_r[cut_r:], h_s[cut_s:]
 
 
 def _concat_rows(stamped: list[Batch]) -> Batch:
