@@ -450,6 +450,55 @@ def sink(spark, folder: str, query, topology, ref) -> dict:
     }
 
 
+def floor(spark, folder: str, query, table: pa.Table, batch: int, runs: int = 3) -> dict:
+    """What the bridge's end to end cannot beat on this machine, measured: Spark alone reading
+    the same files to Arrow in one job (``toArrow``, no join; wall time and the JVM's CPU
+    seconds), and the join alone on the same rows in memory (wall and CPU seconds); medians
+    of ``runs``, after one run of each to warm up. On ``c`` cores, overlapping the two
+    perfectly, the end to end is at least ``max(read, join, (read CPU + join CPU) / c)``."""
+    import resource
+
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def jvm_cpu() -> float:
+        try:
+            with open(f"/proc/{jvm}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+        except OSError:  # not Linux: no JVM CPU time, the floor takes the wall times only
+            return float("nan")
+
+    def own_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    paths = [os.path.join(folder, side) for side in "rs"]
+    data = table.select(["stream", "ts", "x"])
+    read, read_cpu, join, join_cpu = [], [], [], []
+    for k in range(runs + 1):
+        t0, c0 = time.perf_counter(), jvm_cpu()
+        spark.read.parquet(*paths).toArrow()
+        if k:
+            read.append(time.perf_counter() - t0)
+            read_cpu.append(jvm_cpu() - c0)
+        t0, c0 = time.perf_counter(), own_cpu()
+        sj.run(query, data, sj.topologies.single(), batch_size=batch, progress=False)
+        if k:
+            join.append(time.perf_counter() - t0)
+            join_cpu.append(own_cpu() - c0)
+    out = {
+        "read_s": float(np.median(read)),
+        "read_cpu_s": float(np.median(read_cpu)),
+        "join_s": float(np.median(join)),
+        "join_cpu_s": float(np.median(join_cpu)),
+        "cores": os.cpu_count(),
+    }
+    busy = (out["read_cpu_s"] + out["join_cpu_s"]) / out["cores"]
+    out["floor_s"] = max(out["read_s"], out["join_s"], busy if busy == busy else 0.0)
+    return out
+
+
 def _sj_metrics(res, n: int, wall: float) -> dict:
     m = res.metrics
     return {
@@ -493,6 +542,14 @@ def _label(row: dict) -> str:
         name += f", batch {batch}" if batch != str(BATCH) else ""
         name += WARM.removeprefix(",") if row["config"].endswith(WARM) else ""
     return name if row["input"] == IN_ORDER else f"{name}\n{row['input']}"
+
+
+def args_batch(rows: list[dict]) -> str:
+    """The batch size of the first from_dataframe run (the one the floor's join used)."""
+    for r in rows:
+        if r["system"] != SPARK and "batch " in r["config"]:
+            return r["config"].split("batch ", 1)[1].split(",", 1)[0]
+    return "?"
 
 
 def write(rows: list[dict], info: dict, loads: tuple[float, float], name: str) -> None:
@@ -593,6 +650,22 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float], name: str) -
             "overlap; partition-ordered, the first batch comes after Spark's first job has read "
             "the first files, and Spark reads the next files while the join runs, so the "
             f"join's span includes Spark's reading; nulls are checked as rows arrive): {parts}.",
+        ]
+    fl = info.get("floor")
+    if fl:
+        best = max(r["input_tuples_per_s"] for r in ours)
+        lines += [
+            "",
+            f"**The floor on this machine** (`floor()`, medians of 3 warm runs): Spark alone "
+            f"reads the {info['files']} file pairs to Arrow in one job in {fl['read_s']:.2f} s "
+            f"({fl['read_cpu_s']:.2f} CPU seconds of the JVM), and the join alone takes "
+            f"{fl['join_s']:.2f} s ({fl['join_cpu_s']:.2f} CPU seconds, batch "
+            f"{args_batch(rows)}) on the same rows in memory. Overlapped perfectly on the "
+            f"{fl['cores']} cores, end to end cannot take less than {fl['floor_s']:.2f} s: "
+            f"{info['n'] / fl['floor_s']:,.0f} tuples/s, "
+            f"{info['n'] / fl['floor_s'] / spark['input_tuples_per_s']:,.0f}x Spark Structured "
+            f"Streaming here. The bridge's best run reached {best / (info['n'] / fl['floor_s']):.0%} "
+            "of that floor.",
         ]
     lines += ["", "## Why Spark is slow here and where it loses pairs", "", _why(rows, spark)]
     with open(base + ".md", "w") as f:
@@ -793,6 +866,8 @@ def main() -> None:
         for batch in args.batches:
             record(bridge(spark, main_dir, query, single, "local", ref, batch=batch))
             record(bridge(spark, main_dir, query, single, "local", ref, note=WARM, batch=batch))
+        info["floor"] = floor(spark, main_dir, query, table, args.batches[0])
+        print(f"floor: {info['floor']}", flush=True)
         if "sort" not in skip:
             record(bridge(spark, main_dir, query, single, "local", ref, order="sort"))
             record(bridge(spark, main_dir, query, single, "local", ref, order="sort", note=WARM))
