@@ -66,7 +66,11 @@ Measures:
 - **exactness**: pairs as ``(row of r, row of s)`` in arrival order against an exact reference
   computed by DuckDB (a hash join on neighbouring (x, ts) buckets with the exact filter),
   itself checked against :func:`streamjoin.oracle.join` on a prefix of the input: missing,
-  extra and duplicated pairs.
+  extra and duplicated pairs;
+- **the floor** (:func:`floor`): Spark alone reading the files to Arrow in one job, and the
+  join alone on the same rows in memory, wall and CPU seconds, and the least end to end the
+  two give overlapped on this machine's cores; and per bridge run the CPU seconds of Spark's
+  JVM and of this process, which on ``c`` cores cannot take less than their sum / ``c``.
 
 Writes ``experiments/results/spark_vs_bridge.{csv,md,png}``.
 
@@ -74,7 +78,7 @@ Run: ``python experiments/spark_vs_bridge.py`` (about 4 minutes on 2 cores at lo
 load 5-8, most of it Spark's join; ``--quick`` for a smoke run of about 2 minutes, one of them starting Spark
 and its Python workers; ``--tuples``, ``--files``, ``--delay`` to vary the input).
 
-Why one file of ~830 lines: input generation, the exact reference (DuckDB), the Spark
+Why one file of ~900 lines: input generation, the exact reference (DuckDB), the Spark
 Structured Streaming run, the bridge's runs and the report (with where the time went) are one
 benchmark whose parts share the input files and the pair check; each part is under a banner.
 """
@@ -398,9 +402,10 @@ def bridge(
     r, s = (read(os.path.join(folder, side)) for side in "rs")
     src = _TimedSource(sb.from_dataframe(r, s, tie_break="seq", order=order))
     load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
+    t0, jvm0, own0 = time.perf_counter(), jvm_cpu(spark), own_cpu()
     res = sj.run(query, src, topology, backend=backend, batch_size=batch, progress=False)
     wall = time.perf_counter() - t0
+    cpu = {"jvm_cpu_s": jvm_cpu(spark) - jvm0, "driver_cpu_s": own_cpu() - own0}
     if res.metrics["input_tuples"] != n:
         raise RuntimeError(f"the bridge fed {res.metrics['input_tuples']} rows, not {n}")
     how = {"sort": "global sort", "partitions": "partition-ordered"}[src.src.order_used]
@@ -416,6 +421,7 @@ def bridge(
         "bridge_spark_jobs": src.src.jobs,
         "bridge_first_batch_s": src.first_batch_s,
         "join_s": res.metrics["elapsed_s"],
+        **cpu,
         "load_start": load0,
         "load_end": os.getloadavg()[0],
     }
@@ -450,38 +456,41 @@ def sink(spark, folder: str, query, topology, ref) -> dict:
     }
 
 
+def jvm_cpu(spark) -> float:
+    """CPU seconds the Spark driver's JVM (``local[2]``: Spark's executors too) has used, or
+    NaN where ``/proc`` does not tell."""
+    try:
+        pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return float("nan")
+
+
+def own_cpu() -> float:
+    """CPU seconds this process has used (every thread)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def floor(spark, folder: str, query, table: pa.Table, batch: int, runs: int = 3) -> dict:
     """What the bridge's end to end cannot beat on this machine, measured: Spark alone reading
     the same files to Arrow in one job (``toArrow``, no join; wall time and the JVM's CPU
     seconds), and the join alone on the same rows in memory (wall and CPU seconds); medians
     of ``runs``, after one run of each to warm up. On ``c`` cores, overlapping the two
     perfectly, the end to end is at least ``max(read, join, (read CPU + join CPU) / c)``."""
-    import resource
-
-    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def jvm_cpu() -> float:
-        try:
-            with open(f"/proc/{jvm}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tick
-        except OSError:  # not Linux: no JVM CPU time, the floor takes the wall times only
-            return float("nan")
-
-    def own_cpu() -> float:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
     paths = [os.path.join(folder, side) for side in "rs"]
     data = table.select(["stream", "ts", "x"])
     read, read_cpu, join, join_cpu = [], [], [], []
     for k in range(runs + 1):
-        t0, c0 = time.perf_counter(), jvm_cpu()
+        t0, c0 = time.perf_counter(), jvm_cpu(spark)
         spark.read.parquet(*paths).toArrow()
         if k:
             read.append(time.perf_counter() - t0)
-            read_cpu.append(jvm_cpu() - c0)
+            read_cpu.append(jvm_cpu(spark) - c0)
         t0, c0 = time.perf_counter(), own_cpu()
         sj.run(query, data, sj.topologies.single(), batch_size=batch, progress=False)
         if k:
@@ -666,6 +675,21 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float], name: str) -
             f"{info['n'] / fl['floor_s'] / spark['input_tuples_per_s']:,.0f}x Spark Structured "
             f"Streaming here. The bridge's best run reached {best / (info['n'] / fl['floor_s']):.0%} "
             "of that floor.",
+        ]
+    cpu_runs = [r for r in runs if r.get("jvm_cpu_s") == r.get("jvm_cpu_s") and "jvm_cpu_s" in r]
+    if cpu_runs:
+        cores = os.cpu_count()
+        lines += [
+            "",
+            "The CPU each bridge run used (Spark's JVM, which runs its executors in `local[2]`, "
+            "plus this process: the join, Arrow and the driver's work) and the least time "
+            f"that takes on {cores} cores: "
+            + "; ".join(
+                f"{_label(r)}: {r['jvm_cpu_s']:.2f} + {r['driver_cpu_s']:.2f} CPU s, at least "
+                f"{(r['jvm_cpu_s'] + r['driver_cpu_s']) / cores:.2f} s, took {r['wall_s']:.2f} s"
+                for r in cpu_runs
+            )
+            + ".",
         ]
     lines += ["", "## Why Spark is slow here and where it loses pairs", "", _why(rows, spark)]
     with open(base + ".md", "w") as f:
