@@ -15,6 +15,12 @@ with would flatter it. Throughput = streamed tuples
 (each probed and inserted) per second; ``extra_info`` splits the time into probing and
 inserting.
 
+Against the limit: for ``bisort`` the run also reports the bytes its kernels must move per
+tuple (:func:`streamjoin.indexes.bisort.stream_bytes`, a model written from the code) and the
+throughput as a fraction of what this machine's copy bandwidth allows for them
+(:class:`streamjoin.roofline.Roofline`, measured in the same process): whole, insert alone and
+probe alone (``extra_info``).
+
 ``bisort`` runs with its defaults besides ``P = N_Sub / 128`` (the paper's partition size):
 a sorted insertion buffer of ``N_Sub / 32``, one thread. ``bisort_2threads`` is the same with
 ``threads=2``: probe batches of 4K keys or more are cut between two threads (PanJoin §III-E's
@@ -34,8 +40,9 @@ import pytest
 from numba import njit
 
 from streamjoin.indexes.base import in_band
-from streamjoin.indexes.bisort import BISortIndex
+from streamjoin.indexes.bisort import BISortIndex, stream_bytes
 from streamjoin.indexes.key_order import stable_key_order
+from streamjoin.roofline import Roofline
 
 N_SUB = 2**20
 WINDOW = 2 * N_SUB
@@ -198,9 +205,15 @@ INDEXES = {
 }
 
 
+@pytest.fixture(scope="session")
+def roofline():
+    """This machine's copy bandwidth and dependent-miss latency, measured in this process."""
+    return Roofline.measure()
+
+
 @pytest.mark.parametrize("batch", BATCHES, ids=["batch32K", "batch1K"])
 @pytest.mark.parametrize("index", INDEXES)
-def test_insert_probe_throughput(benchmark, index, batch):
+def test_insert_probe_throughput(benchmark, index, batch, roofline):
     benchmark.group = f"window 2**21, subwindow 2**20, batch {batch}, selectivity 1"
     stream = Stream(INDEXES[index]())
     stream.round(stream.draw(batch, 4))  # warm: compile; the window is full already
@@ -217,6 +230,21 @@ def test_insert_probe_throughput(benchmark, index, batch):
     benchmark.extra_info["probe_tuples_per_s"] = total / stream.times["probe"]
     benchmark.extra_info["insert_tuples_per_s"] = total / stream.times["insert"]
     benchmark.extra_info["matches_per_probe"] = stream.matches / total
+    if index.startswith("bisort"):
+        # the bytes BI-Sort's kernels must move per tuple (bisort.stream_bytes) against this
+        # machine's copy bandwidth: the share of the memory roofline reached, whole and by phase
+        ix = stream.index
+        model = stream_bytes(N_SUB, ix._subwindows[-1].buffer_size, N_SUB // 128, batch, WINDOW)
+        info = benchmark.extra_info
+        info["roofline"] = str(roofline)
+        info["model_bytes_per_tuple"] = model
+        info["roofline_fraction"] = roofline.fraction(info["tuples_per_s"], model["total"])
+        info["insert_roofline_fraction"] = roofline.fraction(
+            info["insert_tuples_per_s"], model["insert"]
+        )
+        info["probe_roofline_fraction"] = roofline.fraction(
+            info["probe_tuples_per_s"], model["probe"]
+        )
     assert 1 < stream.matches / total < 3  # about 2: one per full subwindow
 
 

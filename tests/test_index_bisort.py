@@ -26,6 +26,8 @@ from streamjoin.indexes.bisort import (
     STRIDE,
     BISort,
     BISortIndex,
+    fill_states,
+    stream_bytes,
 )
 from streamjoin.indexes.subwindows import band_bounds
 
@@ -310,3 +312,24 @@ def test_threads_match_one_thread_on_large_batches():
 def test_threads_join_matches_oracle(monkeypatch, window, batch_size):
     monkeypatch.setattr(BISortIndex, "parallel_min_probes", 1)
     join_matches_oracle("bisort", {**TINY, "threads": 2}, "band", window, False, batch_size)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "buffer", "batch"), [(4096, 128, 100), (1000, 0, 64), (512, 600, 7)]
+)
+def test_the_traffic_model_replays_the_insert_policy(capacity, buffer, batch):
+    """``fill_states`` (what ``stream_bytes`` charges) puts each batch where ``insert_bisort``
+    does: the main array and the buffer of a real subwindow after every batch are the model's."""
+    store = BISort(capacity, partitions=32, buffer_size=buffer)
+    rng = np.random.default_rng(1)
+    ref = 0
+    for n, _, after in fill_states(capacity, buffer, batch):
+        keys = np.sort(rng.uniform(0, 1e6, n))
+        store.insert(keys, np.arange(ref, ref + n))
+        ref += n
+        assert (int(store._t.meta[MAIN]), int(store._t.meta[BUFFERED])) == after
+    assert len(store) == capacity
+    model = stream_bytes(capacity, buffer, 32, batch, 2 * capacity)
+    assert model["total"] == pytest.approx(model["insert"] + model["probe"]) and model["insert"] > 0
+    # a full subwindow is one run that every later probe batch reads
+    assert stream_bytes(capacity, buffer, 32, batch, 4 * capacity)["probe"] > model["probe"]

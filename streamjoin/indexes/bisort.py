@@ -454,6 +454,74 @@ def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
     return out_p[:n], out_r[:n]
 
 
+#: Bytes of an item in the main array and the buffer (float64 key + int64 ref), of a cache line.
+_ITEM, _LINE = 16, 64
+
+
+def _run_bytes(m: int, probes: int, stride: int) -> int:
+    """Bytes a probe batch of ``probes`` sorted keys moves through one sorted run of ``m``
+    items, as :func:`probe_run` does it: a swept run is read whole (its keys) with a line of
+    refs near each start; a searched one costs, per probe, the lines of the binary search
+    inside its partition of ``stride`` items (the index array stays in cache) and its refs
+    line. Writes of the pairs are counted by the caller."""
+    if m == 0:
+        return 0
+    if m <= _SWEEP_GAP * probes:
+        return 8 * m + min(8 * m, _LINE * probes)
+    levels = max(1, int(np.ceil(np.log2(max(2, stride * 8 // _LINE)))))
+    return probes * _LINE * (levels + 1)
+
+
+def stream_bytes(
+    subwindow_size: int, buffer_size: int, partitions: int, batch: int, window: int
+) -> dict[str, float]:
+    """Bytes read plus written per tuple when a window of ``window`` items in subwindows of
+    ``subwindow_size`` streams batches of ``batch`` tuples that each probe the window (about
+    one match per full subwindow) and are inserted: a model written from the kernels, for
+    reporting throughput against this machine's copy bandwidth
+    (:class:`streamjoin.roofline.Roofline`).
+
+    Replays the insert policy of :func:`insert_bisort` over one subwindow's fill with counts
+    only: a merge from the back (:func:`merge_back`) reads and writes every item it moves,
+    16 bytes each way (for keys spread like the batch's, nearly every item moves), and a merge
+    into the main array resamples the index array. Probes follow :func:`_run_bytes` over the
+    runs alive at each batch: with ``window = k · subwindow_size``, ``k`` full subwindows (the
+    oldest is probed whole until it expires whole) plus the newest's main array and buffer;
+    each pair writes 16 bytes. Returns ``{"insert": .., "probe": .., "total": ..}``, per tuple,
+    upper bounds where items move conditionally.
+    """
+    c = subwindow_size
+    full = -(-window // c)
+    insert = probe = 0.0
+    stride_full = max(1, -(-c // partitions))
+    for n, (m, buf), (m2, _) in fill_states(c, buffer_size, batch):
+        stride = max(1, -(-m // partitions)) if m else 1
+        probe += full * _run_bytes(c, n, stride_full) + _run_bytes(m, n, stride)
+        probe += _run_bytes(buf, n, _BUFFER_STRIDE) + 16 * n * full
+        if m2 == m:  # into the buffer
+            insert += 2 * _ITEM * (buf + n)
+        else:
+            moved = (m + n) if buf == 0 else buf + (buf + n) + (m + buf + n)
+            stride = max(1, -(-m2 // partitions))
+            insert += 2 * _ITEM * moved + -(-m2 // stride) * (_LINE + 8)
+    return {"insert": insert / c, "probe": probe / c, "total": (insert + probe) / c}
+
+
+def fill_states(capacity: int, buffer_size: int, batch: int):
+    """``(n, (main, buffered) before, (main, buffered) after)`` for each batch of ``n`` items
+    that fills an empty subwindow, as :func:`insert_bisort` decides where they go."""
+    m = buf = done = 0
+    while done < capacity:
+        n = min(batch, capacity - done)
+        before = (m, buf)
+        if buf + n <= buffer_size and m + buf + n < capacity:
+            buf += n
+        else:
+            m, buf = m + buf + n, 0
+        done += n
+        yield n, before, (m, buf)
+
+
 class BISort(SubwindowStore):
     """One BI-Sort subwindow (see the module docstring).
 
