@@ -123,11 +123,13 @@ def _time_chunks(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(_time_chunks())
-def test_time_window_stamps_match_their_definition(case):
+@given(_time_chunks(), st.sampled_from([1, 2, 3, 7, 1000]))
+def test_time_window_stamps_match_their_definition(case, batch_size):
     """Every tuple's ``lo_idx`` is the first idx of its probed stream whose ``ts`` is within
     the window (``ts_x - ts_y <= w_Y``, exact integers), at most the tuples of that stream
-    before it, whatever the chunks; ``horizon`` never passes a later tuple's ``lo_idx``."""
+    before it, whatever the chunks and batches; each batch's ``horizon[Y]`` is the largest
+    ``lo_idx`` of Y's probers so far (0 before any): never above a later prober's, never
+    behind what the window allows dropping."""
     self_join, stream, ts, windows, cuts = case
     q = sj.Query(
         sj.equal("x"),
@@ -136,28 +138,38 @@ def test_time_window_stamps_match_their_definition(case):
         else sj.TimeWindow(windows[0]),
         self_join=self_join,
     )
-    em = Emitter(q, batch_size=1000)
+    em = Emitter(q, batch_size=batch_size)
+    batches = []
     start = 0
     for end in cuts:
         data = {"ts": ts[start:end], "x": np.zeros(end - start)}
         if not self_join:
             data["stream"] = stream[start:end]
-        em.on_chunk(validate(data, q, row_offset=start))
+        batches += [b for _, b in em.on_chunk(validate(data, q, row_offset=start))]
         start = end
-    ((_, b),) = em.on_eof()
-    horizons = []
+    batches += [b for _, b in em.on_eof()]
+    lo_idx = np.concatenate([b.lo_idx for b in batches])
+    idx = np.concatenate([b.idx for b in batches])
+    assert np.concatenate([b.seq for b in batches]).tolist() == list(range(len(ts)))
+    probed = []  # the stream each tuple probes
     for g in range(len(ts)):
         x = int(stream[g])
         y = x if self_join else 1 - x
+        probed.append(y)
         w = q.window_size(y)
         ys = [h for h in range(g) if stream[h] == y]
         inside = [k for k, h in enumerate(ys) if int(ts[g]) - int(ts[h]) <= w]
-        assert b.lo_idx[g] == (inside[0] if inside else len(ys)), g
-        assert b.idx[g] == sum(stream[:g] == x)
-        horizons.append((y, b.lo_idx[g]))
-    for y in (0, 1):
-        later = [lo for yy, lo in horizons if yy == y]
-        assert b.horizon[y] <= (later[-1] if later else b.horizon[y])
+        assert lo_idx[g] == (inside[0] if inside else len(ys)), g
+        assert idx[g] == sum(stream[:g] == x)
+    probed = np.array(probed)
+    end = 0
+    for b in batches:
+        end += len(b)
+        for y in (0, 1):
+            so_far = lo_idx[:end][probed[:end] == y]
+            assert b.horizon[y] == (so_far.max() if len(so_far) else 0)
+            later = lo_idx[end:][probed[end:] == y]
+            assert (later >= b.horizon[y]).all()
 
 
 def test_interleave_rates_and_order():
