@@ -226,7 +226,8 @@ def run_lengths(kind: str, window: int, workers: int, batch: int) -> tuple[int, 
 
     ``split`` and ``handshake(low_latency=True)`` store each whole batch at one worker, in
     turn, so their steady state repeats every ``workers · batch`` input tuples; with a window
-    of fewer tuples than that, a worker holds one batch at a time and is idle in between, and
+    (per stream) below about ``workers · batch / 2`` (a batch holds both streams), a worker
+    holds one batch at a time and is idle in between, and
     runs of 3 W and 4 W may end together (each worker's work is bounded by the window, not by
     the run). For them the runs go past the fill-up (2 W, both streams) by at least two
     periods and differ by whole periods, at least W tuples.
