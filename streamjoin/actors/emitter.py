@@ -11,6 +11,7 @@ from numba import njit
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
 from streamjoin.batch import Batch, Columns, check_ts_continues
+from streamjoin.indexes.sorted_runs import lower_bound
 from streamjoin.query import Query
 
 
@@ -301,14 +302,7 @@ def stamp_time(stream, ts, count, hist_r, hist_s, base, horizon, w_r, w_s, self_
         t = ts[g]
         start = max(t, np.int64(_INT64_MIN + w)) - w
         h = h_s if y == 1 else h_r
-        lo = at_s if y == 1 else at_r
-        hi = h.shape[0]
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if h[mid] < start:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = lower_bound(h, at_s if y == 1 else at_r, h.shape[0], start)
         # tuples of Y before this one (its own stream, this one excluded, for a self-join)
         before = idx[g] if self_join else (c_s if y == 1 else c_r)
         lo_idx[g] = min(base[y] + lo, before)
