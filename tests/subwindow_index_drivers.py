@@ -39,7 +39,8 @@ def increasing_actions(index, rng: np.random.Generator, steps: int, window: int)
         lo, hi = sorted(rng.choice(EDGES, 2))
         if rng.random() < 0.2:
             hi = lo = 0.0
-        assert probe_pairs(index, probe_keys, lo, hi) == oracle.probe(probe_keys, lo, hi), step
+        got = probe_pairs(index, probe_keys, lo, hi, oracle)
+        assert got == oracle.probe(probe_keys, lo, hi), step
 
 
 def panjoin_matches_oracle(index: str, options: dict) -> None:

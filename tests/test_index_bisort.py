@@ -22,6 +22,7 @@ from streamjoin import indexes
 from streamjoin.indexes.bisort import (
     _SWEEP_GAP,
     BUFFERED,
+    LAYOUTS,
     MAIN,
     STRIDE,
     BISort,
@@ -29,6 +30,7 @@ from streamjoin.indexes.bisort import (
     fill_states,
     stream_bytes,
 )
+from streamjoin.indexes.key_codes import item_bounds
 from streamjoin.indexes.subwindows import band_bounds
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
@@ -110,7 +112,7 @@ def test_ranges_are_the_main_array_items_in_each_interval():
     """§III-D: a probe's result as an <id_start, id_end> record of the main array; the exact
     pairs are the records' items that pass the band test (the buffer is probed apart)."""
     rng = np.random.default_rng(5)
-    store = BISort(300, partitions=7, buffer_size=16)
+    store = BISort(300, partitions=7, buffer_size=16, layout="wide")
     keys = np.sort(rng.integers(0, 40, 290).astype(np.float64))
     store.insert(keys, np.arange(290))
     store.insert(np.array([3.0, 5.0]), np.array([290, 291]))  # stays in the buffer
@@ -154,10 +156,17 @@ def _sorted_pairs(pos: np.ndarray, refs: np.ndarray) -> np.ndarray:
     return np.sort(pos.astype(np.int64) << 32 | refs.astype(np.int64))
 
 
-def store_pairs(store, probes, lo, hi, min_ref):
-    """``store.probe`` of sorted ``probes`` as sorted ``(i, ref)`` pairs."""
+def store_pairs(store, probes, lo, hi, min_ref, key_of):
+    """``store.probe`` of sorted ``probes`` as sorted ``(i, ref)`` pairs; a compact store's
+    superset refined on the full keys ``key_of[ref]``, as the join core refines it. A compact
+    probe must return every pair the band test keeps."""
     vlo, vhi = band_bounds(probes, lo, hi)
-    return _sorted_pairs(*store.probe(probes, vlo, vhi, lo, hi, min_ref))
+    pos, refs = store.probe(probes, vlo, vhi, lo, hi, min_ref)
+    if store.layout == "compact":
+        d = key_of[refs] - probes[pos]
+        keep = (d >= lo) & (d <= hi)
+        pos, refs = pos[keep], refs[keep]
+    return _sorted_pairs(pos, refs)
 
 
 def brute_pairs(keys, refs, probes, lo, hi, min_ref):
@@ -177,6 +186,7 @@ def brute_pairs(keys, refs, probes, lo, hi, min_ref):
 
 @settings(max_examples=60, deadline=None)
 @given(
+    layout=st.sampled_from(LAYOUTS),
     seed=st.integers(0, 2**32 - 1),
     items=st.integers(0, 3000),
     probes=st.integers(0, 120),
@@ -186,7 +196,7 @@ def brute_pairs(keys, refs, probes, lo, hi, min_ref):
     band=st.sampled_from([(0.0, 0.0), (-1.0, 2.0), (-30.0, 30.0), (-np.inf, 0.5)]),
 )
 def test_store_probe_sweeps_and_searches_exactly(
-    seed, items, probes, partitions, buffer_size, spread, band
+    layout, seed, items, probes, partitions, buffer_size, spread, band
 ):
     """§III-D/§III-E: a store's probe -- the main array and the buffer, each swept (a dense
     batch, at most ``_SWEEP_GAP`` items per probe) or searched through the index array --
@@ -194,7 +204,7 @@ def test_store_probe_sweeps_and_searches_exactly(
     more than ``_END_AHEAD`` items on, equal keys across the buffer/main boundary); clustered
     probes leave gaps of more than ``_SWEEP_AHEAD`` items; ``min_ref`` drops expired refs."""
     rng = np.random.default_rng(seed)
-    store = BISort(items + 1, partitions=partitions, buffer_size=buffer_size)
+    store = BISort(items + 1, partitions=partitions, buffer_size=buffer_size, layout=layout)
     keys = rng.integers(0, spread, items).astype(np.float64)
     refs = np.arange(items, dtype=np.int64)
     for part in np.array_split(np.arange(items), rng.integers(1, 6)):  # some batches empty
@@ -212,12 +222,13 @@ def test_store_probe_sweeps_and_searches_exactly(
     )
     lo, hi = band
     min_ref = int(rng.integers(0, items + 1))
-    got = store_pairs(store, probe_keys, lo, hi, min_ref)
+    got = store_pairs(store, probe_keys, lo, hi, min_ref, keys)
     np.testing.assert_array_equal(got, brute_pairs(keys, refs, probe_keys, lo, hi, min_ref))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("probes", [1, 7, 500, 5000])
-def test_sweep_and_search_paths_agree_on_large_runs(probes):
+def test_sweep_and_search_paths_agree_on_large_runs(probes, layout):
     """Both paths of a 20,000-item main array (and a full buffer): 1 and 7 probes search it,
     500 and 5000 sweep it (``_SWEEP_GAP`` items per probe); the sweep's steps of
     ``_SWEEP_AHEAD`` items and the rebounding search after them both run."""
@@ -228,7 +239,7 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes):
     refs = rng.permutation(items).astype(np.int64)
     order = np.lexsort((refs, keys))
     keys, refs = keys[order], refs[order]
-    store = BISort(items + 501, partitions=100, buffer_size=500)
+    store = BISort(items + 501, partitions=100, buffer_size=500, layout=layout)
     store.insert(keys, refs)
     extra = np.sort(rng.integers(0, 3000, 500).astype(np.float64))
     store.insert(extra, np.arange(items, items + 500))
@@ -237,13 +248,18 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes):
     probe_keys = np.sort(rng.integers(-5, 3005, probes).astype(np.float64))
     all_keys = np.concatenate([keys, extra])
     all_refs = np.concatenate([refs, np.arange(items, items + 500)])
+    key_of = np.empty(items + 500)
+    key_of[all_refs] = all_keys
+    main = store._t.keys[:items]
     for lo, hi in [(0.0, 0.0), (-2.5, 2.5), (-400.0, 10.0)]:
-        got = store_pairs(store, probe_keys, lo, hi, 100)
+        got = store_pairs(store, probe_keys, lo, hi, 100, key_of)
         np.testing.assert_array_equal(got, brute_pairs(all_keys, all_refs, probe_keys, lo, hi, 100))
         vlo, vhi = band_bounds(probe_keys, lo, hi)
         starts, ends = store.ranges(vlo, vhi)
-        assert np.array_equal(starts, np.searchsorted(keys, vlo, "left"))
-        assert np.array_equal(ends, np.maximum(starts, np.searchsorted(keys, vhi, "right")))
+        if layout == "compact":  # the items whose codes are those of keys in the interval
+            vlo, vhi = item_bounds(vlo, vhi, *store._t.coder)
+        assert np.array_equal(starts, np.searchsorted(main, vlo, "left"))
+        assert np.array_equal(ends, np.maximum(starts, np.searchsorted(main, vhi, "right")))
 
 
 @pytest.mark.parametrize(

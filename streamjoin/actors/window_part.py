@@ -265,7 +265,7 @@ class JoinSpec:
             )
             if len(boxes) > 1:
                 pos, cand = _unique_pairs(pos, cand)
-            first = self.n_served
+            first = self.n_served if index.exact else 0
             if orient == EITHER and self.query.predicate.symmetric:
                 orient = S_PROBES
             elif orient == EITHER:
@@ -328,7 +328,7 @@ class WindowPart:
         else:
             pos, refs = _unique_pairs(*map(np.concatenate, zip(*found, strict=True)))
         self.work.candidates += len(pos)
-        first = spec.n_served
+        first = spec.n_served if self.index.exact else 0  # refine a coded index's superset
         if orient == EITHER and spec.query.predicate.symmetric:
             orient = S_PROBES  # θ(a, b) ⇔ θ(b, a): one orientation decides
         elif orient == EITHER:

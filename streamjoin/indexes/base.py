@@ -8,7 +8,10 @@ Probe semantics, the same for every index: ``probe(keys, lo, hi)`` returns every
 ``lo[c] <= item_key[c] - keys[c, i] <= hi[c]`` for each key row ``c`` (float64 arithmetic,
 closed bounds, exactly the formula of :mod:`streamjoin.query`). An index may keep items whose
 ref is below the last ``expire`` bound for a while (coarse-grained expiry, DESIGN §2) and return
-them from probes; the join core's window check drops them.
+them from probes; the join core's window check drops them. An index whose ``exact`` is False
+(compact 8-byte items, :mod:`~streamjoin.indexes.key_codes`) may also return items *outside*
+the band of its first key row, those whose key code ties a code inside it; the join core then
+checks every condition on the full keys in its tuple store (the refinement).
 """
 
 from __future__ import annotations
@@ -109,6 +112,10 @@ class WindowIndex(ABC):
     #: §2.2.3 Eq. 4 charges a probe ``H · λ`` for its descent): ``"log"`` (a search tree or
     #: sorted runs), ``"linear"`` (a scan), ``"const"`` (a hash table).
     probe_cost: ClassVar[str] = "log"
+    #: False if probes may return a superset of the band on the first key row (items whose
+    #: coded key ties a code inside it): the caller refines every candidate on the full key.
+    #: An instance may set it (an index option can choose the layout).
+    exact: bool = True
 
     @classmethod
     def probe_work(cls, size: int) -> float:

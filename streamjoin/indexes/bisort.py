@@ -48,9 +48,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from streamjoin.indexes.base import copy_prefix, grow, in_band, register
+from streamjoin.indexes.key_codes import (
+    REF_MASK,
+    REF_SPAN,
+    fit,
+    item_bounds,
+    item_codes,
+    item_refs,
+    pack_items,
+)
 from streamjoin.indexes.sorted_runs import prefetch
 from streamjoin.indexes.subwindows import (
     SubwindowIndex,
@@ -62,24 +72,110 @@ from streamjoin.indexes.subwindows import (
 )
 
 # slots of BISortArrays.meta
-MAIN, BUFFERED, SAMPLES, STRIDE = range(4)
+MAIN, BUFFERED, SAMPLES, STRIDE, REF_BASE = range(5)
+#: Main-array layouts: 8-byte items (key code and relative ref in one uint64,
+#: :mod:`~streamjoin.indexes.key_codes`), or a float64 key and an int64 ref (16 bytes).
+LAYOUTS = ("compact", "wide")
 
 
 class BISortArrays(NamedTuple):
-    """State of one BI-Sort subwindow; kernels mutate it in place."""
+    """State of one BI-Sort subwindow; kernels mutate it in place.
 
-    #: float64 (capacity,): main array keys, ascending by (key, ref) in the first ``MAIN``
+    The main array is *compact* (``keys`` uint64 items, refs counted from ``meta[REF_BASE]``;
+    ``refs`` is the same array) or *wide* (``keys`` float64, ``refs`` int64); kernels
+    specialise on its dtype. The buffer is always
+    wide: it is small and hot, and its items are coded only when they move into the main
+    array, whose code is fitted by then (:meth:`BISort.insert`)."""
+
+    #: main array (capacity,), ascending by (key, ref) -- by item for compact -- in the first
+    #: ``MAIN``
     keys: np.ndarray
-    #: int64 (capacity,)
+    #: int64 (capacity,) refs, or ``keys`` itself when compact
     refs: np.ndarray
     #: float64 (B,): insertion buffer keys, ascending by (key, ref) in the first ``BUFFERED``
     buf_keys: np.ndarray
     #: int64 (B,)
     buf_refs: np.ndarray
-    #: float64 (P,): ``index[j] = keys[j · STRIDE]`` for ``j < SAMPLES``
+    #: (P,) of the main array's dtype: ``index[j] = keys[j · STRIDE]`` for ``j < SAMPLES``
     index: np.ndarray
-    #: int64 (4,): items in the main array, items buffered, index samples, stride
+    #: int64 (5,): items in the main array, items buffered, index samples, stride, and the
+    #: ref that compact refs count from
     meta: np.ndarray
+    #: float64 (2,): the key code's ``base`` and ``scale`` (compact; NaN until fitted)
+    coder: np.ndarray
+
+
+def _compact(a) -> bool:
+    """(jitted: a constant) Whether ``a`` is a main array of compact items."""
+    return a.dtype == np.uint64
+
+
+@overload(_compact, inline="always")
+def _compact_ol(a):
+    flag = a.dtype == types.uint64
+    return lambda a: flag
+
+
+def _item_ref(keys, refs, j, ref_base):
+    """(jitted) The ref of item ``j`` of a main array or buffer."""
+    raise NotImplementedError
+
+
+@overload(_item_ref, inline="always")
+def _item_ref_ol(keys, refs, j, ref_base):
+    if keys.dtype == types.uint64:
+        return lambda keys, refs, j, ref_base: ref_base + np.int64(keys[j] & REF_MASK)
+    return lambda keys, refs, j, ref_base: refs[j]
+
+
+def _item_matches(keys, j, key, lo, hi):
+    """(jitted) Whether item ``j`` is in probe ``key``'s band: exactly for wide items; compact
+    ones are in the code range already and are refined by the caller (always True)."""
+    raise NotImplementedError
+
+
+@overload(_item_matches, inline="always")
+def _item_matches_ol(keys, j, key, lo, hi):
+    if keys.dtype == types.uint64:
+        return lambda keys, j, key, lo, hi: True
+    return lambda keys, j, key, lo, hi: in_band(keys[j], key, lo, hi)
+
+
+def _main_run(t, keys, refs):
+    """(jitted) A sorted wide run as items of ``t``'s main array: ``(keys, refs)``."""
+    raise NotImplementedError
+
+
+@overload(_main_run, inline="always")
+def _main_run_ol(t, keys, refs):
+    if t.types[0].dtype == types.uint64:
+
+        def impl(t, keys, refs):
+            items = pack_items(keys, refs, t.coder[0], t.coder[1], t.meta[REF_BASE])
+            return items, items
+
+        return impl
+    return lambda t, keys, refs: (keys, refs)
+
+
+def _main_bounds(t, vlo, vhi):
+    """(jitted) Widened key intervals as bounds on ``t``'s main-array items."""
+    raise NotImplementedError
+
+
+@overload(_main_bounds, inline="always")
+def _main_bounds_ol(t, vlo, vhi):
+    if t.types[0].dtype == types.uint64:
+        return lambda t, vlo, vhi: item_bounds(vlo, vhi, t.coder[0], t.coder[1])
+    return lambda t, vlo, vhi: (vlo, vhi)
+
+
+@njit(cache=True, nogil=True)
+def to_buffer(m, b, n, buffer_size, capacity):
+    """Whether a batch of ``n`` items goes into the buffer (holding ``b`` of ``buffer_size``)
+    rather than into the main array (holding ``m``): if it fits and does not fill the
+    subwindow (:func:`insert_bisort`)."""
+    return b + n <= buffer_size and m + b + n < capacity
 
 
 @njit(cache=True, nogil=True)
@@ -91,17 +187,20 @@ def merge_back(dst_keys, dst_refs, n, src_keys, src_refs):
     ``dst`` is overwritten before it is read: the write position stays above the read
     position. O(n + len(src)).
     """
+    wide = not _compact(dst_keys)  # compact items carry their refs
     i = n - 1
     j = src_keys.shape[0] - 1
     w = n + j
     while j >= 0:
         if i >= 0 and dst_keys[i] > src_keys[j]:
             dst_keys[w] = dst_keys[i]
-            dst_refs[w] = dst_refs[i]
+            if wide:
+                dst_refs[w] = dst_refs[i]
             i -= 1
         else:
             dst_keys[w] = src_keys[j]
-            dst_refs[w] = src_refs[j]
+            if wide:
+                dst_refs[w] = src_refs[j]
             j -= 1
         w -= 1
 
@@ -114,23 +213,26 @@ def insert_bisort(t, keys, refs):
     subwindow. Otherwise buffer and batch are merged, the result is merged into the main array,
     and the index array is resampled: a full subwindow, which never changes again, is one run,
     so each later probe batch pays one sweep or search of it, not two. ``keys`` float64 (n,)
-    ascending (stable, so equal keys are in ref order), ``refs`` int64 (n,). O(B + n) when
+    ascending (stable, so equal keys are in ref order), ``refs`` int64 (n,). A compact main
+    array takes the run as items coded by ``t.coder``, which must be fitted. O(B + n) when
     buffered (in cache), else O(M + B + n + P).
     """
     m, b = t.meta[MAIN], t.meta[BUFFERED]
     n = keys.shape[0]
-    if b + n <= t.buf_keys.shape[0] and m + b + n < t.keys.shape[0]:
+    if to_buffer(m, b, n, t.buf_keys.shape[0], t.keys.shape[0]):
         merge_back(t.buf_keys, t.buf_refs, b, keys, refs)
         t.meta[BUFFERED] = b + n
         return
     if b == 0:  # nothing buffered: the batch merges straight into the main array (§III-E)
-        merge_back(t.keys, t.refs, m, keys, refs)
+        run_keys, run_refs = _main_run(t, keys, refs)
+        merge_back(t.keys, t.refs, m, run_keys, run_refs)
     else:
-        run_keys = np.empty(b + n)
-        run_refs = np.empty(b + n, dtype=np.int64)
-        copy_prefix(run_keys, t.buf_keys, b)
-        copy_prefix(run_refs, t.buf_refs, b)
-        merge_back(run_keys, run_refs, b, keys, refs)
+        buf_keys = np.empty(b + n)
+        buf_refs = np.empty(b + n, dtype=np.int64)
+        copy_prefix(buf_keys, t.buf_keys, b)
+        copy_prefix(buf_refs, t.buf_refs, b)
+        merge_back(buf_keys, buf_refs, b, keys, refs)
+        run_keys, run_refs = _main_run(t, buf_keys, buf_refs)
         merge_back(t.keys, t.refs, m, run_keys, run_refs)
     m += b + n
     t.meta[MAIN] = m
@@ -304,16 +406,34 @@ def locate_run(keys, refs, m, index, samples, stride, vlo, vhi, starts, ends):
 
 @njit(cache=True, nogil=True)
 def probe_run(
-    keys, refs, m, index, samples, stride, probes, vlo, vhi, lo, hi, min_ref, out_p, out_r, n
+    keys,
+    refs,
+    m,
+    index,
+    samples,
+    stride,
+    probes,
+    vlo,
+    vhi,
+    lo,
+    hi,
+    min_ref,
+    out_p,
+    out_r,
+    n,
+    ref_base,
 ):
     """Append the pairs ``(i, ref)`` of a sorted run to ``out_p[:n]``/``out_r[:n]``.
 
     The items of ``keys[:m]``/``refs[:m]`` with ``lo <= key - probes[i] <= hi`` and ``ref >=
     min_ref``, as :func:`locate_run` finds them, copied out right after each group's search
     while its keys are in cache (their refs prefetched meanwhile); each candidate is stored and
-    kept by advancing the count (no branch on the exact test). The outputs grow (doubling)
-    when a group's candidates do not fit: at most a few times per batch. Returns ``(out_p,
-    out_r, n)``. Complexity as :func:`locate_run`, plus O(candidates).
+    kept by advancing the count (no branch on the exact test). A run of compact items is
+    searched with item bounds (``vlo``/``vhi`` from :func:`_main_bounds`) and returns every
+    item in them, refs counted from ``ref_base``: a superset of the band's items that the caller
+    refines. The outputs grow (doubling) when a group's candidates do not fit: at most a few
+    times per batch. Returns ``(out_p, out_r, n)``. Complexity as :func:`locate_run`, plus
+    O(candidates).
     """
     if m == 0:
         return out_p, out_r, n
@@ -352,10 +472,10 @@ def probe_run(
             i = g0 + g
             key = probes[i]
             for j in range(base[g], ends[g]):
-                r = refs[j]
+                r = _item_ref(keys, refs, j, ref_base)
                 out_p[n] = i
                 out_r[n] = r
-                n += (r >= min_ref) & in_band(keys[j], key, lo, hi)
+                n += (r >= min_ref) & _item_matches(keys, j, key, lo, hi)
     return out_p, out_r, n
 
 
@@ -364,13 +484,15 @@ def locate_bisort(t, vlo, vhi):
     """Main-array ranges of a sorted probe batch: the ``<id_start, id_end>`` records of §III-D.
 
     ``[starts[i], ends[i])`` holds exactly the main-array items with ``vlo[i] <= key <=
-    vhi[i]``: the matches of probe i plus rounding-margin items (and expired ones), which an
-    exact test drops when pairs are needed (:func:`locate_run`). ``vlo``/``vhi`` float64 (m,)
+    vhi[i]`` (compact: whose codes are those of keys in it): the matches of probe i plus
+    rounding-margin items (and expired ones), which an exact test drops when pairs are needed
+    (:func:`locate_run`). ``vlo``/``vhi`` float64 (m,)
     from :func:`~streamjoin.indexes.subwindows.band_bounds`. Returns ``starts, ends`` int64
     (m,).
     """
     starts = np.empty(vlo.shape[0], dtype=np.int64)
     ends = np.empty(vlo.shape[0], dtype=np.int64)
+    blo, bhi = _main_bounds(t, vlo, vhi)
     locate_run(
         t.keys,
         t.refs,
@@ -378,8 +500,8 @@ def locate_bisort(t, vlo, vhi):
         t.index,
         t.meta[SAMPLES],
         t.meta[STRIDE],
-        vlo,
-        vhi,
+        blo,
+        bhi,
         starts,
         ends,
     )
@@ -390,7 +512,8 @@ def locate_bisort(t, vlo, vhi):
 def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
     """Append the items of a BI-Sort subwindow with ``lo <= item - keys[i] <= hi`` and ``ref >=
     min_ref`` as pairs ``(i, ref)`` to ``out_p[:n]``/``out_r[:n]``; returns ``(out_p, out_r, n)``
-    (grown if the pairs did not fit).
+    (grown if the pairs did not fit). From a compact main array, every item whose key code is
+    in a probe's code range is a pair (a superset, :mod:`~streamjoin.indexes.key_codes`).
 
     ``keys`` float64 (m,) ascending; ``vlo``/``vhi`` from
     :func:`~streamjoin.indexes.subwindows.band_bounds`. The main array and the sorted buffer
@@ -399,6 +522,7 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
     are the items inside the widened intervals (a run with at most ``_SWEEP_GAP`` items per
     probe is swept in O(m)).
     """
+    blo, bhi = _main_bounds(t, vlo, vhi)
     out_p, out_r, n = probe_run(
         t.keys,
         t.refs,
@@ -407,14 +531,15 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
         t.meta[SAMPLES],
         t.meta[STRIDE],
         keys,
-        vlo,
-        vhi,
+        blo,
+        bhi,
         lo,
         hi,
         min_ref,
         out_p,
         out_r,
         n,
+        t.meta[REF_BASE],
     )
     b = t.meta[BUFFERED]
     if b > 0:  # dense batches sweep the buffer; sparse ones search it by an index built here
@@ -439,6 +564,7 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
             out_p,
             out_r,
             n,
+            np.int64(0),
         )
     return out_p, out_r, n
 
@@ -454,26 +580,33 @@ def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
     return out_p[:n], out_r[:n]
 
 
-#: Bytes of an item in the main array and the buffer (float64 key + int64 ref), of a cache line.
-_ITEM, _LINE = 16, 64
+#: Bytes of a wide item (float64 key + int64 ref; the buffer's, and a wide main array's), of
+#: a compact one (:mod:`~streamjoin.indexes.key_codes`), and of a cache line.
+_ITEM, _COMPACT_ITEM, _LINE = 16, 8, 64
 
 
-def _run_bytes(m: int, probes: int, stride: int) -> int:
+def _run_bytes(m: int, probes: int, stride: int, compact: bool = False) -> int:
     """Bytes a probe batch of ``probes`` sorted keys moves through one sorted run of ``m``
     items, as :func:`probe_run` does it: a swept run is read whole (its keys) with a line of
     refs near each start; a searched one costs, per probe, the lines of the binary search
     inside its partition of ``stride`` items (the index array stays in cache) and its refs
-    line. Writes of the pairs are counted by the caller."""
+    line. A compact run's items hold their refs: no refs lines. Writes of the pairs are counted
+    by the caller."""
     if m == 0:
         return 0
     if m <= _SWEEP_GAP * probes:
-        return 8 * m + min(8 * m, _LINE * probes)
+        return 8 * m + (0 if compact else min(8 * m, _LINE * probes))
     levels = max(1, int(np.ceil(np.log2(max(2, stride * 8 // _LINE)))))
-    return probes * _LINE * (levels + 1)
+    return probes * _LINE * (levels + (0 if compact else 1))
 
 
 def stream_bytes(
-    subwindow_size: int, buffer_size: int, partitions: int, batch: int, window: int
+    subwindow_size: int,
+    buffer_size: int,
+    partitions: int,
+    batch: int,
+    window: int,
+    layout: str = "compact",
 ) -> dict[str, float]:
     """Bytes read plus written per tuple when a window of ``window`` items in subwindows of
     ``subwindow_size`` streams batches of ``batch`` tuples that each probe the window (about
@@ -483,27 +616,34 @@ def stream_bytes(
 
     Replays the insert policy of :func:`insert_bisort` over one subwindow's fill with counts
     only: a merge from the back (:func:`merge_back`) reads and writes every item it moves,
-    16 bytes each way (for keys spread like the batch's, nearly every item moves), and a merge
-    into the main array resamples the index array. Probes follow :func:`_run_bytes` over the
-    runs alive at each batch: with ``window = k · subwindow_size``, ``k`` full subwindows (the
-    oldest is probed whole until it expires whole) plus the newest's main array and buffer;
-    each pair writes 16 bytes. Returns ``{"insert": .., "probe": .., "total": ..}``, per tuple,
-    upper bounds where items move conditionally.
+    16 bytes each way for wide items, 8 for compact ones (for keys spread like the batch's,
+    nearly every item moves); a compact main array also reads each wide run once and writes it
+    coded (:func:`~streamjoin.indexes.key_codes.pack_items`); a merge into the main array
+    resamples the index array. Probes follow :func:`_run_bytes` over the runs alive at each
+    batch: with ``window = k · subwindow_size``, ``k`` full subwindows (the oldest is probed
+    whole until it expires whole) plus the newest's main array and buffer; each pair writes 16
+    bytes. The refinement of a compact probe's candidates is the join core's, not counted.
+    Returns ``{"insert": .., "probe": .., "total": ..}``, per tuple, upper bounds where items
+    move conditionally.
     """
+    compact = layout == "compact"
+    item = _COMPACT_ITEM if compact else _ITEM
     c = subwindow_size
     full = -(-window // c)
     insert = probe = 0.0
     stride_full = max(1, -(-c // partitions))
     for n, (m, buf), (m2, _) in fill_states(c, buffer_size, batch):
         stride = max(1, -(-m // partitions)) if m else 1
-        probe += full * _run_bytes(c, n, stride_full) + _run_bytes(m, n, stride)
+        probe += full * _run_bytes(c, n, stride_full, compact) + _run_bytes(m, n, stride, compact)
         probe += _run_bytes(buf, n, _BUFFER_STRIDE) + 16 * n * full
         if m2 == m:  # into the buffer
             insert += 2 * _ITEM * (buf + n)
-        else:
-            moved = (m + n) if buf == 0 else buf + (buf + n) + (m + buf + n)
-            stride = max(1, -(-m2 // partitions))
-            insert += 2 * _ITEM * moved + -(-m2 // stride) * (_LINE + 8)
+            continue
+        run = 0 if buf == 0 else buf + (buf + n)  # the wide run of buffer and batch
+        coded = (_ITEM + _COMPACT_ITEM) * (buf + n) if compact else 0
+        stride = max(1, -(-m2 // partitions))
+        insert += 2 * _ITEM * run + coded + 2 * item * (m + buf + n)
+        insert += -(-m2 // stride) * (_LINE + 8)
     return {"insert": insert / c, "probe": probe / c, "total": (insert + probe) / c}
 
 
@@ -514,7 +654,7 @@ def fill_states(capacity: int, buffer_size: int, batch: int):
     while done < capacity:
         n = min(batch, capacity - done)
         before = (m, buf)
-        if buf + n <= buffer_size and m + buf + n < capacity:
+        if to_buffer(m, buf, n, buffer_size, capacity):
             buf += n
         else:
             m, buf = m + buf + n, 0
@@ -530,40 +670,90 @@ class BISort(SubwindowStore):
     O(m · log(1 + (M + B) / m) + candidates) -- a sweep of each run when it holds at most
     ``_SWEEP_GAP`` items per probe, a search per key otherwise; :meth:`ranges` the same
     without the buffer and the copy.
-    Memory: 16 bytes per item of capacity plus ``16 B + 8 P``.
+    Memory: 8 bytes per item of capacity (16 with ``layout="wide"``) plus ``16 B + 8 P``.
+
+    With the default compact layout the main array holds 8-byte items
+    (:mod:`~streamjoin.indexes.key_codes`): the key code is fitted when the first run moves
+    into the main array, from that run's keys and the previous subwindow's key range, and
+    probes of the main array return every item whose code is in the probe's code range, a
+    superset of the band's items that the join core refines (``exact = False``). The buffer
+    stays wide and is probed exactly.
 
     Parameters
     ----------
     capacity : int
-        Items per subwindow.
+        Items per subwindow (below 2**32 for the compact layout).
     partitions : int
         Size ``P`` of the index array, >= 1.
     buffer_size : int
         Size ``B`` of the insertion buffer, >= 0.
+    layout : str
+        ``"compact"`` (8-byte items) or ``"wide"`` (float64 key + int64 ref, exact probes).
     """
 
     kind = "bisort"
 
-    def __init__(self, capacity: int, partitions: int = 512, buffer_size: int = 1024) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        partitions: int = 512,
+        buffer_size: int = 1024,
+        layout: str = "compact",
+        key_range: tuple[float, float] | None = None,
+    ) -> None:
         super().__init__(capacity)
         self.partitions = int_option(self.kind, "partitions", partitions, 1)
         self.buffer_size = int_option(self.kind, "buffer_size", buffer_size, 0)
+        if layout not in LAYOUTS:
+            raise ValueError(f"bisort layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout == "compact" and capacity >= REF_SPAN:
+            raise ValueError(
+                f"bisort subwindow_size must be below 2**32 for the compact layout, got {capacity}"
+            )
+        self.layout = layout
+        dtype = np.uint64 if layout == "compact" else np.float64
+        keys = np.empty(capacity, dtype=dtype)
         self._t = BISortArrays(
-            np.empty(capacity),
-            np.empty(capacity, dtype=np.int64),
+            keys,
+            keys if layout == "compact" else np.empty(capacity, dtype=np.int64),
             np.empty(self.buffer_size),
             np.empty(self.buffer_size, dtype=np.int64),
-            np.empty(self.partitions),
-            np.zeros(4, dtype=np.int64),
+            np.empty(self.partitions, dtype=dtype),
+            np.zeros(5, dtype=np.int64),
+            np.full(2, np.nan),
         )
         self._size = 0
+        #: the finite key range of the subwindow before (a hint), and of this one's keys
+        self._hint = key_range
+        self._range: tuple[float, float] | None = None
 
     def successor(self) -> BISort:
-        return BISort(self.capacity, self.partitions, self.buffer_size)
+        return BISort(
+            self.capacity,
+            self.partitions,
+            self.buffer_size,
+            self.layout,
+            key_range=self._range or self._hint,
+        )
 
     def insert(self, keys, refs):
-        insert_bisort(self._t, keys, refs)
-        self._size += len(keys)
+        t = self._t
+        n = len(keys)
+        if n == 0:
+            return
+        if self._size == 0:
+            t.meta[REF_BASE] = refs.min()  # every later ref is larger
+        self._range = _widen(self._range, keys)
+        if self.layout == "compact":
+            if int(refs.max()) - int(t.meta[REF_BASE]) >= REF_SPAN:
+                raise ValueError("bisort: the refs of one compact subwindow span 2**32 or more")
+            m, b = int(t.meta[MAIN]), int(t.meta[BUFFERED])
+            if np.isnan(t.coder[0]) and not to_buffer(m, b, n, self.buffer_size, self.capacity):
+                # the first run into the main array: fit the code to what has been seen
+                seen = self._range if self._hint is None else _widen(self._hint, self._range)
+                t.coder[:] = fit(np.array(seen))
+        insert_bisort(t, keys, refs)
+        self._size += n
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_bisort(self._t, keys, vlo, vhi, lo, hi, min_ref)
@@ -572,9 +762,9 @@ class BISort(SubwindowStore):
         """The result as ``<id_start, id_end>`` records of the main array (§III-D).
 
         ``vlo``/``vhi`` float64 (m,) as for :meth:`probe`. Returns ``starts, ends`` int64 (m,):
-        ``[starts[i], ends[i])`` are the main-array items with keys in ``[vlo[i], vhi[i]]``,
-        expired and rounding-margin items included; buffered items are not covered (see
-        :func:`locate_bisort`).
+        ``[starts[i], ends[i])`` are the main-array items with keys in ``[vlo[i], vhi[i]]``
+        (compact: with codes of keys in it), expired and rounding-margin items included;
+        buffered items are not covered (see :func:`locate_bisort`).
         """
         return locate_bisort(self._t, vlo, vhi)
 
@@ -583,23 +773,38 @@ class BISort(SubwindowStore):
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._t)
+        t = self._t
+        arrays = [t.keys, t.buf_keys, t.buf_refs, t.index, t.meta, t.coder]
+        return sum(a.nbytes for a in arrays) + (t.refs.nbytes if self.layout == "wide" else 0)
+
+    def main_refs(self) -> np.ndarray:
+        """The refs of the main array, in its order (int64)."""
+        t = self._t
+        m = int(t.meta[MAIN])
+        if self.layout == "wide":
+            return t.refs[:m]
+        return item_refs(t.keys[:m], int(t.meta[REF_BASE]))
 
     def items(self):
+        """``(keys, refs)``; a compact main array's keys are its codes (float64)."""
         t = self._t
         m, b = t.meta[MAIN], t.meta[BUFFERED]
-        return (
-            np.concatenate([t.keys[:m], t.buf_keys[:b]]),
-            np.concatenate([t.refs[:m], t.buf_refs[:b]]),
+        main = t.keys[:m] if self.layout == "wide" else item_codes(t.keys[:m]).astype(np.float64)
+        return np.concatenate([main, t.buf_keys[:b]]), np.concatenate(
+            [self.main_refs(), t.buf_refs[:b]]
         )
 
     def check(self) -> None:
         t = self._t
-        m, b, samples, stride = (int(x) for x in t.meta)
+        m, b, samples, stride, ref_base = (int(x) for x in t.meta)
         assert m >= 0 and m + b == len(self) <= self.capacity and 0 <= b <= self.buffer_size
         assert b == 0 or m + b < self.capacity, "a full subwindow is one run"
-        keys, refs = t.keys[:m], t.refs[:m]
-        assert np.array_equal(np.lexsort((refs, keys)), np.arange(m)), "main sorted by (key, ref)"
+        main, refs = t.keys[:m], self.main_refs()
+        if self.layout == "wide":
+            assert np.array_equal(np.lexsort((refs, main)), np.arange(m)), "main sorted"
+        else:
+            assert np.all(main[1:] > main[:-1]), "compact items strictly ascending"
+            assert m == 0 or (refs.min() >= ref_base and not np.isnan(t.coder).any())
         buf_keys, buf_refs = t.buf_keys[:b], t.buf_refs[:b]
         assert np.array_equal(np.lexsort((buf_refs, buf_keys)), np.arange(b)), "buffer sorted"
         if m == 0:
@@ -607,7 +812,20 @@ class BISort(SubwindowStore):
             return
         assert stride == max(1, -(-m // self.partitions)) and samples == -(-m // stride)
         assert samples <= self.partitions
-        assert np.array_equal(t.index[:samples], keys[::stride]), "index samples every stride"
+        assert np.array_equal(t.index[:samples], main[::stride]), "index samples every stride"
+
+
+def _widen(key_range: tuple[float, float] | None, keys) -> tuple[float, float]:
+    """``key_range`` grown to the finite keys of sorted ``keys`` (its ends, unless infinite)."""
+    lo, hi = float(keys[0]), float(keys[-1])
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        finite = keys[np.isfinite(keys)]
+        if len(finite) == 0:
+            return key_range if key_range is not None else (0.0, 0.0)
+        lo, hi = float(finite[0]), float(finite[-1])
+    if key_range is not None:
+        lo, hi = min(lo, key_range[0]), max(hi, key_range[1])
+    return lo, hi
 
 
 @register
@@ -639,6 +857,11 @@ class BISortIndex(SubwindowIndex):
         (the kernels release the GIL); the default 1 probes in the calling thread. More than
         one pays only where the actor has cores to itself (see ``benchmarks/
         test_subwindow_indexes.py``).
+    layout : str
+        ``"compact"`` (default): the main arrays hold 8-byte items, a 32-bit key code and a
+        32-bit relative ref (:mod:`~streamjoin.indexes.key_codes`); a probe returns a superset
+        of the band's items, which the join core refines on the full keys (``exact`` is
+        False). ``"wide"``: a float64 key and an int64 ref per item, exact probes.
     """
 
     name = "bisort"
@@ -654,13 +877,17 @@ class BISortIndex(SubwindowIndex):
         partitions: int = 512,
         buffer_size: int | None = None,
         threads: int = 1,
+        layout: str = "compact",
     ) -> None:
         if buffer_size is None:
             size = int_option(self.name, "subwindow_size", subwindow_size, 1)
             buffer_size = min(size, max(1024, size // 32))
         self.threads = int_option(self.name, "threads", threads, 1)
         self._pool: ThreadPoolExecutor | None = None
-        super().__init__(n_keys, subwindow_size, partitions=partitions, buffer_size=buffer_size)
+        super().__init__(
+            n_keys, subwindow_size, partitions=partitions, buffer_size=buffer_size, layout=layout
+        )
+        self.exact = layout == "wide"
 
     def probe_stores(self, keys, vlo, vhi, lo, hi):
         """Every subwindow appends to one pair of outputs (per thread): no per-store arrays to

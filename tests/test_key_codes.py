@@ -1,0 +1,164 @@
+"""Compact index items (``streamjoin.indexes.key_codes``) and the exactness of the indexes that
+hold them: codes are monotone, probes over codes return supersets, and the refinement on full
+keys gives the oracle's pairs where many distinct keys share one code and where band bounds
+fall exactly on a code boundary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from window_index_oracle import SortedOracle, probe_pairs
+
+import streamjoin as sj
+from streamjoin import indexes
+from streamjoin.indexes.key_codes import (
+    CODE_MAX,
+    encode,
+    fit,
+    item_bounds,
+    item_codes,
+    item_refs,
+    pack_items,
+)
+
+ANY_FLOAT = st.floats(allow_nan=False)  # infinities and subnormals included
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+
+
+def _code(k: float, base: float, scale: float) -> int:
+    return int(encode(np.float64(k), base, scale))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fitted=st.lists(FINITE, min_size=1, max_size=5),
+    a=ANY_FLOAT,
+    b=ANY_FLOAT,
+)
+def test_codes_are_monotone(fitted, a, b):
+    """k1 <= k2 implies code(k1) <= code(k2), for any fitted code and any two keys (clamped
+    ones, infinities and keys near the float limits included): what makes a code range a
+    superset of a key range."""
+    base, scale = fit(np.array(fitted))
+    lo, hi = sorted((a, b))
+    assert 0 <= _code(lo, base, scale) <= _code(hi, base, scale) <= CODE_MAX
+
+
+@settings(max_examples=200, deadline=None)
+@given(low=st.integers(-(2**52), 2**52), width=st.integers(0, 2**30))
+def test_integer_ranges_below_2_31_get_exact_codes(low, width):
+    """Integers over a fitted range of fewer than 2**31 values: scale >= 1, so distinct integers
+    have distinct codes, and the range's ends (and its headroom) are inside the codes."""
+    ends = np.array([low, low + width], dtype=np.float64)
+    base, scale = fit(ends)
+    assert scale >= 1.0
+    ks = np.unique(np.linspace(ends[0], ends[1], 50).round())
+    c = [_code(k, base, scale) for k in ks]
+    assert all(x < y for x, y in zip(c, c[1:], strict=False))
+    assert c[0] > 0 and c[-1] < CODE_MAX
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    fitted=st.lists(FINITE, min_size=1, max_size=5),
+    keys=st.lists(ANY_FLOAT, min_size=1, max_size=40),
+    bounds=st.lists(ANY_FLOAT, min_size=2, max_size=2),
+)
+def test_item_bounds_hold_every_item_in_the_interval(fitted, keys, bounds):
+    """Items packed from sorted keys are sorted, carry their keys' codes and decode to their
+    refs (counted from a base); every item whose key lies in ``[vlo, vhi]`` lies inside the
+    interval's item bounds (a search over items returns a superset)."""
+    base, scale = fit(np.array(fitted))
+    k = np.sort(np.array(keys))
+    refs = np.arange(2**40, 2**40 + len(k), dtype=np.int64)
+    items = pack_items(k, refs, base, scale, 2**40)
+    assert items.dtype == np.uint64 and np.all(items[1:] > items[:-1])
+    got = item_refs(items, 2**40)
+    assert sorted(got.tolist()) == refs.tolist()
+    key_of = dict(zip(refs.tolist(), k.tolist(), strict=True))
+    assert item_codes(items).tolist() == [_code(key_of[r], base, scale) for r in got.tolist()]
+    vlo, vhi = sorted(bounds)
+    ilo, ihi = item_bounds(np.array([vlo]), np.array([vhi]), base, scale)
+    for item, ref in zip(items, got.tolist(), strict=True):
+        if vlo <= key_of[ref] <= vhi:
+            assert ilo[0] <= item <= ihi[0]
+
+
+def _bisort(**options):
+    return indexes.get("bisort")(1, **options)
+
+
+def test_many_distinct_keys_sharing_one_code_are_refined_exactly():
+    """The code is fitted to a first run of keys in [0, 1): later keys up to 1e12 all clamp to
+    the top code and keys 1e-13 apart share codes. Probes return those collisions as
+    candidates (checked: there are many), and refined on the full keys they give exactly the
+    oracle's pairs, in the main array of the first subwindow and of the next ones."""
+    rng = np.random.default_rng(11)
+    index = _bisort(subwindow_size=600, partitions=8, buffer_size=50)
+    oracle = SortedOracle()
+    first = rng.uniform(0, 1, 200)
+    index.insert(*oracle.batch(first))
+    assert not np.isnan(index._subwindows[-1]._t.coder).any(), "fitted on the first run"
+    extra_candidates = 0
+    for step in range(12):
+        wide = rng.uniform(1e3, 1e12, 60)
+        close = 0.5 + rng.integers(0, 20, 60) * 1e-13  # distinct keys within one code
+        index.insert(*oracle.batch(np.concatenate([wide, close])))
+        index.check()
+        probes = np.concatenate([rng.choice(wide, 3), [0.5, 0.5 + 7e-13, 1e11]])
+        for lo, hi in [(0.0, 0.0), (-3e-13, 2e-13), (-1e9, 1e9), (1e-13, np.inf)]:
+            raw = probe_pairs(index, probes, lo, hi)
+            got = probe_pairs(index, probes, lo, hi, oracle)
+            assert got == oracle.probe(probes, lo, hi), (step, lo, hi)
+            assert set(got) <= set(raw)
+            extra_candidates += len(raw) - len(got)
+    assert extra_candidates > 1000, "the test must make codes collide"
+
+
+@pytest.mark.parametrize("layout", ["compact", "wide"])
+def test_band_bounds_exactly_on_a_code_boundary(layout):
+    """Keys on the code grid (multiples of 1 / scale from ``base``) and bands whose ends land
+    exactly on grid points, one code apart and inside one code: closed bounds keep the items on
+    them, and nothing one code beyond comes through the refinement."""
+    index = _bisort(subwindow_size=256, partitions=4, buffer_size=0, layout=layout)
+    oracle = SortedOracle()
+    grid = np.arange(0, 64) * 0.25  # fit() of [0, 15.75]: scale a power of two, grid exact
+    index.insert(*oracle.batch(np.repeat(grid, 2)))
+    t = index._subwindows[-1]._t
+    if layout == "compact":
+        base, scale = t.coder
+        c = [_code(k, base, scale) for k in grid]
+        assert all(y > x for x, y in zip(c, c[1:], strict=False)), "grid points on codes"
+        # a point between two grid points shares the lower one's code only with keys below it
+        assert _code(1.125, base, scale) >= c[4]
+    probes = np.array([0.0, 1.0, 1.125, 3.75, 15.75])
+    for lo, hi in [(0.0, 0.0), (0.25, 0.25), (-0.25, 0.5), (0.125, 0.375), (-1.0, -0.25)]:
+        got = probe_pairs(index, probes, lo, hi, oracle)
+        assert got == oracle.probe(probes, lo, hi), (lo, hi)
+        assert got, "the band holds grid points"
+
+
+def test_a_join_with_colliding_codes_matches_the_oracle():
+    """A whole band join through the compact ``bisort`` (the default layout) where the first
+    subwindow's code is fitted to a narrow first run and later keys collide: the join core's
+    refinement on the stored keys gives exactly the oracle's pairs."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    x = np.concatenate([rng.uniform(0, 1, 300), rng.uniform(0, 1e6, n - 300)])
+    x[::7] = 0.25 + rng.integers(0, 5, len(x[::7])) * 1e-12
+    data = {"ts": np.arange(n), "x": x, "stream": rng.integers(0, 2, n)}
+    q = sj.Query(sj.band("x", 2e-12), window=sj.CountWindow(900))
+    expected = sj.oracle.join(q, data)
+    assert len(expected) > 1000
+    for batch_size in (1, 64, 500):
+        topology = sj.topologies.single("bisort", subwindow_size=256, buffer_size=32)
+        assert sj.run(q, data, topology, batch_size=batch_size).same_pairs(expected)
+
+
+def test_infinities_take_the_extreme_codes():
+    base, scale = fit(np.array([-5.0, 5.0]))
+    items = pack_items(np.array([-np.inf, -5.0, 0.0, 4.5, np.inf]), np.arange(5), base, scale, 0)
+    c = item_codes(items)
+    assert c[0] == 0 and c[-1] == CODE_MAX and 0 < c[1] < c[2] < c[3] < CODE_MAX
