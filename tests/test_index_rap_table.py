@@ -14,6 +14,7 @@ from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
 from window_index_oracle import (
     JOIN_PREDICATES,
     JOIN_WINDOWS,
+    SortedOracle,
     join_matches_oracle,
     machine,
     probe_pairs,
@@ -22,6 +23,7 @@ from window_index_oracle import (
 
 import streamjoin.indexes.rap_table  # noqa: F401  (registers "rap_table")
 from streamjoin import indexes
+from streamjoin.indexes.key_codes import CODE_MAX, encode
 from streamjoin.indexes.llat import PTR_G
 from streamjoin.indexes.rap_table import adjust_splitters
 
@@ -143,13 +145,25 @@ def test_llat_chains_equal_keys_into_reserved_entries():
     assert probe_pairs(index, [7.0], 0.0, 0.0) == [(0, r) for r in range(100)]
 
 
-def test_increasing_keys_pile_into_the_last_partition():
-    """§III-B3: keys above the previous subwindow's range all land in the last partition."""
-    index = rap_table(subwindow_size=64, partitions=8)
-    index.insert(np.arange(128.0)[None, :], np.arange(128))
+@pytest.mark.parametrize("layout", ["compact", "wide"])
+def test_increasing_keys_pile_into_the_last_partition(layout):
+    """§III-B3: keys above the previous subwindow's range all land in the last partition.
+    Compact, they also pass the top of the code fitted to that range: they share the top code,
+    so a probe among them returns all of them, and the refinement keeps the answer exact."""
+    index = rap_table(subwindow_size=64, partitions=8, layout=layout)
+    oracle = SortedOracle()
+    index.insert(*oracle.batch(np.arange(128.0)))
     index.check()
-    assert index._subwindows[-1]._t.count[-1] == 64
-    assert probe_pairs(index, [100.0], -1.0, 1.0) == [(0, 99), (0, 100), (0, 101)]
+    newest = index._subwindows[-1]
+    assert newest._t.count[-1] == 64 and newest.compact == (layout == "compact")
+    assert probe_pairs(index, [100.0], -1.0, 1.0, oracle) == [(0, 99), (0, 100), (0, 101)]
+    raw = probe_pairs(index, [100.0], -1.0, 1.0)
+    if layout == "wide":
+        assert len(raw) == 3
+    else:  # every key of the newest subwindow coded at the top, as 99-101 are
+        base, scale = newest._t.coder
+        top = [k for k in range(64, 128) if encode(float(k), base, scale) == CODE_MAX]
+        assert len(top) > 20 and raw == [(0, k) for k in top]
 
 
 @pytest.mark.parametrize(
@@ -179,3 +193,39 @@ def test_join_matches_oracle(predicate, window, self_join, batch_size):
 
 def test_panjoin_topology_matches_oracle():
     panjoin_matches_oracle("rap_table", {"partitions": 3, "domain": (0.0, 50.0)})
+
+
+def test_subwindows_after_the_first_hold_compact_items():
+    """The first subwindow has no keys to fit a code to and stays wide; each later one holds
+    8-byte items coded for its predecessor's key range: half the LLAT bytes, the same pairs."""
+    rng = np.random.default_rng(4)
+    compact, wide = (
+        rap_table(subwindow_size=500, partitions=16),
+        rap_table(subwindow_size=500, partitions=16, layout="wide"),
+    )
+    oracle = SortedOracle()
+    for _ in range(4):
+        keys, refs = oracle.batch(rng.normal(0, 100, 500))
+        for ix in (compact, wide):
+            ix.insert(keys, refs)
+            ix.check()
+    assert [s.compact for s in compact._subwindows] == [False, True, True, True]
+    assert not any(s.compact for s in wide._subwindows)
+    assert not compact.exact and wide.exact
+    slots = [  # the LLAT's item arrays of the compact subwindows, and of their wide twins
+        sum(
+            s.nbytes
+            - sum(a.nbytes for a in s._t)
+            - s._llat.fill.nbytes
+            - s._llat.next.nbytes
+            - s._llat.meta.nbytes
+            for s in list(ix._subwindows)[1:]
+        )
+        for ix in (compact, wide)
+    ]
+    assert slots[0] * 2 == slots[1]
+    probes = rng.normal(0, 100, 50)
+    for lo, hi in [(-0.5, 0.5), (0.0, 0.0), (-3.0, 1.0)]:
+        want = oracle.probe(probes, lo, hi)
+        assert probe_pairs(compact, probes, lo, hi, oracle) == want
+        assert probe_pairs(wide, probes, lo, hi) == want

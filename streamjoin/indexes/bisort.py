@@ -51,13 +51,15 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from streamjoin.indexes.base import copy_prefix, grow, in_band, register
+from streamjoin.indexes.base import copy_prefix, grow, register
 from streamjoin.indexes.key_codes import (
-    REF_MASK,
     REF_SPAN,
+    bounds_for,
     fit,
-    item_bounds,
+    holds_items,
     item_codes,
+    item_in_band,
+    item_ref,
     item_refs,
     pack_items,
 )
@@ -105,48 +107,12 @@ class BISortArrays(NamedTuple):
     coder: np.ndarray
 
 
-def _compact(a) -> bool:
-    """(jitted: a constant) Whether ``a`` is a main array of compact items."""
-    return a.dtype == np.uint64
-
-
-@overload(_compact, inline="always")
-def _compact_ol(a):
-    flag = a.dtype == types.uint64
-    return lambda a: flag
-
-
-def _item_ref(keys, refs, j, ref_base):
-    """(jitted) The ref of item ``j`` of a main array or buffer."""
-    raise NotImplementedError
-
-
-@overload(_item_ref, inline="always")
-def _item_ref_ol(keys, refs, j, ref_base):
-    if keys.dtype == types.uint64:
-        return lambda keys, refs, j, ref_base: ref_base + np.int64(keys[j] & REF_MASK)
-    return lambda keys, refs, j, ref_base: refs[j]
-
-
-def _item_matches(keys, j, key, lo, hi):
-    """(jitted) Whether item ``j`` is in probe ``key``'s band: exactly for wide items; compact
-    ones are in the code range already and are refined by the caller (always True)."""
-    raise NotImplementedError
-
-
-@overload(_item_matches, inline="always")
-def _item_matches_ol(keys, j, key, lo, hi):
-    if keys.dtype == types.uint64:
-        return lambda keys, j, key, lo, hi: True
-    return lambda keys, j, key, lo, hi: in_band(keys[j], key, lo, hi)
-
-
 def _main_run(t, keys, refs):
     """(jitted) A sorted wide run as items of ``t``'s main array: ``(keys, refs)``."""
     raise NotImplementedError
 
 
-@overload(_main_run, inline="always")
+@overload(_main_run)
 def _main_run_ol(t, keys, refs):
     if t.types[0].dtype == types.uint64:
 
@@ -156,18 +122,6 @@ def _main_run_ol(t, keys, refs):
 
         return impl
     return lambda t, keys, refs: (keys, refs)
-
-
-def _main_bounds(t, vlo, vhi):
-    """(jitted) Widened key intervals as bounds on ``t``'s main-array items."""
-    raise NotImplementedError
-
-
-@overload(_main_bounds, inline="always")
-def _main_bounds_ol(t, vlo, vhi):
-    if t.types[0].dtype == types.uint64:
-        return lambda t, vlo, vhi: item_bounds(vlo, vhi, t.coder[0], t.coder[1])
-    return lambda t, vlo, vhi: (vlo, vhi)
 
 
 @njit(cache=True, nogil=True)
@@ -187,7 +141,7 @@ def merge_back(dst_keys, dst_refs, n, src_keys, src_refs):
     ``dst`` is overwritten before it is read: the write position stays above the read
     position. O(n + len(src)).
     """
-    wide = not _compact(dst_keys)  # compact items carry their refs
+    wide = not holds_items(dst_keys)  # compact items carry their refs
     i = n - 1
     j = src_keys.shape[0] - 1
     w = n + j
@@ -429,7 +383,8 @@ def probe_run(
     min_ref``, as :func:`locate_run` finds them, copied out right after each group's search
     while its keys are in cache (their refs prefetched meanwhile); each candidate is stored and
     kept by advancing the count (no branch on the exact test). A run of compact items is
-    searched with item bounds (``vlo``/``vhi`` from :func:`_main_bounds`) and returns every
+    searched with item bounds (``vlo``/``vhi`` from
+    :func:`~streamjoin.indexes.key_codes.bounds_for`) and returns every
     item in them, refs counted from ``ref_base``: a superset of the band's items that the caller
     refines. The outputs grow (doubling) when a group's candidates do not fit: at most a few
     times per batch. Returns ``(out_p, out_r, n)``. Complexity as :func:`locate_run`, plus
@@ -472,10 +427,11 @@ def probe_run(
             i = g0 + g
             key = probes[i]
             for j in range(base[g], ends[g]):
-                r = _item_ref(keys, refs, j, ref_base)
+                v = keys[j]
+                r = item_ref(v, refs[j], ref_base)
                 out_p[n] = i
                 out_r[n] = r
-                n += (r >= min_ref) & _item_matches(keys, j, key, lo, hi)
+                n += (r >= min_ref) & item_in_band(v, key, lo, hi)
     return out_p, out_r, n
 
 
@@ -492,7 +448,7 @@ def locate_bisort(t, vlo, vhi):
     """
     starts = np.empty(vlo.shape[0], dtype=np.int64)
     ends = np.empty(vlo.shape[0], dtype=np.int64)
-    blo, bhi = _main_bounds(t, vlo, vhi)
+    blo, bhi = bounds_for(t.keys, vlo, vhi, t.coder)
     locate_run(
         t.keys,
         t.refs,
@@ -522,7 +478,7 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
     are the items inside the widened intervals (a run with at most ``_SWEEP_GAP`` items per
     probe is swept in O(m)).
     """
-    blo, bhi = _main_bounds(t, vlo, vhi)
+    blo, bhi = bounds_for(t.keys, vlo, vhi, t.coder)
     out_p, out_r, n = probe_run(
         t.keys,
         t.refs,

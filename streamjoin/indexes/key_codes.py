@@ -32,7 +32,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
+
+from streamjoin.indexes.base import in_band
 
 #: Largest code; also the mask of the ref half of an item.
 CODE_MAX = 2**32 - 1
@@ -121,3 +124,74 @@ def item_refs(items: np.ndarray, ref_base: int) -> np.ndarray:
 def item_codes(items: np.ndarray) -> np.ndarray:
     """The key codes of ``items`` (uint64)."""
     return items >> _SHIFT
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels generic over an index's item layout: wide (a float64 key beside an int64 ref) or
+# compact (uint64 items). Each is a constant choice per numba specialisation (no branch).
+# --------------------------------------------------------------------------------------------
+
+
+def holds_items(a) -> bool:
+    """(jitted: a constant) Whether array ``a`` holds compact items (uint64)."""
+    return a.dtype == np.uint64
+
+
+@overload(holds_items)
+def _holds_items_ol(a):
+    flag = a.dtype == types.uint64
+    return lambda a: flag
+
+
+def item_ref(v, r, ref_base):
+    """(jitted) The ref of a held item ``v`` whose ref slot reads ``r``: ``r`` for a wide
+    item, the ref packed in a compact one (counted from ``ref_base``)."""
+    raise NotImplementedError
+
+
+@overload(item_ref)
+def _item_ref_ol(v, r, ref_base):
+    if v == types.uint64:
+        return lambda v, r, ref_base: ref_base + np.int64(v & REF_MASK)
+    return lambda v, r, ref_base: r
+
+
+def item_in_band(v, key, lo, hi):
+    """(jitted) Whether held item ``v`` may match probe ``key``: the exact band test for a wide
+    item; True for a compact one, already inside the probe's item bounds (the caller refines)."""
+    raise NotImplementedError
+
+
+@overload(item_in_band)
+def _item_in_band_ol(v, key, lo, hi):
+    if v == types.uint64:
+        return lambda v, key, lo, hi: True
+    return lambda v, key, lo, hi: in_band(v, key, lo, hi)
+
+
+def as_item(a, k, r, coder, ref_base):
+    """(jitted) Key ``k`` with ref ``r`` as an item of array ``a``: ``k`` itself for a wide
+    array, the packed item (``coder`` = ``(base, scale)``) for a compact one."""
+    raise NotImplementedError
+
+
+@overload(as_item)
+def _as_item_ol(a, k, r, coder, ref_base):
+    if a.dtype == types.uint64:
+        return lambda a, k, r, coder, ref_base: (
+            (encode(k, coder[0], coder[1]) << _SHIFT) | np.uint64(r - ref_base)
+        )
+    return lambda a, k, r, coder, ref_base: k
+
+
+def bounds_for(a, vlo, vhi, coder):
+    """(jitted) Widened key intervals as bounds on the items of array ``a``: ``(vlo, vhi)``
+    for a wide array, :func:`item_bounds` for a compact one."""
+    raise NotImplementedError
+
+
+@overload(bounds_for)
+def _bounds_for_ol(a, vlo, vhi, coder):
+    if a.dtype == types.uint64:
+        return lambda a, vlo, vhi, coder: item_bounds(vlo, vhi, coder[0], coder[1])
+    return lambda a, vlo, vhi, coder: (vlo, vhi)

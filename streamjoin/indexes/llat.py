@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from streamjoin.indexes.key_codes import holds_items, item_ref
 from streamjoin.indexes.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
@@ -27,9 +28,10 @@ PTR_G = 0
 class LLAT(NamedTuple):
     """State of one LLAT; kernels mutate it in place (WiB+-Tree growth replaces the arrays)."""
 
-    #: float64 (entries, width): item keys, the first ``fill[e]`` of each entry in use
+    #: (entries, width): item keys, the first ``fill[e]`` of each entry in use: float64, or
+    #: compact uint64 items (:mod:`~streamjoin.indexes.key_codes`, which carry their refs)
     keys: np.ndarray
-    #: int64 (entries, width)
+    #: int64 (entries, width), or ``keys`` itself for compact items
     refs: np.ndarray
     #: int64 (entries,): items in each entry (the paper's ``Head``)
     fill: np.ndarray
@@ -39,14 +41,16 @@ class LLAT(NamedTuple):
     meta: np.ndarray
 
 
-def new_llat(entries: int, width: int, normal: int) -> LLAT:
-    """An LLAT of ``entries`` entries of ``width`` items; entries ``[0, normal)`` start as
-    empty one-entry chains (the normal entries) and ``PtrG = normal``."""
+def new_llat(entries: int, width: int, normal: int, compact: bool = False) -> LLAT:
+    """An LLAT of ``entries`` entries of ``width`` items (8-byte compact items if
+    ``compact``, else a float64 key and an int64 ref); entries ``[0, normal)`` start as empty
+    one-entry chains (the normal entries) and ``PtrG = normal``."""
     fill = np.zeros(entries, dtype=np.int64)
     nxt = np.full(entries, -1, dtype=np.int64)
+    keys = np.empty((entries, width), dtype=np.uint64 if compact else np.float64)
     return LLAT(
-        np.empty((entries, width)),
-        np.empty((entries, width), dtype=np.int64),
+        keys,
+        keys if compact else np.empty((entries, width), dtype=np.int64),
         fill,
         nxt,
         np.array([normal], dtype=np.int64),
@@ -56,9 +60,11 @@ def new_llat(entries: int, width: int, normal: int) -> LLAT:
 def grown_llat(llat: LLAT, entries: int) -> LLAT:
     """A copy of ``llat`` with room for ``entries`` entries."""
     used = int(llat.meta[PTR_G])
-    out = new_llat(entries, llat.keys.shape[1], 0)
-    for new, old in zip(out[:4], llat[:4], strict=True):
-        new[:used] = old[:used]
+    compact = llat.keys.dtype == np.uint64
+    out = new_llat(entries, llat.keys.shape[1], 0, compact)
+    for j, (new, old) in enumerate(zip(out[:4], llat[:4], strict=True)):
+        if not (compact and j == 1):  # compact refs are the keys, copied already
+            new[:used] = old[:used]
     out.meta[PTR_G] = used
     return out
 
@@ -84,7 +90,8 @@ def take_entry(llat):
 
 @njit(cache=True, nogil=True, inline="always")
 def llat_append(llat, tail, part, v, r):
-    """Add item ``(v, r)`` to partition ``part``, whose chain ends at entry ``tail[part]``.
+    """Add item ``(v, r)`` to partition ``part``, whose chain ends at entry ``tail[part]``
+    (a compact item ``v`` carries its ref: ``r`` is not stored).
 
     §III-B2: a full last entry is linked to the entry at ``PtrG``. Keeping each chain's last
     entry in ``tail`` spares the walk down the list the paper describes. O(1).
@@ -97,7 +104,8 @@ def llat_append(llat, tail, part, v, r):
         e = g
     f = llat.fill[e]
     llat.keys[e, f] = v
-    llat.refs[e, f] = r
+    if not holds_items(llat.keys):
+        llat.refs[e, f] = r
     llat.fill[e] = f + 1
 
 
@@ -111,6 +119,9 @@ def _sweep(
     keys,
     vlo,
     vhi,
+    ilo,
+    ihi,
+    ref_base,
     lo,
     hi,
     min_ref,
@@ -130,15 +141,15 @@ def _sweep(
         high = part_high[p]
         while b < m and vlo[b] <= high:
             b += 1
-        first, last = vlo[a], vhi[b - 1]  # the active probes' hull: most items fall outside
+        first, last = ilo[a], ihi[b - 1]  # the active probes' hull: most items fall outside
         e = part_head[p]
         while e >= 0:
             for t in range(llat.fill[e]):
                 v = llat.keys[e, t]
-                if first <= v <= last and llat.refs[e, t] >= min_ref:
-                    n = match_item(
-                        v, llat.refs[e, t], keys, vlo, vhi, a, b, lo, hi, out_p, out_r, n, write
-                    )
+                if first <= v <= last:
+                    r = item_ref(v, llat.refs[e, t], ref_base)
+                    if r >= min_ref:
+                        n = match_item(v, r, keys, ilo, ihi, a, b, lo, hi, out_p, out_r, n, write)
             e = llat.next[e]
         while a < b and vhi[a] < high:  # later partitions hold keys >= high only
             a += 1
@@ -150,7 +161,20 @@ def _sweep(
 
 @njit(cache=True, nogil=True)
 def scan_partitions(
-    llat, part_high, part_next, part_head, start_part, keys, vlo, vhi, lo, hi, min_ref
+    llat,
+    part_high,
+    part_next,
+    part_head,
+    start_part,
+    keys,
+    vlo,
+    vhi,
+    ilo,
+    ihi,
+    ref_base,
+    lo,
+    hi,
+    min_ref,
 ):
     """Probe a sorted batch against partitions stored as LLAT chains (PanJoin §III-E).
 
@@ -178,6 +202,12 @@ def scan_partitions(
     keys, vlo, vhi : float64 (m,)
         Sorted probe keys and their intervals from
         :func:`~streamjoin.indexes.subwindows.band_bounds`.
+    ilo, ihi : (m,)
+        The intervals as bounds on the held items: ``vlo``/``vhi`` for wide items, their
+        :func:`~streamjoin.indexes.key_codes.item_bounds` for compact ones, whose every item
+        inside a probe's bounds is returned (a superset the caller refines).
+    ref_base : int
+        The ref compact items count from.
     lo, hi : float
     min_ref : int
         Items with a smaller ref are skipped (expired).
@@ -189,7 +219,22 @@ def scan_partitions(
         matches).
     """
     none = np.empty(0, dtype=np.int64)
-    args = (llat, part_high, part_next, part_head, start_part, keys, vlo, vhi, lo, hi, min_ref)
+    args = (
+        llat,
+        part_high,
+        part_next,
+        part_head,
+        start_part,
+        keys,
+        vlo,
+        vhi,
+        ilo,
+        ihi,
+        ref_base,
+        lo,
+        hi,
+        min_ref,
+    )
     n = _sweep(*args, none, none, False)
     out_p = np.empty(n, dtype=np.int64)
     out_r = np.empty(n, dtype=np.int64)
@@ -209,4 +254,6 @@ class LLATStore(SubwindowStore):
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._t) + sum(a.nbytes for a in self._llat)
+        llat = self._llat
+        arrays = [a for j, a in enumerate(llat) if not (j == 1 and a is llat.keys)]
+        return sum(a.nbytes for a in self._t) + sum(a.nbytes for a in arrays)

@@ -27,6 +27,15 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
+from streamjoin.indexes.key_codes import (
+    REF_SPAN,
+    as_item,
+    bounds_for,
+    encode,
+    fit,
+    item_codes,
+    item_refs,
+)
 from streamjoin.indexes.llat import (
     PTR_G,
     LLATStore,
@@ -59,6 +68,10 @@ class RaPArrays(NamedTuple):
     part_next: np.ndarray
     #: int64 (P,): ``p``: partition p's chain starts at normal entry p (§III-B2)
     part_head: np.ndarray
+    #: float64 (2,): the key code's ``(base, scale)`` of a compact LLAT (unused when wide)
+    coder: np.ndarray
+    #: int64 (1,): the ref compact items count from
+    ref_base: np.ndarray
 
 
 @njit(cache=True, nogil=True)
@@ -123,7 +136,8 @@ def insert_rap_table(t, llat, keys, refs):
     for i in range(keys.shape[0]):
         v = keys[i]
         p = rebound_search(t.high, 0, n_parts, p, v, False)
-        llat_append(llat, t.tail, p, v, refs[i])
+        item = as_item(llat.keys, v, refs[i], t.coder, t.ref_base[0])
+        llat_append(llat, t.tail, p, item, refs[i])
         if t.count[p] == 0:
             t.kmin[p] = v
             t.kmax[p] = v
@@ -149,8 +163,22 @@ def probe_rap_table(t, llat, keys, vlo, vhi, lo, hi, min_ref):
     for i in range(keys.shape[0]):
         p = rebound_search(t.high, 0, n_parts, p, vlo[i], False)
         start[i] = p
+    ilo, ihi = bounds_for(llat.keys, vlo, vhi, t.coder)
     return scan_partitions(
-        llat, t.high, t.part_next, t.part_head, start, keys, vlo, vhi, lo, hi, min_ref
+        llat,
+        t.high,
+        t.part_next,
+        t.part_head,
+        start,
+        keys,
+        vlo,
+        vhi,
+        ilo,
+        ihi,
+        t.ref_base[0],
+        lo,
+        hi,
+        min_ref,
     )
 
 
@@ -176,6 +204,14 @@ class RaPTable(LLATStore):
         Key range the first subwindow's table splits evenly, finite, ``lo < hi``.
     high : float64 (P,), optional
         The partition table (from :meth:`successor`); overrides ``domain``.
+    layout : str
+        ``"compact"``: from the second subwindow on, the LLAT holds 8-byte items (a 32-bit key
+        code fitted to the previous subwindow's keys and a 32-bit relative ref,
+        :mod:`~streamjoin.indexes.key_codes`) and probes return a superset the caller refines;
+        the first subwindow, with no keys seen to fit a code to, stays wide. ``"wide"``: a
+        float64 key and an int64 ref per item, exact probes.
+    coder : (float, float), optional
+        The key code of a compact subwindow (from :meth:`successor`).
     """
 
     kind = "rap_table"
@@ -187,8 +223,14 @@ class RaPTable(LLATStore):
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
         high: np.ndarray | None = None,
+        layout: str = "compact",
+        coder: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(capacity)
+        if layout not in ("compact", "wide"):
+            raise ValueError(f"rap_table layout must be 'compact' or 'wide', got {layout!r}")
+        self.layout = layout
+        compact = layout == "compact" and coder is not None and capacity < REF_SPAN
         p = self.partitions = int_option(self.kind, "partitions", partitions, 1)
         try:
             self.sigma = float(sigma)
@@ -211,7 +253,7 @@ class RaPTable(LLATStore):
         # need a reserved entry and 2P entries suffice (§III-B2); the max() keeps that true
         # for a σ so close to 1 that N_Sub · σ rounds to N_Sub
         width = max(math.ceil(capacity * self.sigma / p), capacity // p + 1)
-        self._llat = new_llat(2 * p, width, p)
+        self._llat = new_llat(2 * p, width, p, compact)
         self._size = 0
         arange = np.arange(p, dtype=np.int64)
         self._t = RaPArrays(
@@ -222,14 +264,36 @@ class RaPTable(LLATStore):
             arange.copy(),
             np.append(arange[1:], -1),
             arange,
+            np.array(coder if compact else (np.nan, np.nan), dtype=np.float64),
+            np.zeros(1, dtype=np.int64),
         )
+
+    @property
+    def compact(self) -> bool:
+        """Whether this subwindow holds compact items."""
+        return self._llat.keys.dtype == np.uint64
 
     def successor(self) -> RaPTable:
         t = self._t
         high = adjust_splitters(t.count, t.kmin, t.kmax, t.high)
-        return RaPTable(self.capacity, self.partitions, self.sigma, self.domain, high)
+        coder = None
+        if self.layout == "compact":
+            used = t.count > 0
+            seen = np.array([t.kmin[used].min(), t.kmax[used].max()]) if used.any() else None
+            coder = fit(seen) if seen is not None else (tuple(t.coder) if self.compact else None)
+        return RaPTable(
+            self.capacity, self.partitions, self.sigma, self.domain, high, self.layout, coder
+        )
 
     def insert(self, keys, refs):
+        if len(refs) == 0:
+            return
+        if self.compact:
+            t = self._t
+            if self._size == 0:
+                t.ref_base[0] = refs.min()  # every later ref is larger
+            if int(refs.max()) - int(t.ref_base[0]) >= REF_SPAN:
+                raise ValueError("rap_table: the refs of one compact subwindow span 2**32 or more")
         insert_rap_table(self._t, self._llat, keys, refs)
         self._size += len(refs)
 
@@ -242,13 +306,21 @@ class RaPTable(LLATStore):
         return self._t.count.copy()
 
     def items(self):
+        """``(keys, refs)``; a compact subwindow's keys are its items' codes (float64)."""
         keys, refs = [], []
         for p in range(self.partitions):
-            for e in chain_entries(self._llat, p):
-                f = self._llat.fill[e]
-                keys.append(self._llat.keys[e, :f])
-                refs.append(self._llat.refs[e, :f])
+            k, r = self._partition_items(p)
+            keys.append(k)
+            refs.append(r)
         return np.concatenate(keys), np.concatenate(refs)
+
+    def _partition_items(self, p: int) -> tuple[np.ndarray, np.ndarray]:
+        llat = self._llat
+        chain = chain_entries(llat, p)
+        keys = np.concatenate([llat.keys[e, : llat.fill[e]] for e in chain])
+        if not self.compact:
+            return keys, np.concatenate([llat.refs[e, : llat.fill[e]] for e in chain])
+        return item_codes(keys).astype(np.float64), item_refs(keys, int(self._t.ref_base[0]))
 
     def check(self) -> None:
         t, llat = self._t, self._llat
@@ -266,9 +338,13 @@ class RaPTable(LLATStore):
             assert all(llat.fill[e] == width for e in chain[:-1]), f"partition {p}: full links"
             assert all(e >= p_count for e in chain[1:]), "chains continue in reserved entries"
             seen += chain[1:]
-            keys = np.concatenate([llat.keys[e, : llat.fill[e]] for e in chain])
+            keys, refs = self._partition_items(p)
             assert len(keys) == t.count[p], f"partition {p}: count histogram"
-            if len(keys):
+            if len(keys) and self.compact:  # codes lie between those of the min and max keys
+                c = [int(encode(k, t.coder[0], t.coder[1])) for k in (t.kmin[p], t.kmax[p])]
+                assert keys.min() >= c[0] and keys.max() <= c[1], f"partition {p}: codes"
+                assert refs.min() >= t.ref_base[0], f"partition {p}: refs above the base"
+            elif len(keys):
                 assert keys.min() == t.kmin[p] and keys.max() == t.kmax[p], (
                     f"partition {p}: min/max"
                 )
@@ -301,6 +377,10 @@ class RaPTableIndex(SubwindowIndex):
         LLAT entry size factor ``σ`` > 1.
     domain : (float, float)
         Key range the first subwindow splits evenly.
+    layout : str
+        ``"compact"`` (default): subwindows after the first hold 8-byte items and probes
+        return a superset of the band that the join core refines on the full keys (``exact``
+        is False); ``"wide"``: 16-byte items, exact probes (see :class:`RaPTable`).
     """
 
     name = "rap_table"
@@ -313,5 +393,14 @@ class RaPTableIndex(SubwindowIndex):
         partitions: int = 512,
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
+        layout: str = "compact",
     ) -> None:
-        super().__init__(n_keys, subwindow_size, partitions=partitions, sigma=sigma, domain=domain)
+        super().__init__(
+            n_keys,
+            subwindow_size,
+            partitions=partitions,
+            sigma=sigma,
+            domain=domain,
+            layout=layout,
+        )
+        self.exact = layout == "wide"

@@ -28,7 +28,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from streamjoin.indexes.base import WindowIndex, in_band, key_range
+from streamjoin.indexes.base import WindowIndex, key_range
+from streamjoin.indexes.key_codes import item_in_band
 from streamjoin.indexes.key_order import stable_key_order
 
 #: Ref below every real ref: "nothing expired yet", and the last ref of an empty subwindow.
@@ -155,15 +156,16 @@ def match_item(v, r, keys, vlo, vhi, a, b, lo, hi, out_p, out_r, n, write):
     and store the pairs at ``out_p[n:]``/``out_r[n:]`` if ``write``; returns the new count.
 
     The candidate probes of item ``v`` are the contiguous run with ``vlo <= v <= vhi``
-    (:func:`band_bounds`), found by two searches over the sorted batch; each candidate is then
-    tested exactly. Probes count their matches in a first pass and write them into arrays of
+    (:func:`band_bounds`; for a compact item, the probes' item bounds), found by two searches
+    over the sorted batch; each candidate is then tested exactly (a compact item is a
+    candidate of each, refined by the caller: :func:`~streamjoin.indexes.key_codes.item_in_band`). Probes count their matches in a first pass and write them into arrays of
     exactly that size in a second: growing the outputs inside the scan loops would make numba
     adjust reference counts on every iteration. O(log(b - a) + candidates).
     """
     i0 = rebound_search(vhi, a, b, a, v, False)
     i1 = rebound_search(vlo, i0, b, i0, v, True)
     for i in range(i0, i1):
-        if in_band(v, keys[i], lo, hi):
+        if item_in_band(v, keys[i], lo, hi):
             if write:
                 out_p[n] = i
                 out_r[n] = r

@@ -365,7 +365,20 @@ def probe_wib_tree(t, llat, keys, vlo, vhi, lo, hi, min_ref):
         leaf, valid = _descend(t, vlo[i], path, valid)
         start[i] = leaf
     return scan_partitions(
-        llat, t.leaf_high, t.leaf_next, t.leaf_head, start, keys, vlo, vhi, lo, hi, min_ref
+        llat,
+        t.leaf_high,
+        t.leaf_next,
+        t.leaf_head,
+        start,
+        keys,
+        vlo,
+        vhi,
+        vlo,
+        vhi,
+        np.int64(0),
+        lo,
+        hi,
+        min_ref,
     )
 
 
