@@ -27,6 +27,12 @@ a sorted insertion buffer of ``N_Sub / 32``, one thread. ``bisort_2threads`` is 
 multi-threaded probing; the 1K batches stay on one). Issue 4's targets are for one core; this
 shows what a second core adds to the probe when the machine has one free.
 
+Item layouts (issue 19): ``bisort`` and ``rap_table`` hold 8-byte items (a key code and a
+relative ref, :mod:`streamjoin.indexes.key_codes`); their probes return a superset that is
+refined on the stored keys inside the timed probe phase, as the join core does (:func:`refine`).
+``bisort_wide`` and ``rap_table_wide`` are the same with 16-byte items (float64 key, int64 ref)
+and exact probes: the pairs to compare the layouts side by side in one run.
+
 Baseline, in the same run: the fair naive index -- the window as one array sorted by key;
 insert merges the sorted batch into the window in one linear pass (which also drops what
 ``expire`` marked), probe merge-scans the whole window once with the sorted batch. Both passes
@@ -42,6 +48,7 @@ from numba import njit
 from streamjoin.indexes.base import in_band
 from streamjoin.indexes.bisort import BISortIndex, stream_bytes
 from streamjoin.indexes.key_order import stable_key_order
+from streamjoin.indexes.rap_table import RaPTableIndex
 from streamjoin.roofline import Roofline
 
 N_SUB = 2**20
@@ -222,6 +229,13 @@ INDEXES = {
     ),
     "bisort_2threads": lambda: BISortIndex(
         subwindow_size=N_SUB, partitions=N_SUB // 128, threads=2
+    ),
+    # RaP-Table's subwindows after the first hold compact items (layout="compact"), refined
+    "rap_table": lambda: RaPTableIndex(
+        subwindow_size=N_SUB, partitions=N_SUB // 128, domain=(0.0, KEY_RANGE)
+    ),
+    "rap_table_wide": lambda: RaPTableIndex(
+        subwindow_size=N_SUB, partitions=N_SUB // 128, domain=(0.0, KEY_RANGE), layout="wide"
     ),
     "sorted_baseline": SortedWindow,
 }
