@@ -17,6 +17,7 @@ from window_index_oracle import (
     random_actions,
 )
 
+import streamjoin as sj
 import streamjoin.indexes.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
 from streamjoin.indexes.bisort import (
@@ -41,6 +42,7 @@ OPTIONS = st.fixed_dictionaries(
         "subwindow_size": st.integers(1, 12),
         "partitions": st.integers(1, 4),
         "buffer_size": st.integers(0, 5),
+        "layout": st.sampled_from(LAYOUTS),
     }
 )
 
@@ -52,14 +54,16 @@ def bisort(**options):
     return indexes.get("bisort")(1, **options)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize(
     ("subwindow_size", "partitions", "buffer_size"), [(8, 2, 3), (16, 3, 0), (64, 5, 7), (1, 1, 1)]
 )
-def test_random_actions(subwindow_size, partitions, buffer_size):
+def test_random_actions(subwindow_size, partitions, buffer_size, layout):
     options = {
         "subwindow_size": subwindow_size,
         "partitions": partitions,
         "buffer_size": buffer_size,
+        "layout": layout,
     }
     rng = np.random.default_rng(subwindow_size)
     random_actions(bisort(**options), rng, steps=120, window=300)
@@ -270,6 +274,8 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes, layout):
         ({"buffer_size": -1}, "buffer_size must be at least 0"),
         ({"buffer_size": 2.5}, "buffer_size must be an integer"),
         ({"threads": 0}, "threads must be at least 1"),
+        ({"layout": "packed"}, "layout must be one of"),
+        ({"layout": "compact", "subwindow_size": 2**32}, "subwindow_size must be below 2"),
     ],
 )
 def test_rejects_bad_options(options, message):
@@ -277,12 +283,14 @@ def test_rejects_bad_options(options, message):
         bisort(**options)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("batch_size", [1, 3, 64])
 @pytest.mark.parametrize("window", JOIN_WINDOWS)
 @pytest.mark.parametrize("predicate", JOIN_PREDICATES)
 @pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
-def test_join_matches_oracle(predicate, window, self_join, batch_size):
-    join_matches_oracle("bisort", TINY, predicate, window, self_join, batch_size)
+def test_join_matches_oracle(predicate, window, self_join, batch_size, layout):
+    options = {**TINY, "layout": layout}
+    join_matches_oracle("bisort", options, predicate, window, self_join, batch_size)
 
 
 def test_panjoin_topology_matches_oracle():
@@ -292,10 +300,10 @@ def test_panjoin_topology_matches_oracle():
 # --- probing with several threads ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("threads", [2, 3])
-def test_threads_random_actions(threads):
+@pytest.mark.parametrize(("threads", "layout"), [(2, "wide"), (3, "compact")])
+def test_threads_random_actions(threads, layout):
     """Every probe batch cut among the threads (even 4 keys): the same pairs as the oracle."""
-    index = bisort(threads=threads, **TINY)
+    index = bisort(threads=threads, layout=layout, **TINY)
     index.parallel_min_probes = 1
     rng = np.random.default_rng(threads)
     random_actions(index, rng, steps=120, window=300)
@@ -349,3 +357,33 @@ def test_the_traffic_model_replays_the_insert_policy(capacity, buffer, batch):
     assert model["total"] == pytest.approx(model["insert"] + model["probe"]) and model["insert"] > 0
     # a full subwindow is one run that every later probe batch reads
     assert stream_bytes(capacity, buffer, 32, batch, 4 * capacity)["probe"] > model["probe"]
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "message"),
+    [
+        (np.arange(10, 20), np.arange(3, 5), "below the subwindow's first"),
+        (np.arange(0, 4), np.array([2**32 + 1]), "span 2\\*\\*32 or more"),
+    ],
+)
+def test_compact_refs_out_of_range_are_refused_before_anything_changes(first, then, message):
+    """Compact items hold refs as 32-bit offsets from the subwindow's first: a ref below it or
+    2**32 past it cannot be stored, and is refused before the subwindow changes."""
+    store = BISort(100, partitions=4, buffer_size=0, layout="compact")
+    store.insert(np.arange(float(len(first))), first)
+    before = (len(store), store._t.meta.copy(), store._range)
+    with pytest.raises(ValueError, match=message):
+        store.insert(np.array([1.0] * len(then)), then)
+    assert (len(store), store._range) == (before[0], before[2])
+    assert np.array_equal(store._t.meta, before[1])
+    store.check()
+
+
+def test_compact_join_on_increasing_keys_is_exact():
+    """Keys that keep increasing leave each subwindow's code behind (they share its top code):
+    probes return many candidates, and the refinement keeps the join exact."""
+    n = 4000
+    data = {"ts": np.arange(n), "x": np.arange(n) * 0.5, "stream": np.arange(n) % 2}
+    q = sj.Query(sj.band("x", 2.0), window=sj.CountWindow(300))
+    topology = sj.topologies.single("bisort", subwindow_size=128, buffer_size=16, layout="compact")
+    assert sj.run(q, data, topology, batch_size=64).same_pairs(sj.oracle.join(q, data))

@@ -18,13 +18,22 @@ def equality_only(name):
     return indexes.get(name).unsupported(Predicate((band("x", 1),))) is not None
 
 
+#: Options besides the defaults under which an index's other item layout is reached within a
+#: test's few hundred items (compact items past small subwindows and buffers).
+OTHER_LAYOUT = {
+    "bisort": {"subwindow_size": 16, "buffer_size": 4, "layout": "compact"},
+    "rap_table": {"subwindow_size": 16, "partitions": 4, "layout": "compact"},
+}
+
+
 @pytest.mark.parametrize("name", indexes.names())
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_random_actions_against_model(name, data):
     cls = indexes.get(name)
     n_keys = data.draw(st.integers(1, 2)) if cls.multi_attribute else 1
-    index = cls(n_keys)
+    options = data.draw(st.sampled_from([{}, OTHER_LAYOUT[name]])) if name in OTHER_LAYOUT else {}
+    index = cls(n_keys, **options)
     model_keys = np.empty((n_keys, 0))
     model_refs = np.empty(0, dtype=np.int64)
     expired_before = 0

@@ -25,7 +25,7 @@ import streamjoin.indexes.rap_table  # noqa: F401  (registers "rap_table")
 from streamjoin import indexes
 from streamjoin.indexes.key_codes import CODE_MAX, encode
 from streamjoin.indexes.llat import PTR_G
-from streamjoin.indexes.rap_table import adjust_splitters
+from streamjoin.indexes.rap_table import RaPTable, adjust_splitters
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "partitions": 3, "sigma": 1.1}
@@ -36,6 +36,7 @@ OPTIONS = st.fixed_dictionaries(
         "partitions": st.integers(1, 5),
         "sigma": st.floats(1.01, 2.0),
         "domain": st.sampled_from([(-(2.0**31), 2.0**31), (0.0, 10.0), (-1e300, 1e300)]),
+        "layout": st.sampled_from(["compact", "wide"]),
     }
 )
 
@@ -54,16 +55,18 @@ def balanced(store) -> bool:
     return bool(np.all((t.count <= width) | (t.kmin == t.kmax)))
 
 
+@pytest.mark.parametrize("layout", ["compact", "wide"])
 @pytest.mark.parametrize(
     ("subwindow_size", "partitions", "sigma"),
     [(8, 2, 1.1), (16, 4, 1.25), (50, 7, 1.5), (1, 1, 2.0)],
 )
-def test_random_actions(subwindow_size, partitions, sigma):
+def test_random_actions(subwindow_size, partitions, sigma, layout):
     options = {
         "subwindow_size": subwindow_size,
         "partitions": partitions,
         "sigma": sigma,
         "domain": (0.0, 60.0),
+        "layout": layout,
     }
     rng = np.random.default_rng(subwindow_size)
     random_actions(rap_table(**options), rng, steps=120, window=300)
@@ -176,6 +179,7 @@ def test_increasing_keys_pile_into_the_last_partition(layout):
         ({"domain": (5.0, 5.0)}, "domain must be finite with lo < hi"),
         ({"domain": (0.0, np.inf)}, "domain must be finite with lo < hi"),
         ({"domain": 3.0}, "domain must be a pair of numbers"),
+        ({"layout": "packed"}, "layout must be 'compact' or 'wide'"),
     ],
 )
 def test_rejects_bad_options(options, message):
@@ -187,8 +191,10 @@ def test_rejects_bad_options(options, message):
 @pytest.mark.parametrize("window", JOIN_WINDOWS)
 @pytest.mark.parametrize("predicate", JOIN_PREDICATES)
 @pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
-def test_join_matches_oracle(predicate, window, self_join, batch_size):
-    join_matches_oracle("rap_table", TINY, predicate, window, self_join, batch_size)
+@pytest.mark.parametrize("layout", ["compact", "wide"])
+def test_join_matches_oracle(predicate, window, self_join, batch_size, layout):
+    options = {**TINY, "layout": layout}
+    join_matches_oracle("rap_table", options, predicate, window, self_join, batch_size)
 
 
 def test_panjoin_topology_matches_oracle():
@@ -199,10 +205,8 @@ def test_subwindows_after_the_first_hold_compact_items():
     """The first subwindow has no keys to fit a code to and stays wide; each later one holds
     8-byte items coded for its predecessor's key range: half the LLAT bytes, the same pairs."""
     rng = np.random.default_rng(4)
-    compact, wide = (
-        rap_table(subwindow_size=500, partitions=16),
-        rap_table(subwindow_size=500, partitions=16, layout="wide"),
-    )
+    compact = rap_table(subwindow_size=500, partitions=16, layout="compact")
+    wide = rap_table(subwindow_size=500, partitions=16)
     oracle = SortedOracle()
     for _ in range(4):
         keys, refs = oracle.batch(rng.normal(0, 100, 500))
@@ -229,3 +233,15 @@ def test_subwindows_after_the_first_hold_compact_items():
         want = oracle.probe(probes, lo, hi)
         assert probe_pairs(compact, probes, lo, hi, oracle) == want
         assert probe_pairs(wide, probes, lo, hi) == want
+
+
+def test_compact_refs_below_the_subwindows_first_are_refused():
+    """A compact subwindow stores refs as offsets from its first: a smaller one is refused
+    before anything is stored (the index contract has refs increase)."""
+    store = RaPTable(100, partitions=4, coder=(0.0, 1.0), layout="compact")
+    assert store.compact
+    store.insert(np.array([1.0, 2.0]), np.array([10, 11]))
+    with pytest.raises(ValueError, match="below the subwindow's first"):
+        store.insert(np.array([3.0]), np.array([5]))
+    assert len(store) == 2
+    store.check()

@@ -89,8 +89,8 @@ class BISortArrays(NamedTuple):
     wide: it is small and hot, and its items are coded only when they move into the main
     array, whose code is fitted by then (:meth:`BISort.insert`)."""
 
-    #: main array (capacity,), ascending by (key, ref) -- by item for compact -- in the first
-    #: ``MAIN``
+    #: main array (capacity,), in the first ``MAIN``: ascending by (key, ref), or compact items
+    #: ascending by code (items of one code in any order: searches look at codes only)
     keys: np.ndarray
     #: int64 (capacity,) refs, or ``keys`` itself when compact
     refs: np.ndarray
@@ -562,7 +562,7 @@ def stream_bytes(
     partitions: int,
     batch: int,
     window: int,
-    layout: str = "compact",
+    layout: str = "wide",
 ) -> dict[str, float]:
     """Bytes read plus written per tuple when a window of ``window`` items in subwindows of
     ``subwindow_size`` streams batches of ``batch`` tuples that each probe the window (about
@@ -628,12 +628,16 @@ class BISort(SubwindowStore):
     without the buffer and the copy.
     Memory: 8 bytes per item of capacity (16 with ``layout="wide"``) plus ``16 B + 8 P``.
 
-    With the default compact layout the main array holds 8-byte items
+    With ``layout="compact"`` the main array holds 8-byte items
     (:mod:`~streamjoin.indexes.key_codes`): the key code is fitted when the first run moves
     into the main array, from that run's keys and the previous subwindow's key range, and
     probes of the main array return every item whose code is in the probe's code range, a
     superset of the band's items that the join core refines (``exact = False``). The buffer
-    stays wide and is probed exactly.
+    stays wide and is probed exactly. The code is fixed for the subwindow's life: keys that
+    drift beyond it (increasing keys, timestamps) or a far outlier in the fit share the
+    extreme or a few codes, and probes among them return them all -- exact after the
+    refinement, but up to thousands of times slower than ``"wide"``. Hence ``"wide"`` is the
+    default; ``"compact"`` suits keys whose distribution stays put.
 
     Parameters
     ----------
@@ -644,7 +648,8 @@ class BISort(SubwindowStore):
     buffer_size : int
         Size ``B`` of the insertion buffer, >= 0.
     layout : str
-        ``"compact"`` (8-byte items) or ``"wide"`` (float64 key + int64 ref, exact probes).
+        ``"wide"`` (float64 key + int64 ref, exact probes; the default) or ``"compact"``
+        (8-byte items, for stationary keys).
     """
 
     kind = "bisort"
@@ -654,7 +659,7 @@ class BISort(SubwindowStore):
         capacity: int,
         partitions: int = 512,
         buffer_size: int = 1024,
-        layout: str = "compact",
+        layout: str = "wide",
         key_range: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(capacity)
@@ -697,12 +702,15 @@ class BISort(SubwindowStore):
         n = len(keys)
         if n == 0:
             return
-        if self._size == 0:
-            t.meta[REF_BASE] = refs.min()  # every later ref is larger
+        if self.layout == "compact":  # refs are checked before anything changes
+            base = int(refs.min()) if self._size == 0 else int(t.meta[REF_BASE])
+            if int(refs.min()) < base:
+                raise ValueError("bisort: a ref is below the subwindow's first: refs must increase")
+            if int(refs.max()) - base >= REF_SPAN:
+                raise ValueError("bisort: the refs of one compact subwindow span 2**32 or more")
+            t.meta[REF_BASE] = base
         self._range = _widen(self._range, keys)
         if self.layout == "compact":
-            if int(refs.max()) - int(t.meta[REF_BASE]) >= REF_SPAN:
-                raise ValueError("bisort: the refs of one compact subwindow span 2**32 or more")
             m, b = int(t.meta[MAIN]), int(t.meta[BUFFERED])
             if np.isnan(t.coder[0]) and not to_buffer(m, b, n, self.buffer_size, self.capacity):
                 # the first run into the main array: fit the code to what has been seen
@@ -759,7 +767,8 @@ class BISort(SubwindowStore):
         if self.layout == "wide":
             assert np.array_equal(np.lexsort((refs, main)), np.arange(m)), "main sorted"
         else:
-            assert np.all(main[1:] > main[:-1]), "compact items strictly ascending"
+            assert np.all(item_codes(main[1:]) >= item_codes(main[:-1])), "codes ascending"
+            assert len(np.unique(refs)) == m, "refs unique"
             assert m == 0 or (refs.min() >= ref_base and not np.isnan(t.coder).any())
         buf_keys, buf_refs = t.buf_keys[:b], t.buf_refs[:b]
         assert np.array_equal(np.lexsort((buf_refs, buf_keys)), np.arange(b)), "buffer sorted"
@@ -814,10 +823,12 @@ class BISortIndex(SubwindowIndex):
         one pays only where the actor has cores to itself (see ``benchmarks/
         test_subwindow_indexes.py``).
     layout : str
-        ``"compact"`` (default): the main arrays hold 8-byte items, a 32-bit key code and a
-        32-bit relative ref (:mod:`~streamjoin.indexes.key_codes`); a probe returns a superset
-        of the band's items, which the join core refines on the full keys (``exact`` is
-        False). ``"wide"``: a float64 key and an int64 ref per item, exact probes.
+        ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
+        ``"compact"``: the main arrays hold 8-byte items, a 32-bit key code and a 32-bit
+        relative ref (:mod:`~streamjoin.indexes.key_codes`); a probe returns a superset of the
+        band's items, which the join core refines on the full keys (``exact`` is False). Half
+        the memory and up to ~1.1x the speed for keys whose distribution stays put; keys that
+        drift (timestamps) make probes return thousands of candidates (see :class:`BISort`).
     """
 
     name = "bisort"
@@ -833,7 +844,7 @@ class BISortIndex(SubwindowIndex):
         partitions: int = 512,
         buffer_size: int | None = None,
         threads: int = 1,
-        layout: str = "compact",
+        layout: str = "wide",
     ) -> None:
         if buffer_size is None:
             size = int_option(self.name, "subwindow_size", subwindow_size, 1)

@@ -1,7 +1,9 @@
 """Compact index items: a 32-bit order-preserving key code and a 32-bit relative ref in one
 uint64, for indexes that hold 8 bytes per item instead of a float64 key and an int64 ref.
 
-An item is ``code << 32 | (ref - ref_base)``: sorting items sorts them by code, then by ref.
+An item is ``code << 32 | (ref - ref_base)``: items compare by code first, so a structure
+that keeps them sorted by code can be searched with item bounds whatever order the refs of
+one code are in.
 The code of a key is
 
     code(k) = clamp(floor((k - base) · scale), 0, 2**32 - 1)
@@ -18,6 +20,13 @@ range spans fewer than 2**31 values get ``scale >= 1``: distinct integers then h
 codes, and an integer band's bounds are exact on codes.
 
 ``ref_base`` is the structure's first ref: a structure spans fewer than :data:`REF_SPAN` refs.
+
+The code is fixed once fitted, which suits keys whose distribution stays put. Keys that drift
+beyond the fit (increasing keys, timestamps) all take the top code, and a far outlier in the
+fit's sample squeezes the other keys into a few codes; either way probes return many
+candidates (exact after refinement, far slower): the indexes keep 16-byte items by default.
+Degenerate fits are still monotone: keys spanning most of the float range leave the codes of
+the largest at the top, keys that are all subnormal share code 0.
 
 This is PIM-Tree's and PanJoin's item (a 4-byte key and a 4-byte reference) with the exactness
 our contract needs restored by refinement (issue 19's design decision). Code and ref share one
@@ -86,19 +95,14 @@ def encode(k, base, scale):
 
 @njit(cache=True, nogil=True)
 def pack_items(keys, refs, base, scale, ref_base):
-    """Items (uint64) of ``(keys, refs)`` sorted by key (equal keys in ref order), sorted as
-    uint64 values: codes are non-decreasing along the keys, so only runs of one code whose
-    refs are out of order need moving (distinct keys that share a code), by insertion.
-    O(n + those moves)."""
+    """Items (uint64) of ``(keys, refs)``, in their order: for keys sorted, the items are
+    sorted by code (codes are monotone), which is all a search over item bounds needs -- items
+    of one code may keep any order of refs (merging code-sorted runs keeps them code-sorted).
+    O(n)."""
     n = keys.shape[0]
     items = np.empty(n, dtype=np.uint64)
     for i in range(n):
-        v = (encode(keys[i], base, scale) << _SHIFT) | np.uint64(refs[i] - ref_base)
-        j = i
-        while j > 0 and items[j - 1] > v:
-            items[j] = items[j - 1]
-            j -= 1
-        items[j] = v
+        items[i] = (encode(keys[i], base, scale) << _SHIFT) | np.uint64(refs[i] - ref_base)
     return items
 
 

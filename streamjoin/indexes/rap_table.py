@@ -189,8 +189,8 @@ class RaPTable(LLATStore):
     keys O(m · log(2 + P / m) + scanned partitions + their items · log(active probes) +
     matches), about ``N_Sub / P`` items per partition once the table is balanced;
     :meth:`successor` O(P).
-    Memory: ``2P · ceil(N_Sub / P · σ)`` LLAT slots of 16 bytes, i.e. about ``2σ`` times the
-    data (§III-B2), plus 56 bytes per partition.
+    Memory: ``2P · ceil(N_Sub / P · σ)`` LLAT slots of 16 bytes (8 when compact), i.e. about
+    ``2σ`` times the data (§III-B2), plus 56 bytes per partition.
 
     Parameters
     ----------
@@ -205,11 +205,13 @@ class RaPTable(LLATStore):
     high : float64 (P,), optional
         The partition table (from :meth:`successor`); overrides ``domain``.
     layout : str
+        ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
         ``"compact"``: from the second subwindow on, the LLAT holds 8-byte items (a 32-bit key
         code fitted to the previous subwindow's keys and a 32-bit relative ref,
         :mod:`~streamjoin.indexes.key_codes`) and probes return a superset the caller refines;
-        the first subwindow, with no keys seen to fit a code to, stays wide. ``"wide"``: a
-        float64 key and an int64 ref per item, exact probes.
+        the first subwindow, with no keys seen to fit a code to, stays wide, and so does any
+        of ``capacity >= 2**32`` (refs would not fit). The code is fixed per subwindow: keys
+        that drift beyond the predecessor's range share the top code (see ``key_codes``).
     coder : (float, float), optional
         The key code of a compact subwindow (from :meth:`successor`).
     """
@@ -223,7 +225,7 @@ class RaPTable(LLATStore):
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
         high: np.ndarray | None = None,
-        layout: str = "compact",
+        layout: str = "wide",
         coder: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(capacity)
@@ -288,12 +290,16 @@ class RaPTable(LLATStore):
     def insert(self, keys, refs):
         if len(refs) == 0:
             return
-        if self.compact:
+        if self.compact:  # refs are checked before anything changes
             t = self._t
-            if self._size == 0:
-                t.ref_base[0] = refs.min()  # every later ref is larger
-            if int(refs.max()) - int(t.ref_base[0]) >= REF_SPAN:
+            base = int(refs.min()) if self._size == 0 else int(t.ref_base[0])
+            if int(refs.min()) < base:
+                raise ValueError(
+                    "rap_table: a ref is below the subwindow's first: refs must increase"
+                )
+            if int(refs.max()) - base >= REF_SPAN:
                 raise ValueError("rap_table: the refs of one compact subwindow span 2**32 or more")
+            t.ref_base[0] = base
         insert_rap_table(self._t, self._llat, keys, refs)
         self._size += len(refs)
 
@@ -378,9 +384,10 @@ class RaPTableIndex(SubwindowIndex):
     domain : (float, float)
         Key range the first subwindow splits evenly.
     layout : str
-        ``"compact"`` (default): subwindows after the first hold 8-byte items and probes
-        return a superset of the band that the join core refines on the full keys (``exact``
-        is False); ``"wide"``: 16-byte items, exact probes (see :class:`RaPTable`).
+        ``"wide"`` (default): 16-byte items, exact probes. ``"compact"``: subwindows after the
+        first hold 8-byte items and probes return a superset of the band that the join core
+        refines on the full keys (``exact`` is False); for keys whose distribution stays put
+        (see :class:`RaPTable`).
     """
 
     name = "rap_table"
@@ -393,7 +400,7 @@ class RaPTableIndex(SubwindowIndex):
         partitions: int = 512,
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
-        layout: str = "compact",
+        layout: str = "wide",
     ) -> None:
         super().__init__(
             n_keys,
