@@ -55,6 +55,7 @@ from streamjoin.indexes.base import copy_prefix, grow, register
 from streamjoin.indexes.key_codes import (
     REF_SPAN,
     bounds_for,
+    checked_ref_base,
     fit,
     holds_items,
     item_codes,
@@ -626,7 +627,7 @@ class BISort(SubwindowStore):
     O(m · log(1 + (M + B) / m) + candidates) -- a sweep of each run when it holds at most
     ``_SWEEP_GAP`` items per probe, a search per key otherwise; :meth:`ranges` the same
     without the buffer and the copy.
-    Memory: 8 bytes per item of capacity (16 with ``layout="wide"``) plus ``16 B + 8 P``.
+    Memory: 16 bytes per item of capacity (8 with ``layout="compact"``) plus ``16 B + 8 P``.
 
     With ``layout="compact"`` the main array holds 8-byte items
     (:mod:`~streamjoin.indexes.key_codes`): the key code is fitted when the first run moves
@@ -698,26 +699,25 @@ class BISort(SubwindowStore):
         )
 
     def insert(self, keys, refs):
-        t = self._t
         n = len(keys)
         if n == 0:
             return
-        if self.layout == "compact":  # refs are checked before anything changes
-            base = int(refs.min()) if self._size == 0 else int(t.meta[REF_BASE])
-            if int(refs.min()) < base:
-                raise ValueError("bisort: a ref is below the subwindow's first: refs must increase")
-            if int(refs.max()) - base >= REF_SPAN:
-                raise ValueError("bisort: the refs of one compact subwindow span 2**32 or more")
-            t.meta[REF_BASE] = base
-        self._range = _widen(self._range, keys)
         if self.layout == "compact":
-            m, b = int(t.meta[MAIN]), int(t.meta[BUFFERED])
-            if np.isnan(t.coder[0]) and not to_buffer(m, b, n, self.buffer_size, self.capacity):
-                # the first run into the main array: fit the code to what has been seen
-                seen = self._range if self._hint is None else _widen(self._hint, self._range)
-                t.coder[:] = fit(np.array(seen))
-        insert_bisort(t, keys, refs)
+            self._prepare_compact(keys, refs)
+        insert_bisort(self._t, keys, refs)
         self._size += n
+
+    def _prepare_compact(self, keys, refs) -> None:
+        """Check ``refs`` (before anything changes), note the keys' range, and fit the code if
+        this batch makes the first run into the main array."""
+        t = self._t
+        t.meta[REF_BASE] = checked_ref_base(self.kind, refs, self._size == 0, t.meta[REF_BASE])
+        self._range = _widen(self._range, keys)
+        m, b = int(t.meta[MAIN]), int(t.meta[BUFFERED])
+        if np.isnan(t.coder[0]) and not to_buffer(m, b, len(keys), self.buffer_size, self.capacity):
+            # the first run into the main array: fit the code to what has been seen
+            seen = self._range if self._hint is None else _widen(self._hint, self._range)
+            t.coder[:] = fit(np.array(seen))
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_bisort(self._t, keys, vlo, vhi, lo, hi, min_ref)

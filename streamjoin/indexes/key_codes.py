@@ -4,6 +4,7 @@ uint64, for indexes that hold 8 bytes per item instead of a float64 key and an i
 An item is ``code << 32 | (ref - ref_base)``: items compare by code first, so a structure
 that keeps them sorted by code can be searched with item bounds whatever order the refs of
 one code are in.
+
 The code of a key is
 
     code(k) = clamp(floor((k - base) · scale), 0, 2**32 - 1)
@@ -93,6 +94,12 @@ def encode(k, base, scale):
     return np.uint64(v)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def item_of(k, r, base, scale, ref_base):
+    """The item (uint64) of key ``k`` with ref ``r``."""
+    return (encode(k, base, scale) << _SHIFT) | np.uint64(r - ref_base)
+
+
 @njit(cache=True, nogil=True)
 def pack_items(keys, refs, base, scale, ref_base):
     """Items (uint64) of ``(keys, refs)``, in their order: for keys sorted, the items are
@@ -102,8 +109,22 @@ def pack_items(keys, refs, base, scale, ref_base):
     n = keys.shape[0]
     items = np.empty(n, dtype=np.uint64)
     for i in range(n):
-        items[i] = (encode(keys[i], base, scale) << _SHIFT) | np.uint64(refs[i] - ref_base)
+        items[i] = item_of(keys[i], refs[i], base, scale, ref_base)
     return items
+
+
+def checked_ref_base(kind: str, refs: np.ndarray, empty: bool, ref_base: int) -> int:
+    """The ref base of a compact structure after taking ``refs`` (non-empty): their smallest
+    if the structure is ``empty``, else ``ref_base``. A ``ValueError`` naming ``kind`` if a ref
+    is below the base (refs must increase) or :data:`REF_SPAN` or more above it; the caller
+    checks before it changes anything."""
+    lo, hi = int(refs.min()), int(refs.max())
+    base = lo if empty else int(ref_base)
+    if lo < base:
+        raise ValueError(f"{kind}: a ref is below the subwindow's first: refs must increase")
+    if hi - base >= REF_SPAN:
+        raise ValueError(f"{kind}: the refs of one compact subwindow span 2**32 or more")
+    return base
 
 
 @njit(cache=True, nogil=True)
@@ -182,9 +203,7 @@ def as_item(a, k, r, coder, ref_base):
 @overload(as_item)
 def _as_item_ol(a, k, r, coder, ref_base):
     if a.dtype == types.uint64:
-        return lambda a, k, r, coder, ref_base: (
-            (encode(k, coder[0], coder[1]) << _SHIFT) | np.uint64(r - ref_base)
-        )
+        return lambda a, k, r, coder, ref_base: item_of(k, r, coder[0], coder[1], ref_base)
     return lambda a, k, r, coder, ref_base: k
 
 

@@ -31,6 +31,7 @@ from streamjoin.indexes.key_codes import (
     REF_SPAN,
     as_item,
     bounds_for,
+    checked_ref_base,
     encode,
     fit,
     item_codes,
@@ -292,14 +293,7 @@ class RaPTable(LLATStore):
             return
         if self.compact:  # refs are checked before anything changes
             t = self._t
-            base = int(refs.min()) if self._size == 0 else int(t.ref_base[0])
-            if int(refs.min()) < base:
-                raise ValueError(
-                    "rap_table: a ref is below the subwindow's first: refs must increase"
-                )
-            if int(refs.max()) - base >= REF_SPAN:
-                raise ValueError("rap_table: the refs of one compact subwindow span 2**32 or more")
-            t.ref_base[0] = base
+            t.ref_base[0] = checked_ref_base(self.kind, refs, self._size == 0, t.ref_base[0])
         insert_rap_table(self._t, self._llat, keys, refs)
         self._size += len(refs)
 
