@@ -5,17 +5,22 @@ share of a step spent outside the task kernels (Python orchestration, expiry, me
 
 CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge).
 Band join, count window 2^LOG2_WINDOW per stream, match rate 2 (band width set so a probe
-finds 2 partners on average), keys uniform. The windows are filled untimed (3 · 2^LOG2_WINDOW
-tuples: each stream's window full and its tuple store grown to its steady size, which a fill
-of exactly one window per stream left to the timed phase: 0.09 s of page faults in a 1.4-s
-measurement); then TIMED_TUPLES (default one window) are joined, timed; prints one line ``config
-window tuples seconds tuples/s outside_kernel_fraction pairs cpu/wall``: the fraction is the
-step time outside the task kernels (store appends, index staging, merges, expiry, Python).
-Run the configurations side by side (A B A B) and quote ratios with the load.
+finds 2 partners on average), keys uniform. The windows are filled untimed (5 · 2^LOG2_WINDOW
+tuples, 2.5 windows per stream) so the tuple stores are in their steady state: a store grows to
+twice its window, and its tail then advances into memory never touched before until it first
+compacts, one window of appends later. A fill of 3 windows (1.5 per stream) left that first
+touch to the timed phase: 0.6 page faults per store append and about half of shared(1)'s
+time outside the kernels at W = 2^20. Then TIMED_TUPLES (default one window) are joined,
+timed; prints one line ``config window tuples seconds tuples/s outside_kernel_fraction pairs
+cpu/wall kernel_s_per_thread faults``: the fraction is the step time outside the task kernels
+(store appends, index staging, merges, expiry, Python); ``faults`` the minor page faults of
+the timed phase per 1,000 tuples (near 0 in a steady state). Run the configurations side by
+side (A B A B) and quote ratios with the load.
 """
 
 from __future__ import annotations
 
+import resource
 import sys
 import time
 
@@ -33,7 +38,7 @@ w = 1 << log2w
 # window holds 2 tuples of (the match rate of PIM-Tree §5)
 high = 1.5 * w
 query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
-n_fill, n_timed = 3 * w, int(sys.argv[4]) if len(sys.argv) > 4 else w
+n_fill, n_timed = 5 * w, int(sys.argv[4]) if len(sys.argv) > 4 else w
 data = sj.sources.synthetic(n_fill + n_timed, low=0, high=high, seed=1)
 cols = validate(data, query)
 batches = [b for _, b in Emitter(query, batch_size).on_chunk(cols, 0)]
@@ -68,6 +73,7 @@ while filled < n_fill:
 kernel_spans.clear()
 pairs = tuples = 0
 outside = 0.0
+faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 t_start, cpu_start = time.perf_counter(), time.process_time()
 for batch in batches[k:]:
     t0 = time.perf_counter()
@@ -81,11 +87,13 @@ for batch in batches[k:]:
     tuples += len(batch)
 elapsed = time.perf_counter() - t_start
 cpu = time.process_time() - cpu_start
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start
 busy = [round(sum(e - s for k, s, e in kernel_spans if k == t), 3) for t in range(4)]
 frac = outside / elapsed if config != "single" else float("nan")
 print(
     f"{config} 2^{log2w} {tuples} {elapsed:.3f} {tuples / elapsed:.0f} {frac:.3f} {pairs} "
-    f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy}"
+    f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy} "
+    f"faults={1000 * faults / tuples:.2f}"
 )
 if hasattr(core, "close"):
     core.close()
