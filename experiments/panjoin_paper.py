@@ -1,11 +1,11 @@
 """PanJoin §V-A at this machine's scale: the subwindow stores ``bisort``, ``rap_table``, ``wib_tree``.
 
 As in the paper, each measurement is one subwindow store (no chain, no join core), fed with
-batches the manager has already sorted (§III-E), keys uniform 32-bit integers. BI-Sort's
-main arrays hold 8-byte items as the paper's (``layout="compact"``: a 32-bit key code and ref,
-:mod:`streamjoin.indexes.key_codes`; its pairs here are candidates the join core would refine);
-RaP-Table (one subwindow, the first: wide) and WiB+-Tree hold a float64 key and an int64 ref,
-16 bytes where the paper has 8. Throughput is input tuples per second
+batches the manager has already sorted (§III-E), keys uniform 32-bit integers. BI-Sort uses
+``layout="compact"``: a full subwindow holds 8-byte items as the paper's (a 32-bit key code and
+ref, :mod:`streamjoin.indexes.key_codes`; its pairs here are candidates the join core would
+refine), while one that is filling holds a float64 key and an int64 ref, as RaP-Table (the
+wide layout here) and WiB+-Tree do: 16 bytes where the paper has 8. Throughput is input tuples per second
 of one operation on one thread (the paper: insertion on 1 thread, BI-Sort's on 8, probes on 8
 threads from ``N_Bat >= 128``). The paper's knobs: subwindow size ``N_Sub``, batch size
 ``N_Bat``, partition count ``P`` (BI-Sort's index array, RaP-Table's partitions, WiB+-Tree's

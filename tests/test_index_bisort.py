@@ -198,23 +198,27 @@ def brute_pairs(keys, refs, probes, lo, hi, min_ref):
     buffer_size=st.integers(0, 700),
     spread=st.sampled_from([4, 60, 10**6]),
     band=st.sampled_from([(0.0, 0.0), (-1.0, 2.0), (-30.0, 30.0), (-np.inf, 0.5)]),
+    full=st.booleans(),
 )
 def test_store_probe_sweeps_and_searches_exactly(
-    layout, seed, items, probes, partitions, buffer_size, spread, band
+    layout, seed, items, probes, partitions, buffer_size, spread, band, full
 ):
     """§III-D/§III-E: a store's probe -- the main array and the buffer, each swept (a dense
     batch, at most ``_SWEEP_GAP`` items per probe) or searched through the index array --
     returns exactly the brute-force pairs. Small ``spread`` makes long runs of equal keys (ends
     more than ``_END_AHEAD`` items on, equal keys across the buffer/main boundary); clustered
-    probes leave gaps of more than ``_SWEEP_AHEAD`` items; ``min_ref`` drops expired refs."""
+    probes leave gaps of more than ``_SWEEP_AHEAD`` items; ``min_ref`` drops expired refs. A
+    ``full`` compact subwindow is packed into coded items."""
     rng = np.random.default_rng(seed)
-    store = BISort(items + 1, partitions=partitions, buffer_size=buffer_size, layout=layout)
+    capacity = max(1, items + (not full))
+    store = BISort(capacity, partitions=partitions, buffer_size=buffer_size, layout=layout)
     keys = rng.integers(0, spread, items).astype(np.float64)
     refs = np.arange(items, dtype=np.int64)
     for part in np.array_split(np.arange(items), rng.integers(1, 6)):  # some batches empty
         order = np.argsort(keys[part], kind="stable")
         store.insert(keys[part][order], refs[part][order])
     store.check()
+    assert store.packed == (layout == "compact" and len(store) == capacity)
     centre = rng.integers(0, spread)
     probe_keys = np.sort(
         np.concatenate(
@@ -233,9 +237,10 @@ def test_store_probe_sweeps_and_searches_exactly(
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("probes", [1, 7, 500, 5000])
 def test_sweep_and_search_paths_agree_on_large_runs(probes, layout):
-    """Both paths of a 20,000-item main array (and a full buffer): 1 and 7 probes search it,
-    500 and 5000 sweep it (``_SWEEP_GAP`` items per probe); the sweep's steps of
-    ``_SWEEP_AHEAD`` items and the rebounding search after them both run."""
+    """Both paths of a 20,000-item main array (and a full buffer; compact: the 20,500 items of
+    the full subwindow, packed): 1 and 7 probes search it, 500 and 5000 sweep it
+    (``_SWEEP_GAP`` items per probe); the sweep's steps of ``_SWEEP_AHEAD`` items and the
+    rebounding search after them both run."""
     assert _SWEEP_GAP * 7 < 20_000 <= _SWEEP_GAP * 500
     rng = np.random.default_rng(probes)
     items = 20_000
@@ -243,18 +248,19 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes, layout):
     refs = rng.permutation(items).astype(np.int64)
     order = np.lexsort((refs, keys))
     keys, refs = keys[order], refs[order]
-    store = BISort(items + 501, partitions=100, buffer_size=500, layout=layout)
+    compact = layout == "compact"
+    store = BISort(items + 500 + (not compact), partitions=100, buffer_size=500, layout=layout)
     store.insert(keys, refs)
     extra = np.sort(rng.integers(0, 3000, 500).astype(np.float64))
     store.insert(extra, np.arange(items, items + 500))
-    assert store._t.meta[BUFFERED] == 500
+    assert store._t.meta[BUFFERED] == (0 if compact else 500) and store.packed == compact
     store.check()
     probe_keys = np.sort(rng.integers(-5, 3005, probes).astype(np.float64))
     all_keys = np.concatenate([keys, extra])
     all_refs = np.concatenate([refs, np.arange(items, items + 500)])
     key_of = np.empty(items + 500)
     key_of[all_refs] = all_keys
-    main = store._t.keys[:items]
+    main = store._t.keys[: store._t.meta[MAIN]]
     for lo, hi in [(0.0, 0.0), (-2.5, 2.5), (-400.0, 10.0)]:
         got = store_pairs(store, probe_keys, lo, hi, 100, key_of)
         np.testing.assert_array_equal(got, brute_pairs(all_keys, all_refs, probe_keys, lo, hi, 100))
@@ -371,11 +377,10 @@ def test_compact_refs_out_of_range_are_refused_before_anything_changes(first, th
     2**32 past it cannot be stored, and is refused before the subwindow changes."""
     store = BISort(100, partitions=4, buffer_size=0, layout="compact")
     store.insert(np.arange(float(len(first))), first)
-    before = (len(store), store._t.meta.copy(), store._range)
+    before = (len(store), store._t.meta.copy())
     with pytest.raises(ValueError, match=message):
         store.insert(np.array([1.0] * len(then)), then)
-    assert (len(store), store._range) == (before[0], before[2])
-    assert np.array_equal(store._t.meta, before[1])
+    assert len(store) == before[0] and np.array_equal(store._t.meta, before[1])
     store.check()
 
 

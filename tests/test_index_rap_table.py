@@ -151,22 +151,20 @@ def test_llat_chains_equal_keys_into_reserved_entries():
 @pytest.mark.parametrize("layout", ["compact", "wide"])
 def test_increasing_keys_pile_into_the_last_partition(layout):
     """§III-B3: keys above the previous subwindow's range all land in the last partition.
-    Compact, they also pass the top of the code fitted to that range: they share the top code,
-    so a probe among them returns all of them, and the refinement keeps the answer exact."""
+    Compact, the full subwindow is coded from its own keys, not from its predecessor's range:
+    integer keys get distinct codes, and a probe among them returns its matches only."""
     index = rap_table(subwindow_size=64, partitions=8, layout=layout)
     oracle = SortedOracle()
     index.insert(*oracle.batch(np.arange(128.0)))
     index.check()
-    newest = index._subwindows[-1]
+    newest = index._subwindows[1]
     assert newest._t.count[-1] == 64 and newest.compact == (layout == "compact")
     assert probe_pairs(index, [100.0], -1.0, 1.0, oracle) == [(0, 99), (0, 100), (0, 101)]
-    raw = probe_pairs(index, [100.0], -1.0, 1.0)
-    if layout == "wide":
-        assert len(raw) == 3
-    else:  # every key of the newest subwindow coded at the top, as 99-101 are
+    assert probe_pairs(index, [100.0], -1.0, 1.0) == [(0, 99), (0, 100), (0, 101)]
+    if layout == "compact":
         base, scale = newest._t.coder
-        top = [k for k in range(64, 128) if encode(float(k), base, scale) == CODE_MAX]
-        assert len(top) > 20 and raw == [(0, k) for k in top]
+        codes = [int(encode(float(k), base, scale)) for k in range(64, 128)]
+        assert codes == sorted(set(codes)) and CODE_MAX not in codes[:-1]
 
 
 @pytest.mark.parametrize(
@@ -201,9 +199,9 @@ def test_panjoin_topology_matches_oracle():
     panjoin_matches_oracle("rap_table", {"partitions": 3, "domain": (0.0, 50.0)})
 
 
-def test_subwindows_after_the_first_hold_compact_items():
-    """The first subwindow has no keys to fit a code to and stays wide; each later one holds
-    8-byte items coded for its predecessor's key range: half the LLAT bytes, the same pairs."""
+def test_full_subwindows_hold_compact_items():
+    """Each full subwindow is packed into 8-byte items coded from its own keys; the newest,
+    still filling, stays wide: half the LLAT bytes of the full ones, the same pairs."""
     rng = np.random.default_rng(4)
     compact = rap_table(subwindow_size=500, partitions=16, layout="compact")
     wide = rap_table(subwindow_size=500, partitions=16)
@@ -213,7 +211,10 @@ def test_subwindows_after_the_first_hold_compact_items():
         for ix in (compact, wide):
             ix.insert(keys, refs)
             ix.check()
-    assert [s.compact for s in compact._subwindows] == [False, True, True, True]
+    keys, refs = oracle.batch(rng.normal(0, 100, 100))
+    for ix in (compact, wide):
+        ix.insert(keys, refs)
+    assert [s.compact for s in compact._subwindows] == [True, True, True, True, False]
     assert not any(s.compact for s in wide._subwindows)
     assert not compact.exact and wide.exact
     slots = [  # the LLAT's item arrays of the compact subwindows, and of their wide twins
@@ -223,7 +224,7 @@ def test_subwindows_after_the_first_hold_compact_items():
             - s._llat.fill.nbytes
             - s._llat.next.nbytes
             - s._llat.meta.nbytes
-            for s in list(ix._subwindows)[1:]
+            for s in list(ix._subwindows)[:-1]
         )
         for ix in (compact, wide)
     ]
@@ -238,8 +239,7 @@ def test_subwindows_after_the_first_hold_compact_items():
 def test_compact_refs_below_the_subwindows_first_are_refused():
     """A compact subwindow stores refs as offsets from its first: a smaller one is refused
     before anything is stored (the index contract has refs increase)."""
-    store = RaPTable(100, partitions=4, coder=(0.0, 1.0), layout="compact")
-    assert store.compact
+    store = RaPTable(100, partitions=4, layout="compact")
     store.insert(np.array([1.0, 2.0]), np.array([10, 11]))
     with pytest.raises(ValueError, match="below the subwindow's first"):
         store.insert(np.array([3.0]), np.array([5]))

@@ -17,6 +17,7 @@ from streamjoin.indexes.key_codes import (
     CODE_MAX,
     encode,
     fit,
+    fit_final,
     item_bounds,
     item_codes,
     item_refs,
@@ -92,16 +93,13 @@ def _bisort(**options):
 
 
 def test_many_distinct_keys_sharing_one_code_are_refined_exactly():
-    """The code is fitted to a first run of keys in [0, 1): later keys up to 1e12 all clamp to
-    the top code and keys 1e-13 apart share codes. Probes return those collisions as
+    """Full subwindows packed over keys from 0.5 to 1e12 code them about 233 apart: keys 1e-13
+    apart share one code, as do neighbouring wide keys. Probes return those collisions as
     candidates (checked: there are many), and refined on the full keys they give exactly the
-    oracle's pairs, in the main array of the first subwindow and of the next ones."""
+    oracle's pairs, from packed subwindows and from the one still filling."""
     rng = np.random.default_rng(11)
     index = _bisort(subwindow_size=600, partitions=8, buffer_size=50)
     oracle = SortedOracle()
-    first = rng.uniform(0, 1, 200)
-    index.insert(*oracle.batch(first))
-    assert not np.isnan(index._subwindows[-1]._t.coder).any(), "fitted on the first run"
     extra_candidates = 0
     for step in range(12):
         wide = rng.uniform(1e3, 1e12, 60)
@@ -115,7 +113,75 @@ def test_many_distinct_keys_sharing_one_code_are_refined_exactly():
             assert got == oracle.probe(probes, lo, hi), (step, lo, hi)
             assert set(got) <= set(raw)
             extra_candidates += len(raw) - len(got)
+    assert sum(s.packed for s in index._subwindows) >= 2
     assert extra_candidates > 1000, "the test must make codes collide"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 5000),
+    centre=st.floats(-1e12, 1e12),
+    spread=st.sampled_from([1.0, 1e3, 1e9]),
+    integers=st.booleans(),
+    outliers=st.lists(st.sampled_from([-1e300, -1e15, 1e15, 1e300, -np.inf, np.inf]), max_size=2),
+)
+def test_a_final_fit_spreads_the_bulk_over_the_codes(seed, n, centre, spread, integers, outliers):
+    """:func:`fit_final` of a sorted run: without far outliers its keys span the codes from 0
+    to at least half of them (no headroom, nothing comes later); with at most two far outliers
+    in a run of 2,048 keys or more, they take the extreme codes and the rest still spans at
+    least an 18th of the codes (the bulk plus :data:`OUTLIER_REACH` widths each side, on a
+    power-of-two scale)."""
+    bulk = centre + np.random.default_rng(seed).uniform(-spread, spread, n)
+    if integers:
+        bulk = bulk.round()
+    if bulk.min() == bulk.max():
+        bulk = np.append(bulk, bulk[0] + 1.0)
+    far = [x for x in outliers if len(bulk) >= 2048 and abs(x) > 1e14 + abs(centre) * 8]
+    run = np.sort(np.concatenate([bulk, far]))
+    base, scale = fit_final(run)
+    codes = [_code(k, base, scale) for k in run]
+    assert codes == sorted(codes)
+    lo, hi = _code(bulk.min(), base, scale), _code(bulk.max(), base, scale)
+    if not far:
+        assert lo == 0 and hi >= 2**31
+    else:
+        assert hi - lo >= 2**32 // 18
+        assert all(c in (0, CODE_MAX) for k, c in zip(run, codes, strict=True) if k in far)
+
+
+def _candidates_per_match(name: str, keys: np.ndarray, band: float, **options) -> float:
+    """Candidates a compact index's probes return per pair they hold, for ``keys`` inserted
+    in batches of 1,024 and probed with keys drawn from the last subwindow's span."""
+    index = indexes.get(name)(1, subwindow_size=4096, layout="compact", **options)
+    oracle = SortedOracle()
+    for part in np.array_split(keys, len(keys) // 1024):
+        index.insert(*oracle.batch(part))
+    index.check()
+    probes = np.sort(np.random.default_rng(3).choice(keys[-8192:], 500))
+    raw = probe_pairs(index, probes, -band, band)
+    exact = probe_pairs(index, probes, -band, band, oracle)
+    assert set(exact) <= set(raw) and exact == oracle.probe(probes, -band, band)
+    assert len(exact) >= 500
+    return len(raw) / len(exact)
+
+
+@pytest.mark.parametrize("name", ["bisort", "rap_table"])
+def test_drifting_keys_keep_fine_codes_in_packed_subwindows(name):
+    """Keys that keep increasing (timestamps) are coded from each full subwindow's own keys,
+    not from a code fitted before they arrived: probes return barely more candidates than
+    matches (a BI-Sort code fixed at its first run gave 29,445 candidates a probe)."""
+    keys = np.arange(40_000) * 3.0 + np.random.default_rng(1).uniform(0, 1, 40_000)
+    assert _candidates_per_match(name, keys, 4.0) <= 1.05
+
+
+@pytest.mark.parametrize("name", ["bisort", "rap_table"])
+def test_a_far_outlier_does_not_squeeze_the_other_keys_into_a_few_codes(name):
+    """Keys of ±1e15 among keys in [0, 1e6] are clamped to the extreme codes of their
+    subwindow instead of widening its code over 1e15 (which left 9,517 candidates a probe)."""
+    keys = np.random.default_rng(2).uniform(0, 1e6, 40_000)
+    keys[[5000, 21_000, 30_000]] = [1e15, -1e15, 1e15]
+    assert _candidates_per_match(name, keys, 40.0) <= 1.05
 
 
 @pytest.mark.parametrize("layout", ["compact", "wide"])
@@ -123,11 +189,12 @@ def test_band_bounds_exactly_on_a_code_boundary(layout):
     """Keys on the code grid (multiples of 1 / scale from ``base``) and bands whose ends land
     exactly on grid points, one code apart and inside one code: closed bounds keep the items on
     them, and nothing one code beyond comes through the refinement."""
-    index = _bisort(subwindow_size=256, partitions=4, buffer_size=0, layout=layout)
+    index = _bisort(subwindow_size=128, partitions=4, buffer_size=0, layout=layout)
     oracle = SortedOracle()
-    grid = np.arange(0, 64) * 0.25  # fit() of [0, 15.75]: scale a power of two, grid exact
-    index.insert(*oracle.batch(np.repeat(grid, 2)))
-    t = index._subwindows[-1]._t
+    grid = np.arange(0, 64) * 0.25  # fitted to [0, 15.75]: scale a power of two, grid exact
+    index.insert(*oracle.batch(np.repeat(grid, 2)))  # fills the subwindow: packed
+    t = index._subwindows[0]._t
+    assert index._subwindows[0].packed == (layout == "compact")
     if layout == "compact":
         base, scale = t.coder
         c = [_code(k, base, scale) for k in grid]

@@ -16,7 +16,8 @@ A larger ``B`` saves merges, but every run a probe batch visits costs it a pass 
 and the main array are two), and every merge moves the whole main array, so the window index
 defaults to ``B = N_Sub / 32`` (the paper's 1K would make each item of a 2^20 subwindow move
 about 512 times; N_Sub / 16 and / 8 were no faster at 32K batches). A full subwindow never
-changes again and is one run.
+changes again and is one run. With ``layout="compact"`` a full subwindow is then packed into
+8-byte items (:meth:`BISort.insert`), coded from its own keys.
 
 A probe batch arrives sorted. The items a probe key can match form one range of the main
 array, those in its widened key interval ``[vlo, vhi]``: the ``<id_start, id_end>`` record of
@@ -48,21 +49,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
 
 from streamjoin.indexes.base import copy_prefix, grow, register
 from streamjoin.indexes.key_codes import (
     REF_SPAN,
     bounds_for,
     checked_ref_base,
-    fit,
-    holds_items,
+    fit_final,
     item_codes,
     item_in_band,
     item_ref,
     item_refs,
-    pack_items,
+    pack_items_into,
 )
 from streamjoin.indexes.sorted_runs import prefetch
 from streamjoin.indexes.subwindows import (
@@ -84,11 +83,10 @@ LAYOUTS = ("compact", "wide")
 class BISortArrays(NamedTuple):
     """State of one BI-Sort subwindow; kernels mutate it in place.
 
-    The main array is *compact* (``keys`` uint64 items, refs counted from ``meta[REF_BASE]``;
-    ``refs`` is the same array) or *wide* (``keys`` float64, ``refs`` int64); kernels
-    specialise on its dtype. The buffer is always
-    wide: it is small and hot, and its items are coded only when they move into the main
-    array, whose code is fitted by then (:meth:`BISort.insert`)."""
+    The main array is *wide* (``keys`` float64, ``refs`` int64) while the subwindow fills, and
+    *compact* once a full subwindow of the compact layout is packed (``keys`` uint64 items,
+    refs counted from ``meta[REF_BASE]``; ``refs`` is the same array, the buffer empty);
+    the probe kernels specialise on its dtype, inserts see wide arrays only."""
 
     #: main array (capacity,), in the first ``MAIN``: ascending by (key, ref), or compact items
     #: ascending by code (items of one code in any order: searches look at codes only)
@@ -104,25 +102,8 @@ class BISortArrays(NamedTuple):
     #: int64 (5,): items in the main array, items buffered, index samples, stride, and the
     #: ref that compact refs count from
     meta: np.ndarray
-    #: float64 (2,): the key code's ``base`` and ``scale`` (compact; NaN until fitted)
+    #: float64 (2,): the key code's ``base`` and ``scale`` (compact; NaN until packed)
     coder: np.ndarray
-
-
-def _main_run(t, keys, refs):
-    """(jitted) A sorted wide run as items of ``t``'s main array: ``(keys, refs)``."""
-    raise NotImplementedError
-
-
-@overload(_main_run)
-def _main_run_ol(t, keys, refs):
-    if t.types[0].dtype == types.uint64:
-
-        def impl(t, keys, refs):
-            items = pack_items(keys, refs, t.coder[0], t.coder[1], t.meta[REF_BASE])
-            return items, items
-
-        return impl
-    return lambda t, keys, refs: (keys, refs)
 
 
 @njit(cache=True, nogil=True)
@@ -142,20 +123,17 @@ def merge_back(dst_keys, dst_refs, n, src_keys, src_refs):
     ``dst`` is overwritten before it is read: the write position stays above the read
     position. O(n + len(src)).
     """
-    wide = not holds_items(dst_keys)  # compact items carry their refs
     i = n - 1
     j = src_keys.shape[0] - 1
     w = n + j
     while j >= 0:
         if i >= 0 and dst_keys[i] > src_keys[j]:
             dst_keys[w] = dst_keys[i]
-            if wide:
-                dst_refs[w] = dst_refs[i]
+            dst_refs[w] = dst_refs[i]
             i -= 1
         else:
             dst_keys[w] = src_keys[j]
-            if wide:
-                dst_refs[w] = src_refs[j]
+            dst_refs[w] = src_refs[j]
             j -= 1
         w -= 1
 
@@ -168,9 +146,8 @@ def insert_bisort(t, keys, refs):
     subwindow. Otherwise buffer and batch are merged, the result is merged into the main array,
     and the index array is resampled: a full subwindow, which never changes again, is one run,
     so each later probe batch pays one sweep or search of it, not two. ``keys`` float64 (n,)
-    ascending (stable, so equal keys are in ref order), ``refs`` int64 (n,). A compact main
-    array takes the run as items coded by ``t.coder``, which must be fitted. O(B + n) when
-    buffered (in cache), else O(M + B + n + P).
+    ascending (stable, so equal keys are in ref order), ``refs`` int64 (n,); ``t`` wide. O(B +
+    n) when buffered (in cache), else O(M + B + n + P).
     """
     m, b = t.meta[MAIN], t.meta[BUFFERED]
     n = keys.shape[0]
@@ -179,16 +156,14 @@ def insert_bisort(t, keys, refs):
         t.meta[BUFFERED] = b + n
         return
     if b == 0:  # nothing buffered: the batch merges straight into the main array (§III-E)
-        run_keys, run_refs = _main_run(t, keys, refs)
-        merge_back(t.keys, t.refs, m, run_keys, run_refs)
+        merge_back(t.keys, t.refs, m, keys, refs)
     else:
         buf_keys = np.empty(b + n)
         buf_refs = np.empty(b + n, dtype=np.int64)
         copy_prefix(buf_keys, t.buf_keys, b)
         copy_prefix(buf_refs, t.buf_refs, b)
         merge_back(buf_keys, buf_refs, b, keys, refs)
-        run_keys, run_refs = _main_run(t, buf_keys, buf_refs)
-        merge_back(t.keys, t.refs, m, run_keys, run_refs)
+        merge_back(t.keys, t.refs, m, buf_keys, buf_refs)
     m += b + n
     t.meta[MAIN] = m
     t.meta[BUFFERED] = 0
@@ -573,33 +548,33 @@ def stream_bytes(
 
     Replays the insert policy of :func:`insert_bisort` over one subwindow's fill with counts
     only: a merge from the back (:func:`merge_back`) reads and writes every item it moves,
-    16 bytes each way for wide items, 8 for compact ones (for keys spread like the batch's,
-    nearly every item moves); a compact main array also reads each wide run once and writes it
-    coded (:func:`~streamjoin.indexes.key_codes.pack_items`); a merge into the main array
-    resamples the index array. Probes follow :func:`_run_bytes` over the runs alive at each
-    batch: with ``window = k · subwindow_size``, ``k`` full subwindows (the oldest is probed
-    whole until it expires whole) plus the newest's main array and buffer; each pair writes 16
-    bytes. The refinement of a compact probe's candidates is the join core's, not counted.
+    16 bytes each way (for keys spread like the batch's, nearly every item moves); a merge into
+    the main array resamples the index array; with the compact layout, the full subwindow is
+    packed once (16 bytes read and 8 written per item). Probes follow :func:`_run_bytes` over
+    the runs alive at each batch: with ``window = k · subwindow_size``, ``k`` full subwindows
+    (compact items with the compact layout; the oldest is probed whole until it expires
+    whole) plus the newest's main array and buffer (wide); each pair writes 16 bytes. The
+    refinement of a compact probe's candidates is the join core's, not counted.
     Returns ``{"insert": .., "probe": .., "total": ..}``, per tuple, upper bounds where items
     move conditionally.
     """
     compact = layout == "compact"
-    item = _COMPACT_ITEM if compact else _ITEM
     c = subwindow_size
     full = -(-window // c)
-    insert = probe = 0.0
     stride_full = max(1, -(-c // partitions))
+    # packing the full subwindow: each item read (key and ref) and written as one word
+    insert = (_ITEM + _COMPACT_ITEM) * c + partitions * _COMPACT_ITEM if compact else 0.0
+    probe = 0.0
     for n, (m, buf), (m2, _) in fill_states(c, buffer_size, batch):
         stride = max(1, -(-m // partitions)) if m else 1
-        probe += full * _run_bytes(c, n, stride_full, compact) + _run_bytes(m, n, stride, compact)
+        probe += full * _run_bytes(c, n, stride_full, compact) + _run_bytes(m, n, stride)
         probe += _run_bytes(buf, n, _BUFFER_STRIDE) + 16 * n * full
         if m2 == m:  # into the buffer
             insert += 2 * _ITEM * (buf + n)
             continue
         run = 0 if buf == 0 else buf + (buf + n)  # the wide run of buffer and batch
-        coded = (_ITEM + _COMPACT_ITEM) * (buf + n) if compact else 0
         stride = max(1, -(-m2 // partitions))
-        insert += 2 * _ITEM * run + coded + 2 * item * (m + buf + n)
+        insert += 2 * _ITEM * run + 2 * _ITEM * (m + buf + n)
         insert += -(-m2 // stride) * (_LINE + 8)
     return {"insert": insert / c, "probe": probe / c, "total": (insert + probe) / c}
 
@@ -627,18 +602,17 @@ class BISort(SubwindowStore):
     O(m · log(1 + (M + B) / m) + candidates) -- a sweep of each run when it holds at most
     ``_SWEEP_GAP`` items per probe, a search per key otherwise; :meth:`ranges` the same
     without the buffer and the copy.
-    Memory: 16 bytes per item of capacity (8 with ``layout="compact"``) plus ``16 B + 8 P``.
+    Memory: 16 bytes per item of capacity plus ``16 B + 8 P`` while the subwindow fills; with
+    ``layout="compact"`` a full subwindow then holds 8 bytes per item plus ``8 P``.
 
-    With ``layout="compact"`` the main array holds 8-byte items
-    (:mod:`~streamjoin.indexes.key_codes`): the key code is fitted when the first run moves
-    into the main array, from that run's keys and the previous subwindow's key range, and
-    probes of the main array return every item whose code is in the probe's code range, a
-    superset of the band's items that the join core refines (``exact = False``). The buffer
-    stays wide and is probed exactly. The code is fixed for the subwindow's life: keys that
-    drift beyond it (increasing keys, timestamps) or a far outlier in the fit share the
-    extreme or a few codes, and probes among them return them all -- exact after the
-    refinement, but up to thousands of times slower than ``"wide"``. Hence ``"wide"`` is the
-    default; ``"compact"`` suits keys whose distribution stays put.
+    With ``layout="compact"``, the insert that fills the subwindow packs its main array in
+    place into 8-byte items (:mod:`~streamjoin.indexes.key_codes`), coded from the keys it
+    holds (:func:`~streamjoin.indexes.key_codes.fit_final`): the keys are all known by then and
+    never change, so the code follows keys that drift (timestamps) and leaves far outliers at
+    the extreme codes instead of squeezing the rest together. Probes of a packed subwindow
+    return every item whose code is in the probe's code range, a superset of the band's items
+    that the join core refines (``exact = False``); a subwindow still filling is probed
+    exactly.
 
     Parameters
     ----------
@@ -650,18 +624,13 @@ class BISort(SubwindowStore):
         Size ``B`` of the insertion buffer, >= 0.
     layout : str
         ``"wide"`` (float64 key + int64 ref, exact probes; the default) or ``"compact"``
-        (8-byte items, for stationary keys).
+        (packed into 8-byte items once full).
     """
 
     kind = "bisort"
 
     def __init__(
-        self,
-        capacity: int,
-        partitions: int = 512,
-        buffer_size: int = 1024,
-        layout: str = "wide",
-        key_range: tuple[float, float] | None = None,
+        self, capacity: int, partitions: int = 512, buffer_size: int = 1024, layout: str = "wide"
     ) -> None:
         super().__init__(capacity)
         self.partitions = int_option(self.kind, "partitions", partitions, 1)
@@ -673,51 +642,48 @@ class BISort(SubwindowStore):
                 f"bisort subwindow_size must be below 2**32 for the compact layout, got {capacity}"
             )
         self.layout = layout
-        dtype = np.uint64 if layout == "compact" else np.float64
-        keys = np.empty(capacity, dtype=dtype)
         self._t = BISortArrays(
-            keys,
-            keys if layout == "compact" else np.empty(capacity, dtype=np.int64),
+            np.empty(capacity),
+            np.empty(capacity, dtype=np.int64),
             np.empty(self.buffer_size),
             np.empty(self.buffer_size, dtype=np.int64),
-            np.empty(self.partitions, dtype=dtype),
+            np.empty(self.partitions),
             np.zeros(5, dtype=np.int64),
             np.full(2, np.nan),
         )
         self._size = 0
-        #: the finite key range of the subwindow before (a hint), and of this one's keys
-        self._hint = key_range
-        self._range: tuple[float, float] | None = None
+        self.packed = False  #: the main array holds compact items (a full compact subwindow)
 
     def successor(self) -> BISort:
-        return BISort(
-            self.capacity,
-            self.partitions,
-            self.buffer_size,
-            self.layout,
-            key_range=self._range or self._hint,
-        )
+        return BISort(self.capacity, self.partitions, self.buffer_size, self.layout)
 
     def insert(self, keys, refs):
         n = len(keys)
         if n == 0:
             return
-        if self.layout == "compact":
-            self._prepare_compact(keys, refs)
-        insert_bisort(self._t, keys, refs)
-        self._size += n
-
-    def _prepare_compact(self, keys, refs) -> None:
-        """Check ``refs`` (before anything changes), note the keys' range, and fit the code if
-        this batch makes the first run into the main array."""
         t = self._t
-        t.meta[REF_BASE] = checked_ref_base(self.kind, refs, self._size == 0, t.meta[REF_BASE])
-        self._range = _widen(self._range, keys)
-        m, b = int(t.meta[MAIN]), int(t.meta[BUFFERED])
-        if np.isnan(t.coder[0]) and not to_buffer(m, b, len(keys), self.buffer_size, self.capacity):
-            # the first run into the main array: fit the code to what has been seen
-            seen = self._range if self._hint is None else _widen(self._hint, self._range)
-            t.coder[:] = fit(np.array(seen))
+        if self.layout == "compact":  # refs must fit 32-bit offsets: refused before any change
+            t.meta[REF_BASE] = checked_ref_base(self.kind, refs, self._size == 0, t.meta[REF_BASE])
+        insert_bisort(t, keys, refs)
+        self._size += n
+        if self.layout == "compact" and self._size == self.capacity:
+            self._pack()
+
+    def _pack(self) -> None:
+        """Pack the full main array (one run, buffer empty) into compact items in place: the
+        float64 keys' memory becomes the items, the refs array and the buffer are freed."""
+        t = self._t
+        m = int(t.meta[MAIN])
+        base, scale = fit_final(t.keys[:m])
+        items = t.keys.view(np.uint64)
+        pack_items_into(items[:m], t.keys[:m], t.refs[:m], base, scale, t.meta[REF_BASE])
+        samples, stride = int(t.meta[SAMPLES]), int(t.meta[STRIDE])
+        index = items[: (samples - 1) * stride + 1 : stride].copy()
+        empty = np.empty(0)
+        self._t = BISortArrays(
+            items, items, empty, empty.astype(np.int64), index, t.meta, np.array([base, scale])
+        )
+        self.packed = True
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_bisort(self._t, keys, vlo, vhi, lo, hi, min_ref)
@@ -727,7 +693,7 @@ class BISort(SubwindowStore):
 
         ``vlo``/``vhi`` float64 (m,) as for :meth:`probe`. Returns ``starts, ends`` int64 (m,):
         ``[starts[i], ends[i])`` are the main-array items with keys in ``[vlo[i], vhi[i]]``
-        (compact: with codes of keys in it), expired and rounding-margin items included;
+        (packed: with codes of keys in it), expired and rounding-margin items included;
         buffered items are not covered (see :func:`locate_bisort`).
         """
         return locate_bisort(self._t, vlo, vhi)
@@ -739,21 +705,21 @@ class BISort(SubwindowStore):
     def nbytes(self) -> int:
         t = self._t
         arrays = [t.keys, t.buf_keys, t.buf_refs, t.index, t.meta, t.coder]
-        return sum(a.nbytes for a in arrays) + (t.refs.nbytes if self.layout == "wide" else 0)
+        return sum(a.nbytes for a in arrays) + (0 if self.packed else t.refs.nbytes)
 
     def main_refs(self) -> np.ndarray:
         """The refs of the main array, in its order (int64)."""
         t = self._t
         m = int(t.meta[MAIN])
-        if self.layout == "wide":
+        if not self.packed:
             return t.refs[:m]
         return item_refs(t.keys[:m], int(t.meta[REF_BASE]))
 
     def items(self):
-        """``(keys, refs)``; a compact main array's keys are its codes (float64)."""
+        """``(keys, refs)``; a packed main array's keys are its codes (float64)."""
         t = self._t
         m, b = t.meta[MAIN], t.meta[BUFFERED]
-        main = t.keys[:m] if self.layout == "wide" else item_codes(t.keys[:m]).astype(np.float64)
+        main = item_codes(t.keys[:m]).astype(np.float64) if self.packed else t.keys[:m]
         return np.concatenate([main, t.buf_keys[:b]]), np.concatenate(
             [self.main_refs(), t.buf_refs[:b]]
         )
@@ -764,12 +730,14 @@ class BISort(SubwindowStore):
         assert m >= 0 and m + b == len(self) <= self.capacity and 0 <= b <= self.buffer_size
         assert b == 0 or m + b < self.capacity, "a full subwindow is one run"
         main, refs = t.keys[:m], self.main_refs()
-        if self.layout == "wide":
-            assert np.array_equal(np.lexsort((refs, main)), np.arange(m)), "main sorted"
-        else:
+        if self.packed:
+            assert m == self.capacity and b == 0, "only a full subwindow is packed"
             assert np.all(item_codes(main[1:]) >= item_codes(main[:-1])), "codes ascending"
             assert len(np.unique(refs)) == m, "refs unique"
-            assert m == 0 or (refs.min() >= ref_base and not np.isnan(t.coder).any())
+            assert refs.min() >= ref_base and not np.isnan(t.coder).any()
+        else:
+            assert self.layout == "wide" or len(self) < self.capacity, "a full one is packed"
+            assert np.array_equal(np.lexsort((refs, main)), np.arange(m)), "main sorted"
         buf_keys, buf_refs = t.buf_keys[:b], t.buf_refs[:b]
         assert np.array_equal(np.lexsort((buf_refs, buf_keys)), np.arange(b)), "buffer sorted"
         if m == 0:
@@ -778,19 +746,6 @@ class BISort(SubwindowStore):
         assert stride == max(1, -(-m // self.partitions)) and samples == -(-m // stride)
         assert samples <= self.partitions
         assert np.array_equal(t.index[:samples], main[::stride]), "index samples every stride"
-
-
-def _widen(key_range: tuple[float, float] | None, keys) -> tuple[float, float]:
-    """``key_range`` grown to the finite keys of sorted ``keys`` (its ends, unless infinite)."""
-    lo, hi = float(keys[0]), float(keys[-1])
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        finite = keys[np.isfinite(keys)]
-        if len(finite) == 0:
-            return key_range if key_range is not None else (0.0, 0.0)
-        lo, hi = float(finite[0]), float(finite[-1])
-    if key_range is not None:
-        lo, hi = min(lo, key_range[0]), max(hi, key_range[1])
-    return lo, hi
 
 
 @register
@@ -824,11 +779,11 @@ class BISortIndex(SubwindowIndex):
         test_subwindow_indexes.py``).
     layout : str
         ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
-        ``"compact"``: the main arrays hold 8-byte items, a 32-bit key code and a 32-bit
-        relative ref (:mod:`~streamjoin.indexes.key_codes`); a probe returns a superset of the
-        band's items, which the join core refines on the full keys (``exact`` is False). Half
-        the memory and up to ~1.1x the speed for keys whose distribution stays put; keys that
-        drift (timestamps) make probes return thousands of candidates (see :class:`BISort`).
+        ``"compact"``: each full subwindow is packed into 8-byte items, a 32-bit key code and a
+        32-bit relative ref (:mod:`~streamjoin.indexes.key_codes`), coded from its own keys;
+        a probe of it returns a superset of the band's items, which the join core refines on
+        the full keys (``exact`` is False). Half the memory of the full subwindows (see
+        :class:`BISort`).
     """
 
     name = "bisort"

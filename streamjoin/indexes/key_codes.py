@@ -9,25 +9,29 @@ The code of a key is
 
     code(k) = clamp(floor((k - base) · scale), 0, 2**32 - 1)
 
-with ``scale`` a power of two (the product is exact), fitted once per structure from the keys
-it expects (:func:`fit`). Every step is monotone (float subtraction rounds monotonically,
-floor and clamp are monotone), so ``k1 <= k2`` implies ``code(k1) <= code(k2)``: the items
-with ``vlo <= key <= vhi`` all lie within the interval's item bounds (:func:`item_bounds`),
-and a search over items returns a *superset* of the band's items. Keys beyond the fitted range
-share the extreme codes, and keys closer than ``1 / scale`` may share one; the caller refines
-every candidate against the full key in the tuple store (``WindowIndex.exact`` is False), as
-the join cores already read each candidate's stored row to emit it. Integer keys whose fitted
-range spans fewer than 2**31 values get ``scale >= 1``: distinct integers then have distinct
-codes, and an integer band's bounds are exact on codes.
+with ``scale`` a power of two (the product is exact). Every step is monotone (float
+subtraction rounds monotonically, floor and clamp are monotone), so ``k1 <= k2`` implies
+``code(k1) <= code(k2)``: the items with ``vlo <= key <= vhi`` all lie within the interval's
+item bounds (:func:`item_bounds`), and a search over items returns a *superset* of the band's
+items. Keys closer than ``1 / scale`` may share a code, and keys beyond the fitted range share
+the extreme ones; the caller refines every candidate against the full key in the tuple store
+(``WindowIndex.exact`` is False), as the join cores already read each candidate's stored row
+to emit it. Integer keys whose fitted range spans fewer than 2**31 values get ``scale >= 1``:
+distinct integers then have distinct codes, and an integer band's bounds are exact on codes.
 
 ``ref_base`` is the structure's first ref: a structure spans fewer than :data:`REF_SPAN` refs.
 
-The code is fixed once fitted, which suits keys whose distribution stays put. Keys that drift
-beyond the fit (increasing keys, timestamps) all take the top code, and a far outlier in the
-fit's sample squeezes the other keys into a few codes; either way probes return many
-candidates (exact after refinement, far slower): the indexes keep 16-byte items by default.
-Degenerate fits are still monotone: keys spanning most of the float range leave the codes of
-the largest at the top, keys that are all subnormal share code 0.
+*When to fit.* A code fixed before its keys arrive cannot follow them: keys that drift beyond
+it (increasing keys, timestamps) all take the top code, and a far outlier in the sample it was
+fitted to squeezes the other keys into a few codes; probes then return thousands of
+candidates (exact after refinement, thousands of times slower). So the indexes pack a
+structure only once it is full and never changes again (a full BI-Sort or RaP-Table
+subwindow), coded from the keys it holds (:func:`fit_final`, :func:`fit_unsorted`): the
+codes span those keys with no headroom, and keys more than :data:`OUTLIER_REACH` widths of the
+bulk beyond it are clamped to the extreme codes rather than widening the code (only probes at
+the very ends of the range meet them). Degenerate fits are still monotone: keys spanning most
+of the float range leave the codes of the largest at the top, keys that are all subnormal
+share code 0.
 
 This is PIM-Tree's and PanJoin's item (a 4-byte key and a 4-byte reference) with the exactness
 our contract needs restored by refinement (issue 19's design decision). Code and ref share one
@@ -82,6 +86,50 @@ def fit(keys: np.ndarray, headroom: float = 0.5) -> tuple[float, float]:
     return base, math.ldexp(1.0, exp)
 
 
+#: :func:`fit_final`: quantile (each end) whose keys bound the bulk of a run; :func:`fit_bulk`:
+#: how far beyond the bulk, in bulk widths, keys are still coded apart rather than clamped.
+BULK_QUANTILE = 1 / 1024
+OUTLIER_REACH = 4.0
+
+
+def fit_final(keys: np.ndarray) -> tuple[float, float]:
+    """``(base, scale)`` for the sorted ``keys`` of a run that will not change (a full
+    subwindow), by :func:`fit_bulk` over its finite keys, the bulk between the quantiles
+    :data:`BULK_QUANTILE` and ``1 - BULK_QUANTILE``. O(log n)."""
+    first = int(np.searchsorted(keys, -np.inf, side="right"))
+    end = int(np.searchsorted(keys, np.inf, side="left"))
+    n = end - first
+    if n <= 0:
+        return fit(keys[:0], 0.0)
+    q = int(n * BULK_QUANTILE)
+    return fit_bulk(keys[first], keys[end - 1], keys[first + q], keys[end - 1 - q])
+
+
+def fit_unsorted(keys: np.ndarray) -> tuple[float, float]:
+    """:func:`fit_final` of ``keys`` in any order (the quantiles by selection). O(n)."""
+    finite = keys[np.isfinite(keys)]
+    n = len(finite)
+    if n == 0:
+        return fit(finite, 0.0)
+    q = int(n * BULK_QUANTILE)
+    bulk_lo, bulk_hi = np.partition(finite, [q, n - 1 - q])[[q, n - 1 - q]]
+    return fit_bulk(finite.min(), finite.max(), bulk_lo, bulk_hi)
+
+
+def fit_bulk(lo: float, hi: float, bulk_lo: float, bulk_hi: float) -> tuple[float, float]:
+    """``(base, scale)`` for the finite keys ``[lo, hi]`` of a structure that will not change
+    (a full subwindow), most of which lie in ``[bulk_lo, bulk_hi]``: no headroom, since no key
+    comes later. The codes span ``[lo, hi]`` unless a few keys lie far from the bulk: keys
+    more than :data:`OUTLIER_REACH` bulk widths beyond it are clamped to the extreme codes
+    (exact after refinement; only probes at the very ends of the range meet them) instead of
+    squeezing the bulk into a few codes."""
+    lo, hi, bulk_lo, bulk_hi = (float(x) for x in (lo, hi, bulk_lo, bulk_hi))
+    reach = OUTLIER_REACH * (bulk_hi / 2 - bulk_lo / 2) * 2  # halves: the width may overflow
+    if math.isfinite(reach):
+        lo, hi = max(lo, bulk_lo - reach), min(hi, bulk_hi + reach)
+    return fit(np.array([lo, hi]), 0.0)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def encode(k, base, scale):
     """The code of float key ``k``, as a uint64 (NaN and ``+inf`` take the top code, ``-inf``
@@ -106,11 +154,18 @@ def pack_items(keys, refs, base, scale, ref_base):
     sorted by code (codes are monotone), which is all a search over item bounds needs -- items
     of one code may keep any order of refs (merging code-sorted runs keeps them code-sorted).
     O(n)."""
-    n = keys.shape[0]
-    items = np.empty(n, dtype=np.uint64)
-    for i in range(n):
-        items[i] = item_of(keys[i], refs[i], base, scale, ref_base)
+    items = np.empty(keys.shape[0], dtype=np.uint64)
+    pack_items_into(items, keys, refs, base, scale, ref_base)
     return items
+
+
+@njit(cache=True, nogil=True)
+def pack_items_into(out, keys, refs, base, scale, ref_base):
+    """:func:`pack_items` written to ``out[:n]``, which may be the memory of ``keys`` itself
+    seen as uint64 (``keys.view(np.uint64)``): item ``i`` depends on key ``i`` only, and is
+    written after it is read. O(n)."""
+    for i in range(keys.shape[0]):
+        out[i] = item_of(keys[i], refs[i], base, scale, ref_base)
 
 
 def checked_ref_base(kind: str, refs: np.ndarray, empty: bool, ref_base: int) -> int:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.key_codes import holds_items, item_ref
+from streamjoin.indexes.key_codes import holds_items, item_ref, pack_items_into
 from streamjoin.indexes.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
@@ -55,6 +55,25 @@ def new_llat(entries: int, width: int, normal: int, compact: bool = False) -> LL
         nxt,
         np.array([normal], dtype=np.int64),
     )
+
+
+def packed_llat(llat: LLAT, base: float, scale: float, ref_base: int) -> LLAT:
+    """``llat``'s items packed in place into compact items coded by ``(base, scale)``, refs
+    counted from ``ref_base`` (:mod:`~streamjoin.indexes.key_codes`): the float64 keys'
+    memory becomes the items, the refs array is dropped. ``llat`` must be wide and is not
+    used again."""
+    items = llat.keys.view(np.uint64)
+    _pack_entries(
+        items, llat.keys, llat.refs, llat.fill, int(llat.meta[PTR_G]), base, scale, ref_base
+    )
+    return LLAT(items, items, llat.fill, llat.next, llat.meta)
+
+
+@njit(cache=True, nogil=True)
+def _pack_entries(items, keys, refs, fill, used, base, scale, ref_base):
+    for e in range(used):
+        f = fill[e]
+        pack_items_into(items[e, :f], keys[e, :f], refs[e, :f], base, scale, ref_base)
 
 
 def grown_llat(llat: LLAT, entries: int) -> LLAT:

@@ -33,7 +33,7 @@ from streamjoin.indexes.key_codes import (
     bounds_for,
     checked_ref_base,
     encode,
-    fit,
+    fit_unsorted,
     item_codes,
     item_refs,
 )
@@ -43,6 +43,7 @@ from streamjoin.indexes.llat import (
     chain_entries,
     llat_append,
     new_llat,
+    packed_llat,
     scan_partitions,
 )
 from streamjoin.indexes.subwindows import (
@@ -69,7 +70,7 @@ class RaPArrays(NamedTuple):
     part_next: np.ndarray
     #: int64 (P,): ``p``: partition p's chain starts at normal entry p (§III-B2)
     part_head: np.ndarray
-    #: float64 (2,): the key code's ``(base, scale)`` of a compact LLAT (unused when wide)
+    #: float64 (2,): the key code's ``(base, scale)`` of a packed LLAT (NaN while wide)
     coder: np.ndarray
     #: int64 (1,): the ref compact items count from
     ref_base: np.ndarray
@@ -190,7 +191,7 @@ class RaPTable(LLATStore):
     keys O(m · log(2 + P / m) + scanned partitions + their items · log(active probes) +
     matches), about ``N_Sub / P`` items per partition once the table is balanced;
     :meth:`successor` O(P).
-    Memory: ``2P · ceil(N_Sub / P · σ)`` LLAT slots of 16 bytes (8 when compact), i.e. about
+    Memory: ``2P · ceil(N_Sub / P · σ)`` LLAT slots of 16 bytes (8 once packed), i.e. about
     ``2σ`` times the data (§III-B2), plus 56 bytes per partition.
 
     Parameters
@@ -207,14 +208,13 @@ class RaPTable(LLATStore):
         The partition table (from :meth:`successor`); overrides ``domain``.
     layout : str
         ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
-        ``"compact"``: from the second subwindow on, the LLAT holds 8-byte items (a 32-bit key
-        code fitted to the previous subwindow's keys and a 32-bit relative ref,
-        :mod:`~streamjoin.indexes.key_codes`) and probes return a superset the caller refines;
-        the first subwindow, with no keys seen to fit a code to, stays wide, and so does any
-        of ``capacity >= 2**32`` (refs would not fit). The code is fixed per subwindow: keys
-        that drift beyond the predecessor's range share the top code (see ``key_codes``).
-    coder : (float, float), optional
-        The key code of a compact subwindow (from :meth:`successor`).
+        ``"compact"``: the insert that fills the subwindow packs its LLAT in place into 8-byte
+        items (a 32-bit key code and a 32-bit relative ref, :mod:`~streamjoin.indexes.
+        key_codes`), coded from its own keys (their range and the histograms' bulk,
+        :func:`~streamjoin.indexes.key_codes.fit_bulk`: keys are all known by then, so the
+        code follows drifting keys, and far outliers take the extreme codes); probes of a
+        packed subwindow return a superset the caller refines. A subwindow still filling, or
+        of ``capacity >= 2**32`` (refs would not fit), stays wide.
     """
 
     kind = "rap_table"
@@ -227,13 +227,12 @@ class RaPTable(LLATStore):
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
         high: np.ndarray | None = None,
         layout: str = "wide",
-        coder: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(capacity)
         if layout not in ("compact", "wide"):
             raise ValueError(f"rap_table layout must be 'compact' or 'wide', got {layout!r}")
         self.layout = layout
-        compact = layout == "compact" and coder is not None and capacity < REF_SPAN
+        self._packs = layout == "compact" and capacity < REF_SPAN  # once full
         p = self.partitions = int_option(self.kind, "partitions", partitions, 1)
         try:
             self.sigma = float(sigma)
@@ -256,7 +255,7 @@ class RaPTable(LLATStore):
         # need a reserved entry and 2P entries suffice (§III-B2); the max() keeps that true
         # for a σ so close to 1 that N_Sub · σ rounds to N_Sub
         width = max(math.ceil(capacity * self.sigma / p), capacity // p + 1)
-        self._llat = new_llat(2 * p, width, p, compact)
+        self._llat = new_llat(2 * p, width, p)
         self._size = 0
         arange = np.arange(p, dtype=np.int64)
         self._t = RaPArrays(
@@ -267,35 +266,40 @@ class RaPTable(LLATStore):
             arange.copy(),
             np.append(arange[1:], -1),
             arange,
-            np.array(coder if compact else (np.nan, np.nan), dtype=np.float64),
+            np.full(2, np.nan),
             np.zeros(1, dtype=np.int64),
         )
 
     @property
     def compact(self) -> bool:
-        """Whether this subwindow holds compact items."""
+        """Whether this subwindow holds compact items (it is full and packed)."""
         return self._llat.keys.dtype == np.uint64
 
     def successor(self) -> RaPTable:
         t = self._t
         high = adjust_splitters(t.count, t.kmin, t.kmax, t.high)
-        coder = None
-        if self.layout == "compact":
-            used = t.count > 0
-            seen = np.array([t.kmin[used].min(), t.kmax[used].max()]) if used.any() else None
-            coder = fit(seen) if seen is not None else (tuple(t.coder) if self.compact else None)
-        return RaPTable(
-            self.capacity, self.partitions, self.sigma, self.domain, high, self.layout, coder
-        )
+        return RaPTable(self.capacity, self.partitions, self.sigma, self.domain, high, self.layout)
 
     def insert(self, keys, refs):
         if len(refs) == 0:
             return
-        if self.compact:  # refs are checked before anything changes
-            t = self._t
+        t = self._t
+        if self._packs:  # refs must fit 32-bit offsets: refused before any change
             t.ref_base[0] = checked_ref_base(self.kind, refs, self._size == 0, t.ref_base[0])
-        insert_rap_table(self._t, self._llat, keys, refs)
+        insert_rap_table(t, self._llat, keys, refs)
         self._size += len(refs)
+        if self._packs and self._size == self.capacity:
+            self._pack()
+
+    def _pack(self) -> None:
+        """Pack the full subwindow's LLAT in place, coded from its keys
+        (:func:`~streamjoin.indexes.key_codes.fit_unsorted`: one pass over them)."""
+        llat = self._llat
+        used = int(llat.meta[PTR_G])
+        filled = np.arange(llat.keys.shape[1]) < llat.fill[:used, None]
+        base, scale = fit_unsorted(llat.keys[:used][filled])
+        self._t.coder[:] = base, scale
+        self._llat = packed_llat(llat, base, scale, int(self._t.ref_base[0]))
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_rap_table(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)
@@ -378,10 +382,10 @@ class RaPTableIndex(SubwindowIndex):
     domain : (float, float)
         Key range the first subwindow splits evenly.
     layout : str
-        ``"wide"`` (default): 16-byte items, exact probes. ``"compact"``: subwindows after the
-        first hold 8-byte items and probes return a superset of the band that the join core
-        refines on the full keys (``exact`` is False); for keys whose distribution stays put
-        (see :class:`RaPTable`).
+        ``"wide"`` (default): 16-byte items, exact probes. ``"compact"``: full subwindows are
+        packed into 8-byte items, coded from their own keys, and probes of them return a
+        superset of the band that the join core refines on the full keys (``exact`` is False;
+        see :class:`RaPTable`).
     """
 
     name = "rap_table"
