@@ -112,7 +112,7 @@ GALLERY = [
         "pim_tree_parallel",
         "pim_tree_parallel.py",
         "PIM-Tree §4: Fig. 10c, 12a, 12c, 13c, 14 and latency with blocking vs nonblocking merge",
-        20,
+        35,
         0.5,
     ),
     Experiment("spo_paper", "spo_paper.py", "SPO-Join §6, Fig. 7-15", 60, 5, starts_ray=True),

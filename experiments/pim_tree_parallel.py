@@ -6,8 +6,10 @@ Workload (as ``pim_tree_paper.py``): band join ``|r.x - s.x| <= eps`` of two str
 integer keys uniform on ``[0, 2^31)``, ``eps`` chosen for match rate 2 (a probe finds 2
 partners on average in a window; :func:`~streamjoin.sources.band_for_match_rate`), count
 window W per stream, batches of 1,024; a self-join (Fig. 12) keeps W tuples of one
-stream. Throughput is the steady state's: the first 2 W tuples fill the windows untimed, the
-next ``max(W, 2^19)`` (``--quick``: ``max(W, 2^15)``) are timed, wall clock.
+stream. Throughput is the steady state's: the first ``FILL_WINDOWS`` W = 5 W tuples fill the
+windows untimed (2.5 windows per stream: the tuple stores are then in their steady state, see
+:data:`FILL_WINDOWS`), the next ``max(W, 2^19)`` (``--quick``: ``max(W, 2^15)``) are timed,
+wall clock.
 
 Parts (``--only`` takes a comma-separated list):
 
@@ -37,7 +39,7 @@ Parts (``--only`` takes a comma-separated list):
 Writes ``pim_tree_parallel{_quick}.{csv,md,png}`` and ``pim_tree_parallel_latency{_quick}.png``
 into the results folder (``$STREAMJOIN_RESULTS``, else ``experiments/results``).
 
-Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (17 minutes on 2
+Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (33 minutes on 2
 cores); ``--quick`` for a smoke run (about a minute), ``--only fig13c,fig14`` for some parts.
 
 The script is over 600 lines because its five parts share one workload, one alternation of
@@ -136,12 +138,20 @@ def query(data, window: int, self_join: bool = False) -> sj.Query:
     return sj.Query(sj.band("x", eps), window=sj.CountWindow(window), self_join=self_join)
 
 
+#: Windows of tuples that fill a run untimed. A tuple store grows to twice its window, and its
+#: tail then writes memory never touched before until it first compacts, one window of
+#: appends later: a fill of one window per stream (2 W tuples, as before) left that first
+#: touch to the timed phase, about one page fault per 1,000 tuples at W = 2^20, in the serial
+#: part of every core's steps (``benchmarks/shared_index_speedup.py`` prints the faults).
+FILL_WINDOWS = 5
+
+
 @functools.cache
 def workload(window: int, min_timed: int, self_join: bool = False):
     """``(data, query, batches, n_fill_batches)``: the input table (integer keys uniform on
     ``[0, 2^31)``), its query, its emitter batches (built once, shared by every
     configuration) and how many of them fill the windows."""
-    n_fill = 2 * window
+    n_fill = FILL_WINDOWS * window
     n = n_fill + max(window, min_timed)
     data = sj.sources.synthetic(n, seed=1, self_join=self_join)
     q = query(data, window, self_join)
@@ -210,7 +220,7 @@ def via_run(topo, window: int, min_timed: int, backend: str = "local", self_join
     the whole input, throughput = timed tuples / the difference. On ``sim`` the input arrives
     far faster than any configuration takes it (virtual time)."""
     data, q, _, _ = workload(window, min_timed, self_join)
-    n_fill = 2 * window
+    n_fill = FILL_WINDOWS * window
     kw = {"pace": 1e12} if backend == "sim" else {}
     t_fill, _ = _run_seconds(q, data.slice(0, n_fill), topo, backend, **kw)
     t_all, count = _run_seconds(q, data, topo, backend, **kw)
@@ -373,7 +383,7 @@ def part_latency(sc, prov, bar) -> tuple[list[dict], dict]:
     workload.cache_clear()
     bar.update(2)
     pace = round(0.5 * min(probes), -3)
-    n_fill = 2 * w
+    n_fill = FILL_WINDOWS * w
     n = n_fill + int(pace * sc["latency_timed_s"])
     data = sj.sources.synthetic(n, seed=2)
     q = query(data, w)
@@ -463,7 +473,7 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
         "",
         "Band join at match rate 2 (integer keys uniform on [0, 2^31), eps chosen for 2 "
         "partners per probe), count window W per stream, batches of 1,024; "
-        "steady-state throughput in input tuples/s of wall time (the 2 W tuples that fill the "
+        f"steady-state throughput in input tuples/s of wall time (the {FILL_WINDOWS} W tuples that fill the "
         "windows untimed). Cores (`single`, `shared(T)` = `shared_index(T)` with PIM-Tree, "
         "default options: m = 1/8, D_I = 1, task size "
         f"{TASK_SIZE}) are driven directly, outside `sj.run`; `split(2)` runs through "
