@@ -212,17 +212,6 @@ def item_codes(items: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def holds_items(a) -> bool:
-    """(jitted: a constant) Whether array ``a`` holds compact items (uint64)."""
-    return a.dtype == np.uint64
-
-
-@overload(holds_items)
-def _holds_items_ol(a):
-    flag = a.dtype == types.uint64
-    return lambda a: flag
-
-
 def item_ref(v, r, ref_base):
     """(jitted) The ref of a held item ``v`` whose ref slot reads ``r``: ``r`` for a wide
     item, the ref packed in a compact one (counted from ``ref_base``)."""
@@ -247,19 +236,6 @@ def _item_in_band_ol(v, key, lo, hi):
     if v == types.uint64:
         return lambda v, key, lo, hi: True
     return lambda v, key, lo, hi: in_band(v, key, lo, hi)
-
-
-def as_item(a, k, r, coder, ref_base):
-    """(jitted) Key ``k`` with ref ``r`` as an item of array ``a``: ``k`` itself for a wide
-    array, the packed item (``coder`` = ``(base, scale)``) for a compact one."""
-    raise NotImplementedError
-
-
-@overload(as_item)
-def _as_item_ol(a, k, r, coder, ref_base):
-    if a.dtype == types.uint64:
-        return lambda a, k, r, coder, ref_base: item_of(k, r, coder[0], coder[1], ref_base)
-    return lambda a, k, r, coder, ref_base: k
 
 
 def bounds_for(a, vlo, vhi, coder):

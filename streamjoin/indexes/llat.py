@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.key_codes import holds_items, item_ref, pack_items_into
+from streamjoin.indexes.key_codes import item_ref, pack_items_into
 from streamjoin.indexes.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
@@ -41,16 +41,15 @@ class LLAT(NamedTuple):
     meta: np.ndarray
 
 
-def new_llat(entries: int, width: int, normal: int, compact: bool = False) -> LLAT:
-    """An LLAT of ``entries`` entries of ``width`` items (8-byte compact items if
-    ``compact``, else a float64 key and an int64 ref); entries ``[0, normal)`` start as empty
-    one-entry chains (the normal entries) and ``PtrG = normal``."""
+def new_llat(entries: int, width: int, normal: int) -> LLAT:
+    """An LLAT of ``entries`` entries of ``width`` items (a float64 key and an int64 ref;
+    :func:`packed_llat` turns a full one into compact items); entries ``[0, normal)`` start as
+    empty one-entry chains (the normal entries) and ``PtrG = normal``."""
     fill = np.zeros(entries, dtype=np.int64)
     nxt = np.full(entries, -1, dtype=np.int64)
-    keys = np.empty((entries, width), dtype=np.uint64 if compact else np.float64)
     return LLAT(
-        keys,
-        keys if compact else np.empty((entries, width), dtype=np.int64),
+        np.empty((entries, width)),
+        np.empty((entries, width), dtype=np.int64),
         fill,
         nxt,
         np.array([normal], dtype=np.int64),
@@ -77,13 +76,12 @@ def _pack_entries(items, keys, refs, fill, used, base, scale, ref_base):
 
 
 def grown_llat(llat: LLAT, entries: int) -> LLAT:
-    """A copy of ``llat`` with room for ``entries`` entries."""
+    """A copy of the wide ``llat`` with room for ``entries`` entries (a packed LLAT belongs
+    to a full subwindow, which never grows)."""
     used = int(llat.meta[PTR_G])
-    compact = llat.keys.dtype == np.uint64
-    out = new_llat(entries, llat.keys.shape[1], 0, compact)
-    for j, (new, old) in enumerate(zip(out[:4], llat[:4], strict=True)):
-        if not (compact and j == 1):  # compact refs are the keys, copied already
-            new[:used] = old[:used]
+    out = new_llat(entries, llat.keys.shape[1], 0)
+    for new, old in zip(out[:4], llat[:4], strict=True):
+        new[:used] = old[:used]
     out.meta[PTR_G] = used
     return out
 
@@ -109,8 +107,8 @@ def take_entry(llat):
 
 @njit(cache=True, nogil=True, inline="always")
 def llat_append(llat, tail, part, v, r):
-    """Add item ``(v, r)`` to partition ``part``, whose chain ends at entry ``tail[part]``
-    (a compact item ``v`` carries its ref: ``r`` is not stored).
+    """Add item ``(v, r)`` to partition ``part`` of a wide LLAT, whose chain ends at entry
+    ``tail[part]``.
 
     §III-B2: a full last entry is linked to the entry at ``PtrG``. Keeping each chain's last
     entry in ``tail`` spares the walk down the list the paper describes. O(1).
@@ -123,8 +121,7 @@ def llat_append(llat, tail, part, v, r):
         e = g
     f = llat.fill[e]
     llat.keys[e, f] = v
-    if not holds_items(llat.keys):
-        llat.refs[e, f] = r
+    llat.refs[e, f] = r
     llat.fill[e] = f + 1
 
 

@@ -29,7 +29,6 @@ from numba import njit
 from streamjoin.indexes.base import register
 from streamjoin.indexes.key_codes import (
     REF_SPAN,
-    as_item,
     bounds_for,
     checked_ref_base,
     encode,
@@ -138,8 +137,7 @@ def insert_rap_table(t, llat, keys, refs):
     for i in range(keys.shape[0]):
         v = keys[i]
         p = rebound_search(t.high, 0, n_parts, p, v, False)
-        item = as_item(llat.keys, v, refs[i], t.coder, t.ref_base[0])
-        llat_append(llat, t.tail, p, item, refs[i])
+        llat_append(llat, t.tail, p, v, refs[i])
         if t.count[p] == 0:
             t.kmin[p] = v
             t.kmax[p] = v
@@ -210,9 +208,9 @@ class RaPTable(LLATStore):
         ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
         ``"compact"``: the insert that fills the subwindow packs its LLAT in place into 8-byte
         items (a 32-bit key code and a 32-bit relative ref, :mod:`~streamjoin.indexes.
-        key_codes`), coded from its own keys (their range and the histograms' bulk,
-        :func:`~streamjoin.indexes.key_codes.fit_bulk`: keys are all known by then, so the
-        code follows drifting keys, and far outliers take the extreme codes); probes of a
+        key_codes`), coded from its own keys (:func:`~streamjoin.indexes.key_codes.
+        fit_unsorted`: keys are all known by then, so the code follows drifting keys, and
+        far outliers take the extreme codes); probes of a
         packed subwindow return a superset the caller refines. A subwindow still filling, or
         of ``capacity >= 2**32`` (refs would not fit), stays wide.
     """
