@@ -18,6 +18,7 @@ from streamjoin.indexes.key_codes import (
     encode,
     fit,
     fit_final,
+    fit_unsorted,
     item_bounds,
     item_codes,
     item_refs,
@@ -148,6 +149,39 @@ def test_a_final_fit_spreads_the_bulk_over_the_codes(seed, n, centre, spread, in
     else:
         assert hi - lo >= 2**32 // 18
         assert all(c in (0, CODE_MAX) for k, c in zip(run, codes, strict=True) if k in far)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 5000),
+    spread=st.sampled_from([1.0, 1e6, 1e300]),
+    extremes=st.lists(st.sampled_from([-np.inf, np.inf, -1e15, 1e15, 0.0]), max_size=8),
+)
+def test_an_unsorted_fit_is_the_sorted_fit(seed, n, spread, extremes):
+    """RaP-Table's fit (:func:`fit_unsorted`, quantiles by selection over keys in any order)
+    is BI-Sort's (:func:`fit_final` over the same keys sorted), infinities and outliers
+    included."""
+    rng = np.random.default_rng(seed)
+    keys = np.concatenate([rng.standard_cauchy(n) * spread, extremes])
+    assert fit_unsorted(rng.permutation(keys)) == fit_final(np.sort(keys))
+
+
+def test_a_packed_subwindow_takes_no_more_inserts():
+    """A full compact subwindow is packed; an insert into it (beyond its capacity, outside the
+    chain's contract) is refused instead of writing past its items."""
+    from streamjoin.indexes.bisort import BISort
+    from streamjoin.indexes.rap_table import RaPTable
+
+    for store in (
+        BISort(4, partitions=2, buffer_size=2, layout="compact"),
+        RaPTable(4, partitions=2, layout="compact"),
+    ):
+        store.insert(np.arange(4.0), np.arange(4))
+        with pytest.raises(ValueError, match="insert into a full subwindow"):
+            store.insert(np.array([9.0]), np.array([4]))
+        assert len(store) == 4
+        store.check()
 
 
 def _candidates_per_match(name: str, keys: np.ndarray, band: float, **options) -> float:

@@ -94,10 +94,12 @@ class BISortArrays(NamedTuple):
     #: int64 (capacity,) refs, or ``keys`` itself when compact
     refs: np.ndarray
     #: float64 (B,): insertion buffer keys, ascending by (key, ref) in the first ``BUFFERED``
+    #: (empty once packed)
     buf_keys: np.ndarray
     #: int64 (B,)
     buf_refs: np.ndarray
-    #: (P,) of the main array's dtype: ``index[j] = keys[j · STRIDE]`` for ``j < SAMPLES``
+    #: (P,) of the main array's dtype (``(SAMPLES,)`` once packed): ``index[j] = keys[j ·
+    #: STRIDE]`` for ``j < SAMPLES``
     index: np.ndarray
     #: int64 (5,): items in the main array, items buffered, index samples, stride, and the
     #: ref that compact refs count from
@@ -662,6 +664,8 @@ class BISort(SubwindowStore):
         if n == 0:
             return
         t = self._t
+        if self.packed:  # the inserts of a packed subwindow would write past its items
+            raise ValueError("bisort: insert into a full subwindow (it is packed)")
         if self.layout == "compact":  # refs must fit 32-bit offsets: refused before any change
             t.meta[REF_BASE] = checked_ref_base(self.kind, refs, self._size == 0, t.meta[REF_BASE])
         insert_bisort(t, keys, refs)

@@ -16,8 +16,9 @@ item bounds (:func:`item_bounds`), and a search over items returns a *superset* 
 items. Keys closer than ``1 / scale`` may share a code, and keys beyond the fitted range share
 the extreme ones; the caller refines every candidate against the full key in the tuple store
 (``WindowIndex.exact`` is False), as the join cores already read each candidate's stored row
-to emit it. Integer keys whose fitted range spans fewer than 2**31 values get ``scale >= 1``:
-distinct integers then have distinct codes, and an integer band's bounds are exact on codes.
+to emit it. Integer keys whose fitted range spans fewer than 2**31 values (2**32 with no
+headroom) get ``scale >= 1``: distinct integers then have distinct codes, and an integer band's
+bounds are exact on codes, except for keys clamped to an extreme code.
 
 ``ref_base`` is the structure's first ref: a structure spans fewer than :data:`REF_SPAN` refs.
 
@@ -28,10 +29,11 @@ candidates (exact after refinement, thousands of times slower). So the indexes p
 structure only once it is full and never changes again (a full BI-Sort or RaP-Table
 subwindow), coded from the keys it holds (:func:`fit_final`, :func:`fit_unsorted`): the
 codes span those keys with no headroom, and keys more than :data:`OUTLIER_REACH` widths of the
-bulk beyond it are clamped to the extreme codes rather than widening the code (only probes at
-the very ends of the range meet them). Degenerate fits are still monotone: keys spanning most
-of the float range leave the codes of the largest at the top, keys that are all subnormal
-share code 0.
+bulk beyond it are clamped to the extreme codes rather than widening the code: at most
+``BULK_QUANTILE`` of the keys at each end (1,024 of a 2^20 subwindow), which only probes at the
+very ends of the range meet. Degenerate fits are still monotone, only coarse: keys spanning most
+of the float range leave the codes of the largest at the top, and subnormal keys, or a range
+too narrow to halve, share a few codes or one.
 
 This is PIM-Tree's and PanJoin's item (a 4-byte key and a 4-byte reference) with the exactness
 our contract needs restored by refinement (issue 19's design decision). Code and ref share one

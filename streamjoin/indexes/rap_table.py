@@ -282,6 +282,8 @@ class RaPTable(LLATStore):
         if len(refs) == 0:
             return
         t = self._t
+        if self.compact:  # the inserts of a packed subwindow would write wide items into it
+            raise ValueError("rap_table: insert into a full subwindow (it is packed)")
         if self._packs:  # refs must fit 32-bit offsets: refused before any change
             t.ref_base[0] = checked_ref_base(self.kind, refs, self._size == 0, t.ref_base[0])
         insert_rap_table(t, self._llat, keys, refs)
