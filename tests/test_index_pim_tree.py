@@ -32,6 +32,7 @@ OPTIONS = st.fixed_dictionaries(
         "leaf_size": st.integers(3, 5),
         "css_fanout": st.integers(2, 4),
         "css_leaf_size": st.integers(1, 3),
+        "layout": st.sampled_from(["wide", "compact"]),
     }
 )
 
@@ -48,6 +49,8 @@ TINY = {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2}
         {"merge_ratio": 0.5, "insertion_depth": 4, "css_fanout": 2, "css_leaf_size": 1},
         {"merge_ratio": 1.0, "insertion_depth": 1, "window": 600},
         {"merge_ratio": 0.02, "insertion_depth": 3, "fanout": 4, "leaf_size": 4},
+        {"merge_ratio": 0.1, "insertion_depth": 2, "layout": "compact"},
+        {"merge_ratio": 0.5, "insertion_depth": 4, "css_fanout": 2, "layout": "compact"},
     ],
 )
 def test_random_actions_many_partitions(options):
@@ -153,6 +156,7 @@ def test_pickles_as_arrays():
         {"window": 0},
         {"fanout": 2},
         {"css_leaf_size": 0},
+        {"layout": "packed"},
     ],
 )
 def test_rejects_bad_options(options):
@@ -165,16 +169,18 @@ def test_rejects_bad_options(options):
 @pytest.mark.parametrize("predicate", JOIN_PREDICATES)
 @pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
 def test_join_matches_oracle(predicate, window, self_join, batch_size):
-    options = {"merge_ratio": 0.25, "insertion_depth": 1, **TINY}
+    layout = "compact" if batch_size == 3 else "wide"  # both layouts, every predicate and window
+    options = {"merge_ratio": 0.25, "insertion_depth": 1, "layout": layout, **TINY}
     join_matches_oracle("pim_tree", options, predicate, window, self_join, batch_size)
 
 
-def test_large_window_merges_into_reused_buffers():
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+def test_large_window_merges_into_reused_buffers(layout):
     """A window large enough for the batched probe's pipeline and the inserts' leaf prefetching
     (T_I with PREFETCH_ITEMS items or more), over merges that swap T_S's buffers; equal keys
     straddle T_S, T_I and leaf ends."""
     rng = np.random.default_rng(5)
-    index = indexes.get("pim_tree")(1, merge_ratio=1.0, window=2**16)
+    index = indexes.get("pim_tree")(1, merge_ratio=1.0, window=2**16, layout=layout)
     oracle = SortedOracle()
     n = prefetching = 0
     steady = []  # T_S buffers in use once the window is full
@@ -187,7 +193,8 @@ def test_large_window_merges_into_reused_buffers():
         if n >= 4 * 2**16 and not any(index._ts_buf[0] is b for b in steady):
             steady.append(index._ts_buf[0])
         probe_keys = rng.normal(2500, 2500, 64).round()
-        assert probe_pairs(index, probe_keys, -1.5, 3.0) == oracle.probe(probe_keys, -1.5, 3.0)
+        got = probe_pairs(index, probe_keys, -1.5, 3.0, oracle)
+        assert got == oracle.probe(probe_keys, -1.5, 3.0)
     assert index.merges >= 8 and len(steady) == 2, "merges alternate between two buffers"
     assert prefetching > 0
     index.check()

@@ -23,6 +23,8 @@ def equality_only(name):
 OTHER_LAYOUT = {
     "bisort": {"subwindow_size": 16, "buffer_size": 4, "layout": "compact"},
     "rap_table": {"subwindow_size": 16, "partitions": 4, "layout": "compact"},
+    "pim_tree": {"layout": "compact", "css_leaf_size": 2, "css_fanout": 3},
+    "im_tree": {"layout": "compact"},
 }
 
 

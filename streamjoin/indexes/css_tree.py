@@ -23,7 +23,7 @@ from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.key_order import stable_key_order
-from streamjoin.indexes.sorted_runs import lower_bound, merge_runs, scan_run
+from streamjoin.indexes.sorted_runs import largest, lower_bound, merge_runs, scan_run
 
 
 @njit(cache=True, nogil=True)
@@ -32,8 +32,9 @@ def build_css_tree(keys, fanout, leaf_size):
 
     Parameters
     ----------
-    keys : float64 (n,)
-        The leaf level, non-decreasing.
+    keys : float64 or uint64 (n,)
+        The leaf level, non-decreasing (float64 keys, or the uint64 items of a compact
+        layout, non-decreasing in their key codes).
     fanout : int
         Children per inner node (>= 2); a node holds ``fanout - 1`` keys.
     leaf_size : int
@@ -41,8 +42,9 @@ def build_css_tree(keys, fanout, leaf_size):
 
     Returns
     -------
-    inner : float64 (offsets[-1],)
-        Inner-node keys in breadth-first order, ``fanout - 1`` per node, ``+inf`` where unused.
+    inner : keys' dtype (offsets[-1],)
+        Inner-node keys in breadth-first order, ``fanout - 1`` per node, the dtype's largest
+        value (``+inf``) where unused.
     offsets : int64 (depth + 1,)
         ``inner[offsets[d]:offsets[d + 1]]`` is depth ``d`` (the root is depth 0).
 
@@ -63,7 +65,7 @@ def build_css_tree(keys, fanout, leaf_size):
     for k in range(depth):
         offsets[k + 1] = offsets[k] + (n_leaves // span + 1) * width
         span //= fanout
-    inner = np.full(offsets[depth], np.inf)
+    inner = np.full(offsets[depth], largest(keys))
     # l. 8-23: hand out leaf maxima in leaf order to the deepest level whose current node has
     # room; a full node is closed and the key goes one level up, which is in-order placement
     node_size = np.zeros(depth, dtype=np.int64)

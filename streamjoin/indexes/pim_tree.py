@@ -42,8 +42,20 @@ from streamjoin.indexes.bplus_tree import (
     seek_leaf,
 )
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.grid_codes import (
+    REF_SPAN,
+    bounds_on,
+    fit_grid,
+    image_range,
+    key_images,
+    merge_grid_items_into,
+    regrid,
+    route_items,
+    scan_on,
+)
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
+    largest,
     lower_bound,
     merge_runs_into,
     prefetch,
@@ -65,7 +77,8 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
     key is ``>= x``.
 
     Returns ``(depth, stride, upper)``: the insertion depth used, the leaves per partition, and
-    float64 ``(n_partitions,)`` upper key bounds (``+inf`` for partitions past the last key).
+    ``(n_partitions,)`` upper key bounds in ``keys``' dtype (its largest value for partitions
+    past the last key).
     O(n_partitions).
     """
     n = keys.shape[0]
@@ -73,7 +86,7 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
     levels = offsets.shape[0] - 1
     depth = max(0, min(insertion_depth, levels - 1))
     stride = fanout ** (levels - depth)
-    upper = np.full(n_leaves // stride + 1, np.inf)
+    upper = np.full(n_leaves // stride + 1, largest(keys))
     for p in range(n_leaves // stride):
         # the largest key of the partition's last leaf, the T_S inner key that separates it
         # from the next partition (Alg. 2 l. 31-32)
@@ -82,10 +95,12 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
 
 
 @njit(cache=True, nogil=True)
-def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, keys, refs):
+def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, keys, refs, routes):
     """Insert a ``(key, ref)``-sorted batch into T_I (PIM-Tree Alg. 1).
 
     Each item descends ``depth`` levels of T_S to find its subindex, the node it reaches
+    (with ``routes[j]``: the key itself, or for a compact T_S its lowest item bound, so that
+    keys route by their codes)
     (l. 1-7; the paper's loop header reads "0 to D_I", one level too many for a node at depth
     D_I, and its comparison at l. 5 is printed the wrong way round, see
     :func:`~streamjoin.indexes.css_tree.descend_css_tree`). A run of items bound for the same
@@ -98,9 +113,9 @@ def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, ke
     b = keys.shape[0]
     path = new_path()
     start = 0
-    p = descend_css_tree(inner, offsets, fanout, keys[0], depth)
+    p = descend_css_tree(inner, offsets, fanout, routes[0], depth)
     for j in range(1, b + 1):
-        q = descend_css_tree(inner, offsets, fanout, keys[j], depth) if j < b else -1
+        q = descend_css_tree(inner, offsets, fanout, routes[j], depth) if j < b else -1
         if q == p:
             continue
         locks[p] += 1  # l. 8
@@ -134,8 +149,14 @@ def probe_partitioned(
     lo,
     hi,
     min_ref,
+    grid,
+    ref_base,
 ):
     """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2).
+
+    A compact T_S (``ts_keys`` uint64 items on ``grid``, refs from ``ref_base``; ``ts_refs``
+    unused) is searched with its item bounds and returns a superset of its matches, which the
+    caller refines (``exact`` is False); T_I holds full keys and is always tested exactly.
 
     One descent of T_S finds both the first leaf to scan and, as the node at the insertion
     depth on the way, the subindex that holds the bottom of the range; then T_S's leaf level and
@@ -166,8 +187,9 @@ def probe_partitioned(
     ti_leaf = np.empty(m, dtype=np.int64)  # the T_I leaf (l. 17)
     ti_at = np.empty(m, dtype=np.int64)  # the T_I scan's first position
     for i in range(m):
-        vlo, _ = key_range(probe_keys[i], lo, hi)
-        ts_at[i] = descend_css_tree(inner, offsets, fanout, vlo, offsets.shape[0] - 1)
+        vlo, vhi = key_range(probe_keys[i], lo, hi)
+        blo, _ = bounds_on(ts_keys, vlo, vhi, grid)
+        ts_at[i] = descend_css_tree(inner, offsets, fanout, blo, offsets.shape[0] - 1)
         sub = ts_at[i] // stride
         ti_leaf[i] = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)
     subs = ts_at // stride  # l. 3-4
@@ -179,9 +201,10 @@ def probe_partitioned(
             prefetch_range(ti_keys, ti_leaf[k] * size, ti_leaf[k] * size + size)
         k = i + AHEAD
         if 0 <= k < m:  # where they start (l. 10-15, 18), and the refs there
-            vlo, _ = key_range(probe_keys[k], lo, hi)
+            vlo, vhi = key_range(probe_keys[k], lo, hi)
+            blo, _ = bounds_on(ts_keys, vlo, vhi, grid)
             start = min(ts_at[k] * leaf_size, n)
-            ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n), vlo)
+            ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n), blo)
             prefetch(ts_refs, min(ts_at[k], n - 1))
             first = ti_leaf[k] * size
             ti_at[k] = lower_bound(ti_keys, first, first + t.leaf_count[ti_leaf[k]], vlo)
@@ -190,10 +213,24 @@ def probe_partitioned(
             continue
         key = probe_keys[i]
         vlo, vhi = key_range(key, lo, hi)
+        _, bhi = bounds_on(ts_keys, vlo, vhi, grid)
         sub = subs[i]
         # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
-        out_p, out_r, n_out, _ = scan_run(
-            ts_keys, ts_refs, ts_at[i], n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
+        out_p, out_r, n_out = scan_on(
+            ts_keys,
+            ts_refs,
+            ts_at[i],
+            n,
+            key,
+            lo,
+            hi,
+            bhi,
+            min_ref,
+            ref_base,
+            i,
+            out_p,
+            out_r,
+            n_out,
         )
         locks[sub] += 1  # l. 16
         # l. 17-18, located above, before the lock: fine single-threaded; with concurrent
@@ -220,7 +257,7 @@ def probe_partitioned(
                 break
             if nxt < n_parts:  # l. 27: the last leaf of B_sub; the next is B_{sub + 1}'s head
                 # l. 31-33, tested before the hop: later subindexes hold keys > upper[sub]
-                if vhi <= upper[sub]:
+                if bhi <= upper[sub]:
                     break
                 locks[sub + 1] += 1  # l. 28-30
                 locks[sub] -= 1
@@ -265,10 +302,11 @@ class PIMTreeIndex(WindowIndex):
     H'_I · log(fanout))) plus, amortised, a merge O(w) every m · w items, i.e. O(1 / m) per
     item (Eq. 6 steps 2-3, Eq. 7); ``probe`` of m keys O(m log m + m · (H_S · log(css_fanout) +
     H'_I · log(fanout)) + items scanned), expired ones included (Eq. 6 step 1); ``expire``
-    O(1) (flags by a bound). Memory: T_S 16 bytes per item plus ``8 / css_leaf_size`` of inner
-    keys, in one of two buffer pairs (a merge writes into the other; each up to 1.25 times
-    the largest T_S + T_I merged so far); T_I at most m · w items in B+-tree nodes (up to 32
-    bytes per item in leaves); the node arrays keep their capacity across merges.
+    O(1) (flags by a bound). Memory: T_S 16 bytes per item (8 compact) plus
+    ``8 / css_leaf_size`` of inner keys, in one of two buffers (a merge writes into the other;
+    each up to 1.25 times the largest T_S + T_I merged so far); T_I at most m · w items in
+    B+-tree nodes (up to 32 bytes per item in leaves); the node arrays keep their capacity
+    across merges.
 
     Parameters
     ----------
@@ -288,6 +326,13 @@ class PIMTreeIndex(WindowIndex):
         Node sizes of T_I's B+-trees (see ``bplus_tree``).
     css_fanout, css_leaf_size : int
         Node sizes of T_S (see ``css_tree``).
+    layout : {"wide", "compact"}
+        T_S's items: ``"wide"`` (default) a float64 key beside an int64 ref, exact probes;
+        ``"compact"`` one uint64 each, a 32-bit code of the key on a grid that every merge
+        re-fits exactly from the old codes (:mod:`~streamjoin.indexes.grid_codes`) above the
+        ref's offset in T_S. About half the memory; T_S's probes return a superset that the
+        caller refines on the full keys (``exact`` is False). T_I keeps full keys. A window
+        must span fewer than 2**32 refs.
 
     Attributes
     ----------
@@ -314,8 +359,11 @@ class PIMTreeIndex(WindowIndex):
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
+        layout: str = "wide",
     ) -> None:
         super().__init__(n_keys)
+        if layout not in ("wide", "compact"):
+            raise ValueError(f"{self.name} layout must be 'wide' or 'compact', got {layout!r}")
         check_options(
             self.name,
             merge_ratio,
@@ -338,14 +386,23 @@ class PIMTreeIndex(WindowIndex):
         # T_S's leaf level is a prefix of a (keys, refs) buffer pair; a merge writes into the
         # spare pair and the old one becomes the spare: fresh memory for every merge cost more
         # page faults than the merge itself
-        self._ts_buf = self._spare = (np.empty(0), np.empty(0, dtype=np.int64))
+        self.layout = layout
+        self.exact = layout == "wide"
+        empty = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)
+        self._ts_buf = self._spare = (empty, np.empty(0, dtype=np.int64))
+        # compact: T_S's grid (uint64 base, shift), the ref its items count from, and the
+        # largest ref merged into it (once below the expiry bound, no old item survives)
+        self._grid = np.array([0, 32], dtype=np.uint64)
+        self._ref_base = 0
+        self._ts_last_ref = _NO_REF
         self.merges = 0
         self.merge_seconds = 0.0
         self.last_partition_inserts = np.zeros(0, dtype=np.int64)
-        self._rebuild(np.empty(0), np.empty(0, dtype=np.int64))
+        self._rebuild(*self._ts_buf)
 
     def _rebuild(self, keys: np.ndarray, refs: np.ndarray) -> None:
-        """Make ``(keys, refs)`` the leaf level of a new T_S, with empty T_I partitions."""
+        """Make ``(keys, refs)`` the leaf level of a new T_S, with empty T_I partitions (for a
+        compact T_S ``keys`` are its items and ``refs`` is unused)."""
         self._ts_keys, self._ts_refs = keys, refs
         self._inner, self._offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
         self._depth, self._stride, self._upper = partitions(
@@ -365,14 +422,52 @@ class PIMTreeIndex(WindowIndex):
         need = len(self._ts_keys) + self._n_ti
         keys, refs = self._spare
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
-            keys, refs = np.empty(need + need // 4), np.empty(need + need // 4, dtype=np.int64)
-        n = merge_runs_into(
-            self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before, keys, refs
-        )
+            keys = np.empty(need + need // 4, dtype=keys.dtype)
+            refs = np.empty(0 if self.layout == "compact" else len(keys), dtype=np.int64)
+        if self.layout == "compact":
+            n = self._merge_compact(ti_keys, ti_refs, keys)
+        else:
+            n = merge_runs_into(
+                self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before, keys, refs
+            )
         self._spare, self._ts_buf = self._ts_buf, (keys, refs)
         self._rebuild(keys[:n], refs[:n])
         self.merges += 1
         self.merge_seconds += time.thread_time() - t0
+
+    def _merge_compact(self, ti_keys: np.ndarray, ti_refs: np.ndarray, out: np.ndarray) -> int:
+        """Merge T_S's items and T_I into ``out`` as items on a grid fitted to both: the old
+        grid's codes re-gridded exactly, T_I's keys coded afresh (``grid_codes``)."""
+        old = self._ts_keys
+        old_grid = (int(self._grid[0]), int(self._grid[1]))
+        lo, hi = (int(x) for x in key_images(ti_keys[[0, -1]]))
+        ref_base = max(self._before, int(ti_refs.min()))
+        if len(old) and self._ts_last_ref >= self._before:  # old items survive: keep their grid
+            ts_lo, ts_hi = image_range(*old_grid, int(old[0] >> 32), int(old[-1] >> 32))
+            grid = fit_grid(min(lo, ts_lo), max(hi, ts_hi), old_grid[1])
+            ref_base = max(self._before, self._ref_base)
+        else:  # none do: a fresh grid, as fine as T_I's keys allow
+            grid = fit_grid(lo, hi)
+            old, old_grid = old[:0], grid
+        add, shift = regrid(old_grid, grid)
+        n = merge_grid_items_into(
+            old,
+            add,
+            shift,
+            np.uint64((self._ref_base - ref_base) % 2**64),
+            self._ref_base,
+            ti_keys,
+            ti_refs,
+            np.uint64(grid[0]),
+            np.uint64(grid[1]),
+            ref_base,
+            self._before,
+            out,
+        )
+        self._grid = np.array(grid, dtype=np.uint64)
+        self._ref_base = ref_base
+        self._ts_last_ref = int(ti_refs.max())
+        return n
 
     @property
     def partition_inserts(self) -> np.ndarray:
@@ -397,8 +492,12 @@ class PIMTreeIndex(WindowIndex):
         self._last_ref = int(refs[-1])
         # sorted, the batch walks T_S and the subindexes in order (a stable sort keeps equal
         # keys in ref order, so the batch is a (key, ref)-sorted run)
+        if self.layout == "compact":
+            self._check_ref_span(refs)
         order = stable_key_order(keys[0], order)
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
+        run_keys = np.ascontiguousarray(run_keys)
+        routes = route_items(run_keys, self._grid) if self.layout == "compact" else run_keys
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
         insert_partitioned(
             self._forest,
@@ -409,12 +508,27 @@ class PIMTreeIndex(WindowIndex):
             self._offsets,
             self.css_fanout,
             self._depth,
-            np.ascontiguousarray(run_keys),
+            run_keys,
             run_refs,
+            routes,
         )
         self._n_ti += len(refs)
         if self._n_ti >= self._merge_size():
             self._merge()
+
+    def _check_ref_span(self, refs: np.ndarray) -> None:
+        """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
+        :data:`~streamjoin.indexes.grid_codes.REF_SPAN` or more apart (a window of 2**32
+        items)."""
+        if len(self._ts_keys):
+            first = self._ref_base
+        else:
+            first = int(refs[0]) if self._first_ref is None else self._first_ref
+        if int(refs.max()) - max(first, self._before) >= REF_SPAN:
+            raise ValueError(
+                f"{self.name} layout='compact': the window spans 2**32 refs or more; "
+                "use layout='wide'"
+            )
 
     def probe(self, keys, lo, hi):
         # in key order the descents share T_S's inner nodes and meet leaves in address order
@@ -437,6 +551,8 @@ class PIMTreeIndex(WindowIndex):
             lo[0],
             hi[0],
             self._before,
+            self._grid,
+            self._ref_base,
         )
         return (pos, refs) if order is None else (order[pos], refs)
 
@@ -444,7 +560,7 @@ class PIMTreeIndex(WindowIndex):
         self._before = max(self._before, int(before_ref))
 
     def __len__(self) -> int:
-        return len(self._ts_refs) + self._n_ti
+        return len(self._ts_keys) + self._n_ti
 
     @property
     def nbytes(self) -> int:
@@ -464,7 +580,14 @@ class PIMTreeIndex(WindowIndex):
     def check(self) -> None:
         keys, refs = self._ts_keys, self._ts_refs
         n = len(keys)
-        assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by (key, ref)"
+        if self.layout == "compact":
+            assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "T_S sorted by key code"
+            refs = (keys & np.uint64(2**32 - 1)).astype(np.int64) + self._ref_base
+            assert not n or refs.max() <= self._ts_last_ref, "T_S's refs up to the last merged"
+            routes = route_items
+        else:
+            assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by key"
+            routes = None
         assert not any(np.shares_memory(a, b) for a in self._spare for b in (keys, refs)), (
             "the next merge writes into the spare buffers, which T_S must not use"
         )
@@ -483,7 +606,8 @@ class PIMTreeIndex(WindowIndex):
         ti_refs = []
         for p, items in enumerate(held):
             for key, ref in items:
-                part = descend_css_tree(inner, offsets, self.css_fanout, key, depth)
+                route = key if routes is None else routes(np.array([key]), self._grid)[0]
+                part = descend_css_tree(inner, offsets, self.css_fanout, route, depth)
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)
         assert len(ti_refs) == self._n_ti, "T_I item count"
@@ -501,7 +625,7 @@ class IMTreeIndex(PIMTreeIndex):
 
     Parameters
     ----------
-    n_keys, merge_ratio, window, fanout, leaf_size, css_fanout, css_leaf_size
+    n_keys, merge_ratio, window, fanout, leaf_size, css_fanout, css_leaf_size, layout
         As for ``pim_tree``.
     """
 
@@ -516,7 +640,8 @@ class IMTreeIndex(PIMTreeIndex):
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
+        layout: str = "wide",
     ) -> None:
         super().__init__(
-            n_keys, merge_ratio, 0, window, fanout, leaf_size, css_fanout, css_leaf_size
+            n_keys, merge_ratio, 0, window, fanout, leaf_size, css_fanout, css_leaf_size, layout
         )

@@ -184,7 +184,13 @@ class SharedPIMTree:
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
+        layout: str = "wide",
     ) -> None:
+        if layout != "wide":
+            raise ValueError(
+                f"{name} shared by threads holds wide items only, got layout={layout!r}; "
+                "layout='compact' is for one thread (topologies.single)"
+            )
         if merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {merge!r}")
         check_options(

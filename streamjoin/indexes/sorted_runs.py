@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from streamjoin.indexes.base import grow, in_band
 
@@ -30,6 +30,20 @@ def lower_bound(keys, start, stop, x):
         else:
             stop = mid
     return start
+
+
+def largest(a):
+    """(jitted) The largest value of ``a``'s dtype, above every key: ``+inf`` for float64
+    keys, ``2**64 - 1`` for uint64 items (compact layouts)."""
+    raise NotImplementedError
+
+
+@overload(largest)
+def _largest_ol(a):
+    if a.dtype == types.uint64:
+        top = np.uint64(2**64 - 1)
+        return lambda a: top
+    return lambda a: np.inf
 
 
 @intrinsic

@@ -1,0 +1,248 @@
+"""Grid codes: 32-bit order-preserving key codes that a structure can re-fit without its keys.
+
+:mod:`~streamjoin.indexes.key_codes` fits a code to the keys a structure holds, once, when it
+stops changing (a full subwindow). PIM-Tree's T_S does not stop changing: every merge rebuilds
+it from the old T_S's items and T_I's keys, and a compact T_S no longer holds the keys of its
+old items. So its code must be one that a merge can widen or shift *exactly*, from the old codes
+alone. A grid code is
+
+    code(k) = clamp((image(k) - base) >> shift, 0, 2**32 - 1)
+
+where ``image`` is the order-preserving uint64 image of a float64 (its bits, the sign bit
+flipped for positive keys and all bits for negative ones; ``-0.0`` as ``+0.0``): integer and
+monotone, ``+-inf`` included. ``base`` is a multiple of ``2**shift``. Every step is integer
+arithmetic, so a re-fit to ``(base', shift')`` with ``shift' >= shift`` and ``base'`` a
+multiple of ``2**shift'`` maps an old code ``c`` of a key within the old codes' range to
+
+    code'(k) = (c + (base - base') / 2**shift) >> (shift' - shift)
+
+exactly, the same value the key itself would code to (:func:`regrid`). A merge fits the new
+grid to the old T_S's code range and T_I's keys (:func:`fit_grid`), so no item is ever
+clamped; probe bounds may be, which keeps a superset.
+
+The image is a float's bits, so the codes are finer near zero and coarser for large
+magnitudes, relative to the key (a floating-point scale): keys in ``[0, 1e6]`` get codes
+``2**-3`` wide near 1e6, keys in ``[-1e6, 1e6]`` ``2**-1``, and an outlier a billion times
+larger hardly widens the grid (its image is only a few exponents away), unlike a linear code.
+Integers of magnitude at least ``2**52`` whose range spans fewer than ``2**32`` values get
+exact codes. The shift of a structure that keeps old items never shrinks (a code cannot be
+refined without its key); it is re-chosen whenever the old items have all expired.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
+
+from streamjoin.indexes.base import grow
+from streamjoin.indexes.sorted_runs import scan_run
+
+#: Largest code, and the mask of an item's ref half (items as in ``key_codes``).
+CODE_MAX = 2**32 - 1
+#: Most refs one structure may span from its ``ref_base``.
+REF_SPAN = 2**32
+_SIGN = np.uint64(2**63)
+_TOP = np.uint64(CODE_MAX)
+_MASK = np.uint64(CODE_MAX)
+_32 = np.uint64(32)
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The bits of float64 ``x`` as a uint64."""
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.uint64(types.float64), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def image(k):
+    """The order-preserving uint64 image of float64 ``k`` (``-0.0`` as ``+0.0``; a NaN above
+    ``+inf``)."""
+    u = _bits(k + 0.0)
+    if u >= _SIGN:
+        return ~u
+    return u | _SIGN
+
+
+@njit(cache=True, nogil=True, inline="always")
+def grid_code(k, base, shift):
+    """The code (uint64) of key ``k`` on the grid ``(base, shift)``, clamped."""
+    u = image(k)
+    if u < base:
+        return np.uint64(0)
+    return min((u - base) >> shift, _TOP)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def grid_bounds(vlo, vhi, base, shift):
+    """Item bounds (uint64) of the widened key interval ``[vlo, vhi]``: every item whose key
+    lies in it has ``lo <= item <= hi`` (a NaN bound, from an infinite key and bound, widens to
+    the end)."""
+    lo = np.uint64(0) if vlo != vlo else grid_code(vlo, base, shift) << _32
+    return lo, (grid_code(vhi, base, shift) << _32) | _MASK
+
+
+@njit(cache=True, nogil=True, inline="always")
+def item_ref(item, ref_base):
+    """The int64 ref of ``item`` in a structure whose refs count from ``ref_base``."""
+    return ref_base + np.int64(item & _MASK)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def grid_item(k, r, base, shift, ref_base):
+    """The item of key ``k`` with ref ``r``: its code above its ref's offset from
+    ``ref_base``."""
+    return (grid_code(k, base, shift) << _32) | np.uint64(r - ref_base)
+
+
+def fit_grid(lo: int, hi: int, shift: int = 0) -> tuple[int, int]:
+    """``(base, shift')``: the finest grid with ``shift' >= shift`` whose codes cover the
+    images ``[lo, hi]`` (Python ints, ``0 <= lo <= hi < 2**64``), ``base`` a multiple of
+    ``2**shift'``. O(1)."""
+    while True:
+        base = lo >> shift << shift
+        if (hi - base) >> shift <= CODE_MAX:
+            return base, shift
+        shift += 1
+
+
+def image_range(base: int, shift: int, first_code: int, last_code: int) -> tuple[int, int]:
+    """The images of keys with codes ``first_code … last_code`` on grid ``(base, shift)``."""
+    return base + (first_code << shift), min(base + ((last_code + 1) << shift) - 1, 2**64 - 1)
+
+
+def regrid(old: tuple[int, int], new: tuple[int, int]) -> tuple[np.uint64, np.uint64]:
+    """``(add, shift)`` that take a code on grid ``old`` to grid ``new`` (``(base, shift)``
+    pairs, ``new`` fitted over ``old``'s codes by :func:`fit_grid`): ``(code + add) >> shift``
+    in uint64 arithmetic, exact for every code of a key in ``new``'s range (the sum may wrap:
+    its true value lies in ``[0, 2**64)``)."""
+    (base, shift), (new_base, new_shift) = old, new
+    if new_shift < shift or (base - new_base) % (1 << shift):
+        raise ValueError(f"grid {new} is not coarser than {old} on its grid")
+    add = ((base - new_base) >> shift) % 2**64
+    return np.uint64(add), np.uint64(new_shift - shift)
+
+
+def key_images(keys: np.ndarray) -> np.ndarray:
+    """:func:`image` of every float64 key (uint64). O(n)."""
+    return _images(np.ascontiguousarray(keys, dtype=np.float64))
+
+
+@njit(cache=True, nogil=True)
+def _images(keys):
+    out = np.empty(keys.shape[0], dtype=np.uint64)
+    for i in range(keys.shape[0]):
+        out[i] = image(keys[i])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def merge_grid_items_into(
+    old, add, shift, ref_add, old_ref_base, ti_keys, ti_refs, base, new_shift, ref_base, before, out
+):
+    """Merge ``old`` code-sorted items (re-gridded: ``(code + add) >> shift``, refs moved by
+    ``ref_add``) with ``(ti_keys, ti_refs)`` (sorted by key, every ref above ``old``'s, coded
+    on ``(base, new_shift)`` from ``ref_base``) into ``out``, dropping items with ref below
+    ``before``. The result is sorted by code (equal codes: old items first). Written before the
+    test that keeps it, as :func:`~streamjoin.indexes.sorted_runs.merge_runs_into`. Returns
+    how many were kept. O(len(old) + len(ti_keys))."""
+    na, nb = old.shape[0], ti_keys.shape[0]
+    i = k = 0
+    for j in range(nb):
+        b = grid_item(ti_keys[j], ti_refs[j], base, new_shift, ref_base)
+        bc = b >> _32
+        while i < na:
+            a = old[i]
+            code = ((a >> _32) + add) >> shift
+            if code > bc:
+                break
+            out[k] = (code << _32) | ((a + ref_add) & _MASK)
+            k += item_ref(a, old_ref_base) >= before
+            i += 1
+        out[k] = b
+        k += ti_refs[j] >= before
+    for q in range(i, na):
+        a = old[q]
+        out[k] = ((((a >> _32) + add) >> shift) << _32) | ((a + ref_add) & _MASK)
+        k += item_ref(a, old_ref_base) >= before
+    return k
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels generic over a sorted leaf level's layout: float64 keys beside int64 refs (wide) or
+# grid-coded uint64 items (compact). Each is a constant choice per numba specialisation.
+# --------------------------------------------------------------------------------------------
+
+
+def bounds_on(a, vlo, vhi, grid):
+    """(jitted) The widened key interval ``[vlo, vhi]`` as bounds on the sorted level ``a``:
+    ``(vlo, vhi)`` for float64 keys, :func:`grid_bounds` on ``grid`` (uint64 ``(base,
+    shift)``) for compact items."""
+    raise NotImplementedError
+
+
+@overload(bounds_on)
+def _bounds_on_ol(a, vlo, vhi, grid):
+    if a.dtype == types.uint64:
+        return lambda a, vlo, vhi, grid: grid_bounds(vlo, vhi, grid[0], grid[1])
+    return lambda a, vlo, vhi, grid: (vlo, vhi)
+
+
+def scan_on(keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n):
+    """(jitted) Append ``(probe, ref)`` for each item of the sorted level ``keys[start:stop]``
+    up to the bound ``bhi`` whose ref is at least ``min_ref``, returning ``(out_p, out_r, n)``:
+    float64 keys (``refs`` beside them) are tested exactly
+    (:func:`~streamjoin.indexes.sorted_runs.scan_run`); compact items (refs from ``ref_base``)
+    are all candidates, which the caller refines."""
+    raise NotImplementedError
+
+
+@overload(scan_on)
+def _scan_on_ol(
+    keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
+):
+    if keys.dtype == types.uint64:
+
+        def scan_items(
+            keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
+        ):
+            for j in range(start, stop):
+                v = keys[j]
+                if v > bhi:
+                    break
+                r = item_ref(v, ref_base)
+                if r >= min_ref:
+                    if n == out_p.shape[0]:
+                        out_p = grow(out_p, n + 1)
+                        out_r = grow(out_r, n + 1)
+                    out_p[n] = probe
+                    out_r[n] = r
+                    n += 1
+            return out_p, out_r, n
+
+        return scan_items
+
+    def scan_keys(
+        keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
+    ):
+        out_p, out_r, n, _ = scan_run(
+            keys, refs, start, stop, key, lo, hi, bhi, min_ref, probe, out_p, out_r, n
+        )
+        return out_p, out_r, n
+
+    return scan_keys
+
+
+@njit(cache=True, nogil=True)
+def route_items(keys, grid):
+    """The lowest item bound of each key on ``grid``: how an insert routes a key through a
+    compact T_S's inner nodes (by its code). O(n)."""
+    out = np.empty(keys.shape[0], dtype=np.uint64)
+    for i in range(keys.shape[0]):
+        out[i] = grid_code(keys[i], grid[0], grid[1]) << _32
+    return out

@@ -1,0 +1,169 @@
+"""Grid codes (``grid_codes``): monotone codes that a merge re-fits exactly from the old codes,
+and PIM-Tree's compact T_S built on them: exact after refinement, and fine enough that probes
+return barely more candidates than matches on drifting keys, far outliers and keys of both
+signs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from window_index_oracle import SortedOracle, probe_pairs
+
+from streamjoin import indexes
+from streamjoin.indexes.grid_codes import (
+    CODE_MAX,
+    fit_grid,
+    grid_code,
+    image,
+    image_range,
+    key_images,
+    regrid,
+)
+
+floats = st.one_of(
+    st.floats(allow_nan=False),
+    st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 1.0, -1.0, 2.0**52, 1.7e9]),
+    st.integers(-(2**53), 2**53).map(float),
+)
+
+
+def _grid(keys: list[float], shift: int = 0) -> tuple[int, int]:
+    images = [int(image(k)) for k in keys]
+    return fit_grid(min(images), max(images), shift)
+
+
+def _code(k: float, grid: tuple[int, int]) -> int:
+    return int(grid_code(k, np.uint64(grid[0]), np.uint64(grid[1])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=floats, b=floats, fitted=st.lists(floats, min_size=1, max_size=4), shift=st.integers(0, 40)
+)
+def test_codes_are_monotone_and_zero_has_one_code(a, b, fitted, shift):
+    grid = _grid(fitted, min(shift, 32))
+    a, b = sorted((a, b))
+    assert _code(a, grid) <= _code(b, grid)
+    assert int(image(-0.0)) == int(image(0.0)), "-0.0 == 0.0 must share a code"
+    assert all(0 <= _code(k, grid) <= CODE_MAX for k in fitted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    old_keys=st.lists(floats, min_size=1, max_size=30),
+    new_keys=st.lists(floats, max_size=10),
+    shift=st.integers(0, 32),
+)
+def test_a_regrid_maps_old_codes_to_exactly_the_new_codes(old_keys, new_keys, shift):
+    """A merge re-gridding old codes must give each key the very code it would get on the new
+    grid from the key itself: probes code their bounds from keys."""
+    old = _grid(old_keys, shift)
+    codes = [_code(k, old) for k in old_keys]
+    assert all(0 <= c <= CODE_MAX for c in codes), "fitted keys are never clamped"
+    lo, hi = image_range(*old, min(codes), max(codes))
+    images = [int(image(k)) for k in new_keys]
+    new = fit_grid(min([lo, *images]), max([hi, *images]), old[1])
+    assert new[0] % (1 << new[1]) == 0 and new[1] >= old[1]
+    add, by = regrid(old, new)
+    for k, c in zip(old_keys, codes, strict=True):
+        with np.errstate(over="ignore"):
+            moved = (np.uint64(c) + add) >> by
+        assert int(moved) == _code(k, new), k
+    for k in new_keys:
+        assert (
+            0 <= _code(k, new) <= CODE_MAX and _code(k, new) == (int(image(k)) - new[0]) >> new[1]
+        )
+
+
+def test_fit_grid_takes_the_finest_shift_that_covers_the_range():
+    for lo, hi in [(0, 0), (5, 2**32 + 4), (2**63, 2**64 - 1), (2**40 + 3, 2**40 + 2**33)]:
+        base, shift = fit_grid(lo, hi)
+        assert base <= lo and (hi - base) >> shift <= CODE_MAX and base % (1 << shift) == 0
+        if shift:
+            b = lo >> (shift - 1) << (shift - 1)
+            assert (hi - b) >> (shift - 1) > CODE_MAX, "one step finer would not cover it"
+    assert fit_grid(0, 10, shift=7) == (0, 7), "a shift never shrinks below the one asked"
+    with pytest.raises(ValueError, match="not coarser"):
+        regrid((0, 8), (0, 4))
+
+
+def test_key_images_order_as_the_keys():
+    keys = np.array([-np.inf, -1e300, -1.0, -5e-324, -0.0, 0.0, 5e-324, 1.0, 1e300, np.inf])
+    images = key_images(keys)
+    assert np.all(images[1:] >= images[:-1]) and images[4] == images[5]
+
+
+def _candidates_per_match(keys: np.ndarray, band: float, window: int = 8192) -> float:
+    """Candidates a compact PIM-Tree's probes return per live match, for ``keys`` inserted in
+    batches of 1,024 with a count window of ``window``, probed with keys from the window."""
+    index = indexes.get("pim_tree")(1, layout="compact", merge_ratio=0.125)
+    oracle = SortedOracle()
+    for part in np.array_split(keys, len(keys) // 1024):
+        index.insert(*oracle.batch(part))
+        index.expire(oracle.expire(oracle.next_ref - window))
+    index.check()
+    assert index.merges > 10
+    probes = np.sort(np.random.default_rng(3).choice(keys[-window:], 500))
+    raw = probe_pairs(index, probes, -band, band)
+    exact = probe_pairs(index, probes, -band, band, oracle)
+    assert set(exact) <= set(raw) and exact == oracle.probe(probes, -band, band)
+    assert len(exact) >= 500
+    return len(raw) / len(exact)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["increasing", "epoch_seconds", "outliers", "both_signs", "phase_change"],
+)
+def test_compact_pim_tree_codes_stay_fine(case):
+    """Merges re-fit the grid to the keys T_S holds: keys that drift (timestamps), far outliers
+    (whose images are only a few exponents away), keys of both signs and a jump from one range
+    to another keep probes at barely more candidates than matches."""
+    rng = np.random.default_rng(1)
+    n = 60_000
+    if case == "increasing":
+        keys, band = np.arange(n) * 3.0 + rng.uniform(0, 1, n), 4.0
+    elif case == "epoch_seconds":
+        keys, band = 1.7e9 + np.arange(n) * 0.01 + rng.uniform(0, 0.01, n), 0.02
+    elif case == "outliers":
+        keys, band = rng.uniform(0, 1e6, n), 40.0
+        keys[[5000, 21_000, 30_000, n - 100]] = [1e15, -1e15, 1e15, -1e300]
+    elif case == "both_signs":
+        keys, band = rng.uniform(-1e6, 1e6, n), 80.0
+    else:
+        keys, band = (
+            np.concatenate([rng.uniform(0, 1, n // 2), rng.uniform(1e6, 2e6, n // 2)]),
+            40.0,
+        )
+    assert _candidates_per_match(keys, band) <= 1.05
+
+
+def test_compact_refs_spanning_2_32_are_refused_before_anything_changes():
+    index = indexes.get("pim_tree")(1, layout="compact", merge_ratio=0.5)
+    index.insert(np.arange(8.0)[None, :], np.arange(8))
+    with pytest.raises(ValueError, match="2\\*\\*32 refs"):
+        index.insert(np.array([[1.0]]), np.array([2**32 + 5]))
+    assert len(index) == 8
+    index.check()
+    index.expire(2**32)
+    index.insert(np.array([[1.0]]), np.array([2**32 + 5]))  # the old items expired: fine
+    assert len(index) == 9
+
+
+@pytest.mark.parametrize("name", ["pim_tree", "im_tree"])
+def test_compact_t_s_takes_half_the_bytes(name):
+    """At 2**16 items the compact T_S buffers take 8 bytes an item where the wide take 16."""
+    rng = np.random.default_rng(0)
+    keys = rng.uniform(0, 1e6, 2**17)
+    sizes = {}
+    for layout in ("wide", "compact"):
+        index = indexes.get(name)(1, layout=layout, window=2**16)
+        for i in range(0, len(keys), 1024):
+            index.insert(keys[None, i : i + 1024], np.arange(i, i + 1024))
+            index.expire(i + 1024 - 2**16)
+        ts = sum(a.nbytes for a in (*index._ts_buf, *index._spare))
+        sizes[layout] = (ts, index.nbytes)
+    assert sizes["compact"][0] * 2 == sizes["wide"][0]
+    assert sizes["compact"][1] < 0.6 * sizes["wide"][1]
