@@ -3,7 +3,9 @@ share of a step spent outside the task kernels (Python orchestration, expiry, me
 
     python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES] [TASK_SIZE]
 
-CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge).
+CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge);
+``compact`` (``single`` with PIM-Tree's ``layout="compact"``) and ``bplus`` (``single`` with
+a B+-tree) for the one-thread comparisons of the compact items issue.
 Band join, count window 2^LOG2_WINDOW per stream, match rate 2 (band width set so a probe
 finds 2 partners on average), keys uniform. The windows are filled untimed (5 · 2^LOG2_WINDOW
 tuples, 2.5 windows per stream) so the tuple stores are in their steady state: a store grows to
@@ -45,6 +47,10 @@ batches = [b for _, b in Emitter(query, batch_size).on_chunk(cols, 0)]
 
 if config == "single":
     core = JoinCore(query, "pim_tree")
+elif config == "compact":  # one thread, T_S in 8-byte items (issue 19)
+    core = JoinCore(query, "pim_tree", {"layout": "compact"})
+elif config == "bplus":
+    core = JoinCore(query, "bplus_tree")
 else:
     threads = int(config[len("shared")])
     merge = "blocking" if config.endswith("b") else "nonblocking"
@@ -89,11 +95,15 @@ elapsed = time.perf_counter() - t_start
 cpu = time.process_time() - cpu_start
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start
 busy = [round(sum(e - s for k, s, e in kernel_spans if k == t), 3) for t in range(4)]
-frac = outside / elapsed if config != "single" else float("nan")
+frac = outside / elapsed if config.startswith("shared") else float("nan")
 print(
     f"{config} 2^{log2w} {tuples} {elapsed:.3f} {tuples / elapsed:.0f} {frac:.3f} {pairs} "
     f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy} "
     f"faults={1000 * faults / tuples:.2f}"
 )
+if isinstance(core, JoinCore):  # the window indexes' memory per item they hold
+    held = [p.index for p in core.parts.values()]
+    per_item = sum(ix.nbytes for ix in held) / max(1, sum(len(ix) for ix in held))
+    print(f"index_bytes_per_item={per_item:.1f}")
 if hasattr(core, "close"):
     core.close()

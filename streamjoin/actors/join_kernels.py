@@ -104,10 +104,15 @@ def probe_pairs(
     ingest = np.empty(m, dtype=np.int64)
     residual = first < conds.lo.shape[0]  # a band the index checked leaves the window only
     width = c_rows.shape[1]
+    n_attrs, cap = c_attrs.shape[0], c_attrs.shape[1]
     n = 0
     for t in range(m):
         if t + _AHEAD < m:  # stored rows are scattered: fetch them a few ahead
-            prefetch(c_rows, c_at[t + _AHEAD] * width)
+            ahead = c_at[t + _AHEAD]
+            prefetch(c_rows, ahead * width)
+            if residual:  # and the attributes θ reads (a coded index's refinement)
+                for a in range(n_attrs):
+                    prefetch(c_attrs, a * cap + ahead)
         i = p_pos[t]
         j = c_at[t]
         c_seq = c_rows[j, SEQ]
