@@ -15,6 +15,7 @@ from streamjoin import indexes
 from streamjoin.indexes.grid_codes import (
     CODE_MAX,
     fit_grid,
+    grid_bounds,
     grid_code,
     image,
     image_range,
@@ -167,3 +168,32 @@ def test_compact_t_s_takes_half_the_bytes(name):
         sizes[layout] = (ts, index.nbytes)
     assert sizes["compact"][0] * 2 == sizes["wide"][0]
     assert sizes["compact"][1] < 0.6 * sizes["wide"][1]
+
+
+@pytest.mark.parametrize("name", ["pim_tree", "im_tree"])
+def test_compact_probe_of_an_infinite_key_and_bound_scans_to_the_end(name):
+    """``-inf + inf`` is a NaN bound on either side (on x86 a negative NaN, whose image lies
+    below ``-inf``'s): an infinite key and bound match every finite key, which a compact T_S
+    must return as candidates (they stood in T_S, past code 0, when only T_I was right)."""
+    index = indexes.get(name)(1, layout="compact", merge_ratio=1.0, window=6)
+    oracle = SortedOracle()
+    index.insert(*oracle.batch([1.0, -2.0, 3e10, 4.0, -np.inf, np.inf]))
+    assert index.merges == 1 and len(index._ts_keys) == 6
+    for key, lo, hi in [(-np.inf, 0.0, np.inf), (np.inf, -np.inf, -np.inf), (-np.inf, -1, np.inf)]:
+        with np.errstate(invalid="ignore"):  # inf - inf in the oracle's brute force
+            expected = oracle.probe([key], lo, hi)
+        assert len(expected) >= 4
+        assert probe_pairs(index, [key], lo, hi, oracle) == expected
+
+
+@pytest.mark.parametrize("nan_bits", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001])
+def test_grid_bounds_of_a_nan_bound_reach_the_ends(nan_bits):
+    """A NaN bound (an infinite key and bound) widens to its end whatever its sign bit, which
+    depends on the CPU (x86's default NaN is negative, ARM's positive)."""
+    nan = np.array([nan_bits], dtype=np.uint64).view(np.float64)[0]
+    for base, shift in [(0, 32), (2**63, 0), (2**62, 20)]:
+        b, s = np.uint64(base), np.uint64(shift)
+        lo, hi = grid_bounds(nan, 1.0, b, s)
+        assert lo == 0
+        lo, hi = grid_bounds(-1.0, nan, b, s)
+        assert hi == 2**64 - 1

@@ -62,7 +62,7 @@ def _bits(typingctx, x):
 @njit(cache=True, nogil=True, inline="always")
 def image(k):
     """The order-preserving uint64 image of float64 ``k`` (``-0.0`` as ``+0.0``; a NaN above
-    ``+inf``)."""
+    ``+inf``, or below ``-inf`` if its sign bit is set, as x86's default NaN's is)."""
     u = _bits(k + 0.0)
     if u >= _SIGN:
         return ~u
@@ -82,9 +82,10 @@ def grid_code(k, base, shift):
 def grid_bounds(vlo, vhi, base, shift):
     """Item bounds (uint64) of the widened key interval ``[vlo, vhi]``: every item whose key
     lies in it has ``lo <= item <= hi`` (a NaN bound, from an infinite key and bound, widens to
-    the end)."""
+    its end: ``-inf + inf`` is a NaN whose image may lie at either end)."""
     lo = np.uint64(0) if vlo != vlo else grid_code(vlo, base, shift) << _32
-    return lo, (grid_code(vhi, base, shift) << _32) | _MASK
+    hi = _TOP if vhi != vhi else grid_code(vhi, base, shift)
+    return lo, (hi << _32) | _MASK
 
 
 @njit(cache=True, nogil=True, inline="always")
