@@ -17,10 +17,13 @@ from streamjoin.indexes.grid_codes import (
     fit_grid,
     grid_bounds,
     grid_code,
+    grid_item,
     image,
     image_range,
     key_images,
+    merge_grid_items_into,
     regrid,
+    route_items,
 )
 
 floats = st.one_of(
@@ -186,6 +189,16 @@ def test_compact_probe_of_an_infinite_key_and_bound_scans_to_the_end(name):
         assert probe_pairs(index, [key], lo, hi, oracle) == expected
 
 
+def test_fit_grid_at_the_edge_of_32_bits():
+    """A range of exactly 2**32 images needs one more shift, 2**32 - 1 does not: a grid one
+    image too short clamps the top item, whose code a later regrid moves wrong."""
+    for lo in (0, 5, 2**63, 2**64 - 1 - 2**32):
+        assert fit_grid(lo, lo + CODE_MAX) == (lo, 0)
+        base, shift = fit_grid(lo, lo + CODE_MAX + 1)
+        assert shift == 1 and (lo + CODE_MAX + 1 - base) >> shift <= CODE_MAX
+        assert fit_grid(lo, lo + 2**33, 1)[1] == 2, "a shift asked for grows as needed"
+
+
 @pytest.mark.parametrize("nan_bits", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001])
 def test_grid_bounds_of_a_nan_bound_reach_the_ends(nan_bits):
     """A NaN bound (an infinite key and bound) widens to its end whatever its sign bit, which
@@ -197,3 +210,61 @@ def test_grid_bounds_of_a_nan_bound_reach_the_ends(nan_bits):
         assert lo == 0
         lo, hi = grid_bounds(-1.0, nan, b, s)
         assert hi == 2**64 - 1
+
+
+def test_compact_refs_spanning_exactly_2_32_are_refused():
+    """Refs 0 … 2**32 - 1 fit the 32-bit ref half of an item; ref 2**32 would wrap onto 0."""
+    index = indexes.get("pim_tree")(1, layout="compact", merge_ratio=1.0, window=2)
+    index.insert(np.array([[1.0, 2.0]]), np.arange(2))
+    assert index.merges == 1
+    with pytest.raises(ValueError, match="2\\*\\*32 refs"):
+        index.insert(np.array([[1.0]]), np.array([2**32]))
+    index.insert(np.array([[1.0, 1.0]]), np.array([2**32 - 2, 2**32 - 1]))
+    assert index.merges == 2, "the largest offsets stand in T_S"
+    pos, refs = index.probe(np.array([[1.0]]), np.array([0.0]), np.array([0.0]))
+    assert sorted(refs.tolist()) == [0, 2**32 - 2, 2**32 - 1]
+    index.check()
+
+
+def test_a_merge_puts_old_items_before_new_ones_of_the_same_code():
+    """``merge_grid_items_into``'s order within a code: T_S's old items (smaller refs) first,
+    then T_I's in key order, so that equal codes stay in ref order as T_I hands them over."""
+    keys = [1.0, 1.0 + 2**-41, 1.0 + 2**-40]
+    base, shift = _grid(keys, 20)
+    b, s = np.uint64(base), np.uint64(shift)
+    assert len({_code(k, (base, shift)) for k in keys}) == 1, "one code for all"
+    old = np.array([grid_item(keys[0], 10, b, s, 10), grid_item(keys[2], 11, b, s, 10)])
+    ti_keys, ti_refs = np.array(keys[:2]), np.array([12, 13])
+    out = np.empty(4, dtype=np.uint64)
+    zero = np.uint64(0)
+    n = merge_grid_items_into(old, zero, zero, zero, 10, ti_keys, ti_refs, b, s, 10, 0, out)
+    assert n == 4
+    assert (out & np.uint64(CODE_MAX)).tolist() == [0, 1, 2, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(floats, min_size=1, max_size=6), shift=st.integers(0, 32))
+def test_image_range_holds_exactly_the_images_of_its_codes(keys, shift):
+    """``image_range`` of codes ``c … d`` runs from the first image of code ``c`` to the last of
+    code ``d``: every key coded in between has its image inside, and the images just outside
+    code outside (a merge fits the next grid over it)."""
+    grid = _grid(keys, shift)
+    base, shift = grid
+    for k in keys:
+        c = _code(k, grid)
+        lo, hi = image_range(base, shift, c, c)
+        assert lo <= int(image(k)) <= hi
+        assert (lo - base) >> shift == c and (hi - base) >> shift == c
+        assert hi == 2**64 - 1 or (hi + 1 - base) >> shift == c + 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(floats, min_size=1, max_size=6), shift=st.integers(0, 32))
+def test_inserts_route_by_the_bound_probes_descend_with(keys, shift):
+    """``route_items`` is each key's lowest item bound, the one a probe of the key descends
+    T_S with (``grid_bounds``), so a key is inserted into the subindex its probes start in."""
+    grid = np.array(_grid(keys, shift), dtype=np.uint64)
+    routes = route_items(np.array(keys), grid)
+    for k, route in zip(keys, routes, strict=True):
+        assert route == grid_bounds(k, k, grid[0], grid[1])[0]
+        assert route == np.uint64(_code(k, (int(grid[0]), int(grid[1])))) << np.uint64(32)
