@@ -116,6 +116,58 @@ def image_range(base: int, shift: int, first_code: int, last_code: int) -> tuple
     return base + (first_code << shift), min(base + ((last_code + 1) << shift) - 1, 2**64 - 1)
 
 
+#: :func:`bulk_window`: quantile (each end) whose keys bound the bulk of a merge's new keys, and
+#: how far beyond the bulk, in bulk widths (at least 2**32 images), keys still join the grid.
+#: A merge's new keys are few (m · w), so the quantile is coarse: a key in 64 may be an outlier
+#: (a 0.0 among epoch seconds) without widening the grid; the bulk of uniform or normal keys
+#: reaches every key of theirs.
+BULK_QUANTILE = 1 / 64
+OUTLIER_REACH = 4
+#: :func:`choose_grid`: how many bits coarser than the new keys' own grid the grid that old
+#: items keep may be before the new keys wait in the side run instead.
+COARSER_BY = 2
+
+
+def bulk_window(keys: np.ndarray) -> tuple[int, int]:
+    """The images a grid for the sorted float64 ``keys`` (non-empty) should cover: their
+    range, cut to :data:`OUTLIER_REACH` bulk widths beyond the bulk (the keys between the
+    quantiles :data:`BULK_QUANTILE` and ``1 - BULK_QUANTILE``), so that a few far keys do not
+    coarsen the codes of the rest. O(1)."""
+    n = len(keys)
+    q = int(n * BULK_QUANTILE)
+    first, lo, hi, last = (int(x) for x in key_images(keys[[0, q, n - 1 - q, n - 1]]))
+    reach = max(OUTLIER_REACH * (hi - lo), 2**32)
+    return max(first, lo - reach), min(last, hi + reach)
+
+
+def choose_grid(
+    lo: int, hi: int, old: tuple[int, int] | None, old_range: tuple[int, int] | None
+) -> tuple[tuple[int, int], bool]:
+    """``(grid, takes_new)`` for a merge whose new keys' bulk window is the images ``[lo,
+    hi]`` (:func:`bulk_window`), when items coded on grid ``old`` with images in
+    ``old_range`` survive (else both None).
+
+    With no old item, the finest grid over the window. Otherwise the finest grid that covers
+    both without refining ``old`` (shift never below old's); but if that grid is more than
+    :data:`COARSER_BY` bits coarser than the new keys' own, the new keys would lose their
+    resolution to items that are expiring (the keys moved to another range): then ``old`` is
+    kept and ``takes_new`` is False, and the new keys wait, with full keys, until no old item
+    survives. O(1)."""
+    own = fit_grid(lo, hi)
+    if old is None:
+        return own, True
+    both = fit_grid(min(lo, old_range[0]), max(hi, old_range[1]), old[1])
+    if both[1] > own[1] + COARSER_BY:
+        return old, False
+    return both, True
+
+
+def grid_span(grid: tuple[int, int]) -> tuple[int, int]:
+    """The images that ``grid`` codes without clamping."""
+    base, shift = grid
+    return base, min(base + ((CODE_MAX + 1) << shift) - 1, 2**64 - 1)
+
+
 def regrid(old: tuple[int, int], new: tuple[int, int]) -> tuple[np.uint64, np.uint64]:
     """``(add, shift)`` that take a code on grid ``old`` to grid ``new`` (``(base, shift)``
     pairs, ``new`` fitted over ``old``'s codes by :func:`fit_grid`): ``(code + add) >> shift``

@@ -45,7 +45,9 @@ from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.grid_codes import (
     REF_SPAN,
     bounds_on,
-    fit_grid,
+    bulk_window,
+    choose_grid,
+    grid_span,
     image_range,
     key_images,
     merge_grid_items_into,
@@ -57,6 +59,7 @@ from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
     largest,
     lower_bound,
+    merge_runs,
     merge_runs_into,
     prefetch,
     prefetch_range,
@@ -151,12 +154,15 @@ def probe_partitioned(
     min_ref,
     grid,
     ref_base,
+    side_keys,
+    side_refs,
 ):
     """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2).
 
     A compact T_S (``ts_keys`` uint64 items on ``grid``, refs from ``ref_base``; ``ts_refs``
     unused) is searched with its item bounds and returns a superset of its matches, which the
-    caller refines (``exact`` is False); T_I holds full keys and is always tested exactly.
+    caller refines (``exact`` is False); its side run ``(side_keys, side_refs)``, a sorted run
+    of full keys (empty for a wide T_S), and T_I are tested exactly.
 
     One descent of T_S finds both the first leaf to scan and, as the node at the insertion
     depth on the way, the subindex that holds the bottom of the range; then T_S's leaf level and
@@ -174,6 +180,7 @@ def probe_partitioned(
     n = ts_keys.shape[0]
     m = probe_keys.shape[0]
     n_parts = tops.shape[0]
+    n_side = side_keys.shape[0]
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n_out = 0
@@ -215,6 +222,22 @@ def probe_partitioned(
         vlo, vhi = key_range(key, lo, hi)
         _, bhi = bounds_on(ts_keys, vlo, vhi, grid)
         sub = subs[i]
+        if n_side:  # the few keys a compact T_S holds outside its grid
+            out_p, out_r, n_out, _ = scan_run(
+                side_keys,
+                side_refs,
+                lower_bound(side_keys, 0, n_side, vlo),
+                n_side,
+                key,
+                lo,
+                hi,
+                vhi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n_out,
+            )
         # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
         out_p, out_r, n_out = scan_on(
             ts_keys,
@@ -395,6 +418,8 @@ class PIMTreeIndex(WindowIndex):
         self._grid = np.array([0, 32], dtype=np.uint64)
         self._ref_base = 0
         self._ts_last_ref = _NO_REF
+        # compact: T_S's side run, the (key, ref)-sorted items a merge left out of its grid
+        self._side_keys, self._side_refs = np.empty(0), np.empty(0, dtype=np.int64)
         self.merges = 0
         self.merge_seconds = 0.0
         self.last_partition_inserts = np.zeros(0, dtype=np.int64)
@@ -419,7 +444,7 @@ class PIMTreeIndex(WindowIndex):
         t0 = time.thread_time()
         self.last_partition_inserts = self._inserts
         ti_keys, ti_refs = chain_items(self._forest, 0, self._n_ti)
-        need = len(self._ts_keys) + self._n_ti
+        need = len(self._ts_keys) + len(self._side_keys) + self._n_ti
         keys, refs = self._spare
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
             keys = np.empty(need + need // 4, dtype=keys.dtype)
@@ -436,19 +461,39 @@ class PIMTreeIndex(WindowIndex):
         self.merge_seconds += time.thread_time() - t0
 
     def _merge_compact(self, ti_keys: np.ndarray, ti_refs: np.ndarray, out: np.ndarray) -> int:
-        """Merge T_S's items and T_I into ``out`` as items on a grid fitted to both: the old
-        grid's codes re-gridded exactly, T_I's keys coded afresh (``grid_codes``)."""
+        """Merge T_S's items, the side run and T_I into ``out`` (items) and a new side run.
+
+        The old items are re-gridded exactly (``grid_codes``); the side run and T_I, full keys,
+        are merged into one sorted run, whose keys within the chosen grid are coded into T_S
+        and the rest (far outliers, or keys that moved to another range while old items
+        coded coarsely for the new keys survive) stay wide in the side run."""
+        keys, refs = merge_runs(self._side_keys, self._side_refs, ti_keys, ti_refs, self._before)
         old = self._ts_keys
         old_grid = (int(self._grid[0]), int(self._grid[1]))
-        lo, hi = (int(x) for x in key_images(ti_keys[[0, -1]]))
-        ref_base = max(self._before, int(ti_refs.min()))
-        if len(old) and self._ts_last_ref >= self._before:  # old items survive: keep their grid
-            ts_lo, ts_hi = image_range(*old_grid, int(old[0] >> 32), int(old[-1] >> 32))
-            grid = fit_grid(min(lo, ts_lo), max(hi, ts_hi), old_grid[1])
+        survive = len(old) > 0 and self._ts_last_ref >= self._before
+        if not survive:
+            old = old[:0]
+        old_range = (
+            image_range(*old_grid, int(old[0] >> 32), int(old[-1] >> 32)) if survive else None
+        )
+        grid, takes = old_grid, False
+        if len(keys):
+            window = bulk_window(ti_keys)  # of the new keys only: the side run holds outliers
+            grid, takes = choose_grid(*window, old_grid if survive else None, old_range)
+        i0 = i1 = 0
+        if takes:
+            images = key_images(keys)
+            lo, hi = grid_span(grid)
+            i1 = int(np.searchsorted(images, np.uint64(hi), side="right"))
+            i0 = int(np.searchsorted(images, np.uint64(lo), side="left"))
+        new_keys, new_refs = keys[i0:i1], refs[i0:i1]
+        self._side_keys = np.concatenate([keys[:i0], keys[i1:]])
+        self._side_refs = np.concatenate([refs[:i0], refs[i1:]])
+        if survive:
             ref_base = max(self._before, self._ref_base)
-        else:  # none do: a fresh grid, as fine as T_I's keys allow
-            grid = fit_grid(lo, hi)
-            old, old_grid = old[:0], grid
+        else:
+            ref_base = max(self._before, int(new_refs.min()) if len(new_refs) else 0)
+            old_grid = grid
         add, shift = regrid(old_grid, grid)
         n = merge_grid_items_into(
             old,
@@ -456,17 +501,18 @@ class PIMTreeIndex(WindowIndex):
             shift,
             np.uint64((self._ref_base - ref_base) % 2**64),
             self._ref_base,
-            ti_keys,
-            ti_refs,
+            new_keys,
+            new_refs,
             np.uint64(grid[0]),
             np.uint64(grid[1]),
             ref_base,
             self._before,
             out,
         )
+        last = self._ts_last_ref if survive else _NO_REF
+        self._ts_last_ref = max(last, int(new_refs.max())) if len(new_refs) else last
         self._grid = np.array(grid, dtype=np.uint64)
         self._ref_base = ref_base
-        self._ts_last_ref = int(ti_refs.max())
         return n
 
     @property
@@ -553,6 +599,8 @@ class PIMTreeIndex(WindowIndex):
             self._before,
             self._grid,
             self._ref_base,
+            self._side_keys,
+            self._side_refs,
         )
         return (pos, refs) if order is None else (order[pos], refs)
 
@@ -560,13 +608,15 @@ class PIMTreeIndex(WindowIndex):
         self._before = max(self._before, int(before_ref))
 
     def __len__(self) -> int:
-        return len(self._ts_keys) + self._n_ti
+        return len(self._ts_keys) + len(self._side_keys) + self._n_ti
 
     @property
     def nbytes(self) -> int:
         arrays = (
             *self._ts_buf,
             *self._spare,
+            self._side_keys,
+            self._side_refs,
             self._inner,
             self._offsets,
             self._upper,
@@ -584,6 +634,12 @@ class PIMTreeIndex(WindowIndex):
             assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "T_S sorted by key code"
             refs = (keys & np.uint64(2**32 - 1)).astype(np.int64) + self._ref_base
             assert not n or refs.max() <= self._ts_last_ref, "T_S's refs up to the last merged"
+            side_k, side_r = self._side_keys, self._side_refs
+            assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
+                "the side run sorted by (key, ref)"
+            )
+            assert not len(np.intersect1d(refs, side_r)), "an item in T_S or the side run"
+            refs = np.concatenate([refs, side_r])  # what T_S holds, for the checks below
             routes = route_items
         else:
             assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by key"
@@ -611,8 +667,12 @@ class PIMTreeIndex(WindowIndex):
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)
         assert len(ti_refs) == self._n_ti, "T_I item count"
-        assert not ti_refs or not n or refs.max() < min(ti_refs), "T_I holds what came after T_S"
-        assert len(set(ti_refs)) == len(ti_refs) and len(np.unique(refs)) == n, "refs unique"
+        assert not ti_refs or not len(refs) or refs.max() < min(ti_refs), (
+            "T_I holds what came after T_S"
+        )
+        assert len(set(ti_refs)) == len(ti_refs) and len(np.unique(refs)) == len(refs), (
+            "refs unique"
+        )
 
 
 @register
