@@ -203,3 +203,19 @@ def test_compact_t_s_takes_half_the_bytes(name):
         sizes[layout] = (ts, index.nbytes)
     assert sizes["compact"][0] * 2 == sizes["wide"][0]
     assert sizes["compact"][1] < 0.6 * sizes["wide"][1]
+
+
+def test_a_side_item_older_than_t_s_joins_it_with_its_ref():
+    """An outlier waits in the side run while T_S's refs count from a later ref; when the grid
+    grows to reach it, it joins T_S and the refs must count from it (they wrapped round to
+    2**32 - 1 when T_S kept its old ref base)."""
+    index = indexes.get("pim_tree")(1, layout="compact", merge_ratio=1.0, window=128)
+    oracle = SortedOracle()
+    rng = np.random.default_rng(0)
+    index.insert(*oracle.batch([1e300, *rng.uniform(0, 1, 127)]))
+    assert index.merges == 1 and len(index._side_keys) == 1 and index._ref_base == 1
+    index.insert(*oracle.batch(np.geomspace(1, 1.1e300, 128)))  # the grid now reaches 1e300
+    assert index.merges == 2 and len(index._side_keys) == 0
+    index.check()
+    got = probe_pairs(index, [1e300], -1e290, 1e290, oracle)
+    assert got == oracle.probe([1e300], -1e290, 1e290) and (0, 0) in got

@@ -104,6 +104,7 @@ def fit_grid(lo: int, hi: int, shift: int = 0) -> tuple[int, int]:
     """``(base, shift')``: the finest grid with ``shift' >= shift`` whose codes cover the
     images ``[lo, hi]`` (Python ints, ``0 <= lo <= hi < 2**64``), ``base`` a multiple of
     ``2**shift'``. O(1)."""
+    shift = max(shift, (hi - lo).bit_length() - 32)  # at most one step short of the answer
     while True:
         base = lo >> shift << shift
         if (hi - base) >> shift <= CODE_MAX:
@@ -134,8 +135,7 @@ def bulk_window(keys: np.ndarray) -> tuple[int, int]:
     quantiles :data:`BULK_QUANTILE` and ``1 - BULK_QUANTILE``), so that a few far keys do not
     coarsen the codes of the rest. O(1)."""
     n = len(keys)
-    q = int(n * BULK_QUANTILE)
-    first, lo, hi, last = (int(x) for x in key_images(keys[[0, q, n - 1 - q, n - 1]]))
+    first, lo, hi, last = (int(x) for x in _quantile_images(keys, int(n * BULK_QUANTILE)))
     reach = max(OUTLIER_REACH * (hi - lo), 2**32)
     return max(first, lo - reach), min(last, hi + reach)
 
@@ -183,6 +183,13 @@ def regrid(old: tuple[int, int], new: tuple[int, int]) -> tuple[np.uint64, np.ui
 def key_images(keys: np.ndarray) -> np.ndarray:
     """:func:`image` of every float64 key (uint64). O(n)."""
     return _images(np.ascontiguousarray(keys, dtype=np.float64))
+
+
+@njit(cache=True, nogil=True)
+def _quantile_images(keys, q):
+    """The images of sorted ``keys``' first, ``q``-th, ``q``-th last and last."""
+    n = keys.shape[0]
+    return image(keys[0]), image(keys[q]), image(keys[n - 1 - q]), image(keys[n - 1])
 
 
 @njit(cache=True, nogil=True)

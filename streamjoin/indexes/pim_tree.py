@@ -467,7 +467,9 @@ class PIMTreeIndex(WindowIndex):
         are merged into one sorted run, whose keys within the chosen grid are coded into T_S
         and the rest (far outliers, or keys that moved to another range while old items
         coded coarsely for the new keys survive) stay wide in the side run."""
-        keys, refs = merge_runs(self._side_keys, self._side_refs, ti_keys, ti_refs, self._before)
+        keys, refs = ti_keys, ti_refs
+        if len(self._side_keys):
+            keys, refs = merge_runs(self._side_keys, self._side_refs, keys, refs, self._before)
         old = self._ts_keys
         old_grid = (int(self._grid[0]), int(self._grid[1]))
         survive = len(old) > 0 and self._ts_last_ref >= self._before
@@ -481,18 +483,27 @@ class PIMTreeIndex(WindowIndex):
             window = bulk_window(ti_keys)  # of the new keys only: the side run holds outliers
             grid, takes = choose_grid(*window, old_grid if survive else None, old_range)
         i0 = i1 = 0
-        if takes:
-            images = key_images(keys)
+        if takes:  # the keys the grid codes unclamped go into T_S
             lo, hi = grid_span(grid)
-            i1 = int(np.searchsorted(images, np.uint64(hi), side="right"))
-            i0 = int(np.searchsorted(images, np.uint64(lo), side="left"))
+            first, last = (int(x) for x in key_images(keys[[0, -1]]))
+            i0, i1 = 0, len(keys)
+            if first < lo or last > hi:
+                images = key_images(keys)
+                i0 = int(np.searchsorted(images, np.uint64(lo), side="left"))
+                i1 = int(np.searchsorted(images, np.uint64(hi), side="right"))
         new_keys, new_refs = keys[i0:i1], refs[i0:i1]
-        self._side_keys = np.concatenate([keys[:i0], keys[i1:]])
-        self._side_refs = np.concatenate([refs[:i0], refs[i1:]])
-        if survive:
-            ref_base = max(self._before, self._ref_base)
+        if i0 == 0 and i1 == len(keys):
+            self._side_keys, self._side_refs = keys[:0], refs[:0]
         else:
-            ref_base = max(self._before, int(new_refs.min()) if len(new_refs) else 0)
+            self._side_keys = np.concatenate([keys[:i0], keys[i1:]])
+            self._side_refs = np.concatenate([refs[:i0], refs[i1:]])
+        # refs count from at most the oldest that T_S keeps: a side item joining T_S may be
+        # older than every old item
+        lowest = self._ref_base if survive else np.iinfo(np.int64).max
+        if len(new_refs):
+            lowest = min(lowest, int(new_refs.min()))
+        ref_base = max(self._before, lowest) if lowest < np.iinfo(np.int64).max else 0
+        if not survive:
             old_grid = grid
         add, shift = regrid(old_grid, grid)
         n = merge_grid_items_into(
@@ -566,10 +577,7 @@ class PIMTreeIndex(WindowIndex):
         """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
         :data:`~streamjoin.indexes.grid_codes.REF_SPAN` or more apart (a window of 2**32
         items)."""
-        if len(self._ts_keys):
-            first = self._ref_base
-        else:
-            first = int(refs[0]) if self._first_ref is None else self._first_ref
+        first = int(refs[0]) if self._first_ref is None else self._first_ref
         if int(refs.max()) - max(first, self._before) >= REF_SPAN:
             raise ValueError(
                 f"{self.name} layout='compact': the window spans 2**32 refs or more; "
