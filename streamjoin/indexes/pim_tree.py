@@ -291,6 +291,53 @@ def probe_partitioned(
     return out_p[:n_out], out_r[:n_out]
 
 
+_LINE = 64
+
+
+def memory_traffic(
+    window: int,
+    merge_ratio: float = 0.125,
+    layout: str = "wide",
+    leaf_size: int = 64,
+    css_leaf_size: int = 32,
+) -> dict[str, float]:
+    """What one tuple costs a PIM-Tree in memory traffic, in the steady state of one stream's
+    share of a join (each tuple probes once and is inserted once, W items held): a model
+    written from the kernels, for reporting against this machine's memory roofline
+    (:class:`streamjoin.roofline.Roofline`). The inner nodes of T_S and T_I are taken as
+    cached (about 8 bytes per 32 items); leaves are cold (the keys are spread over the window).
+
+    - *probe* (:func:`probe_partitioned`): the keys of the T_S leaf and of the T_I leaf where
+      the scans start, and one line of refs in each (a compact T_S's items hold their refs):
+      14 lines with the default node sizes, 13 compact;
+    - *insert* (:func:`insert_partitioned`): the T_I leaf's keys searched, then on average half
+      of its keys and refs moved one slot, read and written: 16 lines read, 8 written;
+    - *merge* (:meth:`PIMTreeIndex._merge`), every ``m · w`` inserts: T_I's chain copied out
+      (16 bytes per item read from leaves about 70% full, 16 written), then the old T_S read and
+      the new one written (``w`` and ``w + m · w`` items of 16 or 8 bytes) and the chain read.
+
+    Returns ``{"probe_bytes", "insert_bytes", "merge_bytes", "total_bytes", "cold_lines"}`` per
+    tuple; ``cold_lines`` counts the probe's and the insert's random lines (what a fully
+    dependent walk would wait for one after another)."""
+    item = 8 if layout == "compact" else 16
+    # a leaf's 8-byte keys (or compact items), plus a line of refs beside wide keys
+    ts_lines = -(-css_leaf_size * 8 // _LINE) + (layout != "compact")
+    ti_key_lines = -(-leaf_size * 8 // _LINE)
+    probe_lines = ts_lines + ti_key_lines + 1
+    insert_read, insert_written = 2 * ti_key_lines, ti_key_lines
+    m = merge_ratio
+    merge = (16 / 0.7 + 16 + 16) + item * (window + (window + m * window)) / (m * window)
+    probe = probe_lines * _LINE
+    insert = (insert_read + insert_written) * _LINE
+    return {
+        "probe_bytes": float(probe),
+        "insert_bytes": float(insert),
+        "merge_bytes": float(merge),
+        "total_bytes": float(probe + insert + merge),
+        "cold_lines": float(probe_lines + insert_read),
+    }
+
+
 def check_options(
     name: str,
     merge_ratio: float,
