@@ -186,6 +186,28 @@ def key_images(keys: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
+def span_slice(keys, lo, hi):
+    """``(i0, i1)``: the sorted float64 ``keys[i0:i1]`` are those whose images lie in
+    ``[lo, hi]`` (uint64), by binary search. O(log n)."""
+    n = keys.shape[0]
+    a, b = 0, n
+    while a < b:  # first image >= lo
+        mid = (a + b) >> 1
+        if image(keys[mid]) < lo:
+            a = mid + 1
+        else:
+            b = mid
+    i0, b = a, n
+    while a < b:  # first image > hi
+        mid = (a + b) >> 1
+        if image(keys[mid]) <= hi:
+            a = mid + 1
+        else:
+            b = mid
+    return i0, a
+
+
+@njit(cache=True, nogil=True)
 def _quantile_images(keys, q):
     """The images of sorted ``keys``' first, ``q``-th, ``q``-th last and last."""
     n = keys.shape[0]

@@ -49,11 +49,11 @@ from streamjoin.indexes.grid_codes import (
     choose_grid,
     grid_span,
     image_range,
-    key_images,
     merge_grid_items_into,
     regrid,
     route_items,
     scan_on,
+    span_slice,
 )
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
@@ -531,13 +531,7 @@ class PIMTreeIndex(WindowIndex):
             grid, takes = choose_grid(*window, old_grid if survive else None, old_range)
         i0 = i1 = 0
         if takes:  # the keys the grid codes unclamped go into T_S
-            lo, hi = grid_span(grid)
-            first, last = (int(x) for x in key_images(keys[[0, -1]]))
-            i0, i1 = 0, len(keys)
-            if first < lo or last > hi:
-                images = key_images(keys)
-                i0 = int(np.searchsorted(images, np.uint64(lo), side="left"))
-                i1 = int(np.searchsorted(images, np.uint64(hi), side="right"))
+            i0, i1 = span_slice(keys, *(np.uint64(x) for x in grid_span(grid)))
         new_keys, new_refs = keys[i0:i1], refs[i0:i1]
         if i0 == 0 and i1 == len(keys):
             self._side_keys, self._side_refs = keys[:0], refs[:0]
