@@ -23,8 +23,9 @@ with the paper's figure:
   PIM-Tree's inserts per subindex per merge period (Fig. 13a, 13b; see :func:`shifting`).
 
 Indexes: ``bplus_tree``; ``chained`` with L = 2, archived as B+-trees (B-chain) or CSS-trees
-(IB-chain); ``im_tree`` and ``pim_tree`` with m = 1/8 and D_I = 1 unless varied; every index but
-the B+-tree gets ``window=W``. Writes ``experiments/results/pim_tree_paper.{csv,md,png}``, and
+(IB-chain); ``im_tree`` and ``pim_tree`` with m = 1/8 and D_I = 1 unless varied, and
+``pim_compact``, PIM-Tree with T_S in 8-byte items (``layout="compact"``; in ``window``,
+``memory`` and ``breakdown``); every index but the B+-tree gets ``window=W``. Writes ``experiments/results/pim_tree_paper.{csv,md,png}``, and
 ``pim_tree_breakdown.*``, ``pim_tree_distributions.*`` and ``pim_tree_shifting.*`` for the last
 three sections; the
 markdown puts the paper's reported figures beside ours.
@@ -66,6 +67,8 @@ INDEXES = {
     "ib_chain": ("chained", {"chain_length": 2, "archive": "css"}),
     "im_tree": ("im_tree", {"merge_ratio": 1 / 8}),
     "pim_tree": ("pim_tree", {"merge_ratio": 1 / 8, "insertion_depth": 1}),
+    # T_S in 8-byte items (issue 19), beside the default 16-byte ones
+    "pim_compact": ("pim_tree", {"merge_ratio": 1 / 8, "insertion_depth": 1, "layout": "compact"}),
 }
 #: Sizes per experiment: full run and --quick.
 SCALES = {
@@ -193,7 +196,12 @@ def experiments(scale: dict) -> dict:
                 functools.partial(memory, c, v, **({} if m is None else {"merge_ratio": m})),
             )
             for v in scale["windows"][-3:]
-            for c, m in (("bplus_tree", None), ("pim_tree", 1.0), ("pim_tree", 1 / 8))
+            for c, m in (
+                ("bplus_tree", None),
+                ("pim_tree", 1.0),
+                ("pim_tree", 1 / 8),
+                ("pim_compact", 1 / 8),
+            )
         ],
     }
 
@@ -399,7 +407,7 @@ def breakdown(window: int) -> list[dict]:
     The window fills first (W items), then ``max(2 W, 2**19)`` tuples are timed.
     """
     keys, probes, eps, fill = _two_streams(window, "uniform")
-    configs = ("bplus_tree", "im_tree", "pim_tree")
+    configs = ("bplus_tree", "im_tree", "pim_tree", "pim_compact")
     replays = [Replay(c, window, keys, probes, eps, split_search=True) for c in configs]
     lockstep(replays)
     data = _data(2 * window + max(2 * window, 2**19))
@@ -687,6 +695,14 @@ def write_breakdown(rows: list[dict], load: tuple[float, float]) -> None:
             "whole join, B+-tree / PIM-Tree (ns per tuple)",
             "≈ 1.6x (Fig. 10a)",
             lambda g: f"{g('bplus_tree')['join_ns'] / g('pim_tree')['join_ns']:.2f}x",
+        ),
+        (
+            "PIM-Tree 16-byte / 8-byte T_S items: index steps; whole join",
+            "— (the paper's items are 8 bytes)",
+            lambda g: (
+                f"{g('pim_tree')['index_ns'] / g('pim_compact')['index_ns']:.2f}x; "
+                f"{g('pim_tree')['join_ns'] / g('pim_compact')['join_ns']:.2f}x"
+            ),
         ),
         (
             "index steps share of the join, B+ / IM / PIM",

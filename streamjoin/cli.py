@@ -43,6 +43,21 @@ def _positive(kind):
     return parse
 
 
+def _index_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` as ``(key, value)``: the value an int, a float, true/false/none, or the
+    text as it is (``layout=compact``)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. layout=compact), got {text!r}")
+    words = {"true": True, "false": False, "none": None}
+    for kind in (int, float):
+        try:
+            return key.strip(), kind(raw)
+        except ValueError:
+            pass
+    return key.strip(), words.get(raw.strip().lower(), raw.strip())
+
+
 def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     """The options of the `run` job (also taken by `compare`); ``backend`` is the default."""
     from streamjoin import indexes, sources
@@ -130,6 +145,16 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         default="auto",
         help="window index of the join core; auto picks hash for an equality, bisort for a "
         "band, po_join for two inequalities, nested_loop for one (default: %(default)s)",
+    )
+    execution.add_argument(
+        "--index-option",
+        type=_index_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the index, repeatable: e.g. --index pim_tree --index-option "
+        "layout=compact (8-byte items), --index-option merge_ratio=0.25; the index's "
+        "docstring lists them (python -c 'import streamjoin; help(streamjoin.indexes.get(NAME))')",
     )
     execution.add_argument(
         "--batch-size",
@@ -282,7 +307,13 @@ def _run_job(args):
         if args.index == "auto"
         else args.index
     )
-    topology = sj.topologies.parse(args.topology, index)
+    options = dict(args.index_option)
+    if options:  # a bad option name or value is an error before anything runs
+        try:
+            sj.indexes.get(index)(1, **options)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"--index-option for {index}: {e}") from None
+    topology = sj.topologies.parse(args.topology, index, options or None)
     print(f"{query}  ({described}, {topology.name})", flush=True)
     t0 = time.perf_counter()
     with compile_notice():

@@ -85,6 +85,28 @@ def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
     assert not [p for p in os.listdir(out) if p.startswith(".tmp")]
 
 
+@pytest.mark.parametrize("topology", ["single", "grid:1x2"])
+def test_cli_index_options_reach_the_index(topology, tmp_path, capsys, monkeypatch):
+    """``--index-option`` reaches every join actor's index (a compact PIM-Tree's join, checked
+    against the oracle)."""
+    from streamjoin.indexes.pim_tree import PIMTreeIndex
+
+    built = []
+    real = PIMTreeIndex.__init__
+
+    def spy(self, *args, **kwargs):
+        built.append(kwargs)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PIMTreeIndex, "__init__", spy)
+    argv = ["run", "-n", "3000", "--window", "200", "--check", "--backend", "local"]
+    argv += ["--topology", topology, "--index", "pim_tree", "--no-progress", "-o", str(tmp_path)]
+    code = main([*argv, "--index-option", "layout=compact", "--index-option", "merge_ratio=0.25"])
+    text = capsys.readouterr().out
+    assert code == 0 and "oracle: same pairs" in text, text
+    assert built and all(k == {"layout": "compact", "merge_ratio": 0.25} for k in built)
+
+
 def test_compile_notice_says_once_that_numba_compiles(capsys):
     from numba import njit
 

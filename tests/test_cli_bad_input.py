@@ -178,3 +178,20 @@ def test_bad_spark_source_as_a_command(tmp_path):
     assert ours == [lines[-1]] and "/types/part-" in ours[0]
     assert "Traceback" not in out.stderr
     assert not [line for line in lines if line.lstrip().startswith("at ")]  # no Java frames
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            "layout=packed",
+            "--index-option for pim_tree: pim_tree layout must be 'wide' or 'compact'",
+        ),
+        ("bogus=1", "--index-option for pim_tree: PIMTreeIndex.__init__() got an unexpected"),
+    ],
+)
+def test_a_bad_index_option_is_one_line(option, message, capsys, tmp_path):
+    argv = ["run", "--backend", "local", "-n", "100", "-o", str(tmp_path / "out")]
+    assert main([*argv, "--index", "pim_tree", "--index-option", option]) == 2
+    assert message in one_error_line(capsys)
+    assert not (tmp_path / "out").exists()

@@ -14,10 +14,13 @@ from window_index_oracle import SortedOracle, probe_pairs
 from streamjoin import indexes
 from streamjoin.indexes.grid_codes import (
     CODE_MAX,
+    bulk_window,
+    choose_grid,
     fit_grid,
     grid_bounds,
     grid_code,
     grid_item,
+    grid_span,
     image,
     image_range,
     key_images,
@@ -93,6 +96,21 @@ def test_fit_grid_takes_the_finest_shift_that_covers_the_range():
         regrid((0, 8), (0, 4))
 
 
+def test_the_bulk_window_cuts_far_keys_and_a_coarse_old_grid_leaves_the_new_keys_out():
+    keys = np.sort(np.concatenate([np.zeros(3), 1.7e9 + np.arange(10_000.0)]))
+    lo, hi = bulk_window(keys)
+    assert lo > int(image(0.0)) and lo <= int(image(1.7e9)) and hi == int(image(keys[-1]))
+    assert bulk_window(np.array([5.0])) == (int(image(5.0)), int(image(5.0)))
+    own, takes = choose_grid(lo, hi, None, None)
+    assert takes and own == fit_grid(lo, hi)
+    coarse = fit_grid(int(image(-1e6)), int(image(1e6)))  # shift 32
+    kept, takes = choose_grid(lo, hi, coarse, (int(image(-1e6)), int(image(1e6))))
+    assert (kept, takes) == (coarse, False), "new keys wait rather than take 2**31-wide codes"
+    near = fit_grid(lo - 2**20, hi)
+    both, takes = choose_grid(lo, hi, near, (lo - 2**20, hi))
+    assert takes and both[1] >= near[1] and grid_span(both)[0] <= lo - 2**20
+
+
 def test_key_images_order_as_the_keys():
     keys = np.array([-np.inf, -1e300, -1.0, -5e-324, -0.0, 0.0, 5e-324, 1.0, 1e300, np.inf])
     images = key_images(keys)
@@ -101,7 +119,8 @@ def test_key_images_order_as_the_keys():
 
 def _candidates_per_match(keys: np.ndarray, band: float, window: int = 8192) -> float:
     """Candidates a compact PIM-Tree's probes return per live match, for ``keys`` inserted in
-    batches of 1,024 with a count window of ``window``, probed with keys from the window."""
+    batches of 1,024 with a count window of ``window``, probed with keys from the window; the
+    side run of full keys must end small (a few outliers at most)."""
     index = indexes.get("pim_tree")(1, layout="compact", merge_ratio=0.125)
     oracle = SortedOracle()
     for part in np.array_split(keys, len(keys) // 1024):
@@ -114,17 +133,28 @@ def _candidates_per_match(keys: np.ndarray, band: float, window: int = 8192) -> 
     exact = probe_pairs(index, probes, -band, band, oracle)
     assert set(exact) <= set(raw) and exact == oracle.probe(probes, -band, band)
     assert len(exact) >= 500
+    assert len(index._side_keys) <= 8, "the last window's keys are coded in T_S"
     return len(raw) / len(exact)
 
 
 @pytest.mark.parametrize(
     "case",
-    ["increasing", "epoch_seconds", "outliers", "both_signs", "phase_change"],
+    [
+        "increasing",
+        "epoch_seconds",
+        "outliers",
+        "both_signs",
+        "phase_change",
+        "zeros_among_epoch_seconds",
+        "wide_range_then_epoch_seconds",
+    ],
 )
 def test_compact_pim_tree_codes_stay_fine(case):
     """Merges re-fit the grid to the keys T_S holds: keys that drift (timestamps), far outliers
-    (whose images are only a few exponents away), keys of both signs and a jump from one range
-    to another keep probes at barely more candidates than matches."""
+    (kept with full keys in the side run: a 0.0 among epoch seconds would otherwise widen the
+    grid 2**31-fold, 1,690 candidates a match), keys of both signs, and a jump from one range to
+    another (the new keys wait in the side run until no old item's coarse code survives) keep
+    probes at barely more candidates than matches."""
     rng = np.random.default_rng(1)
     n = 60_000
     if case == "increasing":
@@ -136,11 +166,17 @@ def test_compact_pim_tree_codes_stay_fine(case):
         keys[[5000, 21_000, 30_000, n - 100]] = [1e15, -1e15, 1e15, -1e300]
     elif case == "both_signs":
         keys, band = rng.uniform(-1e6, 1e6, n), 80.0
-    else:
+    elif case == "phase_change":
         keys, band = (
             np.concatenate([rng.uniform(0, 1, n // 2), rng.uniform(1e6, 2e6, n // 2)]),
             40.0,
         )
+    elif case == "zeros_among_epoch_seconds":
+        keys, band = 1.7e9 + np.arange(n) * 0.01, 0.02
+        keys[rng.integers(0, n - 100, 40)] = 0.0
+    else:
+        keys = np.concatenate([rng.uniform(-1e6, 1e6, n // 2), 1.7e9 + np.arange(n // 2) * 0.01])
+        band = 0.02
     assert _candidates_per_match(keys, band) <= 1.05
 
 
@@ -268,3 +304,19 @@ def test_inserts_route_by_the_bound_probes_descend_with(keys, shift):
     for k, route in zip(keys, routes, strict=True):
         assert route == grid_bounds(k, k, grid[0], grid[1])[0]
         assert route == np.uint64(_code(k, (int(grid[0]), int(grid[1])))) << np.uint64(32)
+
+
+def test_a_side_item_older_than_t_s_joins_it_with_its_ref():
+    """An outlier waits in the side run while T_S's refs count from a later ref; when the grid
+    grows to reach it, it joins T_S and the refs must count from it (they wrapped round to
+    2**32 - 1 when T_S kept its old ref base)."""
+    index = indexes.get("pim_tree")(1, layout="compact", merge_ratio=1.0, window=128)
+    oracle = SortedOracle()
+    rng = np.random.default_rng(0)
+    index.insert(*oracle.batch([1e300, *rng.uniform(0, 1, 127)]))
+    assert index.merges == 1 and len(index._side_keys) == 1 and index._ref_base == 1
+    index.insert(*oracle.batch(np.geomspace(1, 1.1e300, 128)))  # the grid now reaches 1e300
+    assert index.merges == 2 and len(index._side_keys) == 0
+    index.check()
+    got = probe_pairs(index, [1e300], -1e290, 1e290, oracle)
+    assert got == oracle.probe([1e300], -1e290, 1e290) and (0, 0) in got

@@ -198,3 +198,20 @@ def test_large_window_merges_into_reused_buffers(layout):
     assert index.merges >= 8 and len(steady) == 2, "merges alternate between two buffers"
     assert prefetching > 0
     index.check()
+
+
+def test_memory_traffic_model_counts_what_the_kernels_touch():
+    """The roofline model (benchmarks/test_tree_indexes.py): a wide probe reads 4 + 1 lines of
+    T_S (keys, refs) and 8 + 1 of T_I; a compact T_S has no ref line; the merge's share falls as
+    merges get rarer and halves with 8-byte T_S items."""
+    from streamjoin.indexes.pim_tree import memory_traffic
+
+    wide, compact = memory_traffic(2**20), memory_traffic(2**20, layout="compact")
+    assert wide["probe_bytes"] == 14 * 64 and compact["probe_bytes"] == 13 * 64
+    assert wide["cold_lines"] == 14 + 16 and wide["insert_bytes"] == 24 * 64
+    assert (
+        compact["merge_bytes"] < wide["merge_bytes"] < memory_traffic(2**20, 1 / 16)["merge_bytes"]
+    )
+    assert wide["total_bytes"] == sum(
+        wide[k] for k in ("probe_bytes", "insert_bytes", "merge_bytes")
+    )

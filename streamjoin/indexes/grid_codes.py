@@ -105,6 +105,7 @@ def fit_grid(lo: int, hi: int, shift: int = 0) -> tuple[int, int]:
     """``(base, shift')``: the finest grid with ``shift' >= shift`` whose codes cover the
     images ``[lo, hi]`` (Python ints, ``0 <= lo <= hi < 2**64``), ``base`` a multiple of
     ``2**shift'``. O(1)."""
+    shift = max(shift, (hi - lo).bit_length() - 32)  # at most one step short of the answer
     while True:
         base = lo >> shift << shift
         if (hi - base) >> shift <= CODE_MAX:
@@ -115,6 +116,57 @@ def fit_grid(lo: int, hi: int, shift: int = 0) -> tuple[int, int]:
 def image_range(base: int, shift: int, first_code: int, last_code: int) -> tuple[int, int]:
     """The images of keys with codes ``first_code … last_code`` on grid ``(base, shift)``."""
     return base + (first_code << shift), min(base + ((last_code + 1) << shift) - 1, 2**64 - 1)
+
+
+#: :func:`bulk_window`: quantile (each end) whose keys bound the bulk of a merge's new keys, and
+#: how far beyond the bulk, in bulk widths (at least 2**32 images), keys still join the grid.
+#: A merge's new keys are few (m · w), so the quantile is coarse: a key in 64 may be an outlier
+#: (a 0.0 among epoch seconds) without widening the grid; the bulk of uniform or normal keys
+#: reaches every key of theirs.
+BULK_QUANTILE = 1 / 64
+OUTLIER_REACH = 4
+#: :func:`choose_grid`: how many bits coarser than the new keys' own grid the grid that old
+#: items keep may be before the new keys wait in the side run instead.
+COARSER_BY = 2
+
+
+def bulk_window(keys: np.ndarray) -> tuple[int, int]:
+    """The images a grid for the sorted float64 ``keys`` (non-empty) should cover: their
+    range, cut to :data:`OUTLIER_REACH` bulk widths beyond the bulk (the keys between the
+    quantiles :data:`BULK_QUANTILE` and ``1 - BULK_QUANTILE``), so that a few far keys do not
+    coarsen the codes of the rest. O(1)."""
+    n = len(keys)
+    first, lo, hi, last = (int(x) for x in _quantile_images(keys, int(n * BULK_QUANTILE)))
+    reach = max(OUTLIER_REACH * (hi - lo), 2**32)
+    return max(first, lo - reach), min(last, hi + reach)
+
+
+def choose_grid(
+    lo: int, hi: int, old: tuple[int, int] | None, old_range: tuple[int, int] | None
+) -> tuple[tuple[int, int], bool]:
+    """``(grid, takes_new)`` for a merge whose new keys' bulk window is the images ``[lo,
+    hi]`` (:func:`bulk_window`), when items coded on grid ``old`` with images in
+    ``old_range`` survive (else both None).
+
+    With no old item, the finest grid over the window. Otherwise the finest grid that covers
+    both without refining ``old`` (shift never below old's); but if that grid is more than
+    :data:`COARSER_BY` bits coarser than the new keys' own, the new keys would lose their
+    resolution to items that are expiring (the keys moved to another range): then ``old`` is
+    kept and ``takes_new`` is False, and the new keys wait, with full keys, until no old item
+    survives. O(1)."""
+    own = fit_grid(lo, hi)
+    if old is None:
+        return own, True
+    both = fit_grid(min(lo, old_range[0]), max(hi, old_range[1]), old[1])
+    if both[1] > own[1] + COARSER_BY:
+        return old, False
+    return both, True
+
+
+def grid_span(grid: tuple[int, int]) -> tuple[int, int]:
+    """The images that ``grid`` codes without clamping."""
+    base, shift = grid
+    return base, min(base + ((CODE_MAX + 1) << shift) - 1, 2**64 - 1)
 
 
 def regrid(old: tuple[int, int], new: tuple[int, int]) -> tuple[np.uint64, np.uint64]:
@@ -132,6 +184,35 @@ def regrid(old: tuple[int, int], new: tuple[int, int]) -> tuple[np.uint64, np.ui
 def key_images(keys: np.ndarray) -> np.ndarray:
     """:func:`image` of every float64 key (uint64). O(n)."""
     return _images(np.ascontiguousarray(keys, dtype=np.float64))
+
+
+@njit(cache=True, nogil=True)
+def span_slice(keys, lo, hi):
+    """``(i0, i1)``: the sorted float64 ``keys[i0:i1]`` are those whose images lie in
+    ``[lo, hi]`` (uint64), by binary search. O(log n)."""
+    n = keys.shape[0]
+    a, b = 0, n
+    while a < b:  # first image >= lo
+        mid = (a + b) >> 1
+        if image(keys[mid]) < lo:
+            a = mid + 1
+        else:
+            b = mid
+    i0, b = a, n
+    while a < b:  # first image > hi
+        mid = (a + b) >> 1
+        if image(keys[mid]) <= hi:
+            a = mid + 1
+        else:
+            b = mid
+    return i0, a
+
+
+@njit(cache=True, nogil=True)
+def _quantile_images(keys, q):
+    """The images of sorted ``keys``' first, ``q``-th, ``q``-th last and last."""
+    n = keys.shape[0]
+    return image(keys[0]), image(keys[q]), image(keys[n - 1 - q]), image(keys[n - 1])
 
 
 @njit(cache=True, nogil=True)

@@ -45,18 +45,21 @@ from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.grid_codes import (
     REF_SPAN,
     bounds_on,
-    fit_grid,
+    bulk_window,
+    choose_grid,
+    grid_span,
     image_range,
-    key_images,
     merge_grid_items_into,
     regrid,
     route_items,
     scan_on,
+    span_slice,
 )
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
     largest,
     lower_bound,
+    merge_runs,
     merge_runs_into,
     prefetch,
     prefetch_range,
@@ -151,12 +154,15 @@ def probe_partitioned(
     min_ref,
     grid,
     ref_base,
+    side_keys,
+    side_refs,
 ):
     """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2).
 
     A compact T_S (``ts_keys`` uint64 items on ``grid``, refs from ``ref_base``; ``ts_refs``
     unused) is searched with its item bounds and returns a superset of its matches, which the
-    caller refines (``exact`` is False); T_I holds full keys and is always tested exactly.
+    caller refines (``exact`` is False); its side run ``(side_keys, side_refs)``, a sorted run
+    of full keys (empty for a wide T_S), and T_I are tested exactly.
 
     One descent of T_S finds both the first leaf to scan and, as the node at the insertion
     depth on the way, the subindex that holds the bottom of the range; then T_S's leaf level and
@@ -174,6 +180,7 @@ def probe_partitioned(
     n = ts_keys.shape[0]
     m = probe_keys.shape[0]
     n_parts = tops.shape[0]
+    n_side = side_keys.shape[0]
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n_out = 0
@@ -215,6 +222,22 @@ def probe_partitioned(
         vlo, vhi = key_range(key, lo, hi)
         _, bhi = bounds_on(ts_keys, vlo, vhi, grid)
         sub = subs[i]
+        if n_side:  # the few keys a compact T_S holds outside its grid
+            out_p, out_r, n_out, _ = scan_run(
+                side_keys,
+                side_refs,
+                lower_bound(side_keys, 0, n_side, vlo),
+                n_side,
+                key,
+                lo,
+                hi,
+                vhi,
+                min_ref,
+                i,
+                out_p,
+                out_r,
+                n_out,
+            )
         # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
         out_p, out_r, n_out = scan_on(
             ts_keys,
@@ -266,6 +289,53 @@ def probe_partitioned(
             pos = node * size
         locks[sub] -= 1  # l. 39 (the paper's second "39")
     return out_p[:n_out], out_r[:n_out]
+
+
+_LINE = 64
+
+
+def memory_traffic(
+    window: int,
+    merge_ratio: float = 0.125,
+    layout: str = "wide",
+    leaf_size: int = 64,
+    css_leaf_size: int = 32,
+) -> dict[str, float]:
+    """What one tuple costs a PIM-Tree in memory traffic, in the steady state of one stream's
+    share of a join (each tuple probes once and is inserted once, W items held): a model
+    written from the kernels, for reporting against this machine's memory roofline
+    (:class:`streamjoin.roofline.Roofline`). The inner nodes of T_S and T_I are taken as
+    cached (about 8 bytes per 32 items); leaves are cold (the keys are spread over the window).
+
+    - *probe* (:func:`probe_partitioned`): the keys of the T_S leaf and of the T_I leaf where
+      the scans start, and one line of refs in each (a compact T_S's items hold their refs):
+      14 lines with the default node sizes, 13 compact;
+    - *insert* (:func:`insert_partitioned`): the T_I leaf's keys searched, then on average half
+      of its keys and refs moved one slot, read and written: 16 lines read, 8 written;
+    - *merge* (:meth:`PIMTreeIndex._merge`), every ``m · w`` inserts: T_I's chain copied out
+      (16 bytes per item read from leaves about 70% full, 16 written), then the old T_S read and
+      the new one written (``w`` and ``w + m · w`` items of 16 or 8 bytes) and the chain read.
+
+    Returns ``{"probe_bytes", "insert_bytes", "merge_bytes", "total_bytes", "cold_lines"}`` per
+    tuple; ``cold_lines`` counts the probe's and the insert's random lines (what a fully
+    dependent walk would wait for one after another)."""
+    item = 8 if layout == "compact" else 16
+    # a leaf's 8-byte keys (or compact items), plus a line of refs beside wide keys
+    ts_lines = -(-css_leaf_size * 8 // _LINE) + (layout != "compact")
+    ti_key_lines = -(-leaf_size * 8 // _LINE)
+    probe_lines = ts_lines + ti_key_lines + 1
+    insert_read, insert_written = 2 * ti_key_lines, ti_key_lines
+    m = merge_ratio
+    merge = (16 / 0.7 + 16 + 16) + item * (window + (window + m * window)) / (m * window)
+    probe = probe_lines * _LINE
+    insert = (insert_read + insert_written) * _LINE
+    return {
+        "probe_bytes": float(probe),
+        "insert_bytes": float(insert),
+        "merge_bytes": float(merge),
+        "total_bytes": float(probe + insert + merge),
+        "cold_lines": float(probe_lines + insert_read),
+    }
 
 
 def check_options(
@@ -395,6 +465,8 @@ class PIMTreeIndex(WindowIndex):
         self._grid = np.array([0, 32], dtype=np.uint64)
         self._ref_base = 0
         self._ts_last_ref = _NO_REF
+        # compact: T_S's side run, the (key, ref)-sorted items a merge left out of its grid
+        self._side_keys, self._side_refs = np.empty(0), np.empty(0, dtype=np.int64)
         self.merges = 0
         self.merge_seconds = 0.0
         self.last_partition_inserts = np.zeros(0, dtype=np.int64)
@@ -419,7 +491,7 @@ class PIMTreeIndex(WindowIndex):
         t0 = time.thread_time()
         self.last_partition_inserts = self._inserts
         ti_keys, ti_refs = chain_items(self._forest, 0, self._n_ti)
-        need = len(self._ts_keys) + self._n_ti
+        need = len(self._ts_keys) + len(self._side_keys) + self._n_ti
         keys, refs = self._spare
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
             keys = np.empty(need + need // 4, dtype=keys.dtype)
@@ -436,19 +508,44 @@ class PIMTreeIndex(WindowIndex):
         self.merge_seconds += time.thread_time() - t0
 
     def _merge_compact(self, ti_keys: np.ndarray, ti_refs: np.ndarray, out: np.ndarray) -> int:
-        """Merge T_S's items and T_I into ``out`` as items on a grid fitted to both: the old
-        grid's codes re-gridded exactly, T_I's keys coded afresh (``grid_codes``)."""
+        """Merge T_S's items, the side run and T_I into ``out`` (items) and a new side run.
+
+        The old items are re-gridded exactly (``grid_codes``); the side run and T_I, full keys,
+        are merged into one sorted run, whose keys within the chosen grid are coded into T_S
+        and the rest (far outliers, or keys that moved to another range while old items
+        coded coarsely for the new keys survive) stay wide in the side run."""
+        keys, refs = ti_keys, ti_refs
+        if len(self._side_keys):
+            keys, refs = merge_runs(self._side_keys, self._side_refs, keys, refs, self._before)
         old = self._ts_keys
         old_grid = (int(self._grid[0]), int(self._grid[1]))
-        lo, hi = (int(x) for x in key_images(ti_keys[[0, -1]]))
-        ref_base = max(self._before, int(ti_refs.min()))
-        if len(old) and self._ts_last_ref >= self._before:  # old items survive: keep their grid
-            ts_lo, ts_hi = image_range(*old_grid, int(old[0] >> 32), int(old[-1] >> 32))
-            grid = fit_grid(min(lo, ts_lo), max(hi, ts_hi), old_grid[1])
-            ref_base = max(self._before, self._ref_base)
-        else:  # none do: a fresh grid, as fine as T_I's keys allow
-            grid = fit_grid(lo, hi)
-            old, old_grid = old[:0], grid
+        survive = len(old) > 0 and self._ts_last_ref >= self._before
+        if not survive:
+            old = old[:0]
+        old_range = (
+            image_range(*old_grid, int(old[0] >> 32), int(old[-1] >> 32)) if survive else None
+        )
+        grid, takes = old_grid, False
+        if len(keys):
+            window = bulk_window(ti_keys)  # of the new keys only: the side run holds outliers
+            grid, takes = choose_grid(*window, old_grid if survive else None, old_range)
+        i0 = i1 = 0
+        if takes:  # the keys the grid codes unclamped go into T_S
+            i0, i1 = span_slice(keys, *(np.uint64(x) for x in grid_span(grid)))
+        new_keys, new_refs = keys[i0:i1], refs[i0:i1]
+        if i0 == 0 and i1 == len(keys):
+            self._side_keys, self._side_refs = keys[:0], refs[:0]
+        else:
+            self._side_keys = np.concatenate([keys[:i0], keys[i1:]])
+            self._side_refs = np.concatenate([refs[:i0], refs[i1:]])
+        # refs count from at most the oldest that T_S keeps: a side item joining T_S may be
+        # older than every old item
+        lowest = self._ref_base if survive else np.iinfo(np.int64).max
+        if len(new_refs):
+            lowest = min(lowest, int(new_refs.min()))
+        ref_base = max(self._before, lowest) if lowest < np.iinfo(np.int64).max else 0
+        if not survive:
+            old_grid = grid
         add, shift = regrid(old_grid, grid)
         n = merge_grid_items_into(
             old,
@@ -456,17 +553,18 @@ class PIMTreeIndex(WindowIndex):
             shift,
             np.uint64((self._ref_base - ref_base) % 2**64),
             self._ref_base,
-            ti_keys,
-            ti_refs,
+            new_keys,
+            new_refs,
             np.uint64(grid[0]),
             np.uint64(grid[1]),
             ref_base,
             self._before,
             out,
         )
+        last = self._ts_last_ref if survive else _NO_REF
+        self._ts_last_ref = max(last, int(new_refs.max())) if len(new_refs) else last
         self._grid = np.array(grid, dtype=np.uint64)
         self._ref_base = ref_base
-        self._ts_last_ref = int(ti_refs.max())
         return n
 
     @property
@@ -520,10 +618,7 @@ class PIMTreeIndex(WindowIndex):
         """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
         :data:`~streamjoin.indexes.grid_codes.REF_SPAN` or more apart (a window of 2**32
         items)."""
-        if len(self._ts_keys):
-            first = self._ref_base
-        else:
-            first = int(refs[0]) if self._first_ref is None else self._first_ref
+        first = int(refs[0]) if self._first_ref is None else self._first_ref
         if int(refs.max()) - max(first, self._before) >= REF_SPAN:
             raise ValueError(
                 f"{self.name} layout='compact': the window spans 2**32 refs or more; "
@@ -553,6 +648,8 @@ class PIMTreeIndex(WindowIndex):
             self._before,
             self._grid,
             self._ref_base,
+            self._side_keys,
+            self._side_refs,
         )
         return (pos, refs) if order is None else (order[pos], refs)
 
@@ -560,13 +657,15 @@ class PIMTreeIndex(WindowIndex):
         self._before = max(self._before, int(before_ref))
 
     def __len__(self) -> int:
-        return len(self._ts_keys) + self._n_ti
+        return len(self._ts_keys) + len(self._side_keys) + self._n_ti
 
     @property
     def nbytes(self) -> int:
         arrays = (
             *self._ts_buf,
             *self._spare,
+            self._side_keys,
+            self._side_refs,
             self._inner,
             self._offsets,
             self._upper,
@@ -584,6 +683,12 @@ class PIMTreeIndex(WindowIndex):
             assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "T_S sorted by key code"
             refs = (keys & np.uint64(2**32 - 1)).astype(np.int64) + self._ref_base
             assert not n or refs.max() <= self._ts_last_ref, "T_S's refs up to the last merged"
+            side_k, side_r = self._side_keys, self._side_refs
+            assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
+                "the side run sorted by (key, ref)"
+            )
+            assert not len(np.intersect1d(refs, side_r)), "an item in T_S or the side run"
+            refs = np.concatenate([refs, side_r])  # what T_S holds, for the checks below
             routes = route_items
         else:
             assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by key"
@@ -611,8 +716,12 @@ class PIMTreeIndex(WindowIndex):
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)
         assert len(ti_refs) == self._n_ti, "T_I item count"
-        assert not ti_refs or not n or refs.max() < min(ti_refs), "T_I holds what came after T_S"
-        assert len(set(ti_refs)) == len(ti_refs) and len(np.unique(refs)) == n, "refs unique"
+        assert not ti_refs or not len(refs) or refs.max() < min(ti_refs), (
+            "T_I holds what came after T_S"
+        )
+        assert len(set(ti_refs)) == len(ti_refs) and len(np.unique(refs)) == len(refs), (
+            "refs unique"
+        )
 
 
 @register

@@ -24,29 +24,31 @@ __all__ = [
 ]
 
 
-def parse(spec: str, index: str | None = None) -> Topology:
+def parse(spec: str, index: str | None = None, index_options: dict | None = None) -> Topology:
     """A topology from a short spec: ``single``, ``split:4``, ``grid:2x2``, ``grid:2x2:direct``,
     a bare layout ``2x2`` (a chain-forwarding grid), ``handshake:4`` (the original handshake
     join), ``handshake:4:ll`` (its low-latency variant), ``panjoin:2x4`` (workers x
     subwindows per window), ``shared:4`` (a shared-index core with 4 threads; the index
-    defaults to ``pim_tree``) or ``spo:2`` (SPO-Join with 2 PO-Join workers)."""
+    defaults to ``pim_tree``) or ``spo:2`` (SPO-Join with 2 PO-Join workers). ``index_options``
+    go to every join actor's index."""
+    kw = {"index_options": index_options}
     text = spec.strip().lower()
     if re.fullmatch(r"\d+x\d+", text):
         text = f"grid:{text}"
     if text == "single":
-        return single(index)
+        return single(index, **kw)
     if m := re.fullmatch(r"split:(\d+)", text):
-        return split(int(m[1]), index)
+        return split(int(m[1]), index, **kw)
     if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(\w+))?", text):
-        return grid(int(m[1]), int(m[2]), index, forward=m[3] or "chain")
+        return grid(int(m[1]), int(m[2]), index, forward=m[3] or "chain", **kw)
     if m := re.fullmatch(r"handshake:(\d+)(:ll)?", text):
-        return handshake(int(m[1]), index, low_latency=bool(m[2]))
+        return handshake(int(m[1]), index, low_latency=bool(m[2]), **kw)
     if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):
-        return panjoin(int(m[1]), int(m[2] or 4), index)
+        return panjoin(int(m[1]), int(m[2] or 4), index, **kw)
     if m := re.fullmatch(r"shared:(\d+)", text):
-        return shared_index(int(m[1]), index or "pim_tree")
+        return shared_index(int(m[1]), index or "pim_tree", **kw)
     if m := re.fullmatch(r"spo(?::(\d+))?", text):
-        return spo(int(m[1] or 2))
+        return spo(int(m[1] or 2), **kw)
     raise ValueError(
         f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct, "
         "handshake:N, handshake:N:ll, panjoin:WORKERSxSUBWINDOWS, shared:THREADS or spo:WORKERS"
