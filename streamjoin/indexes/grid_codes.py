@@ -22,7 +22,7 @@ clamped; probe bounds may be, which keeps a superset.
 
 The image is a float's bits, so the codes are finer near zero and coarser for large
 magnitudes, relative to the key (a floating-point scale): keys in ``[0, 1e6]`` get codes
-``2**-3`` wide near 1e6, keys in ``[-1e6, 1e6]`` ``2**-1``, and an outlier a billion times
+``2**-2`` wide near 1e6, keys in ``[-1e6, 1e6]`` ``2**-1``, and an outlier a billion times
 larger hardly widens the grid (its image is only a few exponents away), unlike a linear code.
 Integers of magnitude at least ``2**52`` whose range spans fewer than ``2**32`` values get
 exact codes. The shift of a structure that keeps old items never shrinks (a code cannot be
