@@ -92,3 +92,14 @@ def test_registry_errors_name_the_problem():
 
     with pytest.raises(ValueError, match="hash serves equi-joins only"):
         indexes.check_supports("hash", Predicate((band("x", 1),)))
+
+
+@pytest.mark.parametrize("name", ["bplus_tree", "pim_tree", "im_tree"])
+def test_check_accepts_infinite_keys(name):
+    """check()'s bounds lie beyond every item, +inf keys included (its top bound was (+inf,
+    the smallest ref), below any (+inf, ref) item)."""
+    index = indexes.get(name)(1)
+    index.insert(np.array([[np.inf, -np.inf, 1.0, np.inf]]), np.arange(4))
+    index.check()
+    pos, refs = index.probe(np.array([[0.0]]), np.array([-np.inf]), np.array([np.inf]))
+    assert sorted(refs.tolist()) == [0, 1, 2, 3]

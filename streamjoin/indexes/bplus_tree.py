@@ -608,7 +608,8 @@ def check_forest(t: BPlusArrays, tops: np.ndarray) -> list[list[tuple[float, int
     items = []
     for p, (root, height) in enumerate(tops.tolist()):
         first = len(leaves)
-        visit(root, 0, height, (-np.inf, _NO_REF), (np.inf, _NO_REF))
+        # bounds below and above every (key, ref) item, +-inf keys included
+        visit(root, 0, height, (-np.inf, _NO_REF), (np.inf, np.inf))
         assert leaves[first] == p, f"leaf {p} heads tree {p}"
         items.append(
             [

@@ -585,13 +585,13 @@ class PIMTreeIndex(WindowIndex):
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
+        if self.layout == "compact":
+            self._check_ref_span(refs)
         if self._first_ref is None:
             self._first_ref = int(refs[0])
         self._last_ref = int(refs[-1])
         # sorted, the batch walks T_S and the subindexes in order (a stable sort keeps equal
         # keys in ref order, so the batch is a (key, ref)-sorted run)
-        if self.layout == "compact":
-            self._check_ref_span(refs)
         order = stable_key_order(keys[0], order)
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
         run_keys = np.ascontiguousarray(run_keys)
