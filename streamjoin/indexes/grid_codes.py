@@ -261,18 +261,19 @@ def merge_grid_items_into(
 # --------------------------------------------------------------------------------------------
 
 
-def bounds_on(a, vlo, vhi, grid):
-    """(jitted) The widened key interval ``[vlo, vhi]`` as bounds on the sorted level ``a``:
-    ``(vlo, vhi)`` for float64 keys, :func:`grid_bounds` on ``grid`` (uint64 ``(base,
-    shift)``) for compact items."""
+def bounds_on(top, vlo, vhi, base, shift):
+    """(jitted) The widened key interval ``[vlo, vhi]`` as bounds on a sorted level whose
+    dtype's largest value is ``top`` (:func:`~streamjoin.indexes.sorted_runs.largest`, a
+    scalar, so that the call passes no array): ``(vlo, vhi)`` for float64 keys,
+    :func:`grid_bounds` on the grid ``(base, shift)`` for compact items."""
     raise NotImplementedError
 
 
 @overload(bounds_on)
-def _bounds_on_ol(a, vlo, vhi, grid):
-    if a.dtype == types.uint64:
-        return lambda a, vlo, vhi, grid: grid_bounds(vlo, vhi, grid[0], grid[1])
-    return lambda a, vlo, vhi, grid: (vlo, vhi)
+def _bounds_on_ol(top, vlo, vhi, base, shift):
+    if top == types.uint64:
+        return lambda top, vlo, vhi, base, shift: grid_bounds(vlo, vhi, base, shift)
+    return lambda top, vlo, vhi, base, shift: (vlo, vhi)
 
 
 def scan_on(keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n):
@@ -284,7 +285,7 @@ def scan_on(keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe,
     raise NotImplementedError
 
 
-@overload(scan_on)
+@overload(scan_on, inline="always")
 def _scan_on_ol(
     keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
 ):

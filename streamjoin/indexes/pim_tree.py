@@ -181,6 +181,7 @@ def probe_partitioned(
     m = probe_keys.shape[0]
     n_parts = tops.shape[0]
     n_side = side_keys.shape[0]
+    top, base, shift = largest(ts_keys), grid[0], grid[1]  # scalars: calls pass no array
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n_out = 0
@@ -195,7 +196,7 @@ def probe_partitioned(
     ti_at = np.empty(m, dtype=np.int64)  # the T_I scan's first position
     for i in range(m):
         vlo, vhi = key_range(probe_keys[i], lo, hi)
-        blo, _ = bounds_on(ts_keys, vlo, vhi, grid)
+        blo, _ = bounds_on(top, vlo, vhi, base, shift)
         ts_at[i] = descend_css_tree(inner, offsets, fanout, blo, offsets.shape[0] - 1)
         sub = ts_at[i] // stride
         ti_leaf[i] = seek_leaf(t, tops[sub, 0], tops[sub, 1], vlo)
@@ -209,7 +210,7 @@ def probe_partitioned(
         k = i + AHEAD
         if 0 <= k < m:  # where they start (l. 10-15, 18), and the refs there
             vlo, vhi = key_range(probe_keys[k], lo, hi)
-            blo, _ = bounds_on(ts_keys, vlo, vhi, grid)
+            blo, _ = bounds_on(top, vlo, vhi, base, shift)
             start = min(ts_at[k] * leaf_size, n)
             ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n), blo)
             prefetch(ts_refs, min(ts_at[k], n - 1))
@@ -220,24 +221,8 @@ def probe_partitioned(
             continue
         key = probe_keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        _, bhi = bounds_on(ts_keys, vlo, vhi, grid)
+        _, bhi = bounds_on(top, vlo, vhi, base, shift)
         sub = subs[i]
-        if n_side:  # the few keys a compact T_S holds outside its grid
-            out_p, out_r, n_out, _ = scan_run(
-                side_keys,
-                side_refs,
-                lower_bound(side_keys, 0, n_side, vlo),
-                n_side,
-                key,
-                lo,
-                hi,
-                vhi,
-                min_ref,
-                i,
-                out_p,
-                out_r,
-                n_out,
-            )
         # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
         out_p, out_r, n_out = scan_on(
             ts_keys,
@@ -288,6 +273,13 @@ def probe_partitioned(
             node = nxt  # l. 29, 36, 39
             pos = node * size
         locks[sub] -= 1  # l. 39 (the paper's second "39")
+    for i in range(m if n_side else 0):  # the few keys a compact T_S holds outside its grid
+        key = probe_keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        at = lower_bound(side_keys, 0, n_side, vlo)
+        out_p, out_r, n_out, _ = scan_run(
+            side_keys, side_refs, at, n_side, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
+        )
     return out_p[:n_out], out_r[:n_out]
 
 
