@@ -23,10 +23,16 @@ clamped; probe bounds may be, which keeps a superset.
 The image is a float's bits, so the codes are finer near zero and coarser for large
 magnitudes, relative to the key (a floating-point scale): keys in ``[0, 1e6]`` get codes
 ``2**-2`` wide near 1e6, keys in ``[-1e6, 1e6]`` ``2**-1``, and an outlier a billion times
-larger hardly widens the grid (its image is only a few exponents away), unlike a linear code.
-Integers of magnitude at least ``2**52`` whose range spans fewer than ``2**32`` values get
-exact codes. The shift of a structure that keeps old items never shrinks (a code cannot be
-refined without its key); it is re-chosen whenever the old items have all expired.
+larger of the same sign hardly widens the grid (its image is a few exponents away), unlike a
+linear code. Integers of magnitude at least ``2**52`` whose range spans fewer than ``2**32``
+values get exact codes. But keys of small spread at a large magnitude (epoch seconds) need a
+fine grid that one key far away in the image (a 0.0, a key of the other sign) would coarsen
+2**31-fold, and the shift of a structure that keeps old items never shrinks (a code cannot be
+refined without its key; it is re-chosen once no old item survives). So a merge fits the grid
+to the bulk of its new keys (:func:`bulk_window`) and, while old items survive, keeps their
+grid only if it is at most :data:`COARSER_BY` bits coarser than the new keys' own
+(:func:`choose_grid`); keys the grid does not cover wait, with full keys, in a side run of the
+structure's own (PIM-Tree's).
 """
 
 from __future__ import annotations

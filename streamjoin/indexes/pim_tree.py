@@ -393,8 +393,11 @@ class PIMTreeIndex(WindowIndex):
         ``"compact"`` one uint64 each, a 32-bit code of the key on a grid that every merge
         re-fits exactly from the old codes (:mod:`~streamjoin.indexes.grid_codes`) above the
         ref's offset in T_S. About half the memory; T_S's probes return a superset that the
-        caller refines on the full keys (``exact`` is False). T_I keeps full keys. A window
-        must span fewer than 2**32 refs.
+        caller refines on the full keys (``exact`` is False). T_I keeps full keys, and so
+        does a small sorted side run of T_S for the keys its grid does not cover: far
+        outliers, or keys that moved to another range while older items keep a grid too
+        coarse for them (until those expire); probes test it exactly. A window must span
+        fewer than 2**32 refs.
 
     Attributes
     ----------
