@@ -535,10 +535,10 @@ class PIMTreeIndex(WindowIndex):
             self._side_refs = np.concatenate([refs[:i0], refs[i1:]])
         # refs count from at most the oldest that T_S keeps: a side item joining T_S may be
         # older than every old item
-        lowest = self._ref_base if survive else np.iinfo(np.int64).max
+        oldest = [self._ref_base] if survive else []
         if len(new_refs):
-            lowest = min(lowest, int(new_refs.min()))
-        ref_base = max(self._before, lowest) if lowest < np.iinfo(np.int64).max else 0
+            oldest.append(int(new_refs.min()))
+        ref_base = max(self._before, min(oldest)) if oldest else 0
         if not survive:
             old_grid = grid
         add, shift = regrid(old_grid, grid)
