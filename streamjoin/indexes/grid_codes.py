@@ -187,11 +187,6 @@ def regrid(old: tuple[int, int], new: tuple[int, int]) -> tuple[np.uint64, np.ui
     return np.uint64(add), np.uint64(new_shift - shift)
 
 
-def key_images(keys: np.ndarray) -> np.ndarray:
-    """:func:`image` of every float64 key (uint64). O(n)."""
-    return _images(np.ascontiguousarray(keys, dtype=np.float64))
-
-
 @njit(cache=True, nogil=True)
 def span_slice(keys, lo, hi):
     """``(i0, i1)``: the sorted float64 ``keys[i0:i1]`` are those whose images lie in
@@ -219,14 +214,6 @@ def _quantile_images(keys, q):
     """The images of sorted ``keys``' first, ``q``-th, ``q``-th last and last."""
     n = keys.shape[0]
     return image(keys[0]), image(keys[q]), image(keys[n - 1 - q]), image(keys[n - 1])
-
-
-@njit(cache=True, nogil=True)
-def _images(keys):
-    out = np.empty(keys.shape[0], dtype=np.uint64)
-    for i in range(keys.shape[0]):
-        out[i] = image(keys[i])
-    return out
 
 
 @njit(cache=True, nogil=True)
