@@ -43,15 +43,13 @@ from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from streamjoin.indexes.base import grow
+from streamjoin.indexes.key_codes import CODE_MAX, REF_MASK
 from streamjoin.indexes.sorted_runs import scan_run
 
-#: Largest code, and the mask of an item's ref half (items as in ``key_codes``).
-CODE_MAX = 2**32 - 1
-#: Most refs one structure may span from its ``ref_base``.
-REF_SPAN = 2**32
+# items as in ``key_codes``: the code above the ref's offset, one uint64
 _SIGN = np.uint64(2**63)
 _TOP = np.uint64(CODE_MAX)
-_MASK = np.uint64(CODE_MAX)
+_MASK = REF_MASK
 _32 = np.uint64(32)
 
 

@@ -43,7 +43,6 @@ from streamjoin.indexes.bplus_tree import (
 )
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.grid_codes import (
-    REF_SPAN,
     bounds_on,
     bulk_window,
     choose_grid,
@@ -55,6 +54,7 @@ from streamjoin.indexes.grid_codes import (
     scan_on,
     span_slice,
 )
+from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
     largest,
@@ -611,7 +611,7 @@ class PIMTreeIndex(WindowIndex):
 
     def _check_ref_span(self, refs: np.ndarray) -> None:
         """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
-        :data:`~streamjoin.indexes.grid_codes.REF_SPAN` or more apart (a window of 2**32
+        :data:`~streamjoin.indexes.key_codes.REF_SPAN` or more apart (a window of 2**32
         items)."""
         first = int(refs[0]) if self._first_ref is None else self._first_ref
         if int(refs.max()) - max(first, self._before) >= REF_SPAN:
