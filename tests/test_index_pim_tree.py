@@ -174,6 +174,15 @@ def test_join_matches_oracle(predicate, window, self_join, batch_size):
     join_matches_oracle("pim_tree", options, predicate, window, self_join, batch_size)
 
 
+@pytest.mark.parametrize("batch_size", [1, 64])
+@pytest.mark.parametrize("window", JOIN_WINDOWS)
+@pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
+def test_compact_join_matches_oracle_at_other_batch_sizes(window, self_join, batch_size):
+    """The compact layout's band join at batch sizes beside test_join_matches_oracle's 3."""
+    options = {"merge_ratio": 0.25, "insertion_depth": 1, "layout": "compact", **TINY}
+    join_matches_oracle("pim_tree", options, "band", window, self_join, batch_size)
+
+
 @pytest.mark.parametrize("layout", ["wide", "compact"])
 def test_large_window_merges_into_reused_buffers(layout):
     """A window large enough for the batched probe's pipeline and the inserts' leaf prefetching
