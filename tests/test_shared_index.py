@@ -172,6 +172,17 @@ def test_ordered_run_streams_pairs_in_order(layout):
     assert_in_order(r, s)
 
 
+@pytest.mark.parametrize("index", ["pim_tree", "im_tree"])
+def test_default_options_batches_of_one_stream_only(index):
+    """With no ``window`` option the merge size comes from the refs inserted; a first step
+    that holds only R tuples leaves the S index with none (it raised a TypeError)."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(300, low=0, high=200, seed=5)
+    for batch_size in (1, 2):
+        res = sj.run(query, data, sj.topologies.shared_index(2, index), batch_size=batch_size)
+        assert res.same_pairs(sj.oracle.join(query, data))
+
+
 def test_unshareable_index_refused_by_name():
     with pytest.raises(ValueError, match="'bisort' cannot be shared by 2 threads"):
         sj.topologies.shared_index(2, "bisort")

@@ -272,7 +272,10 @@ class SharedPIMTree:
         self.merge_seconds += time.thread_time() - t0
 
     def _merge_size(self) -> int:
-        """m · w, with w the ``window`` option or the ref span of the live items."""
+        """m · w, with w the ``window`` option or the ref span of the live items (none before
+        the first insert: a step of the other stream's tuples only)."""
+        if not self.window and self._last_ref is None:
+            return 1
         w = self.window or self._last_ref + 1 - max(self._before, self._first_ref)
         return max(1, int(np.ceil(self.merge_ratio * w)))
 
