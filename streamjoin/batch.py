@@ -7,6 +7,8 @@ of equal-length numpy arrays). Row *g* is the *g*-th arrival. Columns:
 - ``ts``: int64 event time, non-decreasing per stream (required for time windows; for count
   windows it defaults to the row number);
 - the query's join attributes (int or float, finite, no nulls); other columns are ignored.
+  Integers are compared exactly over the whole int64 range (:mod:`streamjoin.query`); unsigned
+  values beyond the int64 maximum are refused.
 
 Everything is checked once, in :func:`validate`, before any work starts; each problem raises
 :class:`InputError` naming the column and the first offending row.
@@ -21,7 +23,9 @@ import numpy as np
 
 from streamjoin.query import Query
 
-#: Integers beyond this magnitude cannot be compared exactly after conversion to float64.
+#: Integers up to this magnitude compare exactly through their float64 images alone: the
+#: difference of two of them is a float64 without rounding. Beyond it the residual rows carry
+#: what the image rounded away (:class:`Columns`).
 MAX_EXACT_INT = 2**52
 
 
@@ -33,7 +37,13 @@ class InputError(ValueError):
 class Columns:
     """A validated input (or chunk of it): the columns the join needs, as numpy arrays.
 
-    ``attrs`` has shape ``(len(query.attrs), n)``, float64, one row per distinct attribute.
+    ``attrs`` has shape ``(2 * len(query.attrs), n)``, float64: first one row per distinct
+    attribute, its value's *image* (the value itself for a float column; for an integer, the
+    nearest float64), then one *residual* row per attribute in the same order: for an
+    integer, ``value - image`` exactly (0 up to ``2**53``, at most ``2**10`` in magnitude over
+    the int64 range); NaN for a float. Indexes and routes use the images; conditions between
+    two integers are decided exactly from image and residual (:func:`~streamjoin.actors.
+    join_kernels.theta_oriented`).
     """
 
     stream: np.ndarray  # int8 (n,)
@@ -174,8 +184,8 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     Raises
     ------
     InputError
-        Missing or non-numeric columns, nulls, NaN or infinite join values, integers beyond
-        2**52, ``stream`` values other than 0/1, ``ts`` that is not int64 (unsigned beyond
+        Missing or non-numeric columns, nulls, NaN or infinite join values, unsigned integers
+        beyond the int64 maximum, ``stream`` values other than 0/1, ``ts`` that is not int64 (unsigned beyond
         ``2**63 - 1``, datetimes beyond int64 nanoseconds, NaT), decreasing ``ts`` under a
         time window, columns of different lengths.
     """
@@ -240,30 +250,49 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     else:
         ts = np.arange(row_offset, row_offset + n, dtype=np.int64)
 
-    attrs = np.empty((len(query.attrs), n), dtype=np.float64)
-    for k, name in enumerate(query.attrs):
+    k = len(query.attrs)
+    attrs = np.empty((2 * k, n), dtype=np.float64)
+    for a, name in enumerate(query.attrs):
         col = _column(data, name)
         if col.dtype == np.bool_ or not (
             np.issubdtype(col.dtype, np.integer) or np.issubdtype(col.dtype, np.floating)
         ):
             raise InputError(f"join column {name!r} must be int or float, got dtype {col.dtype}")
         if np.issubdtype(col.dtype, np.integer):
-            big = np.abs(col.astype(np.float64)) > MAX_EXACT_INT
-            if big.any():
-                i = _first_bad(big)
-                raise InputError(
-                    f"join column {name!r} row {row_offset + i} is {col[i]}; integers beyond "
-                    "2**52 in magnitude cannot be compared exactly"
-                )
-        attrs[k] = col
-        bad = ~np.isfinite(attrs[k])
+            if np.issubdtype(col.dtype, np.unsignedinteger):
+                big = col > _INT64_MAX
+                if big.any():
+                    i = _first_bad(big)
+                    raise InputError(
+                        f"join column {name!r} row {row_offset + i} is {col[i]}, beyond the "
+                        f"int64 maximum {_INT64_MAX}; integer join values must fit in int64"
+                    )
+            attrs[a], attrs[k + a] = int_rows(col)
+            continue
+        attrs[a] = col
+        attrs[k + a] = np.nan
+        bad = ~np.isfinite(attrs[a])
         if bad.any():
             i = _first_bad(bad)
             raise InputError(
-                f"join column {name!r} row {row_offset + i} is {attrs[k, i]}; "
+                f"join column {name!r} row {row_offset + i} is {attrs[a, i]}; "
                 "join values must be finite (no NaN, no inf)"
             )
     return Columns(stream=stream, ts=ts, attrs=attrs)
+
+
+def int_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integers (any numpy integer dtype, values within int64) as their float64 images and
+    residuals: ``image`` the nearest float64 (ties to even), ``residual = value - image``
+    computed in integers, exactly, as float64 (``|residual| <= 2**10``)."""
+    v = values.astype(np.int64, copy=False)
+    image = v.astype(np.float64)
+    if not len(v) or (v.min() >= -(2**53) and v.max() <= 2**53):  # images exact
+        return image, np.zeros(len(v))
+    top = image >= 2.0**63  # within 2**9 of the int64 maximum: rounds to 2**63, beyond int64
+    back = np.where(top, 0.0, image).astype(np.int64)
+    residual = np.where(top, (v - 2**62) - 2**62, v - back)  # (v - 2**62) - 2**62 = v - 2**63
+    return image, residual.astype(np.float64)
 
 
 def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> None:

@@ -20,12 +20,28 @@ _INT64_MIN = int(np.iinfo(np.int64).min)
 
 def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
     """θ(r, s): ``lo <= s.attr_s - r.attr <= hi`` for every condition (outside ``[lo, hi]``
-    for ``not_equal``); ``r`` or ``s`` may be arrays."""
+    for ``not_equal``); ``r`` or ``s`` may be arrays. The difference of two floats (or of an
+    integer and a float) is float64's; of two integers, exact: where either lies beyond
+    ``2**52``, they are Python integers, compared with the bounds as Python compares an int
+    with a float (exactly)."""
+    k = len(query.attrs)
     ok = True
     for cond, kr, ks in zip(query.predicate, *query.condition_rows, strict=True):
-        d = attrs[ks, s] - attrs[kr, r]
-        ok = ok & (((cond.lo <= d) & (d <= cond.hi)) != cond.negated)
+        r_val, s_val = np.broadcast_arrays(attrs[kr, r], attrs[ks, s])
+        r_res, s_res = np.broadcast_arrays(attrs[k + kr, r], attrs[k + ks, s])
+        d = s_val - r_val
+        holds = np.atleast_1d((cond.lo <= d) & (d <= cond.hi))
+        wide = ~np.isnan(r_res) & ~np.isnan(s_res) & (np.maximum(abs(r_val), abs(s_val)) > 2**52)
+        for i in np.flatnonzero(np.atleast_1d(wide)):
+            exact = _int(s_val, s_res, i) - _int(r_val, r_res, i)
+            holds[i] = cond.lo <= exact <= cond.hi
+        ok = ok & (holds.reshape(d.shape) != cond.negated)
     return ok
+
+
+def _int(image: np.ndarray, residual: np.ndarray, i: int) -> int:
+    """The integer at ``i`` of an image row and its residual row, as a Python int."""
+    return int(np.atleast_1d(image)[i]) + int(np.atleast_1d(residual)[i])
 
 
 def join(query: Query, data) -> pa.Table:

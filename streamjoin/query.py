@@ -3,8 +3,7 @@
 Semantics (DESIGN §1). Every predicate is written with ``r`` from stream R and ``s`` from
 stream S. Each elementary condition compares one attribute of r with one of s — the same one
 by default, another when a second name is given (``less("a", "b")`` ⇔ ``r.a < s.b``) — and is
-normalised once, here, to a *closed interval on the difference* ``d = s.attr_s - r.attr``
-evaluated in float64:
+normalised once, here, to a *closed interval on the difference* ``d = s.attr_s - r.attr``:
 
 =============================  ===========================  ===============================
 condition                      meaning                      ``d = s.attr_s - r.attr`` in
@@ -25,9 +24,16 @@ exactly when ``s > r`` (gradual underflow), and ``s - r == 0`` exactly when ``s 
 strict inequalities become closed intervals without changing their meaning. ``not_equal`` is the
 one *negated* interval: it holds when ``d`` lies outside ``[0, 0]``. Every join path (oracle,
 index, core) evaluates the same formula ``lo <= s - r <= hi`` (negated for ``not_equal``),
-which is what makes the result identical on every backend. Integer attributes are converted to
-float64 at the boundary; values beyond ``2**52`` in magnitude are rejected there because their
-differences would round.
+which is what makes the result identical on every backend.
+
+``d`` is exact between integers: when both values come from integer columns (any numpy
+integer dtype within int64, Arrow ``int64``, …) ``d`` is the difference of the integers, never
+rounded or wrapped, and is compared with the bounds exactly, over the whole int64 range
+(nanosecond timestamps, 64-bit ids, cents). Otherwise ``d`` is the float64 difference of two
+float64 values, an integer compared with a float taking its nearest float64. Up to ``2**52``
+in magnitude the two readings agree, and a join over such integers runs as it would over
+floats; beyond, the join core refines its indexes' candidates on the exact integers
+(:class:`~streamjoin.batch.Columns`).
 
 Conjunctions are written with ``&``; the first conjunct is the *primary* one that indexes serve,
 the rest are checked as residual filters (or, for two inequalities, both served by a
@@ -52,8 +58,9 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class Condition:
-    """One elementary condition ``lo <= s.attr_s - r.attr <= hi`` (float64, closed), or its
-    negation (``not_equal``).
+    """One elementary condition ``lo <= s.attr_s - r.attr <= hi`` (closed; the difference
+    exact between integers, float64 otherwise: see the module docstring), or its negation
+    (``not_equal``).
 
     ``attr`` names r's attribute, ``attr_s`` s's (the same one unless the condition compares two
     attributes). ``kind`` is kept for display and for indexes that serve only some kinds
@@ -173,6 +180,11 @@ def _finite(name: str, value: float) -> float:
         ) from None
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
+    if isinstance(value, int | np.integer) and int(value) != v:
+        raise ValueError(
+            f"{name} {value} is not a float64 (the nearest is {int(v)}); bounds are float64, "
+            "so give one that is (every integer up to 2**53 is)"
+        )
     return v
 
 

@@ -8,6 +8,12 @@ from hypothesis import strategies as st
 import streamjoin as sj
 
 INT_VALUES = st.integers(-6, 6)
+#: int64 values a few apart around bases where float64 images round (ulp 2**10 near 2**62),
+#: at both ends of int64 (differences overflow it) and at 2**53: compared exactly or wrong
+WIDE_BASES = [2**62, -(2**63) + 6, 2**63 - 7, 2**53, 0]
+WIDE_INT_VALUES = st.builds(
+    lambda base, offset: base + offset, st.sampled_from(WIDE_BASES), st.integers(-6, 6)
+)
 FLOAT_VALUES = st.sampled_from([-2.5, -1.0, -0.0, 0.0, 0.25, 0.5, 1.0, 1.5, 3.0, 1e-300, -1e-300])
 
 
@@ -44,12 +50,22 @@ def windows(draw):
     return sj.TimeWindow(draw(st.integers(1, 8)), draw(st.integers(1, 8)))
 
 
+def _column(values: list) -> np.ndarray:
+    """Python ints as int64 (numpy would pick uint64 or object beyond it), floats as float64."""
+    if values and all(isinstance(v, int) for v in values):
+        return np.array(values, dtype=np.int64)
+    return np.array(values, dtype=np.float64)
+
+
 @st.composite
 def tables(draw, self_join: bool, max_rows: int = 60):
     """A dict-of-arrays input: random streams, ts non-decreasing per stream (not across
-    streams), int or float attributes with many duplicates, equal timestamps."""
+    streams), int or float attributes with many duplicates, equal timestamps; a third of
+    the time ``x`` holds int64 values near the int64 limits and others beyond 2**52
+    (:data:`WIDE_INT_VALUES`), and ``y`` a quarter of the time."""
     n = draw(st.integers(0, max_rows))
-    values = INT_VALUES if draw(st.booleans()) else FLOAT_VALUES
+    values = draw(st.sampled_from([INT_VALUES, FLOAT_VALUES, WIDE_INT_VALUES]))
+    y_values = draw(st.sampled_from([INT_VALUES, INT_VALUES, INT_VALUES, WIDE_INT_VALUES]))
     stream = np.zeros(n, dtype=np.int8)
     if not self_join:
         stream = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), np.int8)
@@ -61,8 +77,8 @@ def tables(draw, self_join: bool, max_rows: int = 60):
         ts[rows] = offsets[s] + np.cumsum(steps[rows])
     data = {
         "ts": ts,
-        "x": np.array(draw(st.lists(values, min_size=n, max_size=n))),
-        "y": np.array(draw(st.lists(INT_VALUES, min_size=n, max_size=n))),
+        "x": _column(draw(st.lists(values, min_size=n, max_size=n))),
+        "y": _column(draw(st.lists(y_values, min_size=n, max_size=n))),
     }
     if not self_join:
         data["stream"] = stream

@@ -1,5 +1,7 @@
 """The oracle itself, checked by hand-worked cases and against SQL in DuckDB."""
 
+import math
+
 import duckdb
 import numpy as np
 from hypothesis import given, settings
@@ -87,11 +89,19 @@ def test_empty_input():
     assert len(sj.oracle.join(q, empty)) == 0
 
 
-def _sql_condition(query, r, s):
+def _sql_condition(query, r, s, ints):
+    """θ in SQL: between two integer columns (``ints``) the difference in 128-bit integers
+    against the integer bounds ``ceil(lo)``, ``floor(hi)``; else in DOUBLE."""
     parts = []
     for c in query.predicate:
-        d = f"({s}.{c.attr_s}::DOUBLE - {r}.{c.attr}::DOUBLE)"
-        inside = f"{d} >= {c.lo!r} AND {d} <= {c.hi!r}".replace("inf", "'inf'::DOUBLE")
+        if c.attr in ints and c.attr_s in ints:
+            d = f"({s}.{c.attr_s}::HUGEINT - {r}.{c.attr}::HUGEINT)"
+            terms = [f"{d} >= {math.ceil(c.lo)}"] if math.isfinite(c.lo) else []
+            terms += [f"{d} <= {math.floor(c.hi)}"] if math.isfinite(c.hi) else []
+            inside = " AND ".join(terms) or "TRUE"
+        else:
+            d = f"({s}.{c.attr_s}::DOUBLE - {r}.{c.attr}::DOUBLE)"
+            inside = f"{d} >= {c.lo!r} AND {d} <= {c.hi!r}".replace("inf", "'inf'::DOUBLE")
         parts.append(f"NOT ({inside})" if c.negated else f"({inside})")
     return " AND ".join(parts)
 
@@ -104,9 +114,10 @@ def duckdb_join(query, data) -> list[tuple[int, int]]:
         "g": np.arange(n),
         "stream": stream.astype(np.int64),
         "ts": data["ts"],
-        "x": data["x"].astype(np.float64),
-        "y": data["y"].astype(np.float64),
+        "x": data["x"],
+        "y": data["y"],
     }
+    ints = {a for a in ("x", "y") if np.issubdtype(data[a].dtype, np.integer)}
     con = duckdb.connect()
     con.register("raw", t)
     con.execute(
@@ -116,7 +127,7 @@ def duckdb_join(query, data) -> list[tuple[int, int]]:
     w = query.window
     if query.self_join:
         win = f"b.idx - a.idx <= {w.r}" if w.kind == "count" else f"b.ts - a.ts <= {w.r}"
-        theta = f"(({_sql_condition(query, 'a', 'b')}) OR ({_sql_condition(query, 'b', 'a')}))"
+        theta = f"(({_sql_condition(query, 'a', 'b', ints)}) OR ({_sql_condition(query, 'b', 'a', ints)}))"
         sql = f"SELECT a.g, b.g FROM t a JOIN t b ON a.g < b.g AND {win} AND {theta}"
     else:
         # later x of stream X sees y of Y iff y.idx >= (#Y before x) - w_Y (count) or
@@ -126,7 +137,7 @@ def duckdb_join(query, data) -> list[tuple[int, int]]:
                 return f"{y}.idx >= ({x}.g - {x}.idx) - {size}"
             return f"{x}.ts - {y}.ts <= {size}"
 
-        theta = _sql_condition(query, "r", "s")
+        theta = _sql_condition(query, "r", "s", ints)
         sql = (
             "SELECT r.g, s.g FROM t r JOIN t s ON r.stream = 0 AND s.stream = 1 AND "
             f"{theta} AND ((r.g < s.g AND {win('s', 'r', w.r)}) OR "

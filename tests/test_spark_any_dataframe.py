@@ -205,3 +205,23 @@ def test_non_deterministic_dataframe_is_read_once(spark, data, order):
         == np.bincount(data["stream"]).tolist()
     )
     assert result.same_pairs(sj.oracle.join(QUERY, fed))
+
+
+@pytest.mark.parametrize("make", ["pandas", "parquet"])
+def test_long_keys_near_the_int64_limits_compare_exactly(spark, data, tmp_path, make):
+    """A ``long`` join column near both ends of int64, where float64 images collide by the
+    thousand: the bridge's Arrow batches keep the integers, and the join compares them
+    exactly (the images alone give other pairs)."""
+    rng = np.random.default_rng(12)
+    bases = rng.choice(np.array([2**62, -(2**63) + 5, 2**63 - 6], dtype=np.int64), N)
+    wide = {**data, "x": bases + rng.integers(-5, 6, N)}
+    if make == "pandas":
+        df = spark.createDataFrame(pd.DataFrame(wide))
+    else:
+        pq.write_table(pa.table(wide), tmp_path / "wide.parquet")
+        df = spark.read.parquet(str(tmp_path / "wide.parquet"))
+    expected = sj.oracle.join(QUERY, arrival_order(wide))
+    images = {**wide, "x": wide["x"].astype(np.float64)}
+    assert not sj.oracle.same_pairs(sj.oracle.join(QUERY, arrival_order(images)), expected)
+    result = sj.run(QUERY, sb.from_dataframe(df, tie_break="seq"), batch_size=256)
+    assert result.same_pairs(expected)

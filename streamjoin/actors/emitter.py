@@ -100,7 +100,7 @@ class Emitter(Logic):
         cols = Columns(
             stream=np.array([0, 1, 0, 1][:n], dtype=np.int8) * (not self.query.self_join),
             ts=np.arange(n, dtype=np.int64),
-            attrs=np.zeros((len(self.query.attrs), n)),
+            attrs=np.zeros((2 * len(self.query.attrs), n)),  # images, then residuals
         )
         spare.on_chunk(cols, 0)
         spare.on_eof()

@@ -267,12 +267,15 @@ def warm_batch(k: int, self_join: bool, n: int = 512, first: int = 0, horizon: i
     """A throwaway batch of ``n`` tuples with ``k`` attributes for warming kernels: large
     enough for every kernel a real batch runs (:func:`~streamjoin.indexes.key_order.
     stable_order` hands batches under 256 keys to numpy), its keys far apart so few pairs
-    match. Its tuples' ``idx`` count on from ``first`` in each stream, and ``horizon`` (the
+    match. ``k`` attributes: their image rows, then NaN residual rows, as float columns have
+    (an exact integer join runs the same kernels, with other values in :class:`~streamjoin.
+    actors.join_kernels.Conditions`). Its tuples' ``idx`` count on from ``first`` in each stream, and ``horizon`` (the
     same for both streams) lets the receiving core expire the tuples below it."""
     z = np.zeros(n, dtype=np.int64)
     stream = np.zeros(n, dtype=np.int8) if self_join else (np.arange(n) % 2).astype(np.int8)
     idx = first + (np.arange(n, dtype=np.int64) if self_join else np.arange(n) // 2)
-    attrs = np.repeat(np.arange(n, dtype=np.float64)[None, ::-1] * 1e9, k, axis=0)
+    images = np.repeat(np.arange(n, dtype=np.float64)[None, ::-1] * 1e9, k, axis=0)
+    attrs = np.concatenate([images, np.full((k, n), np.nan)])  # float columns' residuals
     return Batch(
         seq=np.arange(n, dtype=np.int64),
         stream=stream,

@@ -7,6 +7,7 @@ probing tuple is s), ``EITHER`` (self-join: θ(cand, probe) or θ(probe, cand)).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +27,10 @@ _AHEAD = 8
 
 class Conditions(NamedTuple):
     """θ in the form kernels evaluate (DESIGN §1): condition ``c`` holds iff
-    ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <= hi[c]`` is not ``neg[c]``."""
+    ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <= hi[c]`` is not ``neg[c]``, the
+    difference taken on the float64 images (:class:`~streamjoin.batch.Columns`) — unless
+    ``ints[c]`` and both values are integers (their residual rows not NaN): then on the exact
+    integers (:func:`int_diff_in`)."""
 
     #: int64 (C,): row of r's attribute in an ``attrs`` matrix
     r_row: np.ndarray
@@ -38,6 +42,63 @@ class Conditions(NamedTuple):
     hi: np.ndarray
     #: bool (C,): the condition is negated (``not_equal``)
     neg: np.ndarray
+    #: bool (C,): decide the condition on exact integers when both values are integers
+    ints: np.ndarray
+    #: int64 (C,): row of r's attribute's residual (value minus image)
+    r_res: np.ndarray
+    #: int64 (C,): row of s's attribute's residual
+    s_res: np.ndarray
+    #: float64 (C, 4): the integer bounds ``ceil(lo)`` and ``floor(hi)``, each split into
+    #: halves (:func:`split_bounds`)
+    split: np.ndarray
+
+
+_TWO32 = 4294967296.0
+#: Bounds beyond any difference of two int64 values are clamped here (exactly representable,
+#: and split into halves that the exact test subtracts without rounding).
+_FAR = 2.0**66
+
+
+def split_bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each condition, ``ceil(lo)`` and ``floor(hi)`` — the integer bounds with the same
+    meaning for an integer difference — clamped to ``±2**66`` and each written as
+    ``h * 2**32 + l`` with ``0 <= l < 2**32``: float64 ``(C, 4)`` rows ``(lo_h, lo_l, hi_h,
+    hi_l)``. Every step is exact in float64 (the parts are integers far below ``2**53``)."""
+    out = np.empty((len(lo), 4))
+    for col, bound in ((0, np.ceil(lo)), (2, np.floor(hi))):
+        b = np.clip(bound, -_FAR, _FAR)
+        h = np.floor(b * 2.0**-32)
+        out[:, col] = h
+        out[:, col + 1] = b - h * _TWO32
+    return out
+
+
+def image_slack(magnitude: float) -> float:
+    """How far outside an interval the float64 difference of two integers' images may lie
+    while their exact difference lies inside it, for integers up to ``magnitude``: each image
+    rounds by half a unit in the last place (ulp), the subtraction by half an ulp of twice the
+    magnitude; with magnitudes below ``2**E`` that is at most ``2**(E-51)``, and the bound
+    ``lo - slack`` itself rounds by less than ``2**(E-51)``: ``2**(E-49)`` covers both."""
+    return math.ldexp(1.0, math.frexp(magnitude)[1] - 49)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def int_diff_in(r_image, r_res, s_image, s_res, lo_h, lo_l, hi_h, hi_l):
+    """Whether ``s - r`` lies in ``[lo, hi]`` for two int64 values given as image and residual
+    (``value = image + residual``) and bounds split by :func:`split_bounds` — exactly.
+
+    Each value is written ``h * 2**32 + l`` (``h = floor(image / 2**32)``, ``l = image -
+    h * 2**32 + residual``: integers, ``|h| <= 2**31``, ``|l| < 2**33``), so ``s - r - bound =
+    X * 2**32 + Y`` with ``X`` and ``Y`` differences of such parts, each computed without
+    rounding; the final sum rounds, but correct rounding never moves an integer across 0, so
+    its sign is exact. No int64 arithmetic, so nothing wraps near ``±2**63``."""
+    rh = np.floor(r_image * 2.0**-32)
+    rl = (r_image - rh * _TWO32) + r_res
+    sh = np.floor(s_image * 2.0**-32)
+    sl = (s_image - sh * _TWO32) + s_res
+    a = sh - rh
+    b = sl - rl
+    return ((a - lo_h) * _TWO32 + (b - lo_l) >= 0.0) and ((a - hi_h) * _TWO32 + (b - hi_l) <= 0.0)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -55,10 +116,40 @@ def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
         lo, hi, neg = conds.lo[c], conds.hi[c], conds.neg[c]
         if as_r:
             d = c_attrs[b, j] - p_attrs[a, i]
-            as_r = ((d >= lo) & (d <= hi)) != neg
+            ok = (d >= lo) & (d <= hi)
+            if conds.ints[c]:
+                r_res, s_res = p_attrs[conds.r_res[c], i], c_attrs[conds.s_res[c], j]
+                if r_res == r_res and s_res == s_res:  # both integers (a float's is NaN)
+                    sp = conds.split
+                    ok = int_diff_in(
+                        p_attrs[a, i],
+                        r_res,
+                        c_attrs[b, j],
+                        s_res,
+                        sp[c, 0],
+                        sp[c, 1],
+                        sp[c, 2],
+                        sp[c, 3],
+                    )
+            as_r = ok != neg
         if as_s:
             d = p_attrs[b, i] - c_attrs[a, j]
-            as_s = ((d >= lo) & (d <= hi)) != neg
+            ok = (d >= lo) & (d <= hi)
+            if conds.ints[c]:
+                r_res, s_res = c_attrs[conds.r_res[c], j], p_attrs[conds.s_res[c], i]
+                if r_res == r_res and s_res == s_res:
+                    sp = conds.split
+                    ok = int_diff_in(
+                        c_attrs[a, j],
+                        r_res,
+                        p_attrs[b, i],
+                        s_res,
+                        sp[c, 0],
+                        sp[c, 1],
+                        sp[c, 2],
+                        sp[c, 3],
+                    )
+            as_s = ok != neg
         if not (as_r or as_s):
             return False
     return True
@@ -105,6 +196,8 @@ def probe_pairs(
     residual = first < conds.lo.shape[0]  # a band the index checked leaves the window only
     width = c_rows.shape[1]
     n_attrs, cap = c_attrs.shape[0], c_attrs.shape[1]
+    if not conds.ints.any():
+        n_attrs //= 2  # the residual rows are read only when integers are decided exactly
     n = 0
     for t in range(m):
         if t + _AHEAD < m:  # stored rows are scattered: fetch them a few ahead

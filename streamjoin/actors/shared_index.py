@@ -287,7 +287,7 @@ class SharedIndexCore(Logic):
         self.merge = merge
         self.ordered = ordered
         self.work = JoinWork()
-        self.stores = {y: TupleStore(len(query.attrs)) for y in spec.streams}
+        self.stores = {y: TupleStore(2 * len(query.attrs)) for y in spec.streams}
         self.indexes = {
             y: shared.make_shared(spec.index_name, spec.index_options, merge) for y in spec.streams
         }
@@ -339,6 +339,10 @@ class SharedIndexCore(Logic):
 
     def _step(self, batch: Batch) -> PairBatch:
         spec, b, threads = self.spec, len(batch), self.threads
+        version = spec.version
+        spec.observe(batch.attrs)  # integers beyond 2**52: exact conditions, wider boxes
+        if spec.version != version:
+            self.boxes, self.n_boxes = _boxes(spec)
         first_ref = np.zeros(2, dtype=np.int64)
         states = [self._dummy, self._dummy]
         bases = np.zeros((2, 2), dtype=np.int64)

@@ -11,12 +11,14 @@ from streamjoin.actors.join_kernels import (
     R_PROBES,
     S_PROBES,
     Conditions,
+    image_slack,
     join_within_batch,
     pairs_within_batch,
     probe_pairs,
+    split_bounds,
 )
 from streamjoin.actors.store import TupleStore
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.batch import MAX_EXACT_INT, Batch, PairBatch
 from streamjoin.indexes.key_order import stable_order
 from streamjoin.query import Query
 
@@ -102,6 +104,10 @@ class JoinSpec:
     the ``fallback`` index (``nested_loop``) over one constant key row, probed with an
     unbounded box, and every condition is residual: slow, never wrong.
 
+    Integers beyond ``2**52`` (query.py: compared exactly) switch the conditions, the first
+    time an actor's :meth:`observe` sees one, to widened probe bounds and an exact check of
+    every candidate (:meth:`_set_conditions`); until then nothing costs more than for floats.
+
     Parameters
     ----------
     query : Query
@@ -144,19 +150,73 @@ class JoinSpec:
         self.paired = query.self_join and paired
         self.one_stream = query.self_join and not paired
         self.streams = (0,) if self.one_stream else (0, 1)
-        order = [
+        self._order = [
             *self.plan.keys,
             *(c for c in range(len(query.predicate)) if c not in self.plan.keys),
         ]
-        r_row, s_row = query.condition_rows
-        lo, hi = query.predicate.bounds
+        #: the largest magnitude of an integer value seen (:meth:`observe`); beyond
+        #: ``MAX_EXACT_INT`` the conditions are decided on exact integers
+        self.int_magnitude = 0.0
+        #: bumped whenever :attr:`conds` or the probe bounds change (:meth:`observe`)
+        self.version = 0
+        self._seen = None
+        self._set_conditions(exact=False)
+
+    def _set_conditions(self, exact: bool, widen: float = 0.0) -> None:
+        """:attr:`conds` and the index's probe bounds (``key_lo``/``key_hi``).
+
+        Before any integer beyond ``MAX_EXACT_INT`` (``exact`` False): the query's conditions,
+        served ones first, each decided on the float64 images, which is exact then. After
+        (``exact``): the served conditions on the images with their bounds widened by
+        ``widen`` (more than the images' rounding can move a difference), so the index returns
+        a superset, then every condition decided exactly between integers (their residual
+        rows), the served ones again; floats are decided on their images as before.
+        """
+        q, order = self.query, self._order
+        r_row, s_row = q.condition_rows
+        lo, hi = q.predicate.bounds
+        r_row, s_row, lo, hi = r_row[order], s_row[order], lo[order], hi[order]
+        neg = q.negated[order]
+        ints = np.zeros(len(order), dtype=np.bool_)
+        if exact:
+            served = self.n_served
+            keep = list(range(len(order))) + list(range(served))  # the served ones again
+            r_row, s_row, neg = r_row[keep], s_row[keep], neg[keep]
+            lo, hi = lo[keep], hi[keep]
+            ints = np.arange(len(keep)) >= served
+            band = (lo[:served] != hi[:served]) | (lo[:served] != 0.0)  # equal images: no widening
+            lo[:served] = np.where(band, lo[:served] - widen, lo[:served])
+            hi[:served] = np.where(band, hi[:served] + widen, hi[:served])
+        k = len(q.attrs)
         self.conds = Conditions(
-            r_row[order], s_row[order], lo[order], hi[order], query.negated[order]
+            r_row, s_row, lo, hi, neg, ints, r_row + k, s_row + k, split_bounds(lo, hi)
         )
         if self.plan.fallback:
             self.key_lo, self.key_hi = np.array([-np.inf]), np.array([np.inf])
         else:
             self.key_lo, self.key_hi = self.conds.lo[: self.n_keys], self.conds.hi[: self.n_keys]
+        self.version += 1
+
+    def observe(self, attrs: np.ndarray) -> None:
+        """Note the integer values of a batch about to be probed or stored (``attrs`` as in
+        :class:`~streamjoin.batch.Columns`). The first integer beyond ``MAX_EXACT_INT`` in
+        magnitude switches :attr:`conds` to exact integer refinement for good, and each larger
+        one widens the served bounds to cover the images' rounding at its magnitude. Cheap
+        when nothing changes; once per batch (the last one seen is remembered)."""
+        if attrs is self._seen:
+            return
+        self._seen = attrs
+        k = len(self.query.attrs)
+        residuals = attrs[k:]
+        ints = residuals == residuals  # NaN residual: a float
+        if not ints.any():
+            return
+        m = float(np.abs(attrs[:k][ints]).max())
+        if m <= self.int_magnitude:
+            return
+        self.int_magnitude = m
+        if m > MAX_EXACT_INT:
+            self._set_conditions(exact=True, widen=image_slack(m))
 
     def probed(self, x: int) -> int:
         """The stream that tuples of stream ``x`` probe."""
@@ -215,6 +275,7 @@ class JoinSpec:
             raise ValueError("a paired self-join finds in-batch pairs by probing, not here")
         if len(batch) < 2:
             return PairBatch.empty()
+        self.observe(batch.attrs)
         if self.index_cls.batch_join_options is not None and self.n_served > 1:
             i, j = self._join_batch_by_index(batch)
         else:
@@ -296,7 +357,7 @@ class WindowPart:
 
     def __init__(self, spec: JoinSpec, work: JoinWork | None = None) -> None:
         self.spec = spec
-        self.store = TupleStore(len(spec.query.attrs))
+        self.store = TupleStore(2 * len(spec.query.attrs))
         self.index = spec.index_cls(spec.n_keys, **spec.index_options)
         self.work = JoinWork() if work is None else work
 
@@ -320,6 +381,7 @@ class WindowPart:
         spec, store = self.spec, self.store
         if len(self.index) == 0 or len(xs) == 0:
             return PairBatch.empty()
+        spec.observe(batch.attrs)
         orient = EITHER if spec.query.self_join else (R_PROBES if x == 0 else S_PROBES)
         keys = spec.keys(batch, xs, x) if keys is None else keys
         found = [self.index.probe(keys, lo, hi) for lo, hi in spec.probe_boxes(orient)]
@@ -365,6 +427,7 @@ class WindowPart:
         caller has them, save the index from computing them again.
         """
         if len(pos):
+            self.spec.observe(batch.attrs)
             refs = self.store.append(batch, pos)
             if keys is None:
                 keys = self.spec.keys(batch, pos, int(batch.stream[pos[0]]))

@@ -12,6 +12,11 @@ them from probes; the join core's window check drops them. An index whose ``exac
 (compact 8-byte items, :mod:`~streamjoin.indexes.key_codes`) may also return items *outside*
 the band of its first key row, those whose key code ties a code inside it; the join core then
 checks every condition on the full keys in its tuple store (the refinement).
+
+Keys are float64: an integer attribute's keys are its values' float64 images. Beyond ``2**52``
+images round, and the join core then probes with bounds widened by more than the rounding, so
+that the index returns a superset, and decides every pair on the exact integers
+(:meth:`~streamjoin.actors.window_part.JoinSpec.observe`): no index needs to know.
 """
 
 from __future__ import annotations
