@@ -50,15 +50,14 @@ def test_image_plus_residual_is_the_value(values):
         assert int(i) + int(r) == v and abs(r) <= 2**10
 
 
-@settings(max_examples=300, deadline=None)
-@given(magnitude=st.floats(2.0**52, 2.0**63), r=int64s, s=int64s)
-def test_widened_float_test_holds_whenever_the_exact_one_does(magnitude, r, s):
-    # the superset the indexes return: lo - slack <= fl(image_s - image_r) <= hi + slack
-    m = max(abs(r), abs(s))
-    slack = image_slack(max(magnitude, float(m)))
+@settings(max_examples=3000, deadline=None)
+@given(magnitude=st.floats(2.0**52, 2.0**63), r=int64s, s=int64s, lo=bounds, width=bounds)
+def test_widened_float_test_holds_whenever_the_exact_one_does(magnitude, r, s, lo, width):
+    # the superset the indexes return: lo - slack <= fl(image_s - image_r) <= hi + slack,
+    # all in float64 as the kernels compute it, for every pair the exact test keeps
+    slack = image_slack(max(magnitude, float(max(abs(r), abs(s)))))
     d = float(s) - float(r)
-    for lo, hi in ((s - r, s - r), (s - r - 1, s - r + 1), (s - r, math.inf)):
-        lo, hi = float(lo), float(hi)
+    for lo, hi in ((lo, lo + abs(width)), (float(s - r), float(s - r)), (float(s - r - 1), lo)):
         if lo <= s - r <= hi:
             assert lo - slack <= d <= hi + slack
 
@@ -195,3 +194,25 @@ def test_bad_integer_inputs_are_refused_up_front():
     with pytest.raises(ValueError, match="not a float64"):
         sj.band("x", lo=2**60 + 1, hi=2**61)
     sj.band("x", lo=2**53, hi=2**60)  # float64 integers are fine
+
+
+@pytest.mark.parametrize("index", ["nested_loop", "pim_tree", "bisort"])
+def test_images_rounding_apart_by_a_whole_ulp_at_the_band_edges(index):
+    # near 2**62 images step by 1,024; 2**62 + 512 rounds down to even, 2**62 + 3,584 up, so
+    # the images' difference (4,096) is a whole ulp beyond the integers' (3,072)
+    low, high = 2**62 + 512, 2**62 + 3584
+    assert float(high) - float(low) == 4096.0
+    data = {"stream": np.array([0, 1, 1, 0], np.int8), "x": np.array([low, high, low, high])}
+    for lo, hi, pairs in [
+        (3072, 3072, [(0, 1)]),  # s - r == 3,072 exactly: on both edges
+        (3073, 5000, []),
+        (2000, 3071, []),
+        (-3072, -3072, [(3, 2)]),  # r = high, s = low: -3,072
+        (-3072, -3071, [(3, 2)]),
+    ]:
+        query = sj.Query(sj.band("x", lo=lo, hi=hi), sj.CountWindow(4))
+        res = sj.run(query, data, sj.topologies.single(index), batch_size=1)
+        assert (
+            sorted(zip(res.pairs["r"].to_pylist(), res.pairs["s"].to_pylist(), strict=True))
+            == pairs
+        ), (lo, hi)

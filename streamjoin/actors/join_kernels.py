@@ -51,6 +51,9 @@ class Conditions(NamedTuple):
     #: float64 (C, 4): the integer bounds ``ceil(lo)`` and ``floor(hi)``, each split into
     #: halves (:func:`split_bounds`)
     split: np.ndarray
+    #: float64 (C,): how far the images' difference may lie from the integers'
+    #: (:func:`image_slack`); only a difference that close to a bound needs the integers
+    slack: np.ndarray
 
 
 _TWO32 = 4294967296.0
@@ -74,12 +77,25 @@ def split_bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def image_slack(magnitude: float) -> float:
-    """How far outside an interval the float64 difference of two integers' images may lie
-    while their exact difference lies inside it, for integers up to ``magnitude``: each image
-    rounds by half a unit in the last place (ulp), the subtraction by half an ulp of twice the
-    magnitude; with magnitudes below ``2**E`` that is at most ``2**(E-51)``, and the bound
-    ``lo - slack`` itself rounds by less than ``2**(E-51)``: ``2**(E-49)`` covers both."""
-    return math.ldexp(1.0, math.frexp(magnitude)[1] - 49)
+    """How far the exact difference of two integers' float64 images may lie from the
+    integers' own difference, for integers up to ``magnitude``: each image is within half a
+    unit in the last place (ulp) of its value, so ``u``, the ulp of ``magnitude``'s binade,
+    bounds the sum. If ``lo <= s - r <= hi`` then ``lo - u <= image_s - image_r <= hi + u``,
+    and since rounding is monotone the float64 difference an index computes lies in
+    ``[fl(lo - u), fl(hi + u)]``: exactly the bounds float64 arithmetic gives for
+    ``lo - u`` and ``hi + u``. So widening by ``u`` is enough, however large the bounds."""
+    return math.ldexp(1.0, math.frexp(magnitude)[1] - 53)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _near_edge(d, lo, hi, slack):
+    """Whether the images' float64 difference ``d`` leaves open which side of a bound the
+    integers' difference lies on: it does not when ``|d| <= 2**52`` (then ``d`` is the images'
+    exact difference, within ``slack`` of the integers') and no bound lies within ``slack``
+    of it; ``lo <= d <= hi`` then decides, for integers as for floats."""
+    if not abs(d) <= 2.0**52:
+        return True
+    return (d - slack < lo and lo <= d + slack) or (d - slack <= hi and hi < d + slack)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -117,7 +133,7 @@ def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
         if as_r:
             d = c_attrs[b, j] - p_attrs[a, i]
             ok = (d >= lo) & (d <= hi)
-            if conds.ints[c]:
+            if conds.ints[c] and _near_edge(d, lo, hi, conds.slack[c]):
                 r_res, s_res = p_attrs[conds.r_res[c], i], c_attrs[conds.s_res[c], j]
                 if r_res == r_res and s_res == s_res:  # both integers (a float's is NaN)
                     sp = conds.split
@@ -135,7 +151,7 @@ def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
         if as_s:
             d = p_attrs[b, i] - c_attrs[a, j]
             ok = (d >= lo) & (d <= hi)
-            if conds.ints[c]:
+            if conds.ints[c] and _near_edge(d, lo, hi, conds.slack[c]):
                 r_res, s_res = c_attrs[conds.r_res[c], j], p_attrs[conds.s_res[c], i]
                 if r_res == r_res and s_res == s_res:
                     sp = conds.split
@@ -196,8 +212,7 @@ def probe_pairs(
     residual = first < conds.lo.shape[0]  # a band the index checked leaves the window only
     width = c_rows.shape[1]
     n_attrs, cap = c_attrs.shape[0], c_attrs.shape[1]
-    if not conds.ints.any():
-        n_attrs //= 2  # the residual rows are read only when integers are decided exactly
+    n_attrs //= 2  # images only: a residual is read for a difference near a bound only
     n = 0
     for t in range(m):
         if t + _AHEAD < m:  # stored rows are scattered: fetch them a few ahead

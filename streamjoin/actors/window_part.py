@@ -188,8 +188,9 @@ class JoinSpec:
             lo[:served] = np.where(band, lo[:served] - widen, lo[:served])
             hi[:served] = np.where(band, hi[:served] + widen, hi[:served])
         k = len(q.attrs)
+        slack = np.where(ints, widen, 0.0)
         self.conds = Conditions(
-            r_row, s_row, lo, hi, neg, ints, r_row + k, s_row + k, split_bounds(lo, hi)
+            r_row, s_row, lo, hi, neg, ints, r_row + k, s_row + k, split_bounds(lo, hi), slack
         )
         if self.plan.fallback:
             self.key_lo, self.key_hi = np.array([-np.inf]), np.array([np.inf])
