@@ -57,9 +57,9 @@ def test_widened_float_test_holds_whenever_the_exact_one_does(magnitude, r, s, l
     # all in float64 as the kernels compute it, for every pair the exact test keeps
     slack = image_slack(max(magnitude, float(max(abs(r), abs(s)))))
     d = float(s) - float(r)
-    for lo, hi in ((lo, lo + abs(width)), (float(s - r), float(s - r)), (float(s - r - 1), lo)):
-        if lo <= s - r <= hi:
-            assert lo - slack <= d <= hi + slack
+    for a, b in ((lo, lo + abs(width)), (float(s - r), float(s - r)), (float(s - r - 1), lo)):
+        if a <= s - r <= b:
+            assert a - slack <= d <= b + slack
 
 
 def _colliding(n: int, seed: int, base: int = 2**62) -> dict:

@@ -40,7 +40,7 @@ def assert_holds(store: TupleStore, appended: list[Batch], first_idx: int) -> No
     assert np.array_equal(store.rows[rows, LO_IDX], want["lo_idx"][live])
     assert np.array_equal(store.rows[rows, INGEST_NS], want["ingest_ns"][live])
     assert np.array_equal(store.ts[rows], ts[live])
-    assert np.array_equal(store.attrs[:, rows], attrs[:, live])
+    assert np.array_equal(store.attrs_of(store.head, store.tail), attrs[:, live], equal_nan=True)
 
 
 @settings(max_examples=60, deadline=None)
@@ -110,3 +110,28 @@ def test_expire_on_an_empty_or_exhausted_store(bound):
     store.append(make_batch(0, 3, np.random.default_rng(2)), np.arange(3))
     store.expire(bound)
     assert len(store) == max(0, 3 - bound)
+
+
+@pytest.mark.parametrize("exact_at", [None, 0, 3, 7])
+def test_residual_rows_are_written_out_only_when_they_differ(exact_at):
+    """A residual row stays unwritten while all its tuples share one value (NaN for floats,
+    0 for small integers), and holds every tuple's own value once one differs or the join
+    starts reading residuals (``keep_residuals``), through compaction and growth."""
+    rng = np.random.default_rng(3)
+    store, appended, n = TupleStore(4), [], 0
+    for step in range(12):
+        batch = make_batch(n, 50, rng)
+        residuals = np.full((2, 50), np.nan)  # attribute 0: floats throughout
+        if step >= 5:  # attribute 1: floats, then integers (0), then one beyond 2**52
+            residuals[1] = 0.0
+        if step == 9:
+            residuals[1, 7] = -3.0
+        batch.attrs = np.concatenate([batch.attrs, residuals])
+        if step == exact_at:
+            store.keep_residuals()
+        store.append(batch, np.arange(50))
+        appended.append(batch)
+        n += 50
+        store.expire(n - 180)
+        assert_holds(store, appended, max(0, n - 180))
+    assert store._kept.tolist() == [True, True, exact_at is not None, True]

@@ -87,6 +87,19 @@ def image_slack(magnitude: float) -> float:
     return math.ldexp(1.0, math.frexp(magnitude)[1] - 53)
 
 
+@njit(cache=True, nogil=True)
+def int_magnitude(attrs):
+    """The largest magnitude of an integer in ``attrs`` (images, then residuals: an integer's
+    residual is not NaN); 0 if none."""
+    k = attrs.shape[0] // 2
+    m = 0.0
+    for a in range(k):
+        for i in range(attrs.shape[1]):
+            if attrs[k + a, i] == attrs[k + a, i]:
+                m = max(m, abs(attrs[a, i]))
+    return m
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _near_edge(d, lo, hi, slack):
     """Whether the images' float64 difference ``d`` leaves open which side of a bound the

@@ -343,6 +343,8 @@ class SharedIndexCore(Logic):
         spec.observe(batch.attrs)  # integers beyond 2**52: exact conditions, wider boxes
         if spec.version != version:
             self.boxes, self.n_boxes = _boxes(spec)
+            for store in self.stores.values():
+                store.keep_residuals()  # the kernels read them from now on
         first_ref = np.zeros(2, dtype=np.int64)
         states = [self._dummy, self._dummy]
         bases = np.zeros((2, 2), dtype=np.int64)

@@ -33,7 +33,15 @@ class TupleStore:
     Layout: :attr:`rows` holds the :data:`ROW_FIELDS` of a tuple side by side in 32 bytes, so a
     candidate the index returns costs one cache miss, not one per field (window probes visit
     stored tuples in key order, i.e. at random); ``ts`` and the join attributes (``attrs``,
-    float64 ``(n_attrs, cap)``) are columns.
+    float64 ``(n_attrs, cap)``: images, then residuals, as in
+    :class:`~streamjoin.batch.Columns`) are columns.
+
+    A residual row is written only once it is needed: while every tuple stored has the same
+    residual in it (NaN: all floats; 0: all integers within ``2**52``), the row is left
+    unwritten and that value remembered, which spares every append and compaction the copy.
+    It is written out (:meth:`keep_residuals`) when a tuple with another residual arrives, and
+    for all rows when the join starts deciding conditions on exact integers, the only time a
+    kernel reads it.
     """
 
     def __init__(self, n_attrs: int) -> None:
@@ -44,6 +52,32 @@ class TupleStore:
         self.base = 0  # ref of array row 0
         self.head = 0  # first live row
         self.tail = 0  # one past the last row
+        k = n_attrs // 2
+        #: rows of ``attrs`` kept up to date: the images always, a residual once written
+        self._kept = np.arange(n_attrs) < k
+        #: for a residual row not kept, the value all its live rows have (None: no row yet)
+        self._fill: list[float | None] = [None] * k
+
+    def keep_residuals(self, rows: np.ndarray | None = None) -> None:
+        """Write out the residual rows not kept yet (of attributes ``rows``; default all), so
+        that ``attrs`` holds every live tuple's residual from now on."""
+        k = len(self._fill)
+        for a in range(k) if rows is None else rows:
+            if not self._kept[k + a]:
+                self.attrs[k + a, self.head : self.tail] = self._fill[a]
+                self._kept[k + a] = True
+
+    def _note_residuals(self, src: np.ndarray, pos: np.ndarray) -> None:
+        """Before storing the tuples at ``pos`` of a batch's ``attrs`` ``src``: keep each
+        residual row whose values there differ from what its unwritten rows hold."""
+        k = len(self._fill)
+        for a in range(k):
+            if self._kept[k + a] or not len(pos):
+                continue
+            if self._fill[a] is None or self.head == self.tail:
+                self._fill[a] = float(src[k + a, pos[0]])
+            if not _all_equal(src[k + a], pos, self._fill[a]):
+                self.keep_residuals([a])
 
     def __len__(self) -> int:
         return self.tail - self.head
@@ -56,6 +90,7 @@ class TupleStore:
         """Store the tuples of ``batch`` at positions ``pos``; returns their refs.
         O(len(pos)), amortised (see :meth:`_make_room`)."""
         n = len(pos)
+        self._note_residuals(batch.attrs, pos)
         if self.tail + n > len(self.ts):
             self._make_room(n)
         t = self.tail
@@ -63,6 +98,7 @@ class TupleStore:
             self.rows,
             self.ts,
             self.attrs,
+            self._kept,
             t,
             batch.seq,
             batch.idx,
@@ -96,13 +132,15 @@ class TupleStore:
             ts = np.empty(cap, dtype=np.int64)
             ts[:live] = self.ts[h:t]
             attrs = np.empty((self.attrs.shape[0], cap), dtype=np.float64)
-            attrs[:, :live] = self.attrs[:, h:t]
+            for r in np.flatnonzero(self._kept):
+                attrs[r, :live] = self.attrs[r, h:t]
             self.rows, self.ts, self.attrs = rows, ts, attrs
         else:  # 1-d copies: numpy moves overlapping 1-d ranges like memmove, no temporary
             flat, width = self.rows.reshape(-1), self.rows.shape[1]
             flat[: live * width] = flat[h * width : t * width]
             self.ts[:live] = self.ts[h:t]
-            for row in self.attrs:
+            for r in np.flatnonzero(self._kept):
+                row = self.attrs[r]
                 row[:live] = row[h:t]
         self.base += h
         self.head, self.tail = 0, live
@@ -123,14 +161,36 @@ class TupleStore:
         return Batch(
             stream=np.full(n, stream, dtype=np.int8),
             ts=self.ts[start:end].copy(),
-            attrs=self.attrs[:, start:end].copy(),
+            attrs=self.attrs_of(start, end),
             **cols,
         )
 
+    def attrs_of(self, start: int, end: int) -> np.ndarray:
+        """The attributes of rows ``[start, end)`` (live ones), residuals included whether
+        written out or not (a copy)."""
+        attrs = self.attrs[:, start:end].copy()
+        k = len(self._fill)
+        for a, fill in enumerate(self._fill):
+            if not self._kept[k + a]:
+                attrs[k + a] = fill
+        return attrs
+
 
 @njit(cache=True, nogil=True)
-def _gather_rows(rows, ts, attrs, at, seq, idx, lo_idx, ingest_ns, src_ts, src_attrs, pos):
-    """Row ``at + k`` := the tuple at batch position ``pos[k]``, for each ``k``."""
+def _all_equal(row, pos, value):
+    """Whether ``row[pos]`` all equal ``value`` (NaN equals NaN here)."""
+    nan = value != value
+    for p in pos:
+        v = row[p]
+        if (v == v) == nan or (not nan and v != value):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _gather_rows(rows, ts, attrs, kept, at, seq, idx, lo_idx, ingest_ns, src_ts, src_attrs, pos):
+    """Row ``at + k`` := the tuple at batch position ``pos[k]``, for each ``k``; of ``attrs``
+    only the rows ``kept``."""
     for k in range(pos.shape[0]):
         p = pos[k]
         rows[at + k, SEQ] = seq[p]
@@ -139,6 +199,8 @@ def _gather_rows(rows, ts, attrs, at, seq, idx, lo_idx, ingest_ns, src_ts, src_a
         rows[at + k, INGEST_NS] = ingest_ns[p]
         ts[at + k] = src_ts[p]
     for a in range(attrs.shape[0]):
+        if not kept[a]:
+            continue
         for k in range(pos.shape[0]):
             attrs[a, at + k] = src_attrs[a, pos[k]]
 

@@ -12,6 +12,7 @@ from streamjoin.actors.join_kernels import (
     S_PROBES,
     Conditions,
     image_slack,
+    int_magnitude,
     join_within_batch,
     pairs_within_batch,
     probe_pairs,
@@ -196,6 +197,8 @@ class JoinSpec:
             self.key_lo, self.key_hi = np.array([-np.inf]), np.array([np.inf])
         else:
             self.key_lo, self.key_hi = self.conds.lo[: self.n_keys], self.conds.hi[: self.n_keys]
+        #: conditions are decided on exact integers: kernels read the residual rows
+        self.exact = exact
         self.version += 1
 
     def observe(self, attrs: np.ndarray) -> None:
@@ -207,12 +210,7 @@ class JoinSpec:
         if attrs is self._seen:
             return
         self._seen = attrs
-        k = len(self.query.attrs)
-        residuals = attrs[k:]
-        ints = residuals == residuals  # NaN residual: a float
-        if not ints.any():
-            return
-        m = float(np.abs(attrs[:k][ints]).max())
+        m = int_magnitude(attrs)
         if m <= self.int_magnitude:
             return
         self.int_magnitude = m
@@ -383,6 +381,8 @@ class WindowPart:
         if len(self.index) == 0 or len(xs) == 0:
             return PairBatch.empty()
         spec.observe(batch.attrs)
+        if spec.exact:
+            store.keep_residuals()
         orient = EITHER if spec.query.self_join else (R_PROBES if x == 0 else S_PROBES)
         keys = spec.keys(batch, xs, x) if keys is None else keys
         found = [self.index.probe(keys, lo, hi) for lo, hi in spec.probe_boxes(orient)]
@@ -429,6 +429,8 @@ class WindowPart:
         """
         if len(pos):
             self.spec.observe(batch.attrs)
+            if self.spec.exact:
+                self.store.keep_residuals()
             refs = self.store.append(batch, pos)
             if keys is None:
                 keys = self.spec.keys(batch, pos, int(batch.stream[pos[0]]))
