@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import streamjoin as sj
 from streamjoin import indexes
 from streamjoin.actors.join_kernels import image_slack, int_diff_in, split_bounds
-from streamjoin.batch import InputError, int_rows
+from streamjoin.actors.window_part import JoinSpec
+from streamjoin.batch import Batch, InputError, int_rows, validate
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 int64s = st.one_of(
@@ -216,3 +217,133 @@ def test_images_rounding_apart_by_a_whole_ulp_at_the_band_edges(index):
             sorted(zip(res.pairs["r"].to_pylist(), res.pairs["s"].to_pylist(), strict=True))
             == pairs
         ), (lo, hi)
+
+
+def _by_definition(query, data) -> list[tuple[int, int]]:
+    """The pairs of a two-way count-window join, from the definition: Python integers for
+    two integer values, float64 otherwise (query.py), nothing taken from ``validate``."""
+    stream = [int(x) for x in data["stream"]]
+    vals = {
+        a: [v if isinstance(v, int) else float(v) for v in np.asarray(data[a]).tolist()]
+        for a in query.attrs
+    }
+
+    def theta(r, s):
+        for c in query.predicate:
+            vr, vs = vals[c.attr][r], vals[c.attr_s][s]
+            both = isinstance(vr, int) and isinstance(vs, int)
+            d = vs - vr if both else float(np.float64(float(vs)) - np.float64(float(vr)))
+            if (c.lo <= d <= c.hi) == c.negated:
+                return False
+        return True
+
+    out = []
+    for g, x in enumerate(stream):
+        earlier = [e for e in range(g) if stream[e] == 1 - x]
+        for e in earlier[max(0, len(earlier) - query.window_size(1 - x)) :]:
+            r, s = (g, e) if x == 0 else (e, g)
+            if theta(r, s):
+                out.append((r, s))
+    return sorted(out)
+
+
+def _pairs(table) -> list[tuple[int, int]]:
+    return sorted(zip(table["r"].to_pylist(), table["s"].to_pylist(), strict=True))
+
+
+def test_integers_between_2_52_and_2_53_of_opposite_signs_are_exact():
+    # images are exact up to 2**53, but a difference of two of them rounds beyond 2**53: the
+    # oracle and the join decide on the integers once either value lies beyond 2**52
+    r, s = -(2**52 + 1), 2**53
+    assert float(s) - float(r) == 3 * 2**52 != s - r
+    data = {"stream": np.array([0, 1, 0, 1], np.int8), "x": np.array([r, s, s, r])}
+    for lo, hi in [(0, 3 * 2**52), (3 * 2**52 + 2, 2**60), (-(2**60), -(3 * 2**52))]:
+        query = sj.Query(sj.band("x", lo=lo, hi=hi), sj.CountWindow(2))
+        want = _by_definition(query, data)
+        assert _pairs(sj.oracle.join(query, data)) == want, (lo, hi)
+        assert _pairs(sj.run(query, data, batch_size=1).pairs) == want, (lo, hi)
+
+
+def _rows_as_batches(query, data) -> list[Batch]:
+    """Each input row as its own one-tuple batch (idx its rank in its stream, every earlier
+    tuple in its window)."""
+    cols = validate(data, query)
+    idx = np.zeros(len(cols), dtype=np.int64)
+    for x in (0, 1):
+        idx[cols.stream == x] = np.arange(int((cols.stream == x).sum()))
+    zero = np.zeros(1, dtype=np.int64)
+    return [
+        Batch(
+            seq=np.array([g]),
+            stream=cols.stream[g : g + 1],
+            idx=idx[g : g + 1],
+            ts=cols.ts[g : g + 1],
+            ingest_ns=zero,
+            lo_idx=zero,
+            attrs=np.ascontiguousarray(cols.attrs[:, g : g + 1]),
+        )
+        for g in range(len(cols))
+    ]
+
+
+@pytest.mark.parametrize("stored", ["float", "small int"])
+@pytest.mark.parametrize("index", ["nested_loop", "pim_tree"])
+def test_a_probe_switching_to_exact_writes_the_stored_residuals_out_first(stored, index):
+    # the stored tuple's residual row is left unwritten (all NaN, or all 0): whatever memory
+    # holds there, the probe whose integer beyond 2**52 switches the part to exact reads its
+    # residual only after writing it out
+    a = [2.0**62, 0.0] if stored == "float" else [2**52, 0]
+    data = {"stream": np.array([0, 1], np.int8), "a": np.array(a), "b": np.array([0, 2**52 + 1])}
+    if stored == "float":
+        data["b"] = np.array([0, 2**62 + 1])
+    for lo in (0, 1):
+        query = sj.Query(sj.band("a", lo=lo, hi=lo, attr_s="b"), sj.CountWindow(2))
+        spec = JoinSpec(query, index)
+        part = spec.new_part()
+        r, s = _rows_as_batches(query, data)
+        part.insert(r, np.array([0]))
+        assert not part.store._kept[2:].any()  # the residual rows are not written yet
+        part.store.attrs[2:] = 7.0  # what unwritten memory may hold
+        got = part.probe(s, 1, np.array([0]))
+        pairs = sorted(zip(got.r.tolist(), got.s.tolist(), strict=True))
+        assert pairs == _by_definition(query, data) == _pairs(sj.oracle.join(query, data)), lo
+
+
+@pytest.mark.parametrize("index", ["nested_loop", "pim_tree", "bisort"])
+def test_a_larger_magnitude_after_the_switch_widens_again(index):
+    # the first integer beyond 2**52 is 2**53 + 1 (images round by 1 there); keys near 2**62,
+    # whose images round by up to 512 each, come later: the widening has to follow them
+    low, high = 2**62 + 512, 2**62 + 3584  # images 4,096 apart, integers 3,072
+    data = {"stream": np.array([0, 1, 0, 1], np.int8), "x": np.array([2**53 + 1, 0, low, high])}
+    for lo, hi in [(3072, 3072), (3000, 3100), (-3072, 3072), (3073, 4096)]:
+        query = sj.Query(sj.band("x", lo=lo, hi=hi), sj.CountWindow(4))
+        want = _by_definition(query, data)
+        res = sj.run(query, data, sj.topologies.single(index), batch_size=1)
+        assert _pairs(res.pairs) == want, (lo, hi)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: sj.topologies.single("pim_tree"),
+        lambda: sj.topologies.shared_index(2, task_size=1),
+        lambda: sj.topologies.shared_index(2, index="bplus_tree", merge="blocking"),
+    ],
+)
+def test_floats_stored_before_the_switch_still_compare_as_floats(make):
+    # R's float keys are stored while the store leaves their (NaN) residual row unwritten; S's
+    # integers beyond 2**52 then switch the join to exact, and an integer against a float
+    # still compares in float64 (query.py): 2**62 + i against 2.0**62 is a difference of 0
+    n = 96
+    rng = np.random.default_rng(9)
+    data = {
+        "stream": (np.arange(n) >= n // 2).astype(np.int8),
+        "a": np.full(n, 2.0**62),
+        "b": 2**62 + rng.integers(1, 512, n),  # images 2.0**62
+    }
+    query = sj.Query(sj.band("a", lo=0, hi=0, attr_s="b"), sj.CountWindow(n))
+    want = _by_definition(query, data)
+    assert len(want) == (n // 2) ** 2 and _pairs(sj.oracle.join(query, data)) == want
+    for batch_size in (4, 32):
+        res = sj.run(query, data, make(), batch_size=batch_size)
+        assert _pairs(res.pairs) == want, batch_size
