@@ -127,7 +127,7 @@ def test_a_float_image_would_have_been_wrong():
         lambda: sj.topologies.panjoin(2, 2),
         lambda: sj.topologies.handshake(3, segment=2),
         lambda: sj.topologies.handshake(2, low_latency=True),
-        lambda: sj.topologies.spo(2),
+        lambda: sj.topologies.spo(2, merge_every=16),  # merges: the workers build structures
         lambda: sj.topologies.shared_index(2, task_size=7),
         lambda: sj.topologies.shared_index(2, index="bplus_tree", merge="blocking"),
     ],
@@ -347,3 +347,20 @@ def test_floats_stored_before_the_switch_still_compare_as_floats(make):
     for batch_size in (4, 32):
         res = sj.run(query, data, make(), batch_size=batch_size)
         assert _pairs(res.pairs) == want, batch_size
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_spo_workers_note_the_integers_of_the_pieces_they_build(workers, batch_size):
+    # S's keys beyond 2**52 reach a worker first in a merged piece (a worker without a
+    # structure yet does not probe, so it never saw them go by); R's small keys probing them
+    # must still be decided on the integers: 2**62 + 1 - 0 is not 2**62, though its image is
+    data = {
+        "stream": np.array([1] * 4 + [0] * 4, np.int8),
+        "x": np.array([2**62 + 1] * 4 + [0] * 4),
+    }
+    for lo in (2**62, 2**62 + 1024):
+        query = sj.Query(sj.band("x", lo=lo, hi=lo), sj.CountWindow(10))
+        want = _by_definition(query, data)
+        topo = sj.topologies.spo(workers, merge_every=2)
+        assert _pairs(sj.run(query, data, topo, batch_size=batch_size).pairs) == want, lo
