@@ -364,3 +364,15 @@ def test_spo_workers_note_the_integers_of_the_pieces_they_build(workers, batch_s
         want = _by_definition(query, data)
         topo = sj.topologies.spo(workers, merge_every=2)
         assert _pairs(sj.run(query, data, topo, batch_size=batch_size).pairs) == want, lo
+
+
+@pytest.mark.parametrize("index", ["nested_loop", "pim_tree"])
+def test_a_stored_key_beyond_2_52_switches_the_part_before_small_keys_probe_it(index):
+    # the first tuple is stored before anything probes (an empty part is not probed), then a
+    # small key probes it alone: the part has to know of the stored integer from its insert
+    data = {"stream": np.array([0, 1, 1], np.int8), "x": np.array([2**62 + 1, 0, 1])}
+    for lo in (-(2**62), -(2**62) - 1024):  # 1 - (2**62 + 1) is -2**62; 0 - (2**62 + 1) is not
+        query = sj.Query(sj.band("x", lo=lo, hi=lo), sj.CountWindow(3))
+        want = _by_definition(query, data)
+        res = sj.run(query, data, sj.topologies.single(index), batch_size=1)
+        assert _pairs(res.pairs) == want, lo
