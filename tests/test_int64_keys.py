@@ -376,3 +376,23 @@ def test_a_stored_key_beyond_2_52_switches_the_part_before_small_keys_probe_it(i
         want = _by_definition(query, data)
         res = sj.run(query, data, sj.topologies.single(index), batch_size=1)
         assert _pairs(res.pairs) == want, lo
+
+
+@pytest.mark.parametrize("r_first", [True, False])
+@pytest.mark.parametrize("index", ["nested_loop", "bplus_tree"])
+def test_an_integer_against_a_float_compares_in_float64_either_way_round(r_first, index):
+    # the probing tuple is r or s: both kernel orientations decide an integer (beyond 2**52,
+    # so the part is exact) against a float on the images, at and off the band's edges
+    rng = np.random.default_rng(11)
+    a = 2**62 + rng.integers(-2000, 2000, 16)  # R's integers
+    b = 2.0**62 + 1024.0 * rng.integers(-2, 3, 16)  # S's floats
+    order = [0] * 16 + [1] * 16 if r_first else [1] * 16 + [0] * 16
+    stream = np.array(order, np.int8)
+    data = {"stream": stream, "a": np.zeros(32, np.int64), "b": np.zeros(32)}
+    data["a"][stream == 0], data["b"][stream == 1] = a, b
+    for lo, hi in [(0, 0), (-1024, 0), (1024, 3072)]:
+        query = sj.Query(sj.band("a", lo=lo, hi=hi, attr_s="b"), sj.CountWindow(32))
+        want = _by_definition(query, data)
+        assert want and want == _pairs(sj.oracle.join(query, data)), (lo, hi)
+        res = sj.run(query, data, sj.topologies.single(index), batch_size=4)
+        assert _pairs(res.pairs) == want, (lo, hi)
