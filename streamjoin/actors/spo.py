@@ -363,7 +363,7 @@ class SPOWorker(_Stage):
         if n == 0:
             return None
         part = self.parts[y]
-        refs = part.store.append(rows, np.arange(n))
+        refs = part.store_rows(rows, np.arange(n))
         keys = self.spec.keys(rows, np.arange(n), y)
         if not part.index.add_structure(run.a_order, run.b_order, keys, refs):
             return None
