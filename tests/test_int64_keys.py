@@ -396,3 +396,21 @@ def test_an_integer_against_a_float_compares_in_float64_either_way_round(r_first
         assert want and want == _pairs(sj.oracle.join(query, data)), (lo, hi)
         res = sj.run(query, data, sj.topologies.single(index), batch_size=4)
         assert _pairs(res.pairs) == want, (lo, hi)
+
+
+@pytest.mark.parametrize("make", [lambda: sj.topologies.spo(2, merge_every=8), lambda: None])
+def test_wide_keys_seen_only_in_stored_runs_switch_the_actor(make):
+    # the wide keys come first, when the workers' windows are empty (no probe sees them); the
+    # runs that store them later must switch the worker, or small probes meet them in float64
+    rng = np.random.default_rng(9)
+    n = 300
+    x = rng.integers(-5, 5, n)
+    x[:12] = 2**62 + rng.integers(-3, 3, 12)
+    data = {"stream": (np.arange(n) % 2).astype(np.int8), "x": x}
+    query = sj.Query(sj.band("x", lo=-(2.0**62), hi=-(2.0**62) + 4), sj.CountWindow(400))
+    expected = sj.oracle.join(query, data)
+    images = sj.oracle.join(query, {**data, "x": x.astype(np.float64)})
+    assert len(expected) and not sj.oracle.same_pairs(images, expected)
+    topo = make() or sj.topologies.single()
+    for batch_size in (4, 16):
+        assert sj.run(query, data, topo, batch_size=batch_size).same_pairs(expected)

@@ -363,13 +363,7 @@ class SPOWorker(_Stage):
         if n == 0:
             return None
         part = self.parts[y]
-        # The worker saw these tuples go by only if it probed with them (a worker with no
-        # structure yet does not): note their integers here, or an integer beyond 2**52 that
-        # only a piece brings leaves the conditions on float64 images (JoinSpec.observe).
-        self.spec.observe(rows.attrs)
-        if self.spec.exact:
-            part.store.keep_residuals()
-        refs = part.store.append(rows, np.arange(n))
+        refs = part.store_rows(rows, np.arange(n))
         keys = self.spec.keys(rows, np.arange(n), y)
         if not part.index.add_structure(run.a_order, run.b_order, keys, refs):
             return None

@@ -428,16 +428,22 @@ class WindowPart:
         caller has them, save the index from computing them again.
         """
         if len(pos):
-            self.spec.observe(batch.attrs)
-            if self.spec.exact:
-                self.store.keep_residuals()
-            refs = self.store.append(batch, pos)
+            refs = self.store_rows(batch, pos)
             if keys is None:
                 keys = self.spec.keys(batch, pos, int(batch.stream[pos[0]]))
             if self.index.takes_order:
                 self.index.insert(keys, refs, order=order)
             else:
                 self.index.insert(keys, refs)
+
+    def store_rows(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
+        """Store the tuples at ``pos`` (not yet indexed); returns their refs. Every tuple
+        stored passes here, so the spec sees its integers (:meth:`JoinSpec.observe`) before
+        any probe can meet it."""
+        self.spec.observe(batch.attrs)
+        if self.spec.exact:
+            self.store.keep_residuals()
+        return self.store.append(batch, pos)
 
     def expire(self, idx_bound: int) -> int:
         """Drop tuples with ``idx < idx_bound``; returns how many were dropped."""
