@@ -40,7 +40,7 @@ class Columns:
     ``attrs`` has shape ``(2 * len(query.attrs), n)``, float64: first one row per distinct
     attribute, its value's *image* (the value itself for a float column; for an integer, the
     nearest float64), then one *residual* row per attribute in the same order: for an
-    integer, ``value - image`` exactly (0 up to ``2**53``, at most ``2**10`` in magnitude over
+    integer, ``value - image`` exactly (0 up to ``2**53``, at most ``2**9`` in magnitude over
     the int64 range); NaN for a float. Indexes and routes use the images; conditions between
     two integers are decided exactly from image and residual (:func:`~streamjoin.actors.
     join_kernels.theta_oriented`).
@@ -284,7 +284,8 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
 def int_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Integers (any numpy integer dtype, values within int64) as their float64 images and
     residuals: ``image`` the nearest float64 (ties to even), ``residual = value - image``
-    computed in integers, exactly, as float64 (``|residual| <= 2**10``)."""
+    computed in integers, exactly, as float64 (``|residual| <= 2**9``, half a unit in the last
+    place at ``2**63``)."""
     v = values.astype(np.int64, copy=False)
     image = v.astype(np.float64)
     if not len(v) or (v.min() >= -(2**53) and v.max() <= 2**53):  # images exact

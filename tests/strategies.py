@@ -9,8 +9,9 @@ import streamjoin as sj
 
 INT_VALUES = st.integers(-6, 6)
 #: int64 values a few apart around bases where float64 images round (ulp 2**10 near 2**62),
-#: at both ends of int64 (differences overflow it) and at 2**53: compared exactly or wrong
-WIDE_BASES = [2**62, -(2**63) + 6, 2**63 - 7, 2**53, 0]
+#: at both ends of int64 (differences overflow it), and at 2**53 and -(2**52 + 7), whose
+#: differences pass 2**53 and round: compared exactly or wrong
+WIDE_BASES = [2**62, -(2**63) + 6, 2**63 - 7, 2**53, -(2**52) - 7, 0]
 WIDE_INT_VALUES = st.builds(
     lambda base, offset: base + offset, st.sampled_from(WIDE_BASES), st.integers(-6, 6)
 )

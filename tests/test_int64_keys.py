@@ -48,7 +48,7 @@ def test_image_plus_residual_is_the_value(values):
     image, residual = int_rows(np.array(values, dtype=np.int64))
     for v, i, r in zip(values, image, residual, strict=True):
         assert i == float(v)  # the nearest float64
-        assert int(i) + int(r) == v and abs(r) <= 2**10
+        assert int(i) + int(r) == v and abs(r) <= 2**9
 
 
 @settings(max_examples=3000, deadline=None)
