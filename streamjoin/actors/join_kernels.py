@@ -100,7 +100,7 @@ def int_magnitude(attrs):
     return m
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _near_edge(d, lo, hi, slack):
     """Whether the images' float64 difference ``d`` leaves open which side of a bound the
     integers' difference lies on: it does not when ``|d| <= 2**52`` (then ``d`` is the images'
@@ -111,7 +111,7 @@ def _near_edge(d, lo, hi, slack):
     return (d - slack < lo and lo <= d + slack) or (d - slack <= hi and hi < d + slack)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def int_diff_in(r_image, r_res, s_image, s_res, lo_h, lo_l, hi_h, hi_l):
     """Whether ``s - r`` lies in ``[lo, hi]`` for two int64 values given as image and residual
     (``value = image + residual``) and bounds split by :func:`split_bounds` — exactly.
