@@ -110,17 +110,22 @@ def _first_bad(mask: np.ndarray) -> int:
 _INT64_MAX = np.iinfo(np.int64).max
 
 
+def _refuse_beyond_int64(col: np.ndarray, what: str, row_offset: int, rule: str) -> None:
+    """InputError naming the first unsigned value of ``col`` beyond the int64 maximum."""
+    big = col > _INT64_MAX
+    if big.any():
+        i = _first_bad(big)
+        raise InputError(
+            f"{what} row {row_offset + i} is {col[i]}, beyond the int64 maximum {_INT64_MAX}; "
+            f"{rule}"
+        )
+
+
 def _ts_int64(ts: np.ndarray, row_offset: int) -> np.ndarray:
     """The ``ts`` column as int64, exactly: unsigned values beyond the int64 maximum and
     datetimes outside int64 nanoseconds (years 1677 to 2262) are errors, not wrapped."""
     if np.issubdtype(ts.dtype, np.unsignedinteger):
-        big = ts > _INT64_MAX
-        if big.any():
-            i = _first_bad(big)
-            raise InputError(
-                f"column 'ts' row {row_offset + i} is {ts[i]}, beyond the int64 maximum "
-                f"{_INT64_MAX}; ts must be int64 event time"
-            )
+        _refuse_beyond_int64(ts, "column 'ts'", row_offset, "ts must be int64 event time")
     elif np.issubdtype(ts.dtype, np.datetime64):
         return _datetime_ns(ts, row_offset)
     elif not np.issubdtype(ts.dtype, np.integer):
@@ -260,13 +265,8 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
             raise InputError(f"join column {name!r} must be int or float, got dtype {col.dtype}")
         if np.issubdtype(col.dtype, np.integer):
             if np.issubdtype(col.dtype, np.unsignedinteger):
-                big = col > _INT64_MAX
-                if big.any():
-                    i = _first_bad(big)
-                    raise InputError(
-                        f"join column {name!r} row {row_offset + i} is {col[i]}, beyond the "
-                        f"int64 maximum {_INT64_MAX}; integer join values must fit in int64"
-                    )
+                rule = "integer join values must fit in int64"
+                _refuse_beyond_int64(col, f"join column {name!r}", row_offset, rule)
             attrs[a], attrs[k + a] = int_rows(col)
             continue
         attrs[a] = col

@@ -112,6 +112,17 @@ def _near_edge(d, lo, hi, slack):
 
 
 @njit(cache=True, nogil=True)
+def _ints_decide(ok, r_image, r_res, s_image, s_res, split, c):
+    """Condition ``c`` on the exact integers if both values are integers (a float's residual
+    is NaN), else ``ok``, the images' float64 verdict. Called only near a bound."""
+    if r_res == r_res and s_res == s_res:
+        return int_diff_in(
+            r_image, r_res, s_image, s_res, split[c, 0], split[c, 1], split[c, 2], split[c, 3]
+        )
+    return ok
+
+
+@njit(cache=True, nogil=True)
 def int_diff_in(r_image, r_res, s_image, s_res, lo_h, lo_l, hi_h, hi_l):
     """Whether ``s - r`` lies in ``[lo, hi]`` for two int64 values given as image and residual
     (``value = image + residual``) and bounds split by :func:`split_bounds` — exactly.
@@ -148,36 +159,14 @@ def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
             ok = (d >= lo) & (d <= hi)
             if conds.ints[c] and _near_edge(d, lo, hi, conds.slack[c]):
                 r_res, s_res = p_attrs[conds.r_res[c], i], c_attrs[conds.s_res[c], j]
-                if r_res == r_res and s_res == s_res:  # both integers (a float's is NaN)
-                    sp = conds.split
-                    ok = int_diff_in(
-                        p_attrs[a, i],
-                        r_res,
-                        c_attrs[b, j],
-                        s_res,
-                        sp[c, 0],
-                        sp[c, 1],
-                        sp[c, 2],
-                        sp[c, 3],
-                    )
+                ok = _ints_decide(ok, p_attrs[a, i], r_res, c_attrs[b, j], s_res, conds.split, c)
             as_r = ok != neg
         if as_s:
             d = p_attrs[b, i] - c_attrs[a, j]
             ok = (d >= lo) & (d <= hi)
             if conds.ints[c] and _near_edge(d, lo, hi, conds.slack[c]):
                 r_res, s_res = c_attrs[conds.r_res[c], j], p_attrs[conds.s_res[c], i]
-                if r_res == r_res and s_res == s_res:
-                    sp = conds.split
-                    ok = int_diff_in(
-                        c_attrs[a, j],
-                        r_res,
-                        p_attrs[b, i],
-                        s_res,
-                        sp[c, 0],
-                        sp[c, 1],
-                        sp[c, 2],
-                        sp[c, 3],
-                    )
+                ok = _ints_decide(ok, c_attrs[a, j], r_res, p_attrs[b, i], s_res, conds.split, c)
             as_s = ok != neg
         if not (as_r or as_s):
             return False
