@@ -80,9 +80,24 @@ def _to_numpy(col, name: str) -> np.ndarray:
         arr = col.to_numpy()
     else:
         arr = np.asarray(col)
+        if arr.dtype.kind in "fO" and isinstance(col, list | tuple):
+            _refuse_python_ints_beyond_int64(col, name)
     if arr.ndim != 1:
         raise InputError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
     return arr
+
+
+def _refuse_python_ints_beyond_int64(values: list | tuple, name: str) -> None:
+    """numpy makes a list of Python ints with one beyond int64 a float64 (or object) array,
+    which would compare rounded: name the first such value instead."""
+    for i, v in enumerate(values):
+        if not isinstance(v, int) or isinstance(v, bool):
+            return  # floats among them: a float column, as numpy made it
+        if not -(2**63) <= v < 2**63:
+            raise InputError(
+                f"column {name!r} row {i} is {v}, beyond int64; integer values must fit in "
+                "int64 (give floats to compare in float64)"
+            )
 
 
 def _column(data, name: str) -> np.ndarray:

@@ -194,6 +194,12 @@ def test_bad_integer_inputs_are_refused_up_front():
     data = {"stream": np.array([0, 1], np.int8), "x": np.array([1, 2**63], dtype=np.uint64)}
     with pytest.raises(InputError, match=r"join column 'x' row 1 .* beyond the int64 maximum"):
         sj.run(query, data)
+    listed = {"stream": [0, 1, 0], "x": [1, 2**63, 3]}  # numpy would make these floats
+    with pytest.raises(InputError, match=r"column 'x' row 1 is 9223372036854775808, beyond"):
+        sj.run(query, listed)
+    assert sj.run(query, {**listed, "x": [1.0, 2.0**63, 3]}).same_pairs(
+        sj.oracle.join(query, {**listed, "x": [1.0, 2.0**63, 3]})
+    )
     with pytest.raises(ValueError, match="not a float64"):
         sj.band("x", lo=2**60 + 1, hi=2**61)
     sj.band("x", lo=2**53, hi=2**60)  # float64 integers are fine
