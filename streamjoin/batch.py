@@ -204,10 +204,11 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     Raises
     ------
     InputError
-        Missing or non-numeric columns, nulls, NaN or infinite join values, unsigned integers
-        beyond the int64 maximum, ``stream`` values other than 0/1, ``ts`` that is not int64 (unsigned beyond
-        ``2**63 - 1``, datetimes beyond int64 nanoseconds, NaT), decreasing ``ts`` under a
-        time window, columns of different lengths.
+        Missing or non-numeric columns, nulls, NaN or infinite join values, integers beyond
+        int64 (unsigned, or a list of Python ints), ``stream`` values other than 0/1, ``ts``
+        that is not int64 (unsigned beyond ``2**63 - 1``, datetimes beyond int64
+        nanoseconds, NaT), decreasing ``ts`` under a time window, columns of different
+        lengths.
     """
     names = _column_names(data)
     needed = [*query.attrs]
