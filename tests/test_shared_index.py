@@ -153,7 +153,9 @@ def test_merges_every_few_tuples_with_threads_racing(merge, chunk, monkeypatch):
     assert len(r) == len(as_set(r, s)), "a pair found twice"
     assert core.stats()["merges"] > 50
     if merge == "nonblocking":
-        assert phases.count(BUILDING) > 10 and phases.count(APPLYING) > 10, "merges in flight"
+        # each phase in flight at several step starts (how many depends on the threads'
+        # timing: with a chunk of 1 the applying phase takes most of them)
+        assert phases.count(BUILDING) >= 3 and phases.count(APPLYING) >= 3, "merges in flight"
 
 
 @pytest.mark.parametrize("layout", ["single", "shared"])

@@ -41,8 +41,6 @@ join "with concurrency control" on one thread, Fig. 12a).
 
 from __future__ import annotations
 
-import queue
-import threading
 import weakref
 from dataclasses import dataclass, replace
 
@@ -75,6 +73,7 @@ from streamjoin.actors.shared_kernels import (
     stage_batch,
 )
 from streamjoin.actors.store import TupleStore
+from streamjoin.actors.thread_pool import ThreadPool
 from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
@@ -162,48 +161,6 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
             )
         core.warm()
         return core
-
-
-class _Pool:
-    """``n`` threads that each run ``fn(k)`` for their ``k`` when :meth:`run` asks, while the
-    calling thread runs ``fn(0)``."""
-
-    def __init__(self, n: int) -> None:
-        self.fn = None
-        self.jobs = [queue.SimpleQueue() for _ in range(n)]
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [
-            threading.Thread(target=self._serve, args=(k + 1,), daemon=True, name=f"join-{k + 1}")
-            for k in range(n)
-        ]
-        for t in self.threads:
-            t.start()
-
-    def _serve(self, k: int) -> None:
-        jobs = self.jobs[k - 1]
-        while (fn := jobs.get()) is not None:
-            try:
-                self.done.put((k, fn(k)))
-            except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
-                self.done.put((k, e))
-
-    def run(self, fn) -> list:
-        """``[fn(0), fn(1), …]``, ``fn(0)`` on this thread; re-raises a thread's exception."""
-        for jobs in self.jobs:
-            jobs.put(fn)
-        first = fn(0)
-        out = [first] + [None] * len(self.jobs)
-        for _ in self.jobs:
-            k, res = self.done.get()
-            out[k] = res
-        for res in out:
-            if isinstance(res, BaseException):
-                raise res
-        return out
-
-    def close(self) -> None:
-        for jobs in self.jobs:
-            jobs.put(None)
 
 
 def _check_served(index: str, fallback: bool, query: Query) -> None:
@@ -308,10 +265,11 @@ class SharedIndexCore(Logic):
         self._buf = np.empty((self.threads, 3, 0), dtype=np.int64)
         self._out = np.empty((3, 0), dtype=np.int64)
         run = self.threads if host_threads is None else min(self.threads, host_threads)
-        self._pool = _Pool(run - 1) if run > 1 else None
+        self._pool = ThreadPool(run - 1) if run > 1 else None
         if self._pool is not None:
             weakref.finalize(self, self._pool.close)
         self._dummy = shared.SharedBPlusTree(3, 3).state  # the probed state a stream lacks
+        self._no_sync = np.zeros(0, dtype=np.int64)
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -386,6 +344,7 @@ class SharedIndexCore(Logic):
         buf_n = np.zeros(threads * PAD, dtype=np.int64)
         stores = [self.stores[y] for y in (0, 0 if spec.query.self_join else 1)]
         args = (
+            self._no_sync if self._pool is None else self._pool.sync,
             self.cfg,
             ctl,
             edge,

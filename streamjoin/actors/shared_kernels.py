@@ -21,6 +21,7 @@ from numba import njit
 
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_oriented
 from streamjoin.actors.store import IDX, INGEST_NS, SEQ
+from streamjoin.actors.thread_pool import publish
 from streamjoin.indexes.atomics import (
     PAD,
     SPINS,
@@ -381,6 +382,7 @@ def _propagate(ctl, status, task_meta, buf, out, n_tasks):
 @njit(cache=True, nogil=True)
 def run_tasks(
     thread,
+    sync,
     cfg,
     ctl,
     edge,
@@ -425,10 +427,14 @@ def run_tasks(
        indexed, advance the edge tuples (test-and-set).
     4. *Result propagation* (:func:`_propagate`).
 
-    ``cfg[C_DELAY] > 0`` waits a random while between the steps (a test hook that forces
-    interleavings). Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
+    ``sync`` is the thread pool's counters (:mod:`~streamjoin.actors.thread_pool`; empty with
+    one thread): thread 0 publishes the step there, so the other threads start as soon as it
+    runs without the GIL. ``cfg[C_DELAY] > 0`` waits a random while between the steps (a test
+    hook that forces interleavings). Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
     not fit this thread's buffer (``task_meta`` locates them) and int64 ``(WORK,)``.
     """
+    if thread == 0:  # the pool's threads may start their kernels now (GIL released)
+        publish(sync)
     task_size, n_tasks = cfg[C_TASK_SIZE], cfg[C_N_TASKS]
     self_join, indexed, ordered = cfg[C_SELF_JOIN] != 0, cfg[C_INDEXED] != 0, cfg[C_ORDERED] != 0
     max_spins = cfg[C_DELAY]

@@ -1,0 +1,191 @@
+"""Worker threads for a step of ``nogil`` kernels, handed their steps without a sleep between
+close steps.
+
+A shared-index core (:mod:`~streamjoin.actors.shared_index`) runs each step on its calling
+thread and ``n`` pool threads, each in one ``nogil`` kernel. Waking a thread that sleeps on a
+lock or a queue costs a futex wake: on this project's 2-core VMs about 23 µs per hand-off,
+twice a step (start and end), where a step of 1,024 tuples lasts about 600 µs on two threads.
+So the pool's threads and the caller meet on shared counters instead (:mod:`~streamjoin.
+indexes.atomics`), in ``nogil`` kernels:
+
+- **Start.** A worker that finished a step spins (``pause``, then ``sched_yield``) on the
+  published step number ``sync[GO]`` for up to about :data:`IDLE_SPINS` + :data:`IDLE_YIELDS`
+  rounds, then goes to sleep on its queue. The caller's step first *claims* each worker that is
+  still spinning (compare-and-swap ``SPINNING -> CLAIMED``: a claimed worker no longer gives
+  up) and queues a wake-up only for those asleep; then its own kernel publishes the step
+  (:func:`publish`) once it runs without the GIL, so that the worker, on seeing it, takes a free
+  GIL to enter its kernel.
+- **End.** A worker publishes the step it finished in ``sync[DONE + k]`` as it starts to wait
+  again; the caller, back from its own kernel, spins (without the GIL) until every worker has
+  (:func:`wait_done`).
+
+Nothing of this changes what a step computes: which thread runs which task is decided inside
+the kernel. The spinning costs CPU only between close steps (a paced run with long gaps sleeps).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+from numba import njit
+
+from streamjoin.indexes.atomics import (
+    PAD,
+    SPINS,
+    atomic_cas,
+    cpu_relax,
+    load_acquire,
+    store_release,
+    yield_cpu,
+)
+
+#: ``sync`` slots (each ``PAD`` apart): the published step, the step to publish, then per
+#: worker its state and the last step it finished.
+GO, TO_PUBLISH, WORKERS = 0, 1, 2
+SPINNING, CLAIMED, SLEEPING = 0, 1, 2
+
+#: A waiting worker spins this many ``pause`` rounds, then yields its processor this many
+#: times, before it sleeps: about 0.15 ms in all on this project's 2-core VMs (a worker slept
+#: after 4% of 50 gaps of 0.1 ms, after every gap of 0.2 ms), longer than the ~90 µs a
+#: shared-index step of 1,024 tuples spends outside its kernels.
+IDLE_SPINS = 2048
+IDLE_YIELDS = 512
+
+
+def new_sync(workers: int) -> np.ndarray:
+    """The int64 counters of a pool of ``workers`` threads, all asleep, no step published."""
+    sync = np.zeros((WORKERS + 2 * workers) * PAD, dtype=np.int64)
+    for k in range(workers):
+        sync[(WORKERS + 2 * k) * PAD] = SLEEPING
+    return sync
+
+
+@njit(cache=True, nogil=True, inline="always")
+def publish(sync):
+    """Publish the step the caller prepared (``sync[TO_PUBLISH]``): called by the caller's
+    kernel once it runs without the GIL. A no-op for a pool without workers."""
+    if sync.shape[0] > 0 and sync[GO * PAD] < sync[TO_PUBLISH * PAD]:
+        store_release(sync, GO * PAD, sync[TO_PUBLISH * PAD])
+
+
+@njit(cache=True, nogil=True)
+def _wait_go(sync, k, last):
+    """Worker ``k`` (0-based) finished step ``last``: say so, then wait for a later step.
+    Returns it, or -1 after going to sleep (the step then comes through the queue)."""
+    state, done = (WORKERS + 2 * k) * PAD, (WORKERS + 2 * k + 1) * PAD
+    store_release(sync, state, SPINNING)
+    store_release(sync, done, last)
+    rounds = 0
+    while True:
+        go = load_acquire(sync, GO * PAD)
+        if go > last:
+            return go
+        rounds += 1
+        if rounds < IDLE_SPINS:
+            cpu_relax()
+        else:
+            yield_cpu()
+            if (
+                rounds >= IDLE_SPINS + IDLE_YIELDS
+                and load_acquire(sync, state) == SPINNING
+                and atomic_cas(sync, state, SPINNING, SLEEPING) == SPINNING
+            ):
+                return -1
+            # else claimed meanwhile: the step is about to be published, keep waiting
+
+
+@njit(cache=True, nogil=True)
+def _claim(sync, k):
+    """Claim spinning worker ``k`` for the next step; False if it is asleep."""
+    state = (WORKERS + 2 * k) * PAD
+    return atomic_cas(sync, state, SPINNING, CLAIMED) == SPINNING
+
+
+@njit(cache=True, nogil=True)
+def _wait_done(sync, workers, step):
+    """Until every worker has finished ``step``."""
+    for k in range(workers):
+        done = (WORKERS + 2 * k + 1) * PAD
+        spins = 0
+        while load_acquire(sync, done) < step:
+            spins += 1
+            if spins < SPINS:
+                cpu_relax()
+            else:
+                yield_cpu()
+                spins = 0
+
+
+class ThreadPool:
+    """``n`` threads that each run ``fn(k)`` for their ``k`` when :meth:`run` asks, while the
+    calling thread runs ``fn(0)``. ``fn(0)`` must call :func:`publish` on :attr:`sync` once it
+    runs without the GIL (else the workers start only when it returns)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.sync = new_sync(n)
+        self.step = 0
+        self.closed = False
+        #: times a worker went to sleep between steps (it then woke through its queue)
+        self.sleeps = 0
+        self.fn = None
+        self.results: list = [None] * (n + 1)
+        self.wakes = [queue.SimpleQueue() for _ in range(n)]
+        self.threads = [
+            threading.Thread(target=self._serve, args=(k,), daemon=True, name=f"join-{k + 1}")
+            for k in range(n)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _serve(self, k: int) -> None:
+        last = 0
+        while True:
+            go = _wait_go(self.sync, k, last)
+            if go < 0:  # asleep: a wake-up names the step
+                self.sleeps += 1
+                go = self.wakes[k].get()
+                if go <= last:  # a wake-up for a step this thread already ran
+                    continue
+            last = go
+            fn = self.fn
+            if fn is None:
+                return
+            try:
+                self.results[k + 1] = fn(k + 1)
+            except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+                self.results[k + 1] = e
+
+    def _start(self) -> None:
+        self.step += 1
+        self.sync[TO_PUBLISH * PAD] = self.step
+        for k in range(self.n):
+            if not _claim(self.sync, k):
+                self.wakes[k].put(self.step)
+
+    def run(self, fn) -> list:
+        """``[fn(0), fn(1), …]``, ``fn(0)`` on this thread; re-raises a thread's exception."""
+        self.fn = fn
+        self.results = [None] * (self.n + 1)
+        self._start()
+        try:
+            self.results[0] = fn(0)
+        except BaseException as e:  # noqa: BLE001 (re-raised below, once the workers finished)
+            self.results[0] = e
+        self.sync[GO * PAD] = self.step  # if fn(0) failed before it published
+        _wait_done(self.sync, self.n, self.step)
+        for res in self.results:
+            if isinstance(res, BaseException):
+                raise res
+        return self.results
+
+    def close(self) -> None:
+        """Stop the threads (they exit at the next step they see)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.fn = None
+        self._start()
+        self.sync[GO * PAD] = self.step

@@ -1,0 +1,96 @@
+"""The shared-index core's thread pool (:mod:`streamjoin.actors.thread_pool`): each step
+reaches every thread whether it waits spinning or asleep, a thread's error is raised in the
+caller and the pool goes on, and ``close`` stops every thread."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from numba import njit
+
+from streamjoin.actors.thread_pool import ThreadPool, publish
+
+
+@njit(nogil=True)
+def _count(sync, thread, runs):
+    if thread == 0:
+        publish(sync)
+    runs[thread] += 1
+    return thread
+
+
+def _step(pool: ThreadPool, runs: np.ndarray, fail: int = -1):
+    def fn(k: int):
+        if k == fail:
+            raise RuntimeError(f"thread {k} failed")
+        return _count(pool.sync, k, runs)
+
+    return pool.run(fn)
+
+
+@pytest.mark.timeout(120, method="thread")
+@pytest.mark.parametrize("workers", [1, 3])
+def test_every_step_reaches_every_thread_spinning_or_asleep(workers):
+    pool = ThreadPool(workers)
+    runs = np.zeros(workers + 1, dtype=np.int64)
+    gaps = [0.0, 0.0, 0.03, 0.0, 0.03, 0.03, 0.0, 0.0, 0.03, 0.0] * 3
+    try:
+        for step, gap in enumerate(gaps, 1):
+            time.sleep(gap)
+            assert _step(pool, runs) == list(range(workers + 1))
+            assert (runs == step).all(), "a thread ran a step twice or missed it"
+        assert pool.sleeps >= workers, "no worker went to sleep between the spaced steps"
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120, method="thread")
+@pytest.mark.parametrize("fail", [0, 1, 2])
+def test_an_error_is_raised_in_the_caller_and_the_pool_goes_on(fail):
+    pool = ThreadPool(2)
+    runs = np.zeros(3, dtype=np.int64)
+    try:
+        assert _step(pool, runs) == [0, 1, 2]
+        with pytest.raises(RuntimeError, match=f"thread {fail} failed"):
+            _step(pool, runs, fail=fail)
+        expected = np.array([2, 2, 2])
+        expected[fail] = 1
+        assert (runs == expected).all()
+        time.sleep(0.03)  # asleep now
+        assert _step(pool, runs) == [0, 1, 2]
+        assert _step(pool, runs) == [0, 1, 2]
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120, method="thread")
+@pytest.mark.parametrize("gap", [0.0, 0.03])
+def test_close_stops_every_thread_spinning_or_asleep(gap):
+    pool = ThreadPool(2)
+    runs = np.zeros(3, dtype=np.int64)
+    _step(pool, runs)
+    time.sleep(gap)
+    pool.close()
+    pool.close()  # twice is harmless
+    for t in pool.threads:
+        t.join(timeout=5)
+        assert not t.is_alive()
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_a_wake_up_for_a_step_already_run_is_ignored():
+    """A worker can see a step both ways (its wake-up was queued while it had not yet started
+    to spin); the wake-up it finds later must not run that step again."""
+    pool = ThreadPool(1)
+    runs = np.zeros(2, dtype=np.int64)
+    try:
+        _step(pool, runs)
+        pool.wakes[0].put(pool.step)  # as if queued for the step it ran spinning
+        time.sleep(0.03)  # it falls asleep, finds the stale wake-up, sleeps again
+        assert (runs == 1).all()
+        _step(pool, runs)
+        assert (runs == 2).all()
+    finally:
+        pool.close()
