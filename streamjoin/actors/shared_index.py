@@ -7,7 +7,9 @@ Each batch the core receives is one *step* (the unit the executors deliver: its 
 when the step ends). Inside a step, PIM-Tree §4.1's algorithm runs on ``threads`` threads:
 the calling thread and ``threads - 1`` pool threads, each in one ``nogil`` numba kernel
 (:func:`~streamjoin.actors.shared_kernels.run_tasks`) for the whole step, so Python runs
-only once per step and thread, not per task.
+only once per step and thread, not per task. Between close steps the pool's threads wait
+spinning on shared counters rather than asleep (:mod:`~streamjoin.actors.thread_pool`): a
+sleeping thread's wake-up cost about 23 µs here, twice a step.
 
 - **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
   tasks of ``task_size`` tuples. Tasks are claimed in order with one atomic add on a shared
@@ -88,7 +90,9 @@ from streamjoin.query import Query
 #: (``benchmarks/shared_index_speedup.py sharedN 20 1024 1048576 TASK``): one thread 0.83–0.86
 #: M tuples/s at 64, 0.92–0.93 M at 128, 0.93 M at 256, 0.90–0.94 M at 512; two threads
 #: 1.12–1.24 M at 64, 1.48–1.51 M at 128, 1.26–1.42 M at 256, 1.34–1.50 M at 512; ``single()``
-#: 1.25–1.39 M in the same series.
+#: 1.25–1.39 M in the same series. Since the pool's threads wait spinning (three rounds, same
+#: command): one thread 1.11–1.14 M at 128 and 1.12–1.17 M at 256, two threads 1.76–1.82 M and
+#: 1.75–1.85 M.
 TASK_SIZE = 128
 
 
