@@ -4,6 +4,7 @@ caller and the pool goes on, and ``close`` stops every thread."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -94,3 +95,33 @@ def test_a_wake_up_for_a_step_already_run_is_ignored():
         assert (runs == 2).all()
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_a_claimed_worker_waits_for_a_late_publish():
+    """A worker the caller claimed while it spun gets no wake-up: it must keep spinning past
+    its budget (~0.15 ms) when the caller's kernel publishes late, not fall asleep for good.
+    A quick step first ends with the workers spinning, so the late step after it claims them
+    (unless the caller lost its processor for longer than the budget)."""
+    pool = ThreadPool(2)
+    runs = np.zeros(3, dtype=np.int64)
+
+    def late(k: int):
+        if k == 0:
+            time.sleep(0.01)  # well past the spin budget, before the kernel publishes
+        return _count(pool.sync, k, runs)
+
+    def steps():
+        for _ in range(10):
+            _step(pool, runs)
+            pool.run(late)
+
+    driver = threading.Thread(target=steps, daemon=True)
+    try:
+        driver.start()
+        driver.join(timeout=20)
+        assert not driver.is_alive(), "a claimed worker fell asleep and nothing woke it"
+        assert (runs == 20).all()
+    finally:
+        if not driver.is_alive():
+            pool.close()
