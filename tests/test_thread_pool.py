@@ -125,3 +125,30 @@ def test_a_claimed_worker_waits_for_a_late_publish():
     finally:
         if not driver.is_alive():
             pool.close()
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_a_step_after_close_is_refused():
+    """Closed, the threads are gone: a step would wait for them forever (or, run before they
+    saw the close, revive them)."""
+    pool = ThreadPool(2)
+    runs = np.zeros(3, dtype=np.int64)
+    _step(pool, runs)
+    pool.close()
+    for t in pool.threads:
+        t.join(timeout=5)
+    outcome = []
+
+    def step():
+        try:
+            _step(pool, runs)
+            outcome.append("ran")
+        except RuntimeError as e:
+            outcome.append(str(e))
+
+    driver = threading.Thread(target=step, daemon=True)
+    driver.start()
+    driver.join(timeout=10)
+    assert not driver.is_alive(), "a step after close waited for the stopped threads"
+    assert outcome == ["the thread pool is closed"]
+    assert (runs == 1).all()

@@ -167,6 +167,8 @@ class ThreadPool:
 
     def run(self, fn) -> list:
         """``[fn(0), fn(1), …]``, ``fn(0)`` on this thread; re-raises a thread's exception."""
+        if self.closed:  # its threads stopped (or will: this step must not revive them)
+            raise RuntimeError("the thread pool is closed")
         self.fn = fn
         self.results = [None] * (self.n + 1)
         self._start()
