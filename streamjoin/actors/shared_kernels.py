@@ -24,8 +24,8 @@ from streamjoin.actors.store import IDX, INGEST_NS, SEQ
 from streamjoin.actors.thread_pool import publish
 from streamjoin.indexes.atomics import (
     PAD,
-    SPINS,
     atomic_add,
+    back_off,
     cpu_relax,
     load_acquire,
     store_release,
@@ -189,12 +189,7 @@ def _join_tail(
     for u in range(u0, t + 1):
         spins = 0
         while load_acquire(status, u) == AVAILABLE:  # claimed before t: sorting, briefly
-            spins += 1
-            if spins < SPINS:
-                cpu_relax()
-            else:  # its thread may have lost its processor: hand ours over
-                yield_cpu()
-                spins = 0
+            spins = back_off(spins)  # (its thread may have lost its processor: yields too)
         a = u * task_size
         n0 = task_meta[u, M_N0]
         ya, yb = (a, a + n0) if y == 0 else (a + n0, min(a + task_size, b))

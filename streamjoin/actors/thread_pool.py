@@ -33,8 +33,8 @@ from numba import njit
 
 from streamjoin.indexes.atomics import (
     PAD,
-    SPINS,
     atomic_cas,
+    back_off,
     cpu_relax,
     load_acquire,
     store_release,
@@ -110,12 +110,7 @@ def _wait_done(sync, workers, step):
         done = (WORKERS + 2 * k + 1) * PAD
         spins = 0
         while load_acquire(sync, done) < step:
-            spins += 1
-            if spins < SPINS:
-                cpu_relax()
-            else:
-                yield_cpu()
-                spins = 0
+            spins = back_off(spins)
 
 
 class ThreadPool:

@@ -121,6 +121,18 @@ def yield_cpu(typingctx):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def back_off(spins):
+    """One round of a spin-wait that has gone ``spins`` rounds: ``pause`` for the first
+    :data:`SPINS`, then hand the processor over (``sched_yield``) and count again. Returns the
+    next round's count."""
+    if spins < SPINS:
+        cpu_relax()
+        return spins + 1
+    yield_cpu()
+    return 0
+
+
+@njit(cache=True, nogil=True, inline="always")
 def try_lock(locks, i):
     """Take lock ``i`` if it is free (test-and-set); returns whether it was taken."""
     return locks[i] == 0 and atomic_cas(locks, i, 0, 1) == 0
@@ -139,12 +151,7 @@ def spin_lock(locks, i):
         waits += 1
         spins = 0
         while load_acquire(locks, i) != 0:
-            spins += 1
-            if spins < SPINS:
-                cpu_relax()
-            else:
-                yield_cpu()
-                spins = 0
+            spins = back_off(spins)
     return waits
 
 
