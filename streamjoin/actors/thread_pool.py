@@ -9,15 +9,15 @@ So the pool's threads and the caller meet on shared counters instead (:mod:`~str
 indexes.atomics`), in ``nogil`` kernels:
 
 - **Start.** A worker that finished a step spins (``pause``, then ``sched_yield``) on the
-  published step number ``sync[GO]`` for up to about :data:`IDLE_SPINS` + :data:`IDLE_YIELDS`
-  rounds, then goes to sleep on its queue. The caller's step first *claims* each worker that is
-  still spinning (compare-and-swap ``SPINNING -> CLAIMED``: a claimed worker no longer gives
-  up) and queues a wake-up only for those asleep; then its own kernel publishes the step
-  (:func:`publish`) once it runs without the GIL, so that the worker, on seeing it, takes a free
-  GIL to enter its kernel.
-- **End.** A worker publishes the step it finished in ``sync[DONE + k]`` as it starts to wait
-  again; the caller, back from its own kernel, spins (without the GIL) until every worker has
-  (:func:`wait_done`).
+  published step number ``sync[GO]`` for :data:`IDLE_US` (150 µs), then goes to sleep on its
+  queue. The caller's step first *claims* each worker that is still spinning
+  (compare-and-swap ``SPINNING -> CLAIMED``: a claimed worker no longer gives up) and queues
+  a wake-up only for those asleep; then its own kernel publishes the step (:func:`publish`)
+  once it runs without the GIL, so that the worker, on seeing it, takes a free GIL to enter
+  its kernel.
+- **End.** A worker publishes the step it finished as it starts to wait again (slot
+  ``WORKERS + 2k + 1``); the caller, back from its own kernel, spins (without the GIL) until
+  every worker has (:func:`_wait_done`).
 
 Nothing of this changes what a step computes: which thread runs which task is decided inside
 the kernel. The spinning costs CPU only between close steps (a paced run with long gaps sleeps).
@@ -25,8 +25,10 @@ the kernel. The spinning costs CPU only between close steps (a paced run with lo
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
+import time
 
 import numpy as np
 from numba import njit
@@ -36,6 +38,7 @@ from streamjoin.indexes.atomics import (
     atomic_cas,
     back_off,
     cpu_relax,
+    cycle_count,
     load_acquire,
     store_release,
     yield_cpu,
@@ -46,12 +49,16 @@ from streamjoin.indexes.atomics import (
 GO, TO_PUBLISH, WORKERS = 0, 1, 2
 SPINNING, CLAIMED, SLEEPING = 0, 1, 2
 
-#: A waiting worker spins this many ``pause`` rounds, then yields its processor this many
-#: times, before it sleeps: about 0.15 ms in all on this project's 2-core VMs (a worker slept
-#: after 4% of 50 gaps of 0.1 ms, after every gap of 0.2 ms), longer than the ~90 µs a
-#: shared-index step of 1,024 tuples spends outside its kernels.
+#: A waiting worker spins ``pause`` rounds for a start, then yields its processor round after
+#: round, and sleeps once it has waited :data:`IDLE_US` by the cycle counter (or, on a
+#: processor without one, after :data:`IDLE_ROUNDS` rounds). 150 µs is longer than the ~90 µs
+#: a shared-index step of 1,024 tuples spends outside its kernels; a time, not a count of
+#: yields, because a yield takes ~0.3 µs when nothing else runs but a time slice when more
+#: threads than processors do (with 3 workers on 2 cores a count of 512 yields kept them
+#: spinning ~2 ms after every step).
 IDLE_SPINS = 2048
-IDLE_YIELDS = 512
+IDLE_US = 150
+IDLE_ROUNDS = IDLE_SPINS + 8192
 
 
 def new_sync(workers: int) -> np.ndarray:
@@ -71,12 +78,33 @@ def publish(sync):
 
 
 @njit(cache=True, nogil=True)
-def _wait_go(sync, k, last):
-    """Worker ``k`` (0-based) finished step ``last``: say so, then wait for a later step.
-    Returns it, or -1 after going to sleep (the step then comes through the queue)."""
+def _cycles():
+    return cycle_count()
+
+
+@functools.cache
+def idle_ticks() -> int:
+    """:data:`IDLE_US` in cycle-counter ticks, measured once per process against the clock
+    (a processor without a counter: never, and :data:`IDLE_ROUNDS` decides)."""
+    _cycles()  # compiled before the clock starts
+    t0, c0 = time.perf_counter(), _cycles()
+    time.sleep(0.002)
+    per_us = (_cycles() - c0) / ((time.perf_counter() - t0) * 1e6)
+    return int(IDLE_US * per_us) if per_us > 0 else 1 << 62
+
+
+@njit(cache=True, nogil=True)
+def _wait_go(sync, k, last, budget):
+    """Worker ``k`` (0-based) finished step ``last``: say so, then wait for a later step, at
+    most ``budget`` cycle-counter ticks unless claimed. Returns the step, or -1 after going to
+    sleep (the step then comes through the queue)."""
     state, done = (WORKERS + 2 * k) * PAD, (WORKERS + 2 * k + 1) * PAD
+    # SPINNING before done: the caller claims only after it has read done, so its claim can
+    # never be overwritten (the other order loses a claim made between the two stores, and
+    # the worker sleeps with no wake-up queued)
     store_release(sync, state, SPINNING)
     store_release(sync, done, last)
+    start = cycle_count()
     rounds = 0
     while True:
         go = load_acquire(sync, GO * PAD)
@@ -85,15 +113,15 @@ def _wait_go(sync, k, last):
         rounds += 1
         if rounds < IDLE_SPINS:
             cpu_relax()
-        else:
-            yield_cpu()
-            if (
-                rounds >= IDLE_SPINS + IDLE_YIELDS
-                and load_acquire(sync, state) == SPINNING
-                and atomic_cas(sync, state, SPINNING, SLEEPING) == SPINNING
-            ):
-                return -1
-            # else claimed meanwhile: the step is about to be published, keep waiting
+            continue
+        yield_cpu()
+        if (
+            (cycle_count() - start >= budget or rounds >= IDLE_ROUNDS)
+            and load_acquire(sync, state) == SPINNING
+            and atomic_cas(sync, state, SPINNING, SLEEPING) == SPINNING
+        ):
+            return -1
+        # else claimed meanwhile: the step is about to be published, keep waiting
 
 
 @njit(cache=True, nogil=True)
@@ -136,9 +164,9 @@ class ThreadPool:
             t.start()
 
     def _serve(self, k: int) -> None:
-        last = 0
+        last, budget = 0, idle_ticks()
         while True:
-            go = _wait_go(self.sync, k, last)
+            go = _wait_go(self.sync, k, last, budget)
             if go < 0:  # asleep: a wake-up names the step
                 self.sleeps += 1
                 go = self.wakes[k].get()

@@ -120,6 +120,19 @@ def yield_cpu(typingctx):
     return types.void(), codegen
 
 
+@intrinsic
+def cycle_count(typingctx):
+    """The processor's cycle counter (``llvm.readcyclecounter``: ``rdtsc`` on x86-64, which
+    ticks at a constant rate; 0 on a processor without one)."""
+
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+        return builder.call(fn, [])
+
+    return types.int64(), codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def back_off(spins):
     """One round of a spin-wait that has gone ``spins`` rounds: ``pause`` for the first
