@@ -152,3 +152,22 @@ def test_a_step_after_close_is_refused():
     assert not driver.is_alive(), "a step after close waited for the stopped threads"
     assert outcome == ["the thread pool is closed"]
     assert (runs == 1).all()
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_errors_of_several_threads_in_one_step_are_all_reported():
+    pool = ThreadPool(2)
+    runs = np.zeros(3, dtype=np.int64)
+
+    def fn(k: int):
+        if k > 0:
+            raise ValueError(f"thread {k} failed")
+        return _count(pool.sync, k, runs)
+
+    try:
+        with pytest.raises(ValueError, match="thread 1 failed") as info:
+            pool.run(fn)
+        assert any("thread 2 failed" in note for note in info.value.__notes__)
+        assert _step(pool, runs) == [0, 1, 2]
+    finally:
+        pool.close()

@@ -151,8 +151,7 @@ class ThreadPool:
         self.sync = new_sync(n)
         self.step = 0
         self.closed = False
-        #: times a worker went to sleep between steps (it then woke through its queue)
-        self.sleeps = 0
+        self._sleeps = [0] * n  # per worker: each counts its own
         self.fn = None
         self.results: list = [None] * (n + 1)
         self.wakes = [queue.SimpleQueue() for _ in range(n)]
@@ -163,12 +162,17 @@ class ThreadPool:
         for t in self.threads:
             t.start()
 
+    @property
+    def sleeps(self) -> int:
+        """Times a worker went to sleep between steps (it then woke through its queue)."""
+        return sum(self._sleeps)
+
     def _serve(self, k: int) -> None:
         last, budget = 0, idle_ticks()
         while True:
             go = _wait_go(self.sync, k, last, budget)
             if go < 0:  # asleep: a wake-up names the step
-                self.sleeps += 1
+                self._sleeps[k] += 1
                 go = self.wakes[k].get()
                 if go <= last:  # a wake-up for a step this thread already ran
                     continue
@@ -201,9 +205,11 @@ class ThreadPool:
             self.results[0] = e
         self.sync[GO * PAD] = self.step  # if fn(0) failed before it published
         _wait_done(self.sync, self.n, self.step)
-        for res in self.results:
-            if isinstance(res, BaseException):
-                raise res
+        errors = [res for res in self.results if isinstance(res, BaseException)]
+        for other in errors[1:]:
+            errors[0].add_note(f"another thread failed in the same step: {other!r}")
+        if errors:
+            raise errors[0]
         return self.results
 
     def close(self) -> None:
