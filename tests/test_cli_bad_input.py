@@ -166,6 +166,8 @@ def test_column_types_names_the_file_and_both_types(spark, tmp_path, capsys):
     assert ("INT64 there but double" in line) or ("DOUBLE there but bigint" in line)
 
 
+@pytest.mark.slow  # 8 s: a process of its own with its own JVM (the same error is checked in
+# process by test_bad_spark_source_is_one_line)
 def test_bad_spark_source_as_a_command(tmp_path):
     """The whole command: Spark's own start-up lines may precede it, but no trace follows."""
     folder = CASES["column_types"][0](str(tmp_path))

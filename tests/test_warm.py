@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # In a fresh process: warm a core, note how many signatures each numba dispatcher of the
 # package holds (compiled or loaded from the disk cache), then run batches of several sizes
 # through a window that fills, expires and, for subwindow indexes, rolls over. Print the
@@ -48,6 +50,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 10 s: a process per index; run it after changing a kernel or a warm()
 def test_warm_reaches_every_kernel():
     from streamjoin import indexes
 
