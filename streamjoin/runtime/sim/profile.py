@@ -26,6 +26,7 @@ A profile is an editable JSON file (:meth:`MachineProfile.save`); ``streamjoin c
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -286,18 +287,21 @@ class MachineProfile:
     # -- JSON ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "cpu_scale": self.cpu_scale,
-            "net_scale": self.net_scale,
-            "cpus": self.cpus,
-            "cpu_share": list(self.cpu_share),
-            "roles": self.roles,
-            "indexes": self.indexes,
-            "messages": self.messages.to_dict(),
-            "after_idle": self.after_idle.to_dict(),
-            "info": self.info,
-        }
+        """The profile as plain data (a copy: editing it leaves the profile as it was)."""
+        return copy.deepcopy(
+            {
+                "name": self.name,
+                "cpu_scale": self.cpu_scale,
+                "net_scale": self.net_scale,
+                "cpus": self.cpus,
+                "cpu_share": list(self.cpu_share),
+                "roles": self.roles,
+                "indexes": self.indexes,
+                "messages": self.messages.to_dict(),
+                "after_idle": self.after_idle.to_dict(),
+                "info": self.info,
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> MachineProfile:
