@@ -564,11 +564,15 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             f"Paper: {PAPER['fig12']}.",
             "",
             "Simulated: `sj.run(backend='sim')` with the shipped machine profile, one "
-            "simulated processor per thread. The simulator charges each task of a step its "
+            "simulated processor per thread. The shared core's per-unit costs are its own "
+            "(the profile's `shared:pim_tree` row, calibrated on `shared_index(1)`; `single` "
+            "is charged from the `pim_tree` row of the same calibration). The simulator "
+            "charges each task of a step its "
             "tuples, probes (with their share of the step's descent work), candidates, pairs "
-            "and inserts from the calibrated per-unit costs, hands tasks in order to the "
-            "thread that is free first, and adds the step's serial part (call, staging, "
-            "expiry, propagation as one-thread time). It does *not* charge lock waits (their "
+            "and inserts from those costs, hands tasks in order to the "
+            "thread that is free first, and adds the step's serial part (the per-step and "
+            "per-expired-tuple charges, and the core's share of the messages: receiving each "
+            "batch and sending its pairs, priced as the `ray` executor's). It does *not* charge lock waits (their "
             "count depends on the host's timing), the nonblocking merge's own thread (its "
             "time is not in the counters), memory-bandwidth or cache contention between "
             "threads, nor the longer scans past the edge tuple that concurrent tasks cause "
@@ -698,18 +702,19 @@ def _amdahl(sel: list[dict]) -> list[str]:
                 f"- Simulated {join}: {speedup:.2f}x at {n} threads, which an Amdahl fit "
                 f"explains with a serial fraction of {serial:.0%} of a one-thread step."
             )
-    c = as_profile(None).indexes["pim_tree"]
+    prof = as_profile(None)
+    c = prof.indexes["shared:pim_tree"]
+    m = prof.messages.step_ns(1024 * (8 * 2 + 41))  # a batch of 1,024 tuples, one attribute
     out.append(
-        "- The charges that do not shrink with threads (the shipped profile's `pim_tree` "
-        "join costs, charged once per step, not per task; with the emitter's and "
-        "collector's steps they bound the curve): "
-        f"{c['calls'] / 1e3:.0f} µs per step plus {c['part_calls'] / 1e3:.0f} µs per "
-        "window-part call (4 per two-way step) and "
-        f"{c['expired']:.0f} ns per expired tuple, against per-task charges of "
-        f"{c['probes']:.0f} ns per probe, {c['inserted']:.0f} ns per insert and "
-        f"{c['candidates']:.0f} ns per candidate. These were calibrated on a single "
-        "`JoinCore`; whether the shared core's own per-step overhead (staging, thread "
-        "hand-over, propagation) matches them is not measured here."
+        "- The charges that do not shrink with threads (the shipped profile's "
+        "`shared:pim_tree` costs charged once per step, not per task, and the core's share "
+        f"of its messages): {c['calls'] / 1e3:.0f} µs per step plus "
+        f"{c['part_calls'] / 1e3:.0f} µs per window-part call (4 per two-way step) and "
+        f"{c['expired']:.0f} ns per expired tuple; receiving a batch of 1,024 tuples "
+        f"{m[2] / 1e3:.0f} µs, as the `ray` executor's messages cost. Against them, "
+        f"per-task charges of {c['tuples']:.0f} ns per tuple, {c['probes']:.0f} ns per "
+        f"probe, {c['inserted']:.0f} ns per insert and {c['candidates']:.0f} ns per "
+        "candidate."
     )
     return out
 

@@ -4,6 +4,7 @@ determinism."""
 import dataclasses
 import math
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -687,6 +688,51 @@ def test_calibrate_measures_kernels(tmp_path):
             QUERY, _chain_input(8), sj.topologies.single("css_tree"), backend="sim", machine=trees
         )
     assert res.metrics["sim"]["index_fallbacks"] == {"css_tree": "bplus_tree"}
+
+
+def test_calibrate_fits_the_shared_core_on_its_own(tmp_path):
+    """An index threads can share gets a second row, ``shared:<index>``, fitted on
+    ``shared_index(1, index)``; the shared core is charged from it, and a profile without it
+    charges a single core's costs instead, loudly."""
+    prof = sim.calibrate(indexes=["nested_loop"], quick=True, ray=False, idle_gap_s=None)
+    assert set(prof.indexes) == {"nested_loop", "shared:nested_loop"}
+    assert prof.info["fit"]["index:shared:nested_loop"]["steps"] > 100
+    assert sum(prof.indexes["shared:nested_loop"].values()) > 0
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(40))
+    data = sj.sources.synthetic(400, low=0, high=50, seed=4)
+    topo = sj.topologies.shared_index(2, "nested_loop", task_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the row is there: no stand-in
+        res = sj.run(q, data, topo, batch_size=16, backend="sim", machine=prof)
+    assert res.same_pairs(sj.oracle.join(q, data))
+    assert res.metrics["sim"]["index_fallbacks"] == {}
+    plain = prof.to_dict()
+    del plain["indexes"]["shared:nested_loop"]
+    with pytest.warns(UserWarning, match="no costs for the shared-index core over 'nested_loop'"):
+        res = sj.run(q, data, topo, batch_size=16, backend="sim", machine=plain)
+    assert res.metrics["sim"]["index_fallbacks"] == {"shared:nested_loop": "nested_loop"}
+
+
+def test_shared_core_is_charged_from_its_own_row():
+    """Doubling every coefficient of ``shared:pim_tree`` doubles the shared core's busy time
+    at one thread and at two, and leaves a single core's alone."""
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(300))
+    data = sj.sources.synthetic(3000, low=0, high=400, seed=6)
+    base = _profile().with_messages(sim.MessageCosts())  # the core's charges, nothing else
+    row = base.indexes["shared:pim_tree"]
+    doubled = base.to_dict()
+    doubled["indexes"]["shared:pim_tree"] = {f: 2 * c for f, c in row.items()}
+    assert base.indexes["shared:pim_tree"] == row  # to_dict is a copy (it once was not)
+
+    def busy(topo, machine):
+        res = sj.run(q, data, topo, batch_size=128, backend="sim", machine=machine)
+        return res.metrics["actors"]["core"]["busy_s"]
+
+    for threads in (1, 2):
+        topo = sj.topologies.shared_index(threads, task_size=32)
+        assert busy(topo, doubled) == pytest.approx(2 * busy(topo, base), rel=1e-5)  # whole ns
+    single = sj.topologies.single("pim_tree")
+    assert busy(single, doubled) == busy(single, base)
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ Every actor logic keeps cumulative counters of its work (``logic.COUNTERS``, rea
     ``calls + Σ coefficient_i · (counter_i after − counter_i before)``
 
 with the coefficients (ns per unit) of the logic's cost group — ``emitter``, ``join``
-(one set per window index: ``logic.cost_key``), ``manager``, ``collector`` — in one code
+(one set per window index: ``logic.cost_key``; a shared-index core's are its own,
+``shared:<index>``), ``manager``, ``collector`` — in one code
 path for every role: a new actor is charged as soon as it counts its work. What the counters
 mean is documented beside each logic (for the join group,
 :class:`~streamjoin.actors.window_part.JoinWork`; PIM-Tree §2.2.3 Eq. 4 charges a probe
@@ -27,6 +28,7 @@ from collections.abc import Callable
 
 from streamjoin import indexes
 from streamjoin.actors.base import ActorLogic
+from streamjoin.actors.shared_index import SHARED_COST_PREFIX
 from streamjoin.actors.shared_kernels import (
     W_CANDIDATES,
     W_INSERTED,
@@ -84,6 +86,20 @@ class CostModel:
         costs = self.profile.indexes
         if index in costs:
             return costs[index]
+        if index.startswith(SHARED_COST_PREFIX):
+            # a profile from before the shared core had costs of its own: its index's
+            # plain-core costs, which leave out the task machinery and put a plain core's
+            # per-step work in the serial part
+            stand_in = index.removeprefix(SHARED_COST_PREFIX)
+            costs = self._index_costs(stand_in)
+            warnings.warn(
+                f"machine profile {self.profile.name!r} has no costs for the shared-index "
+                f"core over {stand_in!r}; using a single core's; calibrate it: "
+                f"sim.calibrate(indexes=[{stand_in!r}])",
+                stacklevel=3,
+            )
+            self.fallbacks[index] = self.fallbacks.get(stand_in, stand_in)
+            return costs
         stand_in = _FALLBACK[indexes.get(index).probe_cost]
         if stand_in not in costs:
             raise ValueError(
