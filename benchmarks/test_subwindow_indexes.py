@@ -21,8 +21,8 @@ throughput as a fraction of what this machine's copy bandwidth allows for them
 (:class:`streamjoin.roofline.Roofline`, measured in the same process): whole, insert alone and
 probe alone (``extra_info``).
 
-``bisort`` runs with its defaults besides ``P = N_Sub / 128`` (the paper's partition size):
-a sorted insertion buffer of ``N_Sub / 32``, one thread. ``bisort_2threads`` is the same with
+``bisort`` runs with its defaults besides ``P = N_Sub / 128`` (the paper's partition size)
+and 16-byte items: a sorted insertion buffer of ``N_Sub / 32``, one thread. ``bisort_2threads`` is the same with
 ``threads=2``: probe batches of 4K keys or more are cut between two threads (PanJoin §III-E's
 multi-threaded probing; the 1K batches stay on one). Issue 4's targets are for one core; this
 shows what a second core adds to the probe when the machine has one free.
@@ -30,8 +30,9 @@ shows what a second core adds to the probe when the machine has one free.
 Item layouts (issue 19): ``bisort_compact`` and ``rap_table_compact`` hold 8-byte items (a
 key code and a relative ref, :mod:`streamjoin.indexes.key_codes`); their probes return a
 superset that is refined on the stored keys inside the timed probe phase, as the join core
-does (:func:`refine`). ``bisort`` and ``rap_table`` are the defaults, 16-byte items (float64
-key, int64 ref) and exact probes: the pairs compare the layouts side by side in one run.
+does (:func:`refine`); they are the indexes' defaults. ``bisort`` and ``rap_table`` hold 16-byte
+items (float64 key, int64 ref, ``layout="wide"``) and probe exactly: the pairs compare the
+layouts side by side in one run.
 
 Baseline, in the same run: the fair naive index -- the window as one array sorted by key;
 insert merges the sorted batch into the window in one linear pass (which also drops what
@@ -223,15 +224,15 @@ class Stream:
 
 
 INDEXES = {
-    "bisort": lambda: BISortIndex(subwindow_size=N_SUB, partitions=N_SUB // 128),
+    "bisort": lambda: BISortIndex(subwindow_size=N_SUB, partitions=N_SUB // 128, layout="wide"),
     "bisort_compact": lambda: BISortIndex(
         subwindow_size=N_SUB, partitions=N_SUB // 128, layout="compact"
     ),
     "bisort_2threads": lambda: BISortIndex(
-        subwindow_size=N_SUB, partitions=N_SUB // 128, threads=2
+        subwindow_size=N_SUB, partitions=N_SUB // 128, threads=2, layout="wide"
     ),
     "rap_table": lambda: RaPTableIndex(
-        subwindow_size=N_SUB, partitions=N_SUB // 128, domain=(0.0, KEY_RANGE)
+        subwindow_size=N_SUB, partitions=N_SUB // 128, domain=(0.0, KEY_RANGE), layout="wide"
     ),
     # compact items in the subwindows after the first, refined
     "rap_table_compact": lambda: RaPTableIndex(
