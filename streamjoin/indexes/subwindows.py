@@ -277,10 +277,11 @@ class SubwindowIndex(WindowIndex):
 
     store: ClassVar[type[SubwindowStore]]
     takes_order = True
-    # a warm run's batches (256 tuples a stream) fill one and a half subwindows each: the
-    # successor's set-up, and probes of subwindows still filling (wide items) beside full ones
-    # (packed into 8-byte items with layout="compact"); 256 filled one per batch exactly, so
-    # no probe met a filling subwindow and a run compiled that kernel in its first batches
+    # a warm run's batches (256 tuples a stream) fill two thirds of a subwindow each, so its
+    # probes meet subwindows still filling (wide items) beside full ones (packed into 8-byte
+    # items with layout="compact"), and subwindows roll over (the successor's set-up); with
+    # 256 each batch filled one exactly, no probe met a filling subwindow, and a run compiled
+    # that kernel in its first batches
     warm_options = {"subwindow_size": 384}
 
     def __init__(self, n_keys: int, subwindow_size: int, **store_options) -> None:
