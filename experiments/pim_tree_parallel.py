@@ -22,7 +22,7 @@ Parts (``--only`` takes a comma-separated list):
   of the rounds. Beside them, ``split(2)`` and ``shared_index(2)`` on the simulator (two
   simulated processors each), the round-robin comparison on 2 cores that ``local`` cannot
   give;
-- ``fig10``: task size 1 … 256 for ``shared_index(1)`` and ``shared_index(2)`` at W = 2^20
+- ``fig10``: task size 1 … 1,024 for ``shared_index(1)`` and ``shared_index(2)`` at W = 2^20
   (quick 2^14), measured, in alternation (Fig. 10c; Fig. 10d's latency is not swept);
 - ``fig12``: scalability, two-way join and self-join: ``single("pim_tree")`` (no concurrency
   control) and ``shared_index(1)``, ``shared_index(2)`` measured; ``shared_index(1, 2, 4, 8,
@@ -77,7 +77,7 @@ SCALES = {
         "merge_windows": [2**16, 2**18, 2**20, 2**22],
         "min_timed": 2**19,
         "rounds": 3,
-        "task_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+        "task_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
         "sim_threads": [1, 2, 4, 8, 16],
         "latency_timed_s": 10.0,
     },
@@ -475,8 +475,8 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
         "partners per probe), count window W per stream, batches of 1,024; "
         f"steady-state throughput in input tuples/s of wall time (the {FILL_WINDOWS} W tuples that fill the "
         "windows untimed). Cores (`single`, `shared(T)` = `shared_index(T)` with PIM-Tree, "
-        "default options: m = 1/8, D_I = 1, task size "
-        f"{TASK_SIZE}) are driven directly, outside `sj.run`; `split(2)` runs through "
+        "default options: m = 1/8, D_I = 1, one task per thread a step) are driven "
+        "directly, outside `sj.run`; `split(2)` runs through "
         "`sj.run(backend='local')`, where its two join cores take turns on one thread (the "
         "local executor steps every actor in this process): it is the work of round-robin "
         "partitioning on one core, not a 2-core run. Configurations in alternation, median "

@@ -92,7 +92,7 @@ def test_exact_under_forced_interleavings(data):
         index,
         TINY[index],
         threads=threads,
-        task_size=data.draw(st.integers(1, 9), label="task_size"),
+        task_size=data.draw(st.none() | st.integers(1, 9), label="task_size"),
         merge=data.draw(st.sampled_from(["nonblocking", "blocking"]), label="merge"),
         ordered=True,
         delay_spins=data.draw(st.sampled_from([0, 50, 2000]), label="delay"),
@@ -193,6 +193,20 @@ def test_default_options_batches_of_one_stream_only(index):
     for batch_size in (1, 2):
         res = sj.run(query, data, sj.topologies.shared_index(2, index), batch_size=batch_size)
         assert res.same_pairs(sj.oracle.join(query, data))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_default_task_size_is_one_task_per_thread(threads):
+    """By default a step of b tuples is cut into tasks of ceil(b / threads): one per thread
+    (the last shorter): 20 steps of 10 tuples make 1, 2 or 3 tasks each (of 10; 5 and 5;
+    4, 4 and 2)."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(200, low=0, high=200, seed=5)
+    core = SharedIndexCore(query, "pim_tree", threads=threads)
+    r, s = pairs_in_arrival(query, data, core, 10)
+    assert as_set(r, s) == oracle_set(query, data)
+    assert core.stats()["task_size"] is None
+    assert core.tasks == 20 * threads
 
 
 def test_unshareable_index_refused_by_name():

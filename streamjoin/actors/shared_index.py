@@ -12,7 +12,7 @@ spinning on shared counters rather than asleep (:mod:`~streamjoin.actors.thread_
 sleeping thread's wake-up cost about 23 µs here, twice a step.
 
 - **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
-  tasks of ``task_size`` tuples. Tasks are claimed in order with one atomic add on a shared
+  tasks of ``task_size`` tuples (by default one task per thread). Tasks are claimed in order with one atomic add on a shared
   counter (the paper protects its queue with a mutex; numba has no mutex, and an atomic add
   is the cheapest claim: an intrinsic over LLVM's ``atomicrmw``,
   :mod:`~streamjoin.indexes.atomics`). Before the threads start, the core appends the batch
@@ -86,24 +86,36 @@ from streamjoin.query import Query
 #: Prefix of the shared core's cost key (:attr:`SharedIndexCore.cost_key`).
 SHARED_COST_PREFIX = "shared:"
 
-#: Default tuples per task: a task's keys are probed as one sorted run, so T_S's descents
-#: share nodes and its leaves are fetched ahead, and the tail past the edge tuple costs about
-#: the same at any task size (:func:`~streamjoin.actors.shared_kernels._join_tail`). W = 2^20,
-#: match rate 2, batches of 1,024, two alternating rounds on a quiet machine
-#: (``benchmarks/shared_index_speedup.py sharedN 20 1024 1048576 TASK``): one thread 0.83–0.86
-#: M tuples/s at 64, 0.92–0.93 M at 128, 0.93 M at 256, 0.90–0.94 M at 512; two threads
-#: 1.12–1.24 M at 64, 1.48–1.51 M at 128, 1.26–1.42 M at 256, 1.34–1.50 M at 512; ``single()``
-#: 1.25–1.39 M in the same series. Since the pool's threads wait spinning (three rounds, same
-#: command): one thread 1.11–1.14 M at 128 and 1.12–1.17 M at 256, two threads 1.76–1.82 M and
-#: 1.75–1.85 M.
-TASK_SIZE = 128
+#: Default tuples per task: ``None``, one task per thread a step (``ceil(batch / threads)``
+#: tuples, :func:`task_size_of`). A task's keys are probed as one sorted run, so T_S's
+#: descents share nodes, its leaves are fetched ahead and T_I's subindexes take runs of
+#: inserts, and the tail past the edge tuple costs about the same at any task size
+#: (:func:`~streamjoin.actors.shared_kernels._join_tail`): longer tasks kept paying off once
+#: the pool's threads waited spinning. W = 2^20, match rate 2, three alternating rounds on a
+#: quiet machine (``benchmarks/shared_index_speedup.py sharedN 20 BATCH 1048576 TASK``),
+#: batches of 1,024: one thread 1.16–1.18 M tuples/s at 128, 1.25–1.30 M at 512, 1.30–1.33 M
+#: at 1,024; two threads 1.83–1.89 M at 128, 1.97–2.00 M at 256, 2.04–2.08 M at 512;
+#: ``single()`` 1.57–1.63 M. Batches of 4,096 (two rounds): one thread 1.22–1.25 M at 128,
+#: 1.48–1.50 M at 4,096; two threads 2.16–2.17 M at 128, 2.38–2.42 M at 512, 2.44–2.52 M at
+#: 2,048; ``single()`` 1.94–1.98 M. (Earlier, while the pool's threads slept between steps,
+#: 128 was best for two threads: an idle thread's wake-up left large tasks unbalanced.)
+TASK_SIZE = None
+
+
+def task_size_of(task_size: int | None, batch: int, threads: int) -> int:
+    """Tuples per task of a step of ``batch`` tuples: ``task_size``, or by default
+    (``None``) one task per thread, ``ceil(batch / threads)`` (at least 1)."""
+    if task_size is not None:
+        return task_size
+    return max(1, -(-batch // threads))
 
 
 @dataclass(frozen=True)
 class SharedIndexConfig(IndexChoice, ActorConfig):
     """A shared-index join core node (:class:`SharedIndexCore`).
 
-    ``threads`` worker threads, ``task_size`` tuples per task, ``merge`` (``"nonblocking"`` or
+    ``threads`` worker threads, ``task_size`` tuples per task (``None``: one task per thread
+    a step, :func:`task_size_of`), ``merge`` (``"nonblocking"`` or
     ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``). ``delay_spins`` and
     ``delay_seed``: a test hook that makes each thread wait a random number of spins (up to
     ``delay_spins``) between the steps of every task, forcing interleavings.
@@ -111,7 +123,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
 
     role = "join_core"
     threads: int = 2
-    task_size: int = TASK_SIZE
+    task_size: int | None = TASK_SIZE
     merge: str = "nonblocking"
     delay_spins: int = 0
     delay_seed: int = 0
@@ -127,7 +139,8 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
 
     def __post_init__(self) -> None:
         positive_int("threads", self.threads)
-        positive_int("task_size", self.task_size)
+        if self.task_size is not None:
+            positive_int("task_size", self.task_size)
         if self.merge not in shared.MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
         name = self.index or "pim_tree"
@@ -205,7 +218,8 @@ class SharedIndexCore(Logic):
     index : {"pim_tree", "im_tree", "bplus_tree", "nested_loop"}
     index_options : dict, optional
     threads : int
-    task_size : int
+    task_size : int, optional
+        Tuples per task; by default one task per thread a step (:func:`task_size_of`).
     merge : {"nonblocking", "blocking"}
     ordered : bool
         Sort each task's pairs by (later, earlier) tuple: the step's output is then in the
@@ -233,7 +247,7 @@ class SharedIndexCore(Logic):
         index_options: dict | None = None,
         *,
         threads: int = 2,
-        task_size: int = TASK_SIZE,
+        task_size: int | None = TASK_SIZE,
         merge: str = "nonblocking",
         ordered: bool = False,
         delay_spins: int = 0,
@@ -247,7 +261,7 @@ class SharedIndexCore(Logic):
         self.key_rows = np.array([spec.conds.r_row[0], spec.conds.s_row[0]], dtype=np.int64)
         self.index_name = spec.index_name
         self.threads = positive_int("threads", threads)
-        self.task_size = positive_int("task_size", task_size)
+        self.task_size = None if task_size is None else positive_int("task_size", task_size)
         self.merge = merge
         self.ordered = ordered
         self.work = JoinWork()
@@ -258,7 +272,6 @@ class SharedIndexCore(Logic):
         self.indexed = self.indexes[0] is not None
         self.boxes, self.n_boxes = _boxes(spec)
         self.cfg = np.zeros(CFG, dtype=np.int64)
-        self.cfg[C_TASK_SIZE] = self.task_size
         self.cfg[C_SELF_JOIN] = query.self_join
         self.cfg[C_INDEXED] = self.indexed
         self.cfg[C_ORDERED] = ordered
@@ -334,7 +347,9 @@ class SharedIndexCore(Logic):
             first_ref,
             spec.query.self_join,
         )
-        n_tasks = -(-b // self.task_size)
+        task_size = task_size_of(self.task_size, b, threads)
+        n_tasks = -(-b // task_size)
+        self.cfg[C_TASK_SIZE] = task_size
         self.cfg[C_N_TASKS] = n_tasks
         cap = int(1.5 * self._pairs_per_tuple * b) + 256
         if self._buf.shape[2] < cap:
