@@ -35,6 +35,7 @@ from streamjoin.indexes.atomics import (
 )
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.bplus_tree import new_path
+from streamjoin.indexes.key_order import stable_order_into
 from streamjoin.indexes.pim_tree_shared import insert_shared, probe_shared
 from streamjoin.indexes.sorted_runs import lower_bound, prefetch
 
@@ -484,7 +485,7 @@ def run_tasks(
             # published for the tails of later tasks (_join_tail)
             for a in range(m):
                 keys[x, a] = attrs[key_rows[x], gs[x, a]]
-            orders[x, :m] = np.argsort(keys[x, :m], kind="mergesort")
+            stable_order_into(keys[x, :m], orders[x, :m])
             for a in range(m):
                 sorted_keys[x, a] = keys[x, orders[x, a]]
                 pub_keys[at + a] = sorted_keys[x, a]

@@ -58,6 +58,58 @@ def _pack_keys(keys, shift):
     return packed
 
 
+@njit(cache=True, nogil=True)
+def stable_order_into(keys, order):
+    """Write the stable order of float64 ``keys`` (n,) into int64 ``order`` (n,), from numba
+    code (``nogil``): an LSD radix sort of the keys' order-preserving images, a byte a pass,
+    skipping bytes that all keys share. ``-0.0`` sorts as ``0.0``, NaNs last; equal keys keep
+    their positions' order. O(n) (at most 8 passes), and no comparison branches to
+    mispredict: in the shared-index join's tasks, 512 random keys sorted at about 6 ns a key
+    against 42 with ``np.argsort(kind="mergesort")`` (a sort of fresh keys each time; the
+    same keys sorted again and again let the branch predictor learn them)."""
+    n = keys.shape[0]
+    img = np.empty(n, dtype=np.uint64)
+    bits = keys.view(np.uint64)
+    counts = np.zeros((8, 256), dtype=np.int64)
+    for i in range(n):
+        x = keys[i]
+        if x != x:
+            u = _NAN
+        elif x == 0.0:
+            u = _SIGN
+        else:
+            b = bits[i]
+            u = ~b if b & _SIGN else b | _SIGN
+        img[i] = u
+        for d in range(8):
+            counts[d, (u >> np.uint64(8 * d)) & np.uint64(255)] += 1
+    src = order
+    for i in range(n):
+        src[i] = i
+    dst = np.empty(n, dtype=np.int64)
+    swapped = False
+    for d in range(8 if n > 1 else 0):
+        at = counts[d]
+        shift = np.uint64(8 * d)
+        if at[(img[0] >> shift) & np.uint64(255)] == n:  # one value of this byte: no pass
+            continue
+        total = 0
+        for v in range(256):  # each byte value's first slot
+            c = at[v]
+            at[v] = total
+            total += c
+        for i in range(n):
+            o = src[i]
+            v = (img[o] >> shift) & np.uint64(255)
+            dst[at[v]] = o
+            at[v] += 1
+        src, dst = dst, src
+        swapped = not swapped
+    if swapped:
+        for i in range(n):
+            order[i] = src[i]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _before(keys, p, q):
     """Whether position ``p`` goes before ``q`` in the stable order (NaN keys last)."""
