@@ -1,6 +1,7 @@
 """``chained``: random action sequences at tiny node sizes and chain lengths, in both designs
-(B-chain and IB-chain), against a sorted-array oracle; whole-subindex expiry and the chain
-length bound; whole joins against the reference join."""
+(B-chain and IB-chain, the latter also with compact 8-byte items), against a sorted-array
+oracle; whole-subindex expiry and the chain length bound; whole joins against the reference
+join."""
 
 from __future__ import annotations
 
@@ -21,20 +22,30 @@ from window_index_oracle import (
 
 from streamjoin import indexes
 
-OPTIONS = st.fixed_dictionaries(
-    {
-        "chain_length": st.integers(2, 5),
-        "archive": st.sampled_from(["css", "bplus"]),
-        "fanout": st.integers(3, 5),
-        "leaf_size": st.integers(3, 5),
-        "css_fanout": st.integers(2, 4),
-        "css_leaf_size": st.integers(1, 3),
-    }
-).flatmap(
-    lambda o: st.one_of(
-        st.just(o),
-        st.integers(1, 30).map(lambda s: {**o, "subindex_size": s}),
-        st.integers(1, 60).map(lambda w: {**o, "window": w}),
+OPTIONS = (
+    st.fixed_dictionaries(
+        {
+            "chain_length": st.integers(2, 5),
+            "archive": st.sampled_from(["css", "bplus"]),
+            "fanout": st.integers(3, 5),
+            "leaf_size": st.integers(3, 5),
+            "css_fanout": st.integers(2, 4),
+            "css_leaf_size": st.integers(1, 3),
+        }
+    )
+    .flatmap(
+        lambda o: (
+            st.just(o)
+            if o["archive"] == "bplus"
+            else st.sampled_from(["wide", "compact"]).map(lambda layout: {**o, "layout": layout})
+        )
+    )
+    .flatmap(
+        lambda o: st.one_of(
+            st.just(o),
+            st.integers(1, 30).map(lambda s: {**o, "subindex_size": s}),
+            st.integers(1, 60).map(lambda w: {**o, "window": w}),
+        )
     )
 )
 
@@ -44,12 +55,19 @@ TestChainedMachine.settings = settings(max_examples=120, stateful_step_count=50,
 TINY = {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2}
 
 
-@pytest.mark.parametrize("archive", ["css", "bplus"])
+DESIGNS = {
+    "bplus": {"archive": "bplus"},
+    "css": {"archive": "css"},
+    "css_compact": {"archive": "css", "layout": "compact"},
+}
+
+
+@pytest.mark.parametrize("design", list(DESIGNS))
 @pytest.mark.parametrize(
     "options", [{"chain_length": 2}, {"chain_length": 5}, {"chain_length": 3, "subindex_size": 17}]
 )
-def test_random_actions(archive, options):
-    index = indexes.get("chained")(1, archive=archive, **options, **TINY)
+def test_random_actions(design, options):
+    index = indexes.get("chained")(1, **DESIGNS[design], **options, **TINY)
     random_actions(index, np.random.default_rng(len(str(options))), steps=150, window=600)
 
 
@@ -117,6 +135,8 @@ def test_designs_agree_and_pickle():
         {"subindex_size": 4, "window": 8},
         {"leaf_size": 2},
         {"css_fanout": 1},
+        {"layout": "packed"},
+        {"layout": "compact", "archive": "bplus"},
     ],
 )
 def test_rejects_bad_options(options):
@@ -128,7 +148,31 @@ def test_rejects_bad_options(options):
 @pytest.mark.parametrize("window", JOIN_WINDOWS)
 @pytest.mark.parametrize("predicate", JOIN_PREDICATES)
 @pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
-@pytest.mark.parametrize("archive", ["css", "bplus"])
-def test_join_matches_oracle(archive, predicate, window, self_join, batch_size):
-    options = {"chain_length": 3, "archive": archive, **TINY}
+@pytest.mark.parametrize("design", list(DESIGNS))
+def test_join_matches_oracle(design, predicate, window, self_join, batch_size):
+    options = {"chain_length": 3, **DESIGNS[design], **TINY}
     join_matches_oracle("chained", options, predicate, window, self_join, batch_size)
+
+
+def test_compact_archives_hold_half_the_bytes_and_agree():
+    """A compact IB-chain archives 8-byte items: its archived subindexes hold about half the
+    bytes of the wide ones, and its probes, refined on the full keys, find the same pairs;
+    integer keys and bounds get exact codes (no candidate outside the band)."""
+    rng = np.random.default_rng(11)
+    wide, compact = (
+        indexes.get("chained")(1, chain_length=4, subindex_size=4096, layout=layout)
+        for layout in ("wide", "compact")
+    )
+    for start in range(0, 20_000, 1000):
+        keys, refs = (
+            rng.integers(0, 50_000, (1, 1000)).astype(float),
+            np.arange(start, start + 1000),
+        )
+        for index in (wide, compact):
+            index.insert(keys, refs)
+            index.expire(start - 12_000)
+    compact.check()
+    archived = [sum(a.nbytes for sub in ix._chain for a in sub) for ix in (wide, compact)]
+    assert archived[1] < 0.55 * archived[0], archived
+    probe = rng.integers(0, 50_000, 64).astype(float)
+    assert probe_pairs(compact, probe, -3, 3) == probe_pairs(wide, probe, -3, 3)

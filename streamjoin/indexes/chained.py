@@ -13,7 +13,11 @@ holds at most L subindexes and a probe meets σ_s / (2 (L - 1)) expired matches 
 
 Two designs (§5.1): ``archive="bplus"`` (B-chain) keeps archived subindexes as B+-trees;
 ``archive="css"`` (IB-chain) converts each to an immutable B+-tree (CSS-tree, Alg. 3) when it
-is archived, which searches faster.
+is archived, which searches faster. An IB-chain with ``layout="compact"`` packs each archived
+subindex into 8-byte items (a 32-bit grid code of the key above the ref's offset,
+:mod:`~streamjoin.indexes.grid_codes`), coded from the keys it holds once they stop changing,
+as BI-Sort packs a full subwindow: half the memory of the archived items, and probes of them
+return a superset that the join core refines (issue 19's decision).
 """
 
 from __future__ import annotations
@@ -36,19 +40,28 @@ from streamjoin.indexes.bplus_tree import (
     shrink_to_fit,
 )
 from streamjoin.indexes.css_tree import build_css_tree, search_css_tree
+from streamjoin.indexes.grid_codes import bulk_window, fit_grid, merge_grid_items_into
+from streamjoin.indexes.key_codes import REF_SPAN, item_refs
 from streamjoin.indexes.key_order import stable_order
 
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")
+LAYOUTS = ("wide", "compact")
+#: The ``grid`` of a wide run's search (unused).
+_WIDE = np.array([0, 32], dtype=np.uint64)
 
 
 class CSSRun(NamedTuple):
-    """An archived subindex of an IB-chain: a sorted leaf level and its CSS-tree inner keys."""
+    """An archived subindex of an IB-chain: a sorted leaf level and its CSS-tree inner keys;
+    compact, ``keys`` are uint64 items on ``grid`` (``(base, shift)``) with refs counted from
+    ``ref_base[0]``, and ``refs`` is empty."""
 
     keys: np.ndarray
     refs: np.ndarray
     inner: np.ndarray
     offsets: np.ndarray
+    grid: np.ndarray
+    ref_base: np.ndarray
 
 
 @register
@@ -81,6 +94,13 @@ class ChainedIndex(WindowIndex):
         Node sizes of the B+-trees (see ``bplus_tree``).
     css_fanout, css_leaf_size : int
         Node sizes of the CSS-trees (see ``css_tree``).
+    layout : {"wide", "compact"}
+        Archived CSS-trees' items (``archive="css"`` only): ``"wide"`` (default) a float64
+        key beside an int64 ref, exact probes; ``"compact"`` one uint64 each, a 32-bit code
+        of the key on a grid fitted to the subindex's own keys (far outliers clamped to the
+        extreme codes) above the ref's offset in the subindex. Probes of a compact subindex
+        return a superset that the caller refines (``exact`` is False); the active subindex
+        keeps full keys.
     """
 
     name = "chained"
@@ -97,8 +117,13 @@ class ChainedIndex(WindowIndex):
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
+        layout: str = "wide",
     ) -> None:
         super().__init__(n_keys)
+        if layout not in LAYOUTS:
+            raise ValueError(f"chained layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout == "compact" and archive != "css":
+            raise ValueError("chained layout='compact' packs CSS-trees: it needs archive='css'")
         if chain_length < 2:
             raise ValueError(f"chained chain_length must be at least 2, got {chain_length}")
         if subindex_size is not None and window is not None:
@@ -116,6 +141,8 @@ class ChainedIndex(WindowIndex):
         self.chain_length = int(chain_length)
         self.subindex_size = subindex_size
         self.archive = archive
+        self.layout = layout
+        self.exact = layout == "wide"
         self.fanout, self.leaf_size = int(fanout), int(leaf_size)
         self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
         self._before = _NO_REF
@@ -144,7 +171,24 @@ class ChainedIndex(WindowIndex):
         t = self._active
         if self.archive == "css":  # §5.1 IB-chain: convert before archiving
             keys, refs = chain_items(t, 0, self._active_n)
-            sub = CSSRun(keys, refs, *build_css_tree(keys, self.css_fanout, self.css_leaf_size))
+            grid, ref_base = _WIDE, np.zeros(1, dtype=np.int64)
+            if self.layout == "compact" and int(refs.max()) - int(refs.min()) < REF_SPAN:
+                # the keys are final: a grid over their bulk, the refs from the first
+                grid = np.array(fit_grid(*bulk_window(keys)), dtype=np.uint64)
+                ref_base[0] = refs.min()
+                items = np.empty(len(keys), dtype=np.uint64)
+                none = np.empty(0, dtype=np.uint64)
+                n = merge_grid_items_into(
+                    none, *(np.uint64(0),) * 3, 0, keys, refs, *grid, ref_base[0], _NO_REF, items
+                )
+                keys, refs = items[:n], refs[:0]
+            sub = CSSRun(
+                keys,
+                refs,
+                *build_css_tree(keys, self.css_fanout, self.css_leaf_size),
+                grid,
+                ref_base,
+            )
         else:
             sub = shrink_to_fit(t)
         self._chain.append(sub)
@@ -184,7 +228,17 @@ class ChainedIndex(WindowIndex):
         for sub in self._chain:  # §2.2.2 step 1: search every subindex
             if isinstance(sub, CSSRun):
                 found.append(
-                    search_css_tree(*sub, self.css_fanout, self.css_leaf_size, k, lo, hi, before)
+                    search_css_tree(
+                        *sub[:4],
+                        self.css_fanout,
+                        self.css_leaf_size,
+                        k,
+                        lo,
+                        hi,
+                        before,
+                        sub.grid,
+                        sub.ref_base[0],
+                    )
                 )
             else:
                 found.append(probe_tree(sub, k, lo, hi, before))
@@ -212,10 +266,16 @@ class ChainedIndex(WindowIndex):
         runs = []  # each subindex's items, oldest subindex first
         for sub, n in zip(self._chain, self._chain_n, strict=True):
             if isinstance(sub, CSSRun):
-                assert np.array_equal(np.lexsort((sub.refs, sub.keys)), np.arange(n)), "sorted"
+                if sub.keys.dtype == np.uint64:  # compact: sorted by code, refs packed
+                    assert self.layout == "compact" and len(sub.refs) == 0
+                    assert np.all(sub.keys[1:] >> 32 >= sub.keys[:-1] >> 32), "sorted by code"
+                    refs = item_refs(sub.keys, int(sub.ref_base[0]))
+                else:
+                    assert np.array_equal(np.lexsort((sub.refs, sub.keys)), np.arange(n))
+                    refs = sub.refs
                 inner, offsets = build_css_tree(sub.keys, self.css_fanout, self.css_leaf_size)
                 assert np.array_equal(inner, sub.inner) and np.array_equal(offsets, sub.offsets)
-                runs.append(sub.refs.tolist())
+                runs.append(refs.tolist())
             else:
                 (items,) = check_forest(sub, sub.meta[None, ROOT : HEIGHT + 1])
                 runs.append([r for _, r in items])

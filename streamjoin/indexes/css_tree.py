@@ -22,8 +22,9 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.key_order import stable_key_order
-from streamjoin.indexes.sorted_runs import largest, lower_bound, merge_runs, scan_run
+from streamjoin.indexes.sorted_runs import largest, lower_bound, merge_runs
 
 
 @njit(cache=True, nogil=True)
@@ -99,29 +100,42 @@ def descend_css_tree(inner, offsets, fanout, x, levels):
 
 
 @njit(cache=True, nogil=True)
-def search_css_tree(keys, refs, inner, offsets, fanout, leaf_size, probe_keys, lo, hi, min_ref):
+def search_css_tree(
+    keys, refs, inner, offsets, fanout, leaf_size, probe_keys, lo, hi, min_ref, grid, ref_base
+):
     """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref``, for every ``i``.
 
-    ``keys``/``refs``: the sorted leaf level (n,); ``inner``/``offsets`` from
-    :func:`build_css_tree` with the same ``fanout`` and ``leaf_size``; ``probe_keys`` float64
-    (m,). Returns ``(probe_pos, refs)`` int64. O(m · (depth · log(fanout) + log(leaf_size))
-    + items scanned), where the scan covers the widened key interval, expired items included.
+    ``keys``/``refs``: the sorted leaf level (n,): float64 keys beside int64 refs, tested
+    exactly (``grid`` and ``ref_base`` unused), or compact uint64 items on the grid
+    ``(base, shift)`` with refs from ``ref_base`` (:mod:`~streamjoin.indexes.grid_codes`;
+    ``refs`` unused), whose matches come back as a superset for the caller to refine;
+    ``inner``/``offsets`` from :func:`build_css_tree` with the same ``fanout`` and
+    ``leaf_size``; ``probe_keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
+    O(m · (depth · log(fanout) + log(leaf_size)) + items scanned), where the scan covers the
+    widened key interval, expired items included.
     """
     n = keys.shape[0]
     depth = offsets.shape[0] - 1
+    top, base, shift = largest(keys), grid[0], grid[1]  # scalars: calls pass no array
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n_out = 0
     for i in range(probe_keys.shape[0]):
         key = probe_keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        start = min(descend_css_tree(inner, offsets, fanout, vlo, depth) * leaf_size, n)
-        # Alg. 2 l. 10-15: find vlo in the leaf, then scan the leaf level while keys <= vhi
-        p = lower_bound(keys, start, min(start + leaf_size, n), vlo)
-        out_p, out_r, n_out, _ = scan_run(
-            keys, refs, p, n, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
+        blo, bhi = bounds_on(top, vlo, vhi, base, shift)
+        start = min(descend_css_tree(inner, offsets, fanout, blo, depth) * leaf_size, n)
+        # Alg. 2 l. 10-15: find the lower bound in the leaf, then scan the leaf level up to
+        # the upper bound
+        p = lower_bound(keys, start, min(start + leaf_size, n), blo)
+        out_p, out_r, n_out = scan_on(
+            keys, refs, p, n, key, lo, hi, bhi, min_ref, ref_base, i, out_p, out_r, n_out
         )
     return out_p[:n_out], out_r[:n_out]
+
+
+#: The ``grid`` argument of a wide level's search (unused).
+_WIDE = np.array([0, 32], dtype=np.uint64)
 
 
 @register
@@ -186,6 +200,8 @@ class CSSTreeIndex(WindowIndex):
             lo[0],
             hi[0],
             self._before_ref,
+            _WIDE,
+            0,
         )
 
     def expire(self, before_ref: int) -> None:
