@@ -177,11 +177,12 @@ class ChainedIndex(WindowIndex):
                 grid = np.array(fit_grid(*bulk_window(keys)), dtype=np.uint64)
                 ref_base[0] = refs.min()
                 items = np.empty(len(keys), dtype=np.uint64)
-                none = np.empty(0, dtype=np.uint64)
-                n = merge_grid_items_into(
-                    none, *(np.uint64(0),) * 3, 0, keys, refs, *grid, ref_base[0], _NO_REF, items
+                zero = np.uint64(0)
+                # the merge kernel with no old items packs the (key, ref)-sorted run
+                merge_grid_items_into(
+                    items[:0], zero, zero, zero, 0, keys, refs, *grid, ref_base[0], _NO_REF, items
                 )
-                keys, refs = items[:n], refs[:0]
+                keys, refs = items, refs[:0]
             sub = CSSRun(
                 keys,
                 refs,
