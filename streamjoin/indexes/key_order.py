@@ -36,6 +36,17 @@ _SIGN = np.uint64(1) << np.uint64(63)
 _NAN = np.uint64(0xFFF8000000000000)  # above +inf's image: NaNs sort last, as in numpy
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _image(x, bits):
+    """The order-preserving unsigned image of float ``x`` whose bits are ``bits``: ``-0.0`` as
+    ``+0.0``, every NaN as one pattern above ``+inf``'s image."""
+    if x != x:
+        return _NAN
+    if x == 0.0:
+        return _SIGN
+    return ~bits if bits & _SIGN else bits | _SIGN
+
+
 @njit(cache=True, nogil=True)
 def _pack_keys(keys, shift):
     """Order-preserving unsigned images of ``keys`` with their low ``shift`` bits replaced by
@@ -46,15 +57,7 @@ def _pack_keys(keys, shift):
     bits = keys.view(np.uint64)
     low = (np.uint64(1) << np.uint64(shift)) - np.uint64(1)
     for i in range(n):
-        x = keys[i]
-        if x != x:
-            u = _NAN
-        elif x == 0.0:
-            u = _SIGN
-        else:
-            b = bits[i]
-            u = ~b if b & _SIGN else b | _SIGN
-        packed[i] = (u & ~low) | np.uint64(i)
+        packed[i] = (_image(keys[i], bits[i]) & ~low) | np.uint64(i)
     return packed
 
 
@@ -72,14 +75,7 @@ def stable_order_into(keys, order):
     bits = keys.view(np.uint64)
     counts = np.zeros((8, 256), dtype=np.int64)
     for i in range(n):
-        x = keys[i]
-        if x != x:
-            u = _NAN
-        elif x == 0.0:
-            u = _SIGN
-        else:
-            b = bits[i]
-            u = ~b if b & _SIGN else b | _SIGN
+        u = _image(keys[i], bits[i])
         img[i] = u
         for d in range(8):
             counts[d, (u >> np.uint64(8 * d)) & np.uint64(255)] += 1
