@@ -12,10 +12,10 @@ spinning on shared counters rather than asleep (:mod:`~streamjoin.actors.thread_
 sleeping thread's wake-up cost about 23 µs here, twice a step.
 
 - **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
-  tasks of ``task_size`` tuples (by default one task per thread). Tasks are claimed in order with one atomic add on a shared
-  counter (the paper protects its queue with a mutex; numba has no mutex, and an atomic add
-  is the cheapest claim: an intrinsic over LLVM's ``atomicrmw``,
-  :mod:`~streamjoin.indexes.atomics`). Before the threads start, the core appends the batch
+  tasks of ``task_size`` tuples (by default one task per thread). Tasks are claimed in order
+  with one atomic add on a shared counter (the paper protects its queue with a mutex; numba
+  has no mutex, and an atomic add is the cheapest claim: an intrinsic over LLVM's
+  ``atomicrmw``, :mod:`~streamjoin.indexes.atomics`). Before the threads start, the core appends the batch
   to its tuple stores, so every tuple has its ref and every thread can read every tuple.
 - **Edge tuple.** Per stream, the count of the batch's leading tuples that are indexed. A
   task reads it once (§4.1: an old value only lengthens the tail) as the ref bound ``e``; it

@@ -39,7 +39,7 @@ from streamjoin.indexes.bplus_tree import (
     reserve,
     shrink_to_fit,
 )
-from streamjoin.indexes.css_tree import build_css_tree, search_css_tree
+from streamjoin.indexes.css_tree import WIDE_GRID, build_css_tree, search_css_tree
 from streamjoin.indexes.grid_codes import bulk_window, fit_grid, merge_grid_items_into
 from streamjoin.indexes.key_codes import REF_SPAN, item_refs
 from streamjoin.indexes.key_order import stable_order
@@ -47,8 +47,6 @@ from streamjoin.indexes.key_order import stable_order
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")
 LAYOUTS = ("wide", "compact")
-#: The ``grid`` of a wide run's search (unused).
-_WIDE = np.array([0, 32], dtype=np.uint64)
 
 
 class CSSRun(NamedTuple):
@@ -171,7 +169,7 @@ class ChainedIndex(WindowIndex):
         t = self._active
         if self.archive == "css":  # §5.1 IB-chain: convert before archiving
             keys, refs = chain_items(t, 0, self._active_n)
-            grid, ref_base = _WIDE, np.zeros(1, dtype=np.int64)
+            grid, ref_base = WIDE_GRID, np.zeros(1, dtype=np.int64)
             if self.layout == "compact" and int(refs.max()) - int(refs.min()) < REF_SPAN:
                 # the keys are final: a grid over their bulk, the refs from the first
                 grid = np.array(fit_grid(*bulk_window(keys)), dtype=np.uint64)

@@ -135,7 +135,7 @@ def search_css_tree(
 
 
 #: The ``grid`` argument of a wide level's search (unused).
-_WIDE = np.array([0, 32], dtype=np.uint64)
+WIDE_GRID = np.array([0, 32], dtype=np.uint64)
 
 
 @register
@@ -200,7 +200,7 @@ class CSSTreeIndex(WindowIndex):
             lo[0],
             hi[0],
             self._before_ref,
-            _WIDE,
+            WIDE_GRID,
             0,
         )
 
