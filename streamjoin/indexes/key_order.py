@@ -71,6 +71,10 @@ def stable_order_into(keys, order):
     against 42 with ``np.argsort(kind="mergesort")`` (a sort of fresh keys each time; the
     same keys sorted again and again let the branch predictor learn them)."""
     n = keys.shape[0]
+    if n < 2:  # nothing to sort (tasks of one tuple): no scratch to allocate
+        for i in range(n):
+            order[i] = i
+        return
     img = np.empty(n, dtype=np.uint64)
     bits = keys.view(np.uint64)
     counts = np.zeros((8, 256), dtype=np.int64)
@@ -84,7 +88,7 @@ def stable_order_into(keys, order):
         src[i] = i
     dst = np.empty(n, dtype=np.int64)
     swapped = False
-    for d in range(8 if n > 1 else 0):
+    for d in range(8):
         at = counts[d]
         shift = np.uint64(8 * d)
         if at[(img[0] >> shift) & np.uint64(255)] == n:  # one value of this byte: no pass
