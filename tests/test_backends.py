@@ -1,4 +1,8 @@
-"""The same scenarios under every backend (one fixture), checked against the oracle."""
+"""The same scenarios under every backend, checked against the oracle.
+
+On Ray each run starts its actors as processes (about 0.8 s an actor on the 2-core VM), so by
+default Ray runs one scenario per layout, the first; ``pytest -m slow`` runs the rest there.
+``local`` and ``sim`` run every scenario."""
 
 import numpy as np
 import pytest
@@ -58,8 +62,26 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize(("query", "one_stream", "layout", "batch_size", "high"), SCENARIOS)
-def test_backend_equals_oracle(backend, query, one_stream, layout, batch_size, high):
+def _cases() -> list:
+    """Every (backend, scenario); on Ray a layout's scenarios after its first are slow."""
+    cases, on_ray = [], set()
+    for backend in sj.runtime.BACKENDS:
+        for scenario in SCENARIOS:
+            layout = scenario[2]
+            marks = ()
+            if backend == "ray":
+                marks = (pytest.mark.slow,) if layout in on_ray else ()
+                on_ray.add(layout)
+            cases.append(pytest.param(backend, *scenario, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("backend", "query", "one_stream", "layout", "batch_size", "high"), _cases()
+)
+def test_backend_equals_oracle(request, backend, query, one_stream, layout, batch_size, high):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
     data = sj.sources.synthetic(
         600, low=0, high=high, attrs=("x", "y"), self_join=one_stream, seed=batch_size
     )
