@@ -5,7 +5,10 @@ share of a step spent outside the task kernels (Python orchestration, expiry, me
 
 CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge);
 ``compact`` (``single`` with PIM-Tree's ``layout="compact"``) and ``bplus`` (``single`` with
-a B+-tree) for the one-thread comparisons of the compact items issue.
+a B+-tree) for the one-thread comparisons of the compact items issue. ``ceiling`` joins nothing:
+it prints what two threads at once deliver on this machine against one
+(:func:`streamjoin.roofline.two_thread_speedup`, dependent misses and arithmetic), the bound of
+``shared2 / shared1``; alternate it with the configurations, since it varies on a shared host.
 Band join, count window 2^LOG2_WINDOW per stream, match rate 2 (band width set so a probe
 finds 2 partners on average), keys uniform. The windows are filled untimed (5 · 2^LOG2_WINDOW
 tuples, 2.5 windows per stream) so the tuple stores are in their steady state: a store grows to
@@ -33,6 +36,12 @@ from streamjoin.actors.join_core import JoinCore
 from streamjoin.batch import validate
 
 config = sys.argv[1]
+if config == "ceiling":
+    from streamjoin.roofline import two_thread_speedup
+
+    chase, arith = two_thread_speedup("chase"), two_thread_speedup("arith")
+    print(f"ceiling two_threads/one: chase={chase:.2f} arith={arith:.2f}")
+    sys.exit(0)
 log2w = int(sys.argv[2]) if len(sys.argv) > 2 else 18
 batch_size = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 w = 1 << log2w

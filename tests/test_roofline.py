@@ -5,7 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from streamjoin.roofline import Roofline, copy_bandwidth, dependent_load_ns, random_cycle
+from streamjoin.roofline import (
+    Roofline,
+    copy_bandwidth,
+    dependent_load_ns,
+    random_cycle,
+    two_thread_speedup,
+)
 
 
 @pytest.mark.parametrize("n", [2, 3, 10, 1000])
@@ -42,3 +48,12 @@ def test_a_chase_beyond_the_caches_is_slower_than_one_inside():
     beyond = dependent_load_ns(64 << 20, loads=200_000)
     assert beyond > 3 * inside, (inside, beyond)
     assert np.isfinite(beyond)
+
+
+@pytest.mark.parametrize("kind", ["chase", "arith"])
+def test_the_two_thread_speedup_is_a_positive_ratio(kind):
+    """Small runs only: what it measures depends on the machine and the moment."""
+    ratio = two_thread_speedup(kind, nbytes=1 << 20, repeats=2, work=20_000)
+    assert math.isfinite(ratio) and 0 < ratio < 3  # 2.0 on two free cores; noise above it
+    with pytest.raises(ValueError, match="'chase' or 'arith'"):
+        two_thread_speedup("sleep")
