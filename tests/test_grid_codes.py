@@ -133,7 +133,7 @@ def _candidates_per_match(keys: np.ndarray, band: float, window: int = 8192) -> 
     exact = probe_pairs(index, probes, -band, band, oracle)
     assert set(exact) <= set(raw) and exact == oracle.probe(probes, -band, band)
     assert len(exact) >= 500
-    assert len(index._side_keys) <= 8, "the last window's keys are coded in T_S"
+    assert len(index._coded.side_keys) <= 8, "the last window's keys are coded in T_S"
     return len(raw) / len(exact)
 
 
@@ -314,9 +314,9 @@ def test_a_side_item_older_than_t_s_joins_it_with_its_ref():
     oracle = SortedOracle()
     rng = np.random.default_rng(0)
     index.insert(*oracle.batch([1e300, *rng.uniform(0, 1, 127)]))
-    assert index.merges == 1 and len(index._side_keys) == 1 and index._ref_base == 1
+    assert index.merges == 1 and len(index._coded.side_keys) == 1 and index._coded.ref_base == 1
     index.insert(*oracle.batch(np.geomspace(1, 1.1e300, 128)))  # the grid now reaches 1e300
-    assert index.merges == 2 and len(index._side_keys) == 0
+    assert index.merges == 2 and len(index._coded.side_keys) == 0
     index.check()
     got = probe_pairs(index, [1e300], -1e290, 1e290, oracle)
     assert got == oracle.probe([1e300], -1e290, 1e290) and (0, 0) in got

@@ -41,32 +41,23 @@ from streamjoin.indexes.bplus_tree import (
     reserve,
     seek_leaf,
 )
+from streamjoin.indexes.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.grid_codes import (
     bounds_on,
-    bulk_window,
-    choose_grid,
-    grid_span,
-    image_range,
-    merge_grid_items_into,
-    regrid,
     route_items,
     scan_on,
-    span_slice,
 )
 from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
     largest,
     lower_bound,
-    merge_runs,
     merge_runs_into,
     prefetch,
     prefetch_range,
     scan_run,
 )
-
-_NO_REF = np.iinfo(np.int64).min
 
 
 @njit(cache=True, nogil=True)
@@ -444,7 +435,7 @@ class PIMTreeIndex(WindowIndex):
         self.window = window
         self.fanout, self.leaf_size = int(fanout), int(leaf_size)
         self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
-        self._before = _NO_REF  # the expiry flag: items with smaller refs are expired
+        self._before = NO_REF  # the expiry flag: items with smaller refs are expired
         self._first_ref = self._last_ref = None
         self._n_ti = 0
         self._forest = None  # T_I's node arrays, reused from merge to merge
@@ -455,13 +446,9 @@ class PIMTreeIndex(WindowIndex):
         self.exact = layout == "wide"
         empty = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)
         self._ts_buf = self._spare = (empty, np.empty(0, dtype=np.int64))
-        # compact: T_S's grid (uint64 base, shift), the ref its items count from, and the
-        # largest ref merged into it (once below the expiry bound, no old item survives)
-        self._grid = np.array([0, 32], dtype=np.uint64)
-        self._ref_base = 0
-        self._ts_last_ref = _NO_REF
-        # compact: T_S's side run, the (key, ref)-sorted items a merge left out of its grid
-        self._side_keys, self._side_refs = np.empty(0), np.empty(0, dtype=np.int64)
+        # compact: T_S's grid, the ref its items count from, the largest ref merged into it,
+        # and its side run, the (key, ref)-sorted items a merge left out of its grid
+        self._coded = CodedLevel()
         self.merges = 0
         self.merge_seconds = 0.0
         self.last_partition_inserts = np.zeros(0, dtype=np.int64)
@@ -486,7 +473,7 @@ class PIMTreeIndex(WindowIndex):
         t0 = time.thread_time()
         self.last_partition_inserts = self._inserts
         ti_keys, ti_refs = chain_items(self._forest, 0, self._n_ti)
-        need = len(self._ts_keys) + len(self._side_keys) + self._n_ti
+        need = len(self._ts_keys) + len(self._coded.side_keys) + self._n_ti
         keys, refs = self._spare
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
             keys = np.empty(need + need // 4, dtype=keys.dtype)
@@ -503,64 +490,9 @@ class PIMTreeIndex(WindowIndex):
         self.merge_seconds += time.thread_time() - t0
 
     def _merge_compact(self, ti_keys: np.ndarray, ti_refs: np.ndarray, out: np.ndarray) -> int:
-        """Merge T_S's items, the side run and T_I into ``out`` (items) and a new side run.
-
-        The old items are re-gridded exactly (``grid_codes``); the side run and T_I, full keys,
-        are merged into one sorted run, whose keys within the chosen grid are coded into T_S
-        and the rest (far outliers, or keys that moved to another range while old items
-        coded coarsely for the new keys survive) stay wide in the side run."""
-        keys, refs = ti_keys, ti_refs
-        if len(self._side_keys):
-            keys, refs = merge_runs(self._side_keys, self._side_refs, keys, refs, self._before)
-        old = self._ts_keys
-        old_grid = (int(self._grid[0]), int(self._grid[1]))
-        survive = len(old) > 0 and self._ts_last_ref >= self._before
-        if not survive:
-            old = old[:0]
-        old_range = (
-            image_range(*old_grid, int(old[0] >> 32), int(old[-1] >> 32)) if survive else None
-        )
-        grid, takes = old_grid, False
-        if len(keys):
-            window = bulk_window(ti_keys)  # of the new keys only: the side run holds outliers
-            grid, takes = choose_grid(*window, old_grid if survive else None, old_range)
-        i0 = i1 = 0
-        if takes:  # the keys the grid codes unclamped go into T_S
-            i0, i1 = span_slice(keys, *(np.uint64(x) for x in grid_span(grid)))
-        new_keys, new_refs = keys[i0:i1], refs[i0:i1]
-        if i0 == 0 and i1 == len(keys):
-            self._side_keys, self._side_refs = keys[:0], refs[:0]
-        else:
-            self._side_keys = np.concatenate([keys[:i0], keys[i1:]])
-            self._side_refs = np.concatenate([refs[:i0], refs[i1:]])
-        # refs count from at most the oldest that T_S keeps: a side item joining T_S may be
-        # older than every old item
-        oldest = [self._ref_base] if survive else []
-        if len(new_refs):
-            oldest.append(int(new_refs.min()))
-        ref_base = max(self._before, min(oldest)) if oldest else 0
-        if not survive:
-            old_grid = grid
-        add, shift = regrid(old_grid, grid)
-        n = merge_grid_items_into(
-            old,
-            add,
-            shift,
-            np.uint64((self._ref_base - ref_base) % 2**64),
-            self._ref_base,
-            new_keys,
-            new_refs,
-            np.uint64(grid[0]),
-            np.uint64(grid[1]),
-            ref_base,
-            self._before,
-            out,
-        )
-        last = self._ts_last_ref if survive else _NO_REF
-        self._ts_last_ref = max(last, int(new_refs.max())) if len(new_refs) else last
-        self._grid = np.array(grid, dtype=np.uint64)
-        self._ref_base = ref_base
-        return n
+        """Merge T_S's items, the side run and T_I into ``out`` (items) and a new side run
+        (:class:`~streamjoin.indexes.coded_level.CodedLevel`)."""
+        return self._coded.merge(self._ts_keys, ti_keys, ti_refs, self._before, out)
 
     @property
     def partition_inserts(self) -> np.ndarray:
@@ -590,7 +522,7 @@ class PIMTreeIndex(WindowIndex):
         order = stable_key_order(keys[0], order)
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
         run_keys = np.ascontiguousarray(run_keys)
-        routes = route_items(run_keys, self._grid) if self.layout == "compact" else run_keys
+        routes = route_items(run_keys, self._coded.grid) if self.layout == "compact" else run_keys
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
         insert_partitioned(
             self._forest,
@@ -641,10 +573,10 @@ class PIMTreeIndex(WindowIndex):
             lo[0],
             hi[0],
             self._before,
-            self._grid,
-            self._ref_base,
-            self._side_keys,
-            self._side_refs,
+            self._coded.grid,
+            self._coded.ref_base,
+            self._coded.side_keys,
+            self._coded.side_refs,
         )
         return (pos, refs) if order is None else (order[pos], refs)
 
@@ -652,15 +584,15 @@ class PIMTreeIndex(WindowIndex):
         self._before = max(self._before, int(before_ref))
 
     def __len__(self) -> int:
-        return len(self._ts_keys) + len(self._side_keys) + self._n_ti
+        return len(self._ts_keys) + len(self._coded.side_keys) + self._n_ti
 
     @property
     def nbytes(self) -> int:
         arrays = (
             *self._ts_buf,
             *self._spare,
-            self._side_keys,
-            self._side_refs,
+            self._coded.side_keys,
+            self._coded.side_refs,
             self._inner,
             self._offsets,
             self._upper,
@@ -676,9 +608,9 @@ class PIMTreeIndex(WindowIndex):
         n = len(keys)
         if self.layout == "compact":
             assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "T_S sorted by key code"
-            refs = (keys & np.uint64(2**32 - 1)).astype(np.int64) + self._ref_base
-            assert not n or refs.max() <= self._ts_last_ref, "T_S's refs up to the last merged"
-            side_k, side_r = self._side_keys, self._side_refs
+            refs = (keys & np.uint64(2**32 - 1)).astype(np.int64) + self._coded.ref_base
+            assert not n or refs.max() <= self._coded.last_ref, "T_S's refs up to the last merged"
+            side_k, side_r = self._coded.side_keys, self._coded.side_refs
             assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
                 "the side run sorted by (key, ref)"
             )
@@ -706,7 +638,7 @@ class PIMTreeIndex(WindowIndex):
         ti_refs = []
         for p, items in enumerate(held):
             for key, ref in items:
-                route = key if routes is None else routes(np.array([key]), self._grid)[0]
+                route = key if routes is None else routes(np.array([key]), self._coded.grid)[0]
                 part = descend_css_tree(inner, offsets, self.css_fanout, route, depth)
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)
