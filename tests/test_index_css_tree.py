@@ -14,7 +14,13 @@ from streamjoin import indexes
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.sorted_runs import lower_bound
 
-OPTIONS = st.fixed_dictionaries({"fanout": st.integers(2, 5), "leaf_size": st.integers(1, 4)})
+OPTIONS = st.fixed_dictionaries(
+    {
+        "fanout": st.integers(2, 5),
+        "leaf_size": st.integers(1, 4),
+        "layout": st.sampled_from(["wide", "compact"]),
+    }
+)
 
 TestCSSTreeMachine = machine("css_tree", OPTIONS, exact_expiry=False).TestCase
 TestCSSTreeMachine.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
@@ -50,9 +56,10 @@ def test_build_depth_and_level_sizes(n, fanout, leaf_size):
     assert np.isfinite(inner).sum() == n_leaves  # one key per leaf, +inf elsewhere
 
 
+@pytest.mark.parametrize("layout", ["wide", "compact"])
 @pytest.mark.parametrize(("fanout", "leaf_size"), [(2, 1), (3, 2), (4, 3), (5, 1)])
-def test_random_actions_deep_trees(fanout, leaf_size):
-    index = indexes.get("css_tree")(1, fanout=fanout, leaf_size=leaf_size)
+def test_random_actions_deep_trees(fanout, leaf_size, layout):
+    index = indexes.get("css_tree")(1, fanout=fanout, leaf_size=leaf_size, layout=layout)
     random_actions(index, np.random.default_rng(fanout * 10 + leaf_size), steps=150, window=600)
 
 
@@ -69,10 +76,45 @@ def test_expiry_is_lazy_until_the_next_insert():
     assert len(index) == 5
 
 
-@pytest.mark.parametrize("options", [{"fanout": 1}, {"leaf_size": 0}])
-def test_rejects_degenerate_nodes(options):
-    with pytest.raises(ValueError, match="at least"):
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [({"fanout": 1}, "at least"), ({"leaf_size": 0}, "at least"), ({"layout": "tiny"}, "layout")],
+)
+def test_rejects_degenerate_nodes(options, match):
+    with pytest.raises(ValueError, match=match):
         indexes.get("css_tree")(1, **options)
+
+
+def test_compact_items_take_half_the_bytes_and_find_the_same_pairs():
+    """8-byte items against 16-byte ones, after a rebuild per batch over drifting keys (so
+    the grid is re-fitted from old codes), probed across the range and refined."""
+    rng = np.random.default_rng(5)
+    wide, compact = (indexes.get("css_tree")(1, layout=layout) for layout in ("wide", "compact"))
+    history = rng.normal(np.arange(10_000) // 500 * 50.0, 30.0)  # the key of each ref
+    for b in range(20):
+        refs = np.arange(b * 500, (b + 1) * 500)
+        for index in (wide, compact):
+            index.insert(history[refs][None, :], refs)
+            index.expire(b * 500 - 4000)
+    compact.check()
+    assert len(compact) == len(wide) == 5000  # expiry is lazy until the next insert
+    assert compact.nbytes < 0.55 * wide.nbytes, (compact.nbytes, wide.nbytes)
+    probes = np.linspace(-100, 1100, 97)
+    pos, refs = compact.probe(probes[None, :], np.array([-2.0]), np.array([3.0]))
+    d = history[refs] - probes[pos]
+    keep = (d >= -2.0) & (d <= 3.0)  # the join core's refinement on the stored keys
+    found = sorted(zip(pos[keep].tolist(), refs[keep].tolist(), strict=True))
+    assert found == probe_pairs(wide, probes, -2.0, 3.0)
+    assert len(found) > 100
+
+
+def test_a_compact_window_of_2_32_refs_is_refused_before_anything_changes():
+    index = indexes.get("css_tree")(1, layout="compact")
+    index.insert(np.array([[1.0, 2.0]]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="2\\*\\*32 refs"):
+        index.insert(np.array([[3.0]]), np.array([2**32]))
+    index.check()
+    assert len(index) == 2
 
 
 PREDICATES = [sj.band("x", 3), sj.equal("x"), sj.less("x")]
@@ -86,6 +128,7 @@ WINDOWS = [sj.CountWindow(40), sj.TimeWindow(4)]
 def test_join_matches_oracle(predicate, window, self_join, batch_size):
     data = sj.sources.synthetic(300, low=0, high=50, seed=batch_size, self_join=self_join)
     q = sj.Query(predicate, window=window, self_join=self_join)
-    topo = sj.topologies.single("css_tree", fanout=3, leaf_size=2)
+    layout = "compact" if batch_size == 3 else "wide"  # both layouts, every predicate and window
+    topo = sj.topologies.single("css_tree", fanout=3, leaf_size=2, layout=layout)
     res = sj.run(q, data, topo, batch_size=batch_size)
     assert res.same_pairs(sj.oracle.join(q, data))

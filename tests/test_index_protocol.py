@@ -25,6 +25,7 @@ OTHER_LAYOUT = {
     "rap_table": {"subwindow_size": 16, "partitions": 4, "layout": "compact"},
     "pim_tree": {"layout": "compact", "css_leaf_size": 2, "css_fanout": 3},
     "im_tree": {"layout": "compact"},
+    "css_tree": {"layout": "compact", "fanout": 3, "leaf_size": 2},
     "chained": {"layout": "compact", "subindex_size": 16, "css_fanout": 3, "css_leaf_size": 2},
 }
 

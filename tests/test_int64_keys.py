@@ -114,7 +114,7 @@ def test_compact_layouts_are_exact_on_wide_keys():
     query = sj.Query(sj.band("x", 40), sj.TimeWindow(120))
     expected = sj.oracle.join(query, data)
     small = {"chained": {"subindex_size": 32}}  # archived (compact) subindexes in 600 rows
-    for name in ("pim_tree", "im_tree", "bisort", "rap_table", "chained"):
+    for name in ("pim_tree", "im_tree", "bisort", "rap_table", "chained", "css_tree"):
         options = {"layout": "compact", **small.get(name, {})}
         topo = sj.topologies.single(name, index_options=options)
         assert sj.run(query, data, topo).same_pairs(expected), name

@@ -22,7 +22,9 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.grid_codes import bounds_on, scan_on
+from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import stable_key_order
 from streamjoin.indexes.sorted_runs import largest, lower_bound, merge_runs
 
@@ -148,8 +150,8 @@ class CSSTreeIndex(WindowIndex):
 
     Complexity: ``insert`` of b items O(n + b log b) (merge, then Alg. 3);
     ``probe`` O(m · (depth · log(fanout) + log(leaf_size)) + items scanned) with
-    depth ≈ log_fanout(n / leaf_size); ``expire`` O(1). Memory: 16 bytes per item plus about
-    ``8 / leaf_size`` bytes per item of inner keys.
+    depth ≈ log_fanout(n / leaf_size); ``expire`` O(1). Memory: 16 bytes per item (8
+    compact) plus about ``8 / leaf_size`` bytes per item of inner keys.
 
     Parameters
     ----------
@@ -159,72 +161,145 @@ class CSSTreeIndex(WindowIndex):
         Children per inner node, >= 2 (``fanout - 1`` keys; default 65: 64 keys, 512 bytes).
     leaf_size : int
         Items per leaf, >= 1.
+    layout : {"wide", "compact"}
+        The items: ``"wide"`` (default) a float64 key beside an int64 ref, exact probes;
+        ``"compact"`` one uint64 each, a 32-bit code of the key on a grid that every merge
+        re-fits exactly from the old codes, above the ref's offset
+        (:class:`~streamjoin.indexes.coded_level.CodedLevel`, as PIM-Tree's compact T_S).
+        About half the memory; probes return a superset that the caller refines on the full
+        keys (``exact`` is False), and keys the grid does not cover wait whole in a small
+        side run, probed exactly. A window must span fewer than 2**32 refs.
     """
 
     name = "css_tree"
     takes_order = True
 
-    def __init__(self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32) -> None:
+    def __init__(
+        self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32, layout: str = "wide"
+    ) -> None:
         super().__init__(n_keys)
         if fanout < 2:
             raise ValueError(f"css_tree fanout must be at least 2, got {fanout}")
         if leaf_size < 1:
             raise ValueError(f"css_tree leaf_size must be at least 1, got {leaf_size}")
+        if layout not in ("wide", "compact"):
+            raise ValueError(f"css_tree layout must be 'wide' or 'compact', got {layout!r}")
         self.fanout = int(fanout)
         self.leaf_size = int(leaf_size)
-        self._keys = np.empty(0, dtype=np.float64)
+        self.layout = layout
+        self.exact = layout == "wide"
+        self._keys = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)
         self._refs = np.empty(0, dtype=np.int64)
-        self._before_ref = np.iinfo(np.int64).min
+        self._before_ref = NO_REF
+        self._first_ref = None
+        self._coded = CodedLevel()  # compact: the grid, the ref base and the side run
         self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
+        self._side_tree = build_css_tree(self._coded.side_keys, self.fanout, self.leaf_size)
 
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
+        if self.layout == "compact":
+            first = int(refs[0]) if self._first_ref is None else self._first_ref
+            if int(refs.max()) - max(first, self._before_ref) >= REF_SPAN:
+                raise ValueError(
+                    "css_tree layout='compact': the window spans 2**32 refs or more; "
+                    "use layout='wide'"
+                )
+        if self._first_ref is None:
+            self._first_ref = int(refs[0])
         # a stable sort keeps equal keys in ref order: the batch becomes a (key, ref)-sorted run
         order = stable_key_order(keys[0], order)
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
-        self._keys, self._refs = merge_runs(
-            self._keys, self._refs, np.ascontiguousarray(run_keys), run_refs, self._before_ref
-        )
+        run_keys = np.ascontiguousarray(run_keys)
+        if self.layout == "compact":
+            coded = self._coded
+            out = np.empty(len(self._keys) + len(coded.side_keys) + len(run_keys), np.uint64)
+            n = coded.merge(self._keys, run_keys, run_refs, self._before_ref, out)
+            self._keys = out[:n]
+            side = coded.side_keys
+            self._side_tree = build_css_tree(side, self.fanout, self.leaf_size)
+        else:
+            self._keys, self._refs = merge_runs(
+                self._keys, self._refs, run_keys, run_refs, self._before_ref
+            )
         self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
 
     def probe(self, keys, lo, hi):
-        return search_css_tree(
+        probe_keys = np.ascontiguousarray(keys[0])
+        coded = self._coded
+        grid, ref_base = (
+            (coded.grid, coded.ref_base) if self.layout == "compact" else (WIDE_GRID, 0)
+        )
+        found = search_css_tree(
             self._keys,
             self._refs,
             self._inner,
             self._offsets,
             self.fanout,
             self.leaf_size,
-            np.ascontiguousarray(keys[0]),
+            probe_keys,
+            lo[0],
+            hi[0],
+            self._before_ref,
+            grid,
+            ref_base,
+        )
+        if not len(coded.side_keys):
+            return found
+        side = search_css_tree(  # the keys the grid left out, whole: tested exactly
+            coded.side_keys,
+            coded.side_refs,
+            *self._side_tree,
+            self.fanout,
+            self.leaf_size,
+            probe_keys,
             lo[0],
             hi[0],
             self._before_ref,
             WIDE_GRID,
             0,
         )
+        return np.concatenate([found[0], side[0]]), np.concatenate([found[1], side[1]])
 
     def expire(self, before_ref: int) -> None:
         self._before_ref = max(self._before_ref, int(before_ref))
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._keys) + len(self._coded.side_keys)
 
     @property
     def nbytes(self) -> int:
-        return self._keys.nbytes + self._refs.nbytes + self._inner.nbytes + self._offsets.nbytes
+        arrays = (self._keys, self._refs, self._inner, self._offsets, *self._side_tree)
+        return sum(a.nbytes for a in arrays) + self._coded.nbytes
 
     def check(self) -> None:
         keys, refs, inner, offsets = self._keys, self._refs, self._inner, self._offsets
         f, size, n = self.fanout, self.leaf_size, len(keys)
-        assert keys.dtype == np.float64 and refs.dtype == np.int64 and refs.shape == (n,)
-        assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "items sorted by (key, ref)"
+        if self.layout == "compact":
+            coded = self._coded
+            assert keys.dtype == np.uint64 and len(refs) == 0
+            assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "items sorted by key code"
+            refs = coded.item_refs(keys)
+            assert not n or refs.max() <= coded.last_ref, "refs up to the last merged"
+            side_k, side_r = coded.side_keys, coded.side_refs
+            assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
+                "the side run sorted by (key, ref)"
+            )
+            assert not len(np.intersect1d(refs, side_r)), "an item in the tree or the side run"
+            assert len(np.unique(side_r)) == len(side_r), "side refs are unique"
+        else:
+            assert keys.dtype == np.float64 and refs.dtype == np.int64 and refs.shape == (n,)
+            assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), (
+                "items sorted by (key, ref)"
+            )
         assert len(np.unique(refs)) == n, "refs are unique"
         n_leaves = -(-n // size)
         depth = len(offsets) - 1
         assert offsets[0] == 0 and len(inner) == offsets[-1]
         assert f**depth > n_leaves and (depth == 0 or f ** (depth - 1) <= n_leaves), "minimal depth"
         leaf_max = keys[np.minimum(np.arange(1, n_leaves + 1) * size, n) - 1]
+        top = np.iinfo(np.uint64).max if keys.dtype == np.uint64 else np.inf
         for k in range(depth):
             h = depth - k
             n_nodes = n_leaves // f**h + 1
@@ -233,5 +308,5 @@ class CSSTreeIndex(WindowIndex):
             # slot j of node i separates its children j and j + 1: the largest key of the last
             # leaf under child j
             leaf = node * f**h + (j + 1) * f ** (h - 1) - 1
-            want = np.where(leaf < n_leaves, leaf_max[np.minimum(leaf, n_leaves - 1)], np.inf)
+            want = np.where(leaf < n_leaves, leaf_max[np.minimum(leaf, n_leaves - 1)], top)
             assert np.array_equal(inner[offsets[k] : offsets[k + 1]], want), f"level {k} keys"
