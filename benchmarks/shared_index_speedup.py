@@ -19,8 +19,10 @@ time outside the kernels at W = 2^20. Then TIMED_TUPLES (default one window) are
 timed; prints one line ``config window tuples seconds tuples/s outside_kernel_fraction pairs
 cpu/wall kernel_s_per_thread faults``: the fraction is the step time outside the task kernels
 (store appends, index staging, merges, expiry, Python); ``faults`` the minor page faults of
-the timed phase per 1,000 tuples (near 0 in a steady state). Run the configurations side by
-side (A B A B) and quote ratios with the load.
+the timed phase per 1,000 tuples (near 0 in a steady state); ``steal`` the share of the
+machine's processor time its host took during the timed phase (a virtual machine's; a run with
+a few percent of steal is not comparable with a quiet one). Run the configurations side by side
+(A B A B) and quote ratios with the load.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import streamjoin.actors.shared_index as si
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.batch import validate
+from streamjoin.roofline import cpu_times, steal_share
 
 config = sys.argv[1]
 if config == "ceiling":
@@ -89,6 +92,7 @@ kernel_spans.clear()
 pairs = tuples = 0
 outside = 0.0
 faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+ticks_start = cpu_times()
 t_start, cpu_start = time.perf_counter(), time.process_time()
 for batch in batches[k:]:
     t0 = time.perf_counter()
@@ -103,12 +107,13 @@ for batch in batches[k:]:
 elapsed = time.perf_counter() - t_start
 cpu = time.process_time() - cpu_start
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start
+stolen = steal_share(ticks_start, cpu_times())
 busy = [round(sum(e - s for k, s, e in kernel_spans if k == t), 3) for t in range(4)]
 frac = outside / elapsed if config.startswith("shared") else float("nan")
 print(
     f"{config} 2^{log2w} {tuples} {elapsed:.3f} {tuples / elapsed:.0f} {frac:.3f} {pairs} "
     f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy} "
-    f"faults={1000 * faults / tuples:.2f}"
+    f"faults={1000 * faults / tuples:.2f} steal={stolen:.1%}"
 )
 if isinstance(core, JoinCore):  # the window indexes' memory per item they hold
     held = [p.index for p in core.parts.values()]

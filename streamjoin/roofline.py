@@ -155,6 +155,30 @@ def two_thread_speedup(
     return float(np.median(ratios))
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """``(stolen, total)`` processor time of this machine so far, in clock ticks summed over
+    its processors (``/proc/stat``; None where there is none). Stolen time is what the host of
+    a virtual machine ran elsewhere while this one had work: take the difference over a timed
+    phase (:func:`steal_share`) to tell a slow figure from a slow moment."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float:
+    """The share of processor time stolen by the host between two :func:`cpu_times` (NaN
+    where they are unknown)."""
+    if start is None or end is None or end[1] <= start[1]:
+        return float("nan")
+    return (end[0] - start[0]) / (end[1] - start[1])
+
+
 @dataclass(frozen=True)
 class Roofline:
     """A machine's memory bounds. ``bandwidth_gbs``: one thread's copy bandwidth (GB/s, read

@@ -8,8 +8,10 @@ import pytest
 from streamjoin.roofline import (
     Roofline,
     copy_bandwidth,
+    cpu_times,
     dependent_load_ns,
     random_cycle,
+    steal_share,
     two_thread_speedup,
 )
 
@@ -57,3 +59,12 @@ def test_the_two_thread_speedup_is_a_positive_ratio(kind):
     assert math.isfinite(ratio) and 0 < ratio < 3  # 2.0 on two free cores; noise above it
     with pytest.raises(ValueError, match="'chase' or 'arith'"):
         two_thread_speedup("sleep")
+
+
+def test_steal_share_is_a_share_of_the_ticks_between_two_readings():
+    assert steal_share((10, 1000), (30, 1400)) == pytest.approx(0.05)
+    assert math.isnan(steal_share(None, (1, 2))) and math.isnan(steal_share((5, 9), (5, 9)))
+    now = cpu_times()
+    if now is not None:  # Linux: ticks only grow, and steal is part of them
+        later = cpu_times()
+        assert 0 <= now[0] <= now[1] and later[1] >= now[1] and later[0] >= now[0]
