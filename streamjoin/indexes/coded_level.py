@@ -115,9 +115,21 @@ class CodedLevel:
         self.ref_base = ref_base
         return n
 
-    def item_refs(self, items: np.ndarray) -> np.ndarray:
-        """The refs of ``items`` (int64)."""
-        return (items & np.uint64(2**32 - 1)).astype(np.int64) + self.ref_base
+    def check(self, items: np.ndarray) -> np.ndarray:
+        """Assert the invariants of the level whose items are ``items``: sorted by key code,
+        refs up to the last merged, the side run sorted by ``(key, ref)`` and disjoint from
+        the items. Returns the refs the level holds, items' then the side run's (int64)."""
+        assert items.dtype == np.uint64 and np.all(items[1:] >> 32 >= items[:-1] >> 32), (
+            "items sorted by key code"
+        )
+        refs = (items & np.uint64(2**32 - 1)).astype(np.int64) + self.ref_base
+        assert not len(refs) or refs.max() <= self.last_ref, "refs up to the last merged"
+        side_k, side_r = self.side_keys, self.side_refs
+        assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
+            "the side run sorted by (key, ref)"
+        )
+        assert not len(np.intersect1d(refs, side_r)), "an item in the level or the side run"
+        return np.concatenate([refs, side_r])
 
     @property
     def nbytes(self) -> int:

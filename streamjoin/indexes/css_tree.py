@@ -277,23 +277,14 @@ class CSSTreeIndex(WindowIndex):
         keys, refs, inner, offsets = self._keys, self._refs, self._inner, self._offsets
         f, size, n = self.fanout, self.leaf_size, len(keys)
         if self.layout == "compact":
-            coded = self._coded
-            assert keys.dtype == np.uint64 and len(refs) == 0
-            assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "items sorted by key code"
-            refs = coded.item_refs(keys)
-            assert not n or refs.max() <= coded.last_ref, "refs up to the last merged"
-            side_k, side_r = coded.side_keys, coded.side_refs
-            assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
-                "the side run sorted by (key, ref)"
-            )
-            assert not len(np.intersect1d(refs, side_r)), "an item in the tree or the side run"
-            assert len(np.unique(side_r)) == len(side_r), "side refs are unique"
+            assert len(refs) == 0, "compact items hold their refs"
+            refs = self._coded.check(keys)  # the side run's included
         else:
             assert keys.dtype == np.float64 and refs.dtype == np.int64 and refs.shape == (n,)
             assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), (
                 "items sorted by (key, ref)"
             )
-        assert len(np.unique(refs)) == n, "refs are unique"
+        assert len(np.unique(refs)) == len(refs), "refs are unique"
         n_leaves = -(-n // size)
         depth = len(offsets) - 1
         assert offsets[0] == 0 and len(inner) == offsets[-1]

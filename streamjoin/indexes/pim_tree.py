@@ -607,15 +607,7 @@ class PIMTreeIndex(WindowIndex):
         keys, refs = self._ts_keys, self._ts_refs
         n = len(keys)
         if self.layout == "compact":
-            assert np.all(keys[1:] >> 32 >= keys[:-1] >> 32), "T_S sorted by key code"
-            refs = (keys & np.uint64(2**32 - 1)).astype(np.int64) + self._coded.ref_base
-            assert not n or refs.max() <= self._coded.last_ref, "T_S's refs up to the last merged"
-            side_k, side_r = self._coded.side_keys, self._coded.side_refs
-            assert np.array_equal(np.lexsort((side_r, side_k)), np.arange(len(side_k))), (
-                "the side run sorted by (key, ref)"
-            )
-            assert not len(np.intersect1d(refs, side_r)), "an item in T_S or the side run"
-            refs = np.concatenate([refs, side_r])  # what T_S holds, for the checks below
+            refs = self._coded.check(keys)  # what T_S holds, side run included
             routes = route_items
         else:
             assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by key"
