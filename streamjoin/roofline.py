@@ -24,8 +24,8 @@ A parallel join is bounded by a third number: **the machine's two-thread speed-u
 (:func:`two_thread_speedup`), what two threads doing independent work at once deliver
 against one thread alone. On a dedicated 2-core machine it is 2; on a VM whose virtual cores
 share a physical core or a busy host it is less, and it varies from minute to minute (on the
-2-core Xeon VM of 2026-11-27, 1.1–1.9 for the same kernels, with up to 14% of its time
-stolen by the host). Report a parallel join's speed-up beside it, measured in the same run.
+2-core Xeon VM of 2026-11-27, 0.9–2.0 for dependent misses and 1.6–2.1 for arithmetic, with up
+to 14% of its time stolen by the host). Report a parallel join's speed-up beside it, measured in the same run.
 """
 
 from __future__ import annotations

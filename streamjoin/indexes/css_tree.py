@@ -217,8 +217,7 @@ class CSSTreeIndex(WindowIndex):
             out = np.empty(len(self._keys) + len(coded.side_keys) + len(run_keys), np.uint64)
             n = coded.merge(self._keys, run_keys, run_refs, self._before_ref, out)
             self._keys = out[:n]
-            side = coded.side_keys
-            self._side_tree = build_css_tree(side, self.fanout, self.leaf_size)
+            self._side_tree = build_css_tree(coded.side_keys, self.fanout, self.leaf_size)
         else:
             self._keys, self._refs = merge_runs(
                 self._keys, self._refs, run_keys, run_refs, self._before_ref
