@@ -1,4 +1,5 @@
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -26,3 +27,49 @@ def ray_session():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+#: Files whose every test starts Ray or Spark, or times an exchange over sockets.
+_SERVICE_FILES = {
+    "test_ray_failures.py",
+    "test_ray_coalescing.py",
+    "test_channel_security.py",
+    "test_spark_bridge.py",
+    "test_spark_any_dataframe.py",
+    "test_cli_bad_input.py",
+    "test_cli_and_result.py",
+}
+#: A test (or a parameter) named after Ray runs on it.
+_NAMES_RAY = re.compile(r"(^|[_\[-])ray([_\]-]|$)")
+
+
+def _starts_services(nodeid: str) -> bool:
+    """Whether the test ``nodeid`` starts Ray or Spark (by its file or its name)."""
+    path, _, name = nodeid.partition("::")
+    return os.path.basename(path) in _SERVICE_FILES or bool(_NAMES_RAY.search(name))
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that takes the ``ray_session`` or ``spark`` fixture must be known by its file
+    or name to start services (the scheduler below sees node ids only)."""
+    for item in items:
+        if {"ray_session", "spark"} & set(item.fixturenames) and not _starts_services(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} starts Ray or Spark: name it after ray or add its file to "
+                "tests/conftest.py's _SERVICE_FILES"
+            )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """The default run has two workers (``-n``, pytest-xdist): one takes every test that starts
+    Ray or Spark, in order, so two Ray clusters or two JVMs never share this machine's two
+    cores and the session-scoped ``ray_session`` and ``spark`` start once; the rest are
+    spread over both. (xdist's own ``--dist loadgroup`` would do this from marks, but it
+    does not group under pytest 9.2.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServicesOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "services" if _starts_services(nodeid) else nodeid
+
+    return ServicesOnOneWorker(config, log)

@@ -60,7 +60,20 @@ def _run_failing(layout: str, tmp_path, fault: str, at: str, after: int, n: int 
     return caught.value, ended - marker.stat().st_mtime, node
 
 
-@pytest.mark.parametrize("layout", ["single", "grid_chain", "handshake", "panjoin"])
+#: one layout by default; the others (and every layout, under ``-m slow``, in
+#: test_every_failure_ends_with_the_named_error_or_the_exact_answer) on request
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "grid_chain",
+        pytest.param("single", marks=_SLOW),
+        pytest.param("handshake", marks=_SLOW),
+        pytest.param("panjoin", marks=_SLOW),
+    ],
+)
 def test_an_exception_mid_run_with_full_buffers_names_the_actor_within_seconds(
     ray_session, tmp_path, layout
 ):
@@ -99,8 +112,8 @@ def _exact_after_kill(layout: str, tmp_path, at: str, after: int, n: int, batch:
     ("layout", "at", "after"),
     [
         ("grid_chain", "probe", 2000),
-        ("split2", "probe", 0),
-        ("grid_direct", "eof", 0),
+        pytest.param("split2", "probe", 0, marks=_SLOW),
+        pytest.param("grid_direct", "eof", 0, marks=_SLOW),
     ],
 )
 def test_a_killed_join_core_is_rebuilt_and_the_answer_is_exact(
