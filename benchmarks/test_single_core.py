@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import streamjoin as sj
+from streamjoin.indexes import traffic
+from streamjoin.roofline import Roofline
 
 N = 200_000
 
@@ -47,12 +49,29 @@ def test_nested_loop_handshake_two_bands(benchmark):
     benchmark.extra_info["comparisons_per_s"] = N * 4096 / benchmark.stats.stats.mean
 
 
+@pytest.fixture(scope="module")
+def roofline():
+    """This machine's copy bandwidth and dependent-miss latency, measured in this process."""
+    return Roofline.measure()
+
+
 @pytest.mark.parametrize("window", [4096, 2**16, 2**20])
-def test_hash_equi(benchmark, window):
+def test_hash_equi(benchmark, window, roofline):
     data = sj.sources.synthetic(N, low=0, high=window // 2, seed=1)  # about 2 matches per probe
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(window))
     result = _throughput(benchmark, q, data, "hash", 1024)
     assert result.count > 0
+    # the whole join against the hash table's own traffic (indexes.traffic.hash_table) at the
+    # items a stream's table holds here (the largest window never fills with N tuples)
+    held = min(window, N // 2)
+    model = traffic.hash_table(held, match_rate=result.count / N)
+    per_s = benchmark.extra_info["input_tuples_per_s"]
+    benchmark.extra_info["roofline"] = str(roofline)
+    benchmark.extra_info["model_bytes_per_tuple"] = model["total_bytes"]
+    benchmark.extra_info["roofline_fraction"] = roofline.fraction(per_s, model["total_bytes"])
+    benchmark.extra_info["dependent_multiple"] = roofline.fraction(
+        per_s, misses_per_tuple=model["cold_lines"]
+    )
 
 
 def test_nested_loop_matches_oracle_on_benchmark_shape():

@@ -15,8 +15,9 @@ with would flatter it. Throughput = streamed tuples
 (each probed and inserted) per second; ``extra_info`` splits the time into probing and
 inserting.
 
-Against the limit: for ``bisort`` the run also reports the bytes its kernels must move per
-tuple (:func:`streamjoin.indexes.bisort.stream_bytes`, a model written from the code) and the
+Against the limit: for ``bisort`` and ``rap_table`` the run also reports the bytes their
+kernels must move per tuple (:func:`streamjoin.indexes.bisort.stream_bytes`,
+:func:`streamjoin.indexes.traffic.rap_table`, models written from the code) and the
 throughput as a fraction of what this machine's copy bandwidth allows for them
 (:class:`streamjoin.roofline.Roofline`, measured in the same process): whole, insert alone and
 probe alone (``extra_info``).
@@ -46,6 +47,7 @@ import numpy as np
 import pytest
 from numba import njit
 
+from streamjoin.indexes import traffic
 from streamjoin.indexes.base import in_band
 from streamjoin.indexes.bisort import BISortIndex, stream_bytes
 from streamjoin.indexes.key_order import stable_key_order
@@ -242,6 +244,23 @@ INDEXES = {
 }
 
 
+def _bytes_per_tuple(name: str, index, batch: int) -> dict[str, float] | None:
+    """``{"insert", "probe", "total"}`` bytes per tuple by the index's model
+    (:func:`streamjoin.indexes.bisort.stream_bytes`, :func:`streamjoin.indexes.traffic.rap_table`);
+    None for the baseline."""
+    layout = index._subwindows[-1].layout if hasattr(index, "_subwindows") else None
+    if name.startswith("bisort"):
+        buffer = index._subwindows[-1].buffer_size
+        return stream_bytes(N_SUB, buffer, N_SUB // 128, batch, WINDOW, layout)
+    if name.startswith("rap_table"):
+        m = traffic.rap_table(
+            WINDOW, batch, subwindow_size=N_SUB, partitions=N_SUB // 128, layout=layout
+        )
+        insert = m["insert_bytes"] + m["upkeep_bytes"]
+        return {"insert": insert, "probe": m["probe_bytes"], "total": m["total_bytes"]}
+    return None
+
+
 @pytest.fixture(scope="session")
 def roofline():
     """This machine's copy bandwidth and dependent-miss latency, measured in this process."""
@@ -267,13 +286,10 @@ def test_insert_probe_throughput(benchmark, index, batch, roofline):
     benchmark.extra_info["probe_tuples_per_s"] = total / stream.times["probe"]
     benchmark.extra_info["insert_tuples_per_s"] = total / stream.times["insert"]
     benchmark.extra_info["matches_per_probe"] = stream.matches / total
-    if index.startswith("bisort"):
-        # the bytes BI-Sort's kernels must move per tuple (bisort.stream_bytes) against this
-        # machine's copy bandwidth: the share of the memory roofline reached, whole and by phase
-        ix = stream.index
-        layout = ix._subwindows[-1].layout
-        buffer = ix._subwindows[-1].buffer_size
-        model = stream_bytes(N_SUB, buffer, N_SUB // 128, batch, WINDOW, layout)
+    model = _bytes_per_tuple(index, stream.index, batch)
+    if model is not None:
+        # the bytes the index's kernels must move per tuple against this machine's copy
+        # bandwidth: the share of the memory roofline reached, whole and by phase
         info = benchmark.extra_info
         info["roofline"] = str(roofline)
         info["model_bytes_per_tuple"] = model

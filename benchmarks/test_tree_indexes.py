@@ -15,10 +15,11 @@ join core's busy time) and ``test_index_alone`` replays the index's share of it 
 (one stream's index at W items: per batch, probe 512 keys, insert 512, expire 512;
 ``extra_info``: ns per tuple for probe and insert + expire, bytes per item). The difference
 between the two is the join core's own work (candidate filtering, the in-batch join, the
-tuple store). ``pim_compact`` is PIM-Tree with T_S in 8-byte items (``layout="compact"``).
-For the IM-/PIM-Trees the index alone is also reported against this machine's memory roofline,
-measured in the same process (:class:`streamjoin.roofline.Roofline`), with the bytes and cold
-lines per tuple of :func:`streamjoin.indexes.pim_tree.memory_traffic`: as a fraction of the
+tuple store). ``pim_compact`` is PIM-Tree with T_S in 8-byte items (``layout="compact"``);
+``css_tree`` is the CSS-tree alone, rebuilt at every insert (``css_compact``: 8-byte items).
+Every index alone is also reported against this machine's memory roofline, measured in the
+same process (:class:`streamjoin.roofline.Roofline`), with the bytes and cold lines per tuple
+of its model in :mod:`streamjoin.indexes.traffic`: as a fraction of the
 copy-bandwidth bound, and as a multiple of the bound a fully dependent walk of the cold lines
 would have (above 1: the misses overlap). ``test_summary`` prints both tables with the ratios
 to ``bplus_tree``.
@@ -31,7 +32,7 @@ import pytest
 
 import streamjoin as sj
 from streamjoin import indexes
-from streamjoin.indexes.pim_tree import memory_traffic
+from streamjoin.indexes.traffic import memory_traffic
 from streamjoin.roofline import Roofline
 
 W = 2**20
@@ -47,6 +48,8 @@ CONFIGS = {
         "pim_tree",
         {"merge_ratio": 1 / 8, "window": W, "insertion_depth": 1, "layout": "compact"},
     ),
+    "css_tree": ("css_tree", {}),
+    "css_compact": ("css_tree", {"layout": "compact"}),
 }
 JOIN: dict[str, dict] = {}
 ALONE: dict[str, dict] = {}
@@ -126,15 +129,13 @@ def test_index_alone(benchmark, workload, roofline, config):
         "insert_expire_ns_per_tuple": update_s / (steps * half) * 1e9,
         "bytes_per_item": index.nbytes / W,
     }
-    if name in ("im_tree", "pim_tree"):
-        traffic = memory_traffic(W, options["merge_ratio"], options.get("layout", "wide"))
-        per_s = 1e9 / (info["probe_ns_per_tuple"] + info["insert_expire_ns_per_tuple"])
-        info["roofline"] = str(roofline)
-        info["bytes_per_tuple"] = traffic["total_bytes"]
-        info["bandwidth_fraction"] = roofline.fraction(per_s, traffic["total_bytes"])
-        info["dependent_multiple"] = roofline.fraction(
-            per_s, misses_per_tuple=traffic["cold_lines"]
-        )
+    traffic = memory_traffic(name, W, insert_batch=half, **options)
+    per_s = 1e9 / (info["probe_ns_per_tuple"] + info["insert_expire_ns_per_tuple"])
+    info["roofline"] = str(roofline)
+    info["bytes_per_tuple"] = traffic["total_bytes"]
+    info["cold_lines_per_tuple"] = traffic["cold_lines"]
+    info["bandwidth_fraction"] = roofline.fraction(per_s, traffic["total_bytes"])
+    info["dependent_multiple"] = roofline.fraction(per_s, misses_per_tuple=traffic["cold_lines"])
     benchmark.extra_info.update(info)
     ALONE[config] = info
 
@@ -154,6 +155,7 @@ def test_summary():
         "index ns",
         "B/item",
         "x bplus",
+        "B/tuple",
         "x copy",
         "x dep.",
     )
@@ -170,14 +172,15 @@ def test_summary():
             f"{index_ns:.0f}",
             f"{a['bytes_per_item']:.1f}",
             f"{a['bytes_per_item'] / base_alone['bytes_per_item']:.2f}",
-            f"{a['bandwidth_fraction']:.2f}" if "roofline" in a else "-",
-            f"{a['dependent_multiple']:.1f}" if "roofline" in a else "-",
+            f"{a['bytes_per_tuple']:.0f}",
+            f"{a['bandwidth_fraction']:.2f}",
+            f"{a['dependent_multiple']:.1f}",
         )
         print(f"{config:12s}" + "".join(f"{c:>11s}" for c in cells))
-    roof = next((a["roofline"] for a in ALONE.values() if "roofline" in a), None)
+    roof = next((a["roofline"] for a in ALONE.values()), None)
     if roof:
         print(
             f"roofline: {roof}; x copy: the index alone as a fraction of the copy-bandwidth "
-            "bound for its bytes per tuple (pim_tree.memory_traffic); x dep.: as a multiple "
-            "of a fully dependent walk of its cold lines"
+            "bound for the bytes its model moves per tuple (B/tuple, indexes.traffic); "
+            "x dep.: as a multiple of a fully dependent walk of its cold lines"
         )

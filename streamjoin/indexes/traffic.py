@@ -1,0 +1,226 @@
+"""Memory-traffic models of the window indexes, written from their kernels (issue 19).
+
+Each model says what one tuple costs an index in memory traffic in the steady state of one
+stream's share of a join: the index holds ``window`` items, and each tuple probes it once, is
+inserted once (in batches of ``insert_batch``) and expires once. Divided into this machine's
+copy bandwidth, or multiplied by its dependent-miss latency
+(:class:`streamjoin.roofline.Roofline`), a model bounds the index's throughput, and a measured
+figure can be reported as a fraction of that bound.
+
+The conventions are :func:`streamjoin.indexes.pim_tree.memory_traffic`'s:
+
+- a cache line is 64 bytes, and every line an operation touches is counted whole, once for
+  reading and once more if it is written (a dirty line goes back to memory);
+- inner nodes of a tree are taken as cached (a few bytes per leaf), leaves as cold: the keys
+  are spread over the window, so consecutive probes and inserts meet different leaves;
+- ``cold_lines`` counts the lines a tuple waits for one after another if nothing overlaps: the
+  leaf lines of each search and the chain links of a hash probe.
+
+Every model returns ``{"probe_bytes", "insert_bytes", "upkeep_bytes", "total_bytes",
+"cold_lines"}`` per tuple; ``upkeep`` is what keeping the window costs besides placing the new
+item: expiry, merges, rebuilds, archiving. Splits and merges of a mutable tree's nodes and the
+pairs written out are not counted (a few bytes a tuple at a match rate of 2).
+
+:func:`memory_traffic` picks the model of an index by its registry name; PIM-Tree's and
+IM-Tree's is :func:`~streamjoin.indexes.pim_tree.memory_traffic`, BI-Sort's (by the batch, for
+its subwindows) :func:`~streamjoin.indexes.bisort.stream_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+
+LINE = 64
+#: A mutable B+-tree's nodes under random inserts and deletes are about ln 2 full.
+BTREE_FILL = 0.7
+
+
+def lines(nbytes: float) -> int:
+    """Cache lines that ``nbytes`` contiguous bytes span (at least one for any)."""
+    return max(1, math.ceil(nbytes / LINE)) if nbytes > 0 else 0
+
+
+def search_lines(n_items: float, item_bytes: int = 8) -> int:
+    """Lines a binary search over a cold sorted run of ``n_items`` touches: one per halving
+    while the range spans more than a line, then the last line."""
+    run = lines(n_items * item_bytes)
+    return 0 if run == 0 else min(run, 1 + math.ceil(math.log2(run)))
+
+
+def _result(probe: float, insert: float, upkeep: float, cold: float) -> dict[str, float]:
+    return {
+        "probe_bytes": float(probe),
+        "insert_bytes": float(insert),
+        "upkeep_bytes": float(upkeep),
+        "total_bytes": float(probe + insert + upkeep),
+        "cold_lines": float(cold),
+    }
+
+
+def _bplus_leaf(leaf_size: int) -> tuple[int, int, int]:
+    """``(search, moved, probe)`` lines of one B+-tree leaf visit: the search of its keys, the
+    lines of keys and refs a one-slot shift moves (half the items on average), and a probe's
+    lines (the search and a line of refs at the matches)."""
+    items = BTREE_FILL * leaf_size
+    search = search_lines(items)
+    moved = 2 * lines(items / 2 * 8)
+    return search, moved, search + 1
+
+
+def bplus_tree(window: int, fanout: int = 32, leaf_size: int = 64, **_) -> dict[str, float]:
+    """:mod:`~streamjoin.indexes.bplus_tree`: a probe descends to a leaf
+    (:func:`~streamjoin.indexes.bplus_tree.probe_tree`); an insert descends, searches the leaf
+    and shifts the items above its place one slot (read and written); an expiry does the same
+    to delete the item (:func:`~streamjoin.indexes.bplus_tree.delete_items`), and the
+    insertion log writes then reads the item's key and ref (16 bytes each way)."""
+    search, moved, probe = _bplus_leaf(leaf_size)
+    update = (search + 2 * moved) * LINE  # the shifted lines are read and written
+    return _result(probe * LINE, update + 16, update + 16, probe + 2 * search)
+
+
+def css_tree(
+    window: int,
+    insert_batch: int = 512,
+    fanout: int = 65,
+    leaf_size: int = 32,
+    layout: str = "wide",
+    **_,
+) -> dict[str, float]:
+    """:mod:`~streamjoin.indexes.css_tree`: a probe searches one leaf (its keys, or compact
+    items, and a line of refs beside wide keys); every insert merges its sorted batch into the
+    whole leaf level (:func:`~streamjoin.indexes.sorted_runs.merge_runs`, or
+    :meth:`~streamjoin.indexes.coded_level.CodedLevel.merge` compact), reading the old level
+    and writing the new one (``window + insert_batch`` items each: expiry only moves a bound,
+    and the expired batch leaves at the merge that adds the new one), then rebuilds the inner
+    keys (one key per leaf)."""
+    item = 8 if layout == "compact" else 16
+    probe = search_lines(leaf_size, 8) + (layout != "compact")
+    level = 2 * item * (window + insert_batch) + 16 * insert_batch  # old, new, the batch
+    inner = 2 * 8 * (window / leaf_size) * fanout / (fanout - 1)  # leaf maxima read, written
+    return _result(probe * LINE, 0.0, (level + inner) / insert_batch, probe)
+
+
+def chained(
+    window: int,
+    chain_length: int = 2,
+    archive: str = "bplus",
+    layout: str = "wide",
+    fanout: int = 32,
+    leaf_size: int = 64,
+    css_fanout: int = 65,
+    css_leaf_size: int = 32,
+    **_,
+) -> dict[str, float]:
+    """:mod:`~streamjoin.indexes.chained`: a probe searches the active B+-tree and the
+    ``L - 1`` archived subindexes (B+-trees, or CSS-trees of 16- or 8-byte items); an insert
+    goes into the active B+-tree as in :func:`bplus_tree`; nothing expires item by item.
+    Archiving a full subindex of ``s = window / (L - 1)`` items copies it once: a B+-tree's
+    nodes (at :data:`BTREE_FILL`) read and written; for a CSS-tree the leaf chain read, the
+    sorted run written, and compact also read again and packed into 8 bytes an item."""
+    search, moved, bplus_probe = _bplus_leaf(leaf_size)
+    if archive == "css":
+        archived = search_lines(css_leaf_size, 8) + (layout != "compact")
+        copy = 16 / BTREE_FILL + 16 + (16 + 8 if layout == "compact" else 0)
+    else:
+        archived = bplus_probe
+        copy = 2 * 16 / BTREE_FILL
+    probe = bplus_probe + (chain_length - 1) * archived
+    insert = (search + 2 * moved) * LINE
+    return _result(probe * LINE, insert, copy, probe + search)
+
+
+def hash_table(
+    window: int, insert_batch: int = 512, match_rate: float = 2.0, **_
+) -> dict[str, float]:
+    """:mod:`~streamjoin.indexes.hash`: a probe reads its bucket's head, then walks the chain
+    of entries with its key's bucket down to the expired ones, a line of ``next`` and one of
+    keys at each (the matches, ``match_rate`` of them, and about ``window / buckets`` other
+    keys), and a line of refs at each match; an insert appends its entry (key, bits, ref,
+    next: 32 bytes written) and rewrites its bucket's head line. The arrays are compacted and
+    the chains relinked when they fill: with a capacity of ``cap`` (the power of two at least
+    twice the live items and a batch) every ``cap - window`` inserts, at 48 bytes and a
+    bucket line read and written per live item, and the ``2 cap`` buckets written."""
+    cap = 2 ** math.ceil(math.log2(2 * (window + insert_batch)))
+    chain = match_rate + window / (2 * cap)
+    probe = 1 + 2 * chain + match_rate
+    insert = 32 + 2 * LINE
+    rebuild = window * (48 + 8 + 2 * LINE) + 2 * cap * 8
+    return _result(probe * LINE, insert, rebuild / (cap - window), probe - match_rate)
+
+
+def _swept(window: int, batch: int, c: int, parts: float, full_item: int) -> tuple[float, float]:
+    """``(bytes, cold lines)`` per tuple of a sorted probe batch sweeping subwindows of ``c``
+    items cut into ``parts`` partitions (or leaves) each: for a band narrower than a
+    partition, a batch of ``batch`` keys meets about ``1 - exp(-batch / parts)`` of them and
+    reads their items once (:func:`~streamjoin.indexes.llat.scan_partitions`), and the first
+    line of each met partition's chain is a miss. The window holds ``window / c`` full
+    subwindows of ``full_item``-byte items and the newest, half full on average, of 16-byte
+    ones."""
+    met = 1.0 - math.exp(-batch / parts)
+    full = window / c
+    per_batch = met * (full * c * full_item + c / 2 * 16) + met * parts * (full + 1) * LINE
+    return per_batch / batch, met * parts * (full + 1) / batch
+
+
+def rap_table(
+    window: int,
+    insert_batch: int = 1024,
+    subwindow_size: int | None = None,
+    partitions: int = 512,
+    layout: str = "compact",
+    **_,
+) -> dict[str, float]:
+    """:mod:`~streamjoin.indexes.rap_table`: the probe batch sweeps each subwindow's ``P``
+    partitions (:func:`_swept`; full subwindows hold 8-byte items compact); an insert appends
+    16 bytes to its partition's LLAT chain; compact, the subwindow that fills is packed once
+    (16 bytes read, 8 written an item)."""
+    c = subwindow_size or window
+    probe, cold = _swept(window, insert_batch, c, partitions, 8 if layout == "compact" else 16)
+    return _result(probe, 16.0, 24.0 if layout == "compact" else 0.0, cold)
+
+
+def wib_tree(
+    window: int,
+    insert_batch: int = 1024,
+    subwindow_size: int | None = None,
+    leaf_width: int = 128,
+    **_,
+) -> dict[str, float]:
+    """:mod:`~streamjoin.indexes.wib_tree`: the probe batch descends (inner nodes cached) and
+    sweeps the leaves as RaP-Table sweeps partitions (:func:`_swept`), with leaves about
+    :data:`BTREE_FILL` full of 16-byte items; an insert appends 16 bytes to its leaf; a leaf
+    that fills is sorted and split, reading and writing its ``leaf_width`` items, about once
+    every ``leaf_width / 2`` inserts."""
+    c = subwindow_size or window
+    leaves = c / (BTREE_FILL * leaf_width)
+    probe, cold = _swept(window, insert_batch, c, leaves, 16)
+    split = 2 * 16 * leaf_width / (leaf_width / 2)
+    return _result(probe, 16.0, split, cold)
+
+
+def memory_traffic(name: str, window: int, /, **options) -> dict[str, float]:
+    """The model of the index registered as ``name`` (its options as keywords, plus
+    ``insert_batch`` where the batch matters; a ``window`` option is the positional one).
+    Raises ``KeyError`` for an index without one."""
+    options.pop("window", None)
+    if name in ("pim_tree", "im_tree"):
+        from streamjoin.indexes.pim_tree import memory_traffic as pim
+
+        keep = ("merge_ratio", "layout", "leaf_size", "css_leaf_size")
+        traffic = pim(window, **{k: v for k, v in options.items() if k in keep})
+        return {
+            "probe_bytes": traffic["probe_bytes"],
+            "insert_bytes": traffic["insert_bytes"],
+            "upkeep_bytes": traffic["merge_bytes"],
+            "total_bytes": traffic["total_bytes"],
+            "cold_lines": traffic["cold_lines"],
+        }
+    models = {
+        "bplus_tree": bplus_tree,
+        "css_tree": css_tree,
+        "chained": chained,
+        "hash": hash_table,
+        "rap_table": rap_table,
+        "wib_tree": wib_tree,
+    }
+    return models[name](window, **options)
