@@ -33,7 +33,8 @@ key code and a relative ref, :mod:`streamjoin.indexes.key_codes`); their probes 
 superset that is refined on the stored keys inside the timed probe phase, as the join core
 does (:func:`refine`); they are the indexes' defaults. ``bisort`` and ``rap_table`` hold 16-byte
 items (float64 key, int64 ref, ``layout="wide"``) and probe exactly: the pairs compare the
-layouts side by side in one run.
+layouts side by side in one run. ``wib_tree`` (16-byte items, its default) and
+``wib_tree_compact`` (full subwindows packed) likewise.
 
 Baseline, in the same run: the fair naive index -- the window as one array sorted by key;
 insert merges the sorted batch into the window in one linear pass (which also drops what
@@ -52,6 +53,7 @@ from streamjoin.indexes.base import in_band
 from streamjoin.indexes.bisort import BISortIndex, stream_bytes
 from streamjoin.indexes.key_order import stable_key_order
 from streamjoin.indexes.rap_table import RaPTableIndex
+from streamjoin.indexes.wib_tree import WiBTreeIndex
 from streamjoin.roofline import Roofline
 
 N_SUB = 2**20
@@ -240,14 +242,16 @@ INDEXES = {
     "rap_table_compact": lambda: RaPTableIndex(
         subwindow_size=N_SUB, partitions=N_SUB // 128, domain=(0.0, KEY_RANGE), layout="compact"
     ),
+    "wib_tree": lambda: WiBTreeIndex(subwindow_size=N_SUB, layout="wide"),
+    "wib_tree_compact": lambda: WiBTreeIndex(subwindow_size=N_SUB, layout="compact"),
     "sorted_baseline": SortedWindow,
 }
 
 
 def _bytes_per_tuple(name: str, index, batch: int) -> dict[str, float] | None:
     """``{"insert", "probe", "total"}`` bytes per tuple by the index's model
-    (:func:`streamjoin.indexes.bisort.stream_bytes`, :func:`streamjoin.indexes.traffic.rap_table`);
-    None for the baseline."""
+    (:func:`streamjoin.indexes.bisort.stream_bytes`, :mod:`streamjoin.indexes.traffic`); None
+    for the baseline."""
     layout = index._subwindows[-1].layout if hasattr(index, "_subwindows") else None
     if name.startswith("bisort"):
         buffer = index._subwindows[-1].buffer_size
@@ -256,9 +260,12 @@ def _bytes_per_tuple(name: str, index, batch: int) -> dict[str, float] | None:
         m = traffic.rap_table(
             WINDOW, batch, subwindow_size=N_SUB, partitions=N_SUB // 128, layout=layout
         )
-        insert = m["insert_bytes"] + m["upkeep_bytes"]
-        return {"insert": insert, "probe": m["probe_bytes"], "total": m["total_bytes"]}
-    return None
+    elif name.startswith("wib_tree"):
+        m = traffic.wib_tree(WINDOW, batch, subwindow_size=N_SUB, layout=layout)
+    else:
+        return None
+    insert = m["insert_bytes"] + m["upkeep_bytes"]
+    return {"insert": insert, "probe": m["probe_bytes"], "total": m["total_bytes"]}
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ OTHER_LAYOUT = {
     "im_tree": {"layout": "compact"},
     "css_tree": {"layout": "compact", "fanout": 3, "leaf_size": 2},
     "chained": {"layout": "compact", "subindex_size": 16, "css_fanout": 3, "css_leaf_size": 2},
+    "wib_tree": {"subwindow_size": 16, "leaf_width": 3, "fanout": 3, "layout": "compact"},
 }
 
 

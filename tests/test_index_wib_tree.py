@@ -12,6 +12,7 @@ from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
 from window_index_oracle import (
     JOIN_PREDICATES,
     JOIN_WINDOWS,
+    SortedOracle,
     join_matches_oracle,
     machine,
     probe_pairs,
@@ -21,7 +22,7 @@ from window_index_oracle import (
 import streamjoin.indexes.wib_tree  # noqa: F401  (registers "wib_tree")
 from streamjoin import indexes
 from streamjoin.indexes.llat import chain_entries
-from streamjoin.indexes.wib_tree import HEIGHT, LEAVES
+from streamjoin.indexes.wib_tree import HEIGHT, LEAVES, WiBTree
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "leaf_width": 2, "fanout": 3}
@@ -31,6 +32,7 @@ OPTIONS = st.fixed_dictionaries(
         "subwindow_size": st.integers(1, 24),
         "leaf_width": st.integers(2, 5),
         "fanout": st.integers(3, 5),
+        "layout": st.sampled_from(["compact", "wide"]),
     }
 )
 
@@ -46,11 +48,17 @@ def equal_flags_in_key_order(store) -> list[bool]:
     return [bool(store._t.leaf_equal[leaf]) for leaf in store._leaves_in_order()]
 
 
+@pytest.mark.parametrize("layout", ["compact", "wide"])
 @pytest.mark.parametrize(
     ("subwindow_size", "leaf_width", "fanout"), [(8, 2, 3), (40, 3, 3), (120, 4, 4), (2, 2, 3)]
 )
-def test_random_actions(subwindow_size, leaf_width, fanout):
-    options = {"subwindow_size": subwindow_size, "leaf_width": leaf_width, "fanout": fanout}
+def test_random_actions(subwindow_size, leaf_width, fanout, layout):
+    options = {
+        "subwindow_size": subwindow_size,
+        "leaf_width": leaf_width,
+        "fanout": fanout,
+        "layout": layout,
+    }
     rng = np.random.default_rng(subwindow_size)
     random_actions(wib_tree(**options), rng, steps=120, window=300)
     increasing_actions(wib_tree(**options), rng, steps=120, window=60)
@@ -103,6 +111,7 @@ def test_heavy_median_run_becomes_an_equal_key_leaf():
         ({"leaf_width": 1}, "leaf_width must be at least 2"),
         ({"fanout": 2}, "fanout must be at least 3"),
         ({"fanout": "64"}, "fanout must be an integer"),
+        ({"layout": "packed"}, "layout must be 'compact' or 'wide'"),
     ],
 )
 def test_rejects_bad_options(options, message):
@@ -115,8 +124,59 @@ def test_rejects_bad_options(options, message):
 @pytest.mark.parametrize("predicate", JOIN_PREDICATES)
 @pytest.mark.parametrize("self_join", [False, True], ids=["two_way", "self_join"])
 def test_join_matches_oracle(predicate, window, self_join, batch_size):
-    join_matches_oracle("wib_tree", TINY, predicate, window, self_join, batch_size)
+    options = {**TINY, "layout": "compact" if batch_size == 3 else "wide"}  # both, everywhere
+    join_matches_oracle("wib_tree", options, predicate, window, self_join, batch_size)
 
 
-def test_panjoin_topology_matches_oracle():
-    panjoin_matches_oracle("wib_tree", {"leaf_width": 3, "fanout": 3})
+@pytest.mark.parametrize("layout", ["compact", "wide"])
+def test_panjoin_topology_matches_oracle(layout):
+    panjoin_matches_oracle("wib_tree", {"leaf_width": 3, "fanout": 3, "layout": layout})
+
+
+def test_full_subwindows_hold_compact_items():
+    """Each full subwindow is packed into 8-byte items coded from its own keys (its leaves
+    never split again); the newest, still filling, stays wide: half the LLAT's item bytes of
+    the full ones, the same pairs after refinement -- on keys that increase, with ties and
+    with far outliers."""
+    rng = np.random.default_rng(4)
+    compact = wib_tree(subwindow_size=500, leaf_width=16, layout="compact")
+    wide = wib_tree(subwindow_size=500, leaf_width=16, layout="wide")
+    oracle = SortedOracle()
+    for b in range(4):
+        x = np.concatenate(
+            [np.arange(400) + 400.0 * b, rng.normal(0, 100, 90).round(), [1e15] * 10]
+        )
+        keys, refs = oracle.batch(x)
+        for ix in (compact, wide):
+            ix.insert(keys, refs)
+            ix.check()
+    keys, refs = oracle.batch(rng.normal(0, 100, 100))
+    for ix in (compact, wide):
+        ix.insert(keys, refs)
+    assert [s.compact for s in compact._subwindows] == [True, True, True, True, False]
+    assert not any(s.compact for s in wide._subwindows)
+    assert not compact.exact and wide.exact
+    packed = [  # the LLAT item arrays of the full subwindows, against their wide twins'
+        sum(
+            s._llat.keys.nbytes + (s._llat.refs is not s._llat.keys) * s._llat.refs.nbytes
+            for s in list(ix._subwindows)[:-1]
+        )
+        for ix in (compact, wide)
+    ]
+    assert packed[0] * 2 == packed[1]
+    probes = np.concatenate([rng.normal(0, 100, 30), rng.uniform(0, 1600, 30), [1e15]])
+    for lo, hi in [(-0.5, 0.5), (0.0, 0.0), (-3.0, 1.0)]:
+        want = oracle.probe(probes, lo, hi)
+        assert probe_pairs(compact, probes, lo, hi, oracle) == want
+        assert probe_pairs(wide, probes, lo, hi) == want
+
+
+def test_compact_refs_spanning_2_32_are_refused_before_anything_changes():
+    store = WiBTree(100, layout="compact")
+    store.insert(np.array([1.0, 2.0]), np.array([5, 6]))
+    with pytest.raises(ValueError, match="span 2\\*\\*32"):
+        store.insert(np.array([3.0]), np.array([5 + 2**32]))
+    with pytest.raises(ValueError, match="refs must increase"):
+        store.insert(np.array([3.0]), np.array([4]))
+    assert len(store) == 2
+    store.check()

@@ -113,8 +113,13 @@ def test_compact_layouts_are_exact_on_wide_keys():
     data = _colliding(600, seed=4)
     query = sj.Query(sj.band("x", 40), sj.TimeWindow(120))
     expected = sj.oracle.join(query, data)
-    small = {"chained": {"subindex_size": 32}}  # archived (compact) subindexes in 600 rows
-    for name in ("pim_tree", "im_tree", "bisort", "rap_table", "chained", "css_tree"):
+    # archived subindexes and full (packed) subwindows in 600 rows
+    small = {
+        "chained": {"subindex_size": 32},
+        **{name: {"subwindow_size": 64} for name in ("bisort", "rap_table", "wib_tree")},
+    }
+    names = ("pim_tree", "im_tree", "bisort", "rap_table", "wib_tree", "chained", "css_tree")
+    for name in names:
         options = {"layout": "compact", **small.get(name, {})}
         topo = sj.topologies.single(name, index_options=options)
         assert sj.run(query, data, topo).same_pairs(expected), name

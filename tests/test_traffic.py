@@ -33,6 +33,7 @@ def _slide(index, window: int, batch: int, steps: int, seed: int = 0) -> None:
         ("hash", {}),
         ("rap_table", {"subwindow_size": 2**18, "partitions": 2048}),
         ("wib_tree", {"subwindow_size": 2**18}),
+        ("wib_tree", {"subwindow_size": 2**18, "layout": "compact"}),
         ("pim_tree", {"merge_ratio": 1 / 8, "insertion_depth": 1, "window": 2**20}),
         ("im_tree", {"merge_ratio": 1 / 8}),
     ],

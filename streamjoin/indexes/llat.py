@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.key_codes import item_ref, pack_items_into
+from streamjoin.indexes.key_codes import fit_unsorted, item_ref, pack_items_into
 from streamjoin.indexes.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
@@ -267,6 +267,22 @@ class LLATStore(SubwindowStore):
 
     def __len__(self) -> int:
         return self._size
+
+    @property
+    def compact(self) -> bool:
+        """Whether this subwindow holds compact items (it is full and packed)."""
+        return self._llat.keys.dtype == np.uint64
+
+    def _pack(self, coder: np.ndarray, ref_base: int) -> None:
+        """Pack the full subwindow's LLAT in place into 8-byte items, coded from its own keys
+        (:func:`~streamjoin.indexes.key_codes.fit_unsorted`: one pass over them, so the code
+        follows drifting keys and far outliers take the extreme codes); the code's
+        ``(base, scale)`` go into ``coder``, refs count from ``ref_base``."""
+        llat = self._llat
+        used = int(llat.meta[PTR_G])
+        filled = np.arange(llat.keys.shape[1]) < llat.fill[:used, None]
+        coder[:] = fit_unsorted(llat.keys[:used][filled])
+        self._llat = packed_llat(llat, coder[0], coder[1], ref_base)
 
     @property
     def nbytes(self) -> int:

@@ -32,7 +32,6 @@ from streamjoin.indexes.key_codes import (
     bounds_for,
     checked_ref_base,
     encode,
-    fit_unsorted,
     item_codes,
     item_refs,
 )
@@ -42,7 +41,6 @@ from streamjoin.indexes.llat import (
     chain_entries,
     llat_append,
     new_llat,
-    packed_llat,
     scan_partitions,
 )
 from streamjoin.indexes.subwindows import (
@@ -268,11 +266,6 @@ class RaPTable(LLATStore):
             np.zeros(1, dtype=np.int64),
         )
 
-    @property
-    def compact(self) -> bool:
-        """Whether this subwindow holds compact items (it is full and packed)."""
-        return self._llat.keys.dtype == np.uint64
-
     def successor(self) -> RaPTable:
         t = self._t
         high = adjust_splitters(t.count, t.kmin, t.kmax, t.high)
@@ -289,17 +282,7 @@ class RaPTable(LLATStore):
         insert_rap_table(t, self._llat, keys, refs)
         self._size += len(refs)
         if self._packs and self._size == self.capacity:
-            self._pack()
-
-    def _pack(self) -> None:
-        """Pack the full subwindow's LLAT in place, coded from its keys
-        (:func:`~streamjoin.indexes.key_codes.fit_unsorted`: one pass over them)."""
-        llat = self._llat
-        used = int(llat.meta[PTR_G])
-        filled = np.arange(llat.keys.shape[1]) < llat.fill[:used, None]
-        base, scale = fit_unsorted(llat.keys[:used][filled])
-        self._t.coder[:] = base, scale
-        self._llat = packed_llat(llat, base, scale, int(self._t.ref_base[0]))
+            self._pack(self._t.coder, int(self._t.ref_base[0]))
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_rap_table(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)

@@ -184,18 +184,20 @@ def wib_tree(
     insert_batch: int = 1024,
     subwindow_size: int | None = None,
     leaf_width: int = 128,
+    layout: str = "wide",
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.wib_tree`: the probe batch descends (inner nodes cached) and
     sweeps the leaves as RaP-Table sweeps partitions (:func:`_swept`), with leaves about
-    :data:`BTREE_FILL` full of 16-byte items; an insert appends 16 bytes to its leaf; a leaf
-    that fills is sorted and split, reading and writing its ``leaf_width`` items, about once
-    every ``leaf_width / 2`` inserts."""
+    :data:`BTREE_FILL` full (8-byte items in full subwindows, compact); an insert appends 16
+    bytes to its leaf; a leaf that fills is sorted and split, reading and writing its
+    ``leaf_width`` items, about once every ``leaf_width / 2`` inserts; compact, the
+    subwindow that fills is packed once (16 bytes read, 8 written an item)."""
     c = subwindow_size or window
     leaves = c / (BTREE_FILL * leaf_width)
-    probe, cold = _swept(window, insert_batch, c, leaves, 16)
+    probe, cold = _swept(window, insert_batch, c, leaves, 8 if layout == "compact" else 16)
     split = 2 * 16 * leaf_width / (leaf_width / 2)
-    return _result(probe, 16.0, split, cold)
+    return _result(probe, 16.0, split + (24.0 if layout == "compact" else 0.0), cold)
 
 
 def memory_traffic(name: str, window: int, /, **options) -> dict[str, float]:

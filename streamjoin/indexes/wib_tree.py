@@ -35,6 +35,14 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
+from streamjoin.indexes.key_codes import (
+    REF_SPAN,
+    bounds_for,
+    checked_ref_base,
+    encode,
+    item_codes,
+    item_refs,
+)
 from streamjoin.indexes.llat import (
     PTR_G,
     LLATStore,
@@ -349,14 +357,15 @@ def insert_wib_tree(t, llat, keys, refs, start):
 
 
 @njit(cache=True, nogil=True)
-def probe_wib_tree(t, llat, keys, vlo, vhi, lo, hi, min_ref):
+def probe_wib_tree(t, llat, keys, vlo, vhi, lo, hi, min_ref, coder, ref_base):
     """Items of a WiB+-Tree subwindow with ``lo <= item - keys[i] <= hi`` and
-    ``ref >= min_ref``.
+    ``ref >= min_ref`` -- a superset of them, in code, from a packed subwindow (``coder``:
+    its code's ``(base, scale)``, refs counted from ``ref_base``).
 
     Each sorted probe finds the leaf of ``vlo[i]`` by a descent reusing the previous path
-    (§III-E); then the leaf sweep. ``keys``/``vlo``/``vhi`` float64 (m,). Returns ``(i, refs)``
-    int64. O(m · height · log(fanout) + leaves visited + items scanned · log(active probes) +
-    matches).
+    (§III-E: the separators stay float64); then the leaf sweep. ``keys``/``vlo``/``vhi``
+    float64 (m,). Returns ``(i, refs)`` int64. O(m · height · log(fanout) + leaves visited +
+    items scanned · log(active probes) + matches).
     """
     path = _new_path()
     valid = 0
@@ -364,6 +373,7 @@ def probe_wib_tree(t, llat, keys, vlo, vhi, lo, hi, min_ref):
     for i in range(keys.shape[0]):
         leaf, valid = _descend(t, vlo[i], path, valid)
         start[i] = leaf
+    ilo, ihi = bounds_for(llat.keys, vlo, vhi, coder)
     return scan_partitions(
         llat,
         t.leaf_high,
@@ -373,9 +383,9 @@ def probe_wib_tree(t, llat, keys, vlo, vhi, lo, hi, min_ref):
         keys,
         vlo,
         vhi,
-        vlo,
-        vhi,
-        np.int64(0),
+        ilo,
+        ihi,
+        ref_base,
         lo,
         hi,
         min_ref,
@@ -406,21 +416,36 @@ class WiBTree(LLATStore):
         Items per leaf entry ``W``, >= 2.
     fanout : int
         Children per inner node, >= 3 (§III-C: 64 keys fit in a few cache lines).
+    layout : str
+        ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
+        ``"compact"``: the insert that fills the subwindow packs its LLAT in place into 8-byte
+        items, coded from its own keys, as :class:`~streamjoin.indexes.rap_table.RaPTable`
+        does (a full subwindow's leaves never split again, so their items stop moving); the
+        inner nodes keep float64 separators. Probes of a packed subwindow return a superset
+        the caller refines. A subwindow still filling, or of ``capacity >= 2**32``, stays wide.
     """
 
     kind = "wib_tree"
 
-    def __init__(self, capacity: int, leaf_width: int = 128, fanout: int = 64) -> None:
+    def __init__(
+        self, capacity: int, leaf_width: int = 128, fanout: int = 64, layout: str = "wide"
+    ) -> None:
         super().__init__(capacity)
         self.leaf_width = int_option(self.kind, "leaf_width", leaf_width, 2)
         self.fanout = int_option(self.kind, "fanout", fanout, 3)
+        if layout not in ("compact", "wide"):
+            raise ValueError(f"wib_tree layout must be 'compact' or 'wide', got {layout!r}")
+        self.layout = layout
+        self._packs = layout == "compact" and capacity < REF_SPAN  # once full
+        self._coder = np.full(2, np.nan)  # the code's (base, scale) once packed
+        self._ref_base = np.zeros(1, dtype=np.int64)
         leaves = max(4, 2 * math.ceil(capacity / self.leaf_width))
         self._llat = new_llat(leaves, self.leaf_width, 1)  # entry 0 belongs to leaf 0
         self._t = new_tree(leaves, max(8, 4 * leaves // self.fanout), self.fanout)
         self._size = 0
 
     def successor(self) -> WiBTree:
-        return WiBTree(self.capacity, self.leaf_width, self.fanout)
+        return WiBTree(self.capacity, self.leaf_width, self.fanout, self.layout)
 
     def _reserve(self) -> None:
         """Grow whatever :func:`short_of_room` reports, by doubling."""
@@ -452,14 +477,26 @@ class WiBTree(LLATStore):
             self._t = t
 
     def insert(self, keys, refs):
+        if len(refs) == 0:
+            return
+        if self.compact:  # the inserts of a packed subwindow would write wide items into it
+            raise ValueError("wib_tree: insert into a full subwindow (it is packed)")
+        if self._packs:  # refs must fit 32-bit offsets: refused before any change
+            self._ref_base[0] = checked_ref_base(
+                self.kind, refs, self._size == 0, self._ref_base[0]
+            )
         done = 0
         while done < len(refs):
             self._reserve()
             done = insert_wib_tree(self._t, self._llat, keys, refs, done)
         self._size += len(refs)
+        if self._packs and self._size == self.capacity:
+            self._pack(self._coder, int(self._ref_base[0]))
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
-        return probe_wib_tree(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)
+        return probe_wib_tree(
+            self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref, self._coder, self._ref_base[0]
+        )
 
     def _leaves_in_order(self) -> list[int]:
         leaves, leaf = [], 0
@@ -469,14 +506,15 @@ class WiBTree(LLATStore):
         return leaves
 
     def items(self):
+        """``(keys, refs)``; a compact subwindow's keys are its items' codes (float64)."""
         llat, t = self._llat, self._t
         entries = [
             e for leaf in self._leaves_in_order() for e in chain_entries(llat, t.leaf_head[leaf])
         ]
-        return (
-            np.concatenate([llat.keys[e, : llat.fill[e]] for e in entries]),
-            np.concatenate([llat.refs[e, : llat.fill[e]] for e in entries]),
-        )
+        keys = np.concatenate([llat.keys[e, : llat.fill[e]] for e in entries])
+        if self.compact:
+            return item_codes(keys).astype(np.float64), item_refs(keys, int(self._ref_base[0]))
+        return keys, np.concatenate([llat.refs[e, : llat.fill[e]] for e in entries])
 
     def check(self) -> None:
         t, llat = self._t, self._llat
@@ -515,13 +553,20 @@ class WiBTree(LLATStore):
             assert all(llat.fill[e] == width for e in chain[:-1]), f"leaf {leaf}: full links"
             keys = np.concatenate([llat.keys[e, : llat.fill[e]] for e in chain])
             size += len(keys)
+            if self.compact:  # codes, monotone in the keys: within the codes of the range
+                refs = item_refs(keys, int(self._ref_base[0]))
+                assert np.all(refs >= self._ref_base[0]), f"leaf {leaf}: refs above the base"
+                keys = item_codes(keys)
+                lo, hi = (int(encode(x, *self._coder)) for x in (lo, hi))
+                assert np.all((keys >= lo) & (keys <= hi)), f"leaf {leaf}: codes in range"
+            else:
+                assert np.all(keys >= lo) and np.all((keys < hi) | (hi == np.inf)), (
+                    f"leaf {leaf}: keys within [{lo}, {hi})"
+                )
             if t.leaf_equal[leaf]:
                 assert len(keys) and np.all(keys == keys[0]), f"equal-key leaf {leaf}: one key"
             else:
                 assert len(chain) == 1, f"regular leaf {leaf}: one entry"
-            assert np.all(keys >= lo) and np.all((keys < hi) | (hi == np.inf)), (
-                f"leaf {leaf}: keys within [{lo}, {hi})"
-            )
         assert sorted(entries) == list(range(int(llat.meta[PTR_G]))), "LLAT entries used once"
         assert size == self._size <= self.capacity
 
@@ -546,6 +591,11 @@ class WiBTreeIndex(SubwindowIndex):
         Items per leaf ``W``, >= 2.
     fanout : int
         Children per inner node, >= 3.
+    layout : str
+        ``"wide"`` (default): 16-byte items, exact probes. ``"compact"``: full subwindows are
+        packed into 8-byte items, coded from their own keys, and probes of them return a
+        superset of the band that the join core refines on the full keys (``exact`` is
+        False; see :class:`WiBTree`).
     """
 
     name = "wib_tree"
@@ -557,5 +607,9 @@ class WiBTreeIndex(SubwindowIndex):
         subwindow_size: int = 2**16,
         leaf_width: int = 128,
         fanout: int = 64,
+        layout: str = "wide",
     ) -> None:
-        super().__init__(n_keys, subwindow_size, leaf_width=leaf_width, fanout=fanout)
+        super().__init__(
+            n_keys, subwindow_size, leaf_width=leaf_width, fanout=fanout, layout=layout
+        )
+        self.exact = layout == "wide"
