@@ -386,7 +386,9 @@ def _one_at_a_time(kernel, state, keys, vlo, vhi, lo, hi):
 def _kernel(store: str, s):
     if store == "bisort":
         return probe_bisort, (s._t,)
-    return (probe_rap_table if store == "rap_table" else probe_wib_tree), (s._t, s._llat)
+    if store == "rap_table":
+        return probe_rap_table, (s._t, s._llat)
+    return probe_wib_tree, s.kernel_state()
 
 
 def batch_modes(store: str, n_sub: int, partitions: int, n_bat: int, selectivity: int) -> list:

@@ -172,10 +172,12 @@ def test_a_packed_subwindow_takes_no_more_inserts():
     chain's contract) is refused instead of writing past its items."""
     from streamjoin.indexes.bisort import BISort
     from streamjoin.indexes.rap_table import RaPTable
+    from streamjoin.indexes.wib_tree import WiBTree
 
     for store in (
         BISort(4, partitions=2, buffer_size=2, layout="compact"),
         RaPTable(4, partitions=2, layout="compact"),
+        WiBTree(4, leaf_width=2, fanout=3, layout="compact"),
     ):
         store.insert(np.arange(4.0), np.arange(4))
         with pytest.raises(ValueError, match="insert into a full subwindow"):

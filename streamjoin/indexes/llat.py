@@ -18,7 +18,12 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.key_codes import fit_unsorted, item_ref, pack_items_into
+from streamjoin.indexes.key_codes import (
+    checked_ref_base,
+    fit_unsorted,
+    item_ref,
+    pack_items_into,
+)
 from streamjoin.indexes.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
@@ -264,6 +269,7 @@ class LLATStore(SubwindowStore):
     ``self._size`` up to date."""
 
     _size: int
+    _packs: bool = False
 
     def __len__(self) -> int:
         return self._size
@@ -272,6 +278,21 @@ class LLATStore(SubwindowStore):
     def compact(self) -> bool:
         """Whether this subwindow holds compact items (it is full and packed)."""
         return self._llat.keys.dtype == np.uint64
+
+    def _before_insert(self, refs: np.ndarray, ref_base: np.ndarray) -> None:
+        """Refuse an insert into a packed subwindow (it would write wide items into it), and
+        one whose refs a compact subwindow cannot hold as 32-bit offsets from
+        ``ref_base[0]``, which it sets from the first insert: before anything changes.
+        Subclasses set ``_packs`` (compact layout, ``capacity < 2**32``)."""
+        if self.compact:
+            raise ValueError(f"{self.kind}: insert into a full subwindow (it is packed)")
+        if self._packs:
+            ref_base[0] = checked_ref_base(self.kind, refs, self._size == 0, ref_base[0])
+
+    def _after_insert(self, coder: np.ndarray, ref_base: np.ndarray) -> None:
+        """Pack the subwindow once the insert filled it (compact layout)."""
+        if self._packs and self._size == self.capacity:
+            self._pack(coder, int(ref_base[0]))
 
     def _pack(self, coder: np.ndarray, ref_base: int) -> None:
         """Pack the full subwindow's LLAT in place into 8-byte items, coded from its own keys

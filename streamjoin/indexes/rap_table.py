@@ -30,7 +30,6 @@ from streamjoin.indexes.base import register
 from streamjoin.indexes.key_codes import (
     REF_SPAN,
     bounds_for,
-    checked_ref_base,
     encode,
     item_codes,
     item_refs,
@@ -275,14 +274,10 @@ class RaPTable(LLATStore):
         if len(refs) == 0:
             return
         t = self._t
-        if self.compact:  # the inserts of a packed subwindow would write wide items into it
-            raise ValueError("rap_table: insert into a full subwindow (it is packed)")
-        if self._packs:  # refs must fit 32-bit offsets: refused before any change
-            t.ref_base[0] = checked_ref_base(self.kind, refs, self._size == 0, t.ref_base[0])
+        self._before_insert(refs, t.ref_base)
         insert_rap_table(t, self._llat, keys, refs)
         self._size += len(refs)
-        if self._packs and self._size == self.capacity:
-            self._pack(self._t.coder, int(self._t.ref_base[0]))
+        self._after_insert(t.coder, t.ref_base)
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
         return probe_rap_table(self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref)

@@ -35,14 +35,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
-from streamjoin.indexes.key_codes import (
-    REF_SPAN,
-    bounds_for,
-    checked_ref_base,
-    encode,
-    item_codes,
-    item_refs,
-)
+from streamjoin.indexes.key_codes import REF_SPAN, bounds_for, encode, item_codes, item_refs
 from streamjoin.indexes.llat import (
     PTR_G,
     LLATStore,
@@ -357,7 +350,7 @@ def insert_wib_tree(t, llat, keys, refs, start):
 
 
 @njit(cache=True, nogil=True)
-def probe_wib_tree(t, llat, keys, vlo, vhi, lo, hi, min_ref, coder, ref_base):
+def probe_wib_tree(t, llat, coder, ref_base, keys, vlo, vhi, lo, hi, min_ref):
     """Items of a WiB+-Tree subwindow with ``lo <= item - keys[i] <= hi`` and
     ``ref >= min_ref`` -- a superset of them, in code, from a packed subwindow (``coder``:
     its code's ``(base, scale)``, refs counted from ``ref_base``).
@@ -404,7 +397,7 @@ class WiBTree(LLATStore):
     Complexity: ``insert`` of n sorted items O(n · log(fanout) · levels re-descended + n log W)
     amortised (splits); ``probe`` of m sorted keys O(m · height · log(fanout) + leaves visited
     + their items · log(active probes) + matches). Arrays grow by doubling. Memory: LLAT
-    entries of ``16 W`` bytes, one per leaf plus the overflow of equal-key leaves (leaves are
+    entries of ``16 W`` bytes (``8 W`` once packed), one per leaf plus the overflow of equal-key leaves (leaves are
     at least a quarter full but for those created small by run isolation), and ``16 · fanout``
     bytes per inner node.
 
@@ -479,24 +472,20 @@ class WiBTree(LLATStore):
     def insert(self, keys, refs):
         if len(refs) == 0:
             return
-        if self.compact:  # the inserts of a packed subwindow would write wide items into it
-            raise ValueError("wib_tree: insert into a full subwindow (it is packed)")
-        if self._packs:  # refs must fit 32-bit offsets: refused before any change
-            self._ref_base[0] = checked_ref_base(
-                self.kind, refs, self._size == 0, self._ref_base[0]
-            )
+        self._before_insert(refs, self._ref_base)
         done = 0
         while done < len(refs):
             self._reserve()
             done = insert_wib_tree(self._t, self._llat, keys, refs, done)
         self._size += len(refs)
-        if self._packs and self._size == self.capacity:
-            self._pack(self._coder, int(self._ref_base[0]))
+        self._after_insert(self._coder, self._ref_base)
 
     def probe(self, keys, vlo, vhi, lo, hi, min_ref):
-        return probe_wib_tree(
-            self._t, self._llat, keys, vlo, vhi, lo, hi, min_ref, self._coder, self._ref_base[0]
-        )
+        return probe_wib_tree(*self.kernel_state(), keys, vlo, vhi, lo, hi, min_ref)
+
+    def kernel_state(self) -> tuple:
+        """The arguments :func:`probe_wib_tree` takes before the probe keys."""
+        return self._t, self._llat, self._coder, self._ref_base[0]
 
     def _leaves_in_order(self) -> list[int]:
         leaves, leaf = [], 0
