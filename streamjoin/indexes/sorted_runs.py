@@ -130,9 +130,10 @@ def merge_runs_into(a_keys, a_refs, b_keys, b_refs, min_ref, keys, refs):
 def merge_runs(
     a_keys: np.ndarray, a_refs: np.ndarray, b_keys: np.ndarray, b_refs: np.ndarray, min_ref: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`merge_runs_into` new ``(keys, refs)`` arrays of exactly the surviving length.
-    O(len(a) + len(b))."""
+    """:func:`merge_runs_into` new ``(keys, refs)`` arrays, views of the surviving length (a
+    copy to the exact length would stream the whole run a second time; the slack is at most
+    what expired). O(len(a) + len(b))."""
     n = len(a_keys) + len(b_keys)
     keys, refs = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
     k = merge_runs_into(a_keys, a_refs, b_keys, b_refs, min_ref, keys, refs)
-    return (keys, refs) if k == n else (keys[:k].copy(), refs[:k].copy())
+    return keys[:k], refs[:k]
