@@ -38,15 +38,17 @@ _SERVICE_FILES = {
     "test_spark_any_dataframe.py",
     "test_cli_bad_input.py",
     "test_cli_and_result.py",
+    "test_ray_cluster.py",
+    "test_peers.py",  # pyflink starts a JVM
 }
-#: A test (or a parameter) named after Ray runs on it.
-_NAMES_RAY = re.compile(r"(^|[_\[-])ray([_\]-]|$)")
+#: A test file, test or parameter named after Ray runs on it.
+_NAMES_RAY = re.compile(r"(^|[_\[\]/-])ray([_\[\]-]|$)")
 
 
 def _starts_services(nodeid: str) -> bool:
     """Whether the test ``nodeid`` starts Ray or Spark (by its file or its name)."""
-    path, _, name = nodeid.partition("::")
-    return os.path.basename(path) in _SERVICE_FILES or bool(_NAMES_RAY.search(name))
+    path = nodeid.partition("::")[0]
+    return os.path.basename(path) in _SERVICE_FILES or bool(_NAMES_RAY.search(nodeid))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -60,12 +62,13 @@ def pytest_collection_modifyitems(config, items):
             )
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: fine without it (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
-    """The default run has two workers (``-n``, pytest-xdist): one takes every test that starts
-    Ray or Spark, in order, so two Ray clusters or two JVMs never share this machine's two
-    cores and the session-scoped ``ray_session`` and ``spark`` start once; the rest are
-    spread over both. (xdist's own ``--dist loadgroup`` would do this from marks, but it
-    does not group under pytest 9.2.)"""
+    """The default run has a worker per core, up to four (``-n``, pytest-xdist): one takes
+    every test that starts Ray or Spark, in order, so two Ray clusters or two JVMs never
+    share the machine and the session-scoped ``ray_session`` and ``spark`` start once; the
+    rest are spread over all. (xdist's own ``--dist loadgroup`` would do this from marks,
+    but it does not group under pytest 9.2.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ServicesOnOneWorker(LoadScopeScheduling):

@@ -13,8 +13,9 @@ The conventions are :func:`streamjoin.indexes.pim_tree.memory_traffic`'s:
   reading and once more if it is written (a dirty line goes back to memory);
 - inner nodes of a tree are taken as cached (a few bytes per leaf), leaves as cold: the keys
   are spread over the window, so consecutive probes and inserts meet different leaves;
-- ``cold_lines`` counts the lines a tuple waits for one after another if nothing overlaps: the
-  leaf lines of each search and the chain links of a hash probe.
+- ``cold_lines`` counts the lines a tuple waits for one after another if nothing overlaps:
+  the lines each search reads in a leaf (all of them where the kernel fetches a leaf whole,
+  as an insert does), and the links of a hash chain.
 
 Every model returns ``{"probe_bytes", "insert_bytes", "upkeep_bytes", "total_bytes",
 "cold_lines"}`` per tuple; ``upkeep`` is what keeping the window costs besides placing the new
@@ -57,25 +58,31 @@ def _result(probe: float, insert: float, upkeep: float, cold: float) -> dict[str
     }
 
 
-def _bplus_leaf(leaf_size: int) -> tuple[int, int, int]:
-    """``(search, moved, probe)`` lines of one B+-tree leaf visit: the search of its keys, the
-    lines of keys and refs a one-slot shift moves (half the items on average), and a probe's
-    lines (the search and a line of refs at the matches)."""
+def _bplus_leaf(leaf_size: int) -> tuple[int, int, int, int]:
+    """``(search, moved, probe, whole)`` lines of one B+-tree leaf visit: the search of its
+    keys, the lines of keys and refs a one-slot shift moves (half the items on average), a
+    probe's lines (the search and a line of refs at the matches), and all its key and ref
+    lines (what an insert into a large tree prefetches, :func:`~streamjoin.indexes.
+    bplus_tree.insert_into`)."""
     items = BTREE_FILL * leaf_size
     search = search_lines(items)
     moved = 2 * lines(items / 2 * 8)
-    return search, moved, search + 1
+    return search, moved, search + 1, 2 * lines(leaf_size * 8)
 
 
 def bplus_tree(window: int, fanout: int = 32, leaf_size: int = 64, **_) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.bplus_tree`: a probe descends to a leaf
-    (:func:`~streamjoin.indexes.bplus_tree.probe_tree`); an insert descends, searches the leaf
-    and shifts the items above its place one slot (read and written); an expiry does the same
-    to delete the item (:func:`~streamjoin.indexes.bplus_tree.delete_items`), and the
-    insertion log writes then reads the item's key and ref (16 bytes each way)."""
-    search, moved, probe = _bplus_leaf(leaf_size)
-    update = (search + 2 * moved) * LINE  # the shifted lines are read and written
-    return _result(probe * LINE, update + 16, update + 16, probe + 2 * search)
+    """:mod:`~streamjoin.indexes.bplus_tree`: a probe descends to a leaf and searches it
+    (:func:`~streamjoin.indexes.bplus_tree.probe_tree`); an insert prefetches its whole leaf,
+    then shifts the items above its place one slot (written back); an expiry descends,
+    searches the leaf and shifts likewise to delete the item
+    (:func:`~streamjoin.indexes.bplus_tree.delete_items`); the insertion log writes then reads
+    the item's key and ref (16 bytes each way). Cold: the probe's and the expiry's searched
+    lines and the insert's whole leaf, as :func:`~streamjoin.indexes.pim_tree.memory_traffic`
+    counts an insert's leaf."""
+    search, moved, probe, whole = _bplus_leaf(leaf_size)
+    insert = (whole + moved) * LINE + 16
+    expire = (search + 2 * moved) * LINE + 16
+    return _result(probe * LINE, insert, expire, probe + whole + search)
 
 
 def css_tree(
@@ -103,7 +110,7 @@ def css_tree(
 def chained(
     window: int,
     chain_length: int = 2,
-    archive: str = "bplus",
+    archive: str = "css",
     layout: str = "wide",
     fanout: int = 32,
     leaf_size: int = 64,
@@ -114,19 +121,22 @@ def chained(
     """:mod:`~streamjoin.indexes.chained`: a probe searches the active B+-tree and the
     ``L - 1`` archived subindexes (B+-trees, or CSS-trees of 16- or 8-byte items); an insert
     goes into the active B+-tree as in :func:`bplus_tree`; nothing expires item by item.
-    Archiving a full subindex of ``s = window / (L - 1)`` items copies it once: a B+-tree's
-    nodes (at :data:`BTREE_FILL`) read and written; for a CSS-tree the leaf chain read, the
-    sorted run written, and compact also read again and packed into 8 bytes an item."""
-    search, moved, bplus_probe = _bplus_leaf(leaf_size)
+    The active tree grows from empty by doubling its node arrays (:func:`~streamjoin.indexes.
+    bplus_tree.reserve`): its nodes, at :data:`BTREE_FILL`, are copied about once. Archiving
+    a full subindex of ``s = window / (L - 1)`` items copies it once more: a B+-tree's nodes
+    read and written; for a CSS-tree the leaf chain read and the sorted run written, and
+    compact also read again and packed into 8 bytes an item."""
+    search, moved, bplus_probe, whole = _bplus_leaf(leaf_size)
+    node_bytes = 16 / BTREE_FILL
     if archive == "css":
         archived = search_lines(css_leaf_size, 8) + (layout != "compact")
-        copy = 16 / BTREE_FILL + 16 + (16 + 8 if layout == "compact" else 0)
+        copy = node_bytes + 16 + (16 + 8 if layout == "compact" else 0)
     else:
         archived = bplus_probe
-        copy = 2 * 16 / BTREE_FILL
+        copy = 2 * node_bytes
     probe = bplus_probe + (chain_length - 1) * archived
-    insert = (search + 2 * moved) * LINE
-    return _result(probe * LINE, insert, copy, probe + search)
+    insert = (whole + moved) * LINE
+    return _result(probe * LINE, insert, copy + 2 * node_bytes, probe + whole)
 
 
 def hash_table(
@@ -135,69 +145,88 @@ def hash_table(
     """:mod:`~streamjoin.indexes.hash`: a probe reads its bucket's head, then walks the chain
     of entries with its key's bucket down to the expired ones, a line of ``next`` and one of
     keys at each (the matches, ``match_rate`` of them, and about ``window / buckets`` other
-    keys), and a line of refs at each match; an insert appends its entry (key, bits, ref,
-    next: 32 bytes written) and rewrites its bucket's head line. The arrays are compacted and
-    the chains relinked when they fill: with a capacity of ``cap`` (the power of two at least
-    twice the live items and a batch) every ``cap - window`` inserts, at 48 bytes and a
-    bucket line read and written per live item, and the ``2 cap`` buckets written."""
+    keys; the walk waits for ``next`` only), and a line of refs at each match; an insert
+    appends its entry (key, bits, ref, next: 32 bytes written) and rewrites its bucket's head
+    line. The arrays are compacted and the chains relinked when they fill: with a capacity of
+    ``cap`` (the power of two at least twice the live items and a batch) every
+    ``cap - window`` inserts, copying each live item's 24 bytes twice (out and back, 96 bytes
+    read and written), relinking it (its ``next``, and its bucket's line read and written),
+    and writing the ``2 cap`` buckets."""
     cap = 2 ** math.ceil(math.log2(2 * (window + insert_batch)))
     chain = match_rate + window / (2 * cap)
     probe = 1 + 2 * chain + match_rate
     insert = 32 + 2 * LINE
-    rebuild = window * (48 + 8 + 2 * LINE) + 2 * cap * 8
-    return _result(probe * LINE, insert, rebuild / (cap - window), probe - match_rate)
+    rebuild = window * (96 + 8 + 2 * LINE) + 2 * cap * 8
+    return _result(probe * LINE, insert, rebuild / (cap - window), 1 + chain)
 
 
-def _swept(window: int, batch: int, c: int, parts: float, full_item: int) -> tuple[float, float]:
+def _swept(window: int, batch: int, c: int, parts: float, wide: bool) -> tuple[float, float]:
     """``(bytes, cold lines)`` per tuple of a sorted probe batch sweeping subwindows of ``c``
     items cut into ``parts`` partitions (or leaves) each: for a band narrower than a
     partition, a batch of ``batch`` keys meets about ``1 - exp(-batch / parts)`` of them and
-    reads their items once (:func:`~streamjoin.indexes.llat.scan_partitions`), and the first
-    line of each met partition's chain is a miss. The window holds ``window / c`` full
-    subwindows of ``full_item``-byte items and the newest, half full on average, of 16-byte
-    ones."""
+    streams their keys once, 8 bytes an item in either layout (wide refs are a separate array,
+    :func:`~streamjoin.indexes.llat.scan_partitions`), and the first line of each met
+    partition's chain is a miss. The window holds ``window / c`` full subwindows and the
+    newest, half full on average; a probe reads a line of wide refs at its matches (compact
+    items hold their refs)."""
     met = 1.0 - math.exp(-batch / parts)
     full = window / c
-    per_batch = met * (full * c * full_item + c / 2 * 16) + met * parts * (full + 1) * LINE
-    return per_batch / batch, met * parts * (full + 1) / batch
+    per_batch = met * (full + 0.5) * c * 8 + met * parts * (full + 1) * LINE
+    return per_batch / batch + LINE * wide, met * parts * (full + 1) / batch
+
+
+def _appended(batch: int, parts: float) -> float:
+    """Bytes per tuple of appending a sorted batch to ``parts`` LLAT chains: a tail line of
+    keys and one of refs read and written where the batch's keys meet a chain, 16 bytes of
+    each line's 64 per item where they run on in one."""
+    return 16 + 4 * LINE * min(1.0, parts / batch)
+
+
+#: Bytes per item of packing a full subwindow (:meth:`~streamjoin.indexes.llat.LLATStore.
+#: _pack`): its keys gathered and sorted partly to fit the code (:func:`~streamjoin.indexes.
+#: key_codes.fit_unsorted`, about three passes of 8 bytes read and written), then each item
+#: read (key and ref) and written as one word.
+PACK_BYTES = 3 * 16 + 16 + 8
 
 
 def rap_table(
     window: int,
     insert_batch: int = 1024,
-    subwindow_size: int | None = None,
+    subwindow_size: int = 2**16,
     partitions: int = 512,
     layout: str = "compact",
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.rap_table`: the probe batch sweeps each subwindow's ``P``
-    partitions (:func:`_swept`; full subwindows hold 8-byte items compact); an insert appends
-    16 bytes to its partition's LLAT chain; compact, the subwindow that fills is packed once
-    (16 bytes read, 8 written an item)."""
-    c = subwindow_size or window
-    probe, cold = _swept(window, insert_batch, c, partitions, 8 if layout == "compact" else 16)
-    return _result(probe, 16.0, 24.0 if layout == "compact" else 0.0, cold)
+    partitions (:func:`_swept`); an insert appends to its partition's LLAT chain
+    (:func:`_appended`); compact, the subwindow that fills is packed once
+    (:data:`PACK_BYTES`)."""
+    wide = layout != "compact"
+    probe, cold = _swept(window, insert_batch, subwindow_size, partitions, wide)
+    insert = _appended(insert_batch, partitions)
+    return _result(probe, insert, 0.0 if wide else PACK_BYTES, cold)
 
 
 def wib_tree(
     window: int,
     insert_batch: int = 1024,
-    subwindow_size: int | None = None,
+    subwindow_size: int = 2**16,
     leaf_width: int = 128,
     layout: str = "wide",
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.wib_tree`: the probe batch descends (inner nodes cached) and
-    sweeps the leaves as RaP-Table sweeps partitions (:func:`_swept`), with leaves about
-    :data:`BTREE_FILL` full (8-byte items in full subwindows, compact); an insert appends 16
-    bytes to its leaf; a leaf that fills is sorted and split, reading and writing its
-    ``leaf_width`` items, about once every ``leaf_width / 2`` inserts; compact, the
-    subwindow that fills is packed once (16 bytes read, 8 written an item)."""
-    c = subwindow_size or window
-    leaves = c / (BTREE_FILL * leaf_width)
-    probe, cold = _swept(window, insert_batch, c, leaves, 8 if layout == "compact" else 16)
+    sweeps the leaves, about :data:`BTREE_FILL` full, as RaP-Table sweeps partitions
+    (:func:`_swept`); an insert appends to its leaf (:func:`_appended`); a leaf that fills is
+    sorted and split, reading and writing its ``leaf_width`` items of 16 bytes, about once
+    every ``leaf_width / 2`` inserts; compact, the subwindow that fills is packed once
+    (:data:`PACK_BYTES`)."""
+    wide = layout != "compact"
+    leaves = subwindow_size / (BTREE_FILL * leaf_width)
+    probe, cold = _swept(window, insert_batch, subwindow_size, leaves, wide)
     split = 2 * 16 * leaf_width / (leaf_width / 2)
-    return _result(probe, 16.0, split + (24.0 if layout == "compact" else 0.0), cold)
+    insert = _appended(insert_batch, leaves)
+    return _result(probe, insert, split + (0.0 if wide else PACK_BYTES), cold)
 
 
 def memory_traffic(name: str, window: int, /, **options) -> dict[str, float]:
