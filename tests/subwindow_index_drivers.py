@@ -50,3 +50,37 @@ def panjoin_matches_oracle(index: str, options: dict) -> None:
     q = sj.Query(JOIN_PREDICATES["band"], window=JOIN_WINDOWS["count"])
     topo = sj.topologies.panjoin(2, 3, index=index, **options)
     assert sj.run(q, data, topo, batch_size=16).same_pairs(sj.oracle.join(q, data))
+
+
+def compact_twins_agree(make, batches: list[np.ndarray], probes: np.ndarray) -> None:
+    """An index made with ``layout="compact"`` and its ``"wide"`` twin (``make(layout)``),
+    fed ``batches`` of keys that fill whole subwindows but the last: the full subwindows of
+    the compact one are packed, at half the LLAT item bytes of the wide twin's, and both find
+    the oracle's pairs for ``probes`` (the compact one's candidates refined on the keys)."""
+    compact, wide = make("compact"), make("wide")
+    oracle = SortedOracle()
+    for b, x in enumerate(batches):
+        keys, refs = oracle.batch(x)
+        for ix in (compact, wide):
+            ix.insert(keys, refs)
+            if b < len(batches) - 1:
+                ix.check()
+    full = len(compact._subwindows) - 1
+    assert [s.compact for s in compact._subwindows] == [True] * full + [False]
+    assert not any(s.compact for s in wide._subwindows)
+    assert not compact.exact and wide.exact
+    packed = [  # the LLAT item arrays of the full subwindows (a packed one's refs are its keys)
+        sum(
+            s._llat.keys.nbytes + (s._llat.refs is not s._llat.keys) * s._llat.refs.nbytes
+            for s in list(ix._subwindows)[:-1]
+        )
+        for ix in (compact, wide)
+    ]
+    assert packed[0] * 2 == packed[1]
+    found = 0
+    for lo, hi in [(-0.5, 0.5), (0.0, 0.0), (-3.0, 1.0)]:
+        want = oracle.probe(probes, lo, hi)
+        assert probe_pairs(compact, probes, lo, hi, oracle) == want
+        assert probe_pairs(wide, probes, lo, hi) == want
+        found += len(want)
+    assert found  # the probes meet stored keys

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
+from subwindow_index_drivers import compact_twins_agree, increasing_actions, panjoin_matches_oracle
 from window_index_oracle import (
     JOIN_PREDICATES,
     JOIN_WINDOWS,
@@ -203,37 +203,12 @@ def test_full_subwindows_hold_compact_items():
     """Each full subwindow is packed into 8-byte items coded from its own keys; the newest,
     still filling, stays wide: half the LLAT bytes of the full ones, the same pairs."""
     rng = np.random.default_rng(4)
-    compact = rap_table(subwindow_size=500, partitions=16, layout="compact")
-    wide = rap_table(subwindow_size=500, partitions=16, layout="wide")
-    oracle = SortedOracle()
-    for _ in range(4):
-        keys, refs = oracle.batch(rng.normal(0, 100, 500))
-        for ix in (compact, wide):
-            ix.insert(keys, refs)
-            ix.check()
-    keys, refs = oracle.batch(rng.normal(0, 100, 100))
-    for ix in (compact, wide):
-        ix.insert(keys, refs)
-    assert [s.compact for s in compact._subwindows] == [True, True, True, True, False]
-    assert not any(s.compact for s in wide._subwindows)
-    assert not compact.exact and wide.exact
-    slots = [  # the LLAT's item arrays of the compact subwindows, and of their wide twins
-        sum(
-            s.nbytes
-            - sum(a.nbytes for a in s._t)
-            - s._llat.fill.nbytes
-            - s._llat.next.nbytes
-            - s._llat.meta.nbytes
-            for s in list(ix._subwindows)[:-1]
-        )
-        for ix in (compact, wide)
-    ]
-    assert slots[0] * 2 == slots[1]
-    probes = rng.normal(0, 100, 50)
-    for lo, hi in [(-0.5, 0.5), (0.0, 0.0), (-3.0, 1.0)]:
-        want = oracle.probe(probes, lo, hi)
-        assert probe_pairs(compact, probes, lo, hi, oracle) == want
-        assert probe_pairs(wide, probes, lo, hi) == want
+    batches = [rng.normal(0, 100, 500) for _ in range(4)] + [rng.normal(0, 100, 100)]
+    compact_twins_agree(
+        lambda layout: rap_table(subwindow_size=500, partitions=16, layout=layout),
+        batches,
+        rng.normal(0, 100, 50),
+    )
 
 
 def test_compact_refs_below_the_subwindows_first_are_refused():

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
+from subwindow_index_drivers import compact_twins_agree, increasing_actions, panjoin_matches_oracle
 from window_index_oracle import (
     JOIN_PREDICATES,
     JOIN_WINDOWS,
-    SortedOracle,
     join_matches_oracle,
     machine,
     probe_pairs,
@@ -139,36 +138,15 @@ def test_full_subwindows_hold_compact_items():
     the full ones, the same pairs after refinement -- on keys that increase, with ties and
     with far outliers."""
     rng = np.random.default_rng(4)
-    compact = wib_tree(subwindow_size=500, leaf_width=16, layout="compact")
-    wide = wib_tree(subwindow_size=500, leaf_width=16, layout="wide")
-    oracle = SortedOracle()
-    for b in range(4):
-        x = np.concatenate(
-            [np.arange(400) + 400.0 * b, rng.normal(0, 100, 90).round(), [1e15] * 10]
-        )
-        keys, refs = oracle.batch(x)
-        for ix in (compact, wide):
-            ix.insert(keys, refs)
-            ix.check()
-    keys, refs = oracle.batch(rng.normal(0, 100, 100))
-    for ix in (compact, wide):
-        ix.insert(keys, refs)
-    assert [s.compact for s in compact._subwindows] == [True, True, True, True, False]
-    assert not any(s.compact for s in wide._subwindows)
-    assert not compact.exact and wide.exact
-    packed = [  # the LLAT item arrays of the full subwindows, against their wide twins'
-        sum(
-            s._llat.keys.nbytes + (s._llat.refs is not s._llat.keys) * s._llat.refs.nbytes
-            for s in list(ix._subwindows)[:-1]
-        )
-        for ix in (compact, wide)
-    ]
-    assert packed[0] * 2 == packed[1]
-    probes = np.concatenate([rng.normal(0, 100, 30), rng.uniform(0, 1600, 30), [1e15]])
-    for lo, hi in [(-0.5, 0.5), (0.0, 0.0), (-3.0, 1.0)]:
-        want = oracle.probe(probes, lo, hi)
-        assert probe_pairs(compact, probes, lo, hi, oracle) == want
-        assert probe_pairs(wide, probes, lo, hi) == want
+    batches = [
+        np.concatenate([np.arange(400) + 400.0 * b, rng.normal(0, 100, 90).round(), [1e15] * 10])
+        for b in range(4)
+    ] + [rng.normal(0, 100, 100)]
+    compact_twins_agree(
+        lambda layout: wib_tree(subwindow_size=500, leaf_width=16, layout=layout),
+        batches,
+        np.concatenate([rng.normal(0, 100, 30), rng.uniform(0, 1600, 30), [1e15]]),
+    )
 
 
 def test_compact_refs_spanning_2_32_are_refused_before_anything_changes():

@@ -320,12 +320,11 @@ class RaPTable(LLATStore):
             assert all(llat.fill[e] == width for e in chain[:-1]), f"partition {p}: full links"
             assert all(e >= p_count for e in chain[1:]), "chains continue in reserved entries"
             seen += chain[1:]
-            keys, refs = self._partition_items(p)
+            keys, _ = self._partition_items(p)
             assert len(keys) == t.count[p], f"partition {p}: count histogram"
             if len(keys) and self.compact:  # codes lie between those of the min and max keys
                 c = [int(encode(k, t.coder[0], t.coder[1])) for k in (t.kmin[p], t.kmax[p])]
                 assert keys.min() >= c[0] and keys.max() <= c[1], f"partition {p}: codes"
-                assert refs.min() >= t.ref_base[0], f"partition {p}: refs above the base"
             elif len(keys):
                 assert keys.min() == t.kmin[p] and keys.max() == t.kmax[p], (
                     f"partition {p}: min/max"
@@ -335,6 +334,7 @@ class RaPTable(LLATStore):
                 )
         assert sorted(seen) == list(range(p_count, ptr_g)), "reserved entries used once each"
         assert t.count.sum() == self._size <= self.capacity
+        assert len(np.unique(self.items()[1])) == self._size, "refs unique (decoded, if packed)"
 
 
 @register

@@ -543,8 +543,6 @@ class WiBTree(LLATStore):
             keys = np.concatenate([llat.keys[e, : llat.fill[e]] for e in chain])
             size += len(keys)
             if self.compact:  # codes, monotone in the keys: within the codes of the range
-                refs = item_refs(keys, int(self._ref_base[0]))
-                assert np.all(refs >= self._ref_base[0]), f"leaf {leaf}: refs above the base"
                 keys = item_codes(keys)
                 lo, hi = (int(encode(x, *self._coder)) for x in (lo, hi))
                 assert np.all((keys >= lo) & (keys <= hi)), f"leaf {leaf}: codes in range"
@@ -558,6 +556,7 @@ class WiBTree(LLATStore):
                 assert len(chain) == 1, f"regular leaf {leaf}: one entry"
         assert sorted(entries) == list(range(int(llat.meta[PTR_G]))), "LLAT entries used once"
         assert size == self._size <= self.capacity
+        assert len(np.unique(self.items()[1])) == self._size, "refs unique (decoded, if packed)"
 
 
 @register
