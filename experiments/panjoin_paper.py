@@ -1073,7 +1073,7 @@ def _panel(ax, rows, x, series, title, xlabel, ylabel="tuples/s") -> None:
 
 def plot(rows: list[dict], sections: list[str], sc: dict, path: str) -> None:
     """One figure: per store, the paper's a/b/c/e panels (Fig. 10-12); then Fig. 13a-b,
-    Fig. 10f and the targets."""
+    Fig. 10f and the targets. None when the sections run have no panel (``batch`` alone)."""
     plt = viz._pyplot()
     n_sub, fixed_p, pb = sc["n_sub"], sc["fixed_p"], sc["probe_batch"]
     ins = [r for r in rows if r["section"] == "insert"]
@@ -1143,6 +1143,8 @@ def plot(rows: list[dict], sections: list[str], sc: dict, path: str) -> None:
     bal = [r for r in rows if r["section"] == "balance"]
     tgt = [r for r in rows if r["section"] == "targets" and "probe_tuples_per_s" in r]
     extra = len(sc["balance_p"]) * bool(bal) + bool(tgt)
+    if not panels and not extra:  # e.g. --only batch: its table is all there is
+        return
     cols = 5
     n_rows = -(-(len(panels) + extra) // cols)
     fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.3 * n_rows), squeeze=False)

@@ -124,3 +124,30 @@ def test_steady_state_of_a_split_join_smaller_than_its_batches():
     out = ps.steady_throughput(prof, ("split", "nested_loop", 16, 1), 2**23, 15, 512, 2**10)
     model = ps.nested_model(prof, "split", 2**10, 16, 512)
     assert 0.95 < out["tuples_per_s"] / model < 1.05
+
+
+def test_panjoin_paper_draws_nothing_for_sections_without_panels(tmp_path):
+    """``panjoin_paper.py --only batch`` ran its section, then failed drawing a figure of no
+    panels; now it draws none (its table is the result), and a section with panels still
+    draws."""
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import panjoin_paper as pp
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    sc = pp.SCALES["quick"]
+    batch_rows = [{"section": "batch", "store": "bisort", "n_bat": 4096}]
+    pp.plot(batch_rows, ["batch"], sc, str(tmp_path / "none.png"))
+    assert not (tmp_path / "none.png").exists()
+    targets = [
+        {
+            "section": "targets",
+            "store": "bisort",
+            "n_bat": 1024,
+            "tuples_per_s": 1e6,
+            "probe_tuples_per_s": 2e6,
+            "target": 2.5e6,
+        }
+    ]
+    pp.plot(targets, ["targets"], sc, str(tmp_path / "one.png"))
+    assert (tmp_path / "one.png").read_bytes()[:4] == b"\x89PNG"
