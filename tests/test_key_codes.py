@@ -287,7 +287,7 @@ def test_stationary_keys_give_few_extra_candidates(name):
     assert len(raw) <= 1.05 * len(exact)
 
 
-@pytest.mark.parametrize("name", ["bisort", "rap_table"])
+@pytest.mark.parametrize("name", ["bisort", "rap_table", "wib_tree"])
 @pytest.mark.parametrize("backend", ["local", "sim"])
 @pytest.mark.parametrize("batch_size", [1, 64])
 def test_compact_panjoin_matches_the_oracle_on_each_backend(name, backend, batch_size):
@@ -299,10 +299,11 @@ def test_compact_panjoin_matches_the_oracle_on_each_backend(name, backend, batch
     data = {"ts": np.arange(n), "x": rng.normal(0, 20, n).round(2), "stream": rng.integers(0, 2, n)}
     q = sj.Query(sj.band("x", 0.3), window=sj.CountWindow(400))
     small = {
-        "bisort": {"subwindow_size": 32, "buffer_size": 8},
-        "rap_table": {"subwindow_size": 32},
+        "bisort": {"subwindow_size": 32, "buffer_size": 8, "partitions": 4},
+        "rap_table": {"subwindow_size": 32, "partitions": 4},
+        "wib_tree": {"subwindow_size": 32, "leaf_width": 3, "fanout": 3},
     }
-    options = {**small[name], "partitions": 4, "layout": "compact"}  # compact runs reached
+    options = {**small[name], "layout": "compact"}  # compact runs reached
     topology = sj.topologies.panjoin(2, 3, index=name, index_options=options)
     result = sj.run(q, data, topology, backend=backend, batch_size=batch_size)
     assert result.same_pairs(sj.oracle.join(q, data))
