@@ -397,9 +397,9 @@ class WiBTree(LLATStore):
     Complexity: ``insert`` of n sorted items O(n · log(fanout) · levels re-descended + n log W)
     amortised (splits); ``probe`` of m sorted keys O(m · height · log(fanout) + leaves visited
     + their items · log(active probes) + matches). Arrays grow by doubling. Memory: LLAT
-    entries of ``16 W`` bytes (``8 W`` once packed), one per leaf plus the overflow of equal-key leaves (leaves are
-    at least a quarter full but for those created small by run isolation), and ``16 · fanout``
-    bytes per inner node.
+    entries of ``16 W`` bytes (``8 W`` once packed), one per leaf plus the overflow of
+    equal-key leaves (leaves are at least a quarter full but for those created small by run
+    isolation), and ``16 · fanout`` bytes per inner node.
 
     Parameters
     ----------
