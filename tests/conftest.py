@@ -4,7 +4,21 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import budget  # noqa: E402
 import pytest  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--thorough",
+        action="store_true",
+        help="draw every hypothesis test's full budget of examples (the default run draws a "
+        "third: tests/budget.py)",
+    )
+
+
+def pytest_configure(config):
+    budget.THOROUGH = config.getoption("--thorough")
 
 
 @pytest.fixture(scope="session")

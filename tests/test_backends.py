@@ -62,15 +62,24 @@ LAYOUTS = {
 }
 
 
+#: Layouts whose first scenario runs on Ray in the default run: several ports into one core,
+#: a cycle (end of stream by the driver), threads in an actor, a mutable/immutable split. The
+#: rest run the same logic objects and meet Ray in the failure and security tests; ``-m slow``
+#: runs every layout's first scenario on Ray.
+RAY_DEFAULT = {"grid", "handshake_ll", "shared", "spo"}
+
+
 def _cases() -> list:
-    """Every (backend, scenario); on Ray a layout's scenarios after its first are slow."""
+    """Every (backend, scenario); on Ray only a layout's first scenario, in the default run
+    for :data:`RAY_DEFAULT`, otherwise slow."""
     cases, on_ray = [], set()
     for backend in sj.runtime.BACKENDS:
         for scenario in SCENARIOS:
             layout = scenario[2]
             marks = ()
             if backend == "ray":
-                marks = (pytest.mark.slow,) if layout in on_ray else ()
+                if layout in on_ray or layout not in RAY_DEFAULT:
+                    marks = (pytest.mark.slow,)
                 on_ray.add(layout)
             cases.append(pytest.param(backend, *scenario, marks=marks))
     return cases

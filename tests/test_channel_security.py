@@ -22,6 +22,7 @@ import tracemalloc
 import numpy as np
 import pyarrow as pa
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -313,13 +314,13 @@ def _feed(data: bytes) -> None:
         b.close()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=2048))
 def test_random_bytes_only_close_or_fail_framing(data):
     _feed(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     picks=st.lists(st.sampled_from(range(len(FRAMES))), min_size=1, max_size=3),
     edits=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=6),

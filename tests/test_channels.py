@@ -6,6 +6,7 @@ import socket
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +54,7 @@ def _same_batch(a: Batch, b: Batch) -> bool:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(0, 2000), k=st.integers(1, 3), seed=st.integers(0, 99), store=st.booleans())
 def test_batch_round_trip(n, k, seed, store):
     a, b = socket.socketpair()
@@ -147,13 +148,13 @@ def worker_commands(draw) -> WorkerCommand:
     )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(command=worker_commands())
 def test_worker_command_round_trip(command):
     assert _same_command(command, _round_trip(command))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n=st.integers(0, 500), k=st.integers(1, 3), seed=st.integers(0, 99))
 def test_merged_run_round_trip(n, k, seed):
     """A merged piece of SPO-Join's mutable part: its rows and both key orders."""
@@ -183,7 +184,7 @@ def test_ack_round_trip(upto):
     assert _round_trip(Ack(upto)) == Ack(upto)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(n=st.integers(0, 3000), seed=st.integers(0, 99))
 def test_pairs_and_drain_round_trip(n, seed):
     rng = np.random.default_rng(seed)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -122,7 +123,7 @@ def _time_chunks(draw):
     return self_join, stream, ts, windows, cuts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_time_chunks(), st.sampled_from([1, 2, 3, 7, 1000]))
 def test_time_window_stamps_match_their_definition(case, batch_size):
     """Every tuple's ``lo_idx`` is the first idx of its probed stream whose ``ts`` is within

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from window_index_oracle import SortedOracle, probe_pairs
@@ -44,7 +45,7 @@ def _code(k: float, grid: tuple[int, int]) -> int:
     return int(grid_code(k, np.uint64(grid[0]), np.uint64(grid[1])))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     a=floats, b=floats, fitted=st.lists(floats, min_size=1, max_size=4), shift=st.integers(0, 40)
 )
@@ -56,7 +57,7 @@ def test_codes_are_monotone_and_zero_has_one_code(a, b, fitted, shift):
     assert all(0 <= _code(k, grid) <= CODE_MAX for k in fitted)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     old_keys=st.lists(floats, min_size=1, max_size=30),
     new_keys=st.lists(floats, max_size=10),
@@ -278,7 +279,7 @@ def test_a_merge_puts_old_items_before_new_ones_of_the_same_code():
     assert (out & np.uint64(CODE_MAX)).tolist() == [0, 1, 2, 3]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(keys=st.lists(floats, min_size=1, max_size=6), shift=st.integers(0, 32))
 def test_image_range_holds_exactly_the_images_of_its_codes(keys, shift):
     """``image_range`` of codes ``c … d`` runs from the first image of code ``c`` to the last of
@@ -294,7 +295,7 @@ def test_image_range_holds_exactly_the_images_of_its_codes(keys, shift):
         assert hi == 2**64 - 1 or (hi + 1 - base) >> shift == c + 1
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(keys=st.lists(floats, min_size=1, max_size=6), shift=st.integers(0, 32))
 def test_inserts_route_by_the_bound_probes_descend_with(keys, shift):
     """``route_items`` is each key's lowest item bound, the one a probe of the key descends

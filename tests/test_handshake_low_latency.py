@@ -3,6 +3,7 @@ per-link FIFO interleaving, finds crossing pairs once, and beats the original on
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -75,7 +76,7 @@ def test_empty_and_one_sided_streams(data):
         assert res.same_pairs(expected)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_random_inputs_and_interleavings(data):
     self_join = data.draw(st.booleans(), label="self_join")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from subwindow_index_drivers import increasing_actions, panjoin_matches_oracle
@@ -47,7 +48,9 @@ OPTIONS = st.fixed_dictionaries(
 )
 
 TestBISortMachine = machine("bisort", OPTIONS, exact_expiry=False).TestCase
-TestBISortMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestBISortMachine.settings = settings(
+    max_examples=examples(100), stateful_step_count=40, deadline=None
+)
 
 
 def bisort(**options):
@@ -188,7 +191,7 @@ def brute_pairs(keys, refs, probes, lo, hi, min_ref):
     return _sorted_pairs(np.concatenate(found_i), np.concatenate(found_ref))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     layout=st.sampled_from(LAYOUTS),
     seed=st.integers(0, 2**32 - 1),

@@ -7,6 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from window_index_oracle import SortedOracle, machine, probe_pairs, random_actions
@@ -18,7 +19,9 @@ from streamjoin.indexes.bplus_tree import HEIGHT, LEAF_HWM, PREFETCH_ITEMS
 OPTIONS = st.fixed_dictionaries({"fanout": st.integers(3, 6), "leaf_size": st.integers(3, 6)})
 
 TestBPlusTreeMachine = machine("bplus_tree", OPTIONS, exact_expiry=True).TestCase
-TestBPlusTreeMachine.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+TestBPlusTreeMachine.settings = settings(
+    max_examples=examples(100), stateful_step_count=50, deadline=None
+)
 
 
 @pytest.mark.parametrize(("fanout", "leaf_size"), [(3, 3), (4, 4), (5, 3), (3, 6)])

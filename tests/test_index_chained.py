@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from window_index_oracle import (
@@ -50,7 +51,9 @@ OPTIONS = (
 )
 
 TestChainedMachine = machine("chained", OPTIONS, exact_expiry=False).TestCase
-TestChainedMachine.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)
+TestChainedMachine.settings = settings(
+    max_examples=examples(120), stateful_step_count=50, deadline=None
+)
 
 TINY = {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from window_index_oracle import keys, machine, probe_pairs, random_actions
@@ -23,10 +24,12 @@ OPTIONS = st.fixed_dictionaries(
 )
 
 TestCSSTreeMachine = machine("css_tree", OPTIONS, exact_expiry=False).TestCase
-TestCSSTreeMachine.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+TestCSSTreeMachine.settings = settings(
+    max_examples=examples(100), stateful_step_count=50, deadline=None
+)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     values=st.lists(st.integers(-10, 10).map(float), max_size=80),
     x=st.one_of(keys, st.sampled_from([-np.inf, np.inf]), st.integers(-12, 12).map(float)),

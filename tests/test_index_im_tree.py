@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from window_index_oracle import (
@@ -31,7 +32,9 @@ OPTIONS = st.fixed_dictionaries(
 )
 
 TestIMTreeMachine = machine("im_tree", OPTIONS, exact_expiry=False).TestCase
-TestIMTreeMachine.settings = settings(max_examples=80, stateful_step_count=50, deadline=None)
+TestIMTreeMachine.settings = settings(
+    max_examples=examples(80), stateful_step_count=50, deadline=None
+)
 
 TINY = {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2}
 

@@ -8,6 +8,7 @@ import pickle
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from window_index_oracle import (
@@ -37,7 +38,9 @@ OPTIONS = st.fixed_dictionaries(
 )
 
 TestPIMTreeMachine = machine("pim_tree", OPTIONS, exact_expiry=False).TestCase
-TestPIMTreeMachine.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)
+TestPIMTreeMachine.settings = settings(
+    max_examples=examples(120), stateful_step_count=50, deadline=None
+)
 
 TINY = {"fanout": 3, "leaf_size": 3, "css_fanout": 3, "css_leaf_size": 2}
 

@@ -5,6 +5,7 @@ reference join."""
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -128,13 +129,15 @@ class POJoinMachine(RuleBasedStateMachine):
 
 
 TestPOJoinMachine = POJoinMachine.TestCase
-TestPOJoinMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestPOJoinMachine.settings = settings(
+    max_examples=examples(60), stateful_step_count=30, deadline=None
+)
 
 
 @pytest.mark.slow
 def test_po_join_machine_long():
     """The state machine ten times longer (``pytest -m slow``)."""
-    long = settings(max_examples=600, stateful_step_count=40, deadline=None)
+    long = settings(max_examples=examples(600), stateful_step_count=40, deadline=None)
     run_state_machine_as_test(POJoinMachine, settings=long)
 
 
@@ -217,7 +220,7 @@ def test_bad_options():
 Q1 = sj.less("a") & sj.greater("b")
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.data())
 def test_single_po_join_equals_oracle(data):
     """Two-inequality, cross-attribute and band queries, two-way and self-joins, count and

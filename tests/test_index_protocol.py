@@ -3,6 +3,7 @@ sequences with check() after every step (tiny capacities so growth and compactio
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,7 @@ OTHER_LAYOUT = {
 
 
 @pytest.mark.parametrize("name", indexes.names())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_random_actions_against_model(name, data):
     cls = indexes.get(name)

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from subwindow_index_drivers import compact_twins_agree, increasing_actions, panjoin_matches_oracle
@@ -41,7 +42,9 @@ OPTIONS = st.fixed_dictionaries(
 )
 
 TestRaPTableMachine = machine("rap_table", OPTIONS, exact_expiry=False).TestCase
-TestRaPTableMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestRaPTableMachine.settings = settings(
+    max_examples=examples(100), stateful_step_count=40, deadline=None
+)
 
 
 def rap_table(**options):

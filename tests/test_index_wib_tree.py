@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from subwindow_index_drivers import compact_twins_agree, increasing_actions, panjoin_matches_oracle
@@ -36,7 +37,9 @@ OPTIONS = st.fixed_dictionaries(
 )
 
 TestWiBTreeMachine = machine("wib_tree", OPTIONS, exact_expiry=False).TestCase
-TestWiBTreeMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestWiBTreeMachine.settings = settings(
+    max_examples=examples(100), stateful_step_count=40, deadline=None
+)
 
 
 def wib_tree(**options):

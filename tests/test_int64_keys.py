@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +39,7 @@ bounds = st.one_of(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(r=int64s, s=int64s, lo=bounds, hi=bounds)
 def test_the_exact_test_is_python_integer_arithmetic(r, s, lo, hi):
     (r_image,), (r_res,) = int_rows(np.array([r]))
@@ -48,7 +49,7 @@ def test_the_exact_test_is_python_integer_arithmetic(r, s, lo, hi):
     assert got == (lo <= s - r <= hi)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(int64s, min_size=1, max_size=20))
 def test_image_plus_residual_is_the_value(values):
     image, residual = int_rows(np.array(values, dtype=np.int64))
@@ -57,7 +58,7 @@ def test_image_plus_residual_is_the_value(values):
         assert int(i) + int(r) == v and abs(r) <= 2**9
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=examples(800), deadline=None)
 @given(magnitude=st.floats(2.0**52, 2.0**63), r=int64s, s=int64s, lo=bounds, width=bounds)
 def test_widened_float_test_holds_whenever_the_exact_one_does(magnitude, r, s, lo, width):
     # the superset the indexes return: lo - slack <= fl(image_s - image_r) <= hi + slack,

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -18,7 +19,7 @@ def indexes_for(query):
     return names
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.data())
 def test_single_core_equals_oracle(data):
     self_join = data.draw(st.booleans(), label="self_join")
@@ -38,7 +39,7 @@ def test_single_core_equals_oracle(data):
             assert cmp, f"{index}, batch {batch_size}: {cmp}"
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.data())
 def test_equi_join_hash_equals_oracle(data):
     self_join = data.draw(st.booleans())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from window_index_oracle import SortedOracle, probe_pairs
@@ -33,7 +34,7 @@ def _code(k: float, base: float, scale: float) -> int:
     return int(encode(np.float64(k), base, scale))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     fitted=st.lists(FINITE, min_size=1, max_size=5),
     a=ANY_FLOAT,
@@ -48,7 +49,7 @@ def test_codes_are_monotone(fitted, a, b):
     assert 0 <= _code(lo, base, scale) <= _code(hi, base, scale) <= CODE_MAX
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(low=st.integers(-(2**52), 2**52), width=st.integers(0, 2**30))
 def test_integer_ranges_below_2_31_get_exact_codes(low, width):
     """Integers over a fitted range of fewer than 2**31 values: scale >= 1, so distinct integers
@@ -62,7 +63,7 @@ def test_integer_ranges_below_2_31_get_exact_codes(low, width):
     assert c[0] > 0 and c[-1] < CODE_MAX
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     fitted=st.lists(FINITE, min_size=1, max_size=5),
     keys=st.lists(ANY_FLOAT, min_size=1, max_size=40),
@@ -118,7 +119,7 @@ def test_many_distinct_keys_sharing_one_code_are_refined_exactly():
     assert extra_candidates > 1000, "the test must make codes collide"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(2, 5000),
@@ -151,7 +152,7 @@ def test_a_final_fit_spreads_the_bulk_over_the_codes(seed, n, centre, spread, in
         assert all(c in (0, CODE_MAX) for k, c in zip(run, codes, strict=True) if k in far)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(1, 5000),

@@ -4,6 +4,7 @@ numba kernels call."""
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ def test_radix_order_is_numpys_stable_argsort(name):
         assert np.array_equal(order, np.argsort(part, kind="stable"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.floats(allow_nan=True, allow_infinity=True)

@@ -4,6 +4,7 @@ import math
 
 import duckdb
 import numpy as np
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -146,7 +147,7 @@ def duckdb_join(query, data) -> list[tuple[int, int]]:
     return sorted(tuple(map(int, row)) for row in con.execute(sql).fetchall())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.data())
 def test_oracle_matches_sql(data):
     self_join = data.draw(st.booleans())

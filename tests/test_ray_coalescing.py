@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from budget import examples
 from faults import host_pids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -128,7 +129,7 @@ def test_full_inbox_pauses_its_reader_until_the_worker_takes():
     assert not box.pause()
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data())
 def test_merged_batches_join_like_separate_ones(data):
     """A join core given two consecutive batches as one (DESIGN §2) finds the same pairs."""
@@ -151,7 +152,7 @@ def test_merged_batches_join_like_separate_ones(data):
     )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data())
 def test_merged_copies_join_like_separate_ones_at_a_paired_core(data):
     """A self-join on a grid core: its R copies (port ``row``) and S copies (port ``col``)

@@ -4,6 +4,7 @@ progress the collector had), and its pairs together with the other cores' are th
 oracle's, each once."""
 
 import numpy as np
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -27,7 +28,7 @@ def _pairs(out) -> set:
     return {(int(r), int(s)) for _, p in out for r, s in zip(p.r, p.s, strict=True)}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data())
 def test_a_core_rebuilt_from_the_kept_batches_gives_the_exact_answer(data):
     layout = data.draw(st.sampled_from(["split", "grid"]))

@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -75,7 +76,7 @@ def refused(query: sj.Query, index: str) -> bool:
     return plan(index, query.predicate, query.self_join).fallback
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_exact_under_forced_interleavings(data):
     self_join = data.draw(st.booleans(), label="self_join")
@@ -254,7 +255,7 @@ def _run_drawn(data, backend, max_rows):
 
 
 @pytest.mark.parametrize("backend", ["local", "sim"])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_run_exact_and_in_order_on_backend(backend, data):
     _run_drawn(data, backend, 60)

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -44,7 +45,7 @@ ARRIVALS = st.sampled_from(
 
 
 @pytest.mark.parametrize("make", LAYOUTS)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_sim_equals_oracle(make, data):
     topo = make()

@@ -4,6 +4,7 @@ against a sort of their concatenation."""
 from __future__ import annotations
 
 import numpy as np
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ def oracle(a_keys, a_refs, b_keys, b_refs, min_ref):
     return keys[keep], refs[keep]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(a=small_keys, b=small_keys, cut=st.integers(-1, 90))
 def test_merge_matches_sorting_the_concatenation(a, b, cut):
     """Duplicate keys across and within runs, empty runs, nothing or everything expired."""

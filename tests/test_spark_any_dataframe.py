@@ -161,8 +161,20 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("order", ["auto", "partitions", "sort"])
-@pytest.mark.parametrize("case", sorted(CASES))
+ORDERS = ["auto", "partitions", "sort"]
+
+
+def _case_orders() -> list:
+    """Every (DataFrame, order); the default run reads each DataFrame in one order, the
+    orders taken in turn, and ``-m slow`` the other two."""
+    return [
+        pytest.param(case, order, marks=() if j == i % 3 else (pytest.mark.slow,))
+        for i, case in enumerate(sorted(CASES))
+        for j, order in enumerate(ORDERS)
+    ]
+
+
+@pytest.mark.parametrize(("case", "order"), _case_orders())
 def test_any_dataframe_equals_oracle(spark, data, files, case, order):
     df, expected = CASES[case](spark, data, files)
     src = sb.from_dataframe(df, tie_break="seq", order=order)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -154,7 +155,7 @@ def test_empty_dataframe(spark):
     assert result.count == 0 and result.metrics["input_tuples"] == 0
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.booleans(), st.data())
 def test_random_inputs_through_spark_equal_oracle(spark, self_join, draw):
     data = with_seq(draw.draw(tables(self_join, max_rows=80)))
@@ -427,7 +428,7 @@ def test_background_iteration_hands_over_errors_and_stops():
     assert len(pulled) <= 5
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.data())
 def test_merging_jobs_gives_arrival_order(draw):
     """Random partitions (overlapping or not, bounds known or not) and job sizes: the merge

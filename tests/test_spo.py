@@ -4,6 +4,7 @@ serve, and the drawing."""
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -20,7 +21,7 @@ TWO_INEQUALITIES = [
 ]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data())
 def test_spo_equals_oracle_under_any_interleaving(data):
     self_join = data.draw(st.booleans(), label="self_join")

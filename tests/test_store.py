@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ def assert_holds(store: TupleStore, appended: list[Batch], first_idx: int) -> No
     assert np.array_equal(store.attrs_of(store.head, store.tail), attrs[:, live], equal_nan=True)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(steps=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 60)), max_size=40))
 def test_refs_survive_compaction_and_growth(steps):
     """Random append / expire sequences: refs returned by ``append`` keep addressing their

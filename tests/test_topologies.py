@@ -3,6 +3,7 @@ inputs, under FIFO delivery and under random interleavings that keep each link F
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -26,7 +27,7 @@ LAYOUTS = [
 
 
 @pytest.mark.parametrize("make", LAYOUTS)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_layout_equals_oracle(make, data):
     topo = make()
