@@ -65,15 +65,35 @@ def _starts_services(nodeid: str) -> bool:
     return os.path.basename(path) in _SERVICE_FILES or bool(_NAMES_RAY.search(nodeid))
 
 
+#: The order of the services worker's files, by prefix: Spark's and the CLI's runs compile few
+#: kernels, the Ray tests of every topology come last, so that the other workers have
+#: compiled the topologies' kernels into numba's disk cache by then (test_backends and the
+#: index tests come first in the collection) and the Ray driver loads them instead of
+#: compiling them a second time at once.
+_SERVICES_ORDER = ("test_spark_", "test_cli_", "test_channel_security.py", "test_ray_")
+
+
+def _services_rank(nodeid: str) -> int:
+    """0 for a test that starts no service; a service test's place in :data:`_SERVICES_ORDER`
+    (after it if none)."""
+    if not _starts_services(nodeid):
+        return 0
+    file = os.path.basename(nodeid.partition("::")[0])
+    ranks = [k for k, prefix in enumerate(_SERVICES_ORDER) if file.startswith(prefix)]
+    return 1 + (ranks[0] if ranks else len(_SERVICES_ORDER))
+
+
 def pytest_collection_modifyitems(config, items):
     """A test that takes the ``ray_session`` or ``spark`` fixture must be known by its file
-    or name to start services (the scheduler below sees node ids only)."""
+    or name to start services (the scheduler below sees node ids only). The services run in
+    :func:`_services_rank` order (a stable sort: the rest keep theirs)."""
     for item in items:
         if {"ray_session", "spark"} & set(item.fixturenames) and not _starts_services(item.nodeid):
             raise pytest.UsageError(
                 f"{item.nodeid} starts Ray or Spark: name it after ray or add its file to "
                 "tests/conftest.py's _SERVICE_FILES"
             )
+    items.sort(key=lambda item: _services_rank(item.nodeid))
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: fine without it (-p no:xdist)
