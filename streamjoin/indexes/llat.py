@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.key_codes import (
+    REF_SPAN,
     checked_ref_base,
     fit_unsorted,
     item_ref,
@@ -279,11 +280,19 @@ class LLATStore(SubwindowStore):
         """Whether this subwindow holds compact items (it is full and packed)."""
         return self._llat.keys.dtype == np.uint64
 
+    def _set_layout(self, layout: str) -> None:
+        """Take the ``layout`` option: ``"wide"``, or ``"compact"`` (a full subwindow is packed,
+        if its refs fit 32-bit offsets: ``capacity < 2**32``); a ``ValueError`` otherwise."""
+        if layout not in ("compact", "wide"):
+            raise ValueError(f"{self.kind} layout must be 'compact' or 'wide', got {layout!r}")
+        self.layout = layout
+        self._packs = layout == "compact" and self.capacity < REF_SPAN  # once full
+
     def _before_insert(self, refs: np.ndarray, ref_base: np.ndarray) -> None:
         """Refuse an insert into a packed subwindow (it would write wide items into it), and
         one whose refs a compact subwindow cannot hold as 32-bit offsets from
         ``ref_base[0]``, which it sets from the first insert: before anything changes.
-        Subclasses set ``_packs`` (compact layout, ``capacity < 2**32``)."""
+        :meth:`_set_layout` sets ``_packs``."""
         if self.compact:
             raise ValueError(f"{self.kind}: insert into a full subwindow (it is packed)")
         if self._packs:

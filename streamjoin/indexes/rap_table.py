@@ -28,7 +28,6 @@ from numba import njit
 
 from streamjoin.indexes.base import register
 from streamjoin.indexes.key_codes import (
-    REF_SPAN,
     bounds_for,
     encode,
     item_codes,
@@ -224,10 +223,7 @@ class RaPTable(LLATStore):
         layout: str = "wide",
     ) -> None:
         super().__init__(capacity)
-        if layout not in ("compact", "wide"):
-            raise ValueError(f"rap_table layout must be 'compact' or 'wide', got {layout!r}")
-        self.layout = layout
-        self._packs = layout == "compact" and capacity < REF_SPAN  # once full
+        self._set_layout(layout)
         p = self.partitions = int_option(self.kind, "partitions", partitions, 1)
         try:
             self.sigma = float(sigma)

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
-from streamjoin.indexes.key_codes import REF_SPAN, bounds_for, encode, item_codes, item_refs
+from streamjoin.indexes.key_codes import bounds_for, encode, item_codes, item_refs
 from streamjoin.indexes.llat import (
     PTR_G,
     LLATStore,
@@ -426,10 +426,7 @@ class WiBTree(LLATStore):
         super().__init__(capacity)
         self.leaf_width = int_option(self.kind, "leaf_width", leaf_width, 2)
         self.fanout = int_option(self.kind, "fanout", fanout, 3)
-        if layout not in ("compact", "wide"):
-            raise ValueError(f"wib_tree layout must be 'compact' or 'wide', got {layout!r}")
-        self.layout = layout
-        self._packs = layout == "compact" and capacity < REF_SPAN  # once full
+        self._set_layout(layout)
         self._coder = np.full(2, np.nan)  # the code's (base, scale) once packed
         self._ref_base = np.zeros(1, dtype=np.int64)
         leaves = max(4, 2 * math.ceil(capacity / self.leaf_width))
