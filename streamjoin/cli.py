@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import sys
@@ -287,6 +286,7 @@ def _run_job(args):
     from streamjoin.cli_sim import sim_run_kwargs
     from streamjoin.cli_spark import parse_source, spark_source
     from streamjoin.query_text import parse_predicate
+    from streamjoin.runtime.pipeline import compile_notice
 
     # settings first: a bad one fails before any data is made or Spark starts
     window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
@@ -368,32 +368,6 @@ def _band_query(args, window):
             ) from e
     query = sj.Query(sj.band(attr, eps), window=window, self_join=args.self_join)
     return query, data, described
-
-
-@contextlib.contextmanager
-def compile_notice():
-    """Say once, on stderr, that numba is compiling, when it starts to: the kernels are not in
-    numba's disk cache yet (the first run after an install or an upgrade) and the run waits
-    for them. Silent when every kernel loads from the cache."""
-    from numba.core import event
-
-    class Notice(event.Listener):
-        said = False
-
-        def on_start(self, ev) -> None:
-            if not self.said:
-                self.said = True
-                print("compiling numba kernels (first run only)…", file=sys.stderr, flush=True)
-
-        def on_end(self, ev) -> None:
-            pass
-
-    notice = Notice()
-    event.register("numba:compile", notice)
-    try:
-        yield
-    finally:
-        event.unregister("numba:compile", notice)
 
 
 def cmd_run(args) -> int:

@@ -110,7 +110,7 @@ def test_cli_index_options_reach_the_index(topology, tmp_path, capsys, monkeypat
 def test_compile_notice_says_once_that_numba_compiles(capsys):
     from numba import njit
 
-    from streamjoin.cli import compile_notice
+    from streamjoin.runtime.pipeline import Progress, compile_notice
 
     @njit
     def double(x):
@@ -123,6 +123,14 @@ def test_compile_notice_says_once_that_numba_compiles(capsys):
     with compile_notice():
         double(2)  # compiled already
     assert capsys.readouterr().err == ""
+    with compile_notice(), compile_notice():  # the CLI's around a run's progress bar's
+        double(True)
+    assert capsys.readouterr().err == "compiling numba kernels (first run only)…\n"
+    bar = Progress(10, enabled=True)  # a run that shows a bar says it too
+    double(np.int8(3))
+    bar.close()
+    double(np.int16(3))  # after the run: nothing
+    assert capsys.readouterr().err.count("compiling numba kernels") == 1
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ itself (e.g. :func:`~streamjoin.runtime.sim.max_sustainable_rate`) uses the same
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -71,7 +72,9 @@ class Progress:
         if enabled is None:
             enabled = sys.stderr.isatty()
         self.bar = None
-        if enabled:
+        self._notice = contextlib.ExitStack()
+        if enabled:  # a first run waits for numba before the bar moves: say so
+            self._notice.enter_context(compile_notice())
             from tqdm.auto import tqdm  # imported only when a bar is shown
 
             self.bar = tqdm(
@@ -88,5 +91,41 @@ class Progress:
             self.bar.update(n)
 
     def close(self) -> None:
+        self._notice.close()
         if self.bar is not None:
             self.bar.close()
+
+
+#: How many :func:`compile_notice` contexts are open (the outermost one listens).
+_notices = [0]
+
+
+@contextlib.contextmanager
+def compile_notice():
+    """Say once, on stderr, that numba is compiling, when it starts to: the kernels are not in
+    numba's disk cache yet (the first run after an install or an upgrade) and the run waits
+    for them. Silent when every kernel loads from the cache; nested, only the outermost
+    listens (the CLI's and a progress bar's)."""
+    from numba.core import event
+
+    class Notice(event.Listener):
+        said = False
+
+        def on_start(self, ev) -> None:
+            if not self.said:
+                self.said = True
+                print("compiling numba kernels (first run only)…", file=sys.stderr, flush=True)
+
+        def on_end(self, ev) -> None:
+            pass
+
+    notice = Notice() if _notices[0] == 0 else None
+    _notices[0] += 1
+    if notice is not None:
+        event.register("numba:compile", notice)
+    try:
+        yield
+    finally:
+        _notices[0] -= 1
+        if notice is not None:
+            event.unregister("numba:compile", notice)
