@@ -65,12 +65,18 @@ def _starts_services(nodeid: str) -> bool:
     return os.path.basename(path) in _SERVICE_FILES or bool(_NAMES_RAY.search(nodeid))
 
 
-#: The order of the services worker's files, by prefix: Spark's and the CLI's runs compile few
-#: kernels, the Ray tests of every topology come last, so that the other workers have
+#: The order of the services worker's files, by prefix: Spark's runs and the CLI's bad input
+#: compile few kernels, the Ray tests of every topology come last, so that the other workers have
 #: compiled the topologies' kernels into numba's disk cache by then (test_backends and the
 #: index tests come first in the collection) and the Ray driver loads them instead of
 #: compiling them a second time at once.
-_SERVICES_ORDER = ("test_spark_", "test_cli_", "test_channel_security.py", "test_ray_")
+_SERVICES_ORDER = (
+    "test_spark_",
+    "test_cli_bad_input.py",
+    "test_channel_security.py",
+    "test_ray_",
+    "test_cli_and_result.py",  # runs grid:2x2 on Ray, the CLI's default backend
+)
 
 
 def _services_rank(nodeid: str) -> int:

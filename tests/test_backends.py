@@ -1,8 +1,8 @@
 """The same scenarios under every backend, checked against the oracle.
 
 On Ray each run starts its actors as processes (about 0.8 s an actor on the 2-core VM), so by
-default Ray runs one scenario per layout, the first; ``pytest -m slow`` runs the rest there.
-``local`` and ``sim`` run every scenario."""
+default Ray runs the first scenario of the layouts in :data:`RAY_DEFAULT`; ``pytest -m slow``
+runs every layout's first scenario there. ``local`` and ``sim`` run every scenario."""
 
 import numpy as np
 import pytest

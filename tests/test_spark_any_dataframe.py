@@ -168,7 +168,7 @@ def _case_orders() -> list:
     """Every (DataFrame, order); the default run reads each DataFrame in one order, the
     orders taken in turn, and ``-m slow`` the other two."""
     return [
-        pytest.param(case, order, marks=() if j == i % 3 else (pytest.mark.slow,))
+        pytest.param(case, order, marks=() if j == i % len(ORDERS) else (pytest.mark.slow,))
         for i, case in enumerate(sorted(CASES))
         for j, order in enumerate(ORDERS)
     ]

@@ -17,6 +17,7 @@ from streamjoin.sources import Source, read_validated
 
 __all__ = [
     "Progress",
+    "compile_notice",
     "default_chunk_rows",
     "paced",
     "positive_int",
@@ -73,8 +74,7 @@ class Progress:
             enabled = sys.stderr.isatty()
         self.bar = None
         self._notice = contextlib.ExitStack()
-        if enabled:  # a first run waits for numba before the bar moves: say so
-            self._notice.enter_context(compile_notice())
+        if enabled:
             from tqdm.auto import tqdm  # imported only when a bar is shown
 
             self.bar = tqdm(
@@ -85,6 +85,8 @@ class Progress:
                 desc="joining",
                 leave=False,
             )
+            # a first run waits for numba before the bar moves: say so
+            self._notice.enter_context(compile_notice())
 
     def update(self, n: int) -> None:
         if self.bar is not None:
@@ -120,9 +122,9 @@ def compile_notice():
             pass
 
     notice = Notice() if _notices[0] == 0 else None
-    _notices[0] += 1
     if notice is not None:
         event.register("numba:compile", notice)
+    _notices[0] += 1  # not thread-safe: at worst a second run's notice is missed
     try:
         yield
     finally:
