@@ -10,15 +10,14 @@ import pytest  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--thorough",
+        "--quick",
         action="store_true",
-        help="draw every hypothesis test's full budget of examples (the default run draws a "
-        "third: tests/budget.py)",
+        help="draw a third of each hypothesis test's budget of examples (tests/budget.py)",
     )
 
 
 def pytest_configure(config):
-    budget.THOROUGH = config.getoption("--thorough")
+    budget.QUICK = config.getoption("--quick")
 
 
 @pytest.fixture(scope="session")
