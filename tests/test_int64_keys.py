@@ -370,12 +370,7 @@ def test_a_larger_magnitude_after_the_switch_widens_again(index):
     [
         lambda: sj.topologies.single("pim_tree"),
         lambda: sj.topologies.shared_index(2, task_size=1),
-        # the same kernels as the line above with a B+-tree's arrays in them: compiled for
-        # wide keys a second time at once when the two run side by side on an empty cache
-        pytest.param(
-            lambda: sj.topologies.shared_index(2, index="bplus_tree", merge="blocking"),
-            marks=pytest.mark.slow,
-        ),
+        lambda: sj.topologies.shared_index(2, index="bplus_tree", merge="blocking"),
     ],
 )
 def test_floats_stored_before_the_switch_still_compare_as_floats(make):
