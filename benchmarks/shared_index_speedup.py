@@ -3,7 +3,8 @@ share of a step spent outside the task kernels (Python orchestration, expiry, me
 
     python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES] [TASK_SIZE]
 
-CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge);
+CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge),
+``shared2c`` (T_S in 8-byte items, ``layout="compact"``; ``shared1c``, ``shared2bc`` too);
 ``compact`` (``single`` with PIM-Tree's ``layout="compact"``) and ``bplus`` (``single`` with
 a B+-tree) for the one-thread comparisons of the compact items issue. ``ceiling`` joins nothing:
 it prints what two threads at once deliver on this machine against one
@@ -65,9 +66,12 @@ elif config == "bplus":
     core = JoinCore(query, "bplus_tree")
 else:
     threads = int(config[len("shared")])
-    merge = "blocking" if config.endswith("b") else "nonblocking"
+    merge = "blocking" if "b" in config[len("shared") :] else "nonblocking"
+    options = {"layout": "compact"} if config.endswith("c") else {}
     task_size = int(sys.argv[5]) if len(sys.argv) > 5 else si.TASK_SIZE
-    core = si.SharedIndexCore(query, "pim_tree", threads=threads, merge=merge, task_size=task_size)
+    core = si.SharedIndexCore(
+        query, "pim_tree", options, threads=threads, merge=merge, task_size=task_size
+    )
 core.warm()
 
 kernel_spans: list[tuple[int, float, float]] = []
@@ -115,8 +119,12 @@ print(
     f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy} "
     f"faults={1000 * faults / tuples:.2f} steal={stolen:.1%}"
 )
-if isinstance(core, JoinCore):  # the window indexes' memory per item they hold
+# the window indexes' memory per item they hold
+if isinstance(core, JoinCore):
     held = [p.index for p in core.parts.values()]
+else:
+    held = [ix for ix in core.indexes.values() if ix is not None]
+if held:
     per_item = sum(ix.nbytes for ix in held) / max(1, sum(len(ix) for ix in held))
     print(f"index_bytes_per_item={per_item:.1f}")
 if hasattr(core, "close"):

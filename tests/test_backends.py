@@ -41,7 +41,7 @@ SCENARIOS = [
     (self_join(ASYMMETRIC & sj.less_equal("y"), sj.TimeWindow(5)), True, "handshake_ll", 4, 6),
     (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
     (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "shared", 8, 60),
-    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "shared", 16, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "shared_compact", 16, 60),
     (self_join(sj.equal("x") & sj.less("y"), sj.CountWindow(30)), True, "shared_bplus", 4, 6),
     (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
     (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),
@@ -57,16 +57,20 @@ LAYOUTS = {
     "handshake": lambda: sj.topologies.handshake(3, segment=10),
     "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
     "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
+    "shared_compact": lambda: sj.topologies.shared_index(
+        2, task_size=3, window=8, fanout=3, layout="compact"
+    ),
     "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
     "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
 }
 
 
 #: Layouts whose first scenario runs on Ray in the default run: several ports into one core,
-#: a cycle (end of stream by the driver), threads in an actor, a mutable/immutable split. The
+#: a cycle (end of stream by the driver), threads in an actor (over wide and compact T_S
+#: items: the state an actor builds differs), a mutable/immutable split. The
 #: rest run the same logic objects and meet Ray in the failure and security tests; ``-m slow``
 #: runs every layout's first scenario on Ray.
-RAY_DEFAULT = {"grid", "handshake_ll", "shared", "spo"}
+RAY_DEFAULT = {"grid", "handshake_ll", "shared", "shared_compact", "spo"}
 
 
 def _cases() -> list:

@@ -124,6 +124,8 @@ def test_compact_layouts_are_exact_on_wide_keys():
         options = {"layout": "compact", **small.get(name, {})}
         topo = sj.topologies.single(name, index_options=options)
         assert sj.run(query, data, topo).same_pairs(expected), name
+    topo = sj.topologies.shared_index(3, task_size=5, window=64, layout="compact")
+    assert sj.run(query, data, topo, batch_size=32).same_pairs(expected), "shared pim_tree"
 
 
 def test_a_float_image_would_have_been_wrong():

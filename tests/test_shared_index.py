@@ -34,6 +34,15 @@ TINY = {
     "bplus_tree": {"fanout": 3, "leaf_size": 3},
     "nested_loop": {},
 }
+#: Indexes whose T_S may hold compact items (``layout``).
+CODED = ("pim_tree", "im_tree")
+
+
+def draw_options(data, index: str) -> dict:
+    """``TINY[index]``, with a layout drawn for an index that has one."""
+    if index not in CODED:
+        return TINY[index]
+    return {**TINY[index], "layout": data.draw(st.sampled_from(["wide", "compact"]), "layout")}
 
 
 def pairs_in_arrival(query, data, core, batch_size, check=False):
@@ -91,7 +100,7 @@ def test_exact_under_forced_interleavings(data):
     core = SharedIndexCore(
         query,
         index,
-        TINY[index],
+        draw_options(data, index),
         threads=threads,
         task_size=data.draw(st.none() | st.integers(1, 9), label="task_size"),
         merge=data.draw(st.sampled_from(["nonblocking", "blocking"]), label="merge"),
@@ -125,9 +134,15 @@ def test_every_shareable_index_four_threads(index, self_join, window):
 
 
 @pytest.mark.parametrize(
-    ("merge", "chunk"), [("nonblocking", 256), ("nonblocking", 1), ("blocking", 256)]
+    ("merge", "chunk", "layout"),
+    [
+        ("nonblocking", 256, "wide"),
+        ("nonblocking", 1, "wide"),
+        ("blocking", 256, "wide"),
+        ("nonblocking", 1, "compact"),
+    ],
 )
-def test_merges_every_few_tuples_with_threads_racing(merge, chunk, monkeypatch):
+def test_merges_every_few_tuples_with_threads_racing(merge, chunk, layout, monkeypatch):
     """A merge every 4 tuples per stream, in flight across steps while 3 threads join (no
     check between steps: it would settle every merge before the next step); with a chunk of
     1 the merging thread applies each pending item under a lock of its own, so searches meet
@@ -140,7 +155,7 @@ def test_merges_every_few_tuples_with_threads_racing(merge, chunk, monkeypatch):
     monkeypatch.setattr("streamjoin.indexes.shared.APPLY_CHUNK", chunk)
     query = sj.Query(sj.band("x", 1.5), window=sj.CountWindow(30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=8)
-    options = {**TINY["pim_tree"], "merge_ratio": 0.5}
+    options = {**TINY["pim_tree"], "merge_ratio": 0.5, "layout": layout}
     expected = oracle_set(query, data)
     seen = []
     for _ in range(4):
@@ -245,7 +260,7 @@ def _run_drawn(data, backend, max_rows):
         index,
         task_size=data.draw(st.integers(1, 9), label="task_size"),
         merge=data.draw(st.sampled_from(["nonblocking", "blocking"]), label="merge"),
-        index_options=TINY[index],
+        index_options=draw_options(data, index),
     )
     batch = data.draw(st.sampled_from([1, 3, 16]), label="batch")
     res = sj.run(query, table, topo, backend=backend, batch_size=batch, ordered=True)
@@ -393,3 +408,108 @@ def test_a_failed_merge_is_raised_by_the_next_step(monkeypatch):
     with pytest.raises(RuntimeError, match="merging thread"):  # the half-merged index stays shut
         tree.begin_step(np.zeros(1), np.array([10**6]))
     tree.close()  # quietly: the error was raised where the run waited
+
+
+def _compact_case(case: str, n: int, seed: int) -> tuple:
+    """Keys that work a compact T_S: timestamps drifting with 5% far outliers (its side run),
+    many distinct keys per code with bands ending on keys (refinement at code boundaries),
+    and int64 keys near 2**62 (several per float64 image: refined exactly)."""
+    rng = np.random.default_rng(seed)
+    if case == "drift_and_outliers":
+        x = 1.7e9 + np.arange(n) * 0.01 + rng.uniform(0, 0.01, n)
+        far = rng.random(n) < 0.05
+        x[far] = rng.choice([0.0, -1e12, 1e15], int(far.sum()))
+        pred = sj.band("x", 0.03)
+    elif case == "colliding_codes":  # a grid over +-1e6 codes 2**-1 wide near 1e6
+        spread = rng.uniform(-1e6, 1e6, n)
+        x = np.where(rng.random(n) < 0.5, spread, 1e6 - rng.integers(0, 400, n) * 0.125)
+        pred = sj.band("x", 0.375)
+    else:
+        x = 2**62 + rng.integers(-300, 300, n)
+        pred = sj.band("x", lo=1, hi=1)
+    ts = np.sort(rng.integers(0, n, n))
+    return {"stream": rng.integers(0, 2, n).astype(np.int8), "ts": ts, "x": x}, pred
+
+
+@pytest.mark.parametrize("merge", ["nonblocking", "blocking"])
+@pytest.mark.parametrize("case", ["drift_and_outliers", "colliding_codes", "wide_ints"])
+def test_compact_t_s_is_exact_with_threads_racing(case, merge):
+    """A shared PIM-Tree with compact T_S items, three threads racing and a merge every few
+    tuples: exactly the oracle's pairs, each once, in order, on keys that need the side run,
+    codes shared by many keys, or exact integer refinement."""
+    data, pred = _compact_case(case, 2500, seed=11)
+    query = sj.Query(pred, window=sj.CountWindow(60, 40))
+    options = {**TINY["pim_tree"], "window": 16, "layout": "compact"}
+    core = SharedIndexCore(
+        query,
+        "pim_tree",
+        options,
+        threads=3,
+        task_size=2,
+        merge=merge,
+        ordered=True,
+        delay_spins=100,
+    )
+    sides = []
+    end_step = core.indexes[0].end_step
+
+    def watch_end_step():
+        end_step()
+        sides.append(len(core.indexes[0]._coded.side_keys))
+
+    core.indexes[0].end_step = watch_end_step
+    r, s = pairs_in_arrival(query, data, core, 16)
+    core.check()
+    index = core.indexes[0]
+    core.close()
+    expected = oracle_set(query, data)
+    assert len(expected) > 200
+    assert as_set(r, s) == expected and len(r) == len(expected), "a pair missed or doubled"
+    assert_in_order(r, s)
+    assert index.merges > 50 and index.layout == "compact"
+    if case == "drift_and_outliers":
+        assert max(sides) > 0, "outliers waited in the side run"
+    if case == "colliding_codes":
+        base, shift = (int(v) for v in index._coded.grid)
+        assert 2.0 ** (shift - 33) > 0.125, "codes near 1e6 wider than the keys' spacing"
+
+
+def test_compact_shared_t_s_takes_half_the_bytes():
+    """At 2**16 items a shared compact T_S's buffers take 8 bytes an item where the wide take
+    16, and the index under 0.6x the wide one's bytes."""
+    rng = np.random.default_rng(0)
+    keys = rng.uniform(0, 1e6, 2**17)
+    sizes = {}
+    for layout in ("wide", "compact"):
+        tree = SharedPIMTree(merge="blocking", window=2**16, layout=layout)
+        path = new_path()
+        for a in range(0, len(keys), 1024):
+            k, r = keys[a : a + 1024], np.arange(a, a + 1024, dtype=np.int64)
+            order = np.argsort(k, kind="stable")
+            state = tree.begin_step(k, r)
+            insert_shared(state, np.ascontiguousarray(k[order]), r[order], path)
+            tree.end_step()
+            tree.expire(a + 1024 - 2**16)
+        tree.check()
+        assert tree.merges > 4
+        ts = sum(a.nbytes for a in (*tree._ts_buf, *tree._spare))
+        sizes[layout] = (ts, tree.nbytes)
+    assert sizes["compact"][0] * 2 == sizes["wide"][0]
+    assert sizes["compact"][1] < 0.6 * sizes["wide"][1]
+
+
+def test_compact_shared_refs_spanning_2_32_are_refused_before_anything_changes():
+    tree = SharedPIMTree(merge="blocking", window=8, layout="compact")
+    path = new_path()
+    keys, refs = np.arange(8.0), np.arange(8)
+    insert_shared(tree.begin_step(keys, refs), keys, refs, path)
+    tree.end_step()
+    with pytest.raises(ValueError, match="2\\*\\*32 refs"):
+        tree.begin_step(np.array([1.0]), np.array([2**32 + 5]))
+    assert len(tree) == 8
+    tree.check()
+
+
+def test_shared_layout_option_checked_by_name():
+    with pytest.raises(ValueError, match="layout must be 'wide' or 'compact', got 'tiny'"):
+        SharedPIMTree(layout="tiny")

@@ -36,7 +36,7 @@ from streamjoin.indexes.atomics import (
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.bplus_tree import new_path
 from streamjoin.indexes.key_order import stable_order_into
-from streamjoin.indexes.pim_tree_shared import insert_shared, probe_shared
+from streamjoin.indexes.pim_tree_shared import COMPACT, insert_shared, probe_shared
 from streamjoin.indexes.sorted_runs import lower_bound, prefetch
 
 #: How many index candidates ahead the stored tuple's row is fetched (as ``probe_pairs``).
@@ -275,9 +275,10 @@ def _join_tuples(
             work[W_WAITS] += waits
         work[W_PROBES] += n_g
         work[W_CANDIDATES] += n_c
-        # θ for the index's candidates: a single band was checked exactly by the index; an
-        # asymmetric self-join's boxes each check only their own orientation
-        first = 1
+        # θ for the index's candidates: a single band was checked exactly by the index
+        # (unless its T_S is compact: a superset, refined here); an asymmetric self-join's
+        # boxes each check only their own orientation
+        first = 0 if state.meta[COMPACT] else 1
         c_orient = orient
         if orient == EITHER and symmetric:
             c_orient = S_PROBES

@@ -312,11 +312,17 @@ def _scan_on_ol(
     return scan_keys
 
 
+@njit(cache=True, nogil=True, inline="always")
+def route_of(k, base, shift):
+    """The lowest item bound of key ``k`` on the grid ``(base, shift)``: how an insert routes
+    it through a compact T_S's inner nodes (by its code)."""
+    return grid_code(k, base, shift) << _32
+
+
 @njit(cache=True, nogil=True)
 def route_items(keys, grid):
-    """The lowest item bound of each key on ``grid``: how an insert routes a key through a
-    compact T_S's inner nodes (by its code). O(n)."""
+    """:func:`route_of` each key on ``grid``. O(n)."""
     out = np.empty(keys.shape[0], dtype=np.uint64)
     for i in range(keys.shape[0]):
-        out[i] = grid_code(keys[i], grid[0], grid[1]) << _32
+        out[i] = route_of(keys[i], grid[0], grid[1])
     return out

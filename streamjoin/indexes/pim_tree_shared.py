@@ -56,10 +56,12 @@ from streamjoin.indexes.bplus_tree import (
     seek_leaf,
 )
 from streamjoin.indexes.css_tree import descend_css_tree
+from streamjoin.indexes.grid_codes import grid_bounds, route_of, scan_on
 from streamjoin.indexes.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
 
 #: Slots of :attr:`SharedArrays.meta`.
-N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, CHUNK, META_SIZE = range(9)
+N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, CHUNK, COMPACT, REF_BASE = range(10)
+META_SIZE = 10
 #: :attr:`SharedArrays.meta` ``[PHASE]``: no merge in flight, the build, the pending updates.
 STEADY, BUILDING, APPLYING = 0, 1, 2
 #: How many keys ahead of the one being scanned a probe fetches its T_S leaf.
@@ -70,21 +72,40 @@ class SharedArrays(NamedTuple):
     """What the threads of one step search and update: one stream's shared window index.
 
     The arrays of every kind of shared index have the same types, so one compiled kernel
-    serves them all; a kind uses what it needs and leaves the rest empty.
+    serves them all; a kind uses what it needs and leaves the rest empty. A wide T_S (float64
+    keys beside int64 refs) fills ``ts_keys``, ``ts_refs``, ``inner`` and ``upper``; a compact
+    one (``meta[COMPACT]``: uint64 grid-coded items, :mod:`~streamjoin.indexes.grid_codes`)
+    fills ``ts_items``, ``inner_items``, ``upper_items``, ``grid`` and its side run. Both
+    forms in one type cost the kernels a branch per key, not a third compile of the whole
+    shared path (one per form of the conditions already: 80 s on an empty cache, measured).
     """
 
     #: int64 (META_SIZE,): partitions, leaves per partition, insertion depth, T_S node sizes,
     #: merge phase, expiry bound (items with smaller refs are expired), pending items applied
-    #: per lock acquisition (:func:`apply_pending`)
+    #: per lock acquisition (:func:`apply_pending`), compact T_S (0 or 1), the ref a compact
+    #: T_S's items count from
     meta: np.ndarray
-    #: float64 (n,), int64 (n,): T_S's leaf level, sorted by (key, ref)
+    #: float64 (n,), int64 (n,): a wide T_S's leaf level, sorted by (key, ref)
     ts_keys: np.ndarray
     ts_refs: np.ndarray
-    #: float64, int64: T_S's inner keys and level offsets (``css_tree``)
+    #: float64, int64: a wide T_S's inner keys; T_S's level offsets (``css_tree``)
     inner: np.ndarray
     offsets: np.ndarray
-    #: float64 (P,): largest key of each partition (+inf past the last)
+    #: float64 (P,): largest key of each partition of a wide T_S (+inf past the last)
     upper: np.ndarray
+    #: uint64 (n,): a compact T_S's leaf level, sorted by code
+    ts_items: np.ndarray
+    #: uint64: a compact T_S's inner keys (item bounds)
+    inner_items: np.ndarray
+    #: uint64 (P,): largest item of each partition of a compact T_S (2**64 - 1 past the last);
+    #: a key belongs to the partition its route (:func:`route_of`) falls in
+    upper_items: np.ndarray
+    #: uint64 (2,): a compact T_S's grid ``(base, shift)``
+    grid: np.ndarray
+    #: float64, int64: a compact T_S's side run, the (key, ref)-sorted items its grid left
+    #: out, whole (:class:`~streamjoin.indexes.coded_level.CodedLevel`); searched lock-free
+    side_keys: np.ndarray
+    side_refs: np.ndarray
     #: T_I: P B+-trees over shared node arrays (the coarse tree: one)
     t: BPlusArrays
     #: int64 (P, 2): each subindex's (root, height)
@@ -112,11 +133,24 @@ class SharedArrays(NamedTuple):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _part_of(n_parts, inner, offsets, fanout, depth, key):
-    """The subindex of T_I that takes ``key`` (Alg. 1 l. 1-7: descend T_S to depth D_I)."""
+def _part_of(n_parts, inner, inner_items, offsets, fanout, depth, compact, base, shift, key):
+    """The subindex of T_I that takes ``key`` (Alg. 1 l. 1-7: descend T_S to depth D_I; a
+    compact T_S's by the key's route, :func:`~streamjoin.indexes.grid_codes.route_of`)."""
     if n_parts == 1:
         return 0
+    if compact:
+        return descend_css_tree(inner_items, offsets, fanout, route_of(key, base, shift), depth)
     return descend_css_tree(inner, offsets, fanout, key, depth)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _last_part(upper, n_parts, vhi):
+    """The last subindex of a wide T_S that can hold keys up to ``vhi``: a scan stops at its
+    end (Alg. 2 l. 31-33: later subindexes hold larger keys). On a compact T_S it is the
+    first whose largest item is at least the band's item bound."""
+    if vhi != vhi:  # a NaN bound (an infinite key and bound) ends nowhere
+        return n_parts - 1
+    return lower_bound(upper, 0, n_parts, vhi)
 
 
 # The kernels take a SharedArrays and read its fields once, into locals: a field read from
@@ -135,15 +169,18 @@ def insert_shared(s, keys, refs, path):
     waits = 0
     if b == 0:
         return waits
-    meta, inner, offsets = s.meta, s.inner, s.offsets
+    meta, inner, inner_items, offsets = s.meta, s.inner, s.inner_items, s.offsets
     t, tops, locks, inserts = s.t, s.tops, s.locks, s.inserts
     n_parts, fanout, depth = meta[N_PARTS], meta[CSS_FANOUT], meta[DEPTH]
+    compact, base, shift = meta[COMPACT] != 0, s.grid[0], s.grid[1]
     parts = np.empty(b + 1, dtype=np.int64)
     parts[b] = -1
     size = t.leaf_keys.shape[1]
     leaf_keys, leaf_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
     for j in range(b):  # the subindexes, and (unlocked: only a hint) the leaves to update
-        parts[j] = _part_of(n_parts, inner, offsets, fanout, depth, keys[j])
+        parts[j] = _part_of(
+            n_parts, inner, inner_items, offsets, fanout, depth, compact, base, shift, keys[j]
+        )
         leaf = _peek_leaf(t, tops, parts[j], keys[j])
         prefetch_range(leaf_keys, leaf * size, leaf * size + size)
         prefetch_range(leaf_refs, leaf * size, leaf * size + size)
@@ -196,10 +233,11 @@ def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_
 
 @njit(cache=True, nogil=True)
 def _walk_frozen(
-    t, ti_keys, ti_refs, tops, upper, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
+    t, ti_keys, ti_refs, tops, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
 ):
-    """Scan F, the T_I being merged, from subindex ``sub`` for one key's probe band (Alg. 2
-    l. 19-38 without locks: nobody writes F). Returns ``(out_p, out_r, n)``."""
+    """Scan F, the T_I being merged, from subindex ``sub`` up to subindex ``last`` for one
+    key's probe band (Alg. 2 l. 19-38 without locks: nobody writes F). Returns ``(out_p,
+    out_r, n)``."""
     n_parts = tops.shape[0]
     size = t.leaf_keys.shape[1]
     vlo, vhi = key_range(key, lo, hi)
@@ -214,7 +252,7 @@ def _walk_frozen(
         if done or nxt < 0:
             break
         if nxt < n_parts:
-            if vhi <= upper[sub]:
+            if sub >= last:
                 break
             sub += 1
         node = nxt
@@ -238,15 +276,21 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
     between is the leaf sought again under the lock (a seqlock's validation: 1,024 keys
     probed 412 → 299 ns a key at W = 2^20, with the hint's descent fixed too). Items inserted
     by other threads during the step may be returned; the caller filters by its edge tuple
-    (§4.1). Returns ``(out_p, out_r, n, waits)``.
+    (§4.1). A compact T_S is searched by item bounds and returns a superset of its matches
+    (every other part is tested exactly), which the caller refines; its side run is scanned
+    last, lock-free. Returns ``(out_p, out_r, n, waits)``.
     O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
     """
     m = keys.shape[0]
     meta, ts_keys, ts_refs, inner, offsets = s.meta, s.ts_keys, s.ts_refs, s.inner, s.offsets
     t, tops, locks, upper, inserts = s.t, s.tops, s.locks, s.upper, s.inserts
+    ts_items, inner_items, upper_items = s.ts_items, s.inner_items, s.upper_items
+    side_keys, side_refs = s.side_keys, s.side_refs
     min_ref, phase = meta[MIN_REF], meta[PHASE]
     fanout, leaf_size, stride = meta[CSS_FANOUT], meta[CSS_LEAF], meta[STRIDE]
-    n_ts = ts_keys.shape[0]
+    compact, ref_base, base, shift = meta[COMPACT] != 0, meta[REF_BASE], s.grid[0], s.grid[1]
+    n_ts = ts_items.shape[0] if compact else ts_keys.shape[0]
+    n_side = side_keys.shape[0]
     levels = offsets.shape[0] - 1
     size = t.leaf_keys.shape[1]
     ti_keys, ti_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
@@ -258,14 +302,22 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
     applying = phase == APPLYING
     ts_at = np.zeros(m, dtype=np.int64)  # T_S's leaf, then the scan's first position
     sub = np.zeros(m, dtype=np.int64)  # B_sub holds the bottom of the range
+    last = np.empty(m, dtype=np.int64)  # B_last the top (_last_part)
     ti_leaf = np.empty(m, dtype=np.int64)  # the T_I leaf it starts in (a hint)
     ti_at = np.empty(m, dtype=np.int64)  # the T_I scan's first position (a hint)
     seen = np.empty(m, dtype=np.int64)  # B_sub's version when the hint was taken
     for i in range(m):  # l. 1-9: descend T_S for Range.min; its ancestor at D_I is B_sub
-        vlo, _ = key_range(keys[i], lo, hi)
-        if n_ts:
-            ts_at[i] = descend_css_tree(inner, offsets, fanout, vlo, levels)
-            sub[i] = ts_at[i] // stride  # l. 3-4
+        vlo, vhi = key_range(keys[i], lo, hi)
+        if compact:
+            blo, bhi = grid_bounds(vlo, vhi, base, shift)
+            last[i] = lower_bound(upper_items, 0, n_parts, bhi)
+            if n_ts:
+                ts_at[i] = descend_css_tree(inner_items, offsets, fanout, blo, levels)
+        else:
+            last[i] = _last_part(upper, n_parts, vhi)
+            if n_ts:
+                ts_at[i] = descend_css_tree(inner, offsets, fanout, vlo, levels)
+        sub[i] = ts_at[i] // stride  # l. 3-4
         seen[i] = load_acquire(inserts, sub[i])  # before the hint's reads
         ti_leaf[i] = _peek_leaf(t, tops, sub[i], vlo)
     waits = 0
@@ -273,14 +325,22 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
         k = i + 2 * AHEAD
         if k < m:  # the keys of the leaves both scans start in
             start = min(ts_at[k] * leaf_size, n_ts)
-            prefetch_range(ts_keys, start, min(start + leaf_size, n_ts))
+            if compact:
+                prefetch_range(ts_items, start, min(start + leaf_size, n_ts))
+            else:
+                prefetch_range(ts_keys, start, min(start + leaf_size, n_ts))
             prefetch_range(ti_keys, ti_leaf[k] * size, ti_leaf[k] * size + size)
         k = i + AHEAD
         if 0 <= k < m:  # where they start (l. 10-15, 18), and the refs there
-            vlo, _ = key_range(keys[k], lo, hi)
+            vlo, vhi = key_range(keys[k], lo, hi)
             start = min(ts_at[k] * leaf_size, n_ts)
-            ts_at[k] = lower_bound(ts_keys, start, min(start + leaf_size, n_ts), vlo)
-            prefetch(ts_refs, min(ts_at[k], max(n_ts - 1, 0)))
+            stop = min(start + leaf_size, n_ts)
+            if compact:
+                blo, _ = grid_bounds(vlo, vhi, base, shift)
+                ts_at[k] = lower_bound(ts_items, start, stop, blo)
+            else:
+                ts_at[k] = lower_bound(ts_keys, start, stop, vlo)
+                prefetch(ts_refs, min(ts_at[k], max(n_ts - 1, 0)))
             first = ti_leaf[k] * size  # a hint read unlocked: its count is clamped
             count = min(max(t.leaf_count[ti_leaf[k]], 0), size)
             ti_at[k] = lower_bound(ti_keys, first, first + count, vlo)
@@ -289,9 +349,28 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
             continue
         key = keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        out_p, out_r, n, _ = scan_run(  # l. 10-15, lock-free
-            ts_keys, ts_refs, ts_at[i], n_ts, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
-        )
+        if compact:  # l. 10-15, lock-free
+            _, bhi = grid_bounds(vlo, vhi, base, shift)
+            out_p, out_r, n = scan_on(
+                ts_items,
+                ts_refs,
+                ts_at[i],
+                n_ts,
+                key,
+                lo,
+                hi,
+                bhi,
+                min_ref,
+                ref_base,
+                i,
+                out_p,
+                out_r,
+                n,
+            )
+        else:
+            out_p, out_r, n, _ = scan_run(
+                ts_keys, ts_refs, ts_at[i], n_ts, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
+            )
         # l. 16-39 on the live T_I, written out here: a call per key with the forest's
         # arrays as arguments cost more than the walk (measured)
         sb = sub[i]
@@ -321,7 +400,7 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
             if done or nxt < 0:  # l. 25, 37-38
                 break
             if nxt < n_parts:  # l. 27: B_sb's last leaf; the next is B_{sb + 1}'s head
-                if vhi <= upper[sb]:  # l. 31-33: later subindexes hold larger keys
+                if sb >= last[i]:  # l. 31-33: later subindexes hold larger keys
                     break
                 if applying:  # B_sb is done: its pending run too, before its lock goes
                     out_p, out_r, n = _scan_pending(
@@ -343,7 +422,7 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
                 f_keys,
                 f_refs,
                 frozen_tops,
-                upper,
+                last[i],
                 sub[i],
                 key,
                 lo,
@@ -353,6 +432,11 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
                 out_p,
                 out_r,
                 n,
+            )
+        if n_side:  # the few keys a compact T_S holds outside its grid, whole
+            at = lower_bound(side_keys, 0, n_side, vlo)
+            out_p, out_r, n, _ = scan_run(
+                side_keys, side_refs, at, n_side, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
             )
     return out_p, out_r, n, waits
 

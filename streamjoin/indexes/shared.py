@@ -20,6 +20,7 @@ dropped, rebuilt arrays) and is refused for more than one thread.
 
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 import time
@@ -41,13 +42,17 @@ from streamjoin.indexes.bplus_tree import (
     new_tree,
     reserve,
 )
+from streamjoin.indexes.coded_level import CodedLevel
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.grid_codes import route_items
+from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import stable_order
 from streamjoin.indexes.pim_tree import check_options, partitions
 from streamjoin.indexes.pim_tree_shared import (
     APPLYING,
     BUILDING,
     CHUNK,
+    COMPACT,
     CSS_FANOUT,
     CSS_LEAF,
     DEPTH,
@@ -55,6 +60,7 @@ from streamjoin.indexes.pim_tree_shared import (
     MIN_REF,
     N_PARTS,
     PHASE,
+    REF_BASE,
     STEADY,
     STRIDE,
     SharedArrays,
@@ -81,6 +87,44 @@ def _meta() -> np.ndarray:
     meta[N_PARTS] = meta[STRIDE] = 1
     meta[MIN_REF] = _NO_REF
     return meta
+
+
+_NO_ITEMS = np.empty(0, dtype=np.uint64)
+_NO_GRID = CodedLevel().grid
+
+
+def _state(meta, t, tops, locks, inserts, frozen, frozen_tops, **parts) -> SharedArrays:
+    """A :class:`SharedArrays` over T_I ``(t, tops)`` and F; the parts not in ``parts``
+    empty."""
+    none_f, none_i = _empty(), _empty(np.int64)
+    empty = {
+        "ts_keys": none_f,
+        "ts_refs": none_i,
+        "inner": none_f,
+        "offsets": np.zeros(1, dtype=np.int64),
+        "upper": np.full(1, np.inf),
+        "ts_items": _NO_ITEMS,
+        "inner_items": _NO_ITEMS,
+        "upper_items": _NO_ITEMS,
+        "grid": _NO_GRID,
+        "side_keys": none_f,
+        "side_refs": none_i,
+        "pend_keys": none_f,
+        "pend_refs": none_i,
+        "pend_start": np.zeros(2, dtype=np.int64),
+        "applied": np.zeros(1, dtype=np.int64),
+    }
+    fields = {**empty, **parts}
+    return SharedArrays(
+        meta=meta,
+        t=t,
+        tops=tops,
+        locks=locks,
+        inserts=inserts,
+        frozen=frozen,
+        frozen_tops=frozen_tops,
+        **fields,
+    )
 
 
 class _MergingThread:
@@ -160,6 +204,11 @@ class SharedPIMTree:
     merge : {"nonblocking", "blocking"}
     merge_ratio, insertion_depth, window, fanout, leaf_size, css_fanout, css_leaf_size
         As for ``pim_tree``.
+    layout : {"wide", "compact"}
+        As for ``pim_tree``: T_S's items 16 bytes, or 8 (a grid code and a ref offset; probes
+        of T_S return a superset that the join core refines, and the merging thread re-grids
+        the old items, :class:`~streamjoin.indexes.coded_level.CodedLevel`). T_I holds whole
+        keys either way.
 
     Attributes
     ----------
@@ -186,11 +235,8 @@ class SharedPIMTree:
         css_leaf_size: int = 32,
         layout: str = "wide",
     ) -> None:
-        if layout != "wide":
-            raise ValueError(
-                f"{name} shared by threads holds wide items only, got layout={layout!r}; "
-                "layout='compact' is for one thread (topologies.single)"
-            )
+        if layout not in ("wide", "compact"):
+            raise ValueError(f"{name} layout must be 'wide' or 'compact', got {layout!r}")
         if merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {merge!r}")
         check_options(
@@ -205,6 +251,8 @@ class SharedPIMTree:
         )
         self.name = name
         self.merge = merge
+        self.layout = layout
+        self.exact = layout == "wide"
         self.merge_ratio = float(merge_ratio)
         self.insertion_depth = 0 if name == "im_tree" else int(insertion_depth)
         self.window = window
@@ -215,9 +263,14 @@ class SharedPIMTree:
         self._meta = _meta()
         self._meta[CSS_FANOUT], self._meta[CSS_LEAF] = self.css_fanout, self.css_leaf_size
         self._meta[CHUNK] = APPLY_CHUNK
+        self._meta[COMPACT] = layout == "compact"
         self._before = _NO_REF
         self._first_ref = self._last_ref = None
-        self._ts_buf = self._spare = (_empty(), _empty(np.int64))
+        # compact: T_S's grid, the ref its items count from, its side run (replaced, not
+        # changed, by a merge: the merging thread builds the next one from a copy)
+        self._coded = CodedLevel()
+        level = _NO_ITEMS if layout == "compact" else _empty()
+        self._ts_buf = self._spare = (level, _empty(np.int64))
         self._forest = self._spare_forest = None
         self._frozen, self._frozen_tops = new_forest(1, 3, 3)
         self._n_frozen = 0
@@ -227,19 +280,21 @@ class SharedPIMTree:
         weakref.finalize(self, self._merger.stop)  # an index dropped unclosed ends its thread
         self._built = None  # what the build phase made, for the next step to install
         self._room = 0  # items T_I may take before node room must be reserved again
-        keys, refs = _empty(), _empty(np.int64)
+        keys, refs = self._ts_buf
         inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
-        self._install(keys, refs, inner, offsets, *self._partitions(keys, offsets))
+        self._install(keys, refs, inner, offsets, *self._partitions(keys, offsets), self._coded)
 
     # -- T_S and T_I -----------------------------------------------------------------------
 
     def _partitions(self, keys, offsets):
         return partitions(keys, offsets, self.css_fanout, self.css_leaf_size, self.insertion_depth)
 
-    def _install(self, keys, refs, inner, offsets, depth, stride, upper) -> None:
-        """Make ``keys``/``refs`` T_S with a fresh, empty T_I over its partitions (the node
-        arrays of the forest not in use are reused)."""
+    def _install(self, keys, refs, inner, offsets, depth, stride, upper, coded) -> None:
+        """Make ``keys``/``refs`` T_S (a compact T_S: ``keys`` its items on ``coded``'s grid,
+        ``refs`` unused) with a fresh, empty T_I over its partitions (the node arrays of the
+        forest not in use are reused)."""
         self._ts_keys, self._ts_refs, self._inner, self._offsets = keys, refs, inner, offsets
+        self._coded = coded
         self._upper = upper
         n_parts = len(upper)
         self._meta[N_PARTS], self._meta[STRIDE], self._meta[DEPTH] = n_parts, stride, depth
@@ -255,18 +310,26 @@ class SharedPIMTree:
         self._pend_start = np.zeros(2, dtype=np.int64)
         self._applied = np.zeros(1, dtype=np.int64)
 
-    def _build(self, ts_keys, ts_refs, frozen, n_frozen, before, buf) -> None:
+    def _build(self, ts_keys, ts_refs, frozen, n_frozen, before, buf, coded) -> None:
         """Merge T_S and the frozen T_I into a new T_S (§3.2; §4.2 phase 1), dropping expired
-        items. Reads only its arguments: it runs on the merging thread while workers join."""
+        items; a compact T_S through ``coded``, a copy of its :class:`CodedLevel` that becomes
+        the new T_S's. Reads only its arguments: it runs on the merging thread while workers
+        join."""
         t0 = time.thread_time()
+        compact = self.layout == "compact"
         ti_keys, ti_refs = chain_items(frozen, 0, n_frozen)
-        need = len(ts_keys) + n_frozen
+        need = len(ts_keys) + len(coded.side_keys) + n_frozen
         keys, refs = buf
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
-            keys, refs = np.empty(need + need // 4), np.empty(need + need // 4, dtype=np.int64)
-        n = merge_runs_into(ts_keys, ts_refs, ti_keys, ti_refs, before, keys, refs)
+            keys = np.empty(need + need // 4, dtype=keys.dtype)
+            refs = np.empty(0 if compact else len(keys), dtype=np.int64)
+        if compact:
+            n = coded.merge(ts_keys, ti_keys, ti_refs, before, keys)
+        else:
+            n = merge_runs_into(ts_keys, ts_refs, ti_keys, ti_refs, before, keys, refs)
         inner, offsets = build_css_tree(keys[:n], self.css_fanout, self.css_leaf_size)
-        built = (keys[:n], refs[:n], inner, offsets, *self._partitions(keys[:n], offsets))
+        parts = self._partitions(keys[:n], offsets)
+        built = (keys[:n], refs[: 0 if compact else n], inner, offsets, *parts, coded)
         self._built = (built, (keys, refs))
         self.merged += n
         self.merge_seconds += time.thread_time() - t0
@@ -286,23 +349,38 @@ class SharedPIMTree:
         """The arrays the threads of the next step share."""
         self._meta[PHASE] = self._phase
         self._meta[MIN_REF] = self._before
-        return SharedArrays(
+        coded = self._coded
+        self._meta[REF_BASE] = coded.ref_base
+        if self.layout == "compact":
+            level = {
+                "ts_items": self._ts_keys,
+                "inner_items": self._inner,
+                "upper_items": self._upper,
+                "grid": coded.grid,
+                "side_keys": coded.side_keys,
+                "side_refs": coded.side_refs,
+            }
+        else:
+            level = {
+                "ts_keys": self._ts_keys,
+                "ts_refs": self._ts_refs,
+                "inner": self._inner,
+                "upper": self._upper,
+            }
+        return _state(
             self._meta,
-            self._ts_keys,
-            self._ts_refs,
-            self._inner,
-            self._offsets,
-            self._upper,
             self._forest,
             self._tops,
             self._locks,
             self._inserts,
             self._frozen,
             self._frozen_tops,
-            self._pend_keys,
-            self._pend_refs,
-            self._pend_start,
-            self._applied,
+            offsets=self._offsets,
+            pend_keys=self._pend_keys,
+            pend_refs=self._pend_refs,
+            pend_start=self._pend_start,
+            applied=self._applied,
+            **level,
         )
 
     def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
@@ -310,6 +388,8 @@ class SharedPIMTree:
         switch merge phases that are due, reserve node room; returns the step's state."""
         self._switch_phase()
         n = len(refs)
+        if n and self.layout == "compact":
+            self._check_ref_span(refs)
         if n:
             if self._first_ref is None:
                 self._first_ref = int(refs[0])
@@ -323,15 +403,26 @@ class SharedPIMTree:
         self._n_ti += n
         return self.state
 
+    def _check_ref_span(self, refs: np.ndarray) -> None:
+        """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
+        :data:`~streamjoin.indexes.key_codes.REF_SPAN` or more apart (a window of 2**32
+        items), as ``pim_tree``'s."""
+        first = int(refs[0]) if self._first_ref is None else self._first_ref
+        if int(refs.max()) - max(first, self._before) >= REF_SPAN:
+            raise ValueError(
+                f"{self.name} layout='compact': the window spans 2**32 refs or more; "
+                "use layout='wide'"
+            )
+
     def end_step(self) -> None:
         """After a step: start a merge if T_I holds ``m · w`` items (blocking: merge now)."""
         self._switch_phase()
         if self._phase != STEADY or self._n_ti < self._merge_size():
             return
+        coded = copy.copy(self._coded)  # the merge replaces its arrays, never writes them
         if self.merge == "blocking":
-            self._build(
-                self._ts_keys, self._ts_refs, self._forest, self._n_ti, self._before, self._spare
-            )
+            args = (self._ts_keys, self._ts_refs, self._forest, self._n_ti, self._before)
+            self._build(*args, self._spare, coded)
             (built, buf), self._built = self._built, None
             self._spare, self._ts_buf = self._ts_buf, buf
             self._spare_forest = self._forest
@@ -350,7 +441,7 @@ class SharedPIMTree:
         self._n_ti = 0
         self._phase = BUILDING
         args = (self._ts_keys, self._ts_refs, self._frozen, self._n_frozen, self._before)
-        self._start_worker(self._build, *args, self._spare)
+        self._start_worker(self._build, *args, self._spare, coded)
 
     def _start_worker(self, target, *args) -> None:
         self._merger.start(target, *args)
@@ -387,8 +478,12 @@ class SharedPIMTree:
         self._spare_forest = side
         self._pend_keys, self._pend_refs = pend_keys, pend_refs
         upper = self._upper
+        # partition q takes the keys whose routes (on a compact T_S: their lowest item
+        # bounds on the new grid) are at most upper[q]
+        compact = self.layout == "compact"
+        routes = route_items(pend_keys, self._coded.grid) if compact else pend_keys
         self._pend_start = np.zeros(len(upper) + 1, dtype=np.int64)
-        self._pend_start[1:] = np.searchsorted(pend_keys, upper, side="right")
+        self._pend_start[1:] = np.searchsorted(routes, upper, side="right")
         self._applied = np.zeros(len(upper), dtype=np.int64)
         # the applier inserts while threads do: reserve node room for both now, and for
         # the steps to come until it is done
@@ -414,7 +509,7 @@ class SharedPIMTree:
         self._before = max(self._before, int(before_ref))
 
     def __len__(self) -> int:
-        return len(self._ts_refs) + self._n_ti + self._n_frozen
+        return len(self._ts_keys) + len(self._coded.side_keys) + self._n_ti + self._n_frozen
 
     @property
     def partition_inserts(self) -> np.ndarray:
@@ -425,6 +520,7 @@ class SharedPIMTree:
     def nbytes(self) -> int:
         arrays = [*self._ts_buf, *self._spare, self._inner, self._offsets, self._upper]
         arrays += [self._tops, self._locks, self._inserts, self._pend_keys, self._pend_refs]
+        arrays += [self._coded.side_keys, self._coded.side_refs]
         for forest in (self._forest, self._spare_forest, self._frozen):
             if forest is not None:
                 arrays += list(forest)
@@ -434,7 +530,10 @@ class SharedPIMTree:
         """Assert the invariants (settles a merge in flight first; between steps only)."""
         self.settle()
         keys, refs = self._ts_keys, self._ts_refs
-        assert np.array_equal(np.lexsort((refs, keys)), np.arange(len(keys))), "T_S sorted"
+        if self.layout == "compact":
+            refs = self._coded.check(keys)  # what T_S holds, side run included
+        else:
+            assert np.array_equal(np.lexsort((refs, keys)), np.arange(len(keys))), "T_S sorted"
         inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
         assert np.array_equal(inner, self._inner) and np.array_equal(offsets, self._offsets)
         depth, stride, upper = self._partitions(keys, offsets)
@@ -447,7 +546,10 @@ class SharedPIMTree:
         ti_refs = []
         for p, items in enumerate(held):
             for key, ref in items:
-                part = descend_css_tree(inner, offsets, self.css_fanout, key, depth)
+                route = key
+                if self.layout == "compact":
+                    route = route_items(np.array([key]), self._coded.grid)[0]
+                part = descend_css_tree(inner, offsets, self.css_fanout, route, depth)
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)
         assert len(ti_refs) == self._n_ti, "T_I item count"
@@ -491,28 +593,17 @@ class SharedBPlusTree:
         self._log: deque = deque()  # (keys, refs) of each step, in ref order
         self._n = 0
         self._empty_forest, self._empty_tops = new_forest(1, 3, 3)
-        self._none = (_empty(), _empty(np.int64))
 
     @property
     def state(self) -> SharedArrays:
-        none_f, none_i = self._none
-        return SharedArrays(
+        return _state(
             self._meta,
-            none_f,
-            none_i,
-            none_f,
-            np.zeros(1, dtype=np.int64),
-            np.full(1, np.inf),
             self._tree,
             self._tops,
             self._locks,
             self._inserts,
             self._empty_forest,
             self._empty_tops,
-            none_f,
-            none_i,
-            np.zeros(2, dtype=np.int64),
-            np.zeros(1, dtype=np.int64),
         )
 
     def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
