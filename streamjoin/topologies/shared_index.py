@@ -39,7 +39,8 @@ def shared_index(
     merge : {"nonblocking", "blocking"}
         How T_I is merged into T_S (§4.2; ``pim_tree`` and ``im_tree``).
     index_options : dict, optional
-        Passed to the index; ``**options`` are added to them.
+        Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
+        in 8-byte items, whose candidates the core refines); ``**options`` are added to them.
 
     An ``ordered`` run gets its pairs in order as they come: each task sorts its pairs and
     tasks are propagated in arrival order.
