@@ -4,7 +4,17 @@
 >>> q = sj.Query(sj.band("x", 10), window=sj.CountWindow(1000))
 """
 
-from streamjoin import indexes, oracle, sources, topologies
+from contextlib import suppress as _suppress
+from pathlib import Path as _Path
+
+from streamjoin import kernel_cache as _kernel_cache
+
+# before any kernel loads from numba's cache: drop the ones whose callees changed (the
+# housekeeping never fails the import)
+with _suppress(OSError, SyntaxError, ValueError):
+    _kernel_cache.refresh(_Path(__file__).parent)
+
+from streamjoin import indexes, oracle, sources, topologies  # noqa: E402
 from streamjoin._version import __version__
 from streamjoin.batch import InputError
 from streamjoin.query import (

@@ -1,0 +1,109 @@
+"""numba's disk cache keeps a caller's copy of a callee from another module: the package
+drops the cached kernels that may call into a changed module (``streamjoin.kernel_cache``)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from streamjoin.kernel_cache import _imports, _modules, refresh
+
+CALL = "import pkg.a; print(pkg.a.f())"
+
+
+def _package(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        textwrap.dedent(
+            """
+            from numba import njit
+            from pkg.b import g
+
+            @njit(cache=True)
+            def f():
+                return g() + 10
+            """
+        )
+    )
+    (pkg / "b.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef g():\n    return 1\n"
+    )
+    (pkg / "c.py").write_text("X = 1\n")
+    return pkg
+
+
+def _run(tmp_path, refreshed: bool) -> int:
+    code = CALL
+    if refreshed:
+        code = "from pathlib import Path; from streamjoin.kernel_cache import refresh; "
+        code += f"refresh(Path({str(tmp_path / 'pkg')!r})); {CALL}"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.split()[-1])
+
+
+def _edit_callee(pkg):
+    time.sleep(0.01)  # a new mtime, as an editor's or git's write gives
+    (pkg / "b.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef g():\n    return 2\n"
+    )
+
+
+def test_a_changed_callee_reaches_its_cached_caller(tmp_path):
+    pkg = _package(tmp_path)
+    assert _run(tmp_path, refreshed=True) == 11
+    _edit_callee(pkg)
+    assert _run(tmp_path, refreshed=True) == 12
+    assert refresh(pkg) == [], "nothing changed since the last check"
+
+
+def test_without_the_check_the_cached_caller_keeps_the_old_callee(tmp_path):
+    """The hazard itself (numba/numba#1833): the test above would fail without the check."""
+    pkg = _package(tmp_path)
+    assert _run(tmp_path, refreshed=False) == 11
+    _edit_callee(pkg)
+    assert _run(tmp_path, refreshed=False) == 11
+
+
+def test_only_modules_that_reach_a_changed_one_are_dropped(tmp_path):
+    pkg = _package(tmp_path)
+    assert set(refresh(pkg)) == {"pkg", "pkg.a", "pkg.b", "pkg.c"}, "no stamps: all"
+    _edit_callee(pkg)
+    assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
+    (pkg / "c.py").write_text("X = 2\n")
+    assert refresh(pkg) == ["pkg.c"]
+
+
+def test_imports_relative_absolute_and_inside_functions(tmp_path):
+    pkg = _package(tmp_path)
+    (pkg / "d.py").write_text(
+        "from . import c\nfrom .b import g\n\ndef h():\n    import pkg.a\n    return pkg.a\n"
+    )
+    mods = _modules(pkg)
+    assert _imports(mods["pkg.d"], "pkg.d", set(mods)) == {"pkg", "pkg.a", "pkg.b", "pkg.c"}
+
+
+def test_a_cache_dir_of_its_own_is_checked_on_its_own(tmp_path, monkeypatch):
+    """Stamps live beside the cache they vouch for: a check under ``NUMBA_CACHE_DIR`` leaves
+    the in-tree cache alone, and the in-tree check still sees its own changes."""
+    pkg = _package(tmp_path)
+    refresh(pkg)
+    (pkg / "__pycache__" / "a.f-5.py311.nbi").write_text("")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert len(refresh(pkg)) == 4, "no stamps there yet"
+    assert (pkg / "__pycache__" / "a.f-5.py311.nbi").exists()
+    _edit_callee(pkg)
+    assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
+    assert not (pkg / "__pycache__" / "a.f-5.py311.nbi").exists()
