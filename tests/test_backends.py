@@ -41,7 +41,9 @@ SCENARIOS = [
     (self_join(ASYMMETRIC & sj.less_equal("y"), sj.TimeWindow(5)), True, "handshake_ll", 4, 6),
     (self_join(sj.less("x"), sj.CountWindow(20)), True, "handshake_ll", 16, 60),
     (sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 70)), False, "shared", 8, 60),
-    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "shared_compact", 16, 60),
+    (self_join(ASYMMETRIC, sj.TimeWindow(10)), True, "shared", 16, 60),
+    # two disjoint probe boxes (r stored, s stored), each refined in its own orientation
+    (self_join(sj.band("x", lo=1, hi=3), sj.CountWindow(40)), True, "shared_compact", 4, 60),
     (self_join(sj.equal("x") & sj.less("y"), sj.CountWindow(30)), True, "shared_bplus", 4, 6),
     (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
     (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),

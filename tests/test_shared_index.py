@@ -411,34 +411,43 @@ def test_a_failed_merge_is_raised_by_the_next_step(monkeypatch):
 
 
 def _compact_case(case: str, n: int, seed: int) -> tuple:
-    """Keys that work a compact T_S: timestamps drifting with 5% far outliers (its side run),
-    many distinct keys per code with bands ending on keys (refinement at code boundaries),
-    and int64 keys near 2**62 (several per float64 image: refined exactly)."""
+    """``(table, predicate, self_join)`` with keys that work a compact T_S: timestamps
+    drifting with 5% far outliers (its side run), many distinct keys per code with bands
+    ending on keys (refinement at code boundaries), the same in an asymmetric self-join whose
+    two probe boxes (r stored, s stored) lie closer than a code's width (a superset holds an
+    item in both), and int64 keys near 2**62 (several per float64 image: refined exactly)."""
     rng = np.random.default_rng(seed)
     if case == "drift_and_outliers":
         x = 1.7e9 + np.arange(n) * 0.01 + rng.uniform(0, 0.01, n)
         far = rng.random(n) < 0.05
         x[far] = rng.choice([0.0, -1e12, 1e15], int(far.sum()))
         pred = sj.band("x", 0.03)
-    elif case == "colliding_codes":  # a grid over +-1e6 codes 2**-1 wide near 1e6
+    elif case in ("colliding_codes", "two_boxes"):  # a grid over +-1e6: codes 0.5 wide at 1e6
         spread = rng.uniform(-1e6, 1e6, n)
         x = np.where(rng.random(n) < 0.5, spread, 1e6 - rng.integers(0, 400, n) * 0.125)
-        pred = sj.band("x", 0.375)
+        pred = (
+            sj.band("x", 0.375) if case == "colliding_codes" else sj.band("x", lo=0.125, hi=0.375)
+        )
     else:
         x = 2**62 + rng.integers(-300, 300, n)
         pred = sj.band("x", lo=1, hi=1)
     ts = np.sort(rng.integers(0, n, n))
-    return {"stream": rng.integers(0, 2, n).astype(np.int8), "ts": ts, "x": x}, pred
+    if case == "two_boxes":
+        return {"ts": ts, "x": x}, pred, True
+    return {"stream": rng.integers(0, 2, n).astype(np.int8), "ts": ts, "x": x}, pred, False
 
 
 @pytest.mark.parametrize("merge", ["nonblocking", "blocking"])
-@pytest.mark.parametrize("case", ["drift_and_outliers", "colliding_codes", "wide_ints"])
+@pytest.mark.parametrize(
+    "case", ["drift_and_outliers", "colliding_codes", "two_boxes", "wide_ints"]
+)
 def test_compact_t_s_is_exact_with_threads_racing(case, merge):
     """A shared PIM-Tree with compact T_S items, three threads racing and a merge every few
     tuples: exactly the oracle's pairs, each once, in order, on keys that need the side run,
     codes shared by many keys, or exact integer refinement."""
-    data, pred = _compact_case(case, 2500, seed=11)
-    query = sj.Query(pred, window=sj.CountWindow(60, 40))
+    data, pred, self_join = _compact_case(case, 2500, seed=11)
+    window = sj.CountWindow(60) if self_join else sj.CountWindow(60, 40)
+    query = sj.Query(pred, window=window, self_join=self_join)
     options = {**TINY["pim_tree"], "window": 16, "layout": "compact"}
     core = SharedIndexCore(
         query,
@@ -469,7 +478,7 @@ def test_compact_t_s_is_exact_with_threads_racing(case, merge):
     assert index.merges > 50 and index.layout == "compact"
     if case == "drift_and_outliers":
         assert max(sides) > 0, "outliers waited in the side run"
-    if case == "colliding_codes":
+    if case in ("colliding_codes", "two_boxes"):
         base, shift = (int(v) for v in index._coded.grid)
         assert 2.0 ** (shift - 33) > 0.125, "codes near 1e6 wider than the keys' spacing"
 
@@ -513,3 +522,19 @@ def test_compact_shared_refs_spanning_2_32_are_refused_before_anything_changes()
 def test_shared_layout_option_checked_by_name():
     with pytest.raises(ValueError, match="layout must be 'wide' or 'compact', got 'tiny'"):
         SharedPIMTree(layout="tiny")
+
+
+def test_compact_self_join_less_finds_each_pair_once():
+    """The case hypothesis found: ``x < x'`` in a self-join probes two disjoint boxes (r
+    stored, s stored) that meet at 0 up to a code's width; a compact T_S returns an item to
+    both, and each box's candidates must be refined in its own orientation only."""
+    n = 44
+    table = {"ts": np.zeros(n, dtype=np.int64), "x": np.r_[1, np.zeros(n - 1, dtype=np.int64)]}
+    table["y"] = np.zeros(n, dtype=np.int64)
+    query = sj.Query(sj.less("x"), window=sj.TimeWindow(1), self_join=True)
+    options = {**TINY["im_tree"], "layout": "compact"}
+    topo = sj.topologies.shared_index(1, "im_tree", task_size=1, index_options=options)
+    res = sj.run(query, table, topo, batch_size=1, ordered=True)
+    expected = sj.oracle.join(query, table)
+    assert len(expected) == n - 1
+    assert res.same_pairs(expected)

@@ -267,22 +267,27 @@ def _join_tuples(
     orient = EITHER if self_join else (R_PROBES if x == 0 else S_PROBES)
     probe_is_r = not self_join and x == 0
     if indexed and n_g:
-        n_c = 0
+        n_c = split = 0
         for box in range(n_boxes[orient]):
             cand_p, cand_r, n_c, waits = probe_shared(
                 state, keys, boxes[orient, box, 0], boxes[orient, box, 1], cand_p, cand_r, n_c
             )
             work[W_WAITS] += waits
+            if box == 0:
+                split = n_c  # the first box's candidates end here
         work[W_PROBES] += n_g
         work[W_CANDIDATES] += n_c
-        # θ for the index's candidates: a single band was checked exactly by the index
-        # (unless its T_S is compact: a superset, refined here); an asymmetric self-join's
-        # boxes each check only their own orientation
+        # θ for the index's candidates: the band a box searched was checked exactly by the
+        # index (unless its T_S is compact: a superset, refined here). An asymmetric
+        # self-join's two disjoint boxes (stored r, then stored s: JoinSpec.probe_boxes) each
+        # stand for one orientation, and their candidates are checked in it alone: a compact
+        # T_S's superset may return an item from both boxes, and only one orientation holds.
         first = 0 if state.meta[COMPACT] else 1
         c_orient = orient
+        two = orient == EITHER and n_boxes[orient] == 2
         if orient == EITHER and symmetric:
             c_orient = S_PROBES
-        elif orient == EITHER:
+        elif orient == EITHER and not two:  # one box for both orientations: either may hold
             first = 0
         width = rows.shape[1]
         refine = first < conds.lo.shape[0]
@@ -295,12 +300,20 @@ def _join_tuples(
             pairs = bigger
         seq_c, lo_c, ing_c = tup[T_SEQ], tup[T_LO_IDX], tup[T_INGEST]
         p0, p1, p2, p3, p4 = pairs[0], pairs[1], pairs[2], pairs[3], pairs[4]
+        # images only: a residual is read for a difference near a bound only
+        n_images, cap = store_attrs.shape[0] // 2, store_attrs.shape[1]
         for c in range(n_c):
             if c + _AHEAD < n_c:  # stored rows are scattered: fetch them a few ahead
-                prefetch(rows, (cand_r[c + _AHEAD] - base) * width)
+                ahead = cand_r[c + _AHEAD] - base
+                prefetch(rows, ahead * width)
+                if refine:  # and the attributes θ reads (a compact T_S's refinement)
+                    for a in range(n_images):
+                        prefetch(store_attrs, a * cap + ahead)
             ref = cand_r[c]
             if ref >= e_ref:  # not known to be indexed: the scan below finds it (§4.1)
                 continue
+            if two:
+                c_orient = S_PROBES if c < split else R_PROBES
             g = gs[order[cand_p[c]]]
             j = ref - base
             if rows[j, IDX] < lo_c[g]:  # before g's window

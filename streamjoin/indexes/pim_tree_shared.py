@@ -145,9 +145,9 @@ def _part_of(n_parts, inner, inner_items, offsets, fanout, depth, compact, base,
 
 @njit(cache=True, nogil=True, inline="always")
 def _last_part(upper, n_parts, vhi):
-    """The last subindex of a wide T_S that can hold keys up to ``vhi``: a scan stops at its
-    end (Alg. 2 l. 31-33: later subindexes hold larger keys). On a compact T_S it is the
-    first whose largest item is at least the band's item bound."""
+    """The last subindex that can hold keys up to ``vhi`` (on a compact T_S: items up to the
+    band's item bound), the first whose upper bound reaches it: a scan stops at its end
+    (Alg. 2 l. 31-33: later subindexes hold larger keys)."""
     if vhi != vhi:  # a NaN bound (an infinite key and bound) ends nowhere
         return n_parts - 1
     return lower_bound(upper, 0, n_parts, vhi)
@@ -310,7 +310,7 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
         vlo, vhi = key_range(keys[i], lo, hi)
         if compact:
             blo, bhi = grid_bounds(vlo, vhi, base, shift)
-            last[i] = lower_bound(upper_items, 0, n_parts, bhi)
+            last[i] = _last_part(upper_items, n_parts, bhi)
             if n_ts:
                 ts_at[i] = descend_css_tree(inner_items, offsets, fanout, blo, levels)
         else:

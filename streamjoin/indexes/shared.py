@@ -386,10 +386,10 @@ class SharedPIMTree:
     def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
         """Prepare a step whose threads insert ``refs`` (keys ``keys``, both in ref order):
         switch merge phases that are due, reserve node room; returns the step's state."""
-        self._switch_phase()
         n = len(refs)
-        if n and self.layout == "compact":
+        if n and self.layout == "compact":  # before a merge is installed: nothing changed
             self._check_ref_span(refs)
+        self._switch_phase()
         if n:
             if self._first_ref is None:
                 self._first_ref = int(refs[0])
