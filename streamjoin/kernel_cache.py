@@ -4,13 +4,18 @@ numba keys a cached kernel on its own source file only: a kernel compiled with t
 calls in other modules keeps their old code when only those modules change (numba's
 documented limitation, numba/numba#1833). With an editable install, a ``git pull`` that
 touches a callee's module and not its caller's would run the old callee from the cache, and a
-join could silently lose pairs. So at import the package checks its sources: if any module
-changed since the last check, every module whose kernels may call into a changed one (itself
-or anything it imports, transitively, within the package) has its cached kernels deleted, and
-numba compiles them again on their next call.
+join could silently lose pairs. So at import the package checks its sources: if a module
+changed since the last check, every module that imports it, directly or through other
+modules of the package (``from a.b import c`` counts ``a.b`` and ``a.b.c``, not the parent
+packages), has its cached kernels deleted, and numba compiles them again on their next call.
 
-A check that finds nothing changed costs one ``stat`` per module. Bookkeeping failures (a
-read-only install) never fail the import: then nothing is cached in-tree either.
+A check that finds nothing changed reads and hashes the sources (about 5 ms); one that finds
+a change parses only the changed modules' imports. The stamps live beside the cache they vouch
+for (the in-tree ``__pycache__``, or ``NUMBA_CACHE_DIR``). Not covered: a process that imported
+the package before an edit and compiles afterwards writes kernels with the old callees under
+the new stamps (restart long-lived processes after pulling), and an install whose package
+directory is read-only (a wheel: an upgrade replaces every file, which numba notices itself).
+Bookkeeping failures never fail the import.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+from numba.core import config
 
 #: The stamps of the last check, in the package's cache directory (:func:`_stamp_file`).
 STAMPS = "kernel_sources.json"
@@ -37,7 +44,9 @@ def _modules(package: Path) -> dict[str, Path]:
 
 
 def _imports(path: Path, name: str, known: set[str]) -> set[str]:
-    """The package's modules that ``path`` (module ``name``) imports, anywhere in it."""
+    """The package's modules that ``path`` (module ``name``) imports, anywhere in it: for
+    ``import a.b`` and ``from a.b import c``, ``a.b`` (and ``a.b.c`` if it is a module); the
+    parent packages run too, but a kernel can only call what its module's names refer to."""
     tree = ast.parse(path.read_bytes())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
@@ -47,82 +56,81 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the package ``level - 1`` above this one
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*up, base] if base else up)
+                parts = package.split(".")
+                up = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{up}.{base}" if base else up
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    # a module imports its parents' ``__init__`` too
-    deps = set()
-    for mod in found:
-        parts = mod.split(".")
-        deps.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
-    return (deps & known) - {name}
-
-
-def _deep_hashes(mods: dict[str, Path]) -> dict[str, str]:
-    """Per module, a hash of its source and of every package module it reaches by imports."""
-    own = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in mods.items()}
-    known = set(mods)
-    graph = {m: _imports(p, m, known) for m, p in mods.items()}
-    deep = {}
-    for m in mods:
-        seen, todo = {m}, [m]
-        while todo:
-            for dep in graph[todo.pop()] - seen:
-                seen.add(dep)
-                todo.append(dep)
-        deep[m] = hashlib.sha256("".join(own[d] for d in sorted(seen)).encode()).hexdigest()
-    return deep
+    return (found & known) - {name}
 
 
 def _cache_dir(path: Path) -> Path:
-    """Where numba keeps the cached kernels of module file ``path``: under
-    ``NUMBA_CACHE_DIR`` if set (numba's own sub-path for the file's directory), else in the
+    """Where numba keeps the cached kernels of module file ``path``: under its cache
+    directory if one is set (numba's own sub-path for the file's directory), else in the
     file's ``__pycache__``."""
-    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
-    if not cache_dir:
+    if not config.CACHE_DIR:
         return path.parent / "__pycache__"
     parent = os.path.dirname(os.path.abspath(path))
     digest = hashlib.sha1(parent.encode()).hexdigest()
-    return Path(cache_dir) / f"{os.path.basename(parent)}_{digest}"
+    return Path(config.CACHE_DIR) / f"{os.path.basename(parent)}_{digest}"
 
 
 def _stamp_file(package: Path) -> Path:
-    """The stamps of the last check, kept beside the cache they vouch for: one per
-    ``NUMBA_CACHE_DIR`` (a check under one says nothing of another's kernels)."""
+    """The stamps of the last check, kept beside the cache they vouch for: one per cache
+    directory (a check under one says nothing of another's kernels)."""
     return _cache_dir(package / "__init__.py") / STAMPS
 
 
-def _drop_cached(path: Path) -> int:
-    """Delete the cached kernels of module file ``path``; returns how many files went."""
-    gone = 0
-    for pattern in (f"{path.stem}.*.nbi", f"{path.stem}.*.nbc"):
-        for f in _cache_dir(path).glob(pattern):
-            f.unlink(missing_ok=True)
-            gone += 1
-    return gone
+def _drop_cached(path: Path) -> bool:
+    """Delete the cached kernels of module file ``path``; whether it had any."""
+    files = [f for ext in ("nbi", "nbc") for f in _cache_dir(path).glob(f"{path.stem}.*.{ext}")]
+    for f in files:
+        f.unlink(missing_ok=True)
+    return bool(files)
+
+
+def _load(stamp_file: Path) -> dict:
+    try:
+        old = json.loads(stamp_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
 
 
 def refresh(package: Path) -> list[str]:
     """Delete the cached kernels of every module of ``package`` whose source, or the source
-    of a package module it imports (transitively), changed since the last call; returns
-    those modules' names. The first call, with no stamps yet, drops every cached kernel."""
-    mods = _modules(package)
+    of a package module it imports (transitively), changed since the last call; returns the
+    names of the modules that had cached kernels to delete. The first call, with no stamps
+    yet, drops every cached kernel; a package whose cache directory cannot be written is
+    left alone."""
     stamp_file = _stamp_file(package)
-    try:
-        old = json.loads(stamp_file.read_text())
-    except (OSError, ValueError):
-        old = {}
-    stats = {m: [p.stat().st_mtime_ns, p.stat().st_size] for m, p in mods.items()}
-    if old.get("stats") == stats:
+    cache_root = stamp_file.parent
+    if not os.access(cache_root if cache_root.exists() else cache_root.parent, os.W_OK):
+        return []  # nothing is cached there either (numba falls back elsewhere)
+    mods = _modules(package)
+    own = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in mods.items()}
+    old = _load(stamp_file)
+    if old.get("own") == own:
         return []
-    deep = _deep_hashes(mods)
-    before = old.get("deep", {})
-    stale = [m for m in mods if before.get(m) != deep[m]]
-    for m in stale:
-        _drop_cached(mods[m])
-    stamp_file.parent.mkdir(parents=True, exist_ok=True)
+    old_own, old_imports = old.get("own", {}), old.get("imports", {})
+    known = set(mods)
+    imports = {}
+    for m, p in mods.items():
+        kept = old_own.get(m) == own[m] and m in old_imports
+        imports[m] = set(old_imports[m]) & known if kept else _imports(p, m, known)
+    changed = {m for m in mods if old_own.get(m) != own[m]}
+    dropped = []
+    for m in mods:  # m's kernels are stale if it reaches a changed module
+        seen, todo = {m}, [m]
+        while todo and not seen & changed:
+            for dep in imports[todo.pop()] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        if seen & changed and _drop_cached(mods[m]):
+            dropped.append(m)
+    cache_root.mkdir(parents=True, exist_ok=True)
     tmp = stamp_file.with_name(f"{STAMPS}.{os.getpid()}")
-    tmp.write_text(json.dumps({"stats": stats, "deep": deep}))
+    stamps = {"own": own, "imports": {m: sorted(d) for m, d in imports.items()}}
+    tmp.write_text(json.dumps(stamps))
     tmp.replace(stamp_file)  # atomic: processes importing at once each write whole stamps
-    return stale
+    return dropped

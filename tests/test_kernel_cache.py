@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
+
+from numba.core import config
 
 from streamjoin.kernel_cache import _imports, _modules, refresh
 
@@ -53,10 +54,23 @@ def _run(tmp_path, refreshed: bool) -> int:
 
 
 def _edit_callee(pkg):
-    time.sleep(0.01)  # a new mtime, as an editor's or git's write gives
+    """Same size, same modification time: the check goes by content."""
+    stat = (pkg / "b.py").stat()
     (pkg / "b.py").write_text(
         "from numba import njit\n\n@njit(cache=True)\ndef g():\n    return 2\n"
     )
+    os.utime(pkg / "b.py", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _cached(pkg, *stems) -> set:
+    """Fake cached kernels of modules ``stems`` (what :func:`refresh` deletes); returns
+    the modules that have some."""
+    cache = pkg / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    for stem in stems:
+        (cache / f"{stem}.f-5.py311.nbi").write_text("")
+        (cache / f"{stem}.f-5.py311.1.nbc").write_text("")
+    return {f.name.split(".")[0] for f in cache.glob("*.nb[ic]")}
 
 
 def test_a_changed_callee_reaches_its_cached_caller(tmp_path):
@@ -77,11 +91,26 @@ def test_without_the_check_the_cached_caller_keeps_the_old_callee(tmp_path):
 
 def test_only_modules_that_reach_a_changed_one_are_dropped(tmp_path):
     pkg = _package(tmp_path)
-    assert set(refresh(pkg)) == {"pkg", "pkg.a", "pkg.b", "pkg.c"}, "no stamps: all"
+    _cached(pkg, "a", "b", "c")
+    assert set(refresh(pkg)) == {"pkg.a", "pkg.b", "pkg.c"}, "no stamps: every cached one"
+    _cached(pkg, "a", "b", "c")
     _edit_callee(pkg)
     assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
+    assert _cached(pkg) == {"c"}
     (pkg / "c.py").write_text("X = 2\n")
     assert refresh(pkg) == ["pkg.c"]
+
+
+def test_a_package_importing_its_modules_does_not_tie_them_together(tmp_path):
+    """``pkg/__init__`` imports every module (as ``streamjoin``'s does): an edit of ``b``
+    drops ``b`` and its importer ``a``, not ``c``, though ``pkg`` imports all three (a
+    kernel calls only what its own module's names refer to)."""
+    pkg = _package(tmp_path)
+    (pkg / "__init__.py").write_text("from pkg import a, b, c\n")
+    refresh(pkg)
+    _cached(pkg, "a", "b", "c")
+    _edit_callee(pkg)
+    assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
 
 
 def test_imports_relative_absolute_and_inside_functions(tmp_path):
@@ -98,12 +127,11 @@ def test_a_cache_dir_of_its_own_is_checked_on_its_own(tmp_path, monkeypatch):
     the in-tree cache alone, and the in-tree check still sees its own changes."""
     pkg = _package(tmp_path)
     refresh(pkg)
-    (pkg / "__pycache__" / "a.f-5.py311.nbi").write_text("")
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
-    assert len(refresh(pkg)) == 4, "no stamps there yet"
-    assert (pkg / "__pycache__" / "a.f-5.py311.nbi").exists()
+    _cached(pkg, "a")
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert refresh(pkg) == [], "no stamps there yet, and nothing cached there"
     _edit_callee(pkg)
-    assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
-    monkeypatch.delenv("NUMBA_CACHE_DIR")
-    assert set(refresh(pkg)) == {"pkg.a", "pkg.b"}
-    assert not (pkg / "__pycache__" / "a.f-5.py311.nbi").exists()
+    assert refresh(pkg) == []
+    assert _cached(pkg) == {"a"}, "the in-tree cache is not this check's"
+    monkeypatch.setattr(config, "CACHE_DIR", "")
+    assert refresh(pkg) == ["pkg.a"]
