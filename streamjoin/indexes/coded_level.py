@@ -24,6 +24,7 @@ from streamjoin.indexes.grid_codes import (
     regrid,
     span_slice,
 )
+from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.sorted_runs import merge_runs
 
 #: A ref below every ref.
@@ -114,6 +115,18 @@ class CodedLevel:
         self.grid = np.array(grid, dtype=np.uint64)
         self.ref_base = ref_base
         return n
+
+    @staticmethod
+    def check_ref_span(name: str, refs: np.ndarray, first_ref: int | None, before: int) -> None:
+        """A ``ValueError``, before anything changes, if a level of index ``name`` would have
+        to hold refs :data:`~streamjoin.indexes.key_codes.REF_SPAN` or more apart (a window
+        of 2**32 items): ``refs`` arrive after ``first_ref`` (None: they are the first), and
+        items with refs below ``before`` are expired."""
+        first = int(refs[0]) if first_ref is None else first_ref
+        if int(refs.max()) - max(first, before) >= REF_SPAN:
+            raise ValueError(
+                f"{name} layout='compact': the window spans 2**32 refs or more; use layout='wide'"
+            )
 
     def check(self, items: np.ndarray) -> np.ndarray:
         """Assert the invariants of the level whose items are ``items``: sorted by key code,

@@ -24,7 +24,6 @@ from numba import njit
 from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.grid_codes import bounds_on, scan_on
-from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import stable_key_order
 from streamjoin.indexes.sorted_runs import largest, lower_bound, merge_runs
 
@@ -200,12 +199,7 @@ class CSSTreeIndex(WindowIndex):
         if len(refs) == 0:
             return
         if self.layout == "compact":
-            first = int(refs[0]) if self._first_ref is None else self._first_ref
-            if int(refs.max()) - max(first, self._before_ref) >= REF_SPAN:
-                raise ValueError(
-                    "css_tree layout='compact': the window spans 2**32 refs or more; "
-                    "use layout='wide'"
-                )
+            self._coded.check_ref_span(self.name, refs, self._first_ref, self._before_ref)
         if self._first_ref is None:
             self._first_ref = int(refs[0])
         # a stable sort keeps equal keys in ref order: the batch becomes a (key, ref)-sorted run

@@ -48,7 +48,6 @@ from streamjoin.indexes.grid_codes import (
     route_items,
     scan_on,
 )
-from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.sorted_runs import (
     largest,
@@ -513,7 +512,7 @@ class PIMTreeIndex(WindowIndex):
         if len(refs) == 0:
             return
         if self.layout == "compact":
-            self._check_ref_span(refs)
+            self._coded.check_ref_span(self.name, refs, self._first_ref, self._before)
         if self._first_ref is None:
             self._first_ref = int(refs[0])
         self._last_ref = int(refs[-1])
@@ -540,17 +539,6 @@ class PIMTreeIndex(WindowIndex):
         self._n_ti += len(refs)
         if self._n_ti >= self._merge_size():
             self._merge()
-
-    def _check_ref_span(self, refs: np.ndarray) -> None:
-        """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
-        :data:`~streamjoin.indexes.key_codes.REF_SPAN` or more apart (a window of 2**32
-        items)."""
-        first = int(refs[0]) if self._first_ref is None else self._first_ref
-        if int(refs.max()) - max(first, self._before) >= REF_SPAN:
-            raise ValueError(
-                f"{self.name} layout='compact': the window spans 2**32 refs or more; "
-                "use layout='wide'"
-            )
 
     def probe(self, keys, lo, hi):
         # in key order the descents share T_S's inner nodes and meet leaves in address order

@@ -45,7 +45,6 @@ from streamjoin.indexes.bplus_tree import (
 from streamjoin.indexes.coded_level import CodedLevel
 from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
 from streamjoin.indexes.grid_codes import route_items
-from streamjoin.indexes.key_codes import REF_SPAN
 from streamjoin.indexes.key_order import stable_order
 from streamjoin.indexes.pim_tree import check_options, partitions
 from streamjoin.indexes.pim_tree_shared import (
@@ -388,7 +387,7 @@ class SharedPIMTree:
         switch merge phases that are due, reserve node room; returns the step's state."""
         n = len(refs)
         if n and self.layout == "compact":  # before a merge is installed: nothing changed
-            self._check_ref_span(refs)
+            self._coded.check_ref_span(self.name, refs, self._first_ref, self._before)
         self._switch_phase()
         if n:
             if self._first_ref is None:
@@ -402,17 +401,6 @@ class SharedPIMTree:
             self._forest = reserve(self._forest, self._n_ti + n, n, len(self._upper))
         self._n_ti += n
         return self.state
-
-    def _check_ref_span(self, refs: np.ndarray) -> None:
-        """A ``ValueError``, before anything changes, if a compact T_S would have to hold refs
-        :data:`~streamjoin.indexes.key_codes.REF_SPAN` or more apart (a window of 2**32
-        items), as ``pim_tree``'s."""
-        first = int(refs[0]) if self._first_ref is None else self._first_ref
-        if int(refs.max()) - max(first, self._before) >= REF_SPAN:
-            raise ValueError(
-                f"{self.name} layout='compact': the window spans 2**32 refs or more; "
-                "use layout='wide'"
-            )
 
     def end_step(self) -> None:
         """After a step: start a merge if T_I holds ``m · w`` items (blocking: merge now)."""
