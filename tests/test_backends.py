@@ -48,6 +48,8 @@ SCENARIOS = [
     (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo", 8, 60),
     (self_join(sj.less_equal("x", "y") & sj.not_equal("y"), sj.TimeWindow(8)), True, "spo", 4, 9),
     (sj.Query(sj.band("x", 2, "y") & sj.not_equal("x"), sj.CountWindow(40)), False, "grid", 8, 60),
+    (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo_tree", 8, 60),
+    (self_join(sj.greater("x") & sj.less("y"), sj.TimeWindow(8)), True, "spo_tree", 4, 9),
 ]
 
 LAYOUTS = {
@@ -64,15 +66,18 @@ LAYOUTS = {
     ),
     "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
     "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
+    # worker 3 combines the pairs of two workers below it, worker 2 of one
+    "spo_tree": lambda: sj.topologies.spo(4, merge_every=25, subintervals=2, fanout=2),
 }
 
 
 #: Layouts whose first scenario runs on Ray in the default run: several ports into one core,
 #: a cycle (end of stream by the driver), threads in an actor (over wide and compact T_S
-#: items: the state an actor builds differs), a mutable/immutable split. The
+#: items: the state an actor builds differs), a mutable/immutable split, and its workers'
+#: broadcast and combining trees (batches passed on, reports of their own type). The
 #: rest run the same logic objects and meet Ray in the failure and security tests; ``-m slow``
 #: runs every layout's first scenario on Ray.
-RAY_DEFAULT = {"grid", "handshake_ll", "shared", "shared_compact", "spo"}
+RAY_DEFAULT = {"grid", "handshake_ll", "shared", "shared_compact", "spo", "spo_tree"}
 
 
 def _cases() -> list:

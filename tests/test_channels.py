@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
-from streamjoin.actors.spo import MergedRun
+from streamjoin.actors.spo import MergedRun, SubtreePairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime import channels, wire
 
@@ -177,6 +177,22 @@ def test_a_merged_run_ordering_positions_outside_its_rows_is_a_framing_error():
     run = MergedRun(0, 0, _batch(4, 1, 0, True), z, z + 1)
     with pytest.raises(channels.FramingError, match="out of its 4 rows"):
         _round_trip(run)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(n=st.integers(0, 2000), batch=st.integers(0, 2**62), seed=st.integers(0, 99))
+def test_subtree_pairs_round_trip(n, batch, seed):
+    """A PO-Join worker's report up its combining tree: the batch number and the pairs."""
+    rng = np.random.default_rng(seed)
+    report = SubtreePairs(batch, PairBatch(*rng.integers(-(2**62), 2**62, (3, n))))
+    got = _round_trip(report)
+    assert got.batch == batch and len(got) == n
+    assert all(np.array_equal(getattr(got.pairs, c), getattr(report.pairs, c)) for c in "rs")
+
+
+def test_a_subtree_report_of_a_negative_batch_is_a_framing_error():
+    with pytest.raises(channels.FramingError, match="names batch -1"):
+        _round_trip(SubtreePairs(-1, PairBatch.empty()))
 
 
 @given(upto=st.integers(-(2**63), 2**63 - 1))

@@ -28,12 +28,15 @@ def test_spo_equals_oracle_under_any_interleaving(data):
     table = data.draw(tables(self_join, max_rows=80))
     pred = data.draw(st.one_of(st.sampled_from(TWO_INEQUALITIES), predicates()))
     query = sj.Query(pred, window=data.draw(windows()), self_join=self_join)
-    workers = data.draw(st.integers(1, 3), label="workers")
+    workers = data.draw(st.integers(1, 5), label="workers")
     if data.draw(st.booleans(), label="time merge"):
         merge = {"merge_after": data.draw(st.integers(1, 6)), "merge_every": None}
     else:
         merge = {"merge_every": data.draw(st.integers(1, 12))}
-    topo = sj.topologies.spo(workers, subintervals=data.draw(st.integers(1, 3)), **merge)
+    fanout = data.draw(st.sampled_from([None, 0, 1, 2, 3]), label="fanout")
+    topo = sj.topologies.spo(
+        workers, subintervals=data.draw(st.integers(1, 3)), fanout=fanout, **merge
+    )
     expected = sj.oracle.join(query, table)
     for batch_size in (1, 4, 64):
         for seed in (None, data.draw(st.integers(0, 2**16), label="delivery_seed")):
@@ -140,3 +143,52 @@ def test_spo_every_pair_of_inequalities(first, second, self_join):
     for batch_size, seed in ((1, None), (8, 3), (32, 11)):
         res = sj.run(query, data, topo, batch_size=batch_size, delivery_seed=seed)
         assert res.same_pairs(expected), f"{query}, batch {batch_size}, seed {seed}"
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5, 8, 16])
+@pytest.mark.parametrize("fanout", [1, 2, 3])
+def test_spo_trees_reach_every_worker_once_and_stay_acyclic(workers, fanout):
+    """Every worker hears each batch on exactly one path from the emitter and sends its pairs
+    on exactly one path to the collector; no worker passes on or reports to more than
+    ``fanout`` others."""
+    import networkx as nx
+
+    g = sj.topologies.spo(workers, fanout=fanout).graph
+    assert nx.is_directed_acyclic_graph(g)
+    batches = nx.DiGraph(
+        (u, v) for u, v, d in g.edges(data=True) if d["dst_port"] == "in" and v != "collector"
+    )
+    pairs = nx.DiGraph((u, v) for u, v, d in g.edges(data=True) if d["src_port"] == "out")
+    for k in range(workers):
+        w = f"worker{k}"
+        assert batches.in_degree(w) == 1 and batches.out_degree(w) <= fanout
+        assert len(list(nx.all_simple_paths(batches, "emitter", w))) == 1 or w == "worker0"
+        assert pairs.out_degree(w) == 1 and pairs.in_degree(w) <= fanout
+        assert nx.has_path(pairs, w, "collector")
+    # the collector hears the workers through one of them, and the emitter feeds one
+    assert sum(1 for u, _ in g.in_edges("collector") if u.startswith("worker")) == 1
+    assert sum(1 for _, v in g.out_edges("emitter") if v.startswith("worker")) == 1
+
+
+def test_spo_feeds_few_workers_directly_and_many_through_trees():
+    direct = sj.topologies.spo(4).graph
+    assert sum(1 for _, v in direct.out_edges("emitter") if v.startswith("worker")) == 4
+    tree = sj.topologies.spo(5).graph
+    assert sum(1 for _, v in tree.out_edges("emitter") if v.startswith("worker")) == 1
+    forced = sj.topologies.spo(8, fanout=0).graph
+    assert sum(1 for _, v in forced.out_edges("emitter") if v.startswith("worker")) == 8
+    with pytest.raises(ValueError, match="fanout must be a non-negative integer"):
+        sj.topologies.spo(4, fanout=-1)
+
+
+def test_a_report_out_of_order_names_the_worker_and_the_batch():
+    from streamjoin.actors.spo import SubtreePairs, TreePlace
+    from streamjoin.batch import PairBatch
+
+    q = sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(8))
+    worker = SPOWorker(q, 3, 4, MergeSettings(every=4), TreePlace(0, 2, False))
+    worker.on_batch("sub1", SubtreePairs(0, PairBatch.empty()))
+    with pytest.raises(ValueError, match="worker 3 expected the report of batch 1 .* sub1"):
+        worker.on_batch("sub1", SubtreePairs(2, PairBatch.empty()))
+    with pytest.raises(ValueError, match="no input port 'sub2'"):
+        worker.on_batch("sub2", SubtreePairs(0, PairBatch.empty()))

@@ -26,6 +26,22 @@ sequence, which every actor sees in the same order (each edge is FIFO):
   first waits for the piece (the paper's "queue at the PO-Join operator during a merge", §4.3);
 - the intersection is the AND of bit arrays inside one actor (the predicates of one tuple
   never travel apart), and each pair is checked against the window by ``idx`` (DESIGN §2).
+
+**Trees among the workers** (``spo(workers, fanout=d)``). Alg. 1 l. 2 broadcasts every tuple
+to every PO-Join PE; with batches, that costs the emitter one send per worker and the
+collector one receive per worker for every batch, which is what stops ``spo`` from scaling
+once the workers' own share of the window is small (measured on the simulator: at W = 2^20,
+δ = 2^14, the emitter and collector busy 91% and 87% of the time at 16 workers). With a
+``fanout``, the workers form two trees of degree ``d``: a *broadcast tree* (worker 0 gets the
+emitter's batches and every worker passes each batch on, unchanged and before its own work,
+to at most ``d`` others: :meth:`SPOWorker.passes_on`) and a *combining tree* (a worker sends
+its pairs for batch ``j``, with those of the workers below it, up as one
+:class:`SubtreePairs` once it has probed ``j`` and heard ``j`` from each worker below it; the
+top worker sends them to the collector). Both trees send only to higher-numbered workers, so
+the graph stays acyclic. Batches still reach every worker in order on one FIFO path, so the
+answer is the same; pairs found when a piece arrives after the batches that wait for it go up
+with the worker's next report (or at end of input). What it costs: one hop per tree level,
+both ways, in each pair's latency.
 """
 
 from __future__ import annotations
@@ -138,6 +154,32 @@ def split_pieces(n: int, a_pos: np.ndarray, b_pos: np.ndarray, pieces: int):
     return out
 
 
+@dataclass
+class SubtreePairs:
+    """What a worker in a combining tree sends up for batch ``batch`` (its number in the
+    batch sequence every worker sees): the pairs it and the workers below it found since its
+    last report (module docstring). Exactly one per batch, in order, and one more at end of
+    input when pairs found after the last batch remain (``batch`` = the number of batches)."""
+
+    batch: int
+    pairs: PairBatch
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+@dataclass(frozen=True)
+class TreePlace:
+    """A worker's place in the broadcast and combining trees (module docstring): how many
+    workers it passes batches on to (ports ``down0``…), how many report to it (ports
+    ``sub0``…), and whether it reports to another worker (:class:`SubtreePairs`) rather
+    than to the collector (plain pairs). The default: no tree (Alg. 1 as written)."""
+
+    down: int = 0
+    below: int = 0
+    reports: bool = False
+
+
 @dataclass(frozen=True)
 class SPOMutableConfig(ActorConfig):
     """SPO-Join's mutable stage (:class:`SPOMutableStage`): the merge settings, the number of
@@ -166,9 +208,10 @@ class SPOWorkerConfig(ActorConfig):
     k: int = 0
     workers: int = 1
     merge: MergeSettings = field(default_factory=MergeSettings)
+    tree: TreePlace = field(default_factory=TreePlace)
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> SPOWorker:
-        worker = SPOWorker(query, self.k, self.workers, self.merge)
+        worker = SPOWorker(query, self.k, self.workers, self.merge, self.tree)
         worker.warm()
         return worker
 
@@ -270,17 +313,33 @@ class SPOMutableStage(_Stage):
 
 
 class SPOWorker(_Stage):
-    """PO-Join worker ``k`` (module docstring). In: batches (``in``) and :class:`MergedRun`
-    pieces (``runs``). Out: pairs (``out``).
+    """PO-Join worker ``k`` (module docstring). In: batches (``in``), :class:`MergedRun`
+    pieces (``runs``) and, in a combining tree, the reports of the workers below it
+    (``sub0``…). Out: pairs (``out``: plain pairs to the collector, or one
+    :class:`SubtreePairs` per batch to the worker above), and in a broadcast tree the batches
+    it passes on (``down0``…).
 
     Counters: :class:`~streamjoin.actors.window_part.JoinWork`; a probe of one stream's linked
     set is one part call, a piece's tuples count as inserted when they arrive and as expired
-    when they leave the window.
+    when they leave the window; ``pairs`` counts the pairs this worker found, not those it
+    passes up for the workers below it.
     """
 
-    def __init__(self, query: Query, k: int, workers: int, merge: MergeSettings) -> None:
+    def __init__(
+        self,
+        query: Query,
+        k: int,
+        workers: int,
+        merge: MergeSettings,
+        tree: TreePlace | None = None,
+    ) -> None:
         super().__init__(query, {})
         self.k = k
+        self.tree = tree = tree or TreePlace()
+        self._heard = [0] * tree.below  # reports heard from each worker below
+        self._below: dict[int, list[PairBatch]] = {}  # batch -> pairs reported from below
+        self._held: list[PairBatch] = []  # pairs of this worker not yet sent
+        self._sent = 0  # batches reported (or, to the collector, sent on)
         self.plan = MergePlan(self.spec.streams, workers, merge)
         # per stream: a store and a po_join index holding only structures (the linked set)
         self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
@@ -291,18 +350,76 @@ class SPOWorker(_Stage):
         self.waiting: dict[int, list[Batch]] = {}  # piece -> batches that must probe it
         self.batches = 0
 
-    def on_batch(self, port: str, msg) -> list[tuple[str, PairBatch]]:
+    def passes_on(self, port: str, msg) -> list[tuple[str, Batch]]:
+        """A batch, unchanged, to the workers below this one in the broadcast tree."""
+        if port != "in":
+            return []
+        return [(f"down{i}", msg) for i in range(self.tree.down)]
+
+    def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
         if port == "runs":
             found = self._arrive(msg)
         elif port == "in":
             found = self._probe(msg.freeze())
+        elif port.startswith("sub") and port[3:].isdigit() and int(port[3:]) < self.tree.below:
+            self._hear(int(port[3:]), msg)
+            return self._report()
         else:
-            raise ValueError(f"spo worker has no input port {port!r}; ports: ['in', 'runs']")
+            ports = ["in", "runs", *(f"sub{c}" for c in range(self.tree.below))]
+            raise ValueError(f"spo worker has no input port {port!r}; ports: {ports}")
         pairs = concat_pairs(found)
-        if pairs is None:
-            return []
-        self.work.pairs += len(pairs)
-        return [("out", pairs)]
+        if pairs is not None:
+            self.work.pairs += len(pairs)
+            self._held.append(pairs)
+        return self._report()
+
+    def _hear(self, c: int, report: SubtreePairs) -> None:
+        """The report of the ``c``-th worker below: the next batch's, or at end of input one
+        more (:class:`SubtreePairs`)."""
+        if report.batch != self._heard[c]:
+            raise ValueError(
+                f"spo worker {self.k} expected the report of batch {self._heard[c]} from the "
+                f"worker below it on sub{c}, got batch {report.batch}"
+            )
+        self._heard[c] += 1
+        if len(report.pairs):
+            self._below.setdefault(report.batch, []).append(report.pairs)
+
+    def _report(self) -> list[tuple[str, object]]:
+        """Send on what is complete: per batch probed here and heard from every worker below,
+        one report up (or, at the top of the tree, the pairs to the collector)."""
+        out: list[tuple[str, object]] = []
+        while self._sent < self.batches and all(h > self._sent for h in self._heard):
+            found, self._held = self._held + self._below.pop(self._sent, []), []
+            pairs = concat_pairs(found)
+            if self.tree.reports:
+                out.append(("out", SubtreePairs(self._sent, pairs or PairBatch.empty())))
+            elif pairs is not None:
+                out.append(("out", pairs))
+            self._sent += 1
+        if not self.tree.reports and self._held:  # found by a piece after its batches
+            pairs, self._held = concat_pairs(self._held), []
+            if pairs is not None:
+                out.append(("out", pairs))
+        return out
+
+    def on_eof(self) -> list[tuple[str, object]]:
+        """Everything still held: each batch's report, then what came after the last batch
+        (found when late pieces arrived, or reported so from below)."""
+        out = self._report()
+        n = self.batches
+        if self._sent != n or any(h not in (n, n + 1) for h in self._heard):
+            raise RuntimeError(
+                f"spo worker {self.k} ended after {n} batches having reported {self._sent} "
+                f"and heard {self._heard} from below: a combining tree lost a report"
+            )
+        rest = [p for ps in self._below.values() for p in ps]
+        pairs, self._held, self._below = concat_pairs(self._held + rest), [], {}
+        if self.tree.reports and pairs is not None:
+            out.append(("out", SubtreePairs(n, pairs)))
+        elif pairs is not None:
+            out.append(("out", pairs))
+        return out
 
     def _probe(self, batch: Batch) -> list[PairBatch]:
         """Probe the structures merged before this batch (Alg. 4), queue it for those still
@@ -341,14 +458,16 @@ class SPOWorker(_Stage):
             return []
         last = self._build(run)
         waiting = self.waiting.pop(run.piece, [])
-        if last is None:
+        if last is None or not waiting:
             return []
-        y = run.stream
+        # the batches that waited probe the piece as one: each tuple carries its own window
+        # bound (DESIGN §2), and one probe call per stream, not per batch, keeps a worker
+        # that runs ahead of the mutable stage from paying a call for every batch it waited
+        batch = waiting[0] if len(waiting) == 1 else Batch.concat(waiting)
         return [
             self._probe_structures(batch, x, last, last + 1)
-            for batch in waiting
             for x in self.spec.streams
-            if self.spec.probed(x) == y
+            if self.spec.probed(x) == run.stream
         ]
 
     def _build(self, run: MergedRun) -> int | None:

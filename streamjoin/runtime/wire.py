@@ -33,6 +33,7 @@ kind      message                      meta; body
                                        :mod:`~streamjoin.runtime.ray_recovery`)
 7         :class:`MergedRun`           piece, stream, a batch's meta; ``a_order``,
                                        ``b_order`` (int64, n each), the batch's body
+8         :class:`SubtreePairs`        batch, n; ``r s ingest_ns`` (int64, n each)
 ========  ===========================  ==================================================
 """
 
@@ -48,7 +49,7 @@ import numpy as np
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
-from streamjoin.actors.spo import MergedRun
+from streamjoin.actors.spo import MergedRun, SubtreePairs
 from streamjoin.batch import Batch, PairBatch
 
 #: a frame's head: port-name length, kind, metadata length, body length
@@ -375,9 +376,26 @@ def _decode_merged(meta: bytes, body: Body) -> MergedRun:
     return MergedRun(piece, stream, rows, orders[0], orders[1])
 
 
+#: a subtree's report: its batch number, then its pairs' count
+_SUBTREE = struct.Struct("<qQ")
+
+
+def _encode_subtree(m: SubtreePairs) -> tuple[bytes, list]:
+    _, pieces = _encode_pairs(m.pairs)
+    return _SUBTREE.pack(m.batch, len(m.pairs)), pieces
+
+
+def _decode_subtree(meta: bytes, body: Body) -> SubtreePairs:
+    batch, n = unpack(_SUBTREE, meta)
+    if batch < 0:
+        raise FramingError(f"a subtree's report names batch {batch}")
+    return SubtreePairs(batch, PairBatch(*body.array(I64, 3 * n).reshape(3, n)))
+
+
 register(Codec(1, Batch, _encode_batch, _decode_batch))
 register(Codec(2, PairBatch, _encode_pairs, _decode_pairs))
 register(Codec(3, Drain, _encode_drain, _decode_drain))
 register(Codec(4, Ack, _encode_ack, _decode_ack))
 register(Codec(5, WorkerCommand, _encode_command, _decode_command))
 register(Codec(7, MergedRun, _encode_merged, _decode_merged))
+register(Codec(8, SubtreePairs, _encode_subtree, _decode_subtree))

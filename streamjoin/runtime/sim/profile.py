@@ -38,7 +38,7 @@ from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.panjoin import PanJoinManager, WorkerCommand
-from streamjoin.actors.spo import MergedRun
+from streamjoin.actors.spo import MergedRun, SubtreePairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int, positive_number
 
@@ -70,6 +70,8 @@ def message_nbytes(msg) -> int:
         return _PAIR_BYTES * len(msg.r)
     if isinstance(msg, WorkerCommand):
         return message_nbytes(msg.batch) + sum(pos.nbytes for _, pos in msg.insert)
+    if isinstance(msg, SubtreePairs):
+        return _PAIR_BYTES * len(msg.pairs) + 8
     if isinstance(msg, MergedRun):
         return message_nbytes(msg.rows) + msg.a_order.nbytes + msg.b_order.nbytes
     return 0
