@@ -189,6 +189,22 @@ def test_merge_threshold_and_whole_structure_expiry():
     index.check()
 
 
+def test_a_probe_is_charged_a_search_per_structure_it_visits():
+    """The simulator's scan units of a po_join probe: log2(items + 1) for each structure of
+    the linked set and for the mutable part, and for the structures visible alone when a
+    worker probes some of them (a late piece)."""
+    index = indexes.get("po_join")(2, merge_every=4, subintervals=2)
+    keys = np.arange(20.0).reshape(2, 10)
+    index.insert(keys, np.arange(10, dtype=np.int64))  # two structures of 5
+    index.insert(keys[:, :3], np.arange(10, 13, dtype=np.int64))  # 3 in the mutable part
+    assert index.probe_units() == pytest.approx(2 * np.log2(6) + np.log2(4))
+    with index.only_structures(1, 2):
+        assert index.probe_units() == pytest.approx(np.log2(6))
+    single = indexes.get("bplus_tree")(1)
+    single.insert(np.arange(7.0).reshape(1, 7), np.arange(7, dtype=np.int64))
+    assert single.probe_units() == pytest.approx(3.0)  # log2(7 + 1): one tree
+
+
 @pytest.mark.parametrize("intersect", INTERSECTIONS)
 def test_mutable_part_intersections_on_a_large_part(intersect):
     """Thousands of slots in random key orders: prefix rows every g > 8 ranks, hash sets

@@ -136,7 +136,7 @@ class LowLatencyHandshakeCore(JoinLogic):
         self.stats["probes"] += len(batch)
         work = self.work
         work.tuples += len(batch)
-        work.probe_call(len(batch), len(self.parts[y].index), self.spec.index_cls)
+        work.probe_call(len(batch), self.parts[y].index)
         if self.spec.one_stream:  # the stored tuples are all earlier; step 2: the batch itself
             found = [self.parts[x].probe(batch, x, xs)]
             if at_home:

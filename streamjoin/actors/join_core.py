@@ -188,7 +188,7 @@ class JoinCore(JoinLogic):
         work.tuples += len(batch)
         for x, (xs, keys, order) in views.items():  # step 1
             part = self.parts[spec.probed(x)]
-            work.probe_call(len(xs), len(part.index), spec.index_cls)
+            work.probe_call(len(xs), part.index)
             found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
         if batch.store:
             if not spec.paired:  # step 2

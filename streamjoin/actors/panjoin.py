@@ -236,7 +236,7 @@ class PanJoinWorker(JoinLogic):
             xs, keys = xs[order], keys[:, order]
             for sub in subs:
                 part = self.parts[sub]
-                work.probe_call(len(xs), len(part.index), spec.index_cls)
+                work.probe_call(len(xs), part.index)
                 found.append(part.probe(batch, x, xs, keys=keys))
         for sub, pos in cmd.insert:  # pos: a non-empty run of one stream's positions
             xs, keys, order = views[int(batch.stream[pos[0]])]

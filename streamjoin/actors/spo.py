@@ -265,7 +265,7 @@ class SPOMutableStage(_Stage):
         found = []
         for x, (xs, keys, order) in views.items():  # Alg. 1 l. 3: the mutable part
             part = self.parts[spec.probed(x)]
-            work.probe_call(len(xs), len(part.index), spec.index_cls)
+            work.probe_call(len(xs), part.index)
             found.append(part.probe(batch, x, in_order[x], keys=keys[:, order]))
         by_stream = tuple(in_order.values())
         if spec.one_stream:
@@ -496,8 +496,8 @@ class SPOWorker(_Stage):
         xs = np.flatnonzero(batch.stream == x)
         if end <= first or len(xs) == 0:
             return PairBatch.empty()
-        self.work.probe_call(len(xs), len(part.index), self.spec.index_cls)
         with part.index.only_structures(first, end):
+            self.work.probe_call(len(xs), part.index)
             return part.probe(batch, x, xs)
 
     @property

@@ -72,12 +72,13 @@ class JoinWork:
             setattr(self, name, 0)
         self.scan = 0.0
 
-    def probe_call(self, n: int, size: int, index_cls) -> None:
-        """Count a probe of ``n`` tuples into a part holding ``size`` items (none if empty)."""
-        if n and size:
+    def probe_call(self, n: int, index) -> None:
+        """Count a probe of ``n`` tuples into ``index`` (none if it is empty): each tuple's
+        descent is ``index.probe_units()`` scan units."""
+        if n and len(index):
             self.part_calls += 1
             self.probes += n
-            self.scan += n * index_cls.probe_work(size)
+            self.scan += n * index.probe_units()
 
     def as_tuple(self) -> tuple:
         return (

@@ -131,6 +131,12 @@ class WindowIndex(ABC):
             return math.log2(size + 1)
         return 0.0
 
+    def probe_units(self) -> float:
+        """Work units of one probe into this index as it stands (the simulator's *scan*):
+        :meth:`probe_work` of the items held, unless the index says otherwise (one made of
+        several searched structures charges each)."""
+        return self.probe_work(len(self))
+
     def __init__(self, n_keys: int = 1) -> None:
         if n_keys < 1 or (n_keys > 1 and not self.multi_attribute):
             raise ValueError(f"index {self.name!r} takes one key row, got n_keys={n_keys}")

@@ -22,6 +22,8 @@ residual filters.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -153,6 +155,17 @@ class POJoinIndex(WindowIndex):
             yield
         finally:
             self._visible = None
+
+    def probe_units(self) -> float:
+        """Scan units of one probe: a position search in each structure it visits and in the
+        mutable part, ``Σ log2(items + 1)`` (SPO-Join Alg. 4 probes every structure of the
+        linked set), so that a worker holding fewer structures is charged less."""
+        first, end = self._visible or (0, self.runs.n_runs)
+        starts = self.runs.starts
+        units = sum(math.log2(starts[r + 1] - starts[r] + 1) for r in range(first, end))
+        if self._visible is None:
+            units += math.log2(len(self.mutable) + 1)
+        return units
 
     def probe(self, keys, lo, hi):
         keys = np.ascontiguousarray(keys, dtype=np.float64)
