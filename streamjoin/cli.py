@@ -307,6 +307,8 @@ def _run_job(args):
         if args.index == "auto"
         else args.index
     )
+    if args.index == "auto" and args.topology.strip().lower().startswith("shared:"):
+        index = "pim_tree"  # the shared core's own default: auto's pick may not be shareable
     options = dict(args.index_option)
     if options:  # a bad option name or value is an error before anything runs
         try:

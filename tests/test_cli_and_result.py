@@ -107,6 +107,36 @@ def test_cli_index_options_reach_the_index(topology, tmp_path, capsys, monkeypat
     assert built and all(k == {"layout": "compact", "merge_ratio": 0.25} for k in built)
 
 
+def test_cli_shared_topology_with_the_automatic_index_runs(tmp_path, capsys):
+    """``--topology shared:2`` with ``--index auto`` (the default) takes the shared core's own
+    index: the automatic pick for a band (BI-Sort) cannot be shared by threads."""
+    argv = ["run", "-n", "2000", "--window", "100", "--check", "--backend", "local"]
+    code = main([*argv, "--topology", "shared:2", "--no-progress", "-o", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert code == 0 and "oracle: same pairs" in text and "pim_tree" in text, text
+
+
+def test_shared_index_refuses_options_its_shared_form_does_not_take():
+    with pytest.raises(ValueError, match="shared bplus_tree takes no option 'layout'.*fanout"):
+        sj.topologies.shared_index(2, "bplus_tree", layout="compact")
+    with pytest.raises(ValueError, match="shared nested_loop takes no option 'layout'"):
+        sj.topologies.shared_index(1, "nested_loop", layout="compact")
+
+
+def test_spo_warns_when_po_join_serves_no_condition():
+    """A self-join's cross-attribute conditions need two keys per tuple: ``spo``'s stages
+    scan their windows then, and say so as ``single("po_join")`` does."""
+    q = sj.Query(
+        sj.less_equal("start", "end") & sj.greater_equal("end", "start"),
+        window=sj.CountWindow(50),
+        self_join=True,
+    )
+    data = {"start": np.arange(200.0), "end": np.arange(200.0) + 3}
+    with pytest.warns(sj.indexes.IndexFallbackWarning, match="po_join"):
+        res = sj.run(q, data, sj.topologies.spo(2, merge_every=20), backend="local")
+    assert res.same_pairs(sj.oracle.join(q, data))
+
+
 def test_compile_notice_says_once_that_numba_compiles(capsys):
     from numba import njit
 

@@ -149,6 +149,8 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
                 f"index {name!r} cannot be shared by {self.threads} threads; use one of "
                 f"{', '.join(shared.SHAREABLE)}, or threads=1"
             )
+        if name in shared.SHAREABLE:  # the shared form is built, whatever the thread count
+            shared.check_shared_options(name, self.index_options)
 
     def check(self, query: Query) -> None:
         """As a join core's (a warning when the index serves another condition than the

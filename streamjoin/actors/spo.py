@@ -46,11 +46,13 @@ both ways, in each pair's latency.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, RunSettings
 from streamjoin.actors.join_core import JoinCore, JoinLogic, warm_batch, warm_key
 from streamjoin.actors.window_part import JoinSpec, JoinWork, concat_pairs
@@ -189,6 +191,14 @@ class SPOMutableConfig(ActorConfig):
     workers: int = 1
     merge: MergeSettings = field(default_factory=MergeSettings)
     index_options: dict = field(default_factory=dict)
+
+    def check(self, query: Query) -> None:
+        """Warn, as a join core over ``po_join`` does, when ``po_join`` serves no condition of
+        ``query`` and the stages scan their windows instead (once per topology: the workers
+        hold the same index)."""
+        note = indexes.plan(_INDEX, query.predicate, query.self_join).note
+        if note:  # stacklevel: the caller of sj.run, as a join core's warning
+            warnings.warn(note, indexes.IndexFallbackWarning, stacklevel=4)
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> SPOMutableStage:
         stage = SPOMutableStage(query, self.workers, self.merge, self.index_options)

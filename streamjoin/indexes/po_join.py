@@ -23,7 +23,6 @@ residual filters.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 

@@ -21,6 +21,7 @@ dropped, rebuilt arrays) and is refused for more than one thread.
 from __future__ import annotations
 
 import copy
+import inspect
 import queue
 import threading
 import time
@@ -642,6 +643,27 @@ class SharedBPlusTree:
         assert not self._locks.any(), "the lock is free"
         assert int(t.meta[LEAF_HWM]) <= len(t.leaf_count)
         assert int(t.meta[INNER_HWM]) <= len(t.inner_count)
+
+
+def check_shared_options(name: str, options: dict) -> None:
+    """A ``ValueError`` naming the options the shared form of index ``name`` does not take,
+    and those it does, before a run builds it (the single-thread index may take more: a
+    ``bplus_tree`` shared by threads has no compact layout)."""
+    if name in ("pim_tree", "im_tree"):
+        init = SharedPIMTree.__init__
+    elif name == "bplus_tree":
+        init = SharedBPlusTree.__init__
+    else:
+        init = None
+    takes = [] if init is None else list(inspect.signature(init).parameters)[1:]
+    takes = [p for p in takes if p not in ("name", "merge")]  # set by the core, not options
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        offered = ", ".join(takes) if takes else "none"
+        raise ValueError(
+            f"the shared {name} takes no option {', '.join(map(repr, unknown))}; "
+            f"its options: {offered}"
+        )
 
 
 def make_shared(name: str, options: dict, merge: str = "nonblocking"):
