@@ -67,7 +67,7 @@ LAYOUTS = {
     "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
     "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
     # worker 3 combines the pairs of two workers below it, worker 2 of one
-    "spo_tree": lambda: sj.topologies.spo(4, merge_every=25, subintervals=2, fanout=2),
+    "spo_tree": lambda: sj.topologies.spo(4, merge_every=25, subintervals=2, relay=2, combine=2),
 }
 
 

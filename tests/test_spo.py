@@ -33,9 +33,14 @@ def test_spo_equals_oracle_under_any_interleaving(data):
         merge = {"merge_after": data.draw(st.integers(1, 6)), "merge_every": None}
     else:
         merge = {"merge_every": data.draw(st.integers(1, 12))}
-    fanout = data.draw(st.sampled_from([None, 0, 1, 2, 3]), label="fanout")
+    relay = data.draw(st.sampled_from([None, 0, 1, 2, 3]), label="relay")
+    combine = data.draw(st.sampled_from([None, 0, 1, 2, 3]), label="combine")
     topo = sj.topologies.spo(
-        workers, subintervals=data.draw(st.integers(1, 3)), fanout=fanout, **merge
+        workers,
+        subintervals=data.draw(st.integers(1, 3)),
+        relay=relay,
+        combine=combine,
+        **merge,
     )
     expected = sj.oracle.join(query, table)
     for batch_size in (1, 4, 64):
@@ -149,11 +154,11 @@ def test_spo_every_pair_of_inequalities(first, second, self_join):
 @pytest.mark.parametrize("fanout", [1, 2, 3])
 def test_spo_trees_reach_every_worker_once_and_stay_acyclic(workers, fanout):
     """Every worker hears each batch on exactly one path from the emitter and sends its pairs
-    on exactly one path to the collector; no worker passes on or reports to more than
-    ``fanout`` others."""
+    on exactly one path to the collector; no worker passes on to, or combines the pairs of,
+    more than ``fanout`` others."""
     import networkx as nx
 
-    g = sj.topologies.spo(workers, fanout=fanout).graph
+    g = sj.topologies.spo(workers, relay=fanout, combine=fanout).graph
     assert nx.is_directed_acyclic_graph(g)
     batches = nx.DiGraph(
         (u, v) for u, v, d in g.edges(data=True) if d["dst_port"] == "in" and v != "collector"
@@ -175,10 +180,17 @@ def test_spo_feeds_few_workers_directly_and_many_through_trees():
     assert sum(1 for _, v in direct.out_edges("emitter") if v.startswith("worker")) == 4
     tree = sj.topologies.spo(5).graph
     assert sum(1 for _, v in tree.out_edges("emitter") if v.startswith("worker")) == 1
-    forced = sj.topologies.spo(8, fanout=0).graph
+    forced = sj.topologies.spo(8, relay=0, combine=0).graph
     assert sum(1 for _, v in forced.out_edges("emitter") if v.startswith("worker")) == 8
-    with pytest.raises(ValueError, match="fanout must be a non-negative integer"):
-        sj.topologies.spo(4, fanout=-1)
+    assert sum(1 for u, _ in forced.in_edges("collector") if u.startswith("worker")) == 8
+    one_tree = sj.topologies.spo(8, relay=0, combine=2).graph
+    assert sum(1 for _, v in one_tree.out_edges("emitter") if v.startswith("worker")) == 8
+    assert sum(1 for u, _ in one_tree.in_edges("collector") if u.startswith("worker")) == 1
+    with pytest.raises(ValueError, match="relay must be a non-negative integer"):
+        sj.topologies.spo(4, relay=-1)
+    # the mutable part's B+-tree fanout is still an index option
+    opts = sj.topologies.spo(2, fanout=16).graph.nodes["mutable"]["config"].index_options
+    assert opts["fanout"] == 16
 
 
 def test_a_report_out_of_order_names_the_worker_and_the_batch():

@@ -27,21 +27,20 @@ sequence, which every actor sees in the same order (each edge is FIFO):
 - the intersection is the AND of bit arrays inside one actor (the predicates of one tuple
   never travel apart), and each pair is checked against the window by ``idx`` (DESIGN §2).
 
-**Trees among the workers** (``spo(workers, fanout=d)``). Alg. 1 l. 2 broadcasts every tuple
-to every PO-Join PE; with batches, that costs the emitter one send per worker and the
-collector one receive per worker for every batch, which is what stops ``spo`` from scaling
-once the workers' own share of the window is small (measured on the simulator: at W = 2^20,
-δ = 2^14, the emitter and collector busy 91% and 87% of the time at 16 workers). With a
-``fanout``, the workers form two trees of degree ``d``: a *broadcast tree* (worker 0 gets the
-emitter's batches and every worker passes each batch on, unchanged and before its own work,
-to at most ``d`` others: :meth:`SPOWorker.passes_on`) and a *combining tree* (a worker sends
-its pairs for batch ``j``, with those of the workers below it, up as one
-:class:`SubtreePairs` once it has probed ``j`` and heard ``j`` from each worker below it; the
-top worker sends them to the collector). Both trees send only to higher-numbered workers, so
-the graph stays acyclic. Batches still reach every worker in order on one FIFO path, so the
-answer is the same; pairs found when a piece arrives after the batches that wait for it go up
-with the worker's next report (or at end of input). What it costs: one hop per tree level,
-both ways, in each pair's latency.
+**Trees among the workers** (``spo(workers, relay=d, combine=d)``). Alg. 1 l. 2 broadcasts
+every tuple to every PO-Join PE; with batches, that costs the emitter one send per worker and
+the collector one receive per worker for every batch, which binds once the workers' own share
+of the window is small. With ``relay``, worker 0 gets the emitter's batches and every worker
+passes each batch on, unchanged and before its own work, to at most ``d`` others (a
+*broadcast tree*, :meth:`SPOWorker.passes_on`). With ``combine``, a worker sends its pairs for
+batch ``j``, with those of the workers below it, up as one :class:`SubtreePairs` once it has
+probed ``j`` and heard ``j`` from each worker below it, and the top worker sends them to the
+collector (a *combining tree*). Both trees send only to higher-numbered workers, so the graph
+stays acyclic. Batches still reach every worker in order on one FIFO path, so the answer is
+the same; pairs found when a piece arrives after the batches that wait for it go up with the
+worker's next report (or at end of input). What a tree costs: messages at the workers (a
+relaying worker sends a batch per child, a combining one receives a report per child) and one
+hop per level in each pair's latency.
 """
 
 from __future__ import annotations

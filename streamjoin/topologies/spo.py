@@ -20,7 +20,8 @@ def spo(
     merge_every: int | None = None,
     merge_after: int | None = None,
     subintervals: int = 1,
-    fanout: int | None = None,
+    relay: int | None = None,
+    combine: int | None = None,
     index_options: dict | None = None,
     **options,
 ) -> Topology:
@@ -44,24 +45,21 @@ def spo(
         δ in ``ts`` units (time), alone or with ``merge_every`` (whichever comes first).
     subintervals : int
         Pieces each merge is cut into.
-    fanout : int, optional
-        With ``d``, the workers form a broadcast tree and a combining tree of degree ``d``
-        (:mod:`streamjoin.actors.spo`): the emitter sends each batch to the mutable stage
-        and one worker, each worker passes it on to at most ``d`` others and combines the
-        pairs of at most ``d`` others, and the collector gets one message per batch from
-        the workers. ``None`` (default): every batch from the emitter to every worker and
-        each worker's pairs to the collector, as SPO-Join's Alg. 1 has it, for up to
-        :data:`DIRECT_WORKERS` workers, and a tree of degree :data:`DEFAULT_FANOUT` beyond.
-        ``0`` forces the direct layout.
+    relay : int, optional
+        With ``d > 0``, the emitter sends each batch to the mutable stage and one worker, and
+        the workers pass it on along a broadcast tree of degree ``d``
+        (:mod:`streamjoin.actors.spo`). ``0``: the emitter sends every batch to every worker,
+        as SPO-Join's Alg. 1 has it. ``None`` (default): :func:`default_degrees`.
+    combine : int, optional
+        With ``d > 0``, the workers combine their pairs along a tree of degree ``d`` and the
+        collector gets one message per batch from them; ``0``: each worker sends its pairs to
+        the collector. ``None`` (default): :func:`default_degrees`.
     index_options : dict, optional
         Options of the mutable part's ``po_join`` index (``intersect``, ``fanout``,
         ``leaf_size``); ``**options`` are added to them.
     """
     positive_int("workers", workers)
-    if fanout is None:
-        fanout = 0 if workers <= DIRECT_WORKERS else DEFAULT_FANOUT
-    elif isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 0:
-        raise ValueError(f"fanout must be a non-negative integer or None, got {fanout!r}")
+    relay, combine = default_degrees(workers, relay, combine)
     if merge_every is None and merge_after is None:
         merge_every = DEFAULT_MERGE_EVERY
     merge = MergeSettings(merge_every, merge_after, subintervals)
@@ -70,7 +68,7 @@ def spo(
         raise ValueError("give merge_every and subintervals to spo() itself, not as index options")
     g = nx.MultiDiGraph(self_join=True)
     mid = (workers - 1) / 2
-    fed = range(workers) if not fanout else range(1)  # workers the emitter sends to
+    fed = range(workers) if not relay else range(1)  # workers the emitter sends to
     ports = ("mutable", *(f"w{k}" for k in fed))
     add_actor(g, "emitter", EmitterConfig(BroadcastRoute(ports)), pos=(0, -mid), label="emitter")
     # the mutable stage above the column of workers, the collector level with it on the right
@@ -87,51 +85,58 @@ def spo(
     g.add_edge("mutable", "collector", src_port="out", dst_port="in", label="pairs")
     for k in range(workers):
         name = f"worker{k}"
-        place = TreePlace()
-        if fanout:
-            down = [c for c in range(workers) if broadcast_parent(c, fanout) == k]
-            below = [c for c in range(workers) if combine_parent(c, workers, fanout) == k]
-            place = TreePlace(len(down), len(below), k != workers - 1)
-        config = SPOWorkerConfig(k, workers, merge, place)
-        add_actor(g, name, config, pos=(2.1, -k), label=f"PO-Join\nworker {k}")
+        down = [c for c in range(workers) if relay and broadcast_parent(c, relay) == k]
+        below = [c for c in range(workers) if combine and combine_parent(c, workers, combine) == k]
+        up = combine_parent(k, workers, combine) if combine else None
+        place = TreePlace(len(down), len(below), up is not None)
+        add_actor(
+            g,
+            name,
+            SPOWorkerConfig(k, workers, merge, place),
+            pos=(2.1, -k),
+            label=f"PO-Join\nworker {k}",
+        )
         g.add_edge("mutable", name, src_port=f"w{k}", dst_port="runs", label="merges")
-        if not fanout:
+        if not relay or k == 0:
             g.add_edge("emitter", name, src_port=f"w{k}", dst_port="in", label="R+S")
-            g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
-            continue
-        if k == 0:
-            g.add_edge("emitter", name, src_port="w0", dst_port="in", label="R+S")
         for i, c in enumerate(down):
             g.add_edge(name, f"worker{c}", src_port=f"down{i}", dst_port="in", label="R+S")
-        up = combine_parent(k, workers, fanout)
         if up is None:
             g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
         else:
-            slot = (workers - 2 - k) % fanout
+            slot = (workers - 2 - k) % combine
             g.add_edge(name, f"worker{up}", src_port="out", dst_port=f"sub{slot}", label="pairs")
-    tree = f", fanout {fanout}" if fanout else ""
-    return Topology(f"spo({workers} workers, {every}{tree})", g)
+    trees = (f", relay {relay}" if relay else "") + (f", combine {combine}" if combine else "")
+    return Topology(f"spo({workers} workers, {every}{trees})", g)
 
 
-#: ``spo``'s default layout: the emitter feeds up to this many workers directly, more through
-#: trees of degree :data:`DEFAULT_FANOUT`. Simulated (Q1, W = 2^20 per stream, δ = 2^14,
-#: the shipped profile), direct feeding peaked at 4 workers, where the emitter's sends and the
-#: collector's receives (one per worker and batch) begin to bind.
+#: ``spo``'s default layout (:func:`default_degrees`).
 DIRECT_WORKERS = 4
-#: Degree of the trees: each worker passes batches on to, and combines the pairs of, at most
-#: this many others.
-DEFAULT_FANOUT = 2
+DEFAULT_DEGREE = 2
 
 
-def broadcast_parent(k: int, fanout: int) -> int | None:
+def default_degrees(workers: int, relay: int | None, combine: int | None) -> tuple[int, int]:
+    """``(relay, combine)`` degrees: those given (non-negative integers), and for a None the
+    default, direct (0) up to :data:`DIRECT_WORKERS` workers and :data:`DEFAULT_DEGREE` beyond."""
+    out = []
+    for name, d in (("relay", relay), ("combine", combine)):
+        if d is None:
+            d = 0 if workers <= DIRECT_WORKERS else DEFAULT_DEGREE
+        elif isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise ValueError(f"{name} must be a non-negative integer or None, got {d!r}")
+        out.append(d)
+    return out[0], out[1]
+
+
+def broadcast_parent(k: int, degree: int) -> int | None:
     """The worker that passes batches on to worker ``k`` (None: the emitter feeds it): a
-    ``fanout``-ary heap over the worker numbers, rooted at worker 0."""
-    return None if k == 0 else (k - 1) // fanout
+    ``degree``-ary heap over the worker numbers, rooted at worker 0."""
+    return None if k == 0 else (k - 1) // degree
 
 
-def combine_parent(k: int, workers: int, fanout: int) -> int | None:
+def combine_parent(k: int, workers: int, degree: int) -> int | None:
     """The worker that worker ``k`` reports its pairs to (None: the collector): the same heap
     mirrored, rooted at the last worker, so that, as in the broadcast tree, every edge goes to
     a higher-numbered worker and the graph stays acyclic."""
     j = workers - 1 - k
-    return None if j == 0 else workers - 1 - (j - 1) // fanout
+    return None if j == 0 else workers - 1 - (j - 1) // degree
