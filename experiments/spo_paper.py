@@ -32,10 +32,10 @@ Sections (paper figures in brackets):
 - ``scale`` [Fig. 13b]: ``spo(w)``'s steady-state throughput on the simulator, w = 1–16, at a
   window of W = 2^20 tuples per stream (the paper's windows are 1–5 M) and a fixed slide
   interval δ = W/64, as the paper fixes it while it adds PEs: every worker then holds fewer
-  of the window's ``W / δ`` structures. Two layouts: every batch to every worker (Alg. 1
-  as written, ``fanout=0``) and ``spo``'s default (direct up to 4 workers, broadcast and
-  combining trees of degree 2 beyond); input arriving faster than any layout takes it, the
-  throughput of the tuples after the first 2 W from two runs (see :func:`_steady`).
+  of the window's ``W / δ`` structures. Two layouts (:data:`SCALE_LAYOUTS`): every batch to
+  every worker (Alg. 1 as written) and the workers' broadcast and combining trees of degree
+  2 (``spo``'s default beyond 8 workers); input arriving faster than any layout takes it,
+  the throughput of the tuples after the first 2 W from two runs (see :func:`_steady`).
 - ``anchor``: one window's contents joined statically by DuckDB (IEJoin) and by a PO-Join
   structure (build + probe).
 
@@ -429,20 +429,24 @@ def _steady(query: sj.Query, data: dict, topo, window: int) -> float:
     return (len(data["ts"]) - fill) / (spans[1] - spans[0])
 
 
+#: ``scale``'s layouts: series -> (relay, combine) degrees, and the worker counts run
+SCALE_LAYOUTS = {
+    "direct (Alg. 1: every batch to every worker)": ((0, 0), (1, 2, 4, 8, 12, 16)),
+    "trees of degree 2 (relay, combine)": ((2, 2), (8, 12, 16, 20)),
+}
+
+
 def section_scale(quick: bool) -> list[dict]:
     rows = []
     w = 2**14 if quick else 2**20
     delta = w // 64
     data = datacenters(3 * w, w)
-    for workers in (1, 2, 4, 8) if quick else (1, 2, 4, 8, 16):
-        layouts = {"spo, every batch to every worker": 0, "spo (default layout)": None}
-        if workers <= 4:  # the default is the direct layout there
-            layouts.pop("spo (default layout)")
-        for series, fanout in layouts.items():
-            topo = sj.topologies.spo(workers, merge_every=delta, fanout=fanout)
+    for series, ((relay, combine), counts) in SCALE_LAYOUTS.items():
+        for workers in [c for c in counts if c <= 8] if quick else counts:
+            topo = sj.topologies.spo(workers, merge_every=delta, relay=relay, combine=combine)
             rate = _steady(q1(w), data, topo, w)
             rows.append(_row("scale", "Q1", series, workers, rate, "tuples/s (sim)", 0.0))
-            print(f"scale {topo.name}: {rate:,.0f} tuples/s (sim, steady state)")
+            print(f"scale {topo.name}: {rate:,.0f} tuples/s (sim, steady state)", flush=True)
     return rows
 
 
@@ -542,7 +546,7 @@ RATIOS = {
         ("po_join", "css_hash"),
     ],
     ("scale", "Q1"): [
-        ("spo (default layout)", "spo, every batch to every worker"),
+        ("trees of degree 2 (relay, combine)", "direct (Alg. 1: every batch to every worker)"),
     ],
     ("mutable", "Q1"): [("scatter", "hash"), ("bitset", "scatter")],
     ("stream", "Q1"): [("po_join", "split(2)"), ("po_join", "nested_loop"), ("po_join", "chained")],

@@ -110,8 +110,14 @@ def spo(
     return Topology(f"spo({workers} workers, {every}{trees})", g)
 
 
-#: ``spo``'s default layout (:func:`default_degrees`).
-DIRECT_WORKERS = 4
+#: ``spo``'s default layout (:func:`default_degrees`): direct up to this many workers, trees
+#: beyond. On the simulator (SPO-Join's Q1, W = 2^20 per stream, δ = 2^14, batches of 1,024,
+#: the shipped profile's Ray message costs), the direct layout was the fastest at 8 workers
+#: (1.56x the trees of degree 2) and the trees at 16 (1.39x direct), where the emitter's
+#: sends and the collector's receives, one per worker and batch, bind; the trees cost each
+#: worker messages instead (experiments/results/spo_paper_immutable_scale.md).
+DIRECT_WORKERS = 8
+#: Degree of both trees beyond :data:`DIRECT_WORKERS` (4 measured 0.96x 2 at 16 workers).
 DEFAULT_DEGREE = 2
 
 
