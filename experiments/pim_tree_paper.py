@@ -242,7 +242,7 @@ class Replay:
 
     Batch ``b`` probes ``probes[b]`` with the band ``[-eps, eps]``, inserts ``keys[b]`` (refs
     in arrival order) and expires what left a window of ``window`` items: the join core's
-    order (DESIGN §2). With ``split_search``, odd batches probe the zero-width band
+    order (docs/design.md §2). With ``split_search``, odd batches probe the zero-width band
     ``[eps, eps]`` instead: each component's descent to the start of the range runs as
     before (the paper's *search*) but nothing is scanned, so, with the batches interleaved,
     the band's *scan* is the difference of the two means. Merges run inside ``insert``; their
@@ -337,7 +337,7 @@ class JoinReplay:
 def lockstep(runs: list) -> None:
     """Warm ``runs`` (:class:`Replay` or :class:`JoinReplay`), then step them batch by batch
     in turn: load from other processes drifts over a run, interleaved the runs meet it alike
-    (DESIGN §5: compare side by side in one run). Each also finds the caches as the others
+    (docs/design.md §5: compare side by side in one run). Each also finds the caches as the others
     left them, as an index does in a join core, which holds two indexes and their tuples."""
     for r in runs:
         r.warm()

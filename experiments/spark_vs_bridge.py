@@ -59,7 +59,7 @@ Measures:
 - **latency per pair**: for Spark, the time the pair's micro-batch had its pairs on the driver
   minus the micro-batch's start (``recentProgress`` ``timestamp``: reading the files,
   planning, the join, the state store commit and the collection all count; waiting for the
-  micro-batch does not, since every file is there from the start); for streamjoin, DESIGN §1's:
+  micro-batch does not, since every file is there from the start); for streamjoin, docs/design.md §1's:
   the time the pair reached the collector minus the time the bridge handed the later tuple's
   Arrow record batch (up to 100,000 rows, ``spark.sql.execution.arrow.maxRecordsPerBatch``)
   to the emitter;

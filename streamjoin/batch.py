@@ -340,7 +340,7 @@ def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> N
 
 @dataclass
 class Batch:
-    """Columnar batch of tuples exchanged between actors (DESIGN §2).
+    """Columnar batch of tuples exchanged between actors (docs/design.md §2).
 
     All arrays have one entry per tuple, in ``seq`` order. ``lo_idx`` is the first ``idx`` of
     the opposite stream (own stream for a self-join) that is in this tuple's window at its

@@ -1,7 +1,7 @@
 """Argument checks shared by every layer (queries, topologies, executors, the Spark bridge).
 
 A low module, importing nothing of streamjoin, so that ``topologies`` and ``actors`` can use
-it without importing ``runtime`` (imports only go down, DESIGN §3). Each check raises the
+it without importing ``runtime`` (imports only go down, docs/design.md §3). Each check raises the
 ``ValueError`` a user can act on, naming the argument and the value given.
 """
 

@@ -1,4 +1,4 @@
-"""The reference join: DESIGN §1 written as plainly as possible. The truth for every test.
+"""The reference join: docs/design.md §1 written as plainly as possible. The truth for every test.
 
 It shares nothing with the fast paths but input validation: windows are computed from their
 definition (not from the emitter's ``lo_idx``), and each arrival is compared with every earlier

@@ -1,6 +1,6 @@
 """Join predicates, windows and the :class:`Query` that combines them.
 
-Semantics (DESIGN §1). Every predicate is written with ``r`` from stream R and ``s`` from
+Semantics (docs/design.md §1). Every predicate is written with ``r`` from stream R and ``s`` from
 stream S. Each elementary condition compares one attribute of r with one of s — the same one
 by default, another when a second name is given (``less("a", "b")`` ⇔ ``r.a < s.b``) — and is
 normalised once, here, to a *closed interval on the difference* ``d = s.attr_s - r.attr``:

@@ -1,7 +1,7 @@
 """Bad input near the limits: either an exact answer (checked against the oracle, and the oracle
 against a brute force in Python ints) or a clear error before any work.
 
-- ``ts`` near ±2**63: window arithmetic saturates (DESIGN §1), on ``local`` and ``sim``;
+- ``ts`` near ±2**63: window arithmetic saturates (docs/design.md §1), on ``local`` and ``sim``;
 - uint64 and datetime ``ts`` that do not fit int64: :class:`streamjoin.InputError`;
 - windows beyond int64 and band bounds beyond float64: ``ValueError`` at construction;
 - a source that raises mid-stream: :class:`streamjoin.sources.SourceError`, its exception as
@@ -21,7 +21,7 @@ LOCAL_SIM = ("local", "sim")
 
 
 def brute_force(query: sj.Query, data: dict) -> set[tuple[int, int]]:
-    """DESIGN §1 over Python ints: every pair, window differences that cannot wrap."""
+    """docs/design.md §1 over Python ints: every pair, window differences that cannot wrap."""
     stream = [int(v) for v in data.get("stream", np.zeros(len(data["ts"])))]
     ts = [int(v) for v in data["ts"]]
     x = [float(v) for v in data["x"]]

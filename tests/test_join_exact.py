@@ -1,4 +1,4 @@
-"""The single join core through run(): always the oracle's answer (DESIGN §1–2)."""
+"""The single join core through run(): always the oracle's answer (docs/design.md §1–2)."""
 
 import numpy as np
 import pytest

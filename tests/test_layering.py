@@ -1,4 +1,4 @@
-"""The package's layers (DESIGN §3): imports only go down, no module imports another that
+"""The package's layers (docs/design.md §3): imports only go down, no module imports another that
 imports it back, and the heavy or networked dependencies stay in their own corners.
 
 Imports are read from the source (at any level, inside functions too), so a cycle held

@@ -108,7 +108,7 @@ def _sql_condition(query, r, s, ints):
 
 
 def duckdb_join(query, data) -> list[tuple[int, int]]:
-    """The definition of DESIGN §1 in SQL, independent of the oracle's code."""
+    """The definition of docs/design.md §1 in SQL, independent of the oracle's code."""
     n = len(data["x"])
     stream = data.get("stream", np.zeros(n, np.int8))
     t = {

@@ -132,7 +132,7 @@ def test_full_inbox_pauses_its_reader_until_the_worker_takes():
 @settings(max_examples=examples(30), deadline=None)
 @given(data=st.data())
 def test_merged_batches_join_like_separate_ones(data):
-    """A join core given two consecutive batches as one (DESIGN §2) finds the same pairs."""
+    """A join core given two consecutive batches as one (docs/design.md §2) finds the same pairs."""
     self_join = data.draw(st.booleans())
     table = data.draw(tables(self_join, max_rows=40))
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)

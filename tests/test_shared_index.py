@@ -73,7 +73,7 @@ def oracle_set(query, data) -> set:
 
 
 def assert_in_order(r, s):
-    """Pairs by the later tuple's row, then the earlier's (DESIGN §1), as they came."""
+    """Pairs by the later tuple's row, then the earlier's (docs/design.md §1), as they came."""
     later, earlier = np.maximum(r, s), np.minimum(r, s)
     key = later * (int(max(later.max(initial=0), earlier.max(initial=0))) + 1) + earlier
     assert np.all(np.diff(key) > 0), "pairs out of order"

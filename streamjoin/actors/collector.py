@@ -77,7 +77,7 @@ class CollectorConfig(ActorConfig):
 class Collector(Logic):
     """Sink of the result stream.
 
-    Latency of a pair = arrival here − max(ingest time of r, ingest time of s) (DESIGN §1,
+    Latency of a pair = arrival here − max(ingest time of r, ingest time of s) (docs/design.md §1,
     DP-Join Def. 3), read from ``clock`` (wall or virtual nanoseconds).
 
     Parameters

@@ -1,4 +1,4 @@
-"""The emitter: stamps arrivals and closes batches on size or delay (DESIGN §2)."""
+"""The emitter: stamps arrivals and closes batches on size or delay (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ of "e first" and "l first" holds: the pair is found once, whatever the delivery 
 cores where two tuples cross (on a link, in either direction) play no part: without the log a
 later l overtaking e on the way to h would be missed, and without the seq filter of step 1 a
 pair whose tuples crossed between their two homes would be found at both. The window check
-(the earlier in the later's window) keeps the result exact, as everywhere (DESIGN §2).
+(the earlier in the later's window) keeps the result exact, as everywhere (docs/design.md §2).
 
 **State.** Per-link FIFO is what bounds it. Each stream reaches a core in ``seq`` order, so
 after a batch of stream x no later x needs a logged y older than that batch's last tuple (the
@@ -34,7 +34,7 @@ tuple of that stream comes, so a core drops the other stream's stored tuples and
 batch passes every core in ``seq`` order (one FIFO path). So the tuples stored at a core when a
 batch reaches it are all older than the batch, and the pair (a, b), a older, is found once: at
 a's home, by b probing a there if they came in different batches (a was stored before b
-arrived), or by the in-batch join (DESIGN §2 step 2) of their batch at its home. No log, and no
+arrived), or by the in-batch join (docs/design.md §2 step 2) of their batch at its home. No log, and no
 seq filter is needed; expiry follows each batch's ``horizon`` as in a join core.
 """
 
@@ -170,7 +170,7 @@ class LowLatencyHandshakeCore(JoinLogic):
 
     def _join_crossed(self, batch: Batch, x: int) -> PairBatch:
         """Pairs of ``batch`` (stream x, at its home) with the logged y tuples later than the
-        x tuple: one seq-ordered batch of both, joined with itself (DESIGN §2 step 2)."""
+        x tuple: one seq-ordered batch of both, joined with itself (docs/design.md §2 step 2)."""
         first = batch.seq[0]
         log = [b for b in self.crossed[1 - x] if b.seq[-1] > first]
         if not log:

@@ -1,4 +1,4 @@
-"""The join core: the batch algorithm of DESIGN §2 over any registered window index."""
+"""The join core: the batch algorithm of docs/design.md §2 over any registered window index."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class JoinLogic(Logic):
 class JoinCore(JoinLogic):
     """Joins batches of both streams exactly as tuple-at-a-time probe → insert → expire would.
 
-    For a batch (tuples of both streams in ``seq`` order), DESIGN §2:
+    For a batch (tuples of both streams in ``seq`` order), docs/design.md §2:
 
     1. each tuple x probes the index of the opposite stream as it stood at the batch start;
        candidates y are kept iff ``y.idx >= x.lo_idx`` (in x's window) and θ holds exactly;
@@ -241,7 +241,7 @@ class JoinCore(JoinLogic):
 
 
 def in_pair_order(pairs: PairBatch) -> PairBatch:
-    """``pairs`` sorted by the later tuple's ``seq``, then the earlier's (DESIGN §1)."""
+    """``pairs`` sorted by the later tuple's ``seq``, then the earlier's (docs/design.md §1)."""
     r, s = pairs.r, pairs.s
     order = np.lexsort((np.minimum(r, s), np.maximum(r, s)))
     return PairBatch(r[order], s[order], pairs.ingest_ns[order])

@@ -27,7 +27,7 @@ _AHEAD = 8
 
 
 class ImageConditions(NamedTuple):
-    """θ in the form kernels evaluate (DESIGN §1) while no integer beyond ``2**52`` has been
+    """θ in the form kernels evaluate (docs/design.md §1) while no integer beyond ``2**52`` has been
     seen: condition ``c`` holds iff ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <=
     hi[c]`` is not ``neg[c]``, on the float64 images (exact then). Its own type, so that the
     kernels compiled for it hold none of :class:`Conditions`' integer code: inlined into a
@@ -48,7 +48,7 @@ class ImageConditions(NamedTuple):
 
 
 class Conditions(NamedTuple):
-    """θ in the form kernels evaluate (DESIGN §1) once an integer beyond ``2**52`` has been
+    """θ in the form kernels evaluate (docs/design.md §1) once an integer beyond ``2**52`` has been
     seen (:class:`ImageConditions` before): condition ``c`` holds iff
     ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <= hi[c]`` is not ``neg[c]``, the
     difference taken on the float64 images (:class:`~streamjoin.batch.Columns`) — unless
@@ -241,7 +241,7 @@ def probe_pairs(
     in :data:`~streamjoin.actors.store.ROW_FIELDS`) and column ``c_at[t]`` of ``c_attrs``. It is
     kept iff the earlier of the two is in the later one's window, the stored tuple's
     ``idx >= min_idx``, and θ holds (conditions before ``first`` were already checked by the
-    index). Window check (DESIGN §2 step 1): ``c_idx >= p_lo_idx`` when the candidate arrived
+    index). Window check (docs/design.md §2 step 1): ``c_idx >= p_lo_idx`` when the candidate arrived
     first; a stored candidate can also be the *later* tuple when the two streams reach a core
     by different paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``. ``probe_is_r``: the
     probing tuple is the pair's r (else the stored one is, as for a self-join, whose r is the
@@ -293,7 +293,7 @@ def pairs_within_batch(idx, lo_idx, attrs, probe, cand, conds, first, orient):
     """Of candidate pairs ``(probe[t], cand[t])`` (positions in one seq-ordered batch, found by
     an index over the batch's own tuples), those whose candidate came first and is in the
     probing tuple's window and for which θ holds (conditions before ``first`` were checked
-    by the index): ``(i, j)`` int64, ``j < i``. DESIGN §2 step 2 by index rather than sweep."""
+    by the index): ``(i, j)`` int64, ``j < i``. docs/design.md §2 step 2 by index rather than sweep."""
     m = probe.shape[0]
     out_i = np.empty(m, dtype=np.int64)
     out_j = np.empty(m, dtype=np.int64)
@@ -318,7 +318,7 @@ def join_within_batch(
     """Pairs ``(i, j)``, ``j < i``, of one seq-ordered batch: ``j`` is of ``i``'s opposite
     stream (its own for a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
 
-    DESIGN §2 step 2 (PIM-Tree §4's edge tuple: what is not indexed yet is scanned).
+    docs/design.md §2 step 2 (PIM-Tree §4's edge tuple: what is not indexed yet is scanned).
     ``key_r`` / ``key_s`` (float64, one per tuple) are the R and S tuples' keys on the indexed
     condition, ``s - r`` in ``[key_lo, key_hi]`` when it holds (all zeros and unbounded when no
     condition is indexed); ``by_r`` / ``by_s`` hold the positions of each stream's tuples in

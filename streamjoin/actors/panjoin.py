@@ -6,7 +6,7 @@ workers. The manager owns that topology — which subwindows exist, where, how f
 subwindow, *probe* subwindows of the opposite stream, *insert* tuples into the newest one,
 *expire* the oldest whole. Workers never talk to each other; they send result pairs to the
 collector. The manager joins the batch with itself (pairs whose earlier tuple is in the same
-batch, DESIGN §2 step 2), so the workers only probe what was stored before the batch.
+batch, docs/design.md §2 step 2), so the workers only probe what was stored before the batch.
 
 The paper's workers report "oldest subwindow empty / newest full" back to the manager (Step
 5). Here the manager counts what it inserted and knows the window bounds from the emitter's

@@ -199,7 +199,7 @@ def _check_served(index: str, fallback: bool, query: Query) -> None:
 
 def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
     """Probe boxes of the primary condition per orientation: float64 ``(3, 2, 2)`` (orient,
-    box, lo/hi) and their counts (DESIGN §2: indexes return a superset, refined here)."""
+    box, lo/hi) and their counts (docs/design.md §2: indexes return a superset, refined here)."""
     boxes = np.zeros((3, 2, 2))
     n_boxes = np.zeros(3, dtype=np.int64)
     for orient in (R_PROBES, S_PROBES, EITHER):

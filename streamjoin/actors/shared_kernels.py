@@ -575,7 +575,7 @@ def run_tasks(
                     n_pairs,
                     work,
                 )
-        if ordered and n_pairs > 1:  # by the later tuple, then the earlier (DESIGN §1)
+        if ordered and n_pairs > 1:  # by the later tuple, then the earlier (docs/design.md §1)
             by_earlier = np.argsort(pairs[4, :n_pairs], kind="mergesort")
             by_later = np.argsort(pairs[3, :n_pairs][by_earlier], kind="mergesort")
             pairs[:3, :n_pairs] = pairs[:3, :n_pairs][:, by_earlier[by_later]]

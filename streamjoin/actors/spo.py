@@ -4,7 +4,7 @@ stage and PO-Join workers.
 Every batch goes, whole, to the mutable stage and to every worker (Alg. 1 l. 1–2). The
 *mutable stage* holds the newest tuples of each stream in a ``po_join`` mutable part
 (B+-tree per served condition, bit arrays ANDed: §4.1, the paper's predicate and
-intersection operators in one actor); it probes them, joins the batch with itself (DESIGN §2
+intersection operators in one actor); it probes them, joins the batch with itself (docs/design.md §2
 step 2) and, at the merge threshold δ, empties the part and ships its tuples with both key
 orders (:class:`MergedRun`, Alg. 1 l. 7–12), divided into ``subintervals`` pieces, to the
 workers round robin (§4.4). A *worker* builds a PO-Join structure from each piece it gets
@@ -25,7 +25,7 @@ sequence, which every actor sees in the same order (each edge is FIFO):
   interleaving): one that arrives early waits for the batches it serves, a batch that arrives
   first waits for the piece (the paper's "queue at the PO-Join operator during a merge", §4.3);
 - the intersection is the AND of bit arrays inside one actor (the predicates of one tuple
-  never travel apart), and each pair is checked against the window by ``idx`` (DESIGN §2).
+  never travel apart), and each pair is checked against the window by ``idx`` (docs/design.md §2).
 
 **Trees among the workers** (``spo(workers, relay=d, combine=d)``). Alg. 1 l. 2 broadcasts
 every tuple to every PO-Join PE; with batches, that costs the emitter one send per worker and
@@ -470,7 +470,7 @@ class SPOWorker(_Stage):
         if last is None or not waiting:
             return []
         # the batches that waited probe the piece as one: each tuple carries its own window
-        # bound (DESIGN §2), and one probe call per stream, not per batch, keeps a worker
+        # bound (docs/design.md §2), and one probe call per stream, not per batch, keeps a worker
         # that runs ahead of the mutable stage from paying a call for every batch it waited
         batch = waiting[0] if len(waiting) == 1 else Batch.concat(waiting)
         return [

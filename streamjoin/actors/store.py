@@ -8,7 +8,7 @@ from numba import njit
 from streamjoin.batch import Batch
 
 #: The int64 fields a store keeps of every tuple in one row of :attr:`TupleStore.rows`, in this
-#: order: what checking and emitting a candidate pair reads (DESIGN §2 step 1).
+#: order: what checking and emitting a candidate pair reads (docs/design.md §2 step 1).
 ROW_FIELDS = ("seq", "idx", "lo_idx", "ingest_ns")
 SEQ, IDX, LO_IDX, INGEST_NS = range(len(ROW_FIELDS))
 #: Bytes between rows: a row never straddles two 64-byte cache lines.

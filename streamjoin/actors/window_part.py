@@ -266,7 +266,7 @@ class JoinSpec:
         return bool(np.all(self.key_lo == -self.key_hi))
 
     def join_batch(self, batch: Batch, by_stream: tuple | None = None) -> PairBatch:
-        """DESIGN §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too.
+        """docs/design.md §2 step 2: pairs of a seq-ordered batch whose earlier tuple is in it too.
 
         ``by_stream``: for each stream (R, S), the positions of its tuples in the batch in
         order of the first served condition's key, if the caller has them; else they are
@@ -354,7 +354,7 @@ class WindowPart:
     """Tuples of one stream held in one place — a join core's whole window, or one PanJoin
     subwindow — with a window index over them.
 
-    ``probe`` is DESIGN §2 step 1 against this part; ``insert`` and ``expire`` step 3.
+    ``probe`` is docs/design.md §2 step 1 against this part; ``insert`` and ``expire`` step 3.
     """
 
     def __init__(self, spec: JoinSpec, work: JoinWork | None = None) -> None:

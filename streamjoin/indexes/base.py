@@ -7,7 +7,7 @@ reused, so "expired" is always a prefix of refs.
 Probe semantics, the same for every index: ``probe(keys, lo, hi)`` returns every held item with
 ``lo[c] <= item_key[c] - keys[c, i] <= hi[c]`` for each key row ``c`` (float64 arithmetic,
 closed bounds, exactly the formula of :mod:`streamjoin.query`). An index may keep items whose
-ref is below the last ``expire`` bound for a while (coarse-grained expiry, DESIGN §2) and return
+ref is below the last ``expire`` bound for a while (coarse-grained expiry, docs/design.md §2) and return
 them from probes; the join core's window check drops them. An index whose ``exact`` is False
 (compact 8-byte items, :mod:`~streamjoin.indexes.key_codes`) may also return items *outside*
 the band of its first key row, those whose key code ties a code inside it; the join core then
@@ -110,7 +110,7 @@ class WindowIndex(ABC):
     #: user's: e.g. a small subwindow, so that one fills and the next is set up.
     warm_options: ClassVar[dict] = {}
     #: Options under which a fresh instance over one batch's tuples, probed by the batch, is
-    #: the join core's in-batch join (DESIGN §2 step 2) when the index serves two or more
+    #: the join core's in-batch join (docs/design.md §2 step 2) when the index serves two or more
     #: conditions; None: the join core sweeps the batch on the first condition's key instead.
     batch_join_options: ClassVar[dict | None] = None
     #: How a probe's work grows with the items held (the simulator's *scan units*, PIM-Tree

@@ -73,7 +73,7 @@ _NO_REF = np.iinfo(np.int64).min
 #: (§4.2 phase 2): a whole partition's run (thousands of items at W = 2^20) held the lock for
 #: milliseconds, and every probe of that partition waited for it.
 APPLY_CHUNK = 256
-#: Index names that threads can share, and the ones they cannot (DESIGN §3).
+#: Index names that threads can share, and the ones they cannot (docs/design.md §3).
 SHAREABLE = ("bplus_tree", "im_tree", "nested_loop", "pim_tree")
 MERGES = ("blocking", "nonblocking")
 

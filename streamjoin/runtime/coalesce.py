@@ -1,5 +1,5 @@
 """Which messages waiting for one actor may reach it as one (the ``ray`` executor's
-coalescing, DESIGN §2: a join core's answer does not depend on batch boundaries)."""
+coalescing, docs/design.md §2: a join core's answer does not depend on batch boundaries)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def mergeable(merges_batches: bool, group: list, msg, max_tuples: int) -> bool:
     """Whether ``msg`` may join ``group`` (messages for one port of one node, in order) as one
     message. Result pairs always may (the collector only counts and stamps them); batches
     only where the node's logic says its answer does not depend on batch boundaries
-    (``merges_batches``: a join core or PanJoin manager, DESIGN §2, seq order and the later
+    (``merges_batches``: a join core or PanJoin manager, docs/design.md §2, seq order and the later
     horizon kept; handshake cores count batches, workers take commands), up to
     ``max_tuples``."""
     last = group[-1]

@@ -99,7 +99,7 @@ class WallClock:
 class Backends(Mapping):
     """Executor classes by backend name, each imported on first use.
 
-    Importing ``streamjoin`` must not import Ray or SimPy (DESIGN §3: only ``runtime/ray*``
+    Importing ``streamjoin`` must not import Ray or SimPy (docs/design.md §3: only ``runtime/ray*``
     imports Ray), so the registry holds where each class lives and imports it when a run
     asks for it. Iterating gives the names.
     """

@@ -11,7 +11,7 @@ Ray restarts it (``max_restarts``) and the driver rebuilds it:
 pairs and in the same write, a :class:`Progress`: ``D_c[y]``, the last ``seq`` of stream *y*
 it has handled. Tuples of one stream reach a core in ``seq`` order, so the pairs that core
 has delivered are exactly the pairs among its tuples with ``seq <= D_c`` (a core is exact
-whatever the interleaving of its ports, DESIGN §2); the collector holds a step's pairs
+whatever the interleaving of its ports, docs/design.md §2); the collector holds a step's pairs
 back until its progress has arrived, so a step counts whole or not at all. The driver asks
 the collector for the ``D_c`` now and then and drops a kept batch once, for every core it
 feeds, all its tuples are at or below ``D_c`` and below the window horizon of every later

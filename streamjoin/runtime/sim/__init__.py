@@ -1,5 +1,5 @@
 """The ``sim`` backend: the real actor logic on simulated cores under a virtual clock, charged
-by a calibrated machine profile (DESIGN §3, "Executors").
+by a calibrated machine profile (docs/design.md §3, "Executors").
 
 ``sj.run(query, data, topology, backend="sim", machine=..., arrival=...)``, or
 ``backend=Sim(machine=..., arrival=...)``. The package, one concern per module:

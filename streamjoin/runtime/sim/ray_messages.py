@@ -2,7 +2,7 @@
 (:func:`~streamjoin.runtime.sim.calibrate.calibrate`).
 
 Kept apart, in a module whose name starts with ``ray``, so that only ``runtime/ray*`` modules
-import Ray (DESIGN §3); calibration imports it only when it times messages.
+import Ray (docs/design.md §3); calibration imports it only when it times messages.
 
 The ``ray`` executor (:mod:`streamjoin.runtime.ray_executor`) passes batches over one TCP
 connection per graph edge (:mod:`streamjoin.runtime.channels`); Ray only places and starts
