@@ -20,8 +20,8 @@ to ./streamjoin-out/.
 
 RUN_EXAMPLES = """\
 examples:
-  streamjoin run                                    # the default band join on Ray
-  streamjoin run --backend local                    # the same in this process, no Ray
+  streamjoin run                                    # the default band join, in this process
+  streamjoin run --backend ray                      # the same as Ray actors
   streamjoin run -n 50000 --window 1000 --check     # small run, checked against the oracle
   streamjoin run --window-kind time --window 500    # time window of 500 ms
   streamjoin run --self-join --distribution gaussian --index nested_loop
@@ -59,7 +59,7 @@ def _index_option(text: str) -> tuple[str, object]:
 
 def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     """The options of the `run` job (also taken by `compare`); ``backend`` is the default."""
-    from streamjoin import indexes, sources
+    from streamjoin import indexes, sources, topologies
     from streamjoin.cli_sim import add_sim_options
     from streamjoin.cli_spark import add_source_options
     from streamjoin.runtime import BACKENDS
@@ -119,8 +119,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     execution.add_argument(
         "--topology",
         default="single",
-        help="actor layout: single, split:N, grid:MxN, grid:MxN:direct, handshake:N, "
-        "panjoin:WxS or spo:W (default: %(default)s)",
+        help=f"actor layout: {topologies.spec_names()} (default: %(default)s)",
     )
     execution.add_argument(
         "--pace",
@@ -190,6 +189,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from streamjoin import topologies
     from streamjoin.cli_sim import add_calibrate_command
     from streamjoin.cli_spark import add_generate_command
 
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=RUN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_job_options(run, backend="ray")
+    _add_job_options(run, backend="local")
 
     sub.add_parser("indexes", help="list the window indexes")
     add_calibrate_command(sub)
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw a topology's actor graph",
         description="Draw the actor graph of a topology (PNG, SVG or PDF).",
     )
-    draw.add_argument("topology", help="single, split:N, grid:MxN or grid:MxN:direct")
+    draw.add_argument("topology", help=f"one of: {topologies.spec_names()}")
     draw.add_argument("-o", "--out", default="graph.png", help="file (default: %(default)s)")
     draw.add_argument("--dot", action="store_true", help="print Graphviz DOT text as well")
 

@@ -74,7 +74,7 @@ _SERVICES_ORDER = (
     "test_cli_bad_input.py",
     "test_channel_security.py",
     "test_ray_",
-    "test_cli_and_result.py",  # runs grid:2x2 on Ray, the CLI's default backend
+    "test_cli_and_result.py",  # runs grid:2x2 on Ray through the CLI
 )
 
 

@@ -110,10 +110,24 @@ def test_cli_index_options_reach_the_index(topology, tmp_path, capsys, monkeypat
 def test_cli_shared_topology_with_the_automatic_index_runs(tmp_path, capsys):
     """``--topology shared:2`` with ``--index auto`` (the default) takes the shared core's own
     index: the automatic pick for a band (BI-Sort) cannot be shared by threads."""
-    argv = ["run", "-n", "2000", "--window", "100", "--check", "--backend", "local"]
+    argv = ["run", "-n", "2000", "--window", "100", "--check"]  # the default backend: local
     code = main([*argv, "--topology", "shared:2", "--no-progress", "-o", str(tmp_path)])
     text = capsys.readouterr().out
     assert code == 0 and "oracle: same pairs" in text and "pim_tree" in text, text
+    assert json.loads((tmp_path / "metrics.json").read_text())["backend"] == "local"
+
+
+def test_cli_help_names_every_topology_parse_reads(capsys):
+    """One table (``topologies.SPECS``) makes the help and what ``parse`` reads: every spec
+    listed parses (N, M, W, S as 2) and ``run --help`` names it."""
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for spec, _ in sj.topologies.SPECS:
+        assert spec in help_text, spec
+        for letter in "NMWS":
+            spec = spec.replace(letter, "2")
+        assert isinstance(sj.topologies.parse(spec), sj.topologies.Topology)
 
 
 def test_shared_index_refuses_options_its_shared_form_does_not_take():
@@ -212,6 +226,8 @@ def test_cli_topology_draw_and_compare(tmp_path, capsys):
             "100",
             "--topology",
             "grid:2x2",
+            "--backend",
+            "ray",
             "--check",
             "-o",
             str(tmp_path / "g"),
@@ -220,7 +236,7 @@ def test_cli_topology_draw_and_compare(tmp_path, capsys):
     )
     assert code == 0 and "oracle: same pairs" in capsys.readouterr().out
     metrics = json.loads((tmp_path / "g" / "metrics.json").read_text())
-    assert metrics["backend"] == "ray"  # the default of `run`
+    assert metrics["backend"] == "ray"
     assert main(["draw", "split:3", "-o", str(tmp_path / "s.png"), "--dot"]) == 0
     assert '"emitter" -> "core2"' in capsys.readouterr().out
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"

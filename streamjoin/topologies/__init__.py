@@ -16,12 +16,34 @@ __all__ = [
     "grid",
     "handshake",
     "panjoin",
+    "SPECS",
     "parse",
     "shared_index",
     "single",
+    "spec_names",
     "split",
     "spo",
 ]
+
+
+#: Every short spec :func:`parse` reads, with what it builds: the one list the CLI's help and
+#: its error messages are made from.
+SPECS = (
+    ("single", "one join core"),
+    ("split:N", "SplitJoin: every batch probed at N cores, stored at one"),
+    ("grid:MxN", "a DP-Join grid of M x N cores, batches forwarded along rows and columns"),
+    ("grid:MxN:direct", "the grid with every core fed by the emitter"),
+    ("handshake:N", "the handshake join's chain of N cores"),
+    ("handshake:N:ll", "its low-latency variant"),
+    ("panjoin:WxS", "PanJoin: W workers, S subwindows per window"),
+    ("shared:N", "one core, N threads over shared window indexes (PIM-Tree §4)"),
+    ("spo:W", "SPO-Join: a mutable stage and W PO-Join workers"),
+)
+
+
+def spec_names() -> str:
+    """The specs :func:`parse` reads, comma-separated (for help texts and errors)."""
+    return ", ".join(name for name, _ in SPECS)
 
 
 def parse(spec: str, index: str | None = None, index_options: dict | None = None) -> Topology:
@@ -49,7 +71,4 @@ def parse(spec: str, index: str | None = None, index_options: dict | None = None
         return shared_index(int(m[1]), index or "pim_tree", **kw)
     if m := re.fullmatch(r"spo(?::(\d+))?", text):
         return spo(int(m[1] or 2), **kw)
-    raise ValueError(
-        f"cannot read topology {spec!r}; use single, split:N, grid:MxN, grid:MxN:direct, "
-        "handshake:N, handshake:N:ll, panjoin:WORKERSxSUBWINDOWS, shared:THREADS or spo:WORKERS"
-    )
+    raise ValueError(f"cannot read topology {spec!r}; use one of: {spec_names()}")
