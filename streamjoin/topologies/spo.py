@@ -111,13 +111,15 @@ def spo(
 
 
 #: ``spo``'s default layout (:func:`default_degrees`): direct up to this many workers, trees
-#: beyond. On the simulator (SPO-Join's Q1, W = 2^20 per stream, δ = 2^14, batches of 1,024,
-#: the shipped profile's Ray message costs), the direct layout was the fastest at 8 workers
-#: (1.56x the trees of degree 2) and the trees at 16 (1.39x direct), where the emitter's
-#: sends and the collector's receives, one per worker and batch, bind; the trees cost each
-#: worker messages instead (experiments/results/spo_paper_immutable_scale.md).
-DIRECT_WORKERS = 8
-#: Degree of both trees beyond :data:`DIRECT_WORKERS` (4 measured 0.96x 2 at 16 workers).
+#: beyond. Steady state on the simulator (SPO-Join's Q1, W = 2^20 per stream, δ = 2^14,
+#: batches of 1,024, the shipped profile's Ray message costs): direct 778K tuples/s at 8
+#: workers, 686K at 12, 551K at 16; both trees of degree 2 499K, 659K and 768K. Past 12,
+#: the emitter's sends and the collector's receives, one per worker and batch, cost more
+#: than the messages the trees add at each worker
+#: (``experiments/results/spo_paper_immutable_scale.md``).
+DIRECT_WORKERS = 12
+#: Degree of both trees beyond :data:`DIRECT_WORKERS` (at 16 workers, degree 4 measured
+#: 0.96x degree 2; one tree alone, combine 0.95x and relay 0.80x both).
 DEFAULT_DEGREE = 2
 
 
