@@ -27,7 +27,8 @@ Parts (``--only`` takes a comma-separated list):
 - ``fig12``: scalability, two-way join and self-join: ``single("pim_tree")`` (no concurrency
   control) and ``shared_index(1)``, ``shared_index(2)`` measured; ``shared_index(1, 2, 4, 8,
   16)`` and ``single`` simulated (``backend="sim"``, input arriving faster than any
-  configuration takes it, steady state from two runs as above);
+  configuration takes it, steady state from two runs as above), at batches of 1,024 and
+  8,192, with the core's own throughput beside the end-to-end one (:func:`via_run`);
 - ``fig14``: merge cost per window and merge mode: the shared indexes' ``merges``,
   ``merged``, ``merge_seconds`` (thread time), ``lock_waits`` over the timed phase, and
   throughput blocking against nonblocking (taken from ``fig13c``'s runs when both run);
@@ -37,7 +38,7 @@ Parts (``--only`` takes a comma-separated list):
   max.
 
 Writes ``pim_tree_parallel{_quick}.{csv,md,png}`` and ``pim_tree_parallel_latency{_quick}.png``
-into the results folder (``$STREAMJOIN_RESULTS``, else ``experiments/results``).
+(``pim_tree_parallel_<parts>{_quick}.*`` for a run of some parts) into the results folder (``$STREAMJOIN_RESULTS``, else ``experiments/results``).
 
 Run: ``python experiments/pim_tree_parallel.py`` on a quiet machine (33 minutes on 2
 cores); ``--quick`` for a smoke run (about a minute), ``--only fig13c,fig14`` for some parts.
@@ -116,6 +117,9 @@ PAPER = {
     "latency": "the nonblocking merge exists so that joining goes on while T_S is rebuilt "
     "(§4.2): it should cut the latency tail that blocking merges cause",
 }
+#: Fig. 12's simulated batch sizes and their mode labels: the default batch, and batches 8 times
+#: as large, over which the core's per-step and per-message costs spread (its serial part).
+SIM_BATCHES = {BATCH: "simulated", 8 * BATCH: "simulated, batches of 8,192"}
 #: Fig. 12a's speed-ups over the one-thread join with CC (paper, two-way join), for the plot.
 PAPER_SCALING = {1: 1.0, 8: 4.6, 16: 5.7}
 PAPER_SCALING_SELF = {1: 1.0, 8: 4.0, 16: 5.0}
@@ -210,28 +214,38 @@ def drive(kind: str, options: dict, window: int, min_timed: int, self_join=False
     return row
 
 
-def _run_seconds(q, data, topo, backend: str, **kw) -> tuple[float, int]:
-    res = sj.run(q, data, topo, backend=backend, batch_size=BATCH, collect="count", **kw)
-    return res.metrics["elapsed_s"], res.count
+def _run_seconds(q, data, topo, backend: str, batch: int, **kw) -> tuple[float, int, float]:
+    """``(elapsed s, pairs, the join core's busy s)`` of one run."""
+    res = sj.run(q, data, topo, backend=backend, batch_size=batch, collect="count", **kw)
+    return res.metrics["elapsed_s"], res.count, res.metrics["actors"]["core"]["busy_s"]
 
 
-def via_run(topo, window: int, min_timed: int, backend: str = "local", self_join=False) -> dict:
+def via_run(
+    topo, window: int, min_timed: int, backend: str = "local", self_join=False, batch=BATCH
+) -> dict:
     """Steady-state throughput of ``topo`` through ``sj.run``: a run of the fill and a run of
     the whole input, throughput = timed tuples / the difference. On ``sim`` the input arrives
-    far faster than any configuration takes it (virtual time)."""
+    far faster than any configuration takes it (virtual time), in chunks of at most 16
+    batches so that the emitter and the core overlap; ``core_tuples_per_s`` is then the core
+    alone (timed tuples / the difference of its busy time), what the paper measures without
+    an emitter in front of the join."""
     data, q, _, _ = workload(window, min_timed, self_join)
     n_fill = FILL_WINDOWS * window
     kw = {"pace": 1e12} if backend == "sim" else {}
-    t_fill, _ = _run_seconds(q, data.slice(0, n_fill), topo, backend, **kw)
-    t_all, count = _run_seconds(q, data, topo, backend, **kw)
+    t_fill, _, busy_fill = _run_seconds(q, data.slice(0, n_fill), topo, backend, batch, **kw)
+    t_all, count, busy_all = _run_seconds(q, data, topo, backend, batch, **kw)
     tuples = len(data) - n_fill
-    return {
+    row = {
         "tuples": tuples,
         "seconds": t_all - t_fill,
         "tuples_per_s": tuples / (t_all - t_fill),
         "pairs_per_tuple": count / len(data),
+        "batch": batch,
         "how": f"sj.run backend={backend!r}, fill run subtracted",
     }
+    if backend == "sim":
+        row["core_tuples_per_s"] = tuples / (busy_all - busy_fill)
+    return row
 
 
 def alternate(configs: dict, rounds: int, prov: report.Provenance, bar: tqdm) -> list[dict]:
@@ -330,24 +344,25 @@ def part_fig12(sc, prov, bar) -> list[dict]:
             rows.append(
                 {"part": "fig12", "join": join, "mode": "measured", "threads": threads, **r}
             )
-        # the simulator is deterministic: one run each
+        # the simulator is deterministic: one run each, at two batch sizes (SIM_BATCHES)
         sims = {"single pim_tree": (0, sj.topologies.single("pim_tree"))}
         sims.update({f"shared({t})": (t, sj.topologies.shared_index(t)) for t in sc["sim_threads"]})
-        for label, (threads, topo) in sims.items():
-            r = via_run(topo, w, sc["min_timed"], "sim", self_join)
-            r["load"] = prov.note()
-            bar.update(1)
-            rows.append(
-                {
-                    "part": "fig12",
-                    "join": join,
-                    "mode": "simulated",
-                    "threads": threads,
-                    "config": label,
-                    "window": w,
-                    **r,
-                }
-            )
+        for batch, mode in SIM_BATCHES.items():
+            for label, (threads, topo) in sims.items():
+                r = via_run(topo, w, sc["min_timed"], "sim", self_join, batch)
+                r["load"] = prov.note()
+                bar.update(1)
+                rows.append(
+                    {
+                        "part": "fig12",
+                        "join": join,
+                        "mode": mode,
+                        "threads": threads,
+                        "config": label,
+                        "window": w,
+                        **r,
+                    }
+                )
     for r in rows:
         r.setdefault("window", w)
     return rows
@@ -438,7 +453,7 @@ def n_units(parts: list[str], sc: dict) -> int:
     if "fig10" in parts:
         n += r * 2 * len(sc["task_sizes"])
     if "fig12" in parts:
-        n += 2 * (3 * r + 1 + len(sc["sim_threads"]))
+        n += 2 * (3 * r + len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
     if "fig14" in parts and "fig13c" not in parts:
         n += r * 2 * len(sc["merge_windows"])
     if "latency" in parts:
@@ -580,18 +595,34 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "edge tuple as a one-thread run does). Its speed-ups are an upper bound of what "
             "the algorithm's task split allows, not a prediction for 16 real threads.",
             "",
-            "| join | mode | config | tuples/s | over shared(1) | over single |",
-            "|---|---|---|---:|---:|---:|",
+            "Simulated runs take input far faster than any configuration (chunks of at most "
+            "16 batches, so the emitter and the core overlap); *core alone* is the core's "
+            "throughput over its own busy time, what the paper measures (its threads take "
+            "tuples from memory, with no emitter or messages in front of the join).",
+            "",
+            "| join | mode | config | tuples/s | over shared(1) | over single "
+            "| core alone | core alone over shared(1) |",
+            "|---|---|---|---:|---:|---:|---:|---:|",
         ]
         for join in ("two-way", "self-join"):
-            for mode in ("measured", "simulated"):
+            for mode in ("measured", *SIM_BATCHES.values()):
                 grp = [r for r in sel if r["join"] == join and r["mode"] == mode]
-                one = next(r["tuples_per_s"] for r in grp if r["threads"] == 1)
+                if not grp:
+                    continue
+                one_row = next(r for r in grp if r["threads"] == 1)
+                one = one_row["tuples_per_s"]
                 single = next(r["tuples_per_s"] for r in grp if r["threads"] == 0)
                 for r in grp:
+                    core = r.get("core_tuples_per_s")
+                    alone = (
+                        f"{_k(core)} | {core / one_row['core_tuples_per_s']:.2f}"
+                        if core
+                        else "– | –"
+                    )
                     lines.append(
                         f"| {join} | {mode} | {r['config']} | {_k(r['tuples_per_s'])} "
-                        f"| {r['tuples_per_s'] / one:.2f} | {r['tuples_per_s'] / single:.2f} |"
+                        f"| {r['tuples_per_s'] / one:.2f} | {r['tuples_per_s'] / single:.2f} "
+                        f"| {alone} |"
                     )
         lines += ["", *_amdahl(sel)]
     sel = [r for r in rows if r["part"] == "fig14"]
@@ -757,18 +788,18 @@ def plot(rows, path: str) -> None:
             ax.set_title(f"Fig. 10c: task size, W = {_p2(sel[0]['window'])} (measured)")
         elif part == "fig12":
             for join, style in (("two-way", "-"), ("self-join", "--")):
-                for mode, marker in (("measured", "o"), ("simulated", "s")):
+                curves = (
+                    ("measured", "tuples_per_s", "o", "measured"),
+                    ("simulated", "tuples_per_s", "s", "simulated"),
+                    (SIM_BATCHES[8 * BATCH], "core_tuples_per_s", "^", "core alone, sim, 8,192"),
+                )
+                for mode, key, marker, label in curves:
                     grp = [r for r in sel if r["join"] == join and r["mode"] == mode]
-                    one = next(r["tuples_per_s"] for r in grp if r["threads"] == 1)
-                    pts = sorted(
-                        (r["threads"], r["tuples_per_s"] / one) for r in grp if r["threads"]
-                    )
-                    ax.plot(
-                        *zip(*pts, strict=True),
-                        style,
-                        marker=marker,
-                        label=f"{join}, {mode}",
-                    )
+                    if not grp:
+                        continue
+                    one = next(r[key] for r in grp if r["threads"] == 1)
+                    pts = sorted((r["threads"], r[key] / one) for r in grp if r["threads"])
+                    ax.plot(*zip(*pts, strict=True), style, marker=marker, label=f"{join}, {label}")
             for data, label in (
                 (PAPER_SCALING, "paper two-way"),
                 (PAPER_SCALING_SELF, "paper self-join"),
@@ -867,7 +898,9 @@ def main() -> None:
             else:
                 lat_rows, cdfs = part_latency(sc, prov, bar)
                 rows += lat_rows
-    write(rows, cdfs, prov, "_quick" if args.quick else "", parts)
+    # a run of some parts writes its own files, beside the whole run's
+    suffix = "" if set(parts) == set(PARTS) else "_" + "_".join(parts)
+    write(rows, cdfs, prov, suffix + ("_quick" if args.quick else ""), parts)
 
 
 if __name__ == "__main__":

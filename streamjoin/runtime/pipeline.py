@@ -55,11 +55,22 @@ def paced(chunks: Iterable[Columns], rate: float) -> Iterator[Columns]:
         sent += len(cols)
 
 
+#: A default chunk holds at most this many batches: a millisecond of input at a rate far above
+#: what any layout takes (``pace=1e12`` as "unpaced") would otherwise be the whole input in one
+#: chunk, which the emitter turns into batches in one step before the first leaves, so the
+#: join could not start until the emitter had finished (measured on the simulator: the
+#: emitter's and the join core's times added up instead of overlapping).
+MAX_CHUNK_BATCHES = 16
+
+
 def default_chunk_rows(rate: float | None, batch_size: int) -> int:
     """Rows to hand over at a time when a run names none: one millisecond of input at ``rate``
-    tuples/s (so the input's own chunking adds about a millisecond to latency), or
-    ``batch_size`` when the input comes as fast as the join takes it (``rate`` None)."""
-    return batch_size if rate is None else max(1, int(rate // 1000))
+    tuples/s (so the input's own chunking adds about a millisecond to latency), at most
+    :data:`MAX_CHUNK_BATCHES` batches, or ``batch_size`` when the input comes as fast as the
+    join takes it (``rate`` None)."""
+    if rate is None:
+        return batch_size
+    return max(1, min(int(rate // 1000), MAX_CHUNK_BATCHES * batch_size))
 
 
 class Progress:
