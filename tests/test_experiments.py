@@ -88,7 +88,7 @@ def test_quick_run_of_the_parallel_join_experiment(tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    with open(tmp_path / "pim_tree_parallel_quick.csv", newline="") as f:
+    with open(tmp_path / "pim_tree_parallel_fig14_quick.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     by_window: dict = {}
     for r in rows:
@@ -101,9 +101,9 @@ def test_quick_run_of_the_parallel_join_experiment(tmp_path):
         assert 1.5 < float(found.pop()) < 2.5
         for r in pair.values():
             assert int(r["merges"]) > 0 and float(r["merge_seconds"]) > 0
-    md = (tmp_path / "pim_tree_parallel_quick.md").read_text()
+    md = (tmp_path / "pim_tree_parallel_fig14_quick.md").read_text()
     assert "commit `" in md and "load average" in md and "## Fig. 14" in md
-    assert (tmp_path / "pim_tree_parallel_quick.png").exists()
+    assert (tmp_path / "pim_tree_parallel_fig14_quick.png").exists()
 
 
 def test_steady_state_of_a_split_join_smaller_than_its_batches():
