@@ -1,13 +1,13 @@
 """SPO-Join's pipeline as actors (Aslam, Simonini & Beedkar §3 Fig. 2, §4, Alg. 1): a mutable
 stage and PO-Join workers.
 
-Every batch goes, whole, to the mutable stage and to every worker (Alg. 1 l. 1–2). The
-*mutable stage* holds the newest tuples of each stream in a ``po_join`` mutable part
-(B+-tree per served condition, bit arrays ANDed: §4.1, the paper's predicate and
-intersection operators in one actor); it probes them, joins the batch with itself (docs/design.md §2
-step 2) and, at the merge threshold δ, empties the part and ships its tuples with both key
-orders (:class:`MergedRun`, Alg. 1 l. 7–12), divided into ``subintervals`` pieces, to the
-workers round robin (§4.4). A *worker* builds a PO-Join structure from each piece it gets
+Every batch goes, whole, to the mutable stage and to every worker (Alg. 1 l. 1–2; beyond a
+few workers along the trees below). The *mutable stage* holds the newest tuples of each
+stream in a ``po_join`` mutable part (B+-tree per served condition, bit arrays ANDed: §4.1,
+the paper's predicate and intersection operators in one actor); it probes them, joins the
+batch with itself (docs/design.md §2 step 2) and, at the merge threshold δ, empties the part
+and ships its tuples with both key orders (:class:`MergedRun`, Alg. 1 l. 7–12), divided into
+``subintervals`` pieces, to the workers round robin (§4.4). A *worker* builds a PO-Join structure from each piece it gets
 (the permutation array, Alg. 2) and probes every batch against its linked set of structures
 (§4.3, Alg. 4); the oldest structure leaves whole when the window has passed it.
 
