@@ -682,7 +682,7 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
 
 
 def _targets(rows: list[dict]) -> list[str]:
-    """Issue 18's speed targets, checked against what this run measured (they are set for
+    """The parallel join's speed targets, checked against what this run measured (they are set for
     W = 2^20, the full run's ``fig12`` and ``latency`` window)."""
     out = []
     m = {
@@ -712,7 +712,7 @@ def _targets(rows: list[dict]) -> list[str]:
         )
     if not out:
         return []
-    return ["", "## Issue 18's speed targets (set for W = 2^20; the load is above)", "", *out]
+    return ["", "## The parallel join's speed targets (set for W = 2^20; the load is above)", "", *out]
 
 
 def _amdahl(sel: list[dict]) -> list[str]:
