@@ -712,7 +712,12 @@ def _targets(rows: list[dict]) -> list[str]:
         )
     if not out:
         return []
-    return ["", "## The parallel join's speed targets (set for W = 2^20; the load is above)", "", *out]
+    return [
+        "",
+        "## The parallel join's speed targets (set for W = 2^20; the load is above)",
+        "",
+        *out,
+    ]
 
 
 def _amdahl(sel: list[dict]) -> list[str]:
