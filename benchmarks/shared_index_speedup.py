@@ -60,7 +60,7 @@ batches = [b for _, b in Emitter(query, batch_size).on_chunk(cols, 0)]
 
 if config == "single":
     core = JoinCore(query, "pim_tree")
-elif config == "compact":  # one thread, T_S in 8-byte items (issue 19)
+elif config == "compact":  # one thread, T_S in 8-byte items
     core = JoinCore(query, "pim_tree", {"layout": "compact"})
 elif config == "bplus":
     core = JoinCore(query, "bplus_tree")

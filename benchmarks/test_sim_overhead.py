@@ -4,7 +4,7 @@ Run: ``python -m pytest benchmarks/test_sim_overhead.py --benchmark-enable -o ad
 -p no:cacheprovider``.
 
 Both backends run the same actor logic on the same input; ``sim`` adds the virtual clock, the
-cost model and the event bookkeeping. Issue 6 asks for at most 25% wall time beyond ``local``
+cost model and the event bookkeeping. The target: at most 25% wall time beyond ``local``
 on a 16-worker grid. Each round runs ``local`` (in the benchmark's untimed setup, timed here)
 and then ``sim`` (the benchmark's target), so every ratio compares two runs made back to back;
 ``extra_info`` holds the per-round wall and CPU (process) times of both and the median

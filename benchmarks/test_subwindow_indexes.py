@@ -25,10 +25,10 @@ probe alone (``extra_info``).
 ``bisort`` runs with its defaults besides ``P = N_Sub / 128`` (the paper's partition size)
 and 16-byte items: a sorted insertion buffer of ``N_Sub / 32``, one thread. ``bisort_2threads`` is the same with
 ``threads=2``: probe batches of 4K keys or more are cut between two threads (PanJoin §III-E's
-multi-threaded probing; the 1K batches stay on one). Issue 4's targets are for one core; this
+multi-threaded probing; the 1K batches stay on one). BI-Sort's targets are for one core; this
 shows what a second core adds to the probe when the machine has one free.
 
-Item layouts (issue 19): ``bisort_compact`` and ``rap_table_compact`` hold 8-byte items (a
+Item layouts (docs/design.md §2): ``bisort_compact`` and ``rap_table_compact`` hold 8-byte items (a
 key code and a relative ref, :mod:`streamjoin.indexes.key_codes`); their probes return a
 superset that is refined on the stored keys inside the timed probe phase, as the join core
 does (:func:`refine`); they are the indexes' defaults. ``bisort`` and ``rap_table`` hold 16-byte

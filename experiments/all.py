@@ -17,7 +17,7 @@ Examples::
 
     python -m experiments.all --list
     python -m experiments.all --quick
-    python -m experiments.all --only dpjoin_system,panjoin_system --ray-lock /work/ray.lock
+    python -m experiments.all --only dpjoin_system,panjoin_system --ray-lock ray.lock
 """
 
 from __future__ import annotations

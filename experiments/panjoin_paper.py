@@ -40,7 +40,7 @@ buffer is the paper's 1K, RaP-Table's σ 1.25, WiB+-Tree's fanout 64. Sections:
 - ``batch`` (§III-E): a sorted probe batch vs the same keys probed one at a time; 1 vs 2
   threads probing halves of a sorted batch (the stores have no ``prange``; their kernels release
   the GIL, so two Python threads run them in parallel); the cost of the chain's sorts.
-- ``targets`` (issue 4): a ``bisort`` *window* (chain of 2^20 subwindows, window 2^21, S = 1 per
+- ``targets`` (BI-Sort's speed targets): a ``bisort`` *window* (chain of 2^20 subwindows, window 2^21, S = 1 per
   subwindow; the benchmark's stream, ``benchmarks/test_subwindow_indexes.py``) probing and
   inserting batches of 32K and 1K, beside the fair naive baseline there (sort the batch, merge
   it into one sorted window array; merge-scan the window per probe batch); and
@@ -163,7 +163,7 @@ PAPER = {
     "batch": "batch mode (sorted batches, rebounding search) speeds WiB+-Tree probing up to "
     "2.8x (equi) and 1.3x (band) over a B-tree probed per tuple (Fig. 11f); a single thread "
     "cannot use the memory bandwidth, so probes run on 8 threads (§III-E3)",
-    "targets": "issue 4: BI-Sort window >= 20M tuples/s at batch 32K and >= 5M/s at 1K on one "
+    "targets": "targets set for us: BI-Sort window >= 20M tuples/s at batch 32K and >= 5M/s at 1K on one "
     "core (N_Sub = 2^20, S = 1); nested_loop >= 300M predicate evaluations/s/core",
 }
 
@@ -892,7 +892,7 @@ EXPLAIN = {
     "partly expired, a full one and the newest), all appending to one output. A dense batch "
     "(at most 48 items per probe in a run, as at 32K) sweeps each run merge-like (§III-E): "
     "each start counted branch-free among the 64 items after the previous one; 22-36 ns per "
-    "probe per full 2^20 subwindow (issue 19's measurement), ~13 of them streaming its 8 MB "
+    "probe per full 2^20 subwindow (measured for the 8-byte items), ~13 of them streaming its 8 MB "
     "of items at one thread's read bandwidth, the rest the counting. A sparse "
     "batch (1K) searches the index array and the partition with branch-free binary searches "
     "interleaved over 32 probes with prefetches: ~100-130 ns per probe per subwindow, cache "

@@ -67,7 +67,7 @@ INDEXES = {
     "ib_chain": ("chained", {"chain_length": 2, "archive": "css"}),
     "im_tree": ("im_tree", {"merge_ratio": 1 / 8}),
     "pim_tree": ("pim_tree", {"merge_ratio": 1 / 8, "insertion_depth": 1}),
-    # T_S in 8-byte items (issue 19), beside the default 16-byte ones
+    # T_S in 8-byte items, beside the default 16-byte ones
     "pim_compact": ("pim_tree", {"merge_ratio": 1 / 8, "insertion_depth": 1, "layout": "compact"}),
 }
 #: Sizes per experiment: full run and --quick.

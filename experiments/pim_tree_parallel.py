@@ -45,7 +45,7 @@ cores); ``--quick`` for a smoke run (about a minute), ``--only fig13c,fig14`` fo
 
 The script is over 600 lines because its five parts share one workload, one alternation of
 configurations and one report; :func:`write` (the markdown, with each figure's paper value
-and the targets of issue 18) is a third of it.
+and the parallel join's speed targets) is a third of it.
 """
 
 from __future__ import annotations

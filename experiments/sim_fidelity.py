@@ -1,6 +1,6 @@
 """Simulator fidelity on this machine: ``sim`` against measured ``ray`` (and ``local``) runs.
 
-Issue 6 asks that for ``single``, ``split(2)`` and ``grid(1, 2)`` the simulated throughput and
+The target: for ``single``, ``split(2)`` and ``grid(1, 2)`` the simulated throughput and
 p50 latency be within 25% of what the ``ray`` backend measures on the same input. Each layout
 runs the same band join (match rate 2, count window ``--window`` per stream, index
 ``--index``) on every backend, in two modes:

@@ -1,4 +1,4 @@
-"""Issue 7's side-by-side benchmark: Spark Structured Streaming vs streamjoin fed by the bridge.
+"""A side-by-side benchmark: Spark Structured Streaming vs streamjoin fed by the bridge.
 
 One time-window band join, ``|r.x - s.x| <= eps`` and ``|r.ts - s.ts| <= W`` (W = 2 s): the
 window semantics of :class:`streamjoin.TimeWindow` with the same W for both streams (the
@@ -581,7 +581,7 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float], name: str) -
     ours = [r for r in main if r["system"] != SPARK]
     m = machine_info()
     lines = [
-        "# Spark Structured Streaming vs streamjoin fed by the Spark bridge (issue 7)",
+        "# Spark Structured Streaming vs streamjoin fed by the Spark bridge",
         "",
         f"Band join `|r.x - s.x| <= {info['eps']:.0f}` and `|r.ts - s.ts| <= {WINDOW_MS} ms` "
         f"(TimeWindow({WINDOW_MS}) on both streams) over {info['n']:,} tuples: R and S Poisson "

@@ -17,7 +17,7 @@ is archived, which searches faster. An IB-chain with ``layout="compact"`` packs 
 subindex into 8-byte items (a 32-bit grid code of the key above the ref's offset,
 :mod:`~streamjoin.indexes.grid_codes`), coded from the keys it holds once they stop changing,
 as BI-Sort packs a full subwindow: half the memory of the archived items, and probes of them
-return a superset that the join core refines (issue 19's decision).
+return a superset that the join core refines (docs/design.md §2: 8-byte items).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ of the float range leave the codes of the largest at the top, and subnormal keys
 too narrow to halve, share a few codes or one.
 
 This is PIM-Tree's and PanJoin's item (a 4-byte key and a 4-byte reference) with the exactness
-our contract needs restored by refinement (issue 19's design decision). Code and ref share one
+our contract needs restored by refinement (docs/design.md §2). Code and ref share one
 word rather than two arrays: a probe that found an item has its ref in the same cache line
 (BI-Sort's probe batch of 32K over a 2^20 run: 31 ns a probe packed, 39 ns with the refs in
 an array of their own, whose line each copy then misses; the sweep over 4-byte codes alone

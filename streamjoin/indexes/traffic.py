@@ -1,4 +1,4 @@
-"""Memory-traffic models of the window indexes, written from their kernels (issue 19).
+"""Memory-traffic models of the window indexes, written from their kernels.
 
 Each model says what one tuple costs an index in memory traffic in the steady state of one
 stream's share of a join: the index holds ``window`` items, and each tuple probes it once, is
