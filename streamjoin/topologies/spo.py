@@ -83,12 +83,18 @@ def spo(
     add_actor(g, "collector", CollectorConfig(), pos=(3.2, 1.2), label="collector")
     g.add_edge("emitter", "mutable", src_port="mutable", dst_port="in", label="R+S")
     g.add_edge("mutable", "collector", src_port="out", dst_port="in", label="pairs")
+    # each worker's children in both trees, in one pass (their order numbers the ports)
+    down: list[list[int]] = [[] for _ in range(workers)]
+    below: list[list[int]] = [[] for _ in range(workers)]
+    for c in range(workers):
+        if relay and (p := broadcast_parent(c, relay)) is not None:
+            down[p].append(c)
+        if combine and (p := combine_parent(c, workers, combine)) is not None:
+            below[p].append(c)
     for k in range(workers):
         name = f"worker{k}"
-        down = [c for c in range(workers) if relay and broadcast_parent(c, relay) == k]
-        below = [c for c in range(workers) if combine and combine_parent(c, workers, combine) == k]
         up = combine_parent(k, workers, combine) if combine else None
-        place = TreePlace(len(down), len(below), up is not None)
+        place = TreePlace(len(down[k]), len(below[k]), up is not None)
         add_actor(
             g,
             name,
@@ -99,12 +105,12 @@ def spo(
         g.add_edge("mutable", name, src_port=f"w{k}", dst_port="runs", label="merges")
         if not relay or k == 0:
             g.add_edge("emitter", name, src_port=f"w{k}", dst_port="in", label="R+S")
-        for i, c in enumerate(down):
+        for i, c in enumerate(down[k]):
             g.add_edge(name, f"worker{c}", src_port=f"down{i}", dst_port="in", label="R+S")
         if up is None:
             g.add_edge(name, "collector", src_port="out", dst_port="in", label="pairs")
         else:
-            slot = (workers - 2 - k) % combine
+            slot = below[up].index(k)
             g.add_edge(name, f"worker{up}", src_port="out", dst_port=f"sub{slot}", label="pairs")
     trees = (f", relay {relay}" if relay else "") + (f", combine {combine}" if combine else "")
     return Topology(f"spo({workers} workers, {every}{trees})", g)
