@@ -373,7 +373,12 @@ class Batch:
         horizons (``(2, n)``, an emitter's pending rows) are taken with their rows."""
         horizon = self.horizon[:, index] if self.horizon.ndim == 2 else self.horizon.copy()
         return Batch(
-            *(getattr(self, f)[index] for f in _ARRAYS[:-1]),
+            self.seq[index],
+            self.stream[index],
+            self.idx[index],
+            self.ts[index],
+            self.ingest_ns[index],
+            self.lo_idx[index],
             attrs=np.ascontiguousarray(self.attrs[:, index]),
             horizon=horizon,
             store=self.store,
@@ -397,8 +402,17 @@ class Batch:
     @staticmethod
     def concat(batches: list[Batch]) -> Batch:
         """Tuples of ``batches`` one after another; the last horizon wins."""
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(b, name) for b in batches])
+
         return Batch(
-            *(np.concatenate([getattr(b, f) for b in batches]) for f in _ARRAYS[:-1]),
+            cat("seq"),
+            cat("stream"),
+            cat("idx"),
+            cat("ts"),
+            cat("ingest_ns"),
+            cat("lo_idx"),
             attrs=np.concatenate([b.attrs for b in batches], axis=1),
             horizon=batches[-1].horizon.copy(),
         )

@@ -39,7 +39,8 @@ def positive_number(name: str, value, what: str = "finite number") -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, Real)
-        or not (value > 0 and math.isfinite(value))
+        or value <= 0  # Real promises only < and <=
+        or not math.isfinite(value)
     ):
         raise ValueError(f"{name} must be a positive {what}, got {value!r}")
     return float(value)

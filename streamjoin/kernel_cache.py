@@ -49,7 +49,7 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     parent packages run too, but a kernel can only call what its module's names refer to."""
     tree = ast.parse(path.read_bytes())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -68,11 +68,12 @@ def _cache_dir(path: Path) -> Path:
     """Where numba keeps the cached kernels of module file ``path``: under its cache
     directory if one is set (numba's own sub-path for the file's directory), else in the
     file's ``__pycache__``."""
-    if not config.CACHE_DIR:
+    cache_dir = config.CACHE_DIR  # type: ignore[attr-defined]  # numba sets its config at run time
+    if not cache_dir:
         return path.parent / "__pycache__"
     parent = os.path.dirname(os.path.abspath(path))
     digest = hashlib.sha1(parent.encode()).hexdigest()
-    return Path(config.CACHE_DIR) / f"{os.path.basename(parent)}_{digest}"
+    return Path(cache_dir) / f"{os.path.basename(parent)}_{digest}"
 
 
 def _stamp_file(package: Path) -> Path:

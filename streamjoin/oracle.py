@@ -25,7 +25,7 @@ def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
     ``2**52``, they are Python integers, compared with the bounds as Python compares an int
     with a float (exactly)."""
     k = len(query.attrs)
-    ok = True
+    ok: np.ndarray | bool = True  # an array after the first condition (a predicate has one)
     for cond, kr, ks in zip(query.predicate, *query.condition_rows, strict=True):
         r_val, s_val = np.broadcast_arrays(attrs[kr, r], attrs[ks, s])
         r_res, s_res = np.broadcast_arrays(attrs[k + kr, r], attrs[k + ks, s])
@@ -36,10 +36,11 @@ def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
             exact = _int(s_val, s_res, i) - _int(r_val, r_res, i)
             holds[i] = cond.lo <= exact <= cond.hi
         ok = ok & (holds.reshape(d.shape) != cond.negated)
+    assert isinstance(ok, np.ndarray)
     return ok
 
 
-def _int(image: np.ndarray, residual: np.ndarray, i: int) -> int:
+def _int(image: np.ndarray, residual: np.ndarray, i: int | np.integer) -> int:
     """The integer at ``i`` of an image row and its residual row, as a Python int."""
     return int(np.atleast_1d(image)[i]) + int(np.atleast_1d(residual)[i])
 

@@ -286,6 +286,7 @@ class CountWindow:
     kind = "count"
 
     def size(self, stream: int) -> int:
+        assert self.s is not None  # __post_init__ set it
         return self.r if stream == 0 else self.s
 
 
@@ -312,6 +313,7 @@ class TimeWindow:
     kind = "time"
 
     def size(self, stream: int) -> int:
+        assert self.s is not None  # __post_init__ set it
         return self.r if stream == 0 else self.s
 
 

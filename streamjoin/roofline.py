@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,6 +133,9 @@ def two_thread_speedup(
     an index's descents wait for), or ``"arith"``, multiply-adds in registers. 2.0 on two
     free cores; what a parallel join's speed-up on two threads can reach here at most.
     ``work``: loads per thread (``"arith"``: 50 rounds each)."""
+    fn: Callable[..., object]
+    one: list[tuple]
+    two: list[tuple]
     if kind == "chase":
         lines = max(2, nbytes // _LINE)
         per_line = _LINE // 8

@@ -8,7 +8,7 @@ wraps any table as a source that :func:`streamjoin.run` reads chunk by chunk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -181,7 +181,7 @@ def values(
     n: int,
     distribution: str = "uniform",
     *,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
     scale: float = 1.0,
     start: int = 0,
     total: int | None = None,
@@ -202,6 +202,7 @@ def values(
       0.5; times ``scale``.
     """
     rng = np.random.default_rng(seed)
+    out: np.ndarray
     match distribution:
         case "uniform":
             low, high = int(params.pop("low", 0)), int(params.pop("high", 2**31 - 1))
@@ -306,9 +307,9 @@ def synthetic_part(
     rng = np.random.default_rng([seed, part])
     times, streams = [], []
     for y, lam in enumerate(rates):
-        if process == "constant":  # arrivals k / lam, k = 1, 2, ...: those in (t0, t1]
-            k = np.arange(np.floor(t0 * lam) + 1, np.floor(t1 * lam) + 1)
-            t = k / lam
+        if process == "constant":  # arrivals nth / lam, nth = 1, 2, ...: those in (t0, t1]
+            nth = np.arange(np.floor(t0 * lam) + 1, np.floor(t1 * lam) + 1)
+            t = nth / lam
         elif process == "poisson":
             t = np.sort(rng.uniform(t0, t1, size=rng.poisson(lam * (t1 - t0))))
         else:
@@ -319,7 +320,7 @@ def synthetic_part(
     order = np.lexsort((stream, t))
     t, stream = t[order], stream[order]
     m = len(t)
-    cols = {"seq": part * 2**40 + np.arange(m, dtype=np.int64)}
+    cols: dict[str, np.ndarray] = {"seq": part * 2**40 + np.arange(m, dtype=np.int64)}
     if not self_join:
         cols["stream"] = stream
     cols["ts"] = np.floor(t * ts_per_second).astype(np.int64)
