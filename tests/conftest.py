@@ -49,6 +49,7 @@ _SERVICE_FILES = {
     "test_channel_security.py",
     "test_spark_bridge.py",
     "test_spark_any_dataframe.py",
+    "test_spark_docs_examples.py",
     "test_cli_bad_input.py",
     "test_cli_and_result.py",
     "test_ray_cluster.py",

@@ -42,6 +42,8 @@ def shared_index(
         Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
         in 8-byte items, whose candidates the core refines); ``**options`` are added to them.
 
+    Notes
+    -----
     An ``ordered`` run gets its pairs in order as they come: each task sorts its pairs and
     tasks are propagated in arrival order.
     """

@@ -22,6 +22,8 @@ def single(index: str | None = None, *, index_options: dict | None = None, **opt
     index_options : dict, optional
         Passed to the index constructor; ``**options`` are added to them.
 
+    Notes
+    -----
     An ``ordered`` run gets its pairs in order as they come: the core sorts each batch's.
     """
     options = index_options_of(index, index_options, options)

@@ -545,7 +545,10 @@ class Sim:
     sample_every_ns : int
         First interval of the mailbox sampling (it doubles to keep ``max_samples``).
     max_samples : int
+        Most mailbox samples kept per core.
 
+    Notes
+    -----
     ``sj.run(..., backend="sim", machine=..., arrival=...)`` builds one from its options. What
     it adds to :attr:`Result.metrics`: ``machine_profile`` and ``sim``
     (:meth:`SimTrace.metrics`).
