@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 from numba import njit
@@ -185,6 +185,15 @@ class WindowIndex(ABC):
 
 
 _REGISTRY: dict[str, type[WindowIndex]] = {}
+
+
+class OrderedInsert(Protocol):
+    """An index whose ``takes_order`` is True: its :meth:`~WindowIndex.insert` also takes
+    ``order``, the stable order of ``keys[0]``, if the caller has it."""
+
+    def insert(
+        self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None
+    ) -> None: ...
 
 
 def register(cls: type[WindowIndex]) -> type[WindowIndex]:

@@ -100,7 +100,7 @@ class BISortArrays(NamedTuple):
     buf_refs: np.ndarray
     #: (P,) of the main array's dtype (``(SAMPLES,)`` once packed): ``index[j] = keys[j ·
     #: STRIDE]`` for ``j < SAMPLES``
-    index: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index: the kernels' name for it
     #: int64 (5,): items in the main array, items buffered, index samples, stride, and the
     #: ref that compact refs count from
     meta: np.ndarray

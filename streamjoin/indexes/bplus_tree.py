@@ -618,7 +618,8 @@ def check_forest(t: BPlusArrays, tops: np.ndarray) -> list[list[tuple[float, int
                 for j in range(int(t.leaf_count[n]))
             ]
         )
-    chain, leaf = [], 0
+    chain: list[int] = []
+    leaf = 0
     while leaf >= 0 and len(chain) <= len(leaves):
         chain.append(leaf)
         leaf = int(t.leaf_next[leaf])
@@ -629,7 +630,8 @@ def check_forest(t: BPlusArrays, tops: np.ndarray) -> list[list[tuple[float, int
         (inners, INNER_HWM, INNER_FREE, t.inner_child[:, 0]),
     ):
         hwm = int(t.meta[hwm_slot])
-        unused, node = [], int(t.meta[free_slot])
+        unused: list[int] = []
+        node = int(t.meta[free_slot])
         while node >= 0 and len(unused) <= hwm:
             unused.append(node)
             node = int(link[node])

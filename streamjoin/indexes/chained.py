@@ -144,7 +144,7 @@ class ChainedIndex(WindowIndex):
         self.fanout, self.leaf_size = int(fanout), int(leaf_size)
         self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
         self._before = _NO_REF
-        self._first_ref = None
+        self._first_ref: int | None = None
         self._active_last = _NO_REF
         self._clear_active()
         # archived subindexes, oldest first, with their item counts and newest refs
@@ -156,6 +156,7 @@ class ChainedIndex(WindowIndex):
         """s: the option, or the ref span of the live items up to ``newest`` over L - 1."""
         if self.subindex_size:
             return self.subindex_size
+        assert self._first_ref is not None  # (set by the first insert)
         span = newest + 1 - max(self._before, self._first_ref)
         return max(1, -(-span // (self.chain_length - 1)))
 
@@ -167,6 +168,7 @@ class ChainedIndex(WindowIndex):
     def _archive_active(self) -> None:
         """Push the full active subindex onto the chain and start an empty one (§2.2.2)."""
         t = self._active
+        sub: BPlusArrays | CSSRun
         if self.archive == "css":  # §5.1 IB-chain: convert before archiving
             keys, refs = chain_items(t, 0, self._active_n)
             grid, ref_base = WIDE_GRID, np.zeros(1, dtype=np.int64)
@@ -177,17 +179,24 @@ class ChainedIndex(WindowIndex):
                 items = np.empty(len(keys), dtype=np.uint64)
                 zero = np.uint64(0)
                 # the merge kernel with no old items packs the (key, ref)-sorted run
+                base, shift = grid
                 merge_grid_items_into(
-                    items[:0], zero, zero, zero, 0, keys, refs, *grid, ref_base[0], _NO_REF, items
+                    items[:0],
+                    zero,
+                    zero,
+                    zero,
+                    0,
+                    keys,
+                    refs,
+                    base,
+                    shift,
+                    ref_base[0],
+                    _NO_REF,
+                    items,
                 )
                 keys, refs = items, refs[:0]
-            sub = CSSRun(
-                keys,
-                refs,
-                *build_css_tree(keys, self.css_fanout, self.css_leaf_size),
-                grid,
-                ref_base,
-            )
+            inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
+            sub = CSSRun(keys, refs, inner, offsets, grid, ref_base)
         else:
             sub = shrink_to_fit(t)
         self._chain.append(sub)

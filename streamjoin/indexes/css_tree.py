@@ -190,7 +190,7 @@ class CSSTreeIndex(WindowIndex):
         self._keys = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)
         self._refs = np.empty(0, dtype=np.int64)
         self._before_ref = NO_REF
-        self._first_ref = None
+        self._first_ref: int | None = None
         self._coded = CodedLevel()  # compact: the grid, the ref base and the side run
         self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
         self._side_tree = build_css_tree(self._coded.side_keys, self.fanout, self.leaf_size)

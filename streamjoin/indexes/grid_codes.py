@@ -161,6 +161,7 @@ def choose_grid(
     own = fit_grid(lo, hi)
     if old is None:
         return own, True
+    assert old_range is not None  # (given with old)
     both = fit_grid(min(lo, old_range[0]), max(hi, old_range[1]), old[1])
     if both[1] > own[1] + COARSER_BY:
         return old, False

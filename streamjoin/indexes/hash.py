@@ -151,11 +151,11 @@ class HashIndex(WindowIndex):
         assert np.all(np.diff(self._refs[h:t]) > 0), "refs must be strictly increasing"
         assert np.array_equal(self._bits[h:t], _key_bits(self._keys[h:t]))
         seen = np.zeros(t - h, dtype=np.int64)
-        for b, e in enumerate(self._buckets):
-            prev = np.iinfo(np.int64).max
+        for b, head in enumerate(self._buckets):
+            prev, e = np.iinfo(np.int64).max, int(head)
             while e >= h:
                 assert e < t and e < prev, "chains must run from newer to older entries"
                 assert _bucket(self._bits[e], self._shift) == b, "entry in the wrong bucket"
                 seen[e - h] += 1
-                prev, e = e, self._next[e]
+                prev, e = e, int(self._next[e])
         assert np.all(seen == 1), "every live entry is on exactly one chain, once"

@@ -94,7 +94,8 @@ def grown_llat(llat: LLAT, entries: int) -> LLAT:
 
 def chain_entries(llat: LLAT, head: int) -> list[int]:
     """Entries of the chain starting at ``head``, in order (for checks; stops on a cycle)."""
-    chain, e = [], int(head)
+    chain: list[int] = []
+    e = int(head)
     while e >= 0 and len(chain) <= len(llat.fill):
         chain.append(e)
         e = int(llat.next[e])
@@ -271,6 +272,8 @@ class LLATStore(SubwindowStore):
 
     _size: int
     _packs: bool = False
+    _llat: LLAT
+    _t: tuple[np.ndarray, ...]
 
     def __len__(self) -> int:
         return self._size

@@ -33,6 +33,7 @@ from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.bplus_tree import (
+    BPlusArrays,
     chain_items,
     check_forest,
     insert_into,
@@ -435,9 +436,9 @@ class PIMTreeIndex(WindowIndex):
         self.fanout, self.leaf_size = int(fanout), int(leaf_size)
         self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
         self._before = NO_REF  # the expiry flag: items with smaller refs are expired
-        self._first_ref = self._last_ref = None
+        self._first_ref: int | None = None
+        self._last_ref: int | None = None
         self._n_ti = 0
-        self._forest = None  # T_I's node arrays, reused from merge to merge
         # T_S's leaf level is a prefix of a (keys, refs) buffer pair; a merge writes into the
         # spare pair and the old one becomes the spare: fresh memory for every merge cost more
         # page faults than the merge itself
@@ -451,18 +452,19 @@ class PIMTreeIndex(WindowIndex):
         self.merges = 0
         self.merge_seconds = 0.0
         self.last_partition_inserts = np.zeros(0, dtype=np.int64)
-        self._rebuild(*self._ts_buf)
+        self._rebuild(*self._ts_buf, reuse=None)
 
-    def _rebuild(self, keys: np.ndarray, refs: np.ndarray) -> None:
+    def _rebuild(self, keys: np.ndarray, refs: np.ndarray, reuse: BPlusArrays | None) -> None:
         """Make ``(keys, refs)`` the leaf level of a new T_S, with empty T_I partitions (for a
-        compact T_S ``keys`` are its items and ``refs`` is unused)."""
+        compact T_S ``keys`` are its items and ``refs`` is unused); T_I's node arrays are
+        ``reuse``'s, the old T_I's (reused from merge to merge), or new ones if None."""
         self._ts_keys, self._ts_refs = keys, refs
         self._inner, self._offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
         self._depth, self._stride, self._upper = partitions(
             keys, self._offsets, self.css_fanout, self.css_leaf_size, self.insertion_depth
         )
         n_parts = len(self._upper)
-        self._forest, self._tops = new_forest(n_parts, self.fanout, self.leaf_size, self._forest)
+        self._forest, self._tops = new_forest(n_parts, self.fanout, self.leaf_size, reuse)
         self._locks = np.zeros(n_parts, dtype=np.int64)
         self._inserts = np.zeros(n_parts, dtype=np.int64)
         self._n_ti = 0
@@ -484,7 +486,7 @@ class PIMTreeIndex(WindowIndex):
                 self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before, keys, refs
             )
         self._spare, self._ts_buf = self._ts_buf, (keys, refs)
-        self._rebuild(keys[:n], refs[:n])
+        self._rebuild(keys[:n], refs[:n], reuse=self._forest)
         self.merges += 1
         self.merge_seconds += time.thread_time() - t0
 
@@ -505,7 +507,10 @@ class PIMTreeIndex(WindowIndex):
 
     def _merge_size(self) -> int:
         """m · w, with w the ``window`` option or the ref span of the live items."""
-        w = self.window or self._last_ref + 1 - max(self._before, self._first_ref)
+        w = self.window
+        if not w:
+            assert self._first_ref is not None and self._last_ref is not None  # (merged after one)
+            w = self._last_ref + 1 - max(self._before, self._first_ref)
         return max(1, int(np.ceil(self.merge_ratio * w)))
 
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:

@@ -54,7 +54,7 @@ class RaPArrays(NamedTuple):
     #: float64 (P,): splitters, non-decreasing; partition p holds keys in (high[p-1], high[p]]
     high: np.ndarray
     #: int64 (P,): items per partition
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # shadows tuple.count: the kernels' name for it
     #: float64 (P,): smallest key per partition (meaningful where count > 0)
     kmin: np.ndarray
     #: float64 (P,): largest key per partition
@@ -212,6 +212,7 @@ class RaPTable(LLATStore):
     """
 
     kind = "rap_table"
+    _t: RaPArrays
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from streamjoin.indexes.bplus_tree import (
     INNER_HWM,
     LEAF_HWM,
     ROOT,
+    BPlusArrays,
     chain_items,
     check_forest,
     delete_items,
@@ -265,24 +267,28 @@ class SharedPIMTree:
         self._meta[CHUNK] = APPLY_CHUNK
         self._meta[COMPACT] = layout == "compact"
         self._before = _NO_REF
-        self._first_ref = self._last_ref = None
+        self._first_ref: int | None = None
+        self._last_ref: int | None = None
         # compact: T_S's grid, the ref its items count from, its side run (replaced, not
         # changed, by a merge: the merging thread builds the next one from a copy)
         self._coded = CodedLevel()
         level = _NO_ITEMS if layout == "compact" else _empty()
         self._ts_buf = self._spare = (level, _empty(np.int64))
-        self._forest = self._spare_forest = None
+        self._spare_forest: BPlusArrays | None = None  # node arrays for the next T_I to reuse
         self._frozen, self._frozen_tops = new_forest(1, 3, 3)
         self._n_frozen = 0
         self._no_pending()
         self._phase = STEADY
         self._merger = _MergingThread()
         weakref.finalize(self, self._merger.stop)  # an index dropped unclosed ends its thread
-        self._built = None  # what the build phase made, for the next step to install
+        # what the build phase made, for the next step to install: _install's arguments, and
+        # the buffers of the old T_S
+        self._built: tuple[tuple, tuple[np.ndarray, np.ndarray]] | None = None
         self._room = 0  # items T_I may take before node room must be reserved again
         keys, refs = self._ts_buf
         inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
-        self._install(keys, refs, inner, offsets, *self._partitions(keys, offsets), self._coded)
+        depth, stride, upper = self._partitions(keys, offsets)
+        self._install(keys, refs, inner, offsets, depth, stride, upper, self._coded)
 
     # -- T_S and T_I -----------------------------------------------------------------------
 
@@ -292,14 +298,15 @@ class SharedPIMTree:
     def _install(self, keys, refs, inner, offsets, depth, stride, upper, coded) -> None:
         """Make ``keys``/``refs`` T_S (a compact T_S: ``keys`` its items on ``coded``'s grid,
         ``refs`` unused) with a fresh, empty T_I over its partitions (the node arrays of the
-        forest not in use are reused)."""
+        forest not in use, ``_spare_forest``, are reused)."""
         self._ts_keys, self._ts_refs, self._inner, self._offsets = keys, refs, inner, offsets
         self._coded = coded
         self._upper = upper
         n_parts = len(upper)
         self._meta[N_PARTS], self._meta[STRIDE], self._meta[DEPTH] = n_parts, stride, depth
-        reuse = self._spare_forest if self._forest is not None else None
-        self._forest, self._tops = new_forest(n_parts, self.fanout, self.leaf_size, reuse)
+        self._forest, self._tops = new_forest(
+            n_parts, self.fanout, self.leaf_size, self._spare_forest
+        )
         self._spare_forest = None
         self._locks = np.zeros(n_parts * PAD, dtype=np.int64)
         self._inserts = np.zeros(n_parts, dtype=np.int64)
@@ -339,7 +346,10 @@ class SharedPIMTree:
         the first insert: a step of the other stream's tuples only)."""
         if not self.window and self._last_ref is None:
             return 1
-        w = self.window or self._last_ref + 1 - max(self._before, self._first_ref)
+        w = self.window
+        if not w:
+            assert self._first_ref is not None and self._last_ref is not None  # (set together)
+            w = self._last_ref + 1 - max(self._before, self._first_ref)
         return max(1, int(np.ceil(self.merge_ratio * w)))
 
     # -- steps -----------------------------------------------------------------------------
@@ -412,6 +422,7 @@ class SharedPIMTree:
         if self.merge == "blocking":
             args = (self._ts_keys, self._ts_refs, self._forest, self._n_ti, self._before)
             self._build(*args, self._spare, coded)
+            assert self._built is not None  # (_build made it)
             (built, buf), self._built = self._built, None
             self._spare, self._ts_buf = self._ts_buf, buf
             self._spare_forest = self._forest
@@ -456,6 +467,7 @@ class SharedPIMTree:
         """§4.2 phase 2: the new T_S replaces the old; T_I' becomes the pending run, cut by
         the new partitions; a new T_I (F's arrays) takes the inserts and the merging thread
         applies the pending run to it."""
+        assert self._built is not None  # (the build phase made it)
         (built, buf), self._built = self._built, None
         side, n_side = self._forest, self._n_ti
         pend_keys, pend_refs = chain_items(side, 0, n_side)
@@ -649,6 +661,7 @@ def check_shared_options(name: str, options: dict) -> None:
     """A ``ValueError`` naming the options the shared form of index ``name`` does not take,
     and those it does, before a run builds it (the single-thread index may take more: a
     ``bplus_tree`` shared by threads has no compact layout)."""
+    init: Callable[..., None] | None
     if name in ("pim_tree", "im_tree"):
         init = SharedPIMTree.__init__
     elif name == "bplus_tree":

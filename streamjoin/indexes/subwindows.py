@@ -305,6 +305,7 @@ class SubwindowIndex(WindowIndex):
                 self._last_refs.append(NO_REF)
                 continue
             part = slice(done, min(n, done + room))
+            sub: np.ndarray | None
             # stable: equal keys stay in ref order, as BI-Sort's (key, ref) order needs
             if order is not None and (part.start, part.stop) == (0, n):
                 sub = order

@@ -30,6 +30,7 @@ its subwindows) :func:`~streamjoin.indexes.bisort.stream_bytes`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 LINE = 64
 #: A mutable B+-tree's nodes under random inserts and deletes are about ln 2 full.
@@ -246,7 +247,7 @@ def memory_traffic(name: str, window: int, /, **options) -> dict[str, float]:
             "total_bytes": traffic["total_bytes"],
             "cold_lines": traffic["cold_lines"],
         }
-    models = {
+    models: dict[str, Callable[..., dict[str, float]]] = {
         "bplus_tree": bplus_tree,
         "css_tree": css_tree,
         "chained": chained,

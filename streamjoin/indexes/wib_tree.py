@@ -419,6 +419,7 @@ class WiBTree(LLATStore):
     """
 
     kind = "wib_tree"
+    _t: WiBArrays
 
     def __init__(
         self, capacity: int, leaf_width: int = 128, fanout: int = 64, layout: str = "wide"
@@ -485,7 +486,8 @@ class WiBTree(LLATStore):
         return self._t, self._llat, self._coder, self._ref_base[0]
 
     def _leaves_in_order(self) -> list[int]:
-        leaves, leaf = [], 0
+        leaves: list[int] = []
+        leaf = 0
         while leaf >= 0 and len(leaves) <= self._t.meta[LEAVES]:
             leaves.append(leaf)
             leaf = int(self._t.leaf_next[leaf])
