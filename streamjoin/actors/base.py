@@ -18,7 +18,7 @@ with the coefficients of the logic's ``cost_group`` (and, for join work, of its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -78,11 +78,11 @@ class ActorLogic(Protocol):
     def cost_key(self) -> str | None:
         """What the coefficients depend on besides the group: the window index, or None."""
 
-    def on_batch(self, port: str, message) -> list[tuple[str, object]]: ...
+    def on_batch(self, port: str, message) -> Sequence[tuple[str, object]]: ...
 
-    def on_eof(self) -> list[tuple[str, object]]: ...
+    def on_eof(self) -> Sequence[tuple[str, object]]: ...
 
-    def passes_on(self, port: str, message) -> list[tuple[str, object]]: ...
+    def passes_on(self, port: str, message) -> Sequence[tuple[str, object]]: ...
 
     def warm(self) -> None: ...
 
@@ -101,10 +101,10 @@ class Logic:
     def cost_key(self) -> str | None:
         return None
 
-    def passes_on(self, port: str, message) -> list[tuple[str, object]]:
+    def passes_on(self, port: str, message) -> Sequence[tuple[str, object]]:
         return []
 
-    def on_eof(self) -> list[tuple[str, object]]:
+    def on_eof(self) -> Sequence[tuple[str, object]]:
         return []
 
     def warm(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numba import njit
@@ -94,7 +95,7 @@ class Collector(Logic):
     """
 
     cost_group = "collector"
-    COUNTERS = ("pairs",)
+    COUNTERS: ClassVar[tuple[str, ...]] = ("pairs",)
 
     def __init__(
         self,

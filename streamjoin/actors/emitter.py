@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from numba import njit
@@ -56,7 +57,7 @@ class Emitter(Logic):
     """
 
     cost_group = "emitter"
-    COUNTERS = ("tuples_in", "msgs_out", "tuples_out", "copied")
+    COUNTERS: ClassVar[tuple[str, ...]] = ("tuples_in", "msgs_out", "tuples_out", "copied")
 
     def __init__(
         self,

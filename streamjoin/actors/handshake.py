@@ -31,6 +31,7 @@ those meetings would not count.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.join_core import IndexChoice, JoinLogic
 from streamjoin.actors.router import Drain
 from streamjoin.actors.window_part import JoinSpec, JoinWork
-from streamjoin.batch import Batch
+from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
 
@@ -55,12 +56,14 @@ class HandshakeConfig(IndexChoice, ActorConfig):
     low_latency: bool = False
 
     @property
-    def role(self) -> str:  # the two variants are told apart in drawings and metrics
+    def role(self) -> str:  # type: ignore[override]  # per instance, not a ClassVar:
+        # the two variants are told apart in drawings and metrics
         return "handshake_ll_core" if self.low_latency else "handshake_core"
 
     def build(
         self, query: Query, settings: RunSettings, clock: Clock | None
     ) -> HandshakeCore | LowLatencyHandshakeCore:
+        core: HandshakeCore | LowLatencyHandshakeCore
         if self.low_latency:
             core = LowLatencyHandshakeCore(query, self.k, self.n, self.index, self.index_options)
         else:
@@ -77,7 +80,7 @@ def segment_capacity(query: Query, n: int, segment: int | None) -> tuple[int, in
     if segment is not None:
         return segment, segment
     if query.window.kind == "count":  # ceil(w / n) in integers: exact up to 2**63 - 1
-        return tuple(-(-query.window_size(y) // n) for y in (0, 1))
+        return -(-query.window_size(0) // n), -(-query.window_size(1) // n)
     return 4096, 4096
 
 
@@ -150,7 +153,7 @@ class HandshakeCore(JoinLogic):
                 work.expired += gone
         for p, m in out:
             if p == "out":
-                work.pairs += len(m)
+                work.pairs += len(cast(PairBatch, m))
             elif isinstance(m, Batch):  # passed on: copied out of the store
                 work.tuples += len(m)
         work.tuples += len(msg)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -109,7 +110,7 @@ class PanJoinManager(Logic):
     """
 
     cost_group = "manager"
-    COUNTERS = ("tuples", "msgs_out", "pairs")
+    COUNTERS: ClassVar[tuple[str, ...]] = ("tuples", "msgs_out", "pairs")
     merges_batches = True
 
     def __init__(

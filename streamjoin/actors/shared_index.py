@@ -44,6 +44,7 @@ join "with concurrency control" on one thread, Fig. 12a).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -164,8 +165,11 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     def cpus(self) -> int:
         return self.threads
 
-    def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Logic:
+    def build(
+        self, query: Query, settings: RunSettings, clock: Clock | None
+    ) -> JoinCore | SharedIndexCore:
         name = self.index or "pim_tree"
+        core: JoinCore | SharedIndexCore
         if name not in shared.SHAREABLE:  # one thread, any index: a plain core
             core = JoinCore(query, name, self.index_options, ordered=settings.ordered)
         else:
@@ -492,7 +496,12 @@ class SharedIndexCore(Logic):
         """Compile (or load) every kernel on a throwaway core, once per process for each index,
         its options and the query's shape: three batches fill, probe and expire its windows,
         with merges (both phases of a nonblocking one) along the way."""
-        key = ("shared", self.index_name, options_key(self.spec.index_options), self.merge)
+        key: tuple[Hashable, ...] = (
+            "shared",
+            self.index_name,
+            options_key(self.spec.index_options),
+            self.merge,
+        )
         q = self.query
         key += (q.self_join, self.spec.n_keys, q.predicate.symmetric)
         WARMED.once(key, self._warm)

@@ -54,14 +54,21 @@ import numpy as np
 from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, RunSettings
 from streamjoin.actors.join_core import JoinCore, JoinLogic, warm_batch, warm_key
-from streamjoin.actors.window_part import JoinSpec, JoinWork, concat_pairs
+from streamjoin.actors.window_part import JoinSpec, JoinWork, WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
-from streamjoin.indexes.po_join import DEFAULT_MERGE_EVERY
+from streamjoin.indexes.po_join import DEFAULT_MERGE_EVERY, POJoinIndex
 from streamjoin.query import Query
 
 #: The index of both stages, and what they fall back to when it can serve no condition.
 _INDEX = "po_join"
+
+
+def _po_join(part: WindowPart) -> POJoinIndex:
+    """The ``po_join`` index of one of the stages' parts."""
+    index = part.index
+    assert isinstance(index, POJoinIndex)  # the spec's index, and its fallback
+    return index
 
 
 @dataclass
@@ -132,8 +139,10 @@ class MergePlan:
             if not self.count[y]:
                 continue
             due = s.every is not None and self.count[y] >= s.every
-            if s.after is not None and newest - self.oldest_ts[y] >= s.after:
-                due = True
+            oldest = self.oldest_ts[y]
+            # an empty batch brings no newer ts: only a count can make a merge due
+            if s.after is not None and newest is not None and oldest is not None:
+                due = due or newest - oldest >= s.after
             if due:
                 first = self.pieces
                 self.pieces += s.subintervals
@@ -299,7 +308,7 @@ class SPOMutableStage(_Stage):
         """Empty stream ``y``'s part and cut its live tuples into the planned pieces."""
         part = self.parts[y]
         store = part.store
-        a_slots, b_slots, _, slot_refs = part.index.take_mutable()
+        a_slots, b_slots, _, slot_refs = _po_join(part).take_mutable()
         first_ref = store.base + store.head  # tuples below it expired: they go nowhere
         a_pos = slot_refs[a_slots] - first_ref
         b_pos = slot_refs[b_slots] - first_ref
@@ -453,9 +462,9 @@ class SPOWorker(_Stage):
                         self._build(self.early.pop(piece))
         for y in spec.streams:
             part = self.parts[y]
-            held = part.index.n_structures
+            held = _po_join(part).n_structures
             work.expired += part.expire(int(batch.horizon[y]))
-            for _ in range(held - part.index.n_structures):
+            for _ in range(held - _po_join(part).n_structures):
                 self.merged_after[y].popleft()
         return found
 
@@ -493,10 +502,10 @@ class SPOWorker(_Stage):
         part = self.parts[y]
         refs = part.store_rows(rows, np.arange(n))
         keys = self.spec.keys(rows, np.arange(n), y)
-        if not part.index.add_structure(run.a_order, run.b_order, keys, refs):
+        if not _po_join(part).add_structure(run.a_order, run.b_order, keys, refs):
             return None
         self.merged_after[y].append(after)
-        return part.index.n_structures - 1
+        return _po_join(part).n_structures - 1
 
     def _probe_structures(self, batch: Batch, x: int, first: int, end: int) -> PairBatch:
         """Pairs of the batch's stream-``x`` tuples with structures ``first..end-1`` of the
@@ -505,7 +514,7 @@ class SPOWorker(_Stage):
         xs = np.flatnonzero(batch.stream == x)
         if end <= first or len(xs) == 0:
             return PairBatch.empty()
-        with part.index.only_structures(first, end):
+        with _po_join(part).only_structures(first, end):
             self.work.probe_call(len(xs), part.index)
             return part.probe(batch, x, xs)
 

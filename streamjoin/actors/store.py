@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from numba import njit
 
@@ -58,7 +60,7 @@ class TupleStore:
         #: for a residual row not kept, the value all its live rows have (None: no row yet)
         self._fill: list[float | None] = [None] * k
 
-    def keep_residuals(self, rows: np.ndarray | None = None) -> None:
+    def keep_residuals(self, rows: Iterable[int] | None = None) -> None:
         """Write out the residual rows not kept yet (of attributes ``rows``; default all), so
         that ``attrs`` holds every live tuple's residual from now on."""
         k = len(self._fill)
@@ -156,13 +158,16 @@ class TupleStore:
 
     def batch(self, start: int, end: int, stream: int) -> Batch:
         """Rows ``[start, end)`` as a new Batch of ``stream`` (copies)."""
-        cols = {name: self.rows[start:end, c].copy() for c, name in enumerate(ROW_FIELDS)}
+        rows = self.rows[start:end]
         n = end - start
         return Batch(
+            seq=rows[:, SEQ].copy(),
             stream=np.full(n, stream, dtype=np.int8),
+            idx=rows[:, IDX].copy(),
             ts=self.ts[start:end].copy(),
+            ingest_ns=rows[:, INGEST_NS].copy(),
+            lo_idx=rows[:, LO_IDX].copy(),
             attrs=self.attrs_of(start, end),
-            **cols,
         )
 
     def attrs_of(self, start: int, end: int) -> np.ndarray:

@@ -29,6 +29,7 @@ import functools
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit
@@ -152,9 +153,9 @@ class ThreadPool:
         self.step = 0
         self.closed = False
         self._sleeps = [0] * n  # per worker: each counts its own
-        self.fn = None
+        self.fn: Callable[[int], object] | None = None
         self.results: list = [None] * (n + 1)
-        self.wakes = [queue.SimpleQueue() for _ in range(n)]
+        self.wakes: list[queue.SimpleQueue[int]] = [queue.SimpleQueue() for _ in range(n)]
         self.threads = [
             threading.Thread(target=self._serve, args=(k,), daemon=True, name=f"join-{k + 1}")
             for k in range(n)

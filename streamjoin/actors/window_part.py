@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from streamjoin import indexes
@@ -21,6 +23,7 @@ from streamjoin.actors.join_kernels import (
 )
 from streamjoin.actors.store import TupleStore
 from streamjoin.batch import MAX_EXACT_INT, Batch, PairBatch
+from streamjoin.indexes.base import OrderedInsert
 from streamjoin.indexes.key_order import stable_order
 from streamjoin.query import Query
 
@@ -66,6 +69,14 @@ class JoinWork:
         "inserted",
         "expired",
     )
+    part_calls: int
+    tuples: int
+    probes: int
+    scan: float
+    candidates: int
+    pairs: int
+    inserted: int
+    expired: int
 
     def __init__(self) -> None:
         for name in self.JOIN_COUNTERS:
@@ -94,7 +105,7 @@ class JoinWork:
 
 
 #: Counter names of the join actors' cost group, in :meth:`JoinWork.as_tuple` order.
-JOIN_COUNTERS = JoinWork.JOIN_COUNTERS
+JOIN_COUNTERS: tuple[str, ...] = JoinWork.JOIN_COUNTERS
 
 
 class JoinSpec:
@@ -162,7 +173,8 @@ class JoinSpec:
         self.int_magnitude = 0.0
         #: bumped whenever :attr:`conds` or the probe bounds change (:meth:`observe`)
         self.version = 0
-        self._seen = None
+        self._seen: np.ndarray | None = None
+        self.conds: Conditions | ImageConditions
         self._set_conditions(exact=False)
 
     def _set_conditions(self, exact: bool, widen: float = 0.0) -> None:
@@ -311,7 +323,9 @@ class JoinSpec:
     def _join_batch_by_index(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """The in-batch join through a fresh index over each probed stream's tuples of the
         batch (``index_cls.batch_join_options``): ``(i, j)`` batch positions, ``j < i``."""
-        options = {**self.index_options, **self.index_cls.batch_join_options}
+        batch_options = self.index_cls.batch_join_options
+        assert batch_options is not None  # (only then is a batch joined by index)
+        options = {**self.index_options, **batch_options}
         found_i, found_j = [], []
         for x in self.streams:
             y = self.probed(x)
@@ -435,7 +449,7 @@ class WindowPart:
             if keys is None:
                 keys = self.spec.keys(batch, pos, int(batch.stream[pos[0]]))
             if self.index.takes_order:
-                self.index.insert(keys, refs, order=order)
+                cast(OrderedInsert, self.index).insert(keys, refs, order=order)
             else:
                 self.index.insert(keys, refs)
 

@@ -53,22 +53,23 @@ def parse(spec: str, index: str | None = None, index_options: dict | None = None
     subwindows per window), ``shared:4`` (a shared-index core with 4 threads; the index
     defaults to ``pim_tree``) or ``spo:2`` (SPO-Join with 2 PO-Join workers). ``index_options``
     go to every join actor's index."""
-    kw = {"index_options": index_options}
     text = spec.strip().lower()
     if re.fullmatch(r"\d+x\d+", text):
         text = f"grid:{text}"
     if text == "single":
-        return single(index, **kw)
+        return single(index, index_options=index_options)
     if m := re.fullmatch(r"split:(\d+)", text):
-        return split(int(m[1]), index, **kw)
+        return split(int(m[1]), index, index_options=index_options)
     if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(\w+))?", text):
-        return grid(int(m[1]), int(m[2]), index, forward=m[3] or "chain", **kw)
+        return grid(
+            int(m[1]), int(m[2]), index, forward=m[3] or "chain", index_options=index_options
+        )
     if m := re.fullmatch(r"handshake:(\d+)(:ll)?", text):
-        return handshake(int(m[1]), index, low_latency=bool(m[2]), **kw)
+        return handshake(int(m[1]), index, low_latency=bool(m[2]), index_options=index_options)
     if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):
-        return panjoin(int(m[1]), int(m[2] or 4), index, **kw)
+        return panjoin(int(m[1]), int(m[2] or 4), index, index_options=index_options)
     if m := re.fullmatch(r"shared:(\d+)", text):
-        return shared_index(int(m[1]), index or "pim_tree", **kw)
+        return shared_index(int(m[1]), index or "pim_tree", index_options=index_options)
     if m := re.fullmatch(r"spo(?::(\d+))?", text):
-        return spo(int(m[1] or 2), **kw)
+        return spo(int(m[1] or 2), index_options=index_options)
     raise ValueError(f"cannot read topology {spec!r}; use one of: {spec_names()}")

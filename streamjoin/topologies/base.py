@@ -52,7 +52,7 @@ class Topology:
         """The node that receives the result pairs (the one with a :class:`CollectorConfig`)."""
         return self._only(CollectorConfig)
 
-    def _only(self, kind: type) -> str:
+    def _only(self, kind: type[ActorConfig]) -> str:
         found = [n for n, d in self.graph.nodes(data=True) if isinstance(d["config"], kind)]
         if len(found) != 1:
             raise ValueError(f"topology {self.name!r} needs exactly one {kind.role}")
