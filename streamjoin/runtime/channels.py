@@ -288,8 +288,8 @@ def accept_edges(
     try:
         while len(taken) < len(expected):
             now = time.monotonic()
-            for p in [p for p in pending.values() if p.deadline <= now]:
-                drop(p, f"no handshake within {timeout} s")
+            for late in [p for p in pending.values() if p.deadline <= now]:
+                drop(late, f"no handshake within {timeout} s")
             wait = min((p.deadline for p in pending.values()), default=None)
             for key, _ in selector.select(None if wait is None else max(0.0, wait - now)):
                 if key.fileobj is server:
@@ -302,7 +302,10 @@ def accept_edges(
                         drop(next(iter(pending.values())), "too many connections waiting")
                     pending[sock] = _Pending(sock, peer, time.monotonic() + timeout)
                     selector.register(sock, selectors.EVENT_READ)
-                elif (p := pending.get(key.fileobj)) is not None:
+                elif (
+                    isinstance(key.fileobj, socket.socket)
+                    and (p := pending.get(key.fileobj)) is not None
+                ):
                     reason = p.advance(secret, expected, taken)
                     if reason is not None:
                         drop(p, reason)

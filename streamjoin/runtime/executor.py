@@ -13,7 +13,7 @@ import importlib
 import inspect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from streamjoin.actors.base import RunSettings
 from streamjoin.batch import Columns
@@ -60,7 +60,7 @@ class Executor(Protocol):
     """
 
     #: The backend's name in :data:`BACKENDS` and in ``Result.metrics["backend"]``.
-    name: str
+    name: ClassVar[str]
 
     def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
         """The backend's reading of ``pace`` (tuples/s, or None) and its default chunk size;
@@ -89,7 +89,9 @@ class WallClock:
     paced at ``pace`` as it is handed over, one millisecond of it at a time (``batch_size``
     rows unpaced), and the run's metrics need nothing more."""
 
-    def defaults(self, *, pace: float | None, batch_size: int, cols: Columns | None) -> Defaults:
+    def defaults(
+        self: Executor, *, pace: float | None, batch_size: int, cols: Columns | None
+    ) -> Defaults:  # a mixin of executors: ``self`` is one
         return Defaults(self, default_chunk_rows(pace, batch_size), pace)
 
     def metrics(self, trace: RunTrace) -> dict:

@@ -158,9 +158,13 @@ def _unwrap(err: Exception) -> ActorFailed:
     Ray wraps it in a chain of task errors (a failed call) or only in the text of an
     ``ActorDiedError`` (a failed constructor); take the innermost message in either case.
     """
-    cause = err
+    cause: BaseException | None = err
     while cause is not None:
-        if type(cause) in (ActorFailed, LostNeighbour) and cause.args:
+        if (
+            isinstance(cause, ActorFailed)
+            and type(cause) in (ActorFailed, LostNeighbour)
+            and cause.args
+        ):
             return type(cause)(str(cause.args[0]).splitlines()[0])
         cause = getattr(cause, "cause", None) or cause.__cause__
     found = re.findall(r"(LostNeighbour|ActorFailed): (actor '[^\n]*)", str(err))
@@ -302,7 +306,7 @@ class _Run:
         cpus = _cpu_requests(self.graph, self.emitter)
         strategy = "SPREAD" if ex.placement == "spread" else "DEFAULT"
         self.hosts = {
-            n: Host.options(
+            n: Host.options(  # type: ignore[attr-defined]  # mypy ignores the ray.remote class decorator
                 name=f"{self.run_id}-{n}",
                 namespace=NAMESPACE,
                 num_cpus=cpus[n],
@@ -461,6 +465,7 @@ class _Run:
 
     def _drive(self, chunks) -> RunTrace:
         hosts, source = self.hosts, self.source
+        assert source is not None  # (made before the drive)
         self.wait([h.start.remote(self._wiring(n, self.addresses)) for n, h in hosts.items()])
         for n in hosts:
             self._watch(n)
@@ -522,6 +527,7 @@ class _Run:
         previous = None
         while True:
             counts = self.wait([h.settle.remote() for h in self.hosts.values()])
+            assert self.source is not None  # (made before the drive)
             sent = self.source.frames_sent + sum(c[0] for c in counts)
             handled = sum(c[1] for c in counts)
             if sent == handled and (sent, handled) == previous:
@@ -577,11 +583,13 @@ class _Run:
         predecessors = sorted(set(self.graph.predecessors(node)) - {self.emitter})
         refs = [self.hosts[p].reconnect_to.remote(node, address) for p in predecessors]
         if self.emitter in self.graph.predecessors(node):
+            assert self.source is not None  # (made before the drive)
             self.source.reconnect(node, address, self.secret)
         replay = channels.connect(address, REPLAY, self.secret)
         replay.settimeout(POLL_S)
         try:
             self.wait(refs)
+            assert self.retention is not None  # (kept when any node is recoverable)
             kept = self.retention.replay(node)
             frames = [channels.frame(port, channels.payload(b)) for port, b in kept]
             channels.send(replay, [*frames, channels.end_frame()], lambda: self.check())

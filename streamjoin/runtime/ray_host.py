@@ -247,6 +247,7 @@ class Node:
     def _undelivered(self, pairs: PairBatch) -> PairBatch:
         """``pairs`` less those among tuples this core's last life had handled and
         delivered (module docstring)."""
+        assert self.delivered is not None  # (only a restarted core filters)
         r, s = self.delivered
         keep = (pairs.r > r) | (pairs.s > s)
         if keep.all():
@@ -338,7 +339,7 @@ def close_socket(sock) -> None:
     sock.close()
 
 
-@ray.remote(max_task_retries=0, max_concurrency=4)
+@ray.remote(max_task_retries=0, max_concurrency=4)  # type: ignore[call-overload]  # ray's overloads lack actor options
 class Host(Node):
     """A node in its own Ray actor: a worker thread that reads its edges and runs the logic,
     and in a cyclic graph a reader thread besides (module docstring).

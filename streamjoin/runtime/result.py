@@ -78,6 +78,7 @@ class Result:
         what the backend adds to :attr:`metrics` (``Executor.metrics``).
         """
         col = trace.collector
+        assert col is not None  # every executor's trace of a finished run has it
         end = col.last_ns if col.last_ns is not None else trace.end_ns
         elapsed_s = max(end - trace.start_ns, 1) / 1e9
         hist = col.histogram

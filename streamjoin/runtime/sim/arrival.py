@@ -71,7 +71,9 @@ class Arrival:
         return cls("replay", speed=speed, ts_unit_ns=positive_int("ts_unit_ns", ts_unit_ns))
 
     @staticmethod
-    def _rates(rate, rate_r, rate_s):
+    def _rates(
+        rate: float | None, rate_r: float | None, rate_s: float | None
+    ) -> tuple[float | None, tuple[float, float] | None]:
         if rate is not None:
             if rate_r is not None or rate_s is not None:
                 raise ValueError("give either rate (total) or rate_r and rate_s, not both")
@@ -102,12 +104,12 @@ class Arrival:
         """The same process ``factor`` times as fast (a replay: ``speed`` times ``factor``)."""
         if self.process == "replay":
             return Arrival("replay", speed=self.speed * factor, ts_unit_ns=self.ts_unit_ns)
-        rates = None if self.rates is None else tuple(r * factor for r in self.rates)
+        rates = None if self.rates is None else (self.rates[0] * factor, self.rates[1] * factor)
         rate = None if self.rate is None else self.rate * factor
         return Arrival(self.process, rate, rates, self.seed)
 
     def to_dict(self) -> dict:
-        d = {"process": self.process}
+        d: dict[str, object] = {"process": self.process}
         if self.process == "replay":
             d.update(speed=self.speed, ts_unit_ns=self.ts_unit_ns)
         else:
@@ -157,6 +159,7 @@ class ArrivalClock:
                     )
                 self.last = max(self.last, t)
         elif a.rates is None:
+            assert a.rate is not None  # a rate, total or per stream, unless a replay
             self.last = max(self.last, self._advance(2, n, a.rate))
         else:
             for s in (0, 1):

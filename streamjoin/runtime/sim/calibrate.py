@@ -395,7 +395,9 @@ def calibrate(
         registry.get(n)
     base = default_profile()
     # the share of a processor the timed steps get, and what several busy processes get
-    cpu_share, share_raw = measure_cpu_share(**({"seconds": 0.2, "rounds": 1} if quick else {}))
+    cpu_share, share_raw = (
+        measure_cpu_share(seconds=0.2, rounds=1) if quick else measure_cpu_share()
+    )
     recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
     for index in names:
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
@@ -428,10 +430,14 @@ def calibrate(
     after_idle = base.after_idle
     if idle_gap_s is not None:
         index = "bplus_tree" if "bplus_tree" in names else names[0]
-        kw = {"window": 4096, "rounds": 1, "steps": 20} if quick else {}
-        after_idle, quality["after_idle"] = measure_after_idle(
-            index, gap_s=idle_gap_s, seed=seed, **kw
-        )
+        if quick:
+            after_idle, quality["after_idle"] = measure_after_idle(
+                index, gap_s=idle_gap_s, seed=seed, window=4096, rounds=1, steps=20
+            )
+        else:
+            after_idle, quality["after_idle"] = measure_after_idle(
+                index, gap_s=idle_gap_s, seed=seed
+            )
     messages = base.messages
     if ray:
         from streamjoin.runtime.sim.ray_messages import measure_messages  # imports Ray

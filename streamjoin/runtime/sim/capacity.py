@@ -99,6 +99,7 @@ def max_sustainable_rate(
     )
     model = CostModel(as_profile(machine))
     base = template.total_rate
+    assert base is not None  # (not a replay)
     runs: list[dict] = []
 
     def attempt(rate: float) -> bool:
@@ -109,7 +110,8 @@ def max_sustainable_rate(
         res = Result.from_trace(trace, query, topology, settings, backend=sim.name)
         span = max(1, trace.last_arrival_ns)
         ok = trace.drain_ns <= slack * span
-        backlog = sum(trace.queue_tuples.values()) if trace.queue_tuples else np.zeros(1)
+        series = list(trace.queue_tuples.values())  # per core, over the same sample times
+        backlog = np.sum(series, axis=0) if series else np.zeros(1)
         runs.append(
             {
                 "rate": rate,

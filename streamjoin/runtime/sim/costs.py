@@ -78,7 +78,11 @@ class CostModel:
                     f"{type(logic).__name__} counts {logic.COUNTERS}, but cost group "
                     f"{group!r} charges {names[1:]}"
                 )
-            table = self._index_costs(key) if group == "join" else self.profile.roles[group]
+            if group == "join":
+                assert key is not None  # a join logic's cost key is its index
+                table = self._index_costs(key)
+            else:
+                table = self.profile.roles[group]
             coefs = self._coefs[(group, key)] = tuple(table[f] for f in names)
         return coefs
 

@@ -57,10 +57,10 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import simpy
@@ -77,10 +77,21 @@ from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.costs import CostModel
 from streamjoin.runtime.sim.profile import MachineProfile, as_profile
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
+from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
 
 # mailbox item kinds
 _CHUNK, _BATCH, _TICK, _EOF = "chunk", "batch", "tick", "eof"
+
+
+class _Env(simpy.Environment):
+    """SimPy's environment, its clock in whole virtual ns: every delay the simulation
+    schedules is an int (costs are rounded to ns), so ``now`` stays an int."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def now(self) -> int: ...
 
 
 class _Core:
@@ -163,7 +174,7 @@ class _Simulation:
         sample_every_ns: int,
         max_samples: int,
     ) -> None:
-        self.env = env = simpy.Environment()
+        self.env = env = _Env()
         graph = topology.graph
         self.settings, self.model, self.arrival = settings, model, arrival
         self.max_delay = settings.max_delay_ns
@@ -207,11 +218,14 @@ class _Simulation:
                 for d in dict.fromkeys(graph.successors(n))
             ]
         # processors: one per core (None), or a shared pool steps queue for in FIFO order
-        self.cpus = self.cpus_free = model.profile.cpus
+        self.cpus = model.profile.cpus
+        self.cpus_free = self.cpus or 0  # read only with cpus
         self.cpu_wait: deque = deque()
         self._start = self._step if self.cpus is None else self._start_on_cpu
         # compute stretch by the number of steps holding processors (cpu_share)
-        self.slowdown = [model.profile.slowdown(k) for k in range(1 + (self.cpus or 0))]
+        self.slowdown: list[float] | None = [
+            model.profile.slowdown(k) for k in range(1 + (self.cpus or 0))
+        ]
         self.after_idle = model.profile.after_idle
         if not any(f != 1.0 for f in self.slowdown):
             self.slowdown = None
@@ -227,7 +241,7 @@ class _Simulation:
         self.core_list = list(self.cores.values())
         self.max_samples = max_samples
         # emitter batching timer (max_delay): chunks the emitter took, as (end row, ingest)
-        self.taken = deque()
+        self.taken: deque[tuple[int, int]] = deque()
         self.rows_taken = 0
         self.tick_armed = False
         self.start_ns: int | None = None
@@ -349,7 +363,8 @@ class _Simulation:
         if t0 >= self.next_sample:
             self._sample(t0)
         logic, st = core.logic, core.stats
-        snap, ahead = None, ()
+        ahead: Sequence[tuple[str, object]] = ()
+        args: tuple
         if kind is _BATCH:
             if core.box and core.box[0][3] is src:
                 msg, recv = self._coalesce(core, port, msg, src, recv)
@@ -417,7 +432,11 @@ class _Simulation:
         length calls for, ``IdleCosts.ramp``), stretched by the processors' share
         (``cpu_share``)."""
         ns = core.charge(kind, msg, snap, core.logic.counters(), wall)
-        stretch = 1.0 if self.slowdown is None else self.slowdown[self.cpus - self.cpus_free]
+        if self.slowdown is None:
+            stretch = 1.0
+        else:
+            assert self.cpus is not None  # (only shared processors slow a step)
+            stretch = self.slowdown[self.cpus - self.cpus_free]
         if core.rest_ns:
             if core.idle_ns:
                 ns += core.idle_ns * self.after_idle.share(core.rest_ns)
@@ -466,6 +485,7 @@ class _Simulation:
     def _arm_tick(self, emitter) -> None:
         """Wake the emitter when its oldest open tuple has waited ``max_delay``."""
         delay = self.max_delay
+        assert delay is not None  # (armed only with a max_delay)
         if self.tick_armed or not emitter.open_tuples:
             return
         oldest_row = self.rows_taken - emitter.open_tuples
@@ -601,7 +621,11 @@ class Sim:
             A :class:`RunTrace` in virtual time, with the profile, arrival process and mailbox
             samples.
         """
-        model = self.machine if isinstance(self.machine, CostModel) else CostModel(self.machine)
+        machine = self.machine
+        if not isinstance(machine, CostModel):
+            assert isinstance(machine, MachineProfile)  # (as __post_init__ left it)
+            machine = CostModel(machine)
+        model = machine
         sim = _Simulation(
             query,
             topology,
@@ -614,7 +638,8 @@ class Sim:
         )
         return sim.run(chunks)
 
-    def metrics(self, trace: SimTrace) -> dict:
+    def metrics(self, trace: RunTrace) -> dict:
+        assert isinstance(trace, SimTrace)  # the one run() returned
         return trace.metrics()
 
 

@@ -87,8 +87,16 @@ def _segments(points: list) -> list[tuple[float, float]]:
     return out
 
 
+class _MessageLines:
+    """What :class:`MessageCosts` derives from its fields in ``__post_init__``: attributes,
+    not fields (a base that is no dataclass), so ``asdict`` and ``replace`` leave them out."""
+
+    _sizes: list[float]
+    _lines: list[tuple[float, float, float, float]]
+
+
 @dataclass(frozen=True)
-class MessageCosts:
+class MessageCosts(_MessageLines):
     """Per-message costs in ns (see the module docstring for where each is charged).
 
     ``measured`` holds ``(bytes, send_ns, recv_ns)`` points, ascending in bytes, where the
@@ -164,8 +172,16 @@ class MessageCosts:
         return MessageCosts(**costs, measured=points)
 
 
+class _IdleLines:
+    """What :class:`IdleCosts` derives from its fields in ``__post_init__`` (as
+    :class:`_MessageLines`)."""
+
+    _gaps: list[float]
+    _lines: list[tuple[float, float]]
+
+
 @dataclass(frozen=True)
-class IdleCosts:
+class IdleCosts(_IdleLines):
     """What a step costs beyond its charge when it follows idle time, in ns per step of each
     cost group (see the module docstring; measured by
     :func:`~streamjoin.runtime.sim.calibrate.measure_after_idle`).
