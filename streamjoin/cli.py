@@ -378,6 +378,10 @@ def cmd_run(args) -> int:
     result, topology, query, data = _run_job(args)
     if args.check:
         if isinstance(data, sj.sources.Source):  # a Spark source: its rows in arrival order
+            from streamjoin.spark_bridge.source import SparkSource  # loaded: data is one
+
+            assert isinstance(data, SparkSource)
+            assert data.columns is not None  # (set when the run checked the source)
             data = data.ordered.select(*data.columns).toArrow()
         cmp = result.same_pairs(sj.oracle.join(query, data))
         print(f"oracle: {cmp}")

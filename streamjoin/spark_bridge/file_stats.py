@@ -163,10 +163,10 @@ def ts_sources(plan, ts_id: int, convert: tuple = ()) -> dict[int, TsSource] | N
         at = ids.index(ts_id)
         out: dict[int, TsSource] = {}
         for child in _seq(plan.children()):
-            found = ts_sources(child, _seq(child.output())[at].exprId().id(), convert)
-            if found is None:
+            child_sources = ts_sources(child, _seq(child.output())[at].exprId().id(), convert)
+            if child_sources is None:
                 return None
-            out.update(found)
+            out.update(child_sources)
         return out
     if name == "FileSourceScanExec":
         relation = plan.relation()
@@ -197,13 +197,15 @@ def rdd_leaves(rdd, memo: dict | None = None) -> list[list[tuple[int, int]]] | N
         out = [[(key, p)] for p in range(n)]
     elif _name(rdd) == "UnionRDD":  # partitions: the parents', one after the other
         parts = [rdd_leaves(d.rdd(), memo) for d in deps]
-        out = None if None in parts else [leaf for p in parts for leaf in p]
+        known = [p for p in parts if p is not None]
+        out = [leaf for p in known for leaf in p] if len(known) == len(parts) else None
     else:
         parts = [
             rdd_leaves(d.rdd(), memo) if _name(d) == "OneToOneDependency" else None for d in deps
         ]
-        ok = None not in parts and all(len(p) == n for p in parts)
-        out = [[leaf for p in parts for leaf in p[k]] for k in range(n)] if ok else None
+        known = [p for p in parts if p is not None]
+        ok = len(known) == len(parts) and all(len(p) == n for p in known)
+        out = [[leaf for p in known for leaf in p[k]] for k in range(n)] if ok else None
     if out is not None and len(out) != n:
         out = None
     memo[key] = out
@@ -241,9 +243,12 @@ class _Footers:
         return self.meta[uri]
 
 
-def _split_range(meta, start: int, end: int, source: TsSource) -> tuple[int, int, int] | None:
+def _split_range(
+    meta, start: int, end: int, source: TsSource
+) -> tuple[int, int | None, int | None] | None:
     """Rows, and the converted ``ts`` minimum and maximum, of the row groups that overlap
-    bytes ``[start, end)`` of the file (a superset of those Spark reads for that split)."""
+    bytes ``[start, end)`` of the file (a superset of those Spark reads for that split); the
+    bounds are None if no row group overlaps them."""
     names = [meta.schema.column(k).path for k in range(meta.num_columns)]
     matches = [k for k, n in enumerate(names) if n == source.column]
     if not matches:
@@ -284,7 +289,7 @@ def partition_ranges(plan, rdd, ts: str = "ts") -> list[PartitionRange]:
     ts_id = _output_id(plan, ts)
     sources = None if ts_id is None else ts_sources(plan, ts_id)
     leaves = rdd_leaves(rdd) if sources else None
-    if not leaves:
+    if not sources or not leaves:
         return [PartitionRange(p, 0, None, None) for p in range(n)]
     splits: dict[int, list] = {}  # scan RDD id: its partitions' files
     footers = _Footers()

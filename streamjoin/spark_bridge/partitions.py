@@ -103,7 +103,8 @@ def buffered_rows(jobs: Sequence[Sequence[PartitionRange]]) -> tuple[int, int]:
     Runtime complexity: ``O(p log p + j h)`` for ``p`` partitions, ``j`` jobs and at most
     ``h`` partitions held back at once.
     """
-    fetched: list[tuple[int, int, PartitionRange]] = []  # heap of partitions still held
+    # heap of partitions still held: (ts_max, pid, ts_min, partition)
+    fetched: list[tuple[int, int, int, PartitionRange]] = []
     blind = 0  # rows of partitions of unknown bounds, held until the next job is merged
     held = held_max = peak = 0
     for j, job in enumerate(jobs):
@@ -111,19 +112,19 @@ def buffered_rows(jobs: Sequence[Sequence[PartitionRange]]) -> tuple[int, int]:
         blind_now = sum(p.rows for p in job if p.ts_min is None)
         for p in job:
             if p.ts_min is not None:
-                heapq.heappush(fetched, (p.ts_max, p.pid, p))
+                assert p.ts_max is not None  # a partition's bounds are known together
+                heapq.heappush(fetched, (p.ts_max, p.pid, p.ts_min, p))
         if j + 1 == len(jobs):
             break
         bound = jobs[j + 1][0].ts_min
         blind += blind_now
         if bound is None:  # nothing can be handed over yet
-            held = blind + sum(p.rows for _, _, p in fetched)
+            held = blind + sum(p.rows for *_, p in fetched)
         else:
             while fetched and fetched[0][0] < bound:
                 heapq.heappop(fetched)
             held = blind + sum(
-                -(-p.rows * (p.ts_max - max(bound, p.ts_min) + 1) // (p.ts_max - p.ts_min + 1))
-                for _, _, p in fetched
+                -(-p.rows * (hi - max(bound, lo) + 1) // (hi - lo + 1)) for hi, _, lo, p in fetched
             )
             blind = 0
         held_max = max(held_max, held)
@@ -199,6 +200,7 @@ def in_arrival_order(
         if last:
             cut = held.num_rows
         else:
+            assert bound is not None  # (held back above until it is known)
             cut = int(np.searchsorted(held.column("ts").to_numpy(), bound, side="left"))
             handed = bound
         yield from _slices(held.slice(0, cut).select(list(keep)))
@@ -235,6 +237,7 @@ def in_background(items: Iterator, depth: int = PREFETCH_JOBS) -> Iterator:
 
     def work() -> None:
         while not stop.is_set():
+            item: tuple[object, BaseException | None]
             try:
                 item = (next(items, end), None)
             except BaseException as e:  # handed to the consumer

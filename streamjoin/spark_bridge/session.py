@@ -34,13 +34,13 @@ def find_java() -> str:
                 f"Java {MIN_JAVA}+ installation or unset it"
             )
         return java
-    java = shutil.which("java")
-    if java is None:
+    on_path = shutil.which("java")
+    if on_path is None:
         raise SparkSetupError(
             f"Java not found (no JAVA_HOME, no java on PATH); PySpark 4 needs Java {MIN_JAVA} or "
             "newer, e.g. `apt install openjdk-17-jre-headless`"
         )
-    return java
+    return on_path
 
 
 def java_major(version_text: str) -> int:

@@ -289,6 +289,7 @@ class SparkSource(Source):
             plan = self._choose()  # iterated without check(), or again after a run
         if self.order_used != "partitions":
             return self._in_order(columns)
+        assert plan is not None  # _choose plans the read when it picks "partitions"
         required, keys = self.columns or [], self.keys
 
         def check(table: pa.Table, pids: list[int]) -> None:
@@ -302,7 +303,11 @@ class SparkSource(Source):
         required = self.columns or []
         offset = 0
         for batch in stream_batches(self.ordered.select(*columns), self.transport):
-            check_arrived(batch, required, lambda row, at=offset: f"row {at + row:,}")
+
+            def where(row: int, at: int = offset) -> str:
+                return f"row {at + row:,}"
+
+            check_arrived(batch, required, where)
             offset += batch.num_rows
             yield batch
 

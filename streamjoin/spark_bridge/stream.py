@@ -265,4 +265,5 @@ class JoinSink:
         if self._thread.is_alive():
             raise TimeoutError(f"the join job did not finish within {timeout} s")
         self._check_alive()
+        assert self._result is not None  # the job ended without an error: it has its result
         return self._result
