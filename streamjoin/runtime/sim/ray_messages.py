@@ -230,9 +230,8 @@ def measure_messages(
     load0 = os.getloadavg()[0]
     try:
         secret = channels.new_secret()
-        # mypy ignores class decorators: it does not see that ray.remote made _Station an actor
-        sink = _Station.options(num_cpus=0.25).remote(started)  # type: ignore[attr-defined]
-        relay = _Station.options(num_cpus=0.25).remote(started)  # type: ignore[attr-defined]
+        sink = _Station.options(num_cpus=0.25).remote(started)  # type: ignore[attr-defined]  # a ray.remote class (mypy skips class decorators)
+        relay = _Station.options(num_cpus=0.25).remote(started)  # type: ignore[attr-defined]  # as sink
         sink_at, relay_at = ray.get([sink.address.remote(), relay.address.remote()])
         ray.get(
             [
