@@ -199,7 +199,8 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
         the default ``ts`` of count windows.
     check_ts : bool
         Check that ``ts`` is non-decreasing per stream *within* this table (the caller checks
-        across chunks).
+        across chunks), under a time window and unless the query takes out-of-order input
+        (``lateness``).
 
     Raises
     ------
@@ -255,7 +256,7 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
 
     if "ts" in names:
         ts = _ts_int64(_column(data, "ts"), row_offset)
-        if check_ts and query.window.kind == "time":
+        if check_ts and query.window.kind == "time" and query.lateness is None:
             for s in (0, 1):
                 rows = np.flatnonzero(stream == s)
                 own = ts[rows]
@@ -268,6 +269,10 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
                         f"({ts[rows[_first_bad(dec)]]} then {ts[i]}); a time window needs "
                         "non-decreasing ts per stream"
                     )
+    elif query.lateness is not None:
+        raise InputError(
+            "lateness= needs a 'ts' column: the event time rows may come out of order in"
+        )
     else:
         ts = np.arange(row_offset, row_offset + n, dtype=np.int64)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from streamjoin.batch import validate
+from streamjoin.batch import Columns, InputError, validate
 from streamjoin.query import Query
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
@@ -45,13 +45,46 @@ def _int(image: np.ndarray, residual: np.ndarray, i: int | np.integer) -> int:
     return int(np.atleast_1d(image)[i]) + int(np.atleast_1d(residual)[i])
 
 
+def late_rows(query: Query, data) -> np.ndarray:
+    """The input row numbers of the rows that are late under ``query.lateness`` (none without
+    it): row *i* is late if its ``ts`` lies below ``max(ts of rows before i) - lateness``,
+    decided in Python integers."""
+    if query.lateness is None:
+        return np.empty(0, dtype=np.int64)
+    ts = validate(data, query).ts
+    late, top = [], None
+    for i, t in enumerate(ts.tolist()):
+        if top is not None and t < top - query.lateness:
+            late.append(i)
+        top = t if top is None else max(top, t)
+    return np.array(late, dtype=np.int64)
+
+
 def join(query: Query, data) -> pa.Table:
     """All result pairs of ``query`` over ``data`` as a table with int64 columns ``r``, ``s``.
 
     ``r`` and ``s`` are input row numbers; for a self-join ``r`` is the older row. Rows are in
-    order of the later tuple, then the earlier one.
+    order of the later tuple, then the earlier one. With ``query.lateness``, the join of the
+    rows that are not late (:func:`late_rows`) stably sorted by ``ts``, their pairs by their
+    input row numbers (a late row raises ``InputError`` unless ``query.on_late == "drop"``).
     """
+    if query.lateness is None:
+        return _join(query, validate(data, query))
     cols = validate(data, query)
+    late = late_rows(query, data)
+    if len(late) and query.on_late == "error":
+        raise InputError(f"row {late[0]} is late under lateness {query.lateness}")
+    on_time = np.setdiff1d(np.arange(len(cols)), late)
+    order = on_time[np.argsort(cols.ts[on_time], kind="stable")]
+    sorted_cols = Columns(cols.stream[order], cols.ts[order], cols.attrs[:, order])
+    pairs = _join(query, sorted_cols)
+    r = order[pairs.column("r").to_numpy()]
+    s = order[pairs.column("s").to_numpy()]
+    return pa.table({"r": r.astype(np.int64), "s": s.astype(np.int64)})
+
+
+def _join(query: Query, cols: Columns) -> pa.Table:
+    """The pairs of ``cols`` in arrival order, by row number (docs/design.md §1)."""
     stream, ts, attrs = cols.stream, cols.ts, cols.attrs
     n = len(stream)
     out_r: list[np.ndarray] = []

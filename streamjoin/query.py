@@ -339,13 +339,45 @@ class Query:
     the earlier is in its stream's window; each pair is emitted once. A self-join (one
     stream) emits (a, b), a older than b, iff b arrives while a is in the window and
     θ(a, b) or θ(b, a) holds.
+
+    Parameters
+    ----------
+    predicate : Condition or Predicate
+        θ(r, s): conditions joined with ``&``.
+    window : CountWindow or TimeWindow
+    self_join : bool
+        One stream joined with itself.
+    lateness : int, optional
+        Out-of-order input (event time). By default (None) ``ts`` must not decrease within a
+        stream under a time window, and tuples are joined in arrival order. With
+        ``lateness=L`` (in ``ts`` units) rows may come in any order: before row *i* (arrival
+        order, both streams) the *watermark* is ``max(ts of the rows before i) - L``, and row
+        *i* is *late* if its ``ts`` lies below it. The result is then exactly the join of the
+        rows that are not late, stably sorted by ``ts`` (ties keep arrival order; count
+        windows count in that order), with pairs reported by the rows' input numbers; for a
+        self-join ``r`` is the row earlier in that order. Each row waits until the watermark
+        passes its ``ts``, and latency counts that wait (docs/design.md §1).
+    on_late : {"error", "drop"}
+        A late row raises :class:`~streamjoin.InputError` naming it, its ``ts`` and the
+        watermark, and the run returns nothing (``"error"``, the default); or it is left out
+        and listed in ``Result.late`` and counted in ``metrics["late_tuples"]`` (``"drop"``).
     """
 
     predicate: Predicate
     window: Window
     self_join: bool = False
+    lateness: int | None = None
+    on_late: str = "error"
 
-    def __init__(self, predicate: Condition | Predicate, window: Window, self_join: bool = False):
+    def __init__(
+        self,
+        predicate: Condition | Predicate,
+        window: Window,
+        self_join: bool = False,
+        *,
+        lateness: int | None = None,
+        on_late: str = "error",
+    ):
         if isinstance(predicate, Condition):
             predicate = Predicate((predicate,))
         if not isinstance(predicate, Predicate):
@@ -356,9 +388,23 @@ class Query:
             raise ValueError(f"window must be CountWindow(...) or TimeWindow(...), got {window!r}")
         if not isinstance(self_join, bool):
             raise ValueError(f"self_join must be True or False, got {self_join!r}")
+        if lateness is not None:
+            if isinstance(lateness, bool) or not isinstance(lateness, int | np.integer):
+                raise ValueError(f"lateness must be an int (ts units) or None, got {lateness!r}")
+            if lateness < 0:
+                raise ValueError(f"lateness must be >= 0, got {lateness}")
+            lateness = int(lateness)
+        if on_late not in ("error", "drop"):
+            raise ValueError(f"on_late must be 'error' or 'drop', got {on_late!r}")
+        if on_late != "error" and lateness is None:
+            raise ValueError(
+                "on_late='drop' needs lateness= (the bound beyond which rows are late)"
+            )
         object.__setattr__(self, "predicate", predicate)
         object.__setattr__(self, "window", window)
         object.__setattr__(self, "self_join", self_join)
+        object.__setattr__(self, "lateness", lateness)
+        object.__setattr__(self, "on_late", on_late)
 
     @property
     def attrs(self) -> tuple[str, ...]:
@@ -387,4 +433,7 @@ class Query:
         kind = "self-join" if self.self_join else "join"
         w = self.window
         size = f"{w.r}" if self.self_join or w.r == w.s else f"R {w.r}, S {w.s}"
-        return f"{kind} on {self.predicate} within {w.kind} window {size}"
+        text = f"{kind} on {self.predicate} within {w.kind} window {size}"
+        if self.lateness is not None:
+            text += f", lateness {self.lateness} ({'late rows dropped' if self.on_late == 'drop' else 'late rows refused'})"
+        return text

@@ -80,7 +80,7 @@ def read_validated(source: Source, query) -> Iterator[Columns]:
             if chunk is _END:
                 return
             cols = validate(chunk, query, row_offset=rows)
-            if query.window.kind == "time":
+            if query.window.kind == "time" and query.lateness is None:
                 check_ts_continues(cols, last_ts, rows)
             rows += len(cols)
             yield cols
@@ -393,6 +393,37 @@ def inequality_workload(
     return table.append_column(attrs[0], pa.array(a)).append_column(
         attrs[1], pa.array(a + rng.normal(0.0, sigma, n))
     )
+
+
+def disorder(data, delay: int, *, fraction: float = 1.0, seed: int = 0) -> pa.Table:
+    """``data`` (in ``ts`` order) as it arrives when a ``fraction`` of its rows are held up by
+    a uniform amount in ``[0, delay]`` of ``ts`` units: each row arrives at ``ts`` plus its
+    hold-up, rows in order of arrival (ties keep the input's order). The ``ts`` column is
+    unchanged, so every row is at most ``delay`` behind the largest ``ts`` before it, and
+    ``Query(..., lateness=delay)`` joins it exactly as the ordered input.
+
+    ``fraction=1.0`` displaces every row (``ts`` uniformly behind its arrival position);
+    ``fraction=0.01``, stragglers."""
+    if isinstance(delay, bool) or not isinstance(delay, int | np.integer) or delay < 0:
+        raise ValueError(f"delay must be an int >= 0 (ts units), got {delay!r}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must lie in [0, 1], got {fraction!r}")
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, dict):
+        table = pa.table(data)
+    else:  # pandas
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    if "ts" not in table.column_names:
+        raise ValueError("disorder needs a 'ts' column")
+    ts = table.column("ts").to_numpy().astype(np.int64)
+    rng = np.random.default_rng(seed)
+    held = rng.random(len(ts)) < fraction
+    hold_up = np.where(held, rng.integers(0, delay, len(ts), endpoint=True), 0)
+    top = np.iinfo(np.int64).max
+    arrival = np.minimum(ts, top - hold_up) + hold_up  # saturating: no wrap near 2**63
+    order = np.argsort(arrival, kind="stable")
+    return table.take(pa.array(order))
 
 
 def band_for_match_rate(

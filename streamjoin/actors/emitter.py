@@ -12,6 +12,7 @@ from numba import njit
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
 from streamjoin.batch import Batch, Columns, check_ts_continues
+from streamjoin.event_time import ReorderBuffer
 from streamjoin.indexes.sorted_runs import lower_bound
 from streamjoin.query import Query
 
@@ -51,9 +52,14 @@ class Emitter(Logic):
     decides which cores it goes to (:mod:`streamjoin.actors.router`). A chunk that is exactly
     one batch goes on as it is.
 
+    With ``Query.lateness`` (out-of-order input) the emitter first holds each chunk's rows in
+    a :class:`~streamjoin.event_time.ReorderBuffer` and stamps them as the watermark releases
+    them, in ``ts`` order, each with the time it arrived: ``seq`` then numbers rows in that
+    order, and latency counts the wait.
+
     Counters (``COUNTERS``): tuples taken in, messages and tuples sent, and tuples copied to
-    merge chunks into batches or cut them (a cost the simulator charges apart from the tuples
-    sent).
+    merge chunks into batches or cut them, or by the reorder buffer's sorts and merges (a cost
+    the simulator charges apart from the tuples sent).
     """
 
     cost_group = "emitter"
@@ -80,6 +86,8 @@ class Emitter(Logic):
         # time windows: ts of stream Y from idx ts_base[Y] on (the reachable part)
         self.ts_hist = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
         self.ts_base = np.zeros(2, dtype=np.int64)
+        # out-of-order input (Query.lateness): rows wait here until the watermark passes them
+        self.reorder = None if query.lateness is None else ReorderBuffer(query.lateness)
         self._pending: list[Batch] = []
         self._pending_n = 0
         self.copied = 0  # tuples copied into a batch other than the chunk they came in
@@ -113,8 +121,16 @@ class Emitter(Logic):
         if ingest_ns is None:
             ingest_ns = self.clock() if self.clock else 0
         self.tuples_in += len(cols)
+        arrived: int | np.ndarray = ingest_ns
+        if self.reorder is not None:
+            copied = self.reorder.copied
+            released = self.reorder.push(cols, ingest_ns)
+            self.copied += self.reorder.copied - copied
+            if released is None:
+                return self._sent(self._tick())
+            cols, arrived = released
         if len(cols):
-            self._pending.append(self._stamp(cols, ingest_ns))
+            self._pending.append(self._stamp(cols, arrived))
             self._pending_n += len(cols)
         out = self._close(full_only=True)
         return self._sent(out + self._tick())
@@ -127,13 +143,20 @@ class Emitter(Logic):
         raise TypeError("the emitter takes input chunks (on_chunk), not batches")
 
     def on_eof(self) -> list[tuple[str, Batch]]:
-        """Flush what is left, then whatever the route sends after the last batch."""
+        """Flush what is left (rows held for the watermark too), then whatever the route sends
+        after the last batch."""
+        released = None if self.reorder is None else self.reorder.flush()
+        if released is not None:
+            cols, arrived = released
+            self._pending.append(self._stamp(cols, arrived))
+            self._pending_n += len(cols)
         return self._sent(self._close(full_only=False) + self.route.eof())
 
     def _tick(self) -> list[tuple[str, Batch]]:
         if not self._pending or self.max_delay_ns is None or self.clock is None:
             return []
-        if self.clock() - int(self._pending[0].ingest_ns[0]) >= self.max_delay_ns:
+        oldest = self.oldest_open_ns
+        if oldest is not None and self.clock() - oldest >= self.max_delay_ns:
             return self._close(full_only=False)
         return []
 
@@ -145,11 +168,26 @@ class Emitter(Logic):
 
     @property
     def open_tuples(self) -> int:
+        """Tuples in the open batch (not those held for the watermark)."""
         return self._pending_n
+
+    @property
+    def oldest_open_ns(self) -> int | None:
+        """When the tuple that has waited longest in the open batch arrived (None if it is
+        empty). Out-of-order input releases tuples in ``ts`` order, so that may be any of
+        them, not the first."""
+        if not self._pending:
+            return None
+        if self.reorder is None:  # arrival order: the first is the oldest
+            return int(self._pending[0].ingest_ns[0])
+        return min(int(b.ingest_ns.min()) for b in self._pending)
 
     # -- stamping --------------------------------------------------------------------------------
 
-    def _stamp(self, cols: Columns, ingest_ns: int) -> Batch:
+    def _stamp(self, cols: Columns, ingest_ns: int | np.ndarray) -> Batch:
+        """``cols`` stamped; ``ingest_ns`` when they arrived (one time, or one per row).
+        Under a time window ``ts`` must not decrease within a stream: input in arrival order
+        is checked before the run, and the reorder buffer releases rows in ``ts`` order."""
         n = len(cols)
         stream = cols.stream
         seq = np.arange(self.n_seen, self.n_seen + n, dtype=np.int64)
@@ -178,7 +216,9 @@ class Emitter(Logic):
             stream=stream,
             idx=idx,
             ts=cols.ts,
-            ingest_ns=np.full(n, ingest_ns, dtype=np.int64),
+            ingest_ns=np.full(n, ingest_ns, dtype=np.int64)
+            if np.ndim(ingest_ns) == 0
+            else np.asarray(ingest_ns, dtype=np.int64),
             lo_idx=lo_idx,
             attrs=np.ascontiguousarray(cols.attrs),
             horizon=horizons,  # per-row horizons; cut to the batch's last row in _close

@@ -7,7 +7,7 @@ import math
 import os
 import platform
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,7 @@ from streamjoin import oracle, viz
 from streamjoin._version import __version__
 from streamjoin.actors.base import RunSettings
 from streamjoin.actors.collector import LatencyHistogram
+from streamjoin.event_time import Watermark
 from streamjoin.query import Query
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
@@ -50,13 +51,29 @@ class Result:
         ``input_tuples``, ``output_pairs``, ``elapsed_s`` (first ingest to last result),
         ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max),
         ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
-        the machine.
+        the machine; ``late_tuples`` with ``Query.lateness``.
+    late : pyarrow.Table or None
+        With ``Query.lateness``: the rows left out as late (``on_late="drop"``), their input
+        row numbers ``row``, ``stream`` and ``ts``; None otherwise.
     """
 
     pairs: pa.Table | None
     count: int
     metrics: dict
     histogram: LatencyHistogram = field(repr=False)
+    late: pa.Table | None = None
+
+    def in_input_rows(self, mark: Watermark) -> Result:
+        """This result of a run over out-of-order input (``Query.lateness``), its pairs
+        renumbered from the order the join saw the rows (stably sorted by ``ts``) to the
+        input's rows, with the rows left out as late (:mod:`streamjoin.event_time`)."""
+        pairs = self.pairs
+        if pairs is not None:
+            rows = pa.array(mark.row_numbers())
+            pairs = pairs.set_column(0, "r", rows.take(pairs.column("r")))
+            pairs = pairs.set_column(1, "s", rows.take(pairs.column("s")))
+        metrics = {**self.metrics, "late_tuples": mark.n_late}
+        return replace(self, pairs=pairs, metrics=metrics, late=mark.late_rows())
 
     @classmethod
     def from_trace(
@@ -150,6 +167,12 @@ class Result:
             f"= {m['input_tuples_per_s']:,.0f} tuples/s",
             f"output     {m['output_pairs']:,} pairs = {m['output_pairs_per_s']:,.0f} pairs/s",
             "latency    " + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
+        ]
+        if "late_tuples" in m:
+            lines.append(
+                f"late       {m['late_tuples']:,} tuples left out (Result.late lists them)"
+            )
+        lines += [
             "",
             f"{'actor':<16}{'role':<12}{'busy s':>9}{'busy %':>8}{'batches in':>12}"
             f"{'tuples in':>12}{'batches out':>13}{'peak queue':>12}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from streamjoin.actors.base import RunSettings
 from streamjoin.batch import validate
 from streamjoin.checks import positive_int, positive_number
+from streamjoin.event_time import Watermark
 from streamjoin.query import Query
 from streamjoin.runtime.executor import BACKENDS, Executor
 from streamjoin.runtime.pipeline import Progress, paced, slices, validated_chunks
@@ -111,15 +112,26 @@ def run(
         timeout=timeout,
     )
 
+    # out-of-order input: late rows found (or refused) here, before any executor sees a row
+    mark = None
+    if query.lateness is not None:
+        mark = Watermark(query.lateness, query.on_late, keep_order=collect == "pairs")
     if isinstance(data, Source):
         data.check(query)
         cols, total = None, data.n_rows
     else:
         cols = validate(data, query)
+        if mark is not None:
+            cols = mark.split(cols)
         total = len(cols)
     defaults = executor.defaults(pace=pace, batch_size=batch_size, cols=cols)
     executor, rows = defaults.executor, chunk_rows or defaults.chunk_rows
-    chunks = validated_chunks(data, query, rows) if cols is None else slices(cols, rows)
+    if cols is not None:
+        chunks = slices(cols, rows)
+    else:
+        chunks = validated_chunks(data, query, rows)
+        if mark is not None:
+            chunks = map(mark.split, chunks)
     if defaults.wall_pace is not None:
         chunks = paced(chunks, defaults.wall_pace)
     bar = Progress(total, progress)
@@ -127,7 +139,7 @@ def run(
         trace = executor.run(query, topology, chunks, settings, bar)
     finally:
         bar.close()
-    return Result.from_trace(
+    result = Result.from_trace(
         trace,
         query,
         topology,
@@ -136,3 +148,4 @@ def run(
         pace=pace,
         extra=executor.metrics(trace),
     )
+    return result if mark is None else result.in_input_rows(mark)

@@ -241,8 +241,6 @@ class _Simulation:
         self.core_list = list(self.cores.values())
         self.max_samples = max_samples
         # emitter batching timer (max_delay): chunks the emitter took, as (end row, ingest)
-        self.taken: deque[tuple[int, int]] = deque()
-        self.rows_taken = 0
         self.tick_armed = False
         self.start_ns: int | None = None
         self.n_in = 0
@@ -406,9 +404,6 @@ class _Simulation:
         t += self._compute(core, kind, msg, snap, wall)
         for p, m in out:
             t = self._send(core, p, m, t)
-        if kind is _CHUNK:
-            self.rows_taken += len(msg)
-            self.taken.append((self.rows_taken, port))
         if core is self.emitter and kind is not _EOF and self.max_delay is not None:
             self._arm_tick(logic)
         if kind is _EOF and not self.cyclic:
@@ -486,12 +481,10 @@ class _Simulation:
         """Wake the emitter when its oldest open tuple has waited ``max_delay``."""
         delay = self.max_delay
         assert delay is not None  # (armed only with a max_delay)
-        if self.tick_armed or not emitter.open_tuples:
+        oldest = emitter.oldest_open_ns  # its arrival in virtual time (the chunk's port slot)
+        if self.tick_armed or oldest is None:
             return
-        oldest_row = self.rows_taken - emitter.open_tuples
-        while self.taken and self.taken[0][0] <= oldest_row:
-            self.taken.popleft()
-        due = max(self.taken[0][1] + delay, self.env.now)
+        due = max(oldest + delay, self.env.now)
         self.tick_armed = True
         self._deliver_at(due, self.emitter, (_TICK, None, None, None, 0))
 

@@ -1,0 +1,98 @@
+"""Event time's parts against their definitions (docs/design.md §1): the watermark's late
+rows, the reorder buffer's release order, and the row numbers the result maps back to."""
+
+import numpy as np
+import pytest
+from budget import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamjoin.batch import Columns, InputError
+from streamjoin.event_time import ReorderBuffer, Watermark
+
+INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def _cols(ts) -> Columns:
+    ts = np.asarray(ts, dtype=np.int64)
+    n = len(ts)
+    return Columns(np.arange(n, dtype=np.int8) % 2, ts, np.arange(n, dtype=float)[None, :])
+
+
+def _late_by_definition(ts, lateness) -> list[bool]:
+    """Row i is late iff ts[i] < max(ts[:i]) - lateness, in Python ints."""
+    out, top = [], None
+    for t in ts:
+        out.append(top is not None and int(t) < top - lateness)
+        top = int(t) if top is None else max(top, int(t))
+    return out
+
+
+def _chunked(ts, cuts):
+    bounds = sorted({0, len(ts), *[c % (len(ts) + 1) for c in cuts]})
+    return [ts[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+ts_lists = st.lists(
+    st.one_of(
+        st.integers(-50, 50),
+        st.sampled_from([INT64_MIN, INT64_MIN + 1, INT64_MAX - 1, INT64_MAX]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    ts=ts_lists,
+    lateness=st.sampled_from([0, 1, 7, 2**63, 2**64]),
+    cuts=st.lists(st.integers(0, 60)),
+)
+def test_watermark_drops_exactly_the_late_rows_and_maps_rows_back(ts, lateness, cuts):
+    ts = np.array(ts, dtype=np.int64)
+    mark = Watermark(lateness, "drop")
+    kept = [mark.split(_cols(part)) for part in _chunked(ts, cuts)]
+    late = _late_by_definition(ts, min(lateness, 2**64 - 1))
+    assert mark.late_rows().column("row").to_pylist() == [i for i, x in enumerate(late) if x]
+    assert mark.n_late == sum(late)
+    assert sum(len(k) for k in kept) == len(ts) - sum(late)
+    on_time = [i for i, x in enumerate(late) if not x]
+    expected = sorted(on_time, key=lambda i: int(ts[i]))  # stable: ties in arrival order
+    assert mark.row_numbers().tolist() == expected
+
+
+def test_a_late_row_with_on_late_error_names_the_row_and_the_watermark():
+    mark = Watermark(5, "error")
+    mark.split(_cols([10, 20]))
+    with pytest.raises(InputError, match=r"row 3 is late: its ts 14 lies below the watermark 15"):
+        mark.split(_cols([16, 14]))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(ts=ts_lists, lateness=st.sampled_from([0, 1, 7, 40]), cuts=st.lists(st.integers(0, 60)))
+def test_reorder_buffer_releases_in_stable_ts_order_only_behind_the_watermark(ts, lateness, cuts):
+    ts = np.array(ts, dtype=np.int64)
+    mark = Watermark(lateness, "drop")
+    buffer = ReorderBuffer(lateness)
+    released, arrivals = [], []
+    for k, part in enumerate(_chunked(ts, cuts)):
+        cols = mark.split(_cols(part))
+        out = buffer.push(cols, arrived_ns=k)
+        if out is not None:
+            rows, arrived = out
+            # nothing released that a later on-time row could precede
+            assert rows.ts.max() <= buffer.max_ts - lateness
+            released.append(rows.ts)
+            arrivals.append(arrived)
+    rest = buffer.flush()
+    if rest is not None:
+        released.append(rest[0].ts)
+        arrivals.append(rest[1])
+    assert len(buffer) == 0
+    got = np.concatenate(released) if released else np.empty(0, np.int64)
+    on_time = ts[mark.row_numbers()]  # the on-time rows stably sorted by ts
+    assert got.tolist() == on_time.tolist()
+    # each row keeps the chunk it arrived in: as many of each arrival as rows it brought
+    arrived = np.concatenate(arrivals) if arrivals else np.empty(0, np.int64)
+    assert np.all(got[1:] >= got[:-1])
+    assert len(arrived) == len(got)
