@@ -11,6 +11,13 @@ were fed: ``batch_id`` order, as Spark calls the sink.
 - A ``batch_id`` already fed is a replay (Spark re-runs a micro-batch after a failure, or
   after a restart from its checkpoint): it is skipped, counted in :attr:`JoinSink.replayed`,
   never fed twice.
+- With ``Query(..., lateness=L)`` (out-of-order input) micro-batches may overlap in event
+  time, and a ``batch_id`` that comes after a higher one is fed like any other: rows behind
+  the watermark (the largest ``ts`` fed minus ``L``) are late, and with ``on_late="error"``
+  the first raises :class:`streamjoin.InputError` from the sink before any of its
+  micro-batch is fed; with ``"drop"`` the job leaves them out and lists them in
+  ``Result.late`` (:mod:`streamjoin.event_time`). The rest of this list is for input in
+  order (no ``lateness``).
 - A ``batch_id`` never fed that comes after a higher one was fed is late. It is fed when every
   row of it comes after every row fed so far in event time (its smallest ``ts`` above the
   largest fed): arrival in ``ts`` order is then what feeding it now gives. Otherwise it is
@@ -26,7 +33,8 @@ were fed: ``batch_id`` order, as Spark calls the sink.
 - The queue between Spark and the job holds ``max_queued`` micro-batches: a join slower than
   the stream holds Spark back instead of filling memory.
 
-Row numbers in the result (``r``, ``s``) count rows across micro-batches in arrival order;
+Row numbers in the result (``r``, ``s``) count rows across micro-batches in the order they
+were fed (each micro-batch sorted by ``ts``, then ``tie_break``, then R before S);
 :attr:`JoinSink.batches` says which rows each ``batch_id`` brought.
 """
 
@@ -41,6 +49,7 @@ import pyarrow.compute as pc
 
 from streamjoin.batch import InputError, validate
 from streamjoin.checks import positive_int
+from streamjoin.event_time import Watermark
 from streamjoin.runtime import Result, run
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.partitions import sort_indices
@@ -112,6 +121,11 @@ class JoinSink:
         self._max_ts: int | None = None  # the largest ts fed so far, both streams
         self.streaming_query = None  #: the Spark query :meth:`start` started
         self._last_ts = np.full(2, np.iinfo(np.int64).min, dtype=np.int64)
+        self._watermark = None  # out-of-order input refusing late rows: checked at the sink
+        if query.lateness is not None and query.on_late == "error":
+            self._watermark = Watermark(query.lateness, "error", keep_order=False)
+        if query.lateness is not None and ts is None:
+            raise ValueError("lateness= needs the ts column's name")
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
         self._lock = threading.Lock()
         self._closed = False
@@ -145,7 +159,8 @@ class JoinSink:
                 self.replayed += 1
                 return
             table = self._arrival_ordered(batch_df)
-            if self._fed_ids and batch_id < max(self._fed_ids) and table.num_rows:
+            late_id = self._fed_ids and batch_id < max(self._fed_ids)
+            if late_id and table.num_rows and self.query.lateness is None:
                 self._check_late(table, batch_id)
             self._validate(table)
             self._put(table)
@@ -198,6 +213,10 @@ class JoinSink:
 
     def _validate(self, table) -> None:
         cols = validate(table, self.query, row_offset=self.rows)
+        if self.query.lateness is not None:  # out of order: no ts order to check
+            if self._watermark is not None:  # late rows refused here, before any is fed
+                self._watermark.split(cols)
+            return
         if self.query.window.kind != "time" or not len(cols):
             return
         per_stream = [cols.ts[cols.stream == y] for y in (0, 1)]
