@@ -42,6 +42,16 @@ def _positive(kind):
     return parse
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _index_option(text: str) -> tuple[str, object]:
     """``KEY=VALUE`` as ``(key, value)``: the value an int, a float, true/false/none, or the
     text as it is (``layout=compact``)."""
@@ -86,6 +96,14 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         help="event-time rate per stream, tuples/s; sets ts (default: %(default)s)",
     )
     data.add_argument("--self-join", action="store_true", help="join one stream with itself")
+    data.add_argument(
+        "--disorder",
+        type=_non_negative_int,
+        default=0,
+        metavar="MS",
+        help="synthetic data out of order: each row arrives up to MS ms of event time late "
+        "(uniformly; its ts unchanged); join it exactly with --lateness MS (default: in order)",
+    )
     data.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
     query = parser.add_argument_group("query")
     query.add_argument(
@@ -108,6 +126,22 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         "r.b > s.b), '|r.x - s.y| <= 5', 'r.start <= s.end, r.end >= s.start'; synthetic "
         "data then has the attributes it names, correlated for two inequalities (about "
         "--match-rate matches per probe) (default: the band |r.x - s.x| <= eps)",
+    )
+    query.add_argument(
+        "--lateness",
+        type=_non_negative_int,
+        default=None,
+        metavar="L",
+        help="take input out of ts order: a row more than L ts units (ms) behind the largest "
+        "ts before it is late; the rest are joined exactly, in ts order, after the watermark "
+        "passes them (default: input in ts order per stream)",
+    )
+    query.add_argument(
+        "--on-late",
+        choices=("error", "drop"),
+        default="error",
+        help="with --lateness: a late row stops the run naming it (error), or is left out "
+        "and counted (drop) (default: %(default)s)",
     )
     query.add_argument(
         "--match-rate",
@@ -250,6 +284,15 @@ def _make_data(args):
     )
 
 
+def _event_time(args) -> dict:
+    """``Query`` options for out-of-order input (``--lateness``, ``--on-late``)."""
+    if args.lateness is None:
+        if args.on_late != "error":
+            raise ValueError("--on-late needs --lateness")
+        return {}
+    return {"lateness": args.lateness, "on_late": args.on_late}
+
+
 def _query_data(args, predicate):
     """Synthetic data for a ``--query`` predicate: its attributes, correlated pairs for two
     inequalities (``sources.inequality_workload``), else uniform ones."""
@@ -294,14 +337,19 @@ def _run_job(args):
     if predicate is not None and parse_source(args.source) is None:
         data = _query_data(args, predicate)
         described = f"{args.tuples:,} tuples, {args.distribution}"
-        query = sj.Query(predicate, window=window, self_join=args.self_join)
+        query = sj.Query(predicate, window=window, self_join=args.self_join, **_event_time(args))
     elif predicate is not None:  # no eps to choose: no sample of the join values
         first = predicate.conditions[0].attr
         data = spark_source(argparse.Namespace(**{**vars(args), "attr": first, "eps": 0.0}))[0]
         described = args.source
-        query = sj.Query(predicate, window=window, self_join=args.self_join)
+        query = sj.Query(predicate, window=window, self_join=args.self_join, **_event_time(args))
     else:
         query, data, described = _band_query(args, window)
+    if args.disorder:
+        if parse_source(args.source) is not None:
+            raise ValueError("--disorder reorders synthetic data; a --source comes as it is")
+        data = sj.sources.disorder(data, args.disorder, seed=args.seed)
+        described += f", up to {args.disorder} ms out of order"
     index = (
         sj.indexes.default_for(query.predicate, query.self_join)
         if args.index == "auto"
@@ -368,7 +416,9 @@ def _band_query(args, window):
             raise ValueError(
                 f"{described}: cannot choose eps for --match-rate: {e}; pass --eps"
             ) from e
-    query = sj.Query(sj.band(attr, eps), window=window, self_join=args.self_join)
+    query = sj.Query(
+        sj.band(attr, eps), window=window, self_join=args.self_join, **_event_time(args)
+    )
     return query, data, described
 
 
