@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from streamjoin.batch import Columns, InputError
 
@@ -48,6 +49,19 @@ def concat(parts: list[Columns]) -> Columns:
         np.concatenate([p.ts for p in parts]),
         np.concatenate([p.attrs for p in parts], axis=1),
     )
+
+
+@njit(cache=True, nogil=True)
+def order_and_max(ts: np.ndarray) -> tuple[bool, int]:
+    """Whether ``ts`` (int64, not empty) never decreases, and its largest value: one pass."""
+    top = ts[0]
+    in_order = True
+    for i in range(1, ts.shape[0]):
+        if ts[i] < ts[i - 1]:
+            in_order = False
+        if ts[i] > top:
+            top = ts[i]
+    return in_order, top
 
 
 def behind(ahead: np.ndarray, ts: np.ndarray) -> np.ndarray:
@@ -95,6 +109,13 @@ class Watermark:
         (``on_late="error"``: nothing of this chunk is kept) or are recorded."""
         if not len(cols):
             return cols
+        in_order, top = order_and_max(cols.ts)
+        if in_order and int(cols.ts[0]) >= self.max_ts - self.lateness:  # none can be late
+            if self.keep_order:
+                self._kept_ts.append(cols.ts)
+            self.rows += len(cols)
+            self.max_ts = max(self.max_ts, top)
+            return cols
         late, before = self.late(cols.ts)
         first = self.rows
         if late.any():
@@ -141,57 +162,78 @@ class Watermark:
         )
 
 
+#: Runs of one level the reorder buffer merges into one run of the next (tiering, as in a
+#: log-structured merge): a row is copied about ``log_T(held / chunk)`` times.
+TIER = 8
+
+
 class ReorderBuffer:
     """Rows held until the watermark passes them, released in stable ``ts`` order with the
     time each arrived (module docstring). The rows it is given are never late (the
     :class:`Watermark` in the driver took those out), so the largest ``ts`` it has seen is the
     input's.
 
-    The held rows are a few runs sorted by ``ts``, oldest arrivals first, each at least twice
-    the size of the next (as the levels of a log-structured merge): a chunk becomes a run, the
-    newest runs merge while the invariant is broken, and a release takes a prefix of each run
-    (a view, no copy). So a row is copied O(log(held / chunk)) times however many rows the
-    lateness holds back, not once per chunk.
+    The held rows are runs sorted by ``ts``, oldest arrivals first: each chunk becomes a run
+    (sorted if it is not already), and :data:`TIER` runs of one level merge into one of the
+    next, so a row is copied O(log(held / chunk)) times however many rows the lateness holds
+    back, and a release checks a few runs. A release takes a prefix of each run (a view) and
+    merges those prefixes. A chunk in order that the watermark passes whole, with nothing
+    held (``lateness=0`` on input in order), goes on as it is.
     """
 
     def __init__(self, lateness: int) -> None:
         self.lateness = int(lateness)
         self.max_ts = _INT64_MIN
-        self._runs: list[tuple[Columns, np.ndarray]] = []  # (rows, arrival ns), oldest first
+        self._runs: list[tuple[Columns, np.ndarray, int]] = []  # (rows, arrival ns, level)
         self.copied = 0  #: rows copied by sorts and merges (the simulator charges them)
 
     def __len__(self) -> int:
-        return sum(len(rows) for rows, _ in self._runs)
+        return sum(len(rows) for rows, _, _ in self._runs)
 
     def push(self, cols: Columns, arrived_ns: int) -> tuple[Columns, np.ndarray] | None:
         """Take a chunk that arrived at ``arrived_ns``; return the rows now released (in
         stable ``ts`` order) and the time each arrived, or None when none is."""
-        if not len(cols):
+        n = len(cols)
+        if not n:
             return None
-        order = np.argsort(cols.ts, kind="stable")
-        self._runs.append((take(cols, order), np.full(len(cols), arrived_ns, dtype=np.int64)))
-        self.copied += len(cols)
-        while len(self._runs) > 1 and len(self._runs[-2][0]) < 2 * len(self._runs[-1][0]):
-            newer = self._runs.pop()
-            self._runs[-1] = self._merged([self._runs[-1], newer])
-        self.max_ts = max(self.max_ts, int(cols.ts.max()))
-        watermark = self.max_ts - self.lateness
-        if watermark < _INT64_MIN:
+        ts = cols.ts
+        in_order, top = order_and_max(ts)
+        self.max_ts = max(self.max_ts, top)
+        if not in_order:
+            cols = take(cols, np.argsort(ts, kind="stable"))
+            self.copied += n
+        arrived = np.full(n, arrived_ns, dtype=np.int64)
+        bound = self.max_ts - self.lateness
+        watermark = None if bound < _INT64_MIN else bound  # None: nothing can go yet
+        if not self._runs:  # nothing held: this run alone decides
+            cut = 0 if watermark is None else _cut(cols.ts, watermark)
+            if cut < n:
+                self._runs.append((take(cols, slice(cut, None)), arrived[cut:], 0))
+            return (take(cols, slice(0, cut)), arrived[:cut]) if cut else None
+        self._runs.append((cols, arrived, 0))
+        while len(self._runs) >= TIER and all(
+            run[2] == self._runs[-1][2] for run in self._runs[-TIER:]
+        ):
+            merged = self._merged([(rows, at) for rows, at, _ in self._runs[-TIER:]])
+            level = self._runs[-1][2] + 1
+            del self._runs[-TIER:]
+            self._runs.append((*merged, level))
+        if watermark is None:
             return None
         out, kept = [], []
-        for rows, arrived in self._runs:
-            cut = int(np.searchsorted(rows.ts, np.int64(watermark), side="right"))
+        for rows, at, level in self._runs:
+            cut = 0 if rows.ts[0] > watermark else _cut(rows.ts, watermark)
             if cut:
-                out.append((take(rows, slice(0, cut)), arrived[:cut]))
+                out.append((take(rows, slice(0, cut)), at[:cut]))
             if cut < len(rows):
-                kept.append((take(rows, slice(cut, None)), arrived[cut:]))
+                kept.append((take(rows, slice(cut, None)), at[cut:], level))
         self._runs = kept
         return self._merged(out) if out else None
 
     def flush(self) -> tuple[Columns, np.ndarray] | None:
         """Every row still held (the end of input), in stable ``ts`` order; None if none."""
         runs, self._runs = self._runs, []
-        return self._merged(runs) if runs else None
+        return self._merged([(rows, at) for rows, at, _ in runs]) if runs else None
 
     def _merged(self, runs: list[tuple[Columns, np.ndarray]]) -> tuple[Columns, np.ndarray]:
         """Sorted runs, oldest arrivals first, as one run sorted by ``ts``: at equal ``ts`` the
@@ -203,3 +245,8 @@ class ReorderBuffer:
         order = np.argsort(rows.ts, kind="stable")
         self.copied += len(order)
         return take(rows, order), arrived[order]
+
+
+def _cut(ts: np.ndarray, watermark: int) -> int:
+    """How many rows of sorted ``ts`` lie at or below ``watermark``."""
+    return int(np.searchsorted(ts, np.int64(watermark), side="right"))

@@ -101,6 +101,7 @@ class Emitter(Logic):
         the same route, so a run's timed part does not pay for it (once per process for each
         window kind and join kind)."""
         key = ("emitter", self.query.window.kind, self.query.self_join)
+        key += (self.query.lateness is not None,)  # the reorder buffer's kernel
         WARMED.once(key, self._warm)
 
     def _warm(self) -> None:
