@@ -100,8 +100,8 @@ class Emitter(Logic):
         """Load the stamping kernels (numba's disk cache) on a throwaway emitter sending along
         the same route, so a run's timed part does not pay for it (once per process for each
         window kind and join kind)."""
-        key = ("emitter", self.query.window.kind, self.query.self_join)
-        key += (self.query.lateness is not None,)  # the reorder buffer's kernel
+        q = self.query  # (with lateness, the reorder buffer's kernel too)
+        key = ("emitter", q.window.kind, q.self_join, q.lateness is not None)
         WARMED.once(key, self._warm)
 
     def _warm(self) -> None:
