@@ -343,6 +343,17 @@ def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> N
             last_ts[s] = cols.ts[rows[-1]]
 
 
+def columns_at(attrs: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
+    """The columns ``index`` (positions, a boolean mask or a slice) of a ``(k, n)`` matrix,
+    C-contiguous. ``np.take`` along the columns: six times as fast as ``attrs[:, index]``
+    for a few rows (numpy's two-dimensional fancy indexing)."""
+    if isinstance(index, slice):
+        return np.ascontiguousarray(attrs[:, index])
+    if index.dtype == np.bool_:
+        index = np.flatnonzero(index)
+    return np.take(attrs, index, axis=1)
+
+
 @dataclass
 class Batch:
     """Columnar batch of tuples exchanged between actors (docs/design.md §2).
@@ -373,9 +384,10 @@ class Batch:
     def nbytes(self) -> int:
         return sum(getattr(self, f).nbytes for f in _ARRAYS) + self.horizon.nbytes
 
-    def take(self, index: np.ndarray) -> Batch:
-        """The tuples at ``index`` (integer positions or a boolean mask), order kept; per-row
-        horizons (``(2, n)``, an emitter's pending rows) are taken with their rows."""
+    def take(self, index: np.ndarray | slice) -> Batch:
+        """The tuples at ``index`` (integer positions, a boolean mask, or a slice: then the
+        one-dimensional columns are views), order kept; per-row horizons (``(2, n)``, an
+        emitter's pending rows) are taken with their rows."""
         horizon = self.horizon[:, index] if self.horizon.ndim == 2 else self.horizon.copy()
         return Batch(
             self.seq[index],
@@ -384,7 +396,7 @@ class Batch:
             self.ts[index],
             self.ingest_ns[index],
             self.lo_idx[index],
-            attrs=np.ascontiguousarray(self.attrs[:, index]),
+            attrs=columns_at(self.attrs, index),
             horizon=horizon,
             store=self.store,
         )

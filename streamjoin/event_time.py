@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from streamjoin.batch import Columns, InputError
+from streamjoin.batch import Columns, InputError, columns_at
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
@@ -37,7 +37,9 @@ ON_LATE = ("error", "drop")
 
 def take(cols: Columns, rows: np.ndarray | slice) -> Columns:
     """The rows ``rows`` (indices or a mask) of ``cols``, in that order."""
-    return Columns(cols.stream[rows], cols.ts[rows], cols.attrs[:, rows])
+    if isinstance(rows, slice):  # views
+        return Columns(cols.stream[rows], cols.ts[rows], cols.attrs[:, rows])
+    return Columns(cols.stream[rows], cols.ts[rows], columns_at(cols.attrs, rows))
 
 
 def concat(parts: list[Columns]) -> Columns:

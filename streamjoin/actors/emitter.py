@@ -245,12 +245,12 @@ class Emitter(Logic):
             if end - start == n:
                 part = stamped
             else:
-                part = stamped.take(np.arange(start, end))
+                part = stamped.take(slice(start, end))  # views, but attrs
                 self.copied += end - start
             part.horizon = stamped.horizon[:, end - 1].copy()
             out.extend(self.route(part))
         if n > cut:
-            rest = stamped.take(np.arange(cut, n))
+            rest = stamped.take(slice(cut, n))
             rest.horizon = stamped.horizon[:, cut:]
             self.copied += n - cut
             self._pending = [rest]
