@@ -176,3 +176,17 @@ def test_waiting_for_the_watermark_shows_in_latency():
     p50_plain = sj.run(plain, data, **kw).metrics["latency_ms"]["p50"]
     p50_late = sj.run(late, data, **kw).metrics["latency_ms"]["p50"]
     assert p50_plain + 18 <= p50_late <= p50_plain + 25  # the 20 ms the watermark trails by
+
+
+def test_the_simulator_charges_the_reorder_buffer():
+    """The emitter's sorts and merges are charged as copied rows (the profile's ``copied``
+    cost): holding the same input for the watermark makes the emitter's simulated busy time
+    grow by at least half a copy per row."""
+    data = sj.sources.synthetic(20_000, rate=5_000, seed=11)
+    busy = []
+    for lateness in (None, 200):
+        query = sj.Query(sj.band("x", 1e6), window=sj.CountWindow(500), lateness=lateness)
+        res = sj.run(query, data, backend="sim", batch_size=256)
+        busy.append(res.metrics["actors"]["emitter"]["busy_s"])
+    copy_s = sj.runtime.sim.default_profile().roles["emitter"]["copied"] * 1e-9
+    assert busy[1] > busy[0] + 0.5 * copy_s * 20_000
