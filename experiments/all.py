@@ -148,6 +148,13 @@ GALLERY = [
         3,
         starts_ray=True,
     ),
+    Experiment(
+        "disorder",
+        "disorder.py",
+        "out-of-order streams: pairs lost by streamjoin and Spark under a lateness bound",
+        12,
+        6,
+    ),
 ]
 
 
