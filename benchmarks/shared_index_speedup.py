@@ -36,8 +36,8 @@ import streamjoin as sj
 import streamjoin.actors.shared_index as si
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
-from streamjoin.batch import validate
 from streamjoin.roofline import cpu_times, steal_share
+from streamjoin.validation import validate
 
 config = sys.argv[1]
 if config == "ceiling":

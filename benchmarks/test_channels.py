@@ -4,10 +4,10 @@ Run: ``python -m pytest benchmarks/test_channels.py --benchmark-enable -o addopt
 -p no:cacheprovider``.
 
 - *frames*: one message encoded, framed, written into a socket pair and read back, in one
-  thread; the typed frames of :mod:`streamjoin.runtime.wire` beside pickle (protocol 5, the
+  thread; the typed frames of :mod:`streamjoin.runtime.ray.wire` beside pickle (protocol 5, the
   arrays out of band), the alternative they replaced for everything but batches and pairs;
 - *edges*: opening one edge on loopback with the mutual HMAC handshake (the receiver in an
-  :class:`~streamjoin.runtime.channels.Acceptor` thread, as a host takes its edges) beside a
+  :class:`~streamjoin.runtime.ray.channels.Acceptor` thread, as a host takes its edges) beside a
   plain TCP connect and accept.
 """
 
@@ -21,7 +21,7 @@ import pytest
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime import channels
+from streamjoin.runtime.ray import channels
 
 
 def _batch(n: int) -> Batch:

@@ -31,7 +31,7 @@ import streamjoin as sj
 from streamjoin import indexes
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
-from streamjoin.batch import validate
+from streamjoin.validation import validate
 
 W = 2**16
 N = 4 * W

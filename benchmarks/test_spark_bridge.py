@@ -16,8 +16,8 @@ import pytest
 
 import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
-from streamjoin.batch import validate
 from streamjoin.spark_bridge import from_dataframe, session
+from streamjoin.validation import validate
 
 N = int(os.environ.get("BRIDGE_ROWS", 10_000_000))
 QUERY = sj.Query(sj.band("x", 1.0), window=sj.TimeWindow(1000))

@@ -216,7 +216,7 @@ def failures() -> list[str]:
         def emit(self, record):
             rebuilt.append(time.time())
 
-    logging.getLogger("streamjoin.runtime.ray_executor").addHandler(_Rebuilt())
+    logging.getLogger("streamjoin.runtime.ray.executor").addHandler(_Rebuilt())
     rows = ["| layout | fault | outcome | s from the fault |", "|---|---|---|---|"]
     cases = [
         ("single", "core", "raise"),

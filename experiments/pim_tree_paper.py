@@ -56,8 +56,8 @@ from streamjoin import indexes, viz
 from streamjoin.actors.collector import Collector
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
-from streamjoin.batch import Columns, validate
 from streamjoin.runtime.result import machine_info
+from streamjoin.validation import Columns, validate
 
 RESULTS = report.results_dir()
 BATCH = 1024

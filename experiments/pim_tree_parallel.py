@@ -66,8 +66,8 @@ from streamjoin import viz
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.shared_index import TASK_SIZE, SharedIndexCore
-from streamjoin.batch import validate
 from streamjoin.runtime.sim.profile import as_profile
+from streamjoin.validation import validate
 
 BATCH = 1024
 PARTS = ("fig13c", "fig10", "fig12", "fig14", "latency")

@@ -439,7 +439,7 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "measured on the host as it was during the layout's runs.",
         "- **Transport.** The `ray` executor uses Ray only to place, start and stop its actors; "
         "batches travel over one TCP connection per graph edge as framed raw columns "
-        "(`runtime/channels.py`). In each actor of an acyclic graph one thread reads the "
+        "(`runtime/ray/channels.py`). In each actor of an acyclic graph one thread reads the "
         "frames that are ready and runs the logic on them, so a message's receive, the step "
         "and its sends follow one another in one thread, as the simulator charges them.",
         "- **Message costs** are timed where a join core stands: the driver writes real batches "

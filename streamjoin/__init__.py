@@ -16,7 +16,6 @@ with _suppress(OSError, SyntaxError, ValueError):
 
 from streamjoin import indexes, oracle, sources, topologies  # noqa: E402
 from streamjoin._version import __version__
-from streamjoin.batch import InputError
 from streamjoin.query import (
     CountWindow,
     Query,
@@ -30,6 +29,7 @@ from streamjoin.query import (
     not_equal,
 )
 from streamjoin.runtime import Result, RunTimeout, run
+from streamjoin.validation import InputError
 
 __all__ = [
     "__version__",

@@ -8,7 +8,7 @@ keep their arrival order), with pairs reported by the rows' original numbers.
 Two parts make that so, on every backend and topology:
 
 - :class:`Watermark`, in the driver before any executor sees a row: it finds the late rows
-  (an :class:`~streamjoin.batch.InputError` naming the first with ``on_late="error"``, else
+  (an :class:`~streamjoin.validation.InputError` naming the first with ``on_late="error"``, else
   left out and listed), and remembers the ``ts`` of the rows it keeps, from which the run maps
   the join's row numbers back to the input's (:meth:`Watermark.row_numbers`);
 - :class:`ReorderBuffer`, in the emitter: it holds rows until the watermark passes them and
@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from streamjoin.batch import Columns, InputError, columns_at
+from streamjoin.batch import columns_at
+from streamjoin.validation import Columns, InputError
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 

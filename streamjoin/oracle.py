@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from streamjoin.batch import Columns, InputError, validate
 from streamjoin.query import Query
+from streamjoin.validation import Columns, InputError, validate
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 

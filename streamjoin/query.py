@@ -33,7 +33,7 @@ rounded or wrapped, and is compared with the bounds exactly, over the whole int6
 float64 values, an integer compared with a float taking its nearest float64. Up to ``2**52``
 in magnitude the two readings agree, and a join over such integers runs as it would over
 floats; beyond, the join core refines its indexes' candidates on the exact integers
-(:class:`~streamjoin.batch.Columns`).
+(:class:`~streamjoin.validation.Columns`).
 
 Conjunctions are written with ``&``; the first conjunct is the *primary* one that indexes serve,
 the rest are checked as residual filters (or, for two inequalities, both served by a

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 
-from streamjoin.batch import Columns, InputError, check_ts_continues, validate
+from streamjoin.validation import Columns, InputError, check_ts_continues, validate
 
 DISTRIBUTIONS = ("uniform", "gaussian", "gamma", "shifting_gaussian")
 
@@ -22,7 +22,7 @@ DISTRIBUTIONS = ("uniform", "gaussian", "gamma", "shifting_gaussian")
 class Source:
     """Something :func:`streamjoin.run` reads in chunks instead of a whole in-memory table.
 
-    Subclasses yield tables (anything :func:`streamjoin.batch.validate` accepts) in arrival
+    Subclasses yield tables (anything :func:`streamjoin.validation.validate` accepts) in arrival
     order; ``n_rows`` is the total when known (for progress bars), else None.
     """
 
@@ -55,7 +55,7 @@ class SourceError(RuntimeError):
 
 def read_validated(source: Source, query) -> Iterator[Columns]:
     """The chunks of ``source``, each validated as in-memory input is
-    (:func:`~streamjoin.batch.validate`, row numbers counted across chunks), and under a time
+    (:func:`~streamjoin.validation.validate`, row numbers counted across chunks), and under a time
     window ``ts`` checked to stay non-decreasing per stream from one chunk to the next. So the
     input is checked before any executor sees it, and every backend raises the same
     :class:`~streamjoin.InputError` for the same row.

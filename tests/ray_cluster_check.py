@@ -25,7 +25,7 @@ from faults import inject  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import streamjoin as sj  # noqa: E402
-from streamjoin.runtime import ray_executor  # noqa: E402
+from streamjoin.runtime.ray import executor as ray_executor  # noqa: E402
 
 
 def _intrude(address) -> bytes:

@@ -121,7 +121,7 @@ def test_backend_equals_oracle(request, backend, query, one_stream, layout, batc
 
 
 def test_ray_actor_failure_names_the_actor(ray_session):
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(5))
     data = sj.sources.synthetic(100, low=0, high=10, seed=1)

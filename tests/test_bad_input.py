@@ -185,7 +185,7 @@ def test_datetime_ts_beyond_int64_nanoseconds_is_an_input_error(ts, message):
 
 def test_datetime_ts_within_range_is_exact_nanoseconds():
     ts = np.array(["1677-09-22", "2262-04-10", "2262-04-10"], "datetime64[D]")
-    cols = sj.batch.validate(
+    cols = sj.validation.validate(
         {"ts": ts, "x": np.ones(3)}, sj.Query(sj.band("x", 1), sj.TimeWindow(1), self_join=True)
     )
     assert cols.ts.tolist() == ts.astype("datetime64[ns]").astype(np.int64).tolist()

@@ -1,7 +1,7 @@
 """Who may talk on an edge, and what a hostile peer can make a receiver do.
 
 Every edge is authenticated with the run's secret before anything else is read from it
-(``streamjoin.runtime.channels``); a connection that fails is closed, logged and takes no
+(``streamjoin.runtime.ray.channels``); a connection that fails is closed, logged and takes no
 edge. A frame is only ever decoded as a registered kind, never unpickled, and no bytes make
 ``channels.recv`` raise anything but ``ChannelClosed`` or ``FramingError``, hang, or allocate
 much more than arrived. At the end, real Ray runs with intruders at every actor's port.
@@ -32,7 +32,7 @@ from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
 from streamjoin.actors.spo import MergedRun
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime import channels, wire
+from streamjoin.runtime.ray import channels, wire
 
 SECRET = bytes(range(32))
 
@@ -129,7 +129,7 @@ def test_intruders_take_no_edge_and_are_logged(caplog, tmp_path):
     server = channels.listen("127.0.0.1")
     address = server.getsockname()[:2]
     try:
-        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.channels"):
+        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.ray.channels"):
             intruders = [_Intruder(address, how, marker=marker) for how in INTRUDERS]
             time.sleep(0.2)  # every intruder is waiting before the real senders come
             acceptor = channels.Acceptor(server, SECRET, ["emitter", "core"])
@@ -168,7 +168,7 @@ def test_a_silent_connection_times_out_and_an_evicted_one_is_logged(caplog, monk
     server = channels.listen("127.0.0.1")
     address = server.getsockname()[:2]
     try:
-        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.channels"):
+        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.ray.channels"):
             silent = [socket.create_connection(address) for _ in range(3)]
             acceptor = channels.Acceptor(server, SECRET, ["a"])
             time.sleep(0.2)
@@ -185,7 +185,7 @@ def test_a_silent_connection_times_out_and_an_evicted_one_is_logged(caplog, monk
 
     server = channels.listen("127.0.0.1")
     try:
-        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.channels"):
+        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.ray.channels"):
             sock = socket.create_connection(server.getsockname()[:2])
 
             def accept_until_shut():
@@ -206,7 +206,7 @@ def test_an_authenticated_sender_must_be_expected_and_new(caplog):
     server = channels.listen("127.0.0.1")
     address = server.getsockname()[:2]
     try:
-        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.channels"):
+        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.ray.channels"):
             acceptor = channels.Acceptor(server, SECRET, ["a", "b"])
             first = channels.connect(address, "a", SECRET)
             for name in ("a", "z"):
@@ -398,7 +398,7 @@ class _Slow(sj.sources.Source):
     ],
 )
 def test_intruders_at_every_actor_during_a_ray_run(ray_session, monkeypatch, tmp_path, layout):
-    from streamjoin.runtime import ray_executor
+    from streamjoin.runtime.ray import executor as ray_executor
 
     topology = layout()
     query = sj.Query(sj.band("x", 2), window=sj.CountWindow(40, 30))
@@ -430,7 +430,7 @@ def test_intruders_at_every_actor_during_a_ray_run(ray_session, monkeypatch, tmp
 
 
 def test_a_local_run_listens_on_loopback(ray_session, monkeypatch):
-    from streamjoin.runtime import ray_executor
+    from streamjoin.runtime.ray import executor as ray_executor
 
     seen = {}
     monkeypatch.setattr(ray_executor, "on_listen", seen.update)

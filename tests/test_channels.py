@@ -15,7 +15,7 @@ from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
 from streamjoin.actors.spo import MergedRun, SubtreePairs
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime import channels, wire
+from streamjoin.runtime.ray import channels, wire
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import streamjoin as sj
 from streamjoin.actors import Emitter
-from streamjoin.batch import validate
+from streamjoin.validation import validate
 
 
 class FakeClock:

@@ -7,8 +7,8 @@ from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.batch import Columns, InputError
 from streamjoin.event_time import ReorderBuffer, Watermark
+from streamjoin.validation import Columns, InputError
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 

@@ -12,8 +12,8 @@ import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.router import HandshakeRoute
-from streamjoin.batch import validate
 from streamjoin.runtime import sim
+from streamjoin.validation import validate
 
 
 def ll(n: int, index: str | None = None) -> sj.topologies.Topology:

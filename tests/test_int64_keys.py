@@ -21,8 +21,10 @@ from streamjoin.actors.join_kernels import (
     int_diff_in,
     split_bounds,
 )
-from streamjoin.actors.window_part import JoinSpec
-from streamjoin.batch import Batch, InputError, int_rows, validate
+from streamjoin.actors.join_spec import JoinSpec
+from streamjoin.actors.window_part import WindowPart
+from streamjoin.batch import Batch
+from streamjoin.validation import InputError, int_rows, validate
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 int64s = st.one_of(
@@ -344,7 +346,7 @@ def test_a_probe_switching_to_exact_writes_the_stored_residuals_out_first(stored
     for lo in (0, 1):
         query = sj.Query(sj.band("a", lo=lo, hi=lo, attr_s="b"), sj.CountWindow(2))
         spec = JoinSpec(query, index)
-        part = spec.new_part()
+        part = WindowPart(spec)
         r, s = _rows_as_batches(query, data)
         part.insert(r, np.array([0]))
         assert not part.store._kept[2:].any()  # the residual rows are not written yet

@@ -27,7 +27,7 @@ from streamjoin.actors.panjoin import PanJoinWorker
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.coalesce import merge
-from streamjoin.runtime.ray_host import Inbox
+from streamjoin.runtime.ray.host import Inbox
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -138,7 +138,7 @@ def test_merged_batches_join_like_separate_ones(data):
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
     expected = sj.oracle.join(query, table)
     emitter = EmitterConfig().build(query, RunSettings(batch_size=1), None)
-    cols = sj.batch.validate(table, query)
+    cols = sj.validation.validate(table, query)
     batches = [b for _, b in emitter.on_chunk(cols) + emitter.on_eof()]
     cut = sorted(data.draw(st.lists(st.integers(0, len(batches)), max_size=6)))
     core = JoinCore(query)
@@ -162,7 +162,7 @@ def test_merged_copies_join_like_separate_ones_at_a_paired_core(data):
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=True)
     config = sj.topologies.grid(1, 1).config("emitter")
     emitter = config.build(query, RunSettings(batch_size=1), None)
-    sent = emitter.on_chunk(sj.batch.validate(table, query)) + emitter.on_eof()
+    sent = emitter.on_chunk(sj.validation.validate(table, query)) + emitter.on_eof()
     waiting = {port: [b for p, b in sent if p == f"{port}0"] for port in ("row", "col")}
     core = JoinCore(query, ports={"row": (0,), "col": (1,)}, paired=True)
     found = []
@@ -215,7 +215,7 @@ def _with_config(topo, node: str, **changes):
 def test_ray_failure_downstream_of_a_busy_chain_names_the_actor(ray_session):
     """A core at the end of a grid row fails on its first batch while the cores before it
     hold messages for it: the run ends with the failing actor's error, no hang."""
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50))
     data = sj.sources.synthetic(2000, low=0, high=300, seed=5)
@@ -225,7 +225,7 @@ def test_ray_failure_downstream_of_a_busy_chain_names_the_actor(ray_session):
 
 
 def test_ray_failure_of_one_core_of_a_split_ends_the_run(ray_session):
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50))
     data = sj.sources.synthetic(500, low=0, high=50, seed=6)
@@ -237,7 +237,7 @@ def test_ray_failure_of_one_core_of_a_split_ends_the_run(ray_session):
 def test_ray_actor_process_killed_mid_run_ends_the_run(ray_session):
     """An actor's process dies (SIGKILL) while batches flow: its sockets close, the run ends
     with an error naming a dead actor — in bounded time, never a hang or a short result."""
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     class Killing(sj.sources.Source):
         def __iter__(self):

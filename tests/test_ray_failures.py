@@ -77,7 +77,7 @@ _SLOW = pytest.mark.slow
 def test_an_exception_mid_run_with_full_buffers_names_the_actor_within_seconds(
     ray_session, tmp_path, layout
 ):
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     error, took, node = _run_failing(layout, tmp_path, "raise", "probe", 30_000)
     assert isinstance(error, ActorFailed), error
@@ -86,7 +86,7 @@ def test_an_exception_mid_run_with_full_buffers_names_the_actor_within_seconds(
 
 
 def test_a_killed_worker_that_cannot_be_rebuilt_is_named_within_seconds(ray_session, tmp_path):
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     error, took, node = _run_failing("panjoin", tmp_path, "kill", "probe", 30_000)
     assert isinstance(error, ActorFailed), error
@@ -151,7 +151,7 @@ def test_timeout_on_local_names_the_actors_with_work_left():
 def test_actors_are_named_after_their_nodes(ray_session, monkeypatch):
     import ray
 
-    from streamjoin.runtime import ray_executor
+    from streamjoin.runtime.ray import executor as ray_executor
 
     names = []
     monkeypatch.setattr(
@@ -175,7 +175,7 @@ _INTERRUPTED = textwrap.dedent(
     import os, sys, time
     import pyarrow as pa
     import streamjoin as sj
-    from streamjoin.runtime import ray_executor
+    from streamjoin.runtime.ray import executor as ray_executor
 
     ports = set()
     ray_executor.on_listen = lambda addresses: ports.update(p for _, p in addresses.values())
@@ -275,7 +275,7 @@ def test_every_failure_ends_with_the_named_error_or_the_exact_answer(
     """Every topology, an exception at the first batch, mid-run and at the end of stream,
     and a killed process: the named error within seconds (a recoverable core killed: the
     run goes on, checked for exactness in the tests below)."""
-    from streamjoin.runtime.ray_executor import ActorFailed
+    from streamjoin.runtime.ray.executor import ActorFailed
 
     if at == "eof" and after:
         return

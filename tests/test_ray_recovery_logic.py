@@ -1,4 +1,4 @@
-"""The argument of :mod:`streamjoin.runtime.ray_recovery`, without Ray: a core of a split or
+"""The argument of :mod:`streamjoin.runtime.ray.recovery`, without Ray: a core of a split or
 grid layout is lost at a random point, rebuilt from what the driver kept (trimmed by the
 progress the collector had), and its pairs together with the other cores' are the
 oracle's, each once."""
@@ -11,8 +11,9 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import Batch, validate
-from streamjoin.runtime.ray_recovery import Retention, feeds
+from streamjoin.batch import Batch
+from streamjoin.runtime.ray.recovery import Retention, feeds
+from streamjoin.validation import validate
 
 
 def _upto(upto: list[int], batch: Batch, self_join: bool) -> None:

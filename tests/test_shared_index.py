@@ -13,7 +13,6 @@ from strategies import predicates, tables, windows
 import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.shared_index import SharedIndexConfig, SharedIndexCore
-from streamjoin.batch import validate
 from streamjoin.indexes import plan
 from streamjoin.indexes.bplus_tree import new_path, seek_leaf
 from streamjoin.indexes.pim_tree_shared import (
@@ -25,6 +24,7 @@ from streamjoin.indexes.pim_tree_shared import (
     probe_shared,
 )
 from streamjoin.indexes.shared import SHAREABLE, SharedPIMTree
+from streamjoin.validation import validate
 
 #: Tiny nodes and a merge every few tuples: splits, partition hops, merges and both phases of
 #: a nonblocking merge happen within a few dozen tuples.
@@ -288,7 +288,7 @@ def test_ray_core_asks_for_its_threads_as_cpus(ray_session, threads):
     """The shared core's Ray actor reserves its threads' CPUs, capped so every actor fits."""
     import ray
 
-    from streamjoin.runtime.ray_executor import _cpu_requests
+    from streamjoin.runtime.ray.executor import _cpu_requests
 
     topo = sj.topologies.shared_index(threads)
     cpus = _cpu_requests(topo.graph, topo.emitter)

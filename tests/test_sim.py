@@ -21,8 +21,8 @@ from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.handshake import HandshakeCore
 from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.join_spec import JOIN_COUNTERS
 from streamjoin.actors.panjoin import PanJoinManager, PanJoinWorker
-from streamjoin.actors.window_part import JOIN_COUNTERS
 from streamjoin.runtime import sim
 from streamjoin.runtime.coalesce import INBOX
 
@@ -269,7 +269,7 @@ def test_measured_message_costs_are_interpolated(tmp_path):
 
 def _batch_of(n: int):
     from streamjoin.actors.emitter import Emitter
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     emitter = Emitter(QUERY, batch_size=n)
     ((_, batch),) = emitter.on_chunk(validate(_chain_input(n), QUERY))
@@ -532,7 +532,7 @@ def _drive(topo, query, data, batch_size):
         for port, msg in out:
             queue.extend((dst, p, msg) for dst, p in routes.get((src, port), ()))
 
-    send(topo.emitter, logics[topo.emitter].on_chunk(sj.batch.validate(data, query), 0))
+    send(topo.emitter, logics[topo.emitter].on_chunk(sj.validation.validate(data, query), 0))
     send(topo.emitter, logics[topo.emitter].on_eof())
     for node in topo.eof_order():
         while queue:
@@ -605,7 +605,7 @@ def test_message_sizes():
     query = sj.Query(sj.band("x", 3) & sj.band("y", 2), window=sj.CountWindow(20))
     data = sj.sources.handshake_workload(200, rate=1_000, seed=1)
     from streamjoin.actors.emitter import Emitter
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     emitter = Emitter(query, batch_size=16, clock=lambda: 0)
     batches = [m for _, m in emitter.on_chunk(validate(data, query))]

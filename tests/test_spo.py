@@ -12,7 +12,7 @@ from strategies import predicates, tables, windows
 import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.spo import MergePlan, MergeSettings, SPOMutableStage, SPOWorker
-from streamjoin.batch import validate
+from streamjoin.validation import validate
 
 TWO_INEQUALITIES = [
     sj.less("x") & sj.greater("y"),  # SPO-Join's Q1 shape

@@ -10,6 +10,7 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin.actors.base import RunSettings
+from streamjoin.actors.window_part import WindowPart
 
 LAYOUTS = [
     lambda: sj.topologies.split(1),
@@ -83,7 +84,7 @@ def test_panjoin_subwindows_and_the_index_subwindows_are_set_apart():
     res = sj.run(q, data, topo, batch_size=32)
     assert res.same_pairs(sj.oracle.join(q, data))
     built = workers[0].build(q, RunSettings(), None)
-    part = built.spec.new_part()
+    part = WindowPart(built.spec)
     assert part.index.subwindow_size == 64
     with pytest.raises(ValueError, match=r"index option\(s\) \['subwindow_size'\] given twice"):
         sj.topologies.single("bisort", index_options={"subwindow_size": 8}, subwindow_size=16)
@@ -101,7 +102,7 @@ def test_panjoin_expires_whole_subwindows_and_spreads_them():
 def test_panjoin_manager_commands():
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.panjoin import PanJoinManager
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(4))
     data = {"stream": [0] * 10 + [1], "x": [1.0] * 11}
@@ -137,7 +138,7 @@ def test_chain_cores_pass_batches_on_before_their_step():
     from streamjoin.actors import passes_on
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.join_core import JoinCore
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(4))
     em = Emitter(q, batch_size=100)
@@ -196,7 +197,7 @@ def test_self_join_edge_cases(make, case, predicate):
 def test_paired_route_sends_every_batch_as_r_and_as_s():
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.router import HandshakeRoute
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(2), self_join=True)
     route = sj.topologies.grid(2, 3).config("emitter").route
@@ -225,7 +226,7 @@ def test_paired_core_keeps_each_pair_once_where_the_older_r_copy_meets():
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.join_core import JoinCore
     from streamjoin.actors.router import GridRoute
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     q = sj.Query(sj.less_equal("x"), window=sj.CountWindow(5), self_join=True)
     em = Emitter(q, batch_size=3, route=GridRoute(1, 1))

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     import streamjoin as sj
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.join_core import JoinCore
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     def dispatchers():
         found = {}
@@ -74,7 +74,7 @@ SPO_SCRIPT = textwrap.dedent(
     import streamjoin as sj
     from streamjoin.actors.base import RunSettings
     from streamjoin.actors.emitter import Emitter
-    from streamjoin.batch import validate
+    from streamjoin.validation import validate
 
     def dispatchers():
         found = {}

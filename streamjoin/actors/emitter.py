@@ -11,10 +11,11 @@ from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
-from streamjoin.batch import Batch, Columns, check_ts_continues
+from streamjoin.batch import Batch
 from streamjoin.event_time import ReorderBuffer
 from streamjoin.indexes.sorted_runs import lower_bound
 from streamjoin.query import Query
+from streamjoin.validation import Columns, check_ts_continues
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ segment through the chain, so pairs still apart meet. The window check (the earl
 in the later one's window) keeps the result exact whatever the segment sizes.
 
 **Self-joins** run as the stream joined with itself (``paired``, see
-:class:`~streamjoin.actors.window_part.JoinSpec`): the emitter sends every batch in at both
+:class:`~streamjoin.actors.join_spec.JoinSpec`): the emitter sends every batch in at both
 ends, as R at core 0 and as S at core n-1, numbered alike. The argument above does not look at
 what the tuples are, so every R copy meets every S copy exactly once (a tuple's two copies
 included), the window check deciding in either direction with the shared numbering; a meeting
@@ -38,8 +38,9 @@ import numpy as np
 from streamjoin.actors.base import ActorConfig, Clock, RunSettings
 from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.join_core import IndexChoice, JoinLogic
+from streamjoin.actors.join_spec import JoinSpec, JoinWork
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JoinSpec, JoinWork
+from streamjoin.actors.window_part import WindowPart
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -107,7 +108,7 @@ class HandshakeCore(JoinLogic):
     it forwarded). Out: ``r_out`` / ``s_out`` (forwarded tuples), ``r_ack_out`` / ``s_ack_out``
     (acknowledgements), ``out`` (pairs).
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork`: a batch is one insert call
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork`: a batch is one insert call
     and counts its tuples as probes whatever the segment held, a non-empty segment probed is
     a part call more, and so is each segment that shrank; tuples passed on count as tuples.
     """
@@ -125,7 +126,7 @@ class HandshakeCore(JoinLogic):
         self.k, self.n = k, n
         self.capacity = capacity
         self.work = JoinWork()
-        self.parts = {y: self.spec.new_part(self.work) for y in (0, 1)}
+        self.parts = {y: WindowPart(self.spec, self.work) for y in (0, 1)}
         self.sent_upto = [0, 0]  # tuples with idx < sent_upto[y] were forwarded
         self.draining = [False, False]
         # R leaves the chain at the right end, S at the left

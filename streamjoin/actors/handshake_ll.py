@@ -45,8 +45,9 @@ from collections import deque
 import numpy as np
 
 from streamjoin.actors.join_core import JoinLogic
+from streamjoin.actors.join_spec import JoinSpec, JoinWork
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import JoinSpec, JoinWork, concat_pairs
+from streamjoin.actors.window_part import WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -80,7 +81,7 @@ class LowLatencyHandshakeCore(JoinLogic):
     index_options : dict, optional
         Keyword arguments for each index instance.
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork` of the batches (as at a join
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork` of the batches (as at a join
     core); a drain marker's step counts nothing.
     """
 
@@ -96,7 +97,7 @@ class LowLatencyHandshakeCore(JoinLogic):
         self.index_name = self.spec.index_name
         self.k, self.n = k, n
         self.work = JoinWork()
-        self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}  # home
+        self.parts = {y: WindowPart(self.spec, self.work) for y in self.spec.streams}  # home
         self.crossed: dict[int, deque[Batch]] = {0: deque(), 1: deque()}  # the crossing log
         self.seen = [0, 0]  # batches of each stream that passed here: they number the homes
         self.drained = [False, False]

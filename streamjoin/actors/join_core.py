@@ -9,7 +9,8 @@ import numpy as np
 
 from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork, concat_pairs
+from streamjoin.actors.join_spec import JOIN_COUNTERS, JoinSpec, JoinWork
+from streamjoin.actors.window_part import WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -65,7 +66,7 @@ class JoinCoreConfig(IndexChoice, ActorConfig):
 
 class JoinLogic(Logic):
     """What every join actor shares (join core, handshake cores, PanJoin worker): a
-    :class:`~streamjoin.actors.window_part.JoinSpec` (``spec``) and the ``join`` cost group's
+    :class:`~streamjoin.actors.join_spec.JoinSpec` (``spec``) and the ``join`` cost group's
     counters (``work``), charged with its index's coefficients; warming runs a join core over
     the same index (the same kernels)."""
 
@@ -106,7 +107,7 @@ class JoinCore(JoinLogic):
     probers: a prober emitted earlier can then no longer be on its way.
 
     A ``paired`` core runs a self-join as the stream joined with itself (a DP-Join grid:
-    :class:`~streamjoin.actors.window_part.JoinSpec`): R copies on one port, S copies on the
+    :class:`~streamjoin.actors.join_spec.JoinSpec`): R copies on one port, S copies on the
     other, each message one-sided, so step 2 is skipped — the R and S copies of one batch meet
     at one core, and the later of the two to get there finds their pairs by probing the other.
     Both copies carry the one stream's horizon: an R copy's lets the S copies below it expire,
@@ -133,7 +134,7 @@ class JoinCore(JoinLogic):
         a core whose input arrives in ``seq`` order on one port then emits the result stream
         in the order tuple-at-a-time processing would.
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork`.
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork`.
     """
 
     merges_batches = True
@@ -152,7 +153,7 @@ class JoinCore(JoinLogic):
         self.spec = JoinSpec(query, index, index_options, paired)
         self.index_name = self.spec.index_name
         self.work = JoinWork()
-        self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
+        self.parts = {y: WindowPart(self.spec, self.work) for y in self.spec.streams}
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
         if self.spec.paired and any(len(v) > 1 for v in self.ports.values()):
             raise ValueError(

@@ -51,7 +51,7 @@ class Conditions(NamedTuple):
     """θ in the form kernels evaluate (docs/design.md §1) once an integer beyond ``2**52`` has been
     seen (:class:`ImageConditions` before): condition ``c`` holds iff
     ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <= hi[c]`` is not ``neg[c]``, the
-    difference taken on the float64 images (:class:`~streamjoin.batch.Columns`) — unless
+    difference taken on the float64 images (:class:`~streamjoin.validation.Columns`) — unless
     ``ints[c]`` and both values are integers (their residual rows not NaN): then on the exact
     integers (:func:`int_diff_in`)."""
 
@@ -246,7 +246,7 @@ def probe_pairs(
     by different paths (a DP-Join grid), and then ``p_idx >= c_lo_idx``. ``probe_is_r``: the
     probing tuple is the pair's r (else the stored one is, as for a self-join, whose r is the
     earlier). ``r_earlier``: keep only pairs whose r arrived strictly first (a self-join run as
-    the stream joined with itself, :class:`~streamjoin.actors.window_part.JoinSpec`'s
+    the stream joined with itself, :class:`~streamjoin.actors.join_spec.JoinSpec`'s
     ``paired``: of the two meetings of a pair's copies, and of a tuple with itself, only one
     counts). A pair's ingest time is the later of its two tuples'.
     """

@@ -23,12 +23,8 @@ import numpy as np
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.join_core import IndexChoice, JoinLogic, warm_batch
-from streamjoin.actors.window_part import (
-    JoinSpec,
-    JoinWork,
-    WindowPart,
-    concat_pairs,
-)
+from streamjoin.actors.join_spec import JoinSpec, JoinWork
+from streamjoin.actors.window_part import WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
@@ -211,7 +207,7 @@ class PanJoinWorker(JoinLogic):
     """Holds subwindows (one :class:`WindowPart` each) and carries out the manager's commands
     (PanJoin §III-A Step 4).
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork` (a subwindow created or dropped
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (a subwindow created or dropped
     is a part call; whole subwindows are dropped in O(1), so nothing counts as expired).
     """
 
@@ -226,7 +222,7 @@ class PanJoinWorker(JoinLogic):
         work.tuples += len(batch)
         work.part_calls += len(cmd.insert) + len(cmd.create) + len(cmd.expire)
         for sub in cmd.create:
-            self.parts[sub] = spec.new_part(work)
+            self.parts[sub] = WindowPart(spec, work)
         # each stream's tuples in key order, once per command: the subwindows are probed with
         # sorted keys (no index sorts them again), and an insert of all of a stream's tuples
         # takes the order along

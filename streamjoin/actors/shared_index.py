@@ -52,6 +52,7 @@ import numpy as np
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
 from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES
+from streamjoin.actors.join_spec import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.actors.shared_kernels import (
     C_DELAY,
     C_INDEXED,
@@ -77,7 +78,6 @@ from streamjoin.actors.shared_kernels import (
 )
 from streamjoin.actors.store import TupleStore
 from streamjoin.actors.thread_pool import ThreadPool
-from streamjoin.actors.window_part import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
 from streamjoin.indexes import plan, shared
@@ -235,7 +235,7 @@ class SharedIndexCore(Logic):
     host_threads : int, optional
         Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork` (``part_calls``: a probe and
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
     run inside one kernel call; ``scan`` the probes' descents, or for ``nested_loop`` the rows scanned). What the
     simulator needs to model the threads is :attr:`last_tasks`; :meth:`stats` adds the

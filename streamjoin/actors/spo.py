@@ -54,7 +54,8 @@ import numpy as np
 from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, RunSettings
 from streamjoin.actors.join_core import JoinCore, JoinLogic, warm_batch, warm_key
-from streamjoin.actors.window_part import JoinSpec, JoinWork, WindowPart, concat_pairs
+from streamjoin.actors.join_spec import JoinSpec, JoinWork
+from streamjoin.actors.window_part import WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
 from streamjoin.indexes.po_join import DEFAULT_MERGE_EVERY, POJoinIndex
@@ -260,7 +261,7 @@ class SPOMutableStage(_Stage):
     """The mutable stage (module docstring). In: batches (port ``in``). Out: pairs (``out``),
     and :class:`MergedRun` pieces to worker ``k`` (``w{k}``).
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork` as a join core's; tuples
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork` as a join core's; tuples
     shipped by a merge count as expired (they leave this stage).
     """
 
@@ -272,7 +273,7 @@ class SPOMutableStage(_Stage):
         self.merge = merge
         self.index_options = dict(index_options or {})
         self.plan = MergePlan(self.spec.streams, workers, merge)
-        self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
+        self.parts = {y: WindowPart(self.spec, self.work) for y in self.spec.streams}
 
     def on_batch(self, port: str, batch: Batch) -> list[tuple[str, object]]:
         spec, work = self.spec, self.work
@@ -316,7 +317,7 @@ class SPOMutableStage(_Stage):
         rows = store.batch(store.head, store.tail, y)
         self.work.expired += len(rows)
         self.work.part_calls += 1
-        self.parts[y] = self.spec.new_part(self.work)
+        self.parts[y] = WindowPart(self.spec, self.work)
         out = []
         cuts = split_pieces(len(rows), a_pos, b_pos, len(pieces))
         for (piece, worker), (lo, hi, a, b) in zip(pieces, cuts, strict=True):
@@ -337,7 +338,7 @@ class SPOWorker(_Stage):
     :class:`SubtreePairs` per batch to the worker above), and in a broadcast tree the batches
     it passes on (``down0``…).
 
-    Counters: :class:`~streamjoin.actors.window_part.JoinWork`; a probe of one stream's linked
+    Counters: :class:`~streamjoin.actors.join_spec.JoinWork`; a probe of one stream's linked
     set is one part call, a piece's tuples count as inserted when they arrive and as expired
     when they leave the window; ``pairs`` counts the pairs this worker found, not those it
     passes up for the workers below it.
@@ -360,7 +361,7 @@ class SPOWorker(_Stage):
         self._sent = 0  # batches reported (or, to the collector, sent on)
         self.plan = MergePlan(self.spec.streams, workers, merge)
         # per stream: a store and a po_join index holding only structures (the linked set)
-        self.parts = {y: self.spec.new_part(self.work) for y in self.spec.streams}
+        self.parts = {y: WindowPart(self.spec, self.work) for y in self.spec.streams}
         # per stream, for each structure held (oldest first): the batch after which it merged
         self.merged_after: dict[int, deque[int]] = {y: deque() for y in self.spec.streams}
         self.planned: dict[int, tuple[int, int]] = {}  # piece -> (stream, merged after batch)

@@ -36,7 +36,7 @@ class TupleStore:
     candidate the index returns costs one cache miss, not one per field (window probes visit
     stored tuples in key order, i.e. at random); ``ts`` and the join attributes (``attrs``,
     float64 ``(n_attrs, cap)``: images, then residuals, as in
-    :class:`~streamjoin.batch.Columns`) are columns.
+    :class:`~streamjoin.validation.Columns`) are columns.
 
     A residual row is written only once it is needed: while every tuple stored has the same
     residual in it (NaN: all floats; 0: all integers within ``2**52``), the row is left

@@ -16,7 +16,7 @@ checks every condition on the full keys in its tuple store (the refinement).
 Keys are float64: an integer attribute's keys are its values' float64 images. Beyond ``2**52``
 images round, and the join core then probes with bounds widened by more than the rounding, so
 that the index returns a superset, and decides every pair on the exact integers
-(:meth:`~streamjoin.actors.window_part.JoinSpec.observe`): no index needs to know.
+(:meth:`~streamjoin.actors.join_spec.JoinSpec.observe`): no index needs to know.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime.pipeline import default_chunk_rows
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
+from streamjoin.validation import Columns
 
 
 class RunTimeout(TimeoutError):
@@ -55,7 +55,7 @@ class Executor(Protocol):
 
     Implementations are small frozen dataclasses whose fields are the backend's options
     (``sj.run(..., backend="local", delivery_seed=7)`` is ``Local(delivery_seed=7)``):
-    :class:`~streamjoin.runtime.local.Local`, :class:`~streamjoin.runtime.ray_executor.Ray`
+    :class:`~streamjoin.runtime.local.Local`, :class:`~streamjoin.runtime.ray.executor.Ray`
     and :class:`~streamjoin.runtime.sim.Sim`.
     """
 
@@ -168,6 +168,6 @@ def _listed(names) -> str:
 #: The backends :func:`streamjoin.run` knows by name.
 BACKENDS = Backends(
     local="streamjoin.runtime.local:Local",
-    ray="streamjoin.runtime.ray_executor:Ray",
+    ray="streamjoin.runtime.ray.executor:Ray",
     sim="streamjoin.runtime.sim:Sim",
 )

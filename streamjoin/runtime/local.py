@@ -11,12 +11,12 @@ from typing import ClassVar
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import Columns
 from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
+from streamjoin.validation import Columns
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 
-from streamjoin.batch import Columns
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
 from streamjoin.sources import Source, read_validated
+from streamjoin.validation import Columns
 
 __all__ = [
     "Progress",

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import validate
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.event_time import Watermark
 from streamjoin.query import Query
@@ -13,6 +12,7 @@ from streamjoin.runtime.pipeline import Progress, paced, slices, validated_chunk
 from streamjoin.runtime.result import Result
 from streamjoin.sources import Source
 from streamjoin.topologies import Topology, single
+from streamjoin.validation import validate
 
 
 def run(
@@ -45,7 +45,7 @@ def run(
         Where the actors run (a name in :data:`streamjoin.runtime.BACKENDS`, or an executor
         instance): in this process with deterministic FIFO delivery
         (:class:`~streamjoin.runtime.local.Local`), one Ray actor per node
-        (:class:`~streamjoin.runtime.ray_executor.Ray`: ``ray.init()`` locally unless Ray is
+        (:class:`~streamjoin.runtime.ray.executor.Ray`: ``ray.init()`` locally unless Ray is
         already initialised or ``address`` names a cluster), or on simulated cores under a
         virtual clock (:class:`~streamjoin.runtime.sim.Sim`: latency and throughput of a
         modelled machine).

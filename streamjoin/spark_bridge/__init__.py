@@ -11,10 +11,10 @@
 - :func:`session` and :func:`check_java`: a SparkSession, after checking Java 17+.
 """
 
-from streamjoin.spark_bridge.pipeline import AIRPORTS, flights, generate, weather
 from streamjoin.spark_bridge.session import SparkSetupError, check_java, session
 from streamjoin.spark_bridge.source import SparkSource, from_dataframe, read_files
 from streamjoin.spark_bridge.stream import JoinSink
+from streamjoin.spark_bridge.workloads import AIRPORTS, flights, generate, weather
 
 __all__ = [
     "AIRPORTS",

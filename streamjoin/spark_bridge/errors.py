@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streamjoin.batch import InputError
+from streamjoin.validation import InputError
 
 _FILE = r"(?P<file>\S+?)\.?\s"
 _READING = r"Encountered error while reading file " + _FILE

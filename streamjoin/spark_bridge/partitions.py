@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamjoin.batch import InputError
+from streamjoin.validation import InputError
 
 PREFETCH_JOBS = 2  #: results of jobs kept ready ahead of the join
 HAND_OVER_ROWS = 1 << 16  #: most rows handed to the join at a time

@@ -54,7 +54,6 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from streamjoin.batch import InputError
 from streamjoin.checks import positive_int
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.errors import input_file_errors, reading
@@ -69,6 +68,7 @@ from streamjoin.spark_bridge.partitions import (
     plan_jobs,
 )
 from streamjoin.spark_bridge.transport import TRANSPORTS, PartitionReader, stream_batches
+from streamjoin.validation import InputError
 
 ORDERS = ("auto", "sort", "partitions", "keep")
 MAX_HELD_ROWS = 1 << 22  #: ``order="auto"``: most rows the driver may hold at once

@@ -47,13 +47,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamjoin.batch import InputError, validate
 from streamjoin.checks import positive_int
 from streamjoin.event_time import Watermark
 from streamjoin.runtime import Result, run
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.partitions import sort_indices
 from streamjoin.spark_bridge.source import arrival_keyed
+from streamjoin.validation import InputError, validate
 
 _END = object()
 

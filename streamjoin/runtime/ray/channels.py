@@ -27,7 +27,7 @@ that connects and stays silent holds up no sender. The handshake authenticates t
 does not protect the frames after it: on a cluster network a machine in the middle could still
 alter them (TLS would); a local run binds to loopback.
 
-**Frames** (:mod:`streamjoin.runtime.wire`) carry one ``(port, message)`` each, written with
+**Frames** (:mod:`streamjoin.runtime.ray.wire`) carry one ``(port, message)`` each, written with
 one ``sendmsg`` and no copy of the arrays on the sending side, and read back as read-only views
 of the received bytes; only registered message kinds exist, nothing is unpickled. A frame of
 kind ``END`` ends the edge.
@@ -54,8 +54,8 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
-from streamjoin.runtime import wire
-from streamjoin.runtime.wire import END, FramingError, end_frame, frame, payload
+from streamjoin.runtime.ray import wire
+from streamjoin.runtime.ray.wire import END, FramingError, end_frame, frame, payload
 
 __all__ = [
     "END",

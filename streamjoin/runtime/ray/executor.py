@@ -9,14 +9,14 @@
   Ray's tools show which is which.
 - **Ray is the control plane, sockets the data plane.** Ray places the actors, starts,
   restarts and kills them and carries the few control calls of a run; the batches travel
-  over one TCP connection per graph edge (:mod:`streamjoin.runtime.channels`), as a Ray call
+  over one TCP connection per graph edge (:mod:`streamjoin.runtime.ray.channels`), as a Ray call
   costs about 1–2 ms of this machine's two cores and a frame tens of microseconds. (Ray's
   compiled graphs were measured instead: their channels wait in a ``sched_yield`` loop that
   keeps idle actors at half a core each on a 2-core machine.)
 - **Trust.** The driver makes a secret per run and hands it to the actors through Ray (whose
   own channel is authenticated); both ends of every edge prove it before a frame is read, and
   a host takes exactly the edges the driver announced, then stops listening
-  (:mod:`streamjoin.runtime.channels`). Sockets bind to loopback when every Ray node is the
+  (:mod:`streamjoin.runtime.ray.channels`). Sockets bind to loopback when every Ray node is the
   driver's machine, to the node's IP on a cluster.
 - In each host one thread reads the incoming connections and feeds the logic, so the logic
   is only ever called from one thread; each connection is FIFO, so every edge is. In a
@@ -50,12 +50,12 @@ driver's main thread sees it when its wait wakes, every :data:`POLL_S`, not in a
 ``sendmsg`` that never returns). In every case all actors are killed before
 :meth:`Ray.run` returns: never a hang, never a short result.
 
-Recovery of a lost join core: :mod:`streamjoin.runtime.ray_recovery`.
+Recovery of a lost join core: :mod:`streamjoin.runtime.ray.recovery`.
 
 Why one file of ~620 lines: what is here is the driver's side of one run, a single state
 machine (:class:`_Run`: start, wire, drive, watch, recover, close) whose waits must all look at
-the same actors; the actor side is :mod:`~streamjoin.runtime.ray_host` and the recovery's
-bookkeeping, which needs no Ray, :mod:`~streamjoin.runtime.ray_recovery`.
+the same actors; the actor side is :mod:`~streamjoin.runtime.ray.host` and the recovery's
+bookkeeping, which needs no Ray, :mod:`~streamjoin.runtime.ray.recovery`.
 """
 
 from __future__ import annotations
@@ -77,12 +77,11 @@ import networkx as nx
 import ray
 
 from streamjoin.actors.base import ActorConfig, RunSettings
-from streamjoin.batch import Columns
 from streamjoin.query import Query
-from streamjoin.runtime import channels
 from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress as ProgressBar
-from streamjoin.runtime.ray_host import (
+from streamjoin.runtime.ray import channels
+from streamjoin.runtime.ray.host import (
     Abandon,
     ActorFailed,
     Host,
@@ -91,9 +90,10 @@ from streamjoin.runtime.ray_host import (
     Wiring,
     close_socket,
 )
-from streamjoin.runtime.ray_recovery import REPLAY, Retention, feeds, recoverable_nodes
+from streamjoin.runtime.ray.recovery import REPLAY, Retention, feeds, recoverable_nodes
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
+from streamjoin.validation import Columns
 
 __all__ = ["ActorFailed", "Ray"]
 

@@ -1,4 +1,4 @@
-"""The actor side of the ``ray`` executor (:mod:`~streamjoin.runtime.ray_executor`): a
+"""The actor side of the ``ray`` executor (:mod:`~streamjoin.runtime.ray.executor`): a
 topology node's logic with its connections (:class:`Node`, also the driver's emitter), in a
 Ray actor of its own (:class:`Host`) whose threads read the edges and run the logic.
 
@@ -23,12 +23,13 @@ import ray
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import ActorConfig, RunSettings
-from streamjoin.batch import Batch, Columns, PairBatch
+from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
-from streamjoin.runtime import channels
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
-from streamjoin.runtime.ray_recovery import REPLAY, Progress
+from streamjoin.runtime.ray import channels
+from streamjoin.runtime.ray.recovery import REPLAY, Progress
 from streamjoin.runtime.trace import ActorStats
+from streamjoin.validation import Columns
 
 #: a recoverable core reports its progress at least every this many steps without pairs
 PROGRESS_EVERY = 16

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamjoin.batch import Batch
-from streamjoin.runtime import wire
+from streamjoin.runtime.ray import wire
 from streamjoin.topologies.base import Topology
 
 #: the name a restarted core's replay edge comes from

@@ -1,5 +1,5 @@
 """What crosses an edge of the ``ray`` executor, byte by byte: the frame, and one typed encoding
-per kind of message the actors exchange (:mod:`streamjoin.runtime.channels` moves the frames).
+per kind of message the actors exchange (:mod:`streamjoin.runtime.ray.channels` moves the frames).
 
 A frame carries one ``(port, message)``::
 
@@ -30,7 +30,7 @@ kind      message                      meta; body
 5         :class:`WorkerCommand`       a batch's meta, index length, positions length;
                                        index (int64), positions (int64), the batch's body
 6         ``Progress``                 r, s; — (registered by
-                                       :mod:`~streamjoin.runtime.ray_recovery`)
+                                       :mod:`~streamjoin.runtime.ray.recovery`)
 7         :class:`MergedRun`           piece, stream, a batch's meta; ``a_order``,
                                        ``b_order`` (int64, n each), the batch's body
 8         :class:`SubtreePairs`        batch, n; ``r s ingest_ns`` (int64, n each)
@@ -141,7 +141,7 @@ def payload(message) -> tuple[int, bytes, list]:
     if codec is None:
         raise TypeError(
             f"no wire encoding for {type(message).__name__}: give it a Codec "
-            "(streamjoin.runtime.wire.register)"
+            "(streamjoin.runtime.ray.wire.register)"
         )
     meta, pieces = codec.encode(message)
     return codec.kind, meta, pieces

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamjoin.batch import Columns, InputError
 from streamjoin.checks import positive_int, positive_number
+from streamjoin.validation import Columns, InputError
 
 #: What a rate is, in error messages.
 _RATE = "finite rate in tuples/s"

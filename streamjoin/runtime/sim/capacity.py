@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import validate
 from streamjoin.checks import positive_int
 from streamjoin.query import Query
 from streamjoin.runtime.pipeline import default_chunk_rows, slices
@@ -20,6 +19,7 @@ from streamjoin.runtime.sim.costs import CostModel
 from streamjoin.runtime.sim.engine import Sim
 from streamjoin.runtime.sim.profile import MachineProfile, as_profile
 from streamjoin.topologies import Topology, single
+from streamjoin.validation import validate
 
 
 @dataclass

@@ -14,7 +14,7 @@ with the coefficients (ns per unit) of the logic's cost group — ``emitter``, `
 ``shared:<index>``), ``manager``, ``collector`` — in one code
 path for every role: a new actor is charged as soon as it counts its work. What the counters
 mean is documented beside each logic (for the join group,
-:class:`~streamjoin.actors.window_part.JoinWork`; PIM-Tree §2.2.3 Eq. 4 charges a probe
+:class:`~streamjoin.actors.join_spec.JoinWork`; PIM-Tree §2.2.3 Eq. 4 charges a probe
 ``H · λ`` for its descent, which the *scan* counter follows).
 
 Messages and steps after idle time are charged as the profile's module docstring says

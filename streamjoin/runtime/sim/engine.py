@@ -67,7 +67,6 @@ import simpy
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import Columns
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
@@ -79,6 +78,7 @@ from streamjoin.runtime.sim.profile import MachineProfile, as_profile
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
+from streamjoin.validation import Columns
 
 # mailbox item kinds
 _CHUNK, _BATCH, _TICK, _EOF = "chunk", "batch", "tick", "eof"

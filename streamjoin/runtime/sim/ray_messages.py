@@ -4,8 +4,8 @@
 Kept apart, in a module whose name starts with ``ray``, so that only ``runtime/ray*`` modules
 import Ray (docs/design.md §3); calibration imports it only when it times messages.
 
-The ``ray`` executor (:mod:`streamjoin.runtime.ray_executor`) passes batches over one TCP
-connection per graph edge (:mod:`streamjoin.runtime.channels`); Ray only places and starts
+The ``ray`` executor (:mod:`streamjoin.runtime.ray.executor`) passes batches over one TCP
+connection per graph edge (:mod:`streamjoin.runtime.ray.channels`); Ray only places and starts
 the actors. The costs are measured where a join core stands in it: between a sender and a
 receiver that sends on. The driver writes real :class:`~streamjoin.batch.Batch` es of a few
 batch sizes to a relay actor, which writes each on to a sink actor, over ``channels``
@@ -33,8 +33,8 @@ import numpy as np
 import ray
 
 from streamjoin.batch import Batch
-from streamjoin.runtime import channels
 from streamjoin.runtime.coalesce import INBOX
+from streamjoin.runtime.ray import channels
 from streamjoin.runtime.sim.profile import MessageCosts, message_nbytes
 
 #: Batch sizes (tuples) of the payloads timed: one tuple up to a large batch (~800 KB).
