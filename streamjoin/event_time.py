@@ -32,9 +32,6 @@ from streamjoin.validation import Columns, InputError
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
-#: What ``on_late`` may say: raise on the first late row, or leave late rows out and list them.
-ON_LATE = ("error", "drop")
-
 
 def take(cols: Columns, rows: np.ndarray | slice) -> Columns:
     """The rows ``rows`` (indices or a mask) of ``cols``, in that order."""

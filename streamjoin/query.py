@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamjoin.checks import positive_int
+from streamjoin.modes import ON_LATE, OnLate
 
 TINY = float(np.nextafter(0.0, 1.0))
 INF = math.inf
@@ -367,7 +368,7 @@ class Query:
     window: Window
     self_join: bool = False
     lateness: int | None = None
-    on_late: str = "error"
+    on_late: OnLate = "error"
 
     def __init__(
         self,
@@ -376,7 +377,7 @@ class Query:
         self_join: bool = False,
         *,
         lateness: int | None = None,
-        on_late: str = "error",
+        on_late: OnLate = "error",
     ):
         if isinstance(predicate, Condition):
             predicate = Predicate((predicate,))
@@ -394,7 +395,7 @@ class Query:
             if lateness < 0:
                 raise ValueError(f"lateness must be >= 0, got {lateness}")
             lateness = int(lateness)
-        if on_late not in ("error", "drop"):
+        if on_late not in ON_LATE:
             raise ValueError(f"on_late must be 'error' or 'drop', got {on_late!r}")
         if on_late != "error" and lateness is None:
             raise ValueError(

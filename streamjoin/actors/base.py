@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
+from streamjoin.modes import Collect
 from streamjoin.query import Query
 
 #: Clock an actor reads for ingest and arrival times: int nanoseconds (wall or virtual).
@@ -49,7 +50,7 @@ class RunSettings:
 
     batch_size: int = 1024
     max_delay_ns: int | None = None
-    collect: str = "pairs"
+    collect: Collect = "pairs"
     ordered: bool = False
     timeout: float | None = None
 

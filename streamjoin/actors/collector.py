@@ -11,6 +11,7 @@ from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.batch import PairBatch
+from streamjoin.modes import Collect
 from streamjoin.query import Query
 
 
@@ -99,7 +100,7 @@ class Collector(Logic):
 
     def __init__(
         self,
-        collect: str = "pairs",
+        collect: Collect = "pairs",
         clock: Callable[[], int] | None = None,
         in_order: bool = False,
     ) -> None:

@@ -82,6 +82,7 @@ from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
 from streamjoin.indexes import plan, shared
 from streamjoin.indexes.atomics import PAD
+from streamjoin.modes import MERGES, Merge
 from streamjoin.query import Query
 
 #: Prefix of the shared core's cost key (:attr:`SharedIndexCore.cost_key`).
@@ -125,7 +126,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     role = "join_core"
     threads: int = 2
     task_size: int | None = TASK_SIZE
-    merge: str = "nonblocking"
+    merge: Merge = "nonblocking"
     delay_spins: int = 0
     delay_seed: int = 0
 
@@ -142,7 +143,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
         positive_int("threads", self.threads)
         if self.task_size is not None:
             positive_int("task_size", self.task_size)
-        if self.merge not in shared.MERGES:
+        if self.merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
         name = self.index or "pim_tree"
         if self.threads > 1 and name not in shared.SHAREABLE:
@@ -254,7 +255,7 @@ class SharedIndexCore(Logic):
         *,
         threads: int = 2,
         task_size: int | None = TASK_SIZE,
-        merge: str = "nonblocking",
+        merge: Merge = "nonblocking",
         ordered: bool = False,
         delay_spins: int = 0,
         delay_seed: int = 0,

@@ -69,6 +69,7 @@ from streamjoin.indexes.pim_tree_shared import (
     apply_pending,
 )
 from streamjoin.indexes.sorted_runs import merge_runs_into
+from streamjoin.modes import MERGES, Merge
 
 _NO_REF = np.iinfo(np.int64).min
 #: Pending items the merging thread inserts under one acquisition of a subindex's lock
@@ -77,7 +78,6 @@ _NO_REF = np.iinfo(np.int64).min
 APPLY_CHUNK = 256
 #: Index names that threads can share, and the ones they cannot (docs/design.md §3).
 SHAREABLE = ("bplus_tree", "im_tree", "nested_loop", "pim_tree")
-MERGES = ("blocking", "nonblocking")
 
 
 def _empty(dtype=np.float64) -> np.ndarray:
@@ -227,7 +227,7 @@ class SharedPIMTree:
     def __init__(
         self,
         name: str = "pim_tree",
-        merge: str = "nonblocking",
+        merge: Merge = "nonblocking",
         merge_ratio: float = 0.125,
         insertion_depth: int = 1,
         window: int | None = None,
@@ -679,7 +679,7 @@ def check_shared_options(name: str, options: dict) -> None:
         )
 
 
-def make_shared(name: str, options: dict, merge: str = "nonblocking"):
+def make_shared(name: str, options: dict, merge: Merge = "nonblocking"):
     """The shared form of index ``name`` with its ``options``: a :class:`SharedPIMTree`, a
     :class:`SharedBPlusTree`, or None for ``nested_loop`` (probes scan the store).
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from streamjoin.actors.base import RunSettings
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.event_time import Watermark
+from streamjoin.modes import COLLECTS, Collect
 from streamjoin.query import Query
 from streamjoin.runtime.executor import BACKENDS, Executor
 from streamjoin.runtime.pipeline import Progress, paced, slices, validated_chunks
@@ -23,7 +24,7 @@ def run(
     *,
     batch_size: int = 1024,
     max_delay: float | None = None,
-    collect: str = "pairs",
+    collect: Collect = "pairs",
     ordered: bool = False,
     chunk_rows: int | None = None,
     pace: float | None = None,
@@ -94,7 +95,7 @@ def run(
         positive_number("timeout", timeout, "seconds")
         if executor.name == "sim":
             raise ValueError("timeout= is for wall-clock backends (local, ray), not sim")
-    if collect not in ("pairs", "count"):
+    if collect not in COLLECTS:
         raise ValueError(f"collect must be 'pairs' or 'count', got {collect!r}")
     if ordered and collect == "count":
         raise ValueError("ordered=True needs collect='pairs' (a count has no order)")

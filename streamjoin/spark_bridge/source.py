@@ -55,6 +55,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from streamjoin.checks import positive_int
+from streamjoin.modes import SPARK_ORDERS, TRANSPORTS, SparkOrder, Transport
 from streamjoin.sources import Source
 from streamjoin.spark_bridge.errors import input_file_errors, reading
 from streamjoin.spark_bridge.file_stats import partition_ranges
@@ -67,10 +68,9 @@ from streamjoin.spark_bridge.partitions import (
     in_background,
     plan_jobs,
 )
-from streamjoin.spark_bridge.transport import TRANSPORTS, PartitionReader, stream_batches
+from streamjoin.spark_bridge.transport import PartitionReader, stream_batches
 from streamjoin.validation import InputError
 
-ORDERS = ("auto", "sort", "partitions", "keep")
 MAX_HELD_ROWS = 1 << 22  #: ``order="auto"``: most rows the driver may hold at once
 FIRST_JOB_ROWS = 1 << 15  #: ``order="partitions"``: rows of the first Spark job, about
 MAX_JOB_BYTES = 1 << 27  #: ``order="partitions"``: Arrow bytes of a Spark job's rows, about
@@ -368,8 +368,8 @@ def arrival_keyed(df, *, ts: str | None, stream: str | None, tie_break, order: s
     (empty for ``order="keep"``)."""
     from pyspark.sql import functions as F
 
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if order not in SPARK_ORDERS:
+        raise ValueError(f"order must be one of {SPARK_ORDERS}, got {order!r}")
     tie = [tie_break] if isinstance(tie_break, str) else list(tie_break or [])
     for name in [c for c in (ts, stream, *tie) if c is not None]:
         if name not in df.columns:
@@ -429,8 +429,8 @@ def from_dataframe(
     ts: str | None = "ts",
     stream: str | None = "stream",
     tie_break: str | Sequence[str] | None = None,
-    order: str = "auto",
-    transport: str = "auto",
+    order: SparkOrder = "auto",
+    transport: Transport = "auto",
     rows_per_job: int = 1 << 20,
 ) -> SparkSource:
     """A source that streams a Spark DataFrame into :func:`streamjoin.run`.

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-TRANSPORTS = ("auto", "arrow", "ipc")
-
 
 def arrow_schema(df) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema

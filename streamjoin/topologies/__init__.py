@@ -2,6 +2,7 @@
 
 import re
 
+from streamjoin.modes import Forward
 from streamjoin.topologies.base import Topology
 from streamjoin.topologies.grid import grid
 from streamjoin.topologies.handshake import handshake
@@ -60,10 +61,9 @@ def parse(spec: str, index: str | None = None, index_options: dict | None = None
         return single(index, index_options=index_options)
     if m := re.fullmatch(r"split:(\d+)", text):
         return split(int(m[1]), index, index_options=index_options)
-    if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(\w+))?", text):
-        return grid(
-            int(m[1]), int(m[2]), index, forward=m[3] or "chain", index_options=index_options
-        )
+    if m := re.fullmatch(r"grid:(\d+)x(\d+)(?::(chain|direct))?", text):
+        forward: Forward = "direct" if m[3] == "direct" else "chain"
+        return grid(int(m[1]), int(m[2]), index, forward=forward, index_options=index_options)
     if m := re.fullmatch(r"handshake:(\d+)(:ll)?", text):
         return handshake(int(m[1]), index, low_latency=bool(m[2]), index_options=index_options)
     if m := re.fullmatch(r"panjoin:(\d+)(?:x(\d+))?", text):

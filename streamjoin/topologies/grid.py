@@ -9,6 +9,7 @@ from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.join_core import JoinCoreConfig
 from streamjoin.actors.router import GridRoute
 from streamjoin.checks import positive_int
+from streamjoin.modes import FORWARDS, Forward
 from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
@@ -16,7 +17,7 @@ def grid(
     m: int,
     n: int,
     index: str | None = None,
-    forward: str = "chain",
+    forward: Forward = "chain",
     *,
     index_options: dict | None = None,
     **options,
@@ -37,7 +38,7 @@ def grid(
     """
     positive_int("m", m)
     positive_int("n", n)
-    if forward not in ("chain", "direct"):
+    if forward not in FORWARDS:
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
     opts = index_options_of(index, index_options, options)
     ports = {"row": (0,), "col": (1,)}

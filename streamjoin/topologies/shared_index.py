@@ -7,6 +7,7 @@ import networkx as nx
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.shared_index import TASK_SIZE, SharedIndexConfig
+from streamjoin.modes import Merge
 from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 
@@ -15,7 +16,7 @@ def shared_index(
     index: str = "pim_tree",
     *,
     task_size: int | None = TASK_SIZE,
-    merge: str = "nonblocking",
+    merge: Merge = "nonblocking",
     index_options: dict | None = None,
     **options,
 ) -> Topology:

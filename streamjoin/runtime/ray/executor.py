@@ -77,6 +77,7 @@ import networkx as nx
 import ray
 
 from streamjoin.actors.base import ActorConfig, RunSettings
+from streamjoin.modes import PLACEMENTS, Placement
 from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress as ProgressBar
@@ -236,14 +237,14 @@ class Ray(WallClock):
 
     address: str | None = None
     max_restarts: int = 3
-    placement: str = "default"
+    placement: Placement = "default"
 
     name: ClassVar[str] = "ray"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.max_restarts, int) and self.max_restarts >= 0):
             raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
-        if self.placement not in ("default", "spread"):
+        if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be 'default' or 'spread', got {self.placement!r}")
 
     def run(
