@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -20,6 +21,20 @@ from streamjoin.event_time import Watermark
 from streamjoin.query import Query
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
+
+
+def _as_arrow(data) -> pa.Table:
+    """An in-memory input as a pyarrow Table (columns as they are, nothing validated)."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, dict):
+        return pa.table({k: np.asarray(v) for k, v in data.items()})
+    if hasattr(data, "columns") and hasattr(data, "iloc"):  # pandas
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise ValueError(
+        f"data must be the in-memory input (pyarrow Table, pandas DataFrame or dict of "
+        f"arrays), got {type(data).__name__}"
+    )
 
 
 def _ms(ns: float) -> str:
@@ -141,6 +156,40 @@ class Result:
     def same_pairs(self, other) -> oracle.PairComparison:
         """Compare with another result or pair table as sets (see :func:`oracle.same_pairs`)."""
         return oracle.same_pairs(self, other)
+
+    def pairs_with(self, data, columns: Sequence[str] | None = None) -> pa.Table:
+        """The pairs with their rows' columns, as Arrow: ``r``, ``s``, ``latency_ns``, then
+        ``r_<col>`` and ``s_<col>`` for each of ``columns`` (default: every column of
+        ``data`` but ``stream``).
+
+        ``data`` is the in-memory input the run joined (a pyarrow Table, pandas DataFrame or
+        dict of arrays), whose row numbers the pairs hold; for a Spark source see
+        :meth:`streamjoin.spark_bridge.SparkSource.pairs_with_columns`. A row number of -1
+        (no row on that side) gives nulls.
+        """
+        if self.pairs is None:
+            raise ValueError("this run used collect='count' and kept no pairs")
+        table = _as_arrow(data)
+        if columns is None:
+            columns = [c for c in table.column_names if c != "stream"]
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise ValueError(
+                f"no column {missing[0]!r} in the input; present: {table.column_names}"
+            )
+        out = {name: self.pairs.column(name) for name in ("r", "s", "latency_ns")}
+        for side in ("r", "s"):
+            rows = self.pairs.column(side).to_numpy()
+            if len(rows) and rows.max() >= table.num_rows:
+                raise ValueError(
+                    f"pair rows reach {rows.max()}, beyond the {table.num_rows} rows of data: "
+                    "pass the input this result was joined from"
+                )
+            index = pa.array(rows, mask=rows < 0)
+            for c in columns:
+                out[f"{side}_{c}"] = table.column(c).take(index)
+        order = ["r", "s", "latency_ns"] + [f"{x}_{c}" for c in columns for x in ("r", "s")]
+        return pa.table({k: out[k] for k in order})
 
     def to_spark(self, spark):
         """The pairs as a Spark DataFrame (``r``, ``s``, ``latency_ns``), handed over as Arrow.
