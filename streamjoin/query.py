@@ -95,8 +95,25 @@ class Condition:
         """True when r's and s's attributes differ (``less("a", "b")``)."""
         return self.attr != self.attr_s
 
+    @property
+    def shift(self) -> float:
+        """``c`` of an inequality ``r.attr + c OP s.attr_s`` (0 for the others)."""
+        match self.kind:
+            case "less":
+                return 0.0 if self.lo == TINY else float(np.nextafter(self.lo, -INF))
+            case "less_equal":
+                return self.lo
+            case "greater":
+                return 0.0 if self.hi == -TINY else float(np.nextafter(self.hi, INF))
+            case "greater_equal":
+                return self.hi
+        return 0.0
+
     def __str__(self) -> str:
         r, s = f"r.{self.attr}", f"s.{self.attr_s}"
+        c = self.shift
+        if c:
+            r = f"{r} {'+' if c > 0 else '-'} {abs(c):g}"
         match self.kind:
             case "band":
                 if self.lo == -self.hi:
@@ -234,24 +251,41 @@ def not_equal(attr: str, attr_s: str | None = None) -> Condition:
     return Condition(_attr_name(attr), 0.0, 0.0, "not_equal", _s_attr(attr, attr_s))
 
 
-def less(attr: str, attr_s: str | None = None) -> Condition:
-    """``r.attr < s.attr_s``."""
-    return Condition(_attr_name(attr), TINY, INF, "less", _s_attr(attr, attr_s))
+def _shift(value: float) -> float:
+    """A shift ``c`` of ``r.attr + c OP s.attr_s``: a float64 below 2**53 in magnitude, so that
+    a strict comparison is a closed one with the next float64 (``d > c`` iff ``d >=
+    nextafter(c)``, for integer differences too: no integer lies strictly between them)."""
+    c = _finite("shift", value)
+    if abs(c) >= 2.0**53:
+        raise ValueError(f"shift must lie within ±2**53, got {value!r}")
+    return c
 
 
-def less_equal(attr: str, attr_s: str | None = None) -> Condition:
-    """``r.attr <= s.attr_s``."""
-    return Condition(_attr_name(attr), 0.0, INF, "less_equal", _s_attr(attr, attr_s))
+def less(attr: str, attr_s: str | None = None, *, shift: float = 0) -> Condition:
+    """``r.attr + shift < s.attr_s`` (``shift`` 0: ``r.attr < s.attr_s``), decided on the
+    difference ``s.attr_s - r.attr > shift``."""
+    c = _shift(shift)
+    lo = float(np.nextafter(c, INF)) if c else TINY
+    return Condition(_attr_name(attr), lo, INF, "less", _s_attr(attr, attr_s))
 
 
-def greater(attr: str, attr_s: str | None = None) -> Condition:
-    """``r.attr > s.attr_s``."""
-    return Condition(_attr_name(attr), -INF, -TINY, "greater", _s_attr(attr, attr_s))
+def less_equal(attr: str, attr_s: str | None = None, *, shift: float = 0) -> Condition:
+    """``r.attr + shift <= s.attr_s``, decided as ``s.attr_s - r.attr >= shift``."""
+    c = _shift(shift)
+    return Condition(_attr_name(attr), c, INF, "less_equal", _s_attr(attr, attr_s))
 
 
-def greater_equal(attr: str, attr_s: str | None = None) -> Condition:
-    """``r.attr >= s.attr_s``."""
-    return Condition(_attr_name(attr), -INF, 0.0, "greater_equal", _s_attr(attr, attr_s))
+def greater(attr: str, attr_s: str | None = None, *, shift: float = 0) -> Condition:
+    """``r.attr + shift > s.attr_s``, decided as ``s.attr_s - r.attr < shift``."""
+    c = _shift(shift)
+    hi = float(np.nextafter(c, -INF)) if c else -TINY
+    return Condition(_attr_name(attr), -INF, hi, "greater", _s_attr(attr, attr_s))
+
+
+def greater_equal(attr: str, attr_s: str | None = None, *, shift: float = 0) -> Condition:
+    """``r.attr + shift >= s.attr_s``, decided as ``s.attr_s - r.attr <= shift``."""
+    c = _shift(shift)
+    return Condition(_attr_name(attr), -INF, c, "greater_equal", _s_attr(attr, attr_s))
 
 
 #: Largest window size: windows are compared with int64 counts and ``ts`` differences.

@@ -4,7 +4,9 @@ Conditions are joined by ``AND`` (any case), ``&``, ``&&`` or a comma. Each is o
 
 - ``r.X OP s.Y`` with ``OP`` one of ``<  <=  >  >=  ==  =  !=``; written the other way round
   (``s.Y OP r.X``) it is turned around; ``X OP Y`` without prefixes means ``r.X OP s.Y``
-  (so ``a<a,b>b`` is ``r.a < s.a AND r.b > s.b``);
+  (so ``a<a,b>b`` is ``r.a < s.a AND r.b > s.b``); either side may add or subtract a
+  constant, ``r.start + 10 <= s.end`` (but ``!=``), decided on the difference
+  ``s.end - r.start >= 10``;
 - ``|r.X - s.Y| <= EPS`` (a band);
 - ``s.Y - r.X in [LO, HI]`` (an asymmetric band).
 
@@ -36,6 +38,7 @@ _OPS = {
     "=": equal,
     "!=": not_equal,
 }
+_INEQUALITIES = {"<": less, "<=": less_equal, ">": greater, ">=": greater_equal}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "=": "=", "!=": "!="}
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NAME = r"[A-Za-z_]\w*"
@@ -43,7 +46,8 @@ _NAME = r"[A-Za-z_]\w*"
 _SPLIT = re.compile(r"\s+and\s+|\s*&&?\s*|\s*,\s*(?![^\[]*\])", re.IGNORECASE)
 _BAND = re.compile(rf"\|\s*r\.({_NAME})\s*-\s*s\.({_NAME})\s*\|\s*<=\s*({_NUM})")
 _RANGE = re.compile(rf"s\.({_NAME})\s*-\s*r\.({_NAME})\s+in\s+\[\s*({_NUM})\s*,\s*({_NUM})\s*\]")
-_COMPARE = re.compile(rf"(?:([rs])\.)?({_NAME})\s*(<=|>=|==|!=|<|>|=)\s*(?:([rs])\.)?({_NAME})")
+_TERM = rf"(?:([rs])\.)?({_NAME})(?:\s*([-+])\s*({_NUM}))?"
+_COMPARE = re.compile(rf"{_TERM}\s*(<=|>=|==|!=|<|>|=)\s*{_TERM}")
 
 
 def parse_predicate(text: str) -> Predicate:
@@ -67,16 +71,25 @@ def _condition(text: str):
     if m := _RANGE.fullmatch(text):
         return band(m[2], None, m[1], lo=float(m[3]), hi=float(m[4]))
     if m := _COMPARE.fullmatch(text):
-        left, a, op, right, b = m.groups()
+        left, a, sign_a, num_a, op, right, b, sign_b, num_b = m.groups()
+        shift_a = float(sign_a + num_a) if num_a else 0.0
+        shift_b = float(sign_b + num_b) if num_b else 0.0
         sides = (left or "r", right or "s")
         if sides == ("s", "r"):
-            a, b, op = b, a, _FLIP[op]
+            a, b, op, shift_a, shift_b = b, a, _FLIP[op], shift_b, shift_a
         elif sides != ("r", "s"):
             raise ValueError(
                 f"cannot read {text!r}: a condition compares r's attribute with s's "
                 "(r.x < s.y), not two of one stream"
             )
-        return _OPS[op](a, b)
+        shift = shift_a - shift_b  # r.a + c1 OP s.b + c2  <=>  r.a + (c1 - c2) OP s.b
+        if not shift:
+            return _OPS[op](a, b)
+        if op in ("==", "="):  # s.b - r.a == c: a band of one value
+            return band(a, None, b, lo=shift, hi=shift)
+        if op == "!=":
+            raise ValueError(f"cannot read {text!r}: != takes no constant; write r.x != s.y")
+        return _INEQUALITIES[op](a, b, shift=shift)
     raise ValueError(
         f"cannot read the condition {text!r}; write r.x < s.y (<, <=, >, >=, ==, !=), "
         "|r.x - s.y| <= eps or s.y - r.x in [lo, hi]"

@@ -33,6 +33,10 @@ def conditions(draw, attr: str):
     if kind == "band_lohi":
         lo = draw(st.sampled_from([-3, -1, 0, 0.5, 1]))
         return sj.band(attr, None, other, lo=lo, hi=lo + draw(st.sampled_from([0, 1, 2.5])))
+    if kind in ("less", "less_equal", "greater", "greater_equal") and draw(st.booleans()):
+        # a shifted inequality, r.attr + c OP s.other
+        shift = draw(st.sampled_from([-3, -1, -0.5, 1, 2, 2.5]))
+        return getattr(sj, kind)(attr, other, shift=shift)
     return getattr(sj, kind)(attr, other)
 
 
