@@ -6,6 +6,7 @@ runs every layout's first scenario there. ``local`` and ``sim`` run every scenar
 
 import numpy as np
 import pytest
+from layouts import LAYOUTS
 
 import streamjoin as sj
 
@@ -51,24 +52,6 @@ SCENARIOS = [
     (sj.Query(sj.less("x") & sj.greater("y"), window=sj.CountWindow(60)), False, "spo_tree", 8, 60),
     (self_join(sj.greater("x") & sj.less("y"), sj.TimeWindow(8)), True, "spo_tree", 4, 9),
 ]
-
-LAYOUTS = {
-    "single": lambda: sj.topologies.single(),
-    "split": lambda: sj.topologies.split(2),
-    "grid": lambda: sj.topologies.grid(2, 2),
-    "grid_direct": lambda: sj.topologies.grid(1, 2, forward="direct"),
-    "panjoin": lambda: sj.topologies.panjoin(2, 4),
-    "handshake": lambda: sj.topologies.handshake(3, segment=10),
-    "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
-    "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
-    "shared_compact": lambda: sj.topologies.shared_index(
-        2, task_size=3, window=8, fanout=3, layout="compact"
-    ),
-    "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
-    "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
-    # worker 3 combines the pairs of two workers below it, worker 2 of one
-    "spo_tree": lambda: sj.topologies.spo(4, merge_every=25, subintervals=2, relay=2, combine=2),
-}
 
 
 #: Layouts whose first scenario runs on Ray in the default run: several ports into one core,

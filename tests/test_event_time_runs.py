@@ -8,6 +8,7 @@ import pytest
 from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layouts import LAYOUTS as ALL_LAYOUTS
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
@@ -15,16 +16,12 @@ from streamjoin.sources import Source
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamjoin.indexes.IndexFallbackWarning")
 
+#: every topology, small (the shared-index core's compact and B+-tree forms and the SPO tree
+#: layout are the backend tests')
 LAYOUTS = {
-    "single": lambda: sj.topologies.single(),
-    "split": lambda: sj.topologies.split(2),
-    "grid": lambda: sj.topologies.grid(2, 2),
-    "grid_direct": lambda: sj.topologies.grid(1, 2, forward="direct"),
-    "panjoin": lambda: sj.topologies.panjoin(2, 4),
-    "handshake": lambda: sj.topologies.handshake(3, segment=10),
-    "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
-    "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
-    "spo": lambda: sj.topologies.spo(2, merge_every=7, subintervals=2),
+    name: build
+    for name, build in ALL_LAYOUTS.items()
+    if name not in ("shared_compact", "shared_bplus", "spo_tree")
 }
 
 

@@ -1,0 +1,21 @@
+"""Small layouts of every topology, shared by the tests that run each on every backend."""
+
+import streamjoin as sj
+
+LAYOUTS = {
+    "single": lambda: sj.topologies.single(),
+    "split": lambda: sj.topologies.split(2),
+    "grid": lambda: sj.topologies.grid(2, 2),
+    "grid_direct": lambda: sj.topologies.grid(1, 2, forward="direct"),
+    "panjoin": lambda: sj.topologies.panjoin(2, 4),
+    "handshake": lambda: sj.topologies.handshake(3, segment=10),
+    "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
+    "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
+    "shared_compact": lambda: sj.topologies.shared_index(
+        2, task_size=3, window=8, fanout=3, layout="compact"
+    ),
+    "shared_bplus": lambda: sj.topologies.shared_index(3, "bplus_tree", merge="blocking"),
+    "spo": lambda: sj.topologies.spo(2, merge_every=25, subintervals=2),
+    # worker 3 combines the pairs of two workers below it, worker 2 of one
+    "spo_tree": lambda: sj.topologies.spo(4, merge_every=25, subintervals=2, relay=2, combine=2),
+}
