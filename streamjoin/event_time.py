@@ -162,9 +162,12 @@ class Watermark:
         )
 
 
-#: Runs of one level the reorder buffer merges into one run of the next (tiering, as in a
-#: log-structured merge): a row is copied about ``log_T(held / chunk)`` times.
-TIER = 8
+#: Buckets a reorder buffer's ring spans the lateness with: a bucket holds ``ts`` of one
+#: ``(lateness + 1) // BUCKETS`` wide range (at least 1), so a release sorts about
+#: ``held / BUCKETS`` rows at a time.
+BUCKETS = 32
+
+_NIL = -1
 
 
 class ReorderBuffer:
@@ -173,22 +176,38 @@ class ReorderBuffer:
     :class:`Watermark` in the driver took those out), so the largest ``ts`` it has seen is the
     input's.
 
-    The held rows are runs sorted by ``ts``, oldest arrivals first: each chunk becomes a run
-    (sorted if it is not already), and :data:`TIER` runs of one level merge into one of the
-    next, so a row is copied O(log(held / chunk)) times however many rows the lateness holds
-    back, and a release checks a few runs. A release takes a prefix of each run (a view) and
-    merges those prefixes. A chunk in order that the watermark passes whole, with nothing
-    held (``lateness=0`` on input in order), goes on as it is.
+    A calendar queue: held rows' columns sit in a pool, in arrival order, and each row is
+    linked, in arrival order, into the bucket of its ``ts`` in a ring of buckets that spans the
+    lateness (:data:`BUCKETS` of them, and a few more). Every row held lies above the
+    watermark and at most ``lateness`` below the largest ``ts``, so the ring holds them all. A
+    release walks the buckets the watermark has passed, sorts each one's rows by ``ts`` (a
+    stable sort of a bucket's list keeps arrival order among equal ``ts``), splits the
+    watermark's own bucket, merges in the chunk's rows that are already behind the watermark,
+    and gathers the released rows' columns from the pool in one copy. One numba call a chunk;
+    a row is copied into the pool, out of it, and in a compaction of the pool now and then. A
+    chunk in order that the watermark passes whole, with nothing held (``lateness=0`` on input
+    in order), goes on as it is.
     """
 
     def __init__(self, lateness: int) -> None:
-        self.lateness = int(lateness)
+        # no two int64 lie further apart: a larger bound releases nothing sooner or later
+        self.lateness = min(int(lateness), 2**64 - 1)
         self.max_ts = _INT64_MIN
-        self._runs: list[tuple[Columns, np.ndarray, int]] = []  # (rows, arrival ns, level)
-        self.copied = 0  #: rows copied by sorts and merges (the simulator charges them)
+        self.width = max(1, (self.lateness + 1) // BUCKETS)  # ts units a bucket spans
+        self.ring = (self.lateness // self.width) + 3
+        self.base = _INT64_MIN // self.width  # absolute bucket of the ring's first
+        self.head = np.full(self.ring, _NIL, dtype=np.int64)
+        self.tail = np.full(self.ring, _NIL, dtype=np.int64)
+        self.size = np.zeros(self.ring, dtype=np.int64)  # rows in each bucket
+        self.held = 0
+        self._pool: Columns | None = None  # held rows' columns (and released rows' leftovers)
+        self._arrived = np.empty(0, dtype=np.int64)
+        self._next = np.empty(0, dtype=np.int64)  # the next row of a row's bucket
+        self._used = 0
+        self.copied = 0  #: rows copied by sorts and gathers (the simulator's charge)
 
     def __len__(self) -> int:
-        return sum(len(rows) for rows, _, _ in self._runs)
+        return self.held
 
     def push(self, cols: Columns, arrived_ns: int) -> tuple[Columns, np.ndarray] | None:
         """Take a chunk that arrived at ``arrived_ns``; return the rows now released (in
@@ -196,57 +215,230 @@ class ReorderBuffer:
         n = len(cols)
         if not n:
             return None
-        ts = cols.ts
-        in_order, top = order_and_max(ts)
+        in_order, top = order_and_max(cols.ts)
         self.max_ts = max(self.max_ts, top)
-        if not in_order:
-            cols = take(cols, np.argsort(ts, kind="stable"))
-            self.copied += n
-        arrived = np.full(n, arrived_ns, dtype=np.int64)
         bound = self.max_ts - self.lateness
-        watermark = None if bound < _INT64_MIN else bound  # None: nothing can go yet
-        if not self._runs:  # nothing held: this run alone decides
-            cut = 0 if watermark is None else _cut(cols.ts, watermark)
-            if cut < n:
-                self._runs.append((take(cols, slice(cut, None)), arrived[cut:], 0))
-            return (take(cols, slice(0, cut)), arrived[:cut]) if cut else None
-        self._runs.append((cols, arrived, 0))
-        while len(self._runs) >= TIER and all(
-            run[2] == self._runs[-1][2] for run in self._runs[-TIER:]
-        ):
-            merged = self._merged([(rows, at) for rows, at, _ in self._runs[-TIER:]])
-            level = self._runs[-1][2] + 1
-            del self._runs[-TIER:]
-            self._runs.append((*merged, level))
-        if watermark is None:
-            return None
-        out, kept = [], []
-        for rows, at, level in self._runs:
-            cut = 0 if rows.ts[0] > watermark else _cut(rows.ts, watermark)
-            if cut:
-                out.append((take(rows, slice(0, cut)), at[:cut]))
-            if cut < len(rows):
-                kept.append((take(rows, slice(cut, None)), at[cut:], level))
-        self._runs = kept
-        return self._merged(out) if out else None
+        if not self.held and in_order and bound >= int(cols.ts[-1]):  # all go, as they are
+            self.base = max(self.base, bound // self.width)
+            return cols, np.full(n, arrived_ns, dtype=np.int64)
+        first = self._append(cols, arrived_ns)
+        can = bound >= _INT64_MIN  # else no row is behind the watermark yet
+        watermark = bound if can else _INT64_MIN
+        assert self._pool is not None  # (_append made it)
+        out, self.base, n_drained, n_now = reorder_push(
+            self._pool.ts,
+            self._next,
+            self.head,
+            self.tail,
+            self.size,
+            first,
+            n,
+            self.base,
+            self.width,
+            watermark,
+            can,
+        )
+        self.held += n - n_drained - n_now
+        return self._gather(out) if len(out) else None
 
     def flush(self) -> tuple[Columns, np.ndarray] | None:
         """Every row still held (the end of input), in stable ``ts`` order; None if none."""
-        runs, self._runs = self._runs, []
-        return self._merged([(rows, at) for rows, at, _ in runs]) if runs else None
+        if not self.held or self._pool is None:
+            return None
+        out = reorder_flush(
+            self._pool.ts, self._next, self.head, self.tail, self.size, self.base, self.width
+        )
+        self.held = 0
+        return self._gather(out)
 
-    def _merged(self, runs: list[tuple[Columns, np.ndarray]]) -> tuple[Columns, np.ndarray]:
-        """Sorted runs, oldest arrivals first, as one run sorted by ``ts``: at equal ``ts`` the
-        older run's rows first (a stable sort of their concatenation, which merges runs)."""
-        if len(runs) == 1:
-            return runs[0]
-        rows = concat([r for r, _ in runs])
-        arrived = np.concatenate([a for _, a in runs])
-        order = np.argsort(rows.ts, kind="stable")
-        self.copied += len(order)
-        return take(rows, order), arrived[order]
+    def _append(self, cols: Columns, arrived_ns: int) -> int:
+        """Put a chunk's columns in the pool (compacting or growing it first if full); the
+        place of its first row."""
+        n = len(cols)
+        if self._pool is None or self._used + n > len(self._pool):
+            self._compact(n, cols)
+        pool = self._pool
+        assert pool is not None
+        first = self._used
+        pool.stream[first : first + n] = cols.stream
+        pool.ts[first : first + n] = cols.ts
+        pool.attrs[:, first : first + n] = cols.attrs
+        self._arrived[first : first + n] = arrived_ns
+        self._used = first + n
+        self.copied += n
+        return first
+
+    def _compact(self, n: int, like: Columns) -> None:
+        """A pool with room for the held rows and ``n`` more (twice that, so compactions are
+        rare), the held rows moved to its front bucket by bucket and relinked."""
+        cap = max(2 * (self.held + n), 4096)
+        pool = Columns(
+            np.empty(cap, dtype=like.stream.dtype),
+            np.empty(cap, dtype=np.int64),
+            np.empty((like.attrs.shape[0], cap), dtype=like.attrs.dtype),
+        )
+        arrived = np.empty(cap, dtype=np.int64)
+        nxt = np.full(cap, _NIL, dtype=np.int64)
+        if self.held:
+            assert self._pool is not None
+            live = relink(self._next, self.head, self.tail, nxt)  # old places, new order
+            pool.stream[: len(live)] = self._pool.stream[live]
+            pool.ts[: len(live)] = self._pool.ts[live]
+            pool.attrs[:, : len(live)] = np.take(self._pool.attrs, live, axis=1)
+            arrived[: len(live)] = self._arrived[live]
+            self.copied += len(live)
+        self._pool, self._arrived, self._next, self._used = pool, arrived, nxt, self.held
+
+    def _gather(self, at: np.ndarray) -> tuple[Columns, np.ndarray]:
+        """The pool's rows at places ``at``, in that order."""
+        pool = self._pool
+        assert pool is not None
+        self.copied += len(at)
+        return Columns(pool.stream[at], pool.ts[at], np.take(pool.attrs, at, axis=1)), (
+            self._arrived[at]
+        )
 
 
-def _cut(ts: np.ndarray, watermark: int) -> int:
-    """How many rows of sorted ``ts`` lie at or below ``watermark``."""
-    return int(np.searchsorted(ts, np.int64(watermark), side="right"))
+@njit(cache=True, nogil=True)
+def _stable_order(keys, low, width):
+    """The stable order of ``keys``, all in ``[low, low + width)``: a counting sort when the
+    range is small beside their number, else a merge sort."""
+    m = keys.shape[0]
+    if width > 4 * m + 64:
+        return np.argsort(keys, kind="mergesort")
+    starts = np.zeros(width + 1, dtype=np.int64)
+    for i in range(m):
+        starts[keys[i] - low + 1] += 1
+    for v in range(width):
+        starts[v + 1] += starts[v]
+    order = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        v = keys[i] - low
+        order[starts[v]] = i
+        starts[v] += 1
+    return order
+
+
+@njit(cache=True, nogil=True)
+def _drain(ts, nxt, head, tail, size, k, width, watermark, whole, out, n_out):
+    """Bucket ``k``'s rows (absolute bucket; ``k % ring`` in the ring) at or below
+    ``watermark`` (all of them if ``whole``) appended to ``out`` sorted by ``ts`` (stable: the
+    list is in arrival order); the rest stay, relinked in order. Returns the new ``n_out``."""
+    slot = k % head.shape[0]
+    m = size[slot]
+    if m == 0:
+        return n_out
+    places = np.empty(m, dtype=np.int64)
+    keys = np.empty(m, dtype=np.int64)
+    at = head[slot]
+    for i in range(m):
+        places[i] = at
+        keys[i] = ts[at]
+        at = nxt[at]
+    order = _stable_order(keys, k * width, width)
+    head[slot] = tail[slot] = -1
+    size[slot] = 0
+    for i in range(m):
+        p = places[order[i]]
+        if whole or keys[order[i]] <= watermark:
+            out[n_out] = p
+            n_out += 1
+        else:  # stays: relinked in ts order (equal ts keep arrival order)
+            nxt[p] = -1
+            if head[slot] == -1:
+                head[slot] = p
+            else:
+                nxt[tail[slot]] = p
+            tail[slot] = p
+            size[slot] += 1
+    return n_out
+
+
+@njit(cache=True, nogil=True)
+def reorder_push(ts, nxt, head, tail, size, first, n, base, width, watermark, can):
+    """A chunk's rows (pool places ``first`` to ``first + n``) into the ring, after the
+    buckets the watermark passed were drained; returns the released places in stable ``ts``
+    order (the drained rows first at equal ``ts``: they came earlier), the ring's new base
+    bucket, and how many of the released rows were held before and came with the chunk."""
+    ring = head.shape[0]
+    out = np.empty(0, dtype=np.int64)
+    n_out = 0
+    if can:
+        last = watermark // width  # the watermark's own bucket
+        # rows held before this chunk: drain every bucket the watermark reached
+        stop = min(last, base + ring - 1)
+        count = 0
+        for k in range(base, stop + 1):
+            count += size[k % ring]
+        out = np.empty(count, dtype=np.int64)
+        for k in range(base, stop + 1):
+            n_out = _drain(ts, nxt, head, tail, size, k, width, watermark, k < last, out, n_out)
+        base = max(base, last)
+    # this chunk: rows behind the watermark go now (stable by ts), the rest into their buckets
+    now = np.empty(n, dtype=np.int64)
+    n_now = 0
+    for i in range(first, first + n):
+        if can and ts[i] <= watermark:
+            now[n_now] = i
+            n_now += 1
+        else:
+            slot = (ts[i] // width) % ring
+            nxt[i] = -1
+            if head[slot] == -1:
+                head[slot] = i
+            else:
+                nxt[tail[slot]] = i
+            tail[slot] = i
+            size[slot] += 1
+    n_drained = n_out
+    if n_now:
+        order = np.argsort(ts[now[:n_now]], kind="mergesort")
+        merged = np.empty(n_out + n_now, dtype=np.int64)
+        i = j = 0
+        for k in range(n_out + n_now):  # drained (older) first at equal ts
+            if j >= n_now or (i < n_out and ts[out[i]] <= ts[now[order[j]]]):
+                merged[k] = out[i]
+                i += 1
+            else:
+                merged[k] = now[order[j]]
+                j += 1
+        out, n_out = merged, n_out + n_now
+    return out[:n_out], base, n_drained, n_now
+
+
+@njit(cache=True, nogil=True)
+def reorder_flush(ts, nxt, head, tail, size, base, width):
+    """Every held row's place, in stable ``ts`` order (the ring emptied)."""
+    out = np.empty(size.sum(), dtype=np.int64)
+    n_out = 0
+    for k in range(base, base + head.shape[0]):
+        n_out = _drain(ts, nxt, head, tail, size, k, width, 0, True, out, n_out)
+    return out[:n_out]
+
+
+@njit(cache=True, nogil=True)
+def relink(nxt, head, tail, new_next):
+    """The held rows' old places, bucket by bucket in list order, and the ring relinked to
+    their new places (0, 1, ... in that order) through ``new_next``."""
+    ring = head.shape[0]
+    total = 0
+    for slot in range(ring):
+        at = head[slot]
+        while at != -1:
+            total += 1
+            at = nxt[at]
+    live = np.empty(total, dtype=np.int64)
+    n = 0
+    for slot in range(ring):
+        at = head[slot]
+        if at == -1:
+            continue
+        head[slot] = n
+        while at != -1:
+            live[n] = at
+            new_next[n] = n + 1
+            tail[slot] = n
+            n += 1
+            at = nxt[at]
+        new_next[n - 1] = -1
+    return live

@@ -69,7 +69,11 @@ def test_a_late_row_with_on_late_error_names_the_row_and_the_watermark():
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(ts=ts_lists, lateness=st.sampled_from([0, 1, 7, 40]), cuts=st.lists(st.integers(0, 60)))
+@given(
+    ts=ts_lists,
+    lateness=st.sampled_from([0, 1, 7, 40, 2**62, 10**20]),
+    cuts=st.lists(st.integers(0, 60)),
+)
 def test_reorder_buffer_releases_in_stable_ts_order_only_behind_the_watermark(ts, lateness, cuts):
     ts = np.array(ts, dtype=np.int64)
     mark = Watermark(lateness, "drop")
@@ -81,7 +85,7 @@ def test_reorder_buffer_releases_in_stable_ts_order_only_behind_the_watermark(ts
         if out is not None:
             rows, arrived = out
             # nothing released that a later on-time row could precede
-            assert rows.ts.max() <= buffer.max_ts - lateness
+            assert rows.ts.max() <= buffer.max_ts - buffer.lateness  # (clamped to 2**64 - 1)
             released.append(rows.ts)
             arrivals.append(arrived)
     rest = buffer.flush()
