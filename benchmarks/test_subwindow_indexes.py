@@ -16,7 +16,7 @@ with would flatter it. Throughput = streamed tuples
 inserting.
 
 Against the limit: for ``bisort`` and ``rap_table`` the run also reports the bytes their
-kernels must move per tuple (:func:`streamjoin.indexes.bisort.stream_bytes`,
+kernels must move per tuple (:func:`streamjoin.indexes.panjoin.bisort.stream_bytes`,
 :func:`streamjoin.indexes.traffic.rap_table`, models written from the code) and the
 throughput as a fraction of what this machine's copy bandwidth allows for them
 (:class:`streamjoin.roofline.Roofline`, measured in the same process): whole, insert alone and
@@ -29,7 +29,7 @@ multi-threaded probing; the 1K batches stay on one). BI-Sort's targets are for o
 shows what a second core adds to the probe when the machine has one free.
 
 Item layouts (docs/design.md §2): ``bisort_compact`` and ``rap_table_compact`` hold 8-byte items (a
-key code and a relative ref, :mod:`streamjoin.indexes.key_codes`); their probes return a
+key code and a relative ref, :mod:`streamjoin.indexes.blocks.key_codes`); their probes return a
 superset that is refined on the stored keys inside the timed probe phase, as the join core
 does (:func:`refine`); they are the indexes' defaults. ``bisort`` and ``rap_table`` hold 16-byte
 items (float64 key, int64 ref, ``layout="wide"``) and probe exactly: the pairs compare the
@@ -50,10 +50,10 @@ from numba import njit
 
 from streamjoin.indexes import traffic
 from streamjoin.indexes.base import in_band
-from streamjoin.indexes.bisort import BISortIndex, stream_bytes
-from streamjoin.indexes.key_order import stable_key_order
-from streamjoin.indexes.rap_table import RaPTableIndex
-from streamjoin.indexes.wib_tree import WiBTreeIndex
+from streamjoin.indexes.blocks.key_order import stable_key_order
+from streamjoin.indexes.panjoin.bisort import BISortIndex, stream_bytes
+from streamjoin.indexes.panjoin.rap_table import RaPTableIndex
+from streamjoin.indexes.panjoin.wib_tree import WiBTreeIndex
 from streamjoin.roofline import Roofline
 
 N_SUB = 2**20
@@ -250,7 +250,7 @@ INDEXES = {
 
 def _bytes_per_tuple(name: str, index, batch: int) -> dict[str, float] | None:
     """``{"insert", "probe", "total"}`` bytes per tuple by the index's model
-    (:func:`streamjoin.indexes.bisort.stream_bytes`, :mod:`streamjoin.indexes.traffic`); None
+    (:func:`streamjoin.indexes.panjoin.bisort.stream_bytes`, :mod:`streamjoin.indexes.traffic`); None
     for the baseline."""
     layout = index._subwindows[-1].layout if hasattr(index, "_subwindows") else None
     if name.startswith("bisort"):

@@ -3,7 +3,7 @@
 As in the paper, each measurement is one subwindow store (no chain, no join core), fed with
 batches the manager has already sorted (§III-E), keys uniform 32-bit integers. BI-Sort uses
 ``layout="compact"``: a full subwindow holds 8-byte items as the paper's (a 32-bit key code and
-ref, :mod:`streamjoin.indexes.key_codes`; its pairs here are candidates the join core would
+ref, :mod:`streamjoin.indexes.blocks.key_codes`; its pairs here are candidates the join core would
 refine), while one that is filling holds a float64 key and an int64 ref, as RaP-Table (the
 wide layout here) and WiB+-Tree do: 16 bytes where the paper has 8. Throughput is input tuples per second
 of one operation on one thread (the paper: insertion on 1 thread, BI-Sort's on 8, probes on 8
@@ -84,12 +84,12 @@ from report import commit
 
 import streamjoin as sj
 from streamjoin import viz
-from streamjoin.indexes.bisort import BISort, BISortIndex, probe_bisort
-from streamjoin.indexes.key_order import stable_order
+from streamjoin.indexes.blocks.key_order import stable_order
 from streamjoin.indexes.nested_loop import NestedLoop
-from streamjoin.indexes.rap_table import RaPTable, probe_rap_table
-from streamjoin.indexes.subwindows import band_bounds
-from streamjoin.indexes.wib_tree import LEAVES, WiBTree, probe_wib_tree
+from streamjoin.indexes.panjoin.bisort import BISort, BISortIndex, probe_bisort
+from streamjoin.indexes.panjoin.rap_table import RaPTable, probe_rap_table
+from streamjoin.indexes.panjoin.subwindows import band_bounds
+from streamjoin.indexes.panjoin.wib_tree import LEAVES, WiBTree, probe_wib_tree
 from streamjoin.runtime.result import machine_info
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
@@ -845,7 +845,7 @@ EXPLAIN = {
     "insert": "One thread for every store (the paper: BI-Sort inserts with 8), numba kernels "
     "driven from Python, 16-byte items (float64 key, int64 ref) in RaP-Table and WiB+-Tree "
     "where the paper has 8 (BI-Sort's main arrays hold 8-byte items, a 32-bit key code and "
-    "ref: streamjoin.indexes.key_codes), a "
+    "ref: streamjoin.indexes.blocks.key_codes), a "
     "shared 2-core VM, N_Sub 2^20 (2^23 in compare) instead of 8M. BI-Sort's insertion is a "
     "merge into the main array, O(M / N_Bat) item moves per tuple, bound by memory bandwidth: "
     "it grows with N_Bat and falls with N_Sub as in Fig. 12a-b, and ignores P. Below N_Bat = B "

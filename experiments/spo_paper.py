@@ -65,12 +65,12 @@ from report import commit
 import streamjoin as sj
 from streamjoin import viz
 from streamjoin.indexes.base import in_band, key_range
-from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
-from streamjoin.indexes.ie_runs import RunSet
-from streamjoin.indexes.key_order import stable_order
-from streamjoin.indexes.mutable_part import INTERSECTIONS, MutablePart
-from streamjoin.indexes.po_join import two_rows
-from streamjoin.indexes.sorted_runs import lower_bound
+from streamjoin.indexes.blocks.key_order import stable_order
+from streamjoin.indexes.blocks.sorted_runs import lower_bound
+from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.spo.ie_runs import RunSet
+from streamjoin.indexes.spo.mutable_part import INTERSECTIONS, MutablePart
+from streamjoin.indexes.spo.po_join import two_rows
 from streamjoin.runtime.sim import Arrival
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")

@@ -89,7 +89,7 @@ def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
 def test_cli_index_options_reach_the_index(topology, tmp_path, capsys, monkeypatch):
     """``--index-option`` reaches every join actor's index (a compact PIM-Tree's join, checked
     against the oracle)."""
-    from streamjoin.indexes.pim_tree import PIMTreeIndex
+    from streamjoin.indexes.pim.pim_tree import PIMTreeIndex
 
     built = []
     real = PIMTreeIndex.__init__

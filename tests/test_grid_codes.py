@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from window_index_oracle import SortedOracle, probe_pairs
 
 from streamjoin import indexes
-from streamjoin.indexes.grid_codes import (
+from streamjoin.indexes.blocks.grid_codes import (
     CODE_MAX,
     bulk_window,
     choose_grid,

@@ -19,9 +19,10 @@ from window_index_oracle import (
 )
 
 import streamjoin as sj
-import streamjoin.indexes.bisort  # noqa: F401  (registers "bisort")
+import streamjoin.indexes.panjoin.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
-from streamjoin.indexes.bisort import (
+from streamjoin.indexes.blocks.key_codes import item_bounds
+from streamjoin.indexes.panjoin.bisort import (
     _SWEEP_GAP,
     BUFFERED,
     LAYOUTS,
@@ -32,8 +33,7 @@ from streamjoin.indexes.bisort import (
     fill_states,
     stream_bytes,
 )
-from streamjoin.indexes.key_codes import item_bounds
-from streamjoin.indexes.subwindows import band_bounds
+from streamjoin.indexes.panjoin.subwindows import band_bounds
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "partitions": 3, "buffer_size": 4}

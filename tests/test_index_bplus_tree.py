@@ -14,7 +14,7 @@ from window_index_oracle import SortedOracle, machine, probe_pairs, random_actio
 
 import streamjoin as sj
 from streamjoin import indexes
-from streamjoin.indexes.bplus_tree import HEIGHT, LEAF_HWM, PREFETCH_ITEMS
+from streamjoin.indexes.pim.bplus_tree import HEIGHT, LEAF_HWM, PREFETCH_ITEMS
 
 OPTIONS = st.fixed_dictionaries({"fanout": st.integers(3, 6), "leaf_size": st.integers(3, 6)})
 

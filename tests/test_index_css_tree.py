@@ -12,8 +12,8 @@ from window_index_oracle import keys, machine, probe_pairs, random_actions
 
 import streamjoin as sj
 from streamjoin import indexes
-from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
-from streamjoin.indexes.sorted_runs import lower_bound
+from streamjoin.indexes.blocks.sorted_runs import lower_bound
+from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
 
 OPTIONS = st.fixed_dictionaries(
     {

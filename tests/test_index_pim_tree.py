@@ -22,7 +22,7 @@ from window_index_oracle import (
 )
 
 from streamjoin import indexes
-from streamjoin.indexes.bplus_tree import LEAF_HWM, PREFETCH_ITEMS
+from streamjoin.indexes.pim.bplus_tree import LEAF_HWM, PREFETCH_ITEMS
 
 OPTIONS = st.fixed_dictionaries(
     {
@@ -216,7 +216,7 @@ def test_memory_traffic_model_counts_what_the_kernels_touch():
     """The roofline model (benchmarks/test_tree_indexes.py): a wide probe reads 4 + 1 lines of
     T_S (keys, refs) and 8 + 1 of T_I; a compact T_S has no ref line; the merge's share falls as
     merges get rarer and halves with 8-byte T_S items."""
-    from streamjoin.indexes.pim_tree import memory_traffic
+    from streamjoin.indexes.pim.pim_tree import memory_traffic
 
     wide, compact = memory_traffic(2**20), memory_traffic(2**20, layout="compact")
     assert wide["probe_bytes"] == 14 * 64 and compact["probe_bytes"] == 13 * 64

@@ -19,9 +19,9 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin import indexes
-from streamjoin.indexes.bitsets import marked, new_bits, set_positions, unmark
-from streamjoin.indexes.ie_runs import RunSet
-from streamjoin.indexes.mutable_part import INTERSECTIONS
+from streamjoin.indexes.spo.bitsets import marked, new_bits, set_positions, unmark
+from streamjoin.indexes.spo.ie_runs import RunSet
+from streamjoin.indexes.spo.mutable_part import INTERSECTIONS
 
 INF = float("inf")
 #: Mostly small integers (many matches, many ties), sometimes zeros of both signs, tiny and

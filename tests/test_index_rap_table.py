@@ -22,11 +22,11 @@ from window_index_oracle import (
     random_actions,
 )
 
-import streamjoin.indexes.rap_table  # noqa: F401  (registers "rap_table")
+import streamjoin.indexes.panjoin.rap_table  # noqa: F401  (registers "rap_table")
 from streamjoin import indexes
-from streamjoin.indexes.key_codes import CODE_MAX, encode
-from streamjoin.indexes.llat import PTR_G
-from streamjoin.indexes.rap_table import RaPTable, adjust_splitters
+from streamjoin.indexes.blocks.key_codes import CODE_MAX, encode
+from streamjoin.indexes.panjoin.llat import PTR_G
+from streamjoin.indexes.panjoin.rap_table import RaPTable, adjust_splitters
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "partitions": 3, "sigma": 1.1}

@@ -19,10 +19,10 @@ from window_index_oracle import (
     random_actions,
 )
 
-import streamjoin.indexes.wib_tree  # noqa: F401  (registers "wib_tree")
+import streamjoin.indexes.panjoin.wib_tree  # noqa: F401  (registers "wib_tree")
 from streamjoin import indexes
-from streamjoin.indexes.llat import chain_entries
-from streamjoin.indexes.wib_tree import HEIGHT, LEAVES, WiBTree
+from streamjoin.indexes.panjoin.llat import chain_entries
+from streamjoin.indexes.panjoin.wib_tree import HEIGHT, LEAVES, WiBTree
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "leaf_width": 2, "fanout": 3}

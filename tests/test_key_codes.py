@@ -1,4 +1,4 @@
-"""Compact index items (``streamjoin.indexes.key_codes``) and the exactness of the indexes that
+"""Compact index items (``streamjoin.indexes.blocks.key_codes``) and the exactness of the indexes that
 hold them: codes are monotone, probes over codes return supersets, and the refinement on full
 keys gives the oracle's pairs where many distinct keys share one code and where band bounds
 fall exactly on a code boundary."""
@@ -14,7 +14,7 @@ from window_index_oracle import SortedOracle, probe_pairs
 
 import streamjoin as sj
 from streamjoin import indexes
-from streamjoin.indexes.key_codes import (
+from streamjoin.indexes.blocks.key_codes import (
     CODE_MAX,
     encode,
     fit,
@@ -171,9 +171,9 @@ def test_an_unsorted_fit_is_the_sorted_fit(seed, n, spread, extremes):
 def test_a_packed_subwindow_takes_no_more_inserts():
     """A full compact subwindow is packed; an insert into it (beyond its capacity, outside the
     chain's contract) is refused instead of writing past its items."""
-    from streamjoin.indexes.bisort import BISort
-    from streamjoin.indexes.rap_table import RaPTable
-    from streamjoin.indexes.wib_tree import WiBTree
+    from streamjoin.indexes.panjoin.bisort import BISort
+    from streamjoin.indexes.panjoin.rap_table import RaPTable
+    from streamjoin.indexes.panjoin.wib_tree import WiBTree
 
     for store in (
         BISort(4, partitions=2, buffer_size=2, layout="compact"),

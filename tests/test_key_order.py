@@ -8,7 +8,7 @@ from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.indexes.key_order import stable_key_order, stable_order, stable_order_into
+from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order, stable_order_into
 
 
 def _cases():

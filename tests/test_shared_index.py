@@ -14,8 +14,8 @@ import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.shared_index import SharedIndexConfig, SharedIndexCore
 from streamjoin.indexes import plan
-from streamjoin.indexes.bplus_tree import new_path, seek_leaf
-from streamjoin.indexes.pim_tree_shared import (
+from streamjoin.indexes.pim.bplus_tree import new_path, seek_leaf
+from streamjoin.indexes.pim.pim_tree_shared import (
     APPLYING,
     BUILDING,
     PHASE,
@@ -23,7 +23,7 @@ from streamjoin.indexes.pim_tree_shared import (
     insert_shared,
     probe_shared,
 )
-from streamjoin.indexes.shared import SHAREABLE, SharedPIMTree
+from streamjoin.indexes.pim.shared import SHAREABLE, SharedPIMTree
 from streamjoin.validation import validate
 
 #: Tiny nodes and a merge every few tuples: splits, partition hops, merges and both phases of
@@ -152,7 +152,7 @@ def test_merges_every_few_tuples_with_threads_racing(merge, chunk, layout, monke
     chunk of 1 the applying phase takes most of them; on a loaded machine a run can see the
     building phase once): the join runs again, exact every time, until both phases were
     seen in flight at several step starts, at most 4 times."""
-    monkeypatch.setattr("streamjoin.indexes.shared.APPLY_CHUNK", chunk)
+    monkeypatch.setattr("streamjoin.indexes.pim.shared.APPLY_CHUNK", chunk)
     query = sj.Query(sj.band("x", 1.5), window=sj.CountWindow(30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=8)
     options = {**TINY["pim_tree"], "merge_ratio": 0.5, "layout": layout}

@@ -8,7 +8,7 @@ from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamjoin.indexes.sorted_runs import merge_runs, merge_runs_into
+from streamjoin.indexes.blocks.sorted_runs import merge_runs, merge_runs_into
 
 small_keys = st.lists(st.integers(-3, 3).map(float), max_size=40)
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from streamjoin.indexes import traffic
-from streamjoin.indexes.bplus_tree import BPlusTreeIndex
-from streamjoin.indexes.css_tree import CSSTreeIndex
 from streamjoin.indexes.hash import HashIndex
+from streamjoin.indexes.pim.bplus_tree import BPlusTreeIndex
+from streamjoin.indexes.pim.css_tree import CSSTreeIndex
 
 
 def _slide(index, window: int, batch: int, steps: int, seed: int = 0) -> None:

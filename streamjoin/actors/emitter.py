@@ -13,7 +13,7 @@ from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSetting
 from streamjoin.actors.router import RouteSpec, SingleRoute
 from streamjoin.batch import Batch
 from streamjoin.event_time import ReorderBuffer
-from streamjoin.indexes.sorted_runs import lower_bound
+from streamjoin.indexes.blocks.sorted_runs import lower_bound
 from streamjoin.query import Query
 from streamjoin.validation import Columns, check_ts_continues
 

@@ -266,7 +266,7 @@ def warm_key(spec: JoinSpec) -> tuple:
 
 def warm_batch(k: int, self_join: bool, n: int = 512, first: int = 0, horizon: int = 0) -> Batch:
     """A throwaway batch of ``n`` tuples with ``k`` attributes for warming kernels: large
-    enough for every kernel a real batch runs (:func:`~streamjoin.indexes.key_order.
+    enough for every kernel a real batch runs (:func:`~streamjoin.indexes.blocks.key_order.
     stable_order` hands batches under 256 keys to numpy), its keys far apart so few pairs
     match. ``k`` attributes: their image rows, then NaN residual rows, as float columns have
     (an exact integer join runs the same kernels, with other values in :class:`~streamjoin.

@@ -16,7 +16,7 @@ from numba.extending import overload
 
 from streamjoin.actors.store import IDX, INGEST_NS, LO_IDX, SEQ
 from streamjoin.indexes.base import key_range
-from streamjoin.indexes.sorted_runs import prefetch
+from streamjoin.indexes.blocks.sorted_runs import prefetch
 
 R_PROBES = 0
 S_PROBES = 1

@@ -20,7 +20,7 @@ from streamjoin.actors.join_kernels import (
     split_bounds,
 )
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.indexes.key_order import stable_order
+from streamjoin.indexes.blocks.key_order import stable_order
 from streamjoin.query import Query
 from streamjoin.validation import MAX_EXACT_INT
 

@@ -15,7 +15,7 @@ sleeping thread's wake-up cost about 23 µs here, twice a step.
   tasks of ``task_size`` tuples (by default one task per thread). Tasks are claimed in order
   with one atomic add on a shared counter (the paper protects its queue with a mutex; numba
   has no mutex, and an atomic add is the cheapest claim: an intrinsic over LLVM's
-  ``atomicrmw``, :mod:`~streamjoin.indexes.atomics`). Before the threads start, the core appends the batch
+  ``atomicrmw``, :mod:`~streamjoin.indexes.blocks.atomics`). Before the threads start, the core appends the batch
   to its tuple stores, so every tuple has its ref and every thread can read every tuple.
 - **Edge tuple.** Per stream, the count of the batch's leading tuples that are indexed. A
   task reads it once (§4.1: an old value only lengthens the tail) as the ref bound ``e``; it
@@ -32,7 +32,7 @@ sleeping thread's wake-up cost about 23 µs here, twice a step.
   in arrival order of the later tuple; ``ordered`` adds the sort inside each task.
 - **What is locked.** T_S never (immutable during a step), T_I per subindex, a shared
   ``bplus_tree`` as a whole, ``nested_loop`` nothing (its probes scan the store);
-  :mod:`~streamjoin.indexes.shared`.
+  :mod:`~streamjoin.indexes.pim.shared`.
 - **Merges.** Between steps (no thread runs): blocking, or the two phases of §4.2's
   nonblocking merge on a merging thread of the index's own, which runs across steps.
 - **Expiry** between steps, by the batch's horizons, as at a :class:`JoinCore`.
@@ -80,8 +80,9 @@ from streamjoin.actors.store import TupleStore
 from streamjoin.actors.thread_pool import ThreadPool
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
-from streamjoin.indexes import plan, shared
-from streamjoin.indexes.atomics import PAD
+from streamjoin.indexes import plan
+from streamjoin.indexes.blocks.atomics import PAD
+from streamjoin.indexes.pim import shared
 from streamjoin.modes import MERGES, Merge
 from streamjoin.query import Query
 

@@ -8,7 +8,7 @@ the threads start), and ``tup`` holds, per tuple in arrival order, the rows of :
 probed store's refs ``< OPP`` are its predecessors). Task ``t`` is tuples
 ``[t · task_size, (t + 1) · task_size)``.
 
-Control slots (``ctl``, each on its own cache line, :data:`~streamjoin.indexes.atomics.PAD`):
+Control slots (``ctl``, each on its own cache line, :data:`~streamjoin.indexes.blocks.atomics.PAD`):
 ``NEXT`` the next task to hand out, ``EDGE_LOCK`` and ``PROP_LOCK`` the test-and-set mutexes of
 the edge tuple and of result propagation, ``HEAD`` the first task not propagated, ``OUT_N``
 the pairs propagated, ``STALLED`` set when propagation has to wait for the step's end.
@@ -22,7 +22,8 @@ from numba import njit
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_oriented
 from streamjoin.actors.store import IDX, INGEST_NS, SEQ
 from streamjoin.actors.thread_pool import publish
-from streamjoin.indexes.atomics import (
+from streamjoin.indexes.base import key_range
+from streamjoin.indexes.blocks.atomics import (
     PAD,
     atomic_add,
     back_off,
@@ -33,11 +34,10 @@ from streamjoin.indexes.atomics import (
     unlock,
     yield_cpu,
 )
-from streamjoin.indexes.base import key_range
-from streamjoin.indexes.bplus_tree import new_path
-from streamjoin.indexes.key_order import stable_order_into
-from streamjoin.indexes.pim_tree_shared import COMPACT, insert_shared, probe_shared
-from streamjoin.indexes.sorted_runs import lower_bound, prefetch
+from streamjoin.indexes.blocks.key_order import stable_order_into
+from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch
+from streamjoin.indexes.pim.bplus_tree import new_path
+from streamjoin.indexes.pim.pim_tree_shared import COMPACT, insert_shared, probe_shared
 
 #: How many index candidates ahead the stored tuple's row is fetched (as ``probe_pairs``).
 _AHEAD = 8

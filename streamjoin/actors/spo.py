@@ -58,7 +58,7 @@ from streamjoin.actors.join_spec import JoinSpec, JoinWork
 from streamjoin.actors.window_part import WindowPart, concat_pairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
-from streamjoin.indexes.po_join import DEFAULT_MERGE_EVERY, POJoinIndex
+from streamjoin.indexes.spo.po_join import DEFAULT_MERGE_EVERY, POJoinIndex
 from streamjoin.query import Query
 
 #: The index of both stages, and what they fall back to when it can serve no condition.

@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.atomics import (
+from streamjoin.indexes.blocks.atomics import (
     PAD,
     atomic_cas,
     back_off,

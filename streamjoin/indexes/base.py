@@ -9,7 +9,7 @@ Probe semantics, the same for every index: ``probe(keys, lo, hi)`` returns every
 closed bounds, exactly the formula of :mod:`streamjoin.query`). An index may keep items whose
 ref is below the last ``expire`` bound for a while (coarse-grained expiry, docs/design.md §2) and return
 them from probes; the join core's window check drops them. An index whose ``exact`` is False
-(compact 8-byte items, :mod:`~streamjoin.indexes.key_codes`) may also return items *outside*
+(compact 8-byte items, :mod:`~streamjoin.indexes.blocks.key_codes`) may also return items *outside*
 the band of its first key row, those whose key code ties a code inside it; the join core then
 checks every condition on the full keys in its tuple store (the refinement).
 

@@ -7,7 +7,7 @@ copy bandwidth, or multiplied by its dependent-miss latency
 (:class:`streamjoin.roofline.Roofline`), a model bounds the index's throughput, and a measured
 figure can be reported as a fraction of that bound.
 
-The conventions are :func:`streamjoin.indexes.pim_tree.memory_traffic`'s:
+The conventions are :func:`streamjoin.indexes.pim.pim_tree.memory_traffic`'s:
 
 - a cache line is 64 bytes, and every line an operation touches is counted whole, once for
   reading and once more if it is written (a dirty line goes back to memory);
@@ -23,8 +23,8 @@ item: expiry, merges, rebuilds, archiving. Splits and merges of a mutable tree's
 pairs written out are not counted (a few bytes a tuple at a match rate of 2).
 
 :func:`memory_traffic` picks the model of an index by its registry name; PIM-Tree's and
-IM-Tree's is :func:`~streamjoin.indexes.pim_tree.memory_traffic`, BI-Sort's (by the batch, for
-its subwindows) :func:`~streamjoin.indexes.bisort.stream_bytes`.
+IM-Tree's is :func:`~streamjoin.indexes.pim.pim_tree.memory_traffic`, BI-Sort's (by the batch, for
+its subwindows) :func:`~streamjoin.indexes.panjoin.bisort.stream_bytes`.
 """
 
 from __future__ import annotations
@@ -72,13 +72,13 @@ def _bplus_leaf(leaf_size: int) -> tuple[int, int, int, int]:
 
 
 def bplus_tree(window: int, fanout: int = 32, leaf_size: int = 64, **_) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.bplus_tree`: a probe descends to a leaf and searches it
-    (:func:`~streamjoin.indexes.bplus_tree.probe_tree`); an insert prefetches its whole leaf,
+    """:mod:`~streamjoin.indexes.pim.bplus_tree`: a probe descends to a leaf and searches it
+    (:func:`~streamjoin.indexes.pim.bplus_tree.probe_tree`); an insert prefetches its whole leaf,
     then shifts the items above its place one slot (written back); an expiry descends,
     searches the leaf and shifts likewise to delete the item
-    (:func:`~streamjoin.indexes.bplus_tree.delete_items`); the insertion log writes then reads
+    (:func:`~streamjoin.indexes.pim.bplus_tree.delete_items`); the insertion log writes then reads
     the item's key and ref (16 bytes each way). Cold: the probe's and the expiry's searched
-    lines and the insert's whole leaf, as :func:`~streamjoin.indexes.pim_tree.memory_traffic`
+    lines and the insert's whole leaf, as :func:`~streamjoin.indexes.pim.pim_tree.memory_traffic`
     counts an insert's leaf."""
     search, moved, probe, whole = _bplus_leaf(leaf_size)
     insert = (whole + moved) * LINE + 16
@@ -94,10 +94,10 @@ def css_tree(
     layout: str = "wide",
     **_,
 ) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.css_tree`: a probe searches one leaf (its keys, or compact
+    """:mod:`~streamjoin.indexes.pim.css_tree`: a probe searches one leaf (its keys, or compact
     items, and a line of refs beside wide keys); every insert merges its sorted batch into the
-    whole leaf level (:func:`~streamjoin.indexes.sorted_runs.merge_runs`, or
-    :meth:`~streamjoin.indexes.coded_level.CodedLevel.merge` compact), reading the old level
+    whole leaf level (:func:`~streamjoin.indexes.blocks.sorted_runs.merge_runs`, or
+    :meth:`~streamjoin.indexes.blocks.coded_level.CodedLevel.merge` compact), reading the old level
     and writing the new one (``window + insert_batch`` items each: expiry only moves a bound,
     and the expired batch leaves at the merge that adds the new one), then rebuilds the inner
     keys (one key per leaf)."""
@@ -119,7 +119,7 @@ def chained(
     css_leaf_size: int = 32,
     **_,
 ) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.chained`: a probe searches the active B+-tree and the
+    """:mod:`~streamjoin.indexes.pim.chained`: a probe searches the active B+-tree and the
     ``L - 1`` archived subindexes (B+-trees, or CSS-trees of 16- or 8-byte items); an insert
     goes into the active B+-tree as in :func:`bplus_tree`; nothing expires item by item.
     The active tree grows from empty by doubling its node arrays (:func:`~streamjoin.indexes.
@@ -166,7 +166,7 @@ def _swept(window: int, batch: int, c: int, parts: float, wide: bool) -> tuple[f
     items cut into ``parts`` partitions (or leaves) each: for a band narrower than a
     partition, a batch of ``batch`` keys meets about ``1 - exp(-batch / parts)`` of them and
     streams their keys once, 8 bytes an item in either layout (wide refs are a separate array,
-    :func:`~streamjoin.indexes.llat.scan_partitions`), and the first line of each met
+    :func:`~streamjoin.indexes.panjoin.llat.scan_partitions`), and the first line of each met
     partition's chain is a miss. The window holds ``window / c`` full subwindows and the
     newest, half full on average; a probe reads a line of wide refs at its matches (compact
     items hold their refs)."""
@@ -183,7 +183,7 @@ def _appended(batch: int, parts: float) -> float:
     return 16 + 4 * LINE * min(1.0, parts / batch)
 
 
-#: Bytes per item of packing a full subwindow (:meth:`~streamjoin.indexes.llat.LLATStore.
+#: Bytes per item of packing a full subwindow (:meth:`~streamjoin.indexes.panjoin.llat.LLATStore.
 #: _pack`): its keys gathered and sorted partly to fit the code (:func:`~streamjoin.indexes.
 #: key_codes.fit_unsorted`, about three passes of 8 bytes read and written), then each item
 #: read (key and ref) and written as one word.
@@ -198,7 +198,7 @@ def rap_table(
     layout: str = "compact",
     **_,
 ) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.rap_table`: the probe batch sweeps each subwindow's ``P``
+    """:mod:`~streamjoin.indexes.panjoin.rap_table`: the probe batch sweeps each subwindow's ``P``
     partitions (:func:`_swept`); an insert appends to its partition's LLAT chain
     (:func:`_appended`); compact, the subwindow that fills is packed once
     (:data:`PACK_BYTES`)."""
@@ -216,7 +216,7 @@ def wib_tree(
     layout: str = "wide",
     **_,
 ) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.wib_tree`: the probe batch descends (inner nodes cached) and
+    """:mod:`~streamjoin.indexes.panjoin.wib_tree`: the probe batch descends (inner nodes cached) and
     sweeps the leaves, about :data:`BTREE_FILL` full, as RaP-Table sweeps partitions
     (:func:`_swept`); an insert appends to its leaf (:func:`_appended`); a leaf that fills is
     sorted and split, reading and writing its ``leaf_width`` items of 16 bytes, about once
@@ -236,7 +236,7 @@ def memory_traffic(name: str, window: int, /, **options) -> dict[str, float]:
     Raises ``KeyError`` for an index without one."""
     options.pop("window", None)
     if name in ("pim_tree", "im_tree"):
-        from streamjoin.indexes.pim_tree import memory_traffic as pim
+        from streamjoin.indexes.pim.pim_tree import memory_traffic as pim
 
         keep = ("merge_ratio", "layout", "leaf_size", "css_leaf_size")
         traffic = pim(window, **{k: v for k, v in options.items() if k in keep})

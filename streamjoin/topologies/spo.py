@@ -10,7 +10,7 @@ from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.router import BroadcastRoute
 from streamjoin.actors.spo import MergeSettings, SPOMutableConfig, SPOWorkerConfig, TreePlace
 from streamjoin.checks import positive_int
-from streamjoin.indexes.po_join import DEFAULT_MERGE_EVERY
+from streamjoin.indexes.spo.po_join import DEFAULT_MERGE_EVERY
 from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
 

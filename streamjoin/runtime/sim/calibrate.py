@@ -23,7 +23,7 @@ import numpy as np
 from streamjoin import indexes as registry
 from streamjoin import sources, topologies
 from streamjoin._version import __version__
-from streamjoin.indexes.shared import SHAREABLE
+from streamjoin.indexes.pim.shared import SHAREABLE
 from streamjoin.query import CountWindow, Query, band, equal, greater, less
 from streamjoin.runtime.result import machine_info
 from streamjoin.runtime.run import run

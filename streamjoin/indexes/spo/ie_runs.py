@@ -17,7 +17,7 @@ are visited in ``b`` order, and the set of items whose ``b`` lies in the current
 the interval and leave at the bottom, each once per batch: one pass over the run). Each probe
 then finds its ``a``-interval by binary search (its *offsets* in L1, the role of IE-Join's
 offset arrays; Alg. 3) and reads the marked positions in it through the summary level
-(:mod:`~streamjoin.indexes.bitsets`). A batch of m probes into a run of n items costs
+(:mod:`~streamjoin.indexes.spo.bitsets`). A batch of m probes into a run of n items costs
 O(n + m log n + Σ (a-interval / 4096 + marked words read) + matches).
 
 Runs sit one after another in flat arrays, oldest first (the *linked set*, newest to oldest in
@@ -33,8 +33,8 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import grow, in_band, key_range
-from streamjoin.indexes.bitsets import mark, marked_in, new_bits, unmark
-from streamjoin.indexes.sorted_runs import lower_bound
+from streamjoin.indexes.blocks.sorted_runs import lower_bound
+from streamjoin.indexes.spo.bitsets import mark, marked_in, new_bits, unmark
 
 
 class RunArrays(NamedTuple):

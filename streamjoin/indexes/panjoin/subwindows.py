@@ -29,8 +29,8 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from streamjoin.indexes.base import WindowIndex, key_range
-from streamjoin.indexes.key_codes import item_in_band
-from streamjoin.indexes.key_order import stable_key_order
+from streamjoin.indexes.blocks.key_codes import item_in_band
+from streamjoin.indexes.blocks.key_order import stable_key_order
 
 #: Ref below every real ref: "nothing expired yet", and the last ref of an empty subwindow.
 NO_REF = np.iinfo(np.int64).min
@@ -158,7 +158,7 @@ def match_item(v, r, keys, vlo, vhi, a, b, lo, hi, out_p, out_r, n, write):
     The candidate probes of item ``v`` are the contiguous run with ``vlo <= v <= vhi``
     (:func:`band_bounds`; for a compact item, the probes' item bounds), found by two searches
     over the sorted batch; each candidate is then tested exactly (a compact item is a
-    candidate of each, refined by the caller: :func:`~streamjoin.indexes.key_codes.item_in_band`).
+    candidate of each, refined by the caller: :func:`~streamjoin.indexes.blocks.key_codes.item_in_band`).
     Probes count their matches in a first pass and write them into arrays of
     exactly that size in a second: growing the outputs inside the scan loops would make numba
     adjust reference counts on every iteration. O(log(b - a) + candidates).

@@ -18,14 +18,14 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.key_codes import (
+from streamjoin.indexes.blocks.key_codes import (
     REF_SPAN,
     checked_ref_base,
     fit_unsorted,
     item_ref,
     pack_items_into,
 )
-from streamjoin.indexes.subwindows import SubwindowStore, match_item
+from streamjoin.indexes.panjoin.subwindows import SubwindowStore, match_item
 
 # slot of LLAT.meta
 PTR_G = 0
@@ -35,7 +35,7 @@ class LLAT(NamedTuple):
     """State of one LLAT; kernels mutate it in place (WiB+-Tree growth replaces the arrays)."""
 
     #: (entries, width): item keys, the first ``fill[e]`` of each entry in use: float64, or
-    #: compact uint64 items (:mod:`~streamjoin.indexes.key_codes`, which carry their refs)
+    #: compact uint64 items (:mod:`~streamjoin.indexes.blocks.key_codes`, which carry their refs)
     keys: np.ndarray
     #: int64 (entries, width), or ``keys`` itself for compact items
     refs: np.ndarray
@@ -64,7 +64,7 @@ def new_llat(entries: int, width: int, normal: int) -> LLAT:
 
 def packed_llat(llat: LLAT, base: float, scale: float, ref_base: int) -> LLAT:
     """``llat``'s items packed in place into compact items coded by ``(base, scale)``, refs
-    counted from ``ref_base`` (:mod:`~streamjoin.indexes.key_codes`): the float64 keys'
+    counted from ``ref_base`` (:mod:`~streamjoin.indexes.blocks.key_codes`): the float64 keys'
     memory becomes the items, the refs array is dropped. ``llat`` must be wide and is not
     used again."""
     items = llat.keys.view(np.uint64)
@@ -224,10 +224,10 @@ def scan_partitions(
         before it holds smaller keys only.
     keys, vlo, vhi : float64 (m,)
         Sorted probe keys and their intervals from
-        :func:`~streamjoin.indexes.subwindows.band_bounds`.
+        :func:`~streamjoin.indexes.panjoin.subwindows.band_bounds`.
     ilo, ihi : (m,)
         The intervals as bounds on the held items: ``vlo``/``vhi`` for wide items, their
-        :func:`~streamjoin.indexes.key_codes.item_bounds` for compact ones, whose every item
+        :func:`~streamjoin.indexes.blocks.key_codes.item_bounds` for compact ones, whose every item
         inside a probe's bounds is returned (a superset the caller refines).
     ref_base : int
         The ref compact items count from.
@@ -308,7 +308,7 @@ class LLATStore(SubwindowStore):
 
     def _pack(self, coder: np.ndarray, ref_base: int) -> None:
         """Pack the full subwindow's LLAT in place into 8-byte items, coded from its own keys
-        (:func:`~streamjoin.indexes.key_codes.fit_unsorted`: one pass over them, so the code
+        (:func:`~streamjoin.indexes.blocks.key_codes.fit_unsorted`: one pass over them, so the code
         follows drifting keys and far outliers take the extreme codes); the code's
         ``(base, scale)`` go into ``coder``, refs count from ``ref_base``."""
         llat = self._llat

@@ -40,10 +40,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.atomics import atomic_add
 from streamjoin.indexes.base import WindowIndex, key_range, register
-from streamjoin.indexes.key_order import stable_key_order, stable_order
-from streamjoin.indexes.sorted_runs import lower_bound, prefetch_range, scan_run
+from streamjoin.indexes.blocks.atomics import atomic_add
+from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
+from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch_range, scan_run
 
 # slots of BPlusArrays.meta
 ROOT, HEIGHT, LEAF_HWM, LEAF_FREE, INNER_HWM, INNER_FREE = range(6)

@@ -2,7 +2,7 @@
 
 A shared index is driven in *steps*: between steps no thread runs, and the index may switch
 merge phases, reserve node room and expire; during a step the threads search and insert with
-the kernels of :mod:`~streamjoin.indexes.pim_tree_shared` on :attr:`state`, the arrays of
+the kernels of :mod:`~streamjoin.indexes.pim.pim_tree_shared` on :attr:`state`, the arrays of
 the step. Per step the join core calls :meth:`begin_step` with the items its threads will
 insert, runs them, then :meth:`end_step` and :meth:`expire`.
 
@@ -31,8 +31,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from streamjoin.indexes.atomics import PAD
-from streamjoin.indexes.bplus_tree import (
+from streamjoin.indexes.blocks.atomics import PAD
+from streamjoin.indexes.blocks.coded_level import CodedLevel
+from streamjoin.indexes.blocks.grid_codes import route_items
+from streamjoin.indexes.blocks.key_order import stable_order
+from streamjoin.indexes.blocks.sorted_runs import merge_runs_into
+from streamjoin.indexes.pim.bplus_tree import (
     HEIGHT,
     INNER_HWM,
     LEAF_HWM,
@@ -45,12 +49,9 @@ from streamjoin.indexes.bplus_tree import (
     new_tree,
     reserve,
 )
-from streamjoin.indexes.coded_level import CodedLevel
-from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
-from streamjoin.indexes.grid_codes import route_items
-from streamjoin.indexes.key_order import stable_order
-from streamjoin.indexes.pim_tree import check_options, partitions
-from streamjoin.indexes.pim_tree_shared import (
+from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.pim.pim_tree import check_options, partitions
+from streamjoin.indexes.pim.pim_tree_shared import (
     APPLYING,
     BUILDING,
     CHUNK,
@@ -68,7 +69,6 @@ from streamjoin.indexes.pim_tree_shared import (
     SharedArrays,
     apply_pending,
 )
-from streamjoin.indexes.sorted_runs import merge_runs_into
 from streamjoin.modes import MERGES, Merge
 
 _NO_REF = np.iinfo(np.int64).min
@@ -190,7 +190,7 @@ class _MergingThread:
 class SharedPIMTree:
     """PIM-Tree (§3.3) shared by threads: T_S searched lock-free, T_I's subindexes locked,
     T_I merged into T_S blocking or nonblocking (module docstring of
-    :mod:`~streamjoin.indexes.pim_tree_shared`).
+    :mod:`~streamjoin.indexes.pim.pim_tree_shared`).
 
     Complexity as ``pim_tree`` (its docstring) for every thread's operations. With
     ``merge="nonblocking"`` a merge costs the same O(w) on the merging thread, plus O(p) at
@@ -209,7 +209,7 @@ class SharedPIMTree:
     layout : {"wide", "compact"}
         As for ``pim_tree``: T_S's items 16 bytes, or 8 (a grid code and a ref offset; probes
         of T_S return a superset that the join core refines, and the merging thread re-grids
-        the old items, :class:`~streamjoin.indexes.coded_level.CodedLevel`). T_I holds whole
+        the old items, :class:`~streamjoin.indexes.blocks.coded_level.CodedLevel`). T_I holds whole
         keys either way.
 
     Attributes

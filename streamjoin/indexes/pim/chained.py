@@ -15,7 +15,7 @@ Two designs (§5.1): ``archive="bplus"`` (B-chain) keeps archived subindexes as 
 ``archive="css"`` (IB-chain) converts each to an immutable B+-tree (CSS-tree, Alg. 3) when it
 is archived, which searches faster. An IB-chain with ``layout="compact"`` packs each archived
 subindex into 8-byte items (a 32-bit grid code of the key above the ref's offset,
-:mod:`~streamjoin.indexes.grid_codes`), coded from the keys it holds once they stop changing,
+:mod:`~streamjoin.indexes.blocks.grid_codes`), coded from the keys it holds once they stop changing,
 as BI-Sort packs a full subwindow: half the memory of the archived items, and probes of them
 return a superset that the join core refines (docs/design.md §2: 8-byte items).
 """
@@ -27,7 +27,10 @@ from typing import NamedTuple
 import numpy as np
 
 from streamjoin.indexes.base import WindowIndex, register
-from streamjoin.indexes.bplus_tree import (
+from streamjoin.indexes.blocks.grid_codes import bulk_window, fit_grid, merge_grid_items_into
+from streamjoin.indexes.blocks.key_codes import REF_SPAN, item_refs
+from streamjoin.indexes.blocks.key_order import stable_order
+from streamjoin.indexes.pim.bplus_tree import (
     HEIGHT,
     ROOT,
     BPlusArrays,
@@ -39,10 +42,7 @@ from streamjoin.indexes.bplus_tree import (
     reserve,
     shrink_to_fit,
 )
-from streamjoin.indexes.css_tree import WIDE_GRID, build_css_tree, search_css_tree
-from streamjoin.indexes.grid_codes import bulk_window, fit_grid, merge_grid_items_into
-from streamjoin.indexes.key_codes import REF_SPAN, item_refs
-from streamjoin.indexes.key_order import stable_order
+from streamjoin.indexes.pim.css_tree import WIDE_GRID, build_css_tree, search_css_tree
 
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")

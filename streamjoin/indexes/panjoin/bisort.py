@@ -52,7 +52,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import copy_prefix, grow, register
-from streamjoin.indexes.key_codes import (
+from streamjoin.indexes.blocks.key_codes import (
     REF_SPAN,
     bounds_for,
     checked_ref_base,
@@ -63,8 +63,8 @@ from streamjoin.indexes.key_codes import (
     item_refs,
     pack_items_into,
 )
-from streamjoin.indexes.sorted_runs import prefetch
-from streamjoin.indexes.subwindows import (
+from streamjoin.indexes.blocks.sorted_runs import prefetch
+from streamjoin.indexes.panjoin.subwindows import (
     SubwindowIndex,
     SubwindowStore,
     int_option,
@@ -76,7 +76,7 @@ from streamjoin.indexes.subwindows import (
 # slots of BISortArrays.meta
 MAIN, BUFFERED, SAMPLES, STRIDE, REF_BASE = range(5)
 #: Main-array layouts: 8-byte items (key code and relative ref in one uint64,
-#: :mod:`~streamjoin.indexes.key_codes`), or a float64 key and an int64 ref (16 bytes).
+#: :mod:`~streamjoin.indexes.blocks.key_codes`), or a float64 key and an int64 ref (16 bytes).
 LAYOUTS = ("compact", "wide")
 
 
@@ -200,7 +200,7 @@ def _group_starts(keys, m, index, samples, stride, x, low, base, count):
 
     §III-D's two searches -- the index array for the partition, then inside the partition --
     as binary searches without branches on the keys
-    (:func:`~streamjoin.indexes.subwindows.pick`), run for the whole group one level after the
+    (:func:`~streamjoin.indexes.panjoin.subwindows.pick`), run for the whole group one level after the
     other, each level prefetching the next level's keys: the group's cache misses overlap
     instead of forming one chain per probe (a sparse batch misses at almost every level of a
     partition). The index search covers only the
@@ -362,7 +362,7 @@ def probe_run(
     while its keys are in cache (their refs prefetched meanwhile); each candidate is stored and
     kept by advancing the count (no branch on the exact test). A run of compact items is
     searched with item bounds (``vlo``/``vhi`` from
-    :func:`~streamjoin.indexes.key_codes.bounds_for`) and returns every
+    :func:`~streamjoin.indexes.blocks.key_codes.bounds_for`) and returns every
     item in them, refs counted from ``ref_base``: a superset of the band's items that the caller
     refines. The outputs grow (doubling) when a group's candidates do not fit: at most a few
     times per batch. Returns ``(out_p, out_r, n)``. Complexity as :func:`locate_run`, plus
@@ -421,7 +421,7 @@ def locate_bisort(t, vlo, vhi):
     vhi[i]`` (compact: whose codes are those of keys in it): the matches of probe i plus
     rounding-margin items (and expired ones), which an exact test drops when pairs are needed
     (:func:`locate_run`). ``vlo``/``vhi`` float64 (m,)
-    from :func:`~streamjoin.indexes.subwindows.band_bounds`. Returns ``starts, ends`` int64
+    from :func:`~streamjoin.indexes.panjoin.subwindows.band_bounds`. Returns ``starts, ends`` int64
     (m,).
     """
     starts = np.empty(vlo.shape[0], dtype=np.int64)
@@ -447,10 +447,10 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
     """Append the items of a BI-Sort subwindow with ``lo <= item - keys[i] <= hi`` and ``ref >=
     min_ref`` as pairs ``(i, ref)`` to ``out_p[:n]``/``out_r[:n]``; returns ``(out_p, out_r, n)``
     (grown if the pairs did not fit). From a compact main array, every item whose key code is
-    in a probe's code range is a pair (a superset, :mod:`~streamjoin.indexes.key_codes`).
+    in a probe's code range is a pair (a superset, :mod:`~streamjoin.indexes.blocks.key_codes`).
 
     ``keys`` float64 (m,) ascending; ``vlo``/``vhi`` from
-    :func:`~streamjoin.indexes.subwindows.band_bounds`. The main array and the sorted buffer
+    :func:`~streamjoin.indexes.panjoin.subwindows.band_bounds`. The main array and the sorted buffer
     are probed alike (:func:`probe_run`; a sparse batch searches the buffer through an index
     array sampled here). O(m · log(1 + (M + B) / m) + B / 64 + candidates), where candidates
     are the items inside the widened intervals (a run with at most ``_SWEEP_GAP`` items per
@@ -515,7 +515,7 @@ def probe_bisort(t, keys, vlo, vhi, lo, hi, min_ref):
 
 
 #: Bytes of a wide item (float64 key + int64 ref; the buffer's, and a wide main array's), of
-#: a compact one (:mod:`~streamjoin.indexes.key_codes`), and of a cache line.
+#: a compact one (:mod:`~streamjoin.indexes.blocks.key_codes`), and of a cache line.
 _ITEM, _COMPACT_ITEM, _LINE = 16, 8, 64
 
 
@@ -608,8 +608,8 @@ class BISort(SubwindowStore):
     ``layout="compact"`` a full subwindow then holds 8 bytes per item plus ``8 P``.
 
     With ``layout="compact"``, the insert that fills the subwindow packs its main array in
-    place into 8-byte items (:mod:`~streamjoin.indexes.key_codes`), coded from the keys it
-    holds (:func:`~streamjoin.indexes.key_codes.fit_final`): the keys are all known by then and
+    place into 8-byte items (:mod:`~streamjoin.indexes.blocks.key_codes`), coded from the keys it
+    holds (:func:`~streamjoin.indexes.blocks.key_codes.fit_final`): the keys are all known by then and
     never change, so the code follows keys that drift (timestamps) and leaves far outliers at
     the extreme codes instead of squeezing the rest together. Probes of a packed subwindow
     return every item whose code is in the probe's code range, a superset of the band's items
@@ -783,7 +783,7 @@ class BISortIndex(SubwindowIndex):
         test_subwindow_indexes.py``).
     layout : str
         ``"compact"`` (default): each full subwindow is packed into 8-byte items, a 32-bit key
-        code and a 32-bit relative ref (:mod:`~streamjoin.indexes.key_codes`), coded from its
+        code and a 32-bit relative ref (:mod:`~streamjoin.indexes.blocks.key_codes`), coded from its
         own keys; a probe of it returns a superset of the band's items, which the join core
         refines on the full keys (``exact`` is False). Half the memory of the full
         subwindows (see :class:`BISort`), at the speed of ``"wide"`` in a join (0.96–1.00×,

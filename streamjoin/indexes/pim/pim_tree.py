@@ -3,9 +3,9 @@ In-memory Merge-Tree of §3.2 it extends.
 
 Both have two components (§3.1):
 
-- T_S, an immutable B+-tree (:mod:`~streamjoin.indexes.css_tree`): a sorted leaf level of
+- T_S, an immutable B+-tree (:mod:`~streamjoin.indexes.pim.css_tree`): a sorted leaf level of
   ``(key, ref)`` items and breadth-first inner keys; searched, never updated;
-- T_I, mutable B+-trees (:mod:`~streamjoin.indexes.bplus_tree`) that take every insert.
+- T_I, mutable B+-trees (:mod:`~streamjoin.indexes.pim.bplus_tree`) that take every insert.
 
 When T_I holds ``m · w`` items (``m`` the merge ratio, ``w`` the window) both are merged into a
 new T_S, and the items that expired meanwhile are dropped in the same pass (§3.2). Until then an
@@ -14,7 +14,7 @@ expired item is only *flagged*: its ref is below the expiry bound, and every sca
 PIM-Tree cuts T_I into subindexes B_0 … B_n, one per node of T_S at the insertion depth D_I
 (§3.3.1). B_p takes the keys that T_S's descent routes through node ``p`` at depth D_I, so the
 partitions follow T_S's inner nodes and adapt to the value distribution at each merge. The B_p
-share one set of node arrays (a forest, :func:`~streamjoin.indexes.bplus_tree.new_forest`): the
+share one set of node arrays (a forest, :func:`~streamjoin.indexes.pim.bplus_tree.new_forest`): the
 first leaf of B_p is leaf ``p`` and the tail of B_p links to it, so all of T_I is one sorted
 leaf chain, and a scan has left B_p exactly when the next leaf's id is below the number of
 partitions (the paper's *last leaf* flag, App. A.2). Each B_p has a lock slot; operations take
@@ -32,7 +32,22 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
-from streamjoin.indexes.bplus_tree import (
+from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
+from streamjoin.indexes.blocks.grid_codes import (
+    bounds_on,
+    route_items,
+    scan_on,
+)
+from streamjoin.indexes.blocks.key_order import is_sorted, stable_key_order
+from streamjoin.indexes.blocks.sorted_runs import (
+    largest,
+    lower_bound,
+    merge_runs_into,
+    prefetch,
+    prefetch_range,
+    scan_run,
+)
+from streamjoin.indexes.pim.bplus_tree import (
     BPlusArrays,
     chain_items,
     check_forest,
@@ -42,22 +57,7 @@ from streamjoin.indexes.bplus_tree import (
     reserve,
     seek_leaf,
 )
-from streamjoin.indexes.coded_level import NO_REF, CodedLevel
-from streamjoin.indexes.css_tree import build_css_tree, descend_css_tree
-from streamjoin.indexes.grid_codes import (
-    bounds_on,
-    route_items,
-    scan_on,
-)
-from streamjoin.indexes.key_order import is_sorted, stable_key_order
-from streamjoin.indexes.sorted_runs import (
-    largest,
-    lower_bound,
-    merge_runs_into,
-    prefetch,
-    prefetch_range,
-    scan_run,
-)
+from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
 
 
 @njit(cache=True, nogil=True)
@@ -97,7 +97,7 @@ def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, ke
     keys route by their codes)
     (l. 1-7; the paper's loop header reads "0 to D_I", one level too many for a node at depth
     D_I, and its comparison at l. 5 is printed the wrong way round, see
-    :func:`~streamjoin.indexes.css_tree.descend_css_tree`). A run of items bound for the same
+    :func:`~streamjoin.indexes.pim.css_tree.descend_css_tree`). A run of items bound for the same
     subindex is inserted under one acquisition of its lock (l. 8-11): sorted, the batch visits
     the subindexes in order, and ``counts[p]`` (int64 ``(n_partitions,)``) grows by the run's
     length (the per-subindex insert load of §5, Fig. 13a). The caller reserves node room
@@ -332,7 +332,7 @@ def check_options(
     css_leaf_size: int,
 ) -> None:
     """Raise ``ValueError``, naming index ``name``, for a PIM-Tree option out of its range
-    (this index's and the shared one's, :mod:`streamjoin.indexes.shared`)."""
+    (this index's and the shared one's, :mod:`streamjoin.indexes.pim.shared`)."""
     if not 0 < merge_ratio <= 1:
         raise ValueError(f"{name} merge_ratio must be in (0, 1], got {merge_ratio}")
     if insertion_depth < 0:
@@ -382,7 +382,7 @@ class PIMTreeIndex(WindowIndex):
     layout : {"wide", "compact"}
         T_S's items: ``"wide"`` (default) a float64 key beside an int64 ref, exact probes;
         ``"compact"`` one uint64 each, a 32-bit code of the key on a grid that every merge
-        re-fits exactly from the old codes (:mod:`~streamjoin.indexes.grid_codes`) above the
+        re-fits exactly from the old codes (:mod:`~streamjoin.indexes.blocks.grid_codes`) above the
         ref's offset in T_S. About half the memory; T_S's probes return a superset that the
         caller refines on the full keys (``exact`` is False). T_I keeps full keys, and so
         does a small sorted side run of T_S for the keys its grid does not cover: far
@@ -492,7 +492,7 @@ class PIMTreeIndex(WindowIndex):
 
     def _merge_compact(self, ti_keys: np.ndarray, ti_refs: np.ndarray, out: np.ndarray) -> int:
         """Merge T_S's items, the side run and T_I into ``out`` (items) and a new side run
-        (:class:`~streamjoin.indexes.coded_level.CodedLevel`)."""
+        (:class:`~streamjoin.indexes.blocks.coded_level.CodedLevel`)."""
         return self._coded.merge(self._ts_keys, ti_keys, ti_refs, self._before, out)
 
     @property

@@ -1,6 +1,6 @@
 """Grid codes: 32-bit order-preserving key codes that a structure can re-fit without its keys.
 
-:mod:`~streamjoin.indexes.key_codes` fits a code to the keys a structure holds, once, when it
+:mod:`~streamjoin.indexes.blocks.key_codes` fits a code to the keys a structure holds, once, when it
 stops changing (a full subwindow). PIM-Tree's T_S does not stop changing: every merge rebuilds
 it from the old T_S's items and T_I's keys, and a compact T_S no longer holds the keys of its
 old items. So its code must be one that a merge can widen or shift *exactly*, from the old codes
@@ -43,8 +43,8 @@ from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from streamjoin.indexes.base import grow
-from streamjoin.indexes.key_codes import CODE_MAX, REF_MASK
-from streamjoin.indexes.sorted_runs import scan_run
+from streamjoin.indexes.blocks.key_codes import CODE_MAX, REF_MASK
+from streamjoin.indexes.blocks.sorted_runs import scan_run
 
 # items as in ``key_codes``: the code above the ref's offset, one uint64
 _SIGN = np.uint64(2**63)
@@ -223,7 +223,7 @@ def merge_grid_items_into(
     ``ref_add``) with ``(ti_keys, ti_refs)`` (sorted by key, every ref above ``old``'s, coded
     on ``(base, new_shift)`` from ``ref_base``) into ``out``, dropping items with ref below
     ``before``. The result is sorted by code (equal codes: old items first). Written before the
-    test that keeps it, as :func:`~streamjoin.indexes.sorted_runs.merge_runs_into`. Returns
+    test that keeps it, as :func:`~streamjoin.indexes.blocks.sorted_runs.merge_runs_into`. Returns
     how many were kept. O(len(old) + len(ti_keys))."""
     na, nb = old.shape[0], ti_keys.shape[0]
     i = k = 0
@@ -255,7 +255,7 @@ def merge_grid_items_into(
 
 def bounds_on(top, vlo, vhi, base, shift):
     """(jitted) The widened key interval ``[vlo, vhi]`` as bounds on a sorted level whose
-    dtype's largest value is ``top`` (:func:`~streamjoin.indexes.sorted_runs.largest`, a
+    dtype's largest value is ``top`` (:func:`~streamjoin.indexes.blocks.sorted_runs.largest`, a
     scalar, so that the call passes no array): ``(vlo, vhi)`` for float64 keys,
     :func:`grid_bounds` on the grid ``(base, shift)`` for compact items."""
     raise NotImplementedError
@@ -272,7 +272,7 @@ def scan_on(keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe,
     """(jitted) Append ``(probe, ref)`` for each item of the sorted level ``keys[start:stop]``
     up to the bound ``bhi`` whose ref is at least ``min_ref``, returning ``(out_p, out_r, n)``:
     float64 keys (``refs`` beside them) are tested exactly
-    (:func:`~streamjoin.indexes.sorted_runs.scan_run`); compact items (refs from ``ref_base``)
+    (:func:`~streamjoin.indexes.blocks.sorted_runs.scan_run`); compact items (refs from ``ref_base``)
     are all candidates, which the caller refines."""
     raise NotImplementedError
 

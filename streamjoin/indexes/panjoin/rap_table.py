@@ -3,7 +3,7 @@
 A subwindow range-partitions its items into ``P`` partitions by a *partition table* of ``P``
 splitters: partition ``p`` holds the keys in ``(high[p-1], high[p]]``, and ``high[P-1]`` is
 ``+inf`` so every key has a partition. Items are stored unsorted in an LLAT (§III-B2,
-:mod:`~streamjoin.indexes.llat`) of ``2P`` entries of ``ceil(N_Sub / P · σ)`` items: one normal
+:mod:`~streamjoin.indexes.panjoin.llat`) of ``2P`` entries of ``ceil(N_Sub / P · σ)`` items: one normal
 entry per partition plus ``P`` reserved ones for skewed partitions. Three histograms per
 partition (item count, min and max key) feed the *adjustment algorithm* (§III-B1, Alg. 1),
 which computes the partition table of the next subwindow.
@@ -15,7 +15,7 @@ the price of longer scans -- ``wib_tree`` is the index for such keys.
 
 Batch mode (§III-E): inserts and probes arrive sorted and find their partitions by rebounding
 binary search from the previous key's partition; probes then sweep the partitions
-(:func:`~streamjoin.indexes.llat.scan_partitions`).
+(:func:`~streamjoin.indexes.panjoin.llat.scan_partitions`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
-from streamjoin.indexes.key_codes import (
+from streamjoin.indexes.blocks.key_codes import (
     bounds_for,
     encode,
     item_codes,
     item_refs,
 )
-from streamjoin.indexes.llat import (
+from streamjoin.indexes.panjoin.llat import (
     PTR_G,
     LLATStore,
     chain_entries,
@@ -41,7 +41,7 @@ from streamjoin.indexes.llat import (
     new_llat,
     scan_partitions,
 )
-from streamjoin.indexes.subwindows import (
+from streamjoin.indexes.panjoin.subwindows import (
     SubwindowIndex,
     int_option,
     rebound_search,
@@ -204,7 +204,7 @@ class RaPTable(LLATStore):
         ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
         ``"compact"``: the insert that fills the subwindow packs its LLAT in place into 8-byte
         items (a 32-bit key code and a 32-bit relative ref, :mod:`~streamjoin.indexes.
-        key_codes`), coded from its own keys (:func:`~streamjoin.indexes.key_codes.
+        key_codes`), coded from its own keys (:func:`~streamjoin.indexes.blocks.key_codes.
         fit_unsorted`: keys are all known by then, so the code follows drifting keys, and
         far outliers take the extreme codes); probes of a
         packed subwindow return a superset the caller refines. A subwindow still filling, or

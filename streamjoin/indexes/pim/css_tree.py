@@ -22,10 +22,10 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import WindowIndex, key_range, register
-from streamjoin.indexes.coded_level import NO_REF, CodedLevel
-from streamjoin.indexes.grid_codes import bounds_on, scan_on
-from streamjoin.indexes.key_order import stable_key_order
-from streamjoin.indexes.sorted_runs import largest, lower_bound, merge_runs
+from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
+from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
+from streamjoin.indexes.blocks.key_order import stable_key_order
+from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound, merge_runs
 
 
 @njit(cache=True, nogil=True)
@@ -108,7 +108,7 @@ def search_css_tree(
 
     ``keys``/``refs``: the sorted leaf level (n,): float64 keys beside int64 refs, tested
     exactly (``grid`` and ``ref_base`` unused), or compact uint64 items on the grid
-    ``(base, shift)`` with refs from ``ref_base`` (:mod:`~streamjoin.indexes.grid_codes`;
+    ``(base, shift)`` with refs from ``ref_base`` (:mod:`~streamjoin.indexes.blocks.grid_codes`;
     ``refs`` unused), whose matches come back as a superset for the caller to refine;
     ``inner``/``offsets`` from :func:`build_css_tree` with the same ``fanout`` and
     ``leaf_size``; ``probe_keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
@@ -164,7 +164,7 @@ class CSSTreeIndex(WindowIndex):
         The items: ``"wide"`` (default) a float64 key beside an int64 ref, exact probes;
         ``"compact"`` one uint64 each, a 32-bit code of the key on a grid that every merge
         re-fits exactly from the old codes, above the ref's offset
-        (:class:`~streamjoin.indexes.coded_level.CodedLevel`, as PIM-Tree's compact T_S).
+        (:class:`~streamjoin.indexes.blocks.coded_level.CodedLevel`, as PIM-Tree's compact T_S).
         About half the memory; probes return a superset that the caller refines on the full
         keys (``exact`` is False), and keys the grid does not cover wait whole in a small
         side run, probed exactly. A window must span fewer than 2**32 refs.

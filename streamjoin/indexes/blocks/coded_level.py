@@ -4,10 +4,10 @@ stay exact across merges: its grid, the ref its items count from, and a side run
 PIM-Tree's and IM-Tree's compact T_S and the compact standalone CSS-tree are such levels:
 every merge writes a new level from the old items and a sorted run of new ones. The old items
 no longer hold their keys, so the old codes are re-gridded exactly (integer arithmetic on the
-codes, :func:`~streamjoin.indexes.grid_codes.regrid`), and the new keys that the chosen grid
+codes, :func:`~streamjoin.indexes.blocks.grid_codes.regrid`), and the new keys that the chosen grid
 does not cover unclamped (far outliers, or keys that moved to another range while older items
 keep a grid too coarse for them) wait with their whole keys in the side run, probed exactly,
-until a later merge can code them (:mod:`~streamjoin.indexes.grid_codes` says how the grid is
+until a later merge can code them (:mod:`~streamjoin.indexes.blocks.grid_codes` says how the grid is
 chosen).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamjoin.indexes.grid_codes import (
+from streamjoin.indexes.blocks.grid_codes import (
     bulk_window,
     choose_grid,
     grid_span,
@@ -24,8 +24,8 @@ from streamjoin.indexes.grid_codes import (
     regrid,
     span_slice,
 )
-from streamjoin.indexes.key_codes import REF_SPAN
-from streamjoin.indexes.sorted_runs import merge_runs
+from streamjoin.indexes.blocks.key_codes import REF_SPAN
+from streamjoin.indexes.blocks.sorted_runs import merge_runs
 
 #: A ref below every ref.
 NO_REF = np.iinfo(np.int64).min
@@ -119,7 +119,7 @@ class CodedLevel:
     @staticmethod
     def check_ref_span(name: str, refs: np.ndarray, first_ref: int | None, before: int) -> None:
         """A ``ValueError``, before anything changes, if a level of index ``name`` would have
-        to hold refs :data:`~streamjoin.indexes.key_codes.REF_SPAN` or more apart (a window
+        to hold refs :data:`~streamjoin.indexes.blocks.key_codes.REF_SPAN` or more apart (a window
         of 2**32 items): ``refs`` arrive after ``first_ref`` (None: they are the first), and
         items with refs below ``before`` are expired."""
         first = int(refs[0]) if first_ref is None else first_ref

@@ -1,11 +1,11 @@
 """``po_join``: SPO-Join's window index (Aslam, Simonini & Beedkar, §3–§4): a mutable part for
 fast inserts and a linked set of immutable PO-Join structures for fast two-condition probes.
 
-New items go into the mutable part (§4.1, :mod:`~streamjoin.indexes.mutable_part`): a
+New items go into the mutable part (§4.1, :mod:`~streamjoin.indexes.spo.mutable_part`): a
 B+-tree per key row whose probe results become bit arrays over the part's slots, ANDed. When
 it holds ``merge_every`` items (the threshold δ) it is merged (§4.2, Alg. 1 l. 7–14) into a
 new PO-Join structure — IE-Join's sorted arrays, permutation array and offsets
-(:mod:`~streamjoin.indexes.ie_runs`) — built in O(δ) from the trees' sorted leaves, and
+(:mod:`~streamjoin.indexes.spo.ie_runs`) — built in O(δ) from the trees' sorted leaves, and
 emptied. With ``subintervals = k`` a merge is divided into k structures of consecutive
 arrivals (§4.5, "dividing the sliding interval"), which the ``spo`` topology spreads over its
 workers. A probe searches the mutable part and every structure (§4.3, Alg. 4), each
@@ -29,9 +29,9 @@ from contextlib import contextmanager
 import numpy as np
 
 from streamjoin.indexes.base import WindowIndex, register
-from streamjoin.indexes.ie_runs import RunSet
-from streamjoin.indexes.key_order import stable_order
-from streamjoin.indexes.mutable_part import INTERSECTIONS, MutablePart
+from streamjoin.indexes.blocks.key_order import stable_order
+from streamjoin.indexes.spo.ie_runs import RunSet
+from streamjoin.indexes.spo.mutable_part import INTERSECTIONS, MutablePart
 
 _NO_REF = np.iinfo(np.int64).min
 
@@ -71,7 +71,7 @@ class POJoinIndex(WindowIndex):
     subintervals : int
         Structures each merge is divided into (consecutive arrivals).
     intersect : {"bitset", "scatter", "hash"}
-        The mutable part's intersection (:mod:`~streamjoin.indexes.mutable_part`); the
+        The mutable part's intersection (:mod:`~streamjoin.indexes.spo.mutable_part`); the
         others are kept for SPO-Join §6.1's comparison.
     fanout, leaf_size : int
         Of the mutable part's B+-trees.
@@ -133,7 +133,7 @@ class POJoinIndex(WindowIndex):
     def take_mutable(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Empty the mutable part without merging it here (the ``spo`` topology ships it to a
         worker): ``(a_slots, b_slots, slot_keys, slot_refs)`` as
-        :meth:`~streamjoin.indexes.mutable_part.MutablePart.take`. O(K · δ)."""
+        :meth:`~streamjoin.indexes.spo.mutable_part.MutablePart.take`. O(K · δ)."""
         return self.mutable.take()
 
     def add_structure(self, a_order, b_order, keys: np.ndarray, refs: np.ndarray) -> bool:

@@ -7,7 +7,7 @@ What is locked
 --------------
 - T_S (the immutable CSS-tree) is searched lock-free: nothing writes it while threads run
   (§3.3.3: "traversing T_S is completely lock-free").
-- T_I's subindexes B_p each have a spin lock (:mod:`~streamjoin.indexes.atomics`), padded to a
+- T_I's subindexes B_p each have a spin lock (:mod:`~streamjoin.indexes.blocks.atomics`), padded to a
   cache line. An insert takes the lock of each run of items bound for one subindex (Alg. 1
   l. 8-11); a search takes B_p's lock before it seeks into B_p and holds it while it scans,
   hopping to B_{p+1}'s lock when the scan crosses into it (Alg. 2 l. 16-39). Node ids come
@@ -46,18 +46,18 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.atomics import PAD, load_acquire, spin_lock, store_release, unlock
 from streamjoin.indexes.base import key_range
-from streamjoin.indexes.bplus_tree import (
+from streamjoin.indexes.blocks.atomics import PAD, load_acquire, spin_lock, store_release, unlock
+from streamjoin.indexes.blocks.grid_codes import grid_bounds, route_of, scan_on
+from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
+from streamjoin.indexes.pim.bplus_tree import (
     MAX_HEIGHT,
     BPlusArrays,
     insert_into,
     new_path,
     seek_leaf,
 )
-from streamjoin.indexes.css_tree import descend_css_tree
-from streamjoin.indexes.grid_codes import grid_bounds, route_of, scan_on
-from streamjoin.indexes.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
+from streamjoin.indexes.pim.css_tree import descend_css_tree
 
 #: Slots of :attr:`SharedArrays.meta`.
 N_PARTS, STRIDE, DEPTH, CSS_FANOUT, CSS_LEAF, PHASE, MIN_REF, CHUNK, COMPACT, REF_BASE = range(10)
@@ -74,7 +74,7 @@ class SharedArrays(NamedTuple):
     The arrays of every kind of shared index have the same types, so one compiled kernel
     serves them all; a kind uses what it needs and leaves the rest empty. A wide T_S (float64
     keys beside int64 refs) fills ``ts_keys``, ``ts_refs``, ``inner`` and ``upper``; a compact
-    one (``meta[COMPACT]``: uint64 grid-coded items, :mod:`~streamjoin.indexes.grid_codes`)
+    one (``meta[COMPACT]``: uint64 grid-coded items, :mod:`~streamjoin.indexes.blocks.grid_codes`)
     fills ``ts_items``, ``inner_items``, ``upper_items``, ``grid`` and its side run. Both
     forms in one type cost the kernels a branch per key, not a third compile of the whole
     shared path (one per form of the conditions already: 80 s on an empty cache, measured).
@@ -103,7 +103,7 @@ class SharedArrays(NamedTuple):
     #: uint64 (2,): a compact T_S's grid ``(base, shift)``
     grid: np.ndarray
     #: float64, int64: a compact T_S's side run, the (key, ref)-sorted items its grid left
-    #: out, whole (:class:`~streamjoin.indexes.coded_level.CodedLevel`); searched lock-free
+    #: out, whole (:class:`~streamjoin.indexes.blocks.coded_level.CodedLevel`); searched lock-free
     side_keys: np.ndarray
     side_refs: np.ndarray
     #: T_I: P B+-trees over shared node arrays (the coarse tree: one)
@@ -135,7 +135,7 @@ class SharedArrays(NamedTuple):
 @njit(cache=True, nogil=True, inline="always")
 def _part_of(n_parts, inner, inner_items, offsets, fanout, depth, compact, base, shift, key):
     """The subindex of T_I that takes ``key`` (Alg. 1 l. 1-7: descend T_S to depth D_I; a
-    compact T_S's by the key's route, :func:`~streamjoin.indexes.grid_codes.route_of`)."""
+    compact T_S's by the key's route, :func:`~streamjoin.indexes.blocks.grid_codes.route_of`)."""
     if n_parts == 1:
         return 0
     if compact:
@@ -161,7 +161,7 @@ def _last_part(upper, n_parts, vhi):
 def insert_shared(s, keys, refs, path):
     """Insert a ``(key, ref)``-sorted run into T_I, each run of items bound for one subindex
     under that subindex's lock (PIM-Tree Alg. 1 l. 8-11). ``path``: scratch of
-    :func:`~streamjoin.indexes.bplus_tree.new_path`. Room for the nodes is reserved before the
+    :func:`~streamjoin.indexes.pim.bplus_tree.new_path`. Room for the nodes is reserved before the
     step. Returns how often a lock was found held (contention). O(b · (D_I · log(fanout_S) +
     H'_I · log(fanout_I))), Eq. 6 step 3.
     """
@@ -200,7 +200,7 @@ def insert_shared(s, keys, refs, path):
 
 @njit(cache=True, nogil=True, inline="always")
 def _peek_leaf(t, tops, sub, x):
-    """Where :func:`~streamjoin.indexes.bplus_tree.seek_leaf` would end for ``x`` in subindex
+    """Where :func:`~streamjoin.indexes.pim.bplus_tree.seek_leaf` would end for ``x`` in subindex
     ``sub``, read without its lock: only a prefetch address. Another thread may be splitting
     nodes meanwhile, so every id and count read is clamped to the arrays (garbage values give
     a useless prefetch, never a read outside them)."""

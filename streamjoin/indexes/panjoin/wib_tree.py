@@ -2,7 +2,7 @@
 
 A B+-tree whose inner nodes are small and sorted (``fanout`` children, ``fanout - 1``
 separators, cache resident) and whose leaves are wide and unsorted: a leaf is a chain of LLAT
-entries of ``leaf_width`` items (:mod:`~streamjoin.indexes.llat`), sorted only when it splits,
+entries of ``leaf_width`` items (:mod:`~streamjoin.indexes.panjoin.llat`), sorted only when it splits,
 which costs O(W log W) once per W inserts instead of O(W) per insert (§III-C). Child ``j`` of an
 inner node holds the keys in ``[sep[j-1], sep[j])``; no two separators are equal, so all items
 with one key live in one leaf (§III-C), and a leaf full of one key grows by chaining LLAT
@@ -23,7 +23,7 @@ at least W/4 inserts into the halves before they can split again.
 
 Batch mode (§III-E): each sorted key descends from the path of the previous key, backtracking
 only as far up as needed; probes then sweep the leaves
-(:func:`~streamjoin.indexes.llat.scan_partitions`).
+(:func:`~streamjoin.indexes.panjoin.llat.scan_partitions`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import register
-from streamjoin.indexes.key_codes import bounds_for, encode, item_codes, item_refs
-from streamjoin.indexes.llat import (
+from streamjoin.indexes.blocks.key_codes import bounds_for, encode, item_codes, item_refs
+from streamjoin.indexes.panjoin.llat import (
     PTR_G,
     LLATStore,
     chain_entries,
@@ -46,7 +46,7 @@ from streamjoin.indexes.llat import (
     scan_partitions,
     take_entry,
 )
-from streamjoin.indexes.subwindows import (
+from streamjoin.indexes.panjoin.subwindows import (
     SubwindowIndex,
     int_option,
     rebound_search,
@@ -412,7 +412,7 @@ class WiBTree(LLATStore):
     layout : str
         ``"wide"`` (default): a float64 key and an int64 ref per item, exact probes.
         ``"compact"``: the insert that fills the subwindow packs its LLAT in place into 8-byte
-        items, coded from its own keys, as :class:`~streamjoin.indexes.rap_table.RaPTable`
+        items, coded from its own keys, as :class:`~streamjoin.indexes.panjoin.rap_table.RaPTable`
         does (a full subwindow's leaves never split again, so their items stop moving); the
         inner nodes keep float64 separators. Probes of a packed subwindow return a superset
         the caller refines. A subwindow still filling, or of ``capacity >= 2**32``, stays wide.

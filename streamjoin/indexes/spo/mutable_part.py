@@ -2,7 +2,7 @@
 become bit arrays over the part's slots, intersected by AND.
 
 New items take the next *slot* (their position in arrival order) and go into one
-:mod:`~streamjoin.indexes.bplus_tree` per key row, as ``(key, slot)`` items: insertion stays
+:mod:`~streamjoin.indexes.pim.bplus_tree` per key row, as ``(key, slot)`` items: insertion stays
 O(log n) per item, and each tree's leaf chain lists the slots in that row's key order — what a
 probe needs and what the merge into a PO-Join structure starts from (§4.2).
 
@@ -26,8 +26,9 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import grow, in_band, key_range
-from streamjoin.indexes.bitsets import ONE, trailing_zeros
-from streamjoin.indexes.bplus_tree import (
+from streamjoin.indexes.blocks.key_order import stable_key_order
+from streamjoin.indexes.blocks.sorted_runs import lower_bound
+from streamjoin.indexes.pim.bplus_tree import (
     HEIGHT,
     ROOT,
     chain_items,
@@ -37,9 +38,8 @@ from streamjoin.indexes.bplus_tree import (
     new_tree,
     reserve,
 )
-from streamjoin.indexes.ie_runs import upper_bound
-from streamjoin.indexes.key_order import stable_key_order
-from streamjoin.indexes.sorted_runs import lower_bound
+from streamjoin.indexes.spo.bitsets import ONE, trailing_zeros
+from streamjoin.indexes.spo.ie_runs import upper_bound
 
 INTERSECTIONS = ("bitset", "scatter", "hash")
 _HASH_EMPTY = -1
