@@ -33,7 +33,7 @@ import sys
 import time
 
 import streamjoin as sj
-import streamjoin.actors.shared_index as si
+import streamjoin.actors.shared_index.core as si
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.roofline import cpu_times, steal_share

@@ -3,7 +3,7 @@
 Run: ``python -m pytest benchmarks/test_thread_pool.py --benchmark-enable -o addopts=""
 -p no:cacheprovider``.
 
-One step of :class:`~streamjoin.actors.thread_pool.ThreadPool` with one worker whose kernel
+One step of :class:`~streamjoin.actors.shared_index.thread_pool.ThreadPool` with one worker whose kernel
 does nothing but publish and count: the hand-over and the wait, nothing else.
 
 - *spinning*: steps back to back, so the worker is still spinning when the next comes (a
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from streamjoin.actors.thread_pool import ThreadPool, publish
+from streamjoin.actors.shared_index.thread_pool import ThreadPool, publish
 
 
 @njit(nogil=True, cache=True)

@@ -65,7 +65,7 @@ import streamjoin as sj
 from streamjoin import viz
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
-from streamjoin.actors.shared_index import TASK_SIZE, SharedIndexCore
+from streamjoin.actors.shared_index.core import TASK_SIZE, SharedIndexCore
 from streamjoin.runtime.sim.profile import as_profile
 from streamjoin.validation import validate
 

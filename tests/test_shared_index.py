@@ -12,7 +12,7 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
-from streamjoin.actors.shared_index import SharedIndexConfig, SharedIndexCore
+from streamjoin.actors.shared_index.core import SharedIndexConfig, SharedIndexCore
 from streamjoin.indexes import plan
 from streamjoin.indexes.pim.bplus_tree import new_path, seek_leaf
 from streamjoin.indexes.pim.pim_tree_shared import (

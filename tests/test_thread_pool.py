@@ -1,4 +1,4 @@
-"""The shared-index core's thread pool (:mod:`streamjoin.actors.thread_pool`): each step
+"""The shared-index core's thread pool (:mod:`streamjoin.actors.shared_index.thread_pool`): each step
 reaches every thread whether it waits spinning or asleep, a thread's error is raised in the
 caller and the pool goes on, and ``close`` stops every thread."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from streamjoin.actors.thread_pool import ThreadPool, publish
+from streamjoin.actors.shared_index.thread_pool import ThreadPool, publish
 
 
 @njit(nogil=True)

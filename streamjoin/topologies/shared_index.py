@@ -6,7 +6,7 @@ import networkx as nx
 
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
-from streamjoin.actors.shared_index import TASK_SIZE, SharedIndexConfig
+from streamjoin.actors.shared_index.core import TASK_SIZE, SharedIndexConfig
 from streamjoin.modes import Merge
 from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
@@ -23,7 +23,7 @@ def shared_index(
     """One join core, ``threads`` threads over its shared window indexes (PIM-Tree §4):
     tuples of both streams in one work queue in arrival order, tasks of ``task_size`` tuples,
     edge tuples, results propagated in arrival order, merges blocking or nonblocking
-    (:mod:`streamjoin.actors.shared_index`).
+    (:mod:`streamjoin.actors.shared_index.core`).
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """Window indexes that several threads search and update at once: PIM-Tree (and IM-Tree) with
 the concurrency control of PIM-Tree §3.3.3 and the nonblocking merge of §4.2, and a B+-tree
-under one coarse lock. The shared-index join core (:mod:`streamjoin.actors.shared_index`)
+under one coarse lock. The shared-index join core (:mod:`streamjoin.actors.shared_index.core`)
 drives them from ``nogil`` kernels on several threads.
 
 What is locked

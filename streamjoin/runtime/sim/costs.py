@@ -28,8 +28,8 @@ from collections.abc import Callable
 
 from streamjoin import indexes
 from streamjoin.actors.base import ActorLogic
-from streamjoin.actors.shared_index import SHARED_COST_PREFIX
-from streamjoin.actors.shared_kernels import (
+from streamjoin.actors.shared_index.core import SHARED_COST_PREFIX
+from streamjoin.actors.shared_index.kernels import (
     W_CANDIDATES,
     W_INSERTED,
     W_PAIRS,
@@ -156,7 +156,7 @@ class CostModel:
 def threads_charge(one: float, logic, coefs: dict, before: tuple, after: tuple) -> float:
     """A step of a core whose ``logic.threads`` threads share its tasks (PIM-Tree §4.1),
     from ``one``, its charge on one processor: each task of the step (``logic.last_tasks``,
-    the W_* columns of :mod:`~streamjoin.actors.shared_kernels`) costs its tuples, probes (and
+    the W_* columns of :mod:`~streamjoin.actors.shared_index.kernels`) costs its tuples, probes (and
     their share of the step's descent work), candidates, pairs, inserts and the rows it
     scanned past the edge tuple; tasks go in order to the thread that is free first, and
     the step costs what is not task work (the call and the window-part calls, expiry) plus the last

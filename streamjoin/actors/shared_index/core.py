@@ -6,9 +6,9 @@ Design
 Each batch the core receives is one *step* (the unit the executors deliver: its pairs leave
 when the step ends). Inside a step, PIM-Tree §4.1's algorithm runs on ``threads`` threads:
 the calling thread and ``threads - 1`` pool threads, each in one ``nogil`` numba kernel
-(:func:`~streamjoin.actors.shared_kernels.run_tasks`) for the whole step, so Python runs
+(:func:`~streamjoin.actors.shared_index.kernels.run_tasks`) for the whole step, so Python runs
 only once per step and thread, not per task. Between close steps the pool's threads wait
-spinning on shared counters rather than asleep (:mod:`~streamjoin.actors.thread_pool`): a
+spinning on shared counters rather than asleep (:mod:`~streamjoin.actors.shared_index.thread_pool`): a
 sleeping thread's wake-up cost about 23 µs here, twice a step.
 
 - **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
@@ -53,7 +53,7 @@ from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSetting
 from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES
 from streamjoin.actors.join_spec import JOIN_COUNTERS, JoinSpec, JoinWork
-from streamjoin.actors.shared_kernels import (
+from streamjoin.actors.shared_index.kernels import (
     C_DELAY,
     C_INDEXED,
     C_N_TASKS,
@@ -76,8 +76,8 @@ from streamjoin.actors.shared_kernels import (
     run_tasks,
     stage_batch,
 )
+from streamjoin.actors.shared_index.thread_pool import ThreadPool
 from streamjoin.actors.store import TupleStore
-from streamjoin.actors.thread_pool import ThreadPool
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
 from streamjoin.indexes import plan
@@ -93,7 +93,7 @@ SHARED_COST_PREFIX = "shared:"
 #: tuples, :func:`task_size_of`). A task's keys are probed as one sorted run, so T_S's
 #: descents share nodes, its leaves are fetched ahead and T_I's subindexes take runs of
 #: inserts, and the tail past the edge tuple costs about the same at any task size
-#: (:func:`~streamjoin.actors.shared_kernels._join_tail`): longer tasks kept paying off once
+#: (:func:`~streamjoin.actors.shared_index.kernels._join_tail`): longer tasks kept paying off once
 #: the pool's threads waited spinning. W = 2^20, match rate 2, three alternating rounds on a
 #: quiet machine (``benchmarks/shared_index_speedup.py sharedN 20 BATCH 1048576 TASK``),
 #: batches of 1,024: one thread 1.16–1.18 M tuples/s at 128, 1.25–1.30 M at 512, 1.30–1.33 M

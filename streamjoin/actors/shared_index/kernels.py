@@ -20,8 +20,8 @@ import numpy as np
 from numba import njit
 
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_oriented
+from streamjoin.actors.shared_index.thread_pool import publish
 from streamjoin.actors.store import IDX, INGEST_NS, SEQ
-from streamjoin.actors.thread_pool import publish
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.atomics import (
     PAD,
@@ -451,7 +451,7 @@ def run_tasks(
        indexed, advance the edge tuples (test-and-set).
     4. *Result propagation* (:func:`_propagate`).
 
-    ``sync`` is the thread pool's counters (:mod:`~streamjoin.actors.thread_pool`; empty with
+    ``sync`` is the thread pool's counters (:mod:`~streamjoin.actors.shared_index.thread_pool`; empty with
     one thread): thread 0 publishes the step there, so the other threads start as soon as it
     runs without the GIL. ``cfg[C_DELAY] > 0`` waits a random while between the steps (a test
     hook that forces interleavings). Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
