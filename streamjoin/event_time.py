@@ -40,17 +40,6 @@ def take(cols: Columns, rows: np.ndarray | slice) -> Columns:
     return Columns(cols.stream[rows], cols.ts[rows], columns_at(cols.attrs, rows))
 
 
-def concat(parts: list[Columns]) -> Columns:
-    """``parts`` one after another."""
-    if len(parts) == 1:
-        return parts[0]
-    return Columns(
-        np.concatenate([p.stream for p in parts]),
-        np.concatenate([p.ts for p in parts]),
-        np.concatenate([p.attrs for p in parts], axis=1),
-    )
-
-
 @njit(cache=True, nogil=True)
 def order_and_max(ts: np.ndarray) -> tuple[bool, int]:
     """Whether ``ts`` (int64, not empty) never decreases, and its largest value: one pass."""

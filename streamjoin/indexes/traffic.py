@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from streamjoin.modes import Layout
+
 LINE = 64
 #: A mutable B+-tree's nodes under random inserts and deletes are about ln 2 full.
 BTREE_FILL = 0.7
@@ -91,7 +93,7 @@ def css_tree(
     insert_batch: int = 512,
     fanout: int = 65,
     leaf_size: int = 32,
-    layout: str = "wide",
+    layout: Layout = "wide",
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.pim.css_tree`: a probe searches one leaf (its keys, or compact
@@ -112,7 +114,7 @@ def chained(
     window: int,
     chain_length: int = 2,
     archive: str = "css",
-    layout: str = "wide",
+    layout: Layout = "wide",
     fanout: int = 32,
     leaf_size: int = 64,
     css_fanout: int = 65,
@@ -195,7 +197,7 @@ def rap_table(
     insert_batch: int = 1024,
     subwindow_size: int = 2**16,
     partitions: int = 512,
-    layout: str = "compact",
+    layout: Layout = "compact",
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.panjoin.rap_table`: the probe batch sweeps each subwindow's ``P``
@@ -213,7 +215,7 @@ def wib_tree(
     insert_batch: int = 1024,
     subwindow_size: int = 2**16,
     leaf_width: int = 128,
-    layout: str = "wide",
+    layout: Layout = "wide",
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.panjoin.wib_tree`: the probe batch descends (inner nodes cached) and

@@ -72,6 +72,7 @@ from streamjoin.indexes.panjoin.subwindows import (
     pick,
     rebound_search,
 )
+from streamjoin.modes import Layout
 
 # slots of BISortArrays.meta
 MAIN, BUFFERED, SAMPLES, STRIDE, REF_BASE = range(5)
@@ -540,7 +541,7 @@ def stream_bytes(
     partitions: int,
     batch: int,
     window: int,
-    layout: str = "wide",
+    layout: Layout = "wide",
 ) -> dict[str, float]:
     """Bytes read plus written per tuple when a window of ``window`` items in subwindows of
     ``subwindow_size`` streams batches of ``batch`` tuples that each probe the window (about
@@ -632,7 +633,7 @@ class BISort(SubwindowStore):
     kind = "bisort"
 
     def __init__(
-        self, capacity: int, partitions: int = 512, buffer_size: int = 1024, layout: str = "wide"
+        self, capacity: int, partitions: int = 512, buffer_size: int = 1024, layout: Layout = "wide"
     ) -> None:
         super().__init__(capacity)
         self.partitions = int_option(self.kind, "partitions", partitions, 1)
@@ -804,7 +805,7 @@ class BISortIndex(SubwindowIndex):
         partitions: int = 512,
         buffer_size: int | None = None,
         threads: int = 1,
-        layout: str = "compact",
+        layout: Layout = "compact",
     ) -> None:
         if buffer_size is None:
             size = int_option(self.name, "subwindow_size", subwindow_size, 1)

@@ -26,6 +26,7 @@ from streamjoin.indexes.blocks.key_codes import (
     pack_items_into,
 )
 from streamjoin.indexes.panjoin.subwindows import SubwindowStore, match_item
+from streamjoin.modes import Layout
 
 # slot of LLAT.meta
 PTR_G = 0
@@ -283,7 +284,7 @@ class LLATStore(SubwindowStore):
         """Whether this subwindow holds compact items (it is full and packed)."""
         return self._llat.keys.dtype == np.uint64
 
-    def _set_layout(self, layout: str) -> None:
+    def _set_layout(self, layout: Layout) -> None:
         """Take the ``layout`` option: ``"wide"``, or ``"compact"`` (a full subwindow is packed,
         if its refs fit 32-bit offsets: ``capacity < 2**32``); a ``ValueError`` otherwise."""
         if layout not in ("compact", "wide"):

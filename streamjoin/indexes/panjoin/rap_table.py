@@ -46,6 +46,7 @@ from streamjoin.indexes.panjoin.subwindows import (
     int_option,
     rebound_search,
 )
+from streamjoin.modes import Layout
 
 
 class RaPArrays(NamedTuple):
@@ -221,7 +222,7 @@ class RaPTable(LLATStore):
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
         high: np.ndarray | None = None,
-        layout: str = "wide",
+        layout: Layout = "wide",
     ) -> None:
         super().__init__(capacity)
         self._set_layout(layout)
@@ -374,7 +375,7 @@ class RaPTableIndex(SubwindowIndex):
         partitions: int = 512,
         sigma: float = 1.25,
         domain: tuple[float, float] = (-(2.0**31), 2.0**31),
-        layout: str = "compact",
+        layout: Layout = "compact",
     ) -> None:
         super().__init__(
             n_keys,

@@ -51,6 +51,7 @@ from streamjoin.indexes.panjoin.subwindows import (
     int_option,
     rebound_search,
 )
+from streamjoin.modes import Layout
 
 # slots of WiBArrays.meta
 LEAVES, INNERS, ROOT, HEIGHT = range(4)
@@ -422,7 +423,7 @@ class WiBTree(LLATStore):
     _t: WiBArrays
 
     def __init__(
-        self, capacity: int, leaf_width: int = 128, fanout: int = 64, layout: str = "wide"
+        self, capacity: int, leaf_width: int = 128, fanout: int = 64, layout: Layout = "wide"
     ) -> None:
         super().__init__(capacity)
         self.leaf_width = int_option(self.kind, "leaf_width", leaf_width, 2)
@@ -594,7 +595,7 @@ class WiBTreeIndex(SubwindowIndex):
         subwindow_size: int = 2**16,
         leaf_width: int = 128,
         fanout: int = 64,
-        layout: str = "wide",
+        layout: Layout = "wide",
     ) -> None:
         super().__init__(
             n_keys, subwindow_size, leaf_width=leaf_width, fanout=fanout, layout=layout

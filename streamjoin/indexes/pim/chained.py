@@ -43,6 +43,7 @@ from streamjoin.indexes.pim.bplus_tree import (
     shrink_to_fit,
 )
 from streamjoin.indexes.pim.css_tree import WIDE_GRID, build_css_tree, search_css_tree
+from streamjoin.modes import Layout
 
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")
@@ -115,7 +116,7 @@ class ChainedIndex(WindowIndex):
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
-        layout: str = "wide",
+        layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
         if layout not in LAYOUTS:

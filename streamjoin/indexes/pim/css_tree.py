@@ -26,6 +26,7 @@ from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.key_order import stable_key_order
 from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound, merge_runs
+from streamjoin.modes import Layout
 
 
 @njit(cache=True, nogil=True)
@@ -174,7 +175,7 @@ class CSSTreeIndex(WindowIndex):
     takes_order = True
 
     def __init__(
-        self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32, layout: str = "wide"
+        self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32, layout: Layout = "wide"
     ) -> None:
         super().__init__(n_keys)
         if fanout < 2:

@@ -58,6 +58,7 @@ from streamjoin.indexes.pim.bplus_tree import (
     seek_leaf,
 )
 from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
+from streamjoin.modes import Layout
 
 
 @njit(cache=True, nogil=True)
@@ -280,7 +281,7 @@ _LINE = 64
 def memory_traffic(
     window: int,
     merge_ratio: float = 0.125,
-    layout: str = "wide",
+    layout: Layout = "wide",
     leaf_size: int = 64,
     css_leaf_size: int = 32,
 ) -> dict[str, float]:
@@ -415,7 +416,7 @@ class PIMTreeIndex(WindowIndex):
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
-        layout: str = "wide",
+        layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
         if layout not in ("wide", "compact"):
@@ -661,7 +662,7 @@ class IMTreeIndex(PIMTreeIndex):
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
-        layout: str = "wide",
+        layout: Layout = "wide",
     ) -> None:
         super().__init__(
             n_keys, merge_ratio, 0, window, fanout, leaf_size, css_fanout, css_leaf_size, layout

@@ -69,7 +69,7 @@ from streamjoin.indexes.pim.pim_tree_shared import (
     SharedArrays,
     apply_pending,
 )
-from streamjoin.modes import MERGES, Merge
+from streamjoin.modes import MERGES, Layout, Merge
 
 _NO_REF = np.iinfo(np.int64).min
 #: Pending items the merging thread inserts under one acquisition of a subindex's lock
@@ -235,7 +235,7 @@ class SharedPIMTree:
         leaf_size: int = 64,
         css_fanout: int = 65,
         css_leaf_size: int = 32,
-        layout: str = "wide",
+        layout: Layout = "wide",
     ) -> None:
         if layout not in ("wide", "compact"):
             raise ValueError(f"{name} layout must be 'wide' or 'compact', got {layout!r}")
