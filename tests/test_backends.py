@@ -109,7 +109,8 @@ def test_ray_actor_failure_names_the_actor(ray_session):
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(5))
     data = sj.sources.synthetic(100, low=0, high=10, seed=1)
     with pytest.raises(ActorFailed, match="actor 'core' \\(join_core\\) failed: TypeError"):
-        sj.run(q, data, sj.topologies.single("nested_loop", bogus=1), backend="ray")
+        # an option value the index only meets when the actor builds it
+        sj.run(q, data, sj.topologies.single("bplus_tree", fanout="x"), backend="ray")
 
 
 class DecreasingAcrossChunks(sj.sources.Source):

@@ -238,3 +238,21 @@ def test_paired_core_keeps_each_pair_once_where_the_older_r_copy_meets():
     assert sorted(zip(pairs.r.tolist(), pairs.s.tolist(), strict=True)) == [(0, 1), (0, 2), (1, 2)]
     with pytest.raises(ValueError, match="R and S copies on different ports"):
         JoinCore(q, paired=True)
+
+
+def test_an_unknown_index_option_is_named_before_anything_runs():
+    """A mistyped option fails when the topology is built (index named) or checked (index
+    chosen from the predicate), naming the option and the ones the index takes."""
+    import pytest
+
+    with pytest.raises(ValueError, match="index 'pim_tree' has no option 'bogus'; its options: "):
+        sj.topologies.single("pim_tree", index_options={"bogus": 1})
+    with pytest.raises(ValueError, match="has no option 'leafsize'.*leaf_size"):
+        sj.topologies.grid(2, 2, "bplus_tree", leafsize=8)
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(10))
+    topo = sj.topologies.split(2, index_options={"partition": 4})  # index chosen at run time
+    with pytest.raises(ValueError, match="index 'bisort' has no option 'partition'"):
+        sj.run(query, sj.sources.synthetic(100, seed=1), topo)
+    # the options an index does take still build and run
+    res = sj.run(query, sj.sources.synthetic(500, seed=2), sj.topologies.single(partitions=8))
+    assert res.same_pairs(sj.oracle.join(query, sj.sources.synthetic(500, seed=2)))

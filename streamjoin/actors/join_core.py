@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -23,10 +24,18 @@ class IndexChoice:
     index: str | None = None
     index_options: dict = field(default_factory=dict)
 
+    #: The options go to another form of the index that checks them (the shared-index core).
+    checks_options_itself: ClassVar[bool] = False
+
     def check(self, query: Query) -> None:
-        """Warn (:class:`~streamjoin.indexes.IndexFallbackWarning`) if the index named cannot
-        serve ``query``'s first condition: the join stays exact, another condition is served
-        or the window is scanned (:func:`~streamjoin.indexes.plan`)."""
+        """A ``ValueError`` naming an option the index does not take (the index chosen from
+        the predicate when none is named); a warning
+        (:class:`~streamjoin.indexes.IndexFallbackWarning`) if the index named cannot serve
+        ``query``'s first condition: the join stays exact, another condition is served or the
+        window is scanned (:func:`~streamjoin.indexes.plan`)."""
+        if self.index_options and not self.checks_options_itself:
+            name = self.index or indexes.default_for(query.predicate, query.self_join)
+            indexes.check_options(name, self.index_options)
         if self.index is None:
             return
         note = indexes.plan(self.index, query.predicate, query.self_join).note

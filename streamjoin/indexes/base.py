@@ -21,6 +21,7 @@ that the index returns a superset, and decides every pair on the exact integers
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -215,6 +216,39 @@ def get(name: str) -> type[WindowIndex]:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown index {name!r}; available: {', '.join(names())}") from None
+
+
+def option_names(name: str) -> frozenset[str] | None:
+    """The options index ``name`` takes (its constructor's keywords, and for a chain of
+    subwindows its store's), or None when it takes any."""
+    cls = get(name)
+    store = getattr(cls, "store", None)
+    taken: set[str] = set()
+    for init in (cls.__init__, store.__init__ if store is not None else None):
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]  # not self
+        if init is not cls.__init__:  # a store's first is its capacity, not an option
+            params = params[1:]
+        for p in params:
+            if p.kind is p.VAR_KEYWORD:
+                if init is cls.__init__ and store is not None:
+                    continue  # the store's keywords: taken from its own signature
+                return None
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "n_keys":
+                taken.add(p.name)
+    return frozenset(taken)
+
+
+def check_options(name: str, options: dict) -> None:
+    """A ``ValueError`` naming an option index ``name`` does not take, and the ones it does."""
+    taken = option_names(name)
+    unknown = sorted(set(options) - taken) if taken is not None else []
+    if unknown:
+        raise ValueError(
+            f"index {name!r} has no option {unknown[0]!r}; its options: "
+            f"{', '.join(sorted(taken or ())) or 'none'}"
+        )
 
 
 def check_supports(name: str, predicate: Predicate) -> type[WindowIndex]:

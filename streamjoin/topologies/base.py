@@ -115,10 +115,12 @@ class Topology:
         viz.draw_graph(self.graph, self.name, path)
 
 
-def index_options_of(index: str | None, index_options: dict | None, more: dict) -> dict:
+def index_options_of(
+    index: str | None, index_options: dict | None, more: dict, *, check: bool = True
+) -> dict:
     """The options of a topology's window index: ``index_options`` and the builder's extra
-    keyword arguments together (a name in both is an error); an unknown index name fails
-    here, before any run."""
+    keyword arguments together (a name in both is an error); an unknown index name, and with
+    ``check`` an option the named index does not take, fail here, before any run."""
     if index is not None:
         indexes.get(index)
     if index_options is not None and not isinstance(index_options, dict):
@@ -128,4 +130,7 @@ def index_options_of(index: str | None, index_options: dict | None, more: dict) 
         raise ValueError(
             f"index option(s) {sorted(both)} given twice: in index_options and as keyword arguments"
         )
-    return {**(index_options or {}), **more}
+    options = {**(index_options or {}), **more}
+    if check and index is not None and options:
+        indexes.check_options(index, options)
+    return options

@@ -50,7 +50,7 @@ def shared_index(
     """
     core = SharedIndexConfig(
         index,
-        index_options_of(index, index_options, options),
+        index_options_of(index, index_options, options, check=False),  # the shared form's
         threads=threads,
         task_size=task_size,
         merge=merge,

@@ -125,6 +125,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     """
 
     role = "join_core"
+    checks_options_itself = True  # shared.check_shared_options, in __post_init__
     threads: int = 2
     task_size: int | None = TASK_SIZE
     merge: Merge = "nonblocking"
