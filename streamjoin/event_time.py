@@ -33,10 +33,8 @@ from streamjoin.validation import Columns, InputError
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
 
-def take(cols: Columns, rows: np.ndarray | slice) -> Columns:
+def take(cols: Columns, rows: np.ndarray) -> Columns:
     """The rows ``rows`` (indices or a mask) of ``cols``, in that order."""
-    if isinstance(rows, slice):  # views
-        return Columns(cols.stream[rows], cols.ts[rows], cols.attrs[:, rows])
     return Columns(cols.stream[rows], cols.ts[rows], columns_at(cols.attrs, rows))
 
 

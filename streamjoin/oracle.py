@@ -51,10 +51,13 @@ def late_rows(query: Query, data) -> np.ndarray:
     decided in Python integers."""
     if query.lateness is None:
         return np.empty(0, dtype=np.int64)
-    ts = validate(data, query).ts
+    return _late(validate(data, query).ts, query.lateness)
+
+
+def _late(ts: np.ndarray, lateness: int) -> np.ndarray:
     late, top = [], None
     for i, t in enumerate(ts.tolist()):
-        if top is not None and t < top - query.lateness:
+        if top is not None and t < top - lateness:
             late.append(i)
         top = t if top is None else max(top, t)
     return np.array(late, dtype=np.int64)
@@ -71,7 +74,7 @@ def join(query: Query, data) -> pa.Table:
     if query.lateness is None:
         return _join(query, validate(data, query))
     cols = validate(data, query)
-    late = late_rows(query, data)
+    late = _late(cols.ts, query.lateness)
     if len(late) and query.on_late == "error":
         raise InputError(f"row {late[0]} is late under lateness {query.lateness}")
     on_time = np.setdiff1d(np.arange(len(cols)), late)
