@@ -62,9 +62,7 @@ from streamjoin.actors.shared_index.kernels import (
     C_SELF_JOIN,
     C_TASK_SIZE,
     CFG,
-    CTL,
     HEAD,
-    META,
     OUT_N,
     W_CANDIDATES,
     W_INSERTED,
@@ -74,7 +72,7 @@ from streamjoin.actors.shared_index.kernels import (
     WORK,
     gather_pairs,
     run_tasks,
-    stage_batch,
+    stage_step,
 )
 from streamjoin.actors.shared_index.thread_pool import ThreadPool
 from streamjoin.actors.store import TupleStore
@@ -275,6 +273,9 @@ class SharedIndexCore(Logic):
         self.ordered = ordered
         self.work = JoinWork()
         self.stores = {y: TupleStore(2 * len(query.attrs)) for y in spec.streams}
+        #: the store each stream's probes read (a self-join's one store twice)
+        self._store_of = [self.stores[y] for y in (0, 0 if query.self_join else 1)]
+        self._symmetric = query.predicate.symmetric
         self.indexes = {
             y: shared.make_shared(spec.index_name, spec.index_options, merge) for y in spec.streams
         }
@@ -332,59 +333,54 @@ class SharedIndexCore(Logic):
             self.boxes, self.n_boxes = _boxes(spec)
             for store in self.stores.values():
                 store.keep_residuals()  # the kernels read them from now on
-        first_ref = np.zeros(2, dtype=np.int64)
-        states = [self._dummy, self._dummy]
-        bases = np.zeros((2, 2), dtype=np.int64)
-        sizes = {}
-        for y in spec.streams:
-            store, index = self.stores[y], self.indexes[y]
-            ys = np.flatnonzero(batch.stream == y)
-            first_ref[y] = store.base + store.tail
-            sizes[y] = len(index) if index is not None else len(store)
-            refs = store.append(batch, ys)
-            if index is not None:
-                states[y] = index.begin_step(spec.keys(batch, ys, y)[0], refs)
-            bases[y] = store.base, store.head
-        if spec.query.self_join:
-            states[1] = states[0]
-        tup, ypos, n_y = stage_batch(
+        task_size = task_size_of(self.task_size, b, threads)
+        n_tasks = -(-b // task_size)
+        first_ref = np.array([s.base + s.tail for s in self._store_of], dtype=np.int64)
+        step = stage_step(
             batch.stream,
             batch.seq,
             batch.idx,
             batch.lo_idx,
             batch.ingest_ns,
+            batch.attrs,
+            self.key_rows,
             first_ref,
             spec.query.self_join,
+            n_tasks,
+            threads,
         )
-        task_size = task_size_of(self.task_size, b, threads)
-        n_tasks = -(-b // task_size)
+        states = [self._dummy, self._dummy]
+        bases = np.zeros((2, 2), dtype=np.int64)
+        sizes = {}
+        for y in spec.streams:
+            store, index = self.stores[y], self.indexes[y]
+            n = int(step.n_y[y])
+            sizes[y] = len(index) if index is not None else len(store)
+            refs = store.append(batch, step.ypos[y, :n])
+            if index is not None:
+                states[y] = index.begin_step(step.keys[y, :n], refs)
+            bases[y] = store.base, store.head
+        if spec.query.self_join:
+            states[1] = states[0]
         self.cfg[C_TASK_SIZE] = task_size
         self.cfg[C_N_TASKS] = n_tasks
         cap = int(1.5 * self._pairs_per_tuple * b) + 256
         if self._buf.shape[2] < cap:
             self._buf = np.empty((threads, 3, cap), dtype=np.int64)
             self._out = np.empty((3, cap), dtype=np.int64)
-        ctl = np.zeros(CTL * PAD, dtype=np.int64)
-        edge = np.zeros(2 * PAD, dtype=np.int64)
-        flags = np.zeros(b, dtype=np.int64)
-        status = np.zeros(n_tasks, dtype=np.int64)
-        task_meta = np.zeros((n_tasks, META), dtype=np.int64)
-        task_work = np.zeros((n_tasks, WORK), dtype=np.int64)
-        pub_keys = np.empty(b)
-        pub_pos = np.empty(b, dtype=np.int64)
-        buf_n = np.zeros(threads * PAD, dtype=np.int64)
-        stores = [self.stores[y] for y in (0, 0 if spec.query.self_join else 1)]
+        ctl, task_meta, task_work = step.ctl, step.task_meta, step.task_work
+        stores = self._store_of
         args = (
             self._no_sync if self._pool is None else self._pool.sync,
             self.cfg,
             ctl,
-            edge,
+            step.edge,
             first_ref,
-            tup,
+            step.tup,
             batch.attrs,
-            ypos,
-            n_y,
-            flags,
+            step.ypos,
+            step.n_y,
+            step.flags,
             stores[0].rows,
             stores[0].attrs,
             stores[1].rows,
@@ -396,14 +392,14 @@ class SharedIndexCore(Logic):
             self.key_rows,
             self.boxes,
             self.n_boxes,
-            spec.query.predicate.symmetric,
-            status,
+            self._symmetric,
+            step.status,
             task_meta,
             task_work,
-            pub_keys,
-            pub_pos,
+            step.pub_keys,
+            step.pub_pos,
             self._buf,
-            buf_n,
+            step.buf_n,
             self._out,
         )
 
@@ -411,34 +407,34 @@ class SharedIndexCore(Logic):
             return run_tasks(k, *args)
 
         results = [work(0)] if self._pool is None else self._pool.run(work)
-        spills = [s for s, _ in results]
-        spill_base = np.cumsum([0] + [s.shape[1] for s in spills[:-1]]).astype(np.int64)
-        spill = np.concatenate(spills, axis=1) if len(spills) > 1 else spills[0]
         if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
             res = self._out[:, : ctl[OUT_N * PAD]].copy()
         else:
+            spills = [s for s, _ in results]
+            spill_base = np.cumsum([0] + [s.shape[1] for s in spills[:-1]]).astype(np.int64)
+            spill = np.concatenate(spills, axis=1) if len(spills) > 1 else spills[0]
             res = gather_pairs(ctl, task_meta, self._buf, spill, spill_base, self._out, n_tasks)
         for y in spec.streams:
             if self.indexes[y] is not None:
                 self.indexes[y].end_step()
-        self._account(task_work, sizes, n_tasks, int(np.count_nonzero(n_y)))
+        self._account(task_work, sizes, n_tasks, int(np.count_nonzero(step.n_y)))
         self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * res.shape[1] / b
         return PairBatch(res[0], res[1], res[2])
 
     def _account(self, task_work: np.ndarray, sizes: dict, n_tasks: int, streams: int) -> None:
-        total = task_work.sum(axis=0)
+        total = task_work.sum(axis=0).tolist()
         work = self.work
         work.part_calls += 2 * streams  # as a JoinCore: a probe and an insert per stream
-        work.probes += int(total[W_PROBES])
+        work.probes += total[W_PROBES]
         size = max(sizes.values())
         if self.indexed:
-            work.scan += int(total[W_PROBES]) * self.spec.index_cls.probe_work(size)
+            work.scan += total[W_PROBES] * self.spec.index_cls.probe_work(size)
         else:
             work.scan += float(total[W_SCANNED])
-        work.candidates += int(total[W_CANDIDATES])
-        work.inserted += int(total[W_INSERTED])
-        self.scanned += int(total[W_SCANNED])
-        self.lock_waits += int(total[W_WAITS])
+        work.candidates += total[W_CANDIDATES]
+        work.inserted += total[W_INSERTED]
+        self.scanned += total[W_SCANNED]
+        self.lock_waits += total[W_WAITS]
         self.tasks += n_tasks
         self.last_tasks = task_work
 

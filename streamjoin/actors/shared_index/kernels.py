@@ -16,6 +16,8 @@ the pairs propagated, ``STALLED`` set when propagation has to wait for the step'
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -60,15 +62,37 @@ W_TUPLES, W_PROBES, W_CANDIDATES, W_PAIRS, W_INSERTED, W_SCANNED, W_WAITS, WORK 
 C_TASK_SIZE, C_N_TASKS, C_SELF_JOIN, C_INDEXED, C_ORDERED, C_DELAY, C_SEED, CFG = range(8)
 
 
+class Step(NamedTuple):
+    """The arrays of one step that the threads share (:func:`stage_step`)."""
+
+    tup: np.ndarray  # int64 (TUP, b): the module docstring's rows
+    ypos: np.ndarray  # int64 (2, b): batch position of the k-th stream-y tuple
+    n_y: np.ndarray  # int64 (2,): tuples per stream
+    keys: np.ndarray  # float64 (2, b): their served keys, stream by stream (ypos's order)
+    ctl: np.ndarray  # int64 (CTL * PAD,): control slots, zero
+    edge: np.ndarray  # int64 (2 * PAD,): each stream's edge tuple, zero
+    flags: np.ndarray  # int64 (b,): indexed flags, zero
+    status: np.ndarray  # int64 (n_tasks,): AVAILABLE
+    task_meta: np.ndarray  # int64 (n_tasks, META)
+    task_work: np.ndarray  # int64 (n_tasks, WORK), zero
+    pub_keys: np.ndarray  # float64 (b,): each task's keys, sorted
+    pub_pos: np.ndarray  # int64 (b,): their batch positions
+    buf_n: np.ndarray  # int64 (threads * PAD,): pairs in each thread's buffer, zero
+
+
 @njit(cache=True, nogil=True)
-def stage_batch(stream, seq, idx, lo_idx, ingest, first_ref, self_join):
-    """``(tup, ypos, n_y)`` of a batch whose stream-``y`` tuples got refs from
-    ``first_ref[y]`` on, in arrival order: ``tup`` as in the module docstring, ``ypos[y, k]``
-    the batch position of the ``k``-th stream-``y`` tuple, ``n_y[y]`` their count. O(b)."""
+def stage_step(
+    stream, seq, idx, lo_idx, ingest, attrs, key_rows, first_ref, self_join, n_tasks, threads
+):
+    """The :class:`Step` of a batch whose stream-``y`` tuples get refs from ``first_ref[y]``
+    on, in arrival order (one call, not a dozen allocations from Python: a step's work outside
+    the threads is what bounds their speed-up). ``key_rows[x]``: the row of ``attrs`` that
+    keys stream ``x``'s tuples. O(b)."""
     b = stream.shape[0]
     tup = np.empty((TUP, b), dtype=np.int64)
     ypos = np.empty((2, b), dtype=np.int64)
     n_y = np.zeros(2, dtype=np.int64)
+    keys = np.empty((2, b), dtype=np.float64)
     for g in range(b):
         x = stream[g]
         y = x if self_join else 1 - x
@@ -80,8 +104,23 @@ def stage_batch(stream, seq, idx, lo_idx, ingest, first_ref, self_join):
         tup[T_OWN, g] = first_ref[x] + n_y[x]
         tup[T_OPP, g] = first_ref[y] + n_y[y]
         ypos[x, n_y[x]] = g
+        keys[x, n_y[x]] = attrs[key_rows[x], g]
         n_y[x] += 1
-    return tup, ypos, n_y
+    return Step(
+        tup,
+        ypos,
+        n_y,
+        keys,
+        np.zeros(CTL * PAD, dtype=np.int64),
+        np.zeros(2 * PAD, dtype=np.int64),
+        np.zeros(b, dtype=np.int64),
+        np.zeros(n_tasks, dtype=np.int64),
+        np.zeros((n_tasks, META), dtype=np.int64),
+        np.zeros((n_tasks, WORK), dtype=np.int64),
+        np.empty(b, dtype=np.float64),
+        np.empty(b, dtype=np.int64),
+        np.zeros(threads * PAD, dtype=np.int64),
+    )
 
 
 @njit(cache=True, nogil=True, inline="always")

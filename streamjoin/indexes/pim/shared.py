@@ -95,11 +95,12 @@ _NO_ITEMS = np.empty(0, dtype=np.uint64)
 _NO_GRID = CodedLevel().grid
 
 
-def _state(meta, t, tops, locks, inserts, frozen, frozen_tops, **parts) -> SharedArrays:
-    """A :class:`SharedArrays` over T_I ``(t, tops)`` and F; the parts not in ``parts``
-    empty."""
+def _empty_parts() -> dict:
+    """The parts of a :class:`SharedArrays` an index leaves empty, made once per index (no
+    kernel writes them; a step builds its state twice, and fresh arrays each time cost more
+    than the rest of it)."""
     none_f, none_i = _empty(), _empty(np.int64)
-    empty = {
+    return {
         "ts_keys": none_f,
         "ts_refs": none_i,
         "inner": none_f,
@@ -116,6 +117,13 @@ def _state(meta, t, tops, locks, inserts, frozen, frozen_tops, **parts) -> Share
         "pend_start": np.zeros(2, dtype=np.int64),
         "applied": np.zeros(1, dtype=np.int64),
     }
+
+
+def _state(
+    meta, t, tops, locks, inserts, frozen, frozen_tops, empty: dict, **parts
+) -> SharedArrays:
+    """A :class:`SharedArrays` over T_I ``(t, tops)`` and F; the parts not in ``parts`` from
+    ``empty`` (:func:`_empty_parts`)."""
     fields = {**empty, **parts}
     return SharedArrays(
         meta=meta,
@@ -263,6 +271,7 @@ class SharedPIMTree:
         self.merges = self.merged = self.lock_waits = 0
         self.merge_seconds = 0.0
         self._meta = _meta()
+        self._empties = _empty_parts()
         self._meta[CSS_FANOUT], self._meta[CSS_LEAF] = self.css_fanout, self.css_leaf_size
         self._meta[CHUNK] = APPLY_CHUNK
         self._meta[COMPACT] = layout == "compact"
@@ -385,6 +394,7 @@ class SharedPIMTree:
             self._inserts,
             self._frozen,
             self._frozen_tops,
+            self._empties,
             offsets=self._offsets,
             pend_keys=self._pend_keys,
             pend_refs=self._pend_refs,
@@ -453,7 +463,7 @@ class SharedPIMTree:
 
     def _switch_phase(self) -> None:
         """Between steps: install a built T_S (phase 2 starts) or end phase 2."""
-        if self._merger.busy:
+        if self._phase == STEADY or self._merger.busy:  # (STEADY: no phase in flight)
             return
         self._merger.wait()  # done: raises its error, if it had one
         if self._phase == BUILDING:
@@ -589,6 +599,7 @@ class SharedBPlusTree:
         # the tree's (root, height) live in its meta: the one "subindex" of the shared kernels
         self._tops = self._tree.meta[ROOT : HEIGHT + 1].reshape(1, 2)
         self._meta = _meta()
+        self._empties = _empty_parts()
         self._locks = np.zeros(PAD, dtype=np.int64)
         self._inserts = np.zeros(1, dtype=np.int64)
         self._log: deque = deque()  # (keys, refs) of each step, in ref order
@@ -605,6 +616,7 @@ class SharedBPlusTree:
             self._inserts,
             self._empty_forest,
             self._empty_tops,
+            self._empties,
         )
 
     def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
