@@ -106,7 +106,13 @@ def refresh(package: Path) -> list[str]:
     left alone."""
     stamp_file = _stamp_file(package)
     cache_root = stamp_file.parent
-    if not os.access(cache_root if cache_root.exists() else cache_root.parent, os.W_OK):
+    # a cache directory not made yet (a fresh NUMBA_CACHE_DIR) is made below, as numba would:
+    # checking only its parent left the stamps unwritten, and the next run, finding none,
+    # dropped every kernel the first had compiled
+    exists = cache_root
+    while not exists.exists() and exists != exists.parent:
+        exists = exists.parent
+    if not os.access(exists, os.W_OK):
         return []  # nothing is cached there either (numba falls back elsewhere)
     mods = _modules(package)
     own = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in mods.items()}

@@ -8,7 +8,7 @@ import textwrap
 
 from numba.core import config
 
-from streamjoin.kernel_cache import _imports, _modules, refresh
+from streamjoin.kernel_cache import STAMPS, _cache_dir, _imports, _modules, refresh
 
 CALL = "import pkg.a; print(pkg.a.f())"
 
@@ -135,3 +135,18 @@ def test_a_cache_dir_of_its_own_is_checked_on_its_own(tmp_path, monkeypatch):
     assert _cached(pkg) == {"a"}, "the in-tree cache is not this check's"
     monkeypatch.setattr(config, "CACHE_DIR", "")
     assert refresh(pkg) == ["pkg.a"]
+
+
+def test_a_cache_dir_not_made_yet_gets_its_stamps_at_the_first_check(tmp_path, monkeypatch):
+    """A fresh ``NUMBA_CACHE_DIR`` (its parents missing too): the first check writes its
+    stamps, so the kernels compiled after it survive the second check (they were all dropped,
+    and a user's second run compiled everything again)."""
+    pkg = _package(tmp_path)
+    cache = tmp_path / "fresh" / "numba"
+    monkeypatch.setattr(config, "CACHE_DIR", str(cache))
+    assert refresh(pkg) == []
+    kernels = _cache_dir(pkg / "a.py")
+    assert (kernels / STAMPS).exists()
+    (kernels / "a.f-5.py311.nbi").write_text("")  # what the run then compiles
+    assert refresh(pkg) == []
+    assert (kernels / "a.f-5.py311.nbi").exists()
