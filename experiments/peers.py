@@ -79,6 +79,7 @@ LABELS = {
     "flink_bucket": "Flink SQL interval join (bucket key)",
     "flink_nokey": "Flink SQL interval join (no key)",
     "pathway": "Pathway interval_join (bucket key)",
+    "pathway_stream": "Pathway interval_join (bucket key), streamed in",
     "bytewax": "Bytewax join_window (bucket key, sliding windows)",
 }
 #: What each system can say, beside this benchmark (from each one's documentation; the
@@ -140,14 +141,22 @@ def make_data(folder: str, n: int, files: int) -> dict:
     eps, table = svb.arrival_table(generated)
     seq = table.column("seq").to_numpy()
     svb.write_files(table, svb.files_in_order(table.num_rows, files), f"{folder}/parquet")
+    ref = svb.reference(f"{folder}/parquet", eps, seq)
+    return write_inputs(folder, table, eps, ref, files=files)
+
+
+def write_inputs(folder: str, table: pa.Table, eps: float, ref: pa.Table, **extra) -> dict:
+    """What a child reads: ``table`` (``seq``, ``stream``, ``ts``, ``x`` in arrival order, which
+    need not be ``seq`` order) as one CSV file per stream and as Parquet, the reference's pairs
+    (rows numbered by rank of ``seq``), and ``info.json`` (``eps``, ``n``, ``expected`` and
+    ``extra``), which it returns."""
     os.makedirs(f"{folder}/csv")
     for y, side in enumerate("rs"):
         part = table.filter(pc.equal(table.column("stream"), y)).select(["seq", "ts", "x"])
         pacsv.write_csv(part, f"{folder}/csv/{side}.csv")
     pq.write_table(table, f"{folder}/table.parquet")
-    ref = svb.reference(f"{folder}/parquet", eps, seq)
     pq.write_table(ref, f"{folder}/reference.parquet")
-    info = {"eps": eps, "n": table.num_rows, "files": files, "expected": ref.num_rows}
+    info = {"eps": eps, "n": table.num_rows, "expected": ref.num_rows, **extra}
     with open(f"{folder}/info.json", "w") as f:
         json.dump(info, f)
     return info
@@ -208,67 +217,107 @@ def run_spark(folder: str, eps: float) -> list[dict]:
     return [{"system": "spark", "wall_s": row["wall_s"], "checked": row}]
 
 
-def run_flink(folder: str, eps: float, keyed: bool) -> list[dict]:
+def run_flink(
+    folder: str, eps: float, keyed: bool, bound_ms: int = 1000, timed: bool = False
+) -> list[dict]:
+    """The interval join, watermark ``bound_ms`` behind the largest time seen on each side.
+
+    ``timed``: each row takes ``CURRENT_TIMESTAMP`` (evaluated per row in streaming mode) as it
+    leaves its source's operator chain, each pair another as it leaves the join; a pair's
+    latency is the second minus the later of its rows' first (ms resolution)."""
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     env.get_config().set("parallelism.default", "2")
     e, out_dir = int(eps), f"{folder}/flink-out-{os.getpid()}"
+    bound = f"INTERVAL '{bound_ms / 1000:.3f}' SECOND"  # no MILLISECOND interval in Flink SQL
     for side in "rs":
         # the header line parses to nulls (ignore-parse-errors): its time is the epoch, far
         # behind every watermark, and the view drops it
         env.execute_sql(
             f"""CREATE TABLE {side}_file (seq BIGINT, ts BIGINT, x BIGINT,
                 t AS TO_TIMESTAMP_LTZ(COALESCE(ts, 0), 3),
-                WATERMARK FOR t AS t - INTERVAL '1' SECOND)
+                WATERMARK FOR t AS t - {bound})
             WITH ('connector' = 'filesystem', 'path' = '{folder}/csv/{side}.csv',
                   'format' = 'csv', 'csv.ignore-parse-errors' = 'true')"""
         )
-    bucket = f"x / {e}"
+    bucket, now = f"x / {e}", ", CURRENT_TIMESTAMP AS a" if timed else ""
     env.execute_sql(
-        f"""CREATE TEMPORARY VIEW r AS SELECT seq, x, t, b FROM r_file
+        f"""CREATE TEMPORARY VIEW r AS SELECT seq, x, t, b{now} FROM r_file
             CROSS JOIN UNNEST(ARRAY[{bucket} - 1, {bucket}, {bucket} + 1]) AS k(b)
             WHERE seq IS NOT NULL"""
         if keyed
-        else "CREATE TEMPORARY VIEW r AS SELECT seq, x, t FROM r_file WHERE seq IS NOT NULL"
+        else f"CREATE TEMPORARY VIEW r AS SELECT seq, x, t{now} FROM r_file WHERE seq IS NOT NULL"
     )
     env.execute_sql(
-        f"CREATE TEMPORARY VIEW s AS SELECT seq, x, t, {bucket} AS b FROM s_file "
+        f"CREATE TEMPORARY VIEW s AS SELECT seq, x, t, {bucket} AS b{now} FROM s_file "
         "WHERE seq IS NOT NULL"
     )
+    times = ["arrived", "emitted"] if timed else []
     env.execute_sql(
-        f"""CREATE TABLE pairs (r BIGINT, s BIGINT) WITH ('connector' = 'filesystem',
-            'path' = '{out_dir}', 'format' = 'csv')"""
+        f"""CREATE TABLE pairs (r BIGINT, s BIGINT{"".join(f", {c} STRING" for c in times)})
+            WITH ('connector' = 'filesystem', 'path' = '{out_dir}', 'format' = 'csv')"""
     )
     key = "r.b = s.b AND " if keyed else ""
-    w = f"INTERVAL '{WINDOW_MS // 1000}' SECOND"  # Flink SQL has no MILLISECOND interval
+    stamps = (
+        ", CAST(GREATEST(r.a, s.a) AS STRING), CAST(CURRENT_TIMESTAMP AS STRING)" if timed else ""
+    )
+    w = f"INTERVAL '{WINDOW_MS // 1000}' SECOND"
     t0 = time.perf_counter()
     env.execute_sql(
-        f"""INSERT INTO pairs SELECT r.seq, s.seq FROM r, s
+        f"""INSERT INTO pairs SELECT r.seq, s.seq{stamps} FROM r, s
             WHERE {key}ABS(r.x - s.x) <= {e} AND s.t BETWEEN r.t - {w} AND r.t + {w}"""
     ).wait()
     wall = time.perf_counter() - t0
-    pairs = _read_dir_csv(out_dir, ["r", "s"])
+    pairs = _read_dir_csv(out_dir, ["r", "s", *times])
     shutil.rmtree(out_dir, ignore_errors=True)
     name = "flink_bucket" if keyed else "flink_nokey"
-    return [{"system": name, "wall_s": wall, "pairs_table": pairs}]
+    row = {"system": name, "wall_s": wall, "pairs_table": pairs.select(["r", "s"])}
+    if timed:
+        ms = [pc.cast(pairs.column(c), pa.timestamp("ms")).cast(pa.int64()) for c in times]
+        row["latency_ms"] = (ms[1].to_numpy() - ms[0].to_numpy()).astype(float)
+    return [row]
 
 
 def _read_dir_csv(folder: str, names: list[str]) -> pa.Table:
     """The pairs a sink wrote as headerless CSV files (hidden and in-progress files
-    included: a file not committed would be pairs lost, which the check counts)."""
+    included: a file not committed would be pairs lost, which the check counts); ``r`` and
+    ``s`` as integers, any other column as text."""
+    types = {k: pa.int64() if k in ("r", "s") else pa.string() for k in names}
     tables = []
     for root, _, files in os.walk(folder):
         for f in files:
             path = os.path.join(root, f)
             if os.path.getsize(path):
                 opts = pacsv.ReadOptions(column_names=names)
-                tables.append(pacsv.read_csv(path, read_options=opts))
-    empty = pa.table({k: pa.array([], pa.int64()) for k in names})
+                conv = pacsv.ConvertOptions(column_types=types)
+                tables.append(pacsv.read_csv(path, read_options=opts, convert_options=conv))
+    empty = pa.table({k: pa.array([], t) for k, t in types.items()})
     return pa.concat_tables(tables) if tables else empty
 
 
+def _pathway_band(r, s, eps: float, **join_kw):
+    """Pathway's band join of ``r`` and ``s`` (``seq``, ``ts``, ``x``, any other columns):
+    ``interval_join`` on ``ts`` with the bucket key as its ``on`` condition (R exploded to three
+    buckets) and the band as a filter; the pairs' ``seq`` as ``r`` and ``s``, and as ``later``
+    the larger ``arrival`` of the two rows when the inputs have one."""
+    import pathway as pw
+
+    e, w = int(eps), WINDOW_MS
+    r = r.with_columns(b=pw.make_tuple(r.x // e - 1, r.x // e, r.x // e + 1)).flatten(pw.this.b)
+    s = s.with_columns(b=s.x // e)
+    later = {}
+    if "arrival" in r.column_names():
+        left, right = pw.left.arrival, pw.right.arrival
+        later["later"] = pw.if_else(left > right, left, right)
+    joined = r.interval_join(
+        s, r.ts, s.ts, pw.temporal.interval(-w, w), r.b == s.b, **join_kw
+    ).select(r=pw.left.seq, s=pw.right.seq, dx=pw.left.x - pw.right.x, **later)
+    return joined.filter((joined.dx <= e) & (joined.dx >= -e)).without(pw.this.dx)
+
+
 def run_pathway(folder: str, eps: float) -> list[dict]:
+    """Static mode: the CSV files read whole, then joined."""
     import pathway as pw
 
     class Row(pw.Schema):
@@ -276,25 +325,73 @@ def run_pathway(folder: str, eps: float) -> list[dict]:
         ts: int
         x: int
 
-    e, w, out = int(eps), WINDOW_MS, f"{folder}/pathway-out-{os.getpid()}.csv"
+    out = f"{folder}/pathway-out-{os.getpid()}.csv"
     t0 = time.perf_counter()
     r = pw.io.csv.read(f"{folder}/csv/r.csv", schema=Row, mode="static")
     s = pw.io.csv.read(f"{folder}/csv/s.csv", schema=Row, mode="static")
-    r = r.select(
-        pw.this.seq, pw.this.ts, pw.this.x, b=pw.make_tuple(r.x // e - 1, r.x // e, r.x // e + 1)
-    ).flatten(pw.this.b)
-    s = s.select(pw.this.seq, pw.this.ts, pw.this.x, b=s.x // e)
-    joined = r.interval_join(s, r.ts, s.ts, pw.temporal.interval(-w, w), r.b == s.b).select(
-        r=pw.left.seq, s=pw.right.seq, dx=pw.left.x - pw.right.x
-    )
-    joined = joined.filter((joined.dx <= e) & (joined.dx >= -e)).select(pw.this.r, pw.this.s)
-    pw.io.csv.write(joined, out)
+    pw.io.csv.write(_pathway_band(r, s, eps), out)
     pw.run(monitoring_level=pw.MonitoringLevel.NONE)
     wall = time.perf_counter() - t0
     table = pacsv.read_csv(out)
     os.remove(out)
     table = table.filter(pc.equal(table.column("diff"), 1)).select(["r", "s"])
     return [{"system": "pathway", "wall_s": wall, "pairs_table": table}]
+
+
+def run_pathway_stream(folder: str, eps: float, cutoff_ms: int, batch: int = 1024) -> list[dict]:
+    """Streaming: the rows of ``table.parquet`` in arrival order (both streams, one Python
+    connector), ``batch`` rows a commit, at most ``batch`` rows queued before Pathway takes
+    them (``max_backlog_size``); the join with ``common_behavior(cutoff=cutoff_ms)``: each side
+    ignores a row whose ``ts`` is at most its largest ``ts`` seen before minus ``cutoff_ms``,
+    and forgets stored rows as old. A pair's latency: from the commit of the batch that held
+    its later row to Pathway handing the pair to ``subscribe``'s callback."""
+    import pathway as pw
+
+    class Row(pw.Schema):
+        stream: int
+        seq: int
+        ts: int
+        x: int
+        arrival: int
+
+    committed: list[float] = []
+
+    class Feed(pw.io.python.ConnectorSubject):
+        def run(self) -> None:
+            table = pq.read_table(f"{folder}/table.parquet")
+            cols = (table.column(k).to_pylist() for k in ("stream", "seq", "ts", "x"))
+            rows = zip(*cols, strict=True)
+            for i, (y, seq, ts, x) in enumerate(rows):
+                self.next(stream=y, seq=seq, ts=ts, x=x, arrival=i)
+                if (i + 1) % batch == 0 or i + 1 == table.num_rows:
+                    self.commit()
+                    committed.append(time.time())
+
+    got: list[tuple] = []
+
+    clock = time.time
+
+    def on_change(key, row, time, is_addition) -> None:  # subscribe's argument names
+        got.append((row["r"], row["s"], row["later"], is_addition, clock()))
+
+    t0 = time.perf_counter()
+    both = pw.io.python.read(
+        Feed(), schema=Row, autocommit_duration_ms=None, max_backlog_size=batch
+    )
+    r, s = both.filter(both.stream == 0), both.filter(both.stream == 1)
+    behavior = pw.temporal.common_behavior(cutoff=cutoff_ms)
+    pw.io.subscribe(_pathway_band(r, s, eps, behavior=behavior), on_change=on_change)
+    pw.run(monitoring_level=pw.MonitoringLevel.NONE)
+    wall = time.perf_counter() - t0
+    if not all(g[3] for g in got):
+        raise RuntimeError("Pathway retracted a pair (keep_results is on: it should not)")
+    pairs = np.array([g[:3] for g in got], dtype=np.int64).reshape(-1, 3)
+    when = np.array([g[4] for g in got], dtype=float)
+    latency = (when - np.asarray(committed)[pairs[:, 2] // batch]) * 1e3
+    table = pa.table({"r": pairs[:, 0], "s": pairs[:, 1]})
+    return [
+        {"system": "pathway_stream", "wall_s": wall, "pairs_table": table, "latency_ms": latency}
+    ]
 
 
 def run_bytewax(folder: str, eps: float) -> list[dict]:
@@ -352,25 +449,28 @@ def run_bytewax(folder: str, eps: float) -> list[dict]:
     return [{"system": "bytewax", "wall_s": wall, "pairs_table": table}]
 
 
-def child(name: str, folder: str) -> None:
-    """Run one system once; print one JSON line per run."""
+def child(name: str, folder: str, bound_ms: int = 1000, timed: bool = False) -> None:
+    """Run one system once; print one JSON line per run. ``bound_ms``: Flink's watermark delay
+    or Pathway's cutoff (``pathway_stream``); ``timed``: Flink measures latency too."""
     sys.path.insert(0, HERE)
     import spark_vs_bridge as svb
 
     with open(f"{folder}/info.json") as f:
         info = json.load(f)
     load0 = os.getloadavg()[0]
+    eps = info["eps"]
     runners = {
-        "streamjoin": lambda: run_streamjoin(folder, info["eps"]),
-        "spark": lambda: run_spark(folder, info["eps"]),
-        "flink_bucket": lambda: run_flink(folder, info["eps"], keyed=True),
-        "flink_nokey": lambda: run_flink(folder, info["eps"], keyed=False),
-        "pathway": lambda: run_pathway(folder, info["eps"]),
-        "bytewax": lambda: run_bytewax(folder, info["eps"]),
+        "streamjoin": lambda: run_streamjoin(folder, eps),
+        "spark": lambda: run_spark(folder, eps),
+        "flink_bucket": lambda: run_flink(folder, eps, keyed=True, bound_ms=bound_ms, timed=timed),
+        "flink_nokey": lambda: run_flink(folder, eps, keyed=False, bound_ms=bound_ms, timed=timed),
+        "pathway": lambda: run_pathway(folder, eps),
+        "pathway_stream": lambda: run_pathway_stream(folder, eps, bound_ms),
+        "bytewax": lambda: run_bytewax(folder, eps),
     }
     rows = runners[name]()
     table = pq.read_table(f"{folder}/table.parquet")
-    seq = table.column("seq").to_numpy()
+    seq = np.sort(table.column("seq").to_numpy())  # the reference numbers rows by seq's rank
     ref = pq.read_table(f"{folder}/reference.parquet")
     for row in rows:
         checked = row.pop("checked", None)
@@ -380,6 +480,9 @@ def child(name: str, folder: str) -> None:
         row["duplicates"] = checked["duplicates"]
         row["tuples"] = info["n"]
         row["input_tuples_per_s"] = info["n"] / row["wall_s"]
+        latency = row.pop("latency_ms", None)
+        if latency is not None and len(latency):
+            row["latency_p50_ms"], row["latency_p99_ms"] = np.percentile(latency, [50, 99])
         row["load_start"], row["load_end"] = load0, os.getloadavg()[0]
         print("RESULT " + json.dumps(row), flush=True)
 
@@ -389,12 +492,12 @@ def child(name: str, folder: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def run_once(name: str, folder: str, python: str) -> list[dict]:
-    """``name`` in a process of its own (run by ``python``); its rows, with the process's
-    wall time."""
+def run_once(name: str, folder: str, python: str, *options: str) -> list[dict]:
+    """``name`` in a process of its own (run by ``python``, with the child's ``options``,
+    ``--bound-ms`` and ``--timed``); its rows, with the process's wall time."""
     t0 = time.perf_counter()
     done = subprocess.run(
-        [python, __file__, "--child", name, "--data", folder],
+        [python, __file__, "--child", name, "--data", folder, *options],
         capture_output=True,
         text=True,
     )
@@ -558,9 +661,11 @@ def main() -> None:
     )
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--bound-ms", type=int, default=1000, help=argparse.SUPPRESS)
+    ap.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.data)
+        child(args.child, args.data, args.bound_ms, args.timed)
         return
     n, files, rounds = args.tuples, args.files, args.rounds
     if args.quick:
