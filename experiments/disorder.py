@@ -26,19 +26,55 @@ Systems, one after the other in one process:
   before it: with micro-batches as long as D or longer it drops almost nothing, whatever its
   bound.
 
-Flink SQL and Pathway (``peers.py``) need an environment of their own (PyFlink pins an older
-pyarrow); this script does not run them.
+Flink SQL and Pathway run in ``peers.py``'s environment (PyFlink pins an older pyarrow than
+PySpark 4 needs: ``--peers-python``, by default ``.venv-peers/bin/python``; skipped with a note
+when it is missing), each run a process of its own through ``peers.run_once`` and
+``peers.py``'s runners, over the same rows written as one CSV file per stream in arrival order
+(``peers.write_inputs``):
+
+- **Flink SQL** (``peers.run_flink``, bucket key, parallelism 2): the interval join with
+  ``WATERMARK FOR t AS t - bound`` on each source, D and D/4. Flink's watermark generator
+  emits when its watermark has moved more than ``pipeline.auto-watermark-interval`` (200, the
+  default, kept; compared with ms of event time) past the last one it emitted, and otherwise
+  every 200 ms of wall time; the
+  join's watermark is the smaller of its two inputs'. (On this unpaced input the first rule
+  rules: the watermark trails the bound by up to 200 ms of event time.) Its interval join drops no row for being
+  late: a row behind the watermark still joins the rows of the other side that are still in
+  its state (cleaned as the watermark passes their time plus W) and is kept if rows of the other
+  side may still match it; the pairs lost are those whose partner was already cleaned. It
+  counts nothing as late (``–``). On a 20,000-tuple check (all displaced, bound 250 ms) a
+  1 ms interval changed little: 23,079 against 23,350 of 24,131 pairs.
+- **Pathway** (``peers.run_pathway_stream``): ``interval_join`` with the bucket key as its
+  ``on`` condition, the rows fed in arrival order (both streams through one Python connector,
+  1,024 rows a commit, at most 1,024 queued), with ``behavior=common_behavior(cutoff=c)``:
+  each side ignores a row whose ``ts`` is at most the largest ``ts`` it has seen (in earlier
+  commits) minus ``c``, and forgets its stored rows as old, so one number bounds both lateness
+  and how long a row waits for partners. With ``c`` = the bound (D, D/4) it loses pairs on
+  in-order input too (a row forgotten before its partners up to W later arrive: 6,204 of
+  24,131 pairs of 20,000 in-order tuples at ``c`` = 1 s); with ``c`` = W + bound it keeps every
+  pair of in-order input and takes rows up to W + bound late. It reports no row as ignored
+  (``–``).
+
+Not run: Bytewax (``peers.py``), whose watermark advances with system time, so no bound in
+``ts`` units can be set to D.
 
 Measured: pairs returned, missing, extra and duplicated against the reference; rows the system
 reports as late (streamjoin's ``late_tuples``, Spark's ``numRowsDroppedByWatermark``, which
 counts rows its state dropped, not pairs); input tuples/s (streamjoin: first ingest to last
-pair; Spark: from starting the query to the last micro-batch's pairs on the driver); latency
-p50/p99 (streamjoin: per pair from the later tuple's arrival, so the wait for the watermark
+pair; Spark: from starting the query to the last micro-batch's pairs on the driver; Flink:
+from submitting the ``INSERT`` to the job's end, the pairs on disk; Pathway: from building the
+dataflow to ``pw.run`` returning, reading the Parquet file into Python included); latency
+p50/p99 per pair (streamjoin: from the later tuple's arrival, so the wait for the watermark
 counts; Spark: from the micro-batch's start to its pairs on the driver, which does not count
-a row's wait in earlier micro-batches).
+a row's wait in earlier micro-batches; Flink: from the later row leaving its source's chain
+(``CURRENT_TIMESTAMP`` there) to the pair leaving the join (another), ms resolution, so the
+exchange between them and Flink's network buffers count, the file read before does not;
+Pathway: from the commit of the batch holding the later row to the pair reaching
+``pw.io.subscribe``'s callback). Every system reads as fast as it can (unpaced), so latency
+includes the queues of a system behind its input.
 
 Writes ``experiments/results/disorder.{csv,md,png}`` (``_quick`` and 40,000 tuples with
-``--quick``).
+``--quick``; ``--skip spark,flink,pathway`` leaves systems out).
 """
 
 from __future__ import annotations
@@ -47,12 +83,14 @@ import argparse
 import os
 import shutil
 import tempfile
+from functools import partial
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import peers  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import report  # noqa: E402
 import spark_vs_bridge as svb  # noqa: E402
@@ -62,6 +100,8 @@ from streamjoin import spark_bridge as sb  # noqa: E402
 
 RESULTS = report.results_dir()
 PATTERNS = {"stragglers": 0.01, "all displaced": 1.0}  #: share of rows held up
+PEERS_PYTHON = os.path.join(peers.HERE, "..", ".venv-peers", "bin", "python")
+FLINK, PATHWAY = "Flink SQL", "Pathway"
 
 
 def workload(n: int) -> tuple[float, pa.Table]:
@@ -124,6 +164,29 @@ def run_spark(spark, folder: str, eps: float, bound: int, ref: pa.Table, seqs: n
     }
 
 
+def run_peer(system: str, folder: str, bound: int, python: str, setting: int | None = None) -> dict:
+    """Flink SQL with its watermark ``bound`` behind, or Pathway with cutoff ``setting``
+    (default: ``bound``), in a process of its own."""
+    name = "flink_bucket" if system == FLINK else "pathway_stream"
+    setting = bound if setting is None else setting
+    (row,) = peers.run_once(name, folder, python, "--bound-ms", str(setting), "--timed")
+    config = f"watermark {bound} ms" if system == FLINK else f"cutoff {setting} ms"
+    if setting != bound:
+        config += " (W + bound)"
+    out = {"system": system, "config": config, "bound_ms": bound, "setting_ms": setting}
+    if "error" in row:
+        return {**out, "error": row["error"]}
+    keep = ("tuples", "input_tuples_per_s", "latency_p50_ms", "latency_p99_ms")
+    checked = ("pairs", "expected_pairs", "missing", "extra", "duplicates")
+    return {
+        **out,
+        **{k: row.get(k) for k in keep},
+        "late_rows": None,  # neither reports the rows it left out
+        **{k: row[k] for k in checked},
+        "process_s": row["process_s"],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tuples", type=int, default=200_000)
@@ -135,17 +198,30 @@ def main() -> None:
         help="event time a Spark micro-batch (file pair) spans (default: %(default)s)",
     )
     ap.add_argument("--quick", action="store_true", help="40,000 tuples")
+    ap.add_argument(
+        "--peers-python",
+        default=PEERS_PYTHON,
+        help="the Python of peers.py's environment, which runs Flink SQL and Pathway "
+        "(default: %(default)s)",
+    )
+    ap.add_argument("--skip", default="", help="comma-separated, of spark, flink, pathway")
     args = ap.parse_args()
     if args.quick:
         args.tuples = 40_000
+    skip = set(filter(None, args.skip.split(",")))
+    if not os.path.exists(args.peers_python) and not {"flink", "pathway"} <= skip:
+        print(f"skipping Flink SQL and Pathway: no {args.peers_python} (see peers.py)")
+        skip |= {"flink", "pathway"}
     prov = report.Provenance()
     eps, ordered = workload(args.tuples)
     delay = args.delay_ms
-    spark = sb.session(  # every micro-batch's progress kept (Spark keeps the last 100)
-        "local[2]",
-        spark_sql_shuffle_partitions=2,
-        spark_sql_streaming_numRecentProgressUpdates=100_000,
-    )
+    spark = None
+    if "spark" not in skip:
+        spark = sb.session(  # every micro-batch's progress kept (Spark keeps the last 100)
+            "local[2]",
+            spark_sql_shuffle_partitions=2,
+            spark_sql_streaming_numRecentProgressUpdates=100_000,
+        )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for pattern, fraction in PATTERNS.items():
@@ -157,22 +233,38 @@ def main() -> None:
             # pairs by the rank of their rows' seq (what the reference maps pairs to)
             seqs = np.sort(table.column("seq").to_numpy())
             ref = svb.reference(folder, eps, seqs)
+            peer_folder = os.path.join(folder, "peers")
+            peers.write_inputs(peer_folder, table, eps, ref)
             for bound in (delay, delay // 4):
-                for row in (
-                    run_streamjoin(table, eps, bound, ref, seqs),
-                    run_spark(spark, folder, eps, bound, ref, seqs),
-                ):
-                    row = {"pattern": pattern, "delay_ms": delay, **row}
+                runs = [partial(run_streamjoin, table, eps, bound, ref, seqs)]
+                if spark is not None:
+                    runs.append(partial(run_spark, spark, folder, eps, bound, ref, seqs))
+                if "flink" not in skip:
+                    runs.append(partial(run_peer, FLINK, peer_folder, bound, args.peers_python))
+                if "pathway" not in skip:  # cutoff at the bound, and at W + the bound
+                    for c in (bound, svb.WINDOW_MS + bound):
+                        py = args.peers_python
+                        runs.append(partial(run_peer, PATHWAY, peer_folder, bound, py, c))
+                for run in runs:
+                    row = {"pattern": pattern, "delay_ms": delay, **run()}
                     prov.note()
-                    print({k: row[k] for k in ("pattern", "system", "config", "missing")})
+                    print({k: row.get(k) for k in ("pattern", "system", "config", "missing")})
                     rows.append(row)
-    write(rows, prov, eps, "_quick" if args.quick else "")
+    write(rows, prov, eps, "_quick" if args.quick else "", skip)
 
 
-def write(rows: list[dict], prov: report.Provenance, eps: float, suffix: str) -> None:
+def _num(value, fmt: str) -> str:
+    """``value`` formatted, ``–`` where the system does not say (or could not be measured)."""
+    return "–" if value is None or value != value else format(value, fmt)
+
+
+def write(
+    rows: list[dict], prov: report.Provenance, eps: float, suffix: str, skip: set[str]
+) -> None:
     base = os.path.join(RESULTS, "disorder" + suffix)
     report.save_rows([{**r, **prov.fields()} for r in rows], base + ".csv")
-    n, delay = rows[0]["tuples"], rows[0]["delay_ms"]
+    ok = [r for r in rows if "error" not in r]
+    n, delay = ok[0]["tuples"], ok[0]["delay_ms"]
     lines = [
         "# Out-of-order streams: pairs each system returns",
         "",
@@ -185,48 +277,73 @@ def write(rows: list[dict], prov: report.Provenance, eps: float, suffix: str) ->
         "",
         f"![disorder](disorder{suffix}.png)",
         "",
-        "| rows late by up to D | system | bound | pairs | missing | extra | rows late or "
-        "dropped | tuples/s | p50 ms | p99 ms |",
+        "| rows late by up to D | system | bound | pairs | missing | extra + dup. | rows late "
+        "or dropped | tuples/s | p50 ms | p99 ms |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    for r in ok:
         lines.append(
             f"| {r['pattern']} | {r['system']} | {r['config']} | {r['pairs']:,} | "
-            f"{r['missing']:,} | {r['extra']:,} | {r['late_rows']:,} | "
-            f"{r['input_tuples_per_s']:,.0f} | {r['latency_p50_ms']:.1f} | "
-            f"{r['latency_p99_ms']:.1f} |"
+            f"{r['missing']:,} | {r['extra'] + r['duplicates']:,} | {_num(r['late_rows'], ',')} "
+            f"| {r['input_tuples_per_s']:,.0f} | {_num(r['latency_p50_ms'], '.1f')} | "
+            f"{_num(r['latency_p99_ms'], '.1f')} |"
         )
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        lines += ["", "Runs that failed (the system's last words):", ""]
+        lines += [f"- {r['pattern']}, {r['system']}, {r['config']}: `{r['error']}`" for r in failed]
     lines += [
         "",
         "streamjoin with lateness D returns every pair; with D/4 every pair it misses has a "
         "row it lists as late in `Result.late` (pairs missed without one: "
-        f"{sum(r.get('missing_without_a_late_row', 0) for r in rows)}). Spark drops rows "
+        f"{sum(r.get('missing_without_a_late_row', 0) for r in ok)}). Spark drops rows "
         "behind its watermark from its state without saying which; its count of dropped rows "
-        "is its state's, not the input's. Both run unpaced (the input as fast as the system "
-        "takes it), so a row's wait for the watermark costs as much wall time as reading the "
-        "input that moves it: at the input's own rate (2 x 2,000 tuples/s) streamjoin's "
-        "latency would grow by about the bound.",
-        "",
-        "Not run here: Flink SQL and Pathway (`peers.py`, an environment of their own).",
+        "is its state's, not the input's. Flink's interval join drops no row for being late: "
+        "a late row still meets the rows of the other side not yet cleaned from its state, so "
+        "it loses only the pairs whose partner the watermark (D or D/4 behind, plus up to "
+        "200 ms, the smaller of the two inputs') had already cleaned, and says nothing. "
+        "Pathway's cutoff both ignores late rows and forgets stored ones, each side by its own "
+        "largest time: at the bound it forgets rows before partners up to W later arrive, at "
+        "W + the bound it takes rows that late; it says nothing either. Every system runs "
+        "unpaced (the input as fast as it takes it), so a row's wait for the watermark costs "
+        "as much wall time as reading the input that moves it: at the input's own rate "
+        "(2 x 2,000 tuples/s) streamjoin's latency would grow by about the bound.",
     ]
+    not_run = ["Bytewax (its watermark follows system time, so no bound in event time to set)"]
+    if {"flink", "pathway"} & skip:
+        not_run.insert(0, f"{', '.join(sorted({'flink', 'pathway'} & skip))} (skipped)")
+    if "spark" in skip:
+        not_run.insert(0, "Spark (skipped)")
+    lines += ["", f"Not run here: {'; '.join(not_run)}."]
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
-    plot(rows, base + ".png")
+    plot(ok, base + ".png")
     print(f"wrote {base}.csv, .md, .png")
 
 
+def _label(row: dict) -> str:
+    kind = {"streamjoin": "lateness", FLINK: "wm", PATHWAY: "cutoff"}.get(row["system"], "wm")
+    return f"{row['system'].split()[0]}\n{kind} {row.get('setting_ms') or row['bound_ms']}"
+
+
 def plot(rows: list[dict], path: str) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [f"{r['system'].split()[0]}\n{r['config'].split(', ')[-1]}" for r in rows[:4]]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    labels = list(dict.fromkeys(_label(r) for r in rows))
     x = np.arange(len(labels))
     for k, pattern in enumerate(PATTERNS):
-        part = [r for r in rows if r["pattern"] == pattern]
-        share = [100 * r["missing"] / max(1, r["expected_pairs"]) for r in part]
-        axes[0].bar(x + 0.4 * k - 0.2, share, 0.4, label=pattern)
-        axes[1].bar(x + 0.4 * k - 0.2, [r["input_tuples_per_s"] / 1e3 for r in part], 0.4)
+        part = {_label(r): r for r in rows if r["pattern"] == pattern}
+        at = np.array([labels.index(lab) for lab in part]) + 0.4 * k - 0.2
+        runs = list(part.values())
+        share = [100 * r["missing"] / max(1, r["expected_pairs"]) for r in runs]
+        axes[0].bar(at, share, 0.4, label=pattern)
+        axes[1].bar(at, [r["input_tuples_per_s"] / 1e3 for r in runs], 0.4)
+        p99 = [np.nan if r["latency_p99_ms"] is None else r["latency_p99_ms"] for r in runs]
+        axes[2].bar(at, p99, 0.4)
     axes[1].set_yscale("log")  # Spark's micro-batches run a thousand times slower
-    for ax, title in zip(axes, ("pairs missing (%)", "input K tuples/s (log)"), strict=True):
-        ax.set_xticks(x, labels, fontsize=8)
+    axes[2].set_yscale("log")
+    titles = ("pairs missing (%)", "input K tuples/s (log)", "p99 latency, ms (log)")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_xticks(x, labels, fontsize=7, rotation=90)
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend()
