@@ -190,6 +190,7 @@ class ReorderBuffer:
         self._pool: Columns | None = None  # held rows' columns (and released rows' leftovers)
         self._arrived = np.empty(0, dtype=np.int64)
         self._next = np.empty(0, dtype=np.int64)  # the next row of a row's bucket
+        self._spare_next = self._next  # the links a compaction in place writes
         self._used = 0
         self.copied = 0  #: rows copied by sorts and gathers (the simulator's charge)
 
@@ -256,24 +257,36 @@ class ReorderBuffer:
         return first
 
     def _compact(self, n: int, like: Columns) -> None:
-        """A pool with room for the held rows and ``n`` more (twice that, so compactions are
-        rare), the held rows moved to its front bucket by bucket and relinked."""
-        cap = max(2 * (self.held + n), 4096)
-        pool = Columns(
-            np.empty(cap, dtype=like.stream.dtype),
-            np.empty(cap, dtype=np.int64),
-            np.empty((like.attrs.shape[0], cap), dtype=like.attrs.dtype),
-        )
-        arrived = np.empty(cap, dtype=np.int64)
-        nxt = np.full(cap, _NIL, dtype=np.int64)
+        """Room for ``n`` more rows: the held rows moved to the pool's front bucket by bucket
+        and relinked, in place while the pool has room for twice the held rows and ``n``,
+        else into a new pool four times that (a compaction moves every held row; with chunks
+        far smaller than the rows held, less room made compactions a third of the buffer's
+        time, and fresh arrays each time cost page faults)."""
+        need = self.held + n
+        pool = self._pool
+        if pool is None or len(pool) < 2 * need:
+            cap = max(4 * need, 4096)
+            pool = Columns(
+                np.empty(cap, dtype=like.stream.dtype),
+                np.empty(cap, dtype=np.int64),
+                np.empty((like.attrs.shape[0], cap), dtype=like.attrs.dtype),
+            )
+            arrived = np.empty(cap, dtype=np.int64)
+            nxt = np.empty(cap, dtype=np.int64)
+        else:
+            arrived, nxt = self._arrived, self._spare_next
         if self.held:
-            assert self._pool is not None
+            old = self._pool
+            assert old is not None
             live = relink(self._next, self.head, self.tail, nxt)  # old places, new order
-            pool.stream[: len(live)] = self._pool.stream[live]
-            pool.ts[: len(live)] = self._pool.ts[live]
-            pool.attrs[:, : len(live)] = np.take(self._pool.attrs, live, axis=1)
-            arrived[: len(live)] = self._arrived[live]
-            self.copied += len(live)
+            m = len(live)
+            # (the right-hand sides are gathered first: in place is safe)
+            pool.stream[:m] = old.stream[live]
+            pool.ts[:m] = old.ts[live]
+            pool.attrs[:, :m] = np.take(old.attrs, live, axis=1)
+            arrived[:m] = self._arrived[live]
+            self.copied += m
+        self._spare_next = self._next if pool is self._pool else np.empty(len(pool), np.int64)
         self._pool, self._arrived, self._next, self._used = pool, arrived, nxt, self.held
 
     def _gather(self, at: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -281,9 +294,31 @@ class ReorderBuffer:
         pool = self._pool
         assert pool is not None
         self.copied += len(at)
-        return Columns(pool.stream[at], pool.ts[at], np.take(pool.attrs, at, axis=1)), (
-            self._arrived[at]
+        stream, ts, attrs, arrived = gather_rows(
+            at, pool.stream, pool.ts, pool.attrs, self._arrived
         )
+        return Columns(stream, ts, attrs), arrived
+
+
+@njit(cache=True, nogil=True)
+def gather_rows(at, stream, ts, attrs, arrived):
+    """The rows at places ``at`` of the pool's columns, in one pass (four numpy gathers cost
+    more than the rows at a chunk of a batch)."""
+    m, k = at.shape[0], attrs.shape[0]
+    s_out = np.empty(m, dtype=stream.dtype)
+    t_out = np.empty(m, dtype=np.int64)
+    a_out = np.empty((k, m), dtype=attrs.dtype)
+    r_out = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        p = at[j]
+        s_out[j] = stream[p]
+        t_out[j] = ts[p]
+        r_out[j] = arrived[p]
+    for a in range(k):
+        row = attrs[a]
+        for j in range(m):
+            a_out[a, j] = row[at[j]]
+    return s_out, t_out, a_out, r_out
 
 
 @njit(cache=True, nogil=True)

@@ -91,6 +91,11 @@ class Emitter(Logic):
         self.reorder = None if query.lateness is None else ReorderBuffer(query.lateness)
         self._pending: list[Batch] = []
         self._pending_n = 0
+        # rows the reorder buffer released, not stamped yet: stamped a whole batch at a time,
+        # so a batch is not glued together from stamped pieces (most of the buffer's cost
+        # when chunks are a batch long and releases are not)
+        self._released: list[tuple[Columns, np.ndarray]] = []
+        self._released_n = 0
         self.copied = 0  # tuples copied into a batch other than the chunk they came in
         self.tuples_in = self.msgs_out = self.tuples_out = 0
 
@@ -123,16 +128,13 @@ class Emitter(Logic):
         if ingest_ns is None:
             ingest_ns = self.clock() if self.clock else 0
         self.tuples_in += len(cols)
-        arrived: int | np.ndarray = ingest_ns
         if self.reorder is not None:
             copied = self.reorder.copied
-            released = self.reorder.push(cols, ingest_ns)
+            self._release(self.reorder.push(cols, ingest_ns))
             self.copied += self.reorder.copied - copied
-            if released is None:
-                return self._sent(self._tick())
-            cols, arrived = released
+            return self._sent(self._close_released(full_only=True) + self._tick())
         if len(cols):
-            self._pending.append(self._stamp(cols, arrived))
+            self._pending.append(self._stamp(cols, ingest_ns))
             self._pending_n += len(cols)
         out = self._close(full_only=True)
         return self._sent(out + self._tick())
@@ -147,20 +149,20 @@ class Emitter(Logic):
     def on_eof(self) -> list[tuple[str, Batch]]:
         """Flush what is left (rows held for the watermark too), then whatever the route sends
         after the last batch."""
-        released = None if self.reorder is None else self.reorder.flush()
-        if released is not None:
-            cols, arrived = released
-            self._pending.append(self._stamp(cols, arrived))
-            self._pending_n += len(cols)
+        if self.reorder is not None:
+            self._release(self.reorder.flush())
+            return self._sent(self._close_released(full_only=False) + self.route.eof())
         return self._sent(self._close(full_only=False) + self.route.eof())
 
     def _tick(self) -> list[tuple[str, Batch]]:
-        if not self._pending or self.max_delay_ns is None or self.clock is None:
+        if self.max_delay_ns is None or self.clock is None:
             return []
         oldest = self.oldest_open_ns
-        if oldest is not None and self.clock() - oldest >= self.max_delay_ns:
-            return self._close(full_only=False)
-        return []
+        if oldest is None or self.clock() - oldest < self.max_delay_ns:
+            return []
+        if self.reorder is not None:
+            return self._close_released(full_only=False)
+        return self._close(full_only=False)
 
     def _sent(self, out: list) -> list:
         if out:
@@ -171,18 +173,20 @@ class Emitter(Logic):
     @property
     def open_tuples(self) -> int:
         """Tuples in the open batch (not those held for the watermark)."""
-        return self._pending_n
+        return self._pending_n + self._released_n
 
     @property
     def oldest_open_ns(self) -> int | None:
         """When the tuple that has waited longest in the open batch arrived (None if it is
         empty). Out-of-order input releases tuples in ``ts`` order, so that may be any of
         them, not the first."""
+        if self.reorder is not None:
+            if not self._released:
+                return None
+            return min(int(arrived.min()) for _, arrived in self._released)
         if not self._pending:
             return None
-        if self.reorder is None:  # arrival order: the first is the oldest
-            return int(self._pending[0].ingest_ns[0])
-        return min(int(b.ingest_ns.min()) for b in self._pending)
+        return int(self._pending[0].ingest_ns[0])  # arrival order: the first is the oldest
 
     # -- stamping --------------------------------------------------------------------------------
 
@@ -227,6 +231,45 @@ class Emitter(Logic):
         )
 
     # -- closing ---------------------------------------------------------------------------------
+
+    def _release(self, released: tuple[Columns, np.ndarray] | None) -> None:
+        """Queue rows the reorder buffer released (in ``ts`` order, with their arrivals)."""
+        if released is not None and len(released[0]):
+            self._released.append(released)
+            self._released_n += len(released[0])
+
+    def _close_released(self, full_only: bool) -> list[tuple[str, Batch]]:
+        """Stamp and send the released rows: the whole batches among them (``full_only``), or
+        all of them. One stamping a call, over the rows cut from the queue's pieces."""
+        n = self._released_n
+        cut = n - n % self.batch_size if full_only else n
+        if cut == 0:
+            return []
+        pieces, taken = [], 0
+        while taken < cut:
+            cols, arrived = self._released[0]
+            need = cut - taken
+            if len(cols) <= need:
+                pieces.append(self._released.pop(0))
+                taken += len(cols)
+            else:  # the rest stays queued (views: nothing writes these arrays again)
+                pieces.append((_cols_slice(cols, 0, need), arrived[:need]))
+                self._released[0] = (_cols_slice(cols, need, len(cols)), arrived[need:])
+                taken = cut
+        self._released_n = n - cut
+        if len(pieces) == 1:
+            cols, arrived = pieces[0]
+        else:
+            cols = Columns(
+                np.concatenate([c.stream for c, _ in pieces]),
+                np.concatenate([c.ts for c, _ in pieces]),
+                np.concatenate([c.attrs for c, _ in pieces], axis=1),
+            )
+            arrived = np.concatenate([a for _, a in pieces])
+            self.copied += cut
+        self._pending = [self._stamp(cols, arrived)]
+        self._pending_n = cut
+        return self._close(full_only=False)
 
     def _close(self, full_only: bool) -> list[tuple[str, Batch]]:
         if not self._pending or (full_only and self._pending_n < self.batch_size):
@@ -362,6 +405,10 @@ def stamp_time(stream, ts, count, hist_r, hist_s, base, horizon, w_r, w_s, self_
     horizon[0], horizon[1] = hz_r, hz_s
     count[0], count[1] = c_r, c_s
     return idx, lo_idx, horizons, h_r[cut_r:], h_s[cut_s:]
+
+
+def _cols_slice(cols: Columns, start: int, stop: int) -> Columns:
+    return Columns(cols.stream[start:stop], cols.ts[start:stop], cols.attrs[:, start:stop])
 
 
 def _concat_rows(stamped: list[Batch]) -> Batch:
