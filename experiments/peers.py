@@ -16,7 +16,13 @@ Systems, each run in a process of its own (so every run starts cold: JVMs, compi
 the runs alternating system by system, round after round, the load average noted around each:
 
 - **streamjoin**, one join core (``single``), from the CSV files read with pyarrow and put in
-  arrival order; a first run in the process and a second (warm: numba kernels loaded);
+  arrival order; a first run in the process and a second (warm: numba kernels loaded); and a
+  third (warm: its reorder kernels loaded by an untimed run over the first 20,000 rows), the
+  disorder row: the same rows, every one arriving a uniform amount in [0, 1 s] of event time
+  after its ``ts`` (``sources.disorder``, ``disorder.py``'s "all displaced"), read from one
+  CSV file in that order and joined with ``lateness`` = 1 s, the others' watermark: exact,
+  nothing late, so its pairs are checked against the same reference (``disorder.py`` runs
+  every system on such input);
 - **Spark Structured Streaming**: ``spark_vs_bridge.spark_join`` (the equality key on
   buckets of width eps, R exploded to three buckets, watermark 1 s), parallelism 2;
 - **Flink SQL through PyFlink**: an interval join on event time (``TIMESTAMP_LTZ`` of ``ts``,
@@ -71,10 +77,12 @@ import pyarrow.parquet as pq
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 WINDOW_MS = 2000
+WATERMARK_MS = 1000  #: the watermark delay of Spark and Flink, streamjoin's disorder row's lateness
 SYSTEMS = ("streamjoin", "spark", "flink_bucket", "flink_nokey", "pathway", "bytewax")
 LABELS = {
     "streamjoin": "streamjoin, single core (pyarrow CSV)",
     "streamjoin_warm": "streamjoin, single core, again (warm)",
+    "streamjoin_disorder": "streamjoin, single core, warm, every row up to 1 s late (lateness 1 s)",
     "spark": "Spark Structured Streaming (bucket key)",
     "flink_bucket": "Flink SQL interval join (bucket key)",
     "flink_nokey": "Flink SQL interval join (no key)",
@@ -142,7 +150,10 @@ def make_data(folder: str, n: int, files: int) -> dict:
     seq = table.column("seq").to_numpy()
     svb.write_files(table, svb.files_in_order(table.num_rows, files), f"{folder}/parquet")
     ref = svb.reference(f"{folder}/parquet", eps, seq)
-    return write_inputs(folder, table, eps, ref, files=files)
+    info = write_inputs(folder, table, eps, ref, files=files)
+    late = sources.disorder(table, WATERMARK_MS, fraction=1.0, seed=svb.SEED + 1)
+    pacsv.write_csv(late, f"{folder}/csv/displaced.csv")  # both streams, in arrival order
+    return info
 
 
 def write_inputs(folder: str, table: pa.Table, eps: float, ref: pa.Table, **extra) -> dict:
@@ -172,7 +183,8 @@ def _read_csv(folder: str, side: str) -> pa.Table:
 
 
 def run_streamjoin(folder: str, eps: float) -> list[dict]:
-    """Two runs in one process: the first (kernels loaded from numba's cache), then warm."""
+    """Two runs in one process: the first (kernels loaded from numba's cache), then warm; then
+    the disorder row where ``csv/displaced.csv`` is."""
     import streamjoin as sj
 
     query = sj.Query(sj.band("x", eps), window=sj.TimeWindow(WINDOW_MS))
@@ -194,6 +206,20 @@ def run_streamjoin(folder: str, eps: float) -> list[dict]:
             {k: seq[result.pairs.column(k).to_numpy()] for k in ("r", "s")}
         )  # row numbers of this run's order -> seq
         out.append({"system": name, "wall_s": wall, "pairs_table": pairs})
+    if os.path.exists(f"{folder}/csv/displaced.csv"):
+        query = sj.Query(sj.band("x", eps), window=sj.TimeWindow(WINDOW_MS), lateness=WATERMARK_MS)
+        warm = pacsv.read_csv(f"{folder}/csv/displaced.csv").slice(0, 20_000)
+        sj.run(query, warm.select(["stream", "ts", "x"]), sj.topologies.single())  # kernels in
+        t0 = time.perf_counter()
+        both = pacsv.read_csv(f"{folder}/csv/displaced.csv")
+        result = sj.run(query, both.select(["stream", "ts", "x"]), sj.topologies.single())
+        wall = time.perf_counter() - t0
+        seq = both.column("seq").to_numpy()
+        pairs = pa.table({k: seq[result.pairs.column(k).to_numpy()] for k in ("r", "s")})
+        late = result.metrics["late_tuples"]
+        out.append(
+            {"system": "streamjoin_disorder", "wall_s": wall, "pairs_table": pairs, "late": late}
+        )
     return out
 
 
@@ -218,7 +244,7 @@ def run_spark(folder: str, eps: float) -> list[dict]:
 
 
 def run_flink(
-    folder: str, eps: float, keyed: bool, bound_ms: int = 1000, timed: bool = False
+    folder: str, eps: float, keyed: bool, bound_ms: int = WATERMARK_MS, timed: bool = False
 ) -> list[dict]:
     """The interval join, watermark ``bound_ms`` behind the largest time seen on each side.
 
@@ -449,7 +475,7 @@ def run_bytewax(folder: str, eps: float) -> list[dict]:
     return [{"system": "bytewax", "wall_s": wall, "pairs_table": table}]
 
 
-def child(name: str, folder: str, bound_ms: int = 1000, timed: bool = False) -> None:
+def child(name: str, folder: str, bound_ms: int = WATERMARK_MS, timed: bool = False) -> None:
     """Run one system once; print one JSON line per run. ``bound_ms``: Flink's watermark delay
     or Pathway's cutoff (``pathway_stream``); ``timed``: Flink measures latency too."""
     sys.path.insert(0, HERE)
@@ -557,7 +583,8 @@ def write(rows: list[dict], info: dict, base: str) -> None:
         f"{info['expected']:,} pairs in the exact reference (DuckDB, itself checked against "
         "`streamjoin.oracle` in `spark_vs_bridge.py`). Spark Structured Streaming reads the "
         f"{info['files']} Parquet file pairs as in `spark_vs_bridge.py`; the others read one CSV "
-        "file per stream with the same rows in arrival order. Each run is a process of its "
+        "file per stream with the same rows in arrival order (streamjoin's disorder row: one file, "
+        "every row displaced by up to 1 s). Each run is a process of its "
         "own; runs alternate system by system, round after round. How each system runs the "
         "join, and what is timed: the script's docstring.",
         "",
@@ -661,7 +688,7 @@ def main() -> None:
     )
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--bound-ms", type=int, default=1000, help=argparse.SUPPRESS)
+    ap.add_argument("--bound-ms", type=int, default=WATERMARK_MS, help=argparse.SUPPRESS)
     ap.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
