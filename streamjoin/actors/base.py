@@ -22,11 +22,24 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
+from streamjoin.checks import number
 from streamjoin.modes import Collect
 from streamjoin.query import Query
 
 #: Clock an actor reads for ingest and arrival times: int nanoseconds (wall or virtual).
 Clock = Callable[[], int]
+
+#: The largest ``max_delay`` in seconds (about 32 years; int64 nanoseconds hold 292).
+MAX_DELAY_S = 10**9
+
+
+def max_delay_ns(max_delay: float | None) -> int | None:
+    """``max_delay`` (seconds, or None for none) as :attr:`RunSettings.max_delay_ns`, after
+    checking it is a finite number from 0 to :data:`MAX_DELAY_S`."""
+    if max_delay is None:
+        return None
+    number("max_delay", max_delay, low=0, high=MAX_DELAY_S, what="a number of seconds")
+    return int(max_delay * 1e9)
 
 
 @dataclass(frozen=True)

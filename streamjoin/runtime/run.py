@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from streamjoin.actors.base import RunSettings
+from streamjoin.actors.base import RunSettings, max_delay_ns
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.event_time import Watermark
 from streamjoin.modes import COLLECTS, Collect
@@ -53,7 +53,8 @@ def run(
     batch_size : int
         Tuples per batch the emitter sends (a batch also closes after ``max_delay``).
     max_delay : float, optional
-        Seconds a tuple may wait in an open batch before the batch closes.
+        Seconds a tuple may wait in an open batch before the batch closes: finite, 0 up to
+        :data:`~streamjoin.actors.base.MAX_DELAY_S`.
     collect : {"pairs", "count"}
         Keep every pair (``Result.pairs``) or only count them (large runs).
     ordered : bool
@@ -89,8 +90,7 @@ def run(
         positive_number("pace", pace, "rate in tuples/s")
     if chunk_rows is not None:
         chunk_rows = positive_int("chunk_rows", chunk_rows)
-    if max_delay is not None and not (isinstance(max_delay, int | float) and max_delay >= 0):
-        raise ValueError(f"max_delay must be a number of seconds >= 0, got {max_delay!r}")
+    delay_ns = max_delay_ns(max_delay)
     if timeout is not None:
         positive_number("timeout", timeout, "seconds")
         if executor.name == "sim":
@@ -107,7 +107,7 @@ def run(
     topology.check(query)
     settings = RunSettings(
         batch_size=batch_size,
-        max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
+        max_delay_ns=delay_ns,
         collect=collect,
         ordered=ordered,
         timeout=timeout,

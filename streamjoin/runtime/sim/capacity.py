@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamjoin.actors.base import RunSettings
+from streamjoin.actors.base import RunSettings, max_delay_ns
 from streamjoin.checks import positive_int
 from streamjoin.query import Query
 from streamjoin.runtime.pipeline import default_chunk_rows, slices
@@ -94,7 +94,7 @@ def max_sustainable_rate(
     cols = validate(data, query)
     settings = RunSettings(
         batch_size=positive_int("batch_size", batch_size),
-        max_delay_ns=None if max_delay is None else int(max_delay * 1e9),
+        max_delay_ns=max_delay_ns(max_delay),
         collect="count",
     )
     model = CostModel(as_profile(machine))
