@@ -18,6 +18,7 @@ from streamjoin import indexes, oracle, sources, topologies  # noqa: E402
 from streamjoin._version import __version__
 from streamjoin.query import (
     CountWindow,
+    Filter,
     Query,
     TimeWindow,
     band,
@@ -27,6 +28,8 @@ from streamjoin.query import (
     less,
     less_equal,
     not_equal,
+    r,
+    s,
 )
 from streamjoin.runtime import Result, RunTimeout, run
 from streamjoin.validation import InputError
@@ -34,6 +37,7 @@ from streamjoin.validation import InputError
 __all__ = [
     "__version__",
     "CountWindow",
+    "Filter",
     "InputError",
     "Query",
     "Result",
@@ -48,7 +52,9 @@ __all__ = [
     "less_equal",
     "not_equal",
     "oracle",
+    "r",
     "run",
+    "s",
     "sources",
     "topologies",
 ]

@@ -115,7 +115,7 @@ class Watermark:
                     "pass on_late='drop' to leave late rows out and list them"
                 )
             rows = np.flatnonzero(late)
-            self._late.append((first + rows, cols.stream[rows], cols.ts[rows]))
+            self._late.append((first + rows, cols.stream[rows] & 1, cols.ts[rows]))
             self.n_late += len(rows)
             cols = take(cols, ~late)
         if self.keep_order:

@@ -88,14 +88,15 @@ def join(query: Query, data) -> pa.Table:
 
 def _join(query: Query, cols: Columns) -> pa.Table:
     """The pairs of ``cols`` in arrival order, by row number (docs/design.md §1)."""
-    stream, ts, attrs = cols.stream, cols.ts, cols.attrs
+    # a row that fails a filter of its side joins nothing (validate marks it: stream + 2)
+    stream, ts, attrs, joins = cols.stream & 1, cols.ts, cols.attrs, cols.stream < 2
     n = len(stream)
     out_r: list[np.ndarray] = []
     out_s: list[np.ndarray] = []
     for g in range(n):
         x = stream[g]
         y = x if query.self_join else 1 - x
-        earlier = np.flatnonzero(stream[:g] == y)
+        earlier = np.flatnonzero(stream[:g] == y)  # filtered rows too: they hold window places
         if query.window.kind == "count":
             earlier = earlier[max(0, len(earlier) - query.window_size(y)) :]
         else:
@@ -103,6 +104,9 @@ def _join(query: Query, cols: Columns) -> pa.Table:
             # for ts near ±2**63), clamped to the int64 range where every y.ts lies
             start = max(int(ts[g]) - query.window_size(y), _INT64_MIN)
             earlier = earlier[ts[earlier] >= start]
+        if not joins[g]:
+            continue
+        earlier = earlier[joins[earlier]]
         if query.self_join:
             ok = _theta(query, attrs, g, earlier) | _theta(query, attrs, earlier, g)
             out_r.append(earlier[ok])

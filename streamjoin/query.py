@@ -78,7 +78,7 @@ class Condition:
         if not self.attr_s:
             object.__setattr__(self, "attr_s", self.attr)
 
-    def __and__(self, other: Condition | Predicate) -> Predicate:
+    def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
         return Predicate((self,)) & other
 
     @property
@@ -134,20 +134,140 @@ class Condition:
 
 
 @dataclass(frozen=True)
-class Predicate:
-    """A conjunction of :class:`Condition`; ``conditions[0]`` is the primary one."""
+class Filter:
+    """A condition on one tuple's own column, ``r.attr OP value`` or ``s.attr OP value``
+    (SQL's ``ON r.price < 100``), written ``sj.r.price < 100`` or ``sj.s["kind"] != 3``.
 
-    conditions: tuple[Condition, ...]
+    Semantics (SQL ``ON``): a tuple that fails a filter of its side joins nothing, but it is
+    still a tuple of its stream: it takes its place in count windows, and it moves the
+    watermark. In a self-join both sides are the one stream, so every filter applies to
+    every tuple. Filters are decided before a tuple is stored or probes (the emitter drops
+    it), so they cost nothing downstream.
+
+    The comparison is exact: an integer column is compared with ``value`` as integers (a
+    fractional ``value`` by its floor or ceiling, as the operator needs), a float column as
+    float64. A missing value (null or NaN) fails every filter, as SQL's ``NULL`` does.
+    """
+
+    side: str  # "r" or "s"
+    attr: str
+    op: str
+    value: int | float
 
     def __post_init__(self) -> None:
-        if not self.conditions:
+        if self.side not in ("r", "s"):
+            raise ValueError(f"a filter is on r or s, got {self.side!r}")
+        _attr_name(self.attr)
+        if self.op not in FILTER_OPS:
+            raise ValueError(f"filter operator must be one of {FILTER_OPS}, got {self.op!r}")
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+            raise ValueError(
+                f"{self.side}.{self.attr} {self.op} …: the value must be a number, got {v!r}"
+            )
+        if isinstance(v, float | np.floating) and not math.isfinite(v):
+            raise ValueError(
+                f"{self.side}.{self.attr} {self.op} …: the value must be finite, got {v!r}"
+            )
+        object.__setattr__(self, "value", int(v) if isinstance(v, int | np.integer) else float(v))
+
+    def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
+        return Predicate((), (self,)) & other
+
+    def __rand__(self, other: Condition) -> Predicate:
+        return Predicate((other,)) & self
+
+    def __str__(self) -> str:
+        return (
+            f"{self.side}.{self.attr} {self.op} {self.value:g}"
+            if isinstance(self.value, float)
+            else f"{self.side}.{self.attr} {self.op} {self.value}"
+        )
+
+
+#: The comparisons a :class:`Filter` takes.
+FILTER_OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+class _Column:
+    """``sj.r.x``: one side's column, compared with a number to make a :class:`Filter`."""
+
+    __slots__ = ("_attr", "_side")
+
+    def __init__(self, side: str, attr: str) -> None:
+        self._side, self._attr = side, _attr_name(attr)
+
+    def _filter(self, op: str, value) -> Filter:
+        return Filter(self._side, self._attr, op, value)
+
+    def __lt__(self, value) -> Filter:
+        return self._filter("<", value)
+
+    def __le__(self, value) -> Filter:
+        return self._filter("<=", value)
+
+    def __gt__(self, value) -> Filter:
+        return self._filter(">", value)
+
+    def __ge__(self, value) -> Filter:
+        return self._filter(">=", value)
+
+    def __eq__(self, value) -> Filter:  # type: ignore[override]  # a builder, not a value
+        return self._filter("==", value)
+
+    def __ne__(self, value) -> Filter:  # type: ignore[override]  # a builder, not a value
+        return self._filter("!=", value)
+
+    __hash__ = None  # type: ignore[assignment]  # (== builds a Filter)
+
+    def __repr__(self) -> str:
+        return f"{self._side}.{self._attr}"
+
+
+class Side:
+    """``sj.r`` and ``sj.s``: the columns of one side, for filters (``sj.r.price < 100``,
+    ``sj.s["unit price"] >= 2``)."""
+
+    __slots__ = ("_side",)
+
+    def __init__(self, side: str) -> None:
+        self._side = side
+
+    def __getattr__(self, attr: str) -> _Column:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Column(self._side, attr)
+
+    def __getitem__(self, attr: str) -> _Column:
+        return _Column(self._side, attr)
+
+    def __repr__(self) -> str:
+        return self._side
+
+
+#: The two sides of a join, for filters: ``sj.r.x < 5 & ...``.
+r, s = Side("r"), Side("s")
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A conjunction of :class:`Condition` (``conditions[0]`` is the primary one) and of
+    :class:`Filter` on one side's own columns."""
+
+    conditions: tuple[Condition, ...]
+    filters: tuple[Filter, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.conditions and not self.filters:
             raise ValueError("a predicate needs at least one condition")
 
-    def __and__(self, other: Condition | Predicate) -> Predicate:
+    def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
         if isinstance(other, Condition):
-            return Predicate((*self.conditions, other))
+            return Predicate((*self.conditions, other), self.filters)
+        if isinstance(other, Filter):
+            return Predicate(self.conditions, (*self.filters, other))
         if isinstance(other, Predicate):
-            return Predicate(self.conditions + other.conditions)
+            return Predicate(self.conditions + other.conditions, self.filters + other.filters)
         return NotImplemented
 
     def __iter__(self) -> Iterator[Condition]:
@@ -174,8 +294,13 @@ class Predicate:
         an attribute with itself)."""
         return all(c.lo == -c.hi and not c.cross for c in self.conditions)
 
+    @property
+    def filter_attrs(self) -> tuple[str, ...]:
+        """Distinct column names the filters read, in order of first use."""
+        return tuple(dict.fromkeys(f.attr for f in self.filters))
+
     def __str__(self) -> str:
-        return " AND ".join(str(c) for c in self.conditions)
+        return " AND ".join(str(c) for c in (*self.conditions, *self.filters))
 
 
 def _attr_name(attr: str) -> str:
@@ -378,7 +503,9 @@ class Query:
     Parameters
     ----------
     predicate : Condition or Predicate
-        θ(r, s): conditions joined with ``&``.
+        θ(r, s): conditions joined with ``&``, and :class:`Filter` s on one side's own
+        columns (``(sj.r.kind == 3) & sj.band("x", 1.0)``: ``&`` binds tighter than a
+        comparison, so a filter needs its brackets).
     window : CountWindow or TimeWindow
     self_join : bool
         One stream joined with itself.
@@ -415,9 +542,16 @@ class Query:
     ):
         if isinstance(predicate, Condition):
             predicate = Predicate((predicate,))
+        elif isinstance(predicate, Filter):
+            predicate = Predicate((), (predicate,))
         if not isinstance(predicate, Predicate):
             raise ValueError(
                 f"predicate must be built from band/equal/less/..., got {type(predicate).__name__}"
+            )
+        if not predicate.conditions:
+            raise ValueError(
+                f"the predicate {predicate} has no condition between r and s; a join needs one "
+                "(band, equal, less, ...) beside its filters"
             )
         if not isinstance(window, CountWindow | TimeWindow):
             raise ValueError(f"window must be CountWindow(...) or TimeWindow(...), got {window!r}")

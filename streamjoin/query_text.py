@@ -8,7 +8,9 @@ Conditions are joined by ``AND`` (any case), ``&``, ``&&`` or a comma. Each is o
   constant, ``r.start + 10 <= s.end`` (but ``!=``), decided on the difference
   ``s.end - r.start >= 10``;
 - ``|r.X - s.Y| <= EPS`` (a band);
-- ``s.Y - r.X in [LO, HI]`` (an asymmetric band).
+- ``s.Y - r.X in [LO, HI]`` (an asymmetric band);
+- ``r.X OP NUMBER`` or ``s.Y OP NUMBER`` (or the number first): a filter on one side's own
+  column (:class:`~streamjoin.query.Filter`).
 
 >>> str(parse_predicate("r.start <= s.end and r.end >= s.start"))
 'r.start <= s.end AND r.end >= s.start'
@@ -19,6 +21,7 @@ from __future__ import annotations
 import re
 
 from streamjoin.query import (
+    Filter,
     Predicate,
     band,
     equal,
@@ -48,6 +51,8 @@ _BAND = re.compile(rf"\|\s*r\.({_NAME})\s*-\s*s\.({_NAME})\s*\|\s*<=\s*({_NUM})"
 _RANGE = re.compile(rf"s\.({_NAME})\s*-\s*r\.({_NAME})\s+in\s+\[\s*({_NUM})\s*,\s*({_NUM})\s*\]")
 _TERM = rf"(?:([rs])\.)?({_NAME})(?:\s*([-+])\s*({_NUM}))?"
 _COMPARE = re.compile(rf"{_TERM}\s*(<=|>=|==|!=|<|>|=)\s*{_TERM}")
+_FILTER = re.compile(rf"([rs])\.({_NAME})\s*(<=|>=|==|!=|<|>|=)\s*({_NUM})")
+_FILTER_FLIPPED = re.compile(rf"({_NUM})\s*(<=|>=|==|!=|<|>|=)\s*([rs])\.({_NAME})")
 
 
 def parse_predicate(text: str) -> Predicate:
@@ -61,11 +66,25 @@ def parse_predicate(text: str) -> Predicate:
     parts = [p.strip() for p in _SPLIT.split(text.strip()) if p.strip()]
     if not parts:
         raise ValueError("the query is empty; write e.g. 'r.a < s.a AND r.b > s.b'")
-    conds = [_condition(p) for p in parts]
-    return Predicate(tuple(conds))
+    terms = [_condition(p) for p in parts]
+    conds = tuple(t for t in terms if not isinstance(t, Filter))
+    return Predicate(conds, tuple(t for t in terms if isinstance(t, Filter)))
+
+
+def _number(text: str) -> int | float:
+    """An integer literal as an int (exact beyond 2**53), anything else as a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _condition(text: str):
+    if m := _FILTER.fullmatch(text):
+        return Filter(m[1], m[2], "==" if m[3] == "=" else m[3], _number(m[4]))
+    if m := _FILTER_FLIPPED.fullmatch(text):
+        op = _FLIP[m[2]]
+        return Filter(m[3], m[4], "==" if op == "=" else op, _number(m[1]))
     if m := _BAND.fullmatch(text):
         return band(m[1], float(m[3]), m[2])
     if m := _RANGE.fullmatch(text):
@@ -92,5 +111,5 @@ def _condition(text: str):
         return _INEQUALITIES[op](a, b, shift=shift)
     raise ValueError(
         f"cannot read the condition {text!r}; write r.x < s.y (<, <=, >, >=, ==, !=), "
-        "|r.x - s.y| <= eps or s.y - r.x in [lo, hi]"
+        "|r.x - s.y| <= eps, s.y - r.x in [lo, hi], or a filter r.x < 5"
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamjoin import row_filters
 from streamjoin.query import Query
 
 #: Integers up to this magnitude compare exactly through their float64 images alone: the
@@ -43,6 +44,9 @@ class Columns:
     the int64 range); NaN for a float. Indexes and routes use the images; conditions between
     two integers are decided exactly from image and residual (:func:`~streamjoin.actors.
     join_kernels.theta_oriented`).
+
+    ``stream`` is 0 (R) or 1 (S), plus 2 for a row that fails a filter of its side: it
+    joins nothing but keeps its place in its stream (:mod:`~streamjoin.row_filters`).
     """
 
     stream: np.ndarray  # int8 (n,)
@@ -212,6 +216,13 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     """
     names = _column_names(data)
     needed = [*query.attrs]
+    filtered = [a for a in query.predicate.filter_attrs if a not in names]
+    if filtered:
+        f = next(f for f in query.predicate.filters if f.attr == filtered[0])
+        raise InputError(
+            f"input has no column {filtered[0]!r}, which the filter {f} reads; "
+            f"columns present: {names}"
+        )
     missing = [a for a in needed if a not in names]
     if missing:
         side = next(
@@ -275,6 +286,12 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     else:
         ts = np.arange(row_offset, row_offset + n, dtype=np.int64)
 
+    if query.predicate.filters:  # a row that fails one is marked (streamjoin.row_filters)
+        columns = {a: _filter_column(data, a, row_offset) for a in query.predicate.filter_attrs}
+        joins = row_filters.passes(query, stream, columns)
+        assert joins is not None  # (the query has filters)
+        stream = stream + np.int8(row_filters.FILTERED) * ~joins
+
     k = len(query.attrs)
     attrs = np.empty((2 * k, n), dtype=np.float64)
     for a, name in enumerate(query.attrs):
@@ -299,6 +316,36 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
                 "join values must be finite (no NaN, no inf)"
             )
     return Columns(stream=stream, ts=ts, attrs=attrs)
+
+
+def _filter_column(data, name: str, row_offset: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """A filter's column: its values (int, float or bool; a missing one as 0) and whether
+    each is present (None when all are)."""
+    col = data[name] if isinstance(data, dict) or not hasattr(data, "column") else data.column(name)
+    valid = None
+    if hasattr(col, "null_count"):  # pyarrow
+        if col.null_count:
+            valid = np.asarray(col.is_valid())
+            col = col.fill_null(0)
+        values = col.to_numpy()
+    elif hasattr(col, "isna"):  # pandas
+        na = np.asarray(col.isna())
+        if na.any():
+            valid = ~na
+            col = col.fillna(0)
+        values = col.to_numpy()
+    else:
+        values = np.asarray(col)
+    if values.ndim != 1 or values.dtype.kind not in "iufb":
+        raise InputError(
+            f"filter column {name!r} must be int, float or bool (filters compare numbers), "
+            f"got dtype {values.dtype}"
+        )
+    if values.dtype.kind == "u":
+        _refuse_beyond_int64(
+            values, f"filter column {name!r}", row_offset, "integers must fit in int64"
+        )
+    return values, valid
 
 
 def int_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -328,7 +375,7 @@ def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> N
         Naming the first row whose ``ts`` is below its stream's last one.
     """
     for s in (0, 1):
-        rows = np.flatnonzero(cols.stream == s)
+        rows = np.flatnonzero((cols.stream & 1) == s)  # (a filtered row too)
         if len(rows) and cols.ts[rows[0]] < last_ts[s]:
             name = "R" if s == 0 else "S"
             raise InputError(
@@ -337,6 +384,6 @@ def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> N
                 "non-decreasing ts per stream"
             )
     for s in (0, 1):  # only once the whole chunk passed
-        rows = np.flatnonzero(cols.stream == s)
+        rows = np.flatnonzero((cols.stream & 1) == s)
         if len(rows):
             last_ts[s] = cols.ts[rows[-1]]

@@ -89,6 +89,8 @@ class Emitter(Logic):
         self.ts_base = np.zeros(2, dtype=np.int64)
         # out-of-order input (Query.lateness): rows wait here until the watermark passes them
         self.reorder = None if query.lateness is None else ReorderBuffer(query.lateness)
+        #: the query has filters: rows that fail one are stamped, then dropped
+        self.filters = bool(query.predicate.filters)
         self._pending: list[Batch] = []
         self._pending_n = 0
         # rows the reorder buffer released, not stamped yet: stamped a whole batch at a time,
@@ -134,8 +136,7 @@ class Emitter(Logic):
             self.copied += self.reorder.copied - copied
             return self._sent(self._close_released(full_only=True) + self._tick())
         if len(cols):
-            self._pending.append(self._stamp(cols, ingest_ns))
-            self._pending_n += len(cols)
+            self._pend(self._stamp(cols, ingest_ns))
         out = self._close(full_only=True)
         return self._sent(out + self._tick())
 
@@ -180,13 +181,12 @@ class Emitter(Logic):
         """When the tuple that has waited longest in the open batch arrived (None if it is
         empty). Out-of-order input releases tuples in ``ts`` order, so that may be any of
         them, not the first."""
-        if self.reorder is not None:
-            if not self._released:
-                return None
-            return min(int(arrived.min()) for _, arrived in self._released)
-        if not self._pending:
-            return None
-        return int(self._pending[0].ingest_ns[0])  # arrival order: the first is the oldest
+        if self.reorder is None:
+            # arrival order: the first is the oldest
+            return int(self._pending[0].ingest_ns[0]) if self._pending else None
+        times = [int(a.min()) for _, a in self._released]
+        times += [int(b.ingest_ns.min()) for b in self._pending]
+        return min(times) if times else None
 
     # -- stamping --------------------------------------------------------------------------------
 
@@ -196,6 +196,9 @@ class Emitter(Logic):
         is checked before the run, and the reorder buffer releases rows in ``ts`` order."""
         n = len(cols)
         stream = cols.stream
+        if self.filters:  # a row that fails a filter (marked by validate: streamjoin.
+            joins = stream < 2  # row_filters) is stamped, for it holds its window place, and
+            stream = stream & 1  # then dropped: it joins nothing
         seq = np.arange(self.n_seen, self.n_seen + n, dtype=np.int64)
         q = self.query
         if q.window.kind == "count":
@@ -217,7 +220,7 @@ class Emitter(Logic):
                 q.self_join,
             )
         self.n_seen += n
-        return Batch(
+        batch = Batch(
             seq=seq,
             stream=stream,
             idx=idx,
@@ -229,8 +232,16 @@ class Emitter(Logic):
             attrs=np.ascontiguousarray(cols.attrs),
             horizon=horizons,  # per-row horizons; cut to the batch's last row in _close
         )
+        # (a batch's horizon is then its last kept row's: a lower bound, so expiry only waits)
+        return batch.take(np.flatnonzero(joins)) if self.filters and not joins.all() else batch
 
     # -- closing ---------------------------------------------------------------------------------
+
+    def _pend(self, stamped: Batch) -> None:
+        """Add stamped rows to the open batch (none when a filter dropped them all)."""
+        if len(stamped):
+            self._pending.append(stamped)
+            self._pending_n += len(stamped)
 
     def _release(self, released: tuple[Columns, np.ndarray] | None) -> None:
         """Queue rows the reorder buffer released (in ``ts`` order, with their arrivals)."""
@@ -244,7 +255,7 @@ class Emitter(Logic):
         n = self._released_n
         cut = n - n % self.batch_size if full_only else n
         if cut == 0:
-            return []
+            return self._close(full_only)
         pieces, taken = [], 0
         while taken < cut:
             cols, arrived = self._released[0]
@@ -267,9 +278,8 @@ class Emitter(Logic):
             )
             arrived = np.concatenate([a for _, a in pieces])
             self.copied += cut
-        self._pending = [self._stamp(cols, arrived)]
-        self._pending_n = cut
-        return self._close(full_only=False)
+        self._pend(self._stamp(cols, arrived))  # (stamped rows a filter left pending too)
+        return self._close(full_only)
 
     def _close(self, full_only: bool) -> list[tuple[str, Batch]]:
         if not self._pending or (full_only and self._pending_n < self.batch_size):

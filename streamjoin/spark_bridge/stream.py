@@ -219,7 +219,7 @@ class JoinSink:
             return
         if self.query.window.kind != "time" or not len(cols):
             return
-        per_stream = [cols.ts[cols.stream == y] for y in (0, 1)]
+        per_stream = [cols.ts[(cols.stream & 1) == y] for y in (0, 1)]
         for y, ts in enumerate(per_stream):  # across micro-batches (validate checks within)
             if len(ts) and ts[0] < self._last_ts[y]:
                 raise InputError(

@@ -163,7 +163,7 @@ class ArrivalClock:
             self.last = max(self.last, self._advance(2, n, a.rate))
         else:
             for s in (0, 1):
-                k = int(np.count_nonzero(cols.stream == s))
+                k = int(np.count_nonzero((cols.stream & 1) == s))
                 if k:
                     self.last = max(self.last, self._advance(s, k, a.rates[s]))
         return int(round(self.last * 1e9))
