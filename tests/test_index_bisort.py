@@ -278,13 +278,15 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes, layout):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subwindow_size": 0}, "subwindow_size must be at least 1"),
-        ({"partitions": 0}, "partitions must be at least 1"),
-        ({"buffer_size": -1}, "buffer_size must be at least 0"),
+        ({"subwindow_size": 0}, r"subwindow_size must be an integer in \[1, 4294967295\]"),
+        ({"subwindow_size": 2**32}, r"subwindow_size must be an integer in \[1, 4294967295\]"),
+        ({"partitions": 0}, r"partitions must be an integer in \[1, 16777216\]"),
+        ({"partitions": 10**12}, r"partitions must be an integer in \[1, 16777216\]"),
+        ({"buffer_size": -1}, r"buffer_size must be an integer in \[0, 16777216\]"),
         ({"buffer_size": 2.5}, "buffer_size must be an integer"),
-        ({"threads": 0}, "threads must be at least 1"),
+        ({"threads": 0}, r"threads must be an integer in \[1, 1024\]"),
+        ({"threads": 10**6}, r"threads must be an integer in \[1, 1024\]"),
         ({"layout": "packed"}, "layout must be one of"),
-        ({"layout": "compact", "subwindow_size": 2**32}, "subwindow_size must be below 2"),
     ],
 )
 def test_rejects_bad_options(options, message):

@@ -54,9 +54,11 @@ def test_pickles_as_arrays():
     assert probe_pairs(copy, [50.0], -10, 10) == probe_pairs(index, [50.0], -10, 10)
 
 
-@pytest.mark.parametrize("options", [{"fanout": 2}, {"leaf_size": 2}])
-def test_rejects_tiny_nodes(options):
-    with pytest.raises(ValueError, match="at least 3"):
+@pytest.mark.parametrize(
+    "options", [{"fanout": 2}, {"leaf_size": 2}, {"fanout": 2**20}, {"leaf_size": "x"}]
+)
+def test_rejects_tiny_huge_and_odd_nodes(options):
+    with pytest.raises(ValueError, match=r"must be an integer in \[3, 65536\]"):
         indexes.get("bplus_tree")(1, **options)
 
 

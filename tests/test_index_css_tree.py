@@ -81,7 +81,12 @@ def test_expiry_is_lazy_until_the_next_insert():
 
 @pytest.mark.parametrize(
     ("options", "match"),
-    [({"fanout": 1}, "at least"), ({"leaf_size": 0}, "at least"), ({"layout": "tiny"}, "layout")],
+    [
+        ({"fanout": 1}, r"fanout must be an integer in \[2, 65536\]"),
+        ({"leaf_size": 0}, r"leaf_size must be an integer in \[1, 65536\]"),
+        ({"fanout": float("nan")}, r"fanout must be an integer in \[2, 65536\]"),
+        ({"layout": "tiny"}, "layout"),
+    ],
 )
 def test_rejects_degenerate_nodes(options, match):
     with pytest.raises(ValueError, match=match):

@@ -173,10 +173,11 @@ def test_increasing_keys_pile_into_the_last_partition(layout):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subwindow_size": 0}, "subwindow_size must be at least 1"),
-        ({"partitions": 0}, "partitions must be at least 1"),
-        ({"sigma": 1.0}, "sigma must be a finite number above 1"),
-        ({"sigma": "big"}, "sigma must be a finite number above 1"),
+        ({"subwindow_size": 0}, r"subwindow_size must be an integer in \[1, "),
+        ({"partitions": 0}, r"partitions must be an integer in \[1, "),
+        ({"sigma": 1.0}, "sigma must be a finite number in \\(1, 16\\]"),
+        ({"sigma": "big"}, "sigma must be a finite number in \\(1, 16\\]"),
+        ({"sigma": 1e12}, "sigma must be a finite number in \\(1, 16\\]"),
         ({"domain": (5.0, 5.0)}, "domain must be finite with lo < hi"),
         ({"domain": (0.0, np.inf)}, "domain must be finite with lo < hi"),
         ({"domain": 3.0}, "domain must be a pair of numbers"),

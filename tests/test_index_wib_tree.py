@@ -109,10 +109,11 @@ def test_heavy_median_run_becomes_an_equal_key_leaf():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subwindow_size": 0}, "subwindow_size must be at least 1"),
-        ({"leaf_width": 1}, "leaf_width must be at least 2"),
-        ({"fanout": 2}, "fanout must be at least 3"),
+        ({"subwindow_size": 0}, r"subwindow_size must be an integer in \[1, "),
+        ({"leaf_width": 1}, r"leaf_width must be an integer in \[2, 65536\]"),
+        ({"fanout": 2}, r"fanout must be an integer in \[3, 65536\]"),
         ({"fanout": "64"}, "fanout must be an integer"),
+        ({"fanout": 10**12}, r"fanout must be an integer in \[3, 65536\]"),
         ({"layout": "packed"}, "layout must be 'compact' or 'wide'"),
     ],
 )

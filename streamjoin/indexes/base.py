@@ -30,6 +30,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 from numba import njit
 
+from streamjoin.checks import number
 from streamjoin.query import Condition, Predicate
 
 # --------------------------------------------------------------------------------------------
@@ -218,11 +219,26 @@ def get(name: str) -> type[WindowIndex]:
         raise ValueError(f"unknown index {name!r}; available: {', '.join(names())}") from None
 
 
+#: The largest node (``fanout``, ``leaf_size`` and the like) an index takes: a node of
+#: 65,536 float64 keys is 512 KB, far past the sizes that keep a node in cache (the defaults
+#: are 32 to 128), and a larger one is most likely a typo that would allocate gigabytes.
+MAX_NODE = 2**16
+
+
+def node_size(index: str, option: str, value, minimum: int) -> int:
+    """A node-size option of ``index`` (``fanout``, ``leaf_size``, …): an integer from
+    ``minimum`` to :data:`MAX_NODE`, or a ``ValueError`` naming the index and the option."""
+    return int(number(f"{index} {option}", value, integer=True, low=minimum, high=MAX_NODE))
+
+
 def option_names(name: str) -> frozenset[str] | None:
     """The options index ``name`` takes (its constructor's keywords, and for a chain of
     subwindows its store's), or None when it takes any."""
     cls = get(name)
     store = getattr(cls, "store", None)
+    own = inspect.signature(cls.__init__).parameters.values()
+    if not any(p.kind is p.VAR_KEYWORD for p in own):
+        store = None  # the index names its options itself; its store's are not the user's
     taken: set[str] = set()
     for init in (cls.__init__, store.__init__ if store is not None else None):
         if init is None:
@@ -241,7 +257,13 @@ def option_names(name: str) -> frozenset[str] | None:
 
 
 def check_options(name: str, options: dict) -> None:
-    """A ``ValueError`` naming an option index ``name`` does not take, and the ones it does."""
+    """A ``ValueError`` naming an option index ``name`` does not take (and the ones it does),
+    or a value of one out of its range.
+
+    The values are checked by building the index once with them (an empty index: well under a
+    millisecond and a few MB for every registered one), so that the check is the
+    constructor's own and a value that fails in an actor fails here first.
+    """
     taken = option_names(name)
     unknown = sorted(set(options) - taken) if taken is not None else []
     if unknown:
@@ -249,6 +271,10 @@ def check_options(name: str, options: dict) -> None:
             f"index {name!r} has no option {unknown[0]!r}; its options: "
             f"{', '.join(sorted(taken or ())) or 'none'}"
         )
+    try:
+        get(name)(**options)
+    except (TypeError, OverflowError, MemoryError) as e:  # a constructor's check missed it
+        raise ValueError(f"index {name!r} cannot take options {options}: {e}") from None
 
 
 def check_supports(name: str, predicate: Predicate) -> type[WindowIndex]:

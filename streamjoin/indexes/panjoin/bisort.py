@@ -51,6 +51,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from streamjoin.checks import MAX_THREADS
 from streamjoin.indexes.base import copy_prefix, grow, register
 from streamjoin.indexes.blocks.key_codes import (
     REF_SPAN,
@@ -65,6 +66,8 @@ from streamjoin.indexes.blocks.key_codes import (
 )
 from streamjoin.indexes.blocks.sorted_runs import prefetch
 from streamjoin.indexes.panjoin.subwindows import (
+    MAX_PARTITIONS,
+    MAX_SUBWINDOW,
     SubwindowIndex,
     SubwindowStore,
     int_option,
@@ -636,8 +639,8 @@ class BISort(SubwindowStore):
         self, capacity: int, partitions: int = 512, buffer_size: int = 1024, layout: Layout = "wide"
     ) -> None:
         super().__init__(capacity)
-        self.partitions = int_option(self.kind, "partitions", partitions, 1)
-        self.buffer_size = int_option(self.kind, "buffer_size", buffer_size, 0)
+        self.partitions = int_option(self.kind, "partitions", partitions, 1, MAX_PARTITIONS)
+        self.buffer_size = int_option(self.kind, "buffer_size", buffer_size, 0, MAX_PARTITIONS)
         if layout not in LAYOUTS:
             raise ValueError(f"bisort layout must be one of {LAYOUTS}, got {layout!r}")
         if layout == "compact" and capacity >= REF_SPAN:
@@ -808,9 +811,9 @@ class BISortIndex(SubwindowIndex):
         layout: Layout = "compact",
     ) -> None:
         if buffer_size is None:
-            size = int_option(self.name, "subwindow_size", subwindow_size, 1)
+            size = int_option(self.name, "subwindow_size", subwindow_size, 1, MAX_SUBWINDOW)
             buffer_size = min(size, max(1024, size // 32))
-        self.threads = int_option(self.name, "threads", threads, 1)
+        self.threads = int_option(self.name, "threads", threads, 1, MAX_THREADS)
         self._pool: ThreadPoolExecutor | None = None
         super().__init__(
             n_keys, subwindow_size, partitions=partitions, buffer_size=buffer_size, layout=layout

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from streamjoin.checks import number
 from streamjoin.indexes.base import register
 from streamjoin.indexes.blocks.key_codes import (
     bounds_for,
@@ -42,11 +43,16 @@ from streamjoin.indexes.panjoin.llat import (
     scan_partitions,
 )
 from streamjoin.indexes.panjoin.subwindows import (
+    MAX_PARTITIONS,
     SubwindowIndex,
     int_option,
     rebound_search,
 )
 from streamjoin.modes import Layout
+
+#: The largest LLAT entry size factor: a table of ``σ`` times a subwindow's items, 16 times
+#: is far past §III-B2's 1.10-1.25 (and a huge ``σ`` would allocate petabytes).
+MAX_SIGMA = 16.0
 
 
 class RaPArrays(NamedTuple):
@@ -196,7 +202,8 @@ class RaPTable(LLATStore):
     partitions : int
         Partition count ``P``, >= 1.
     sigma : float
-        LLAT entry size factor ``σ`` > 1 (§III-B2 suggests 1.10-1.25).
+        LLAT entry size factor ``σ``, above 1 and at most :data:`MAX_SIGMA` (§III-B2 suggests
+        1.10-1.25).
     domain : (float, float)
         Key range the first subwindow's table splits evenly, finite, ``lo < hi``.
     high : float64 (P,), optional
@@ -226,13 +233,8 @@ class RaPTable(LLATStore):
     ) -> None:
         super().__init__(capacity)
         self._set_layout(layout)
-        p = self.partitions = int_option(self.kind, "partitions", partitions, 1)
-        try:
-            self.sigma = float(sigma)
-        except (TypeError, ValueError):
-            self.sigma = math.nan
-        if not 1 < self.sigma < math.inf:
-            raise ValueError(f"rap_table sigma must be a finite number above 1, got {sigma!r}")
+        p = self.partitions = int_option(self.kind, "partitions", partitions, 1, MAX_PARTITIONS)
+        self.sigma = float(number("rap_table sigma", sigma, low=1, low_open=True, high=MAX_SIGMA))
         try:
             d_lo, d_hi = (float(x) for x in domain)
         except (TypeError, ValueError):

@@ -19,7 +19,6 @@ on the oldest subwindow, stores skip items with ``ref`` below the last ``expire`
 
 from __future__ import annotations
 
-import operator
 from abc import ABC, abstractmethod
 from collections import deque
 from typing import ClassVar
@@ -28,6 +27,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from streamjoin.checks import number
 from streamjoin.indexes.base import WindowIndex, key_range
 from streamjoin.indexes.blocks.key_codes import item_in_band
 from streamjoin.indexes.blocks.key_order import stable_key_order
@@ -179,15 +179,18 @@ def match_item(v, r, keys, vlo, vhi, a, b, lo, hi, out_p, out_r, n, write):
 # --------------------------------------------------------------------------------------------
 
 
-def int_option(index: str, option: str, value, minimum: int) -> int:
-    """``value`` as an int, or a ValueError naming the index and option."""
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{index} {option} must be an integer, got {value!r}") from None
-    if v < minimum:
-        raise ValueError(f"{index} {option} must be at least {minimum}, got {v}")
-    return v
+#: The largest subwindow, in tuples: 2**32 - 1, what the compact layout's 32-bit refs can
+#: number (and 64 GB of wide items, allocated when the subwindow starts).
+MAX_SUBWINDOW = 2**32 - 1
+#: The most partitions (BI-Sort's index array, RaP-Table's ranges) and the largest
+#: insertion buffer: 2**24 float64 entries are 128 MB, against defaults of 512 and 1,024.
+MAX_PARTITIONS = 2**24
+
+
+def int_option(index: str, option: str, value, minimum: int, maximum: int) -> int:
+    """``value`` as an int from ``minimum`` to ``maximum``, or a ValueError naming the index
+    and the option (:func:`streamjoin.checks.number`)."""
+    return int(number(f"{index} {option}", value, integer=True, low=minimum, high=maximum))
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,7 +289,9 @@ class SubwindowIndex(WindowIndex):
 
     def __init__(self, n_keys: int, subwindow_size: int, **store_options) -> None:
         super().__init__(n_keys)
-        self.subwindow_size = int_option(self.name, "subwindow_size", subwindow_size, 1)
+        self.subwindow_size = int_option(
+            self.name, "subwindow_size", subwindow_size, 1, MAX_SUBWINDOW
+        )
         # oldest first; _last_refs[i] is the largest ref in _subwindows[i] (NO_REF if empty).
         # The chain is never empty, so the newest store can always hand on to a successor.
         self._subwindows: deque[SubwindowStore] = deque(

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import register
+from streamjoin.indexes.base import node_size, register
 from streamjoin.indexes.blocks.key_codes import bounds_for, encode, item_codes, item_refs
 from streamjoin.indexes.panjoin.llat import (
     PTR_G,
@@ -46,11 +46,7 @@ from streamjoin.indexes.panjoin.llat import (
     scan_partitions,
     take_entry,
 )
-from streamjoin.indexes.panjoin.subwindows import (
-    SubwindowIndex,
-    int_option,
-    rebound_search,
-)
+from streamjoin.indexes.panjoin.subwindows import SubwindowIndex, rebound_search
 from streamjoin.modes import Layout
 
 # slots of WiBArrays.meta
@@ -426,8 +422,8 @@ class WiBTree(LLATStore):
         self, capacity: int, leaf_width: int = 128, fanout: int = 64, layout: Layout = "wide"
     ) -> None:
         super().__init__(capacity)
-        self.leaf_width = int_option(self.kind, "leaf_width", leaf_width, 2)
-        self.fanout = int_option(self.kind, "fanout", fanout, 3)
+        self.leaf_width = node_size(self.kind, "leaf_width", leaf_width, 2)
+        self.fanout = node_size(self.kind, "fanout", fanout, 3)
         self._set_layout(layout)
         self._coder = np.full(2, np.nan)  # the code's (base, scale) once packed
         self._ref_base = np.zeros(1, dtype=np.int64)

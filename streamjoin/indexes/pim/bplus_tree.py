@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
 from streamjoin.indexes.blocks.atomics import atomic_add
 from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
 from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch_range, scan_run
@@ -671,12 +671,8 @@ class BPlusTreeIndex(WindowIndex):
 
     def __init__(self, n_keys: int = 1, fanout: int = 32, leaf_size: int = 64) -> None:
         super().__init__(n_keys)
-        if fanout < 3:
-            raise ValueError(f"bplus_tree fanout must be at least 3, got {fanout}")
-        if leaf_size < 3:
-            raise ValueError(f"bplus_tree leaf_size must be at least 3, got {leaf_size}")
-        self.fanout = int(fanout)
-        self.leaf_size = int(leaf_size)
+        self.fanout = node_size(self.name, "fanout", fanout, 3)
+        self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 3)
         self._tree = new_tree(self.fanout, self.leaf_size, 16, 16)
         self._log_keys = np.empty(16, dtype=np.float64)
         self._log_refs = np.empty(16, dtype=np.int64)

@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from streamjoin.indexes.base import WindowIndex, register
+from streamjoin.checks import number
+from streamjoin.indexes.base import WindowIndex, node_size, register
 from streamjoin.indexes.blocks.grid_codes import bulk_window, fit_grid, merge_grid_items_into
 from streamjoin.indexes.blocks.key_codes import REF_SPAN, item_refs
 from streamjoin.indexes.blocks.key_order import stable_order
@@ -48,6 +49,9 @@ from streamjoin.modes import Layout
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")
 LAYOUTS = ("wide", "compact")
+#: The longest chain: a probe visits every subindex, so a chain of thousands is a typo (the
+#: paper's chains are 2 to 16 long).
+MAX_CHAIN = 1024
 
 
 class CSSRun(NamedTuple):
@@ -123,27 +127,27 @@ class ChainedIndex(WindowIndex):
             raise ValueError(f"chained layout must be one of {LAYOUTS}, got {layout!r}")
         if layout == "compact" and archive != "css":
             raise ValueError("chained layout='compact' packs CSS-trees: it needs archive='css'")
-        if chain_length < 2:
-            raise ValueError(f"chained chain_length must be at least 2, got {chain_length}")
+        chain_length = int(
+            number("chained chain_length", chain_length, integer=True, low=2, high=MAX_CHAIN)
+        )
         if subindex_size is not None and window is not None:
             raise ValueError("chained takes subindex_size or window, not both")
-        if any(v is not None and v < 1 for v in (subindex_size, window)):
-            raise ValueError("chained subindex_size and window must be positive")
+        for option, value in (("subindex_size", subindex_size), ("window", window)):
+            if value is not None:
+                number(f"chained {option}", value, integer=True, low=1, high=2**63 - 1)
         if archive not in ARCHIVES:
             raise ValueError(f"chained archive must be one of {ARCHIVES}, got {archive!r}")
-        if fanout < 3 or leaf_size < 3:
-            raise ValueError("chained fanout and leaf_size must be at least 3")
-        if css_fanout < 2 or css_leaf_size < 1:
-            raise ValueError("chained needs css_fanout >= 2 and css_leaf_size >= 1")
         if subindex_size is None and window is not None:
             subindex_size = -(-window // (chain_length - 1))  # s = w / (L - 1), rounded up
-        self.chain_length = int(chain_length)
-        self.subindex_size = subindex_size
+        self.chain_length = chain_length
+        self.subindex_size = None if subindex_size is None else int(subindex_size)
         self.archive = archive
         self.layout = layout
         self.exact = layout == "wide"
-        self.fanout, self.leaf_size = int(fanout), int(leaf_size)
-        self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
+        self.fanout = node_size(self.name, "fanout", fanout, 3)
+        self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 3)
+        self.css_fanout = node_size(self.name, "css_fanout", css_fanout, 2)
+        self.css_leaf_size = node_size(self.name, "css_leaf_size", css_leaf_size, 1)
         self._before = _NO_REF
         self._first_ref: int | None = None
         self._active_last = _NO_REF

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.key_order import stable_key_order
@@ -178,14 +178,10 @@ class CSSTreeIndex(WindowIndex):
         self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32, layout: Layout = "wide"
     ) -> None:
         super().__init__(n_keys)
-        if fanout < 2:
-            raise ValueError(f"css_tree fanout must be at least 2, got {fanout}")
-        if leaf_size < 1:
-            raise ValueError(f"css_tree leaf_size must be at least 1, got {leaf_size}")
+        self.fanout = node_size(self.name, "fanout", fanout, 2)
+        self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 1)
         if layout not in ("wide", "compact"):
             raise ValueError(f"css_tree layout must be 'wide' or 'compact', got {layout!r}")
-        self.fanout = int(fanout)
-        self.leaf_size = int(leaf_size)
         self.layout = layout
         self.exact = layout == "wide"
         self._keys = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)

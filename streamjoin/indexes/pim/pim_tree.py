@@ -31,7 +31,8 @@ import time
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.checks import number
+from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import (
     bounds_on,
@@ -332,18 +333,18 @@ def check_options(
     css_fanout: int,
     css_leaf_size: int,
 ) -> None:
-    """Raise ``ValueError``, naming index ``name``, for a PIM-Tree option out of its range
-    (this index's and the shared one's, :mod:`streamjoin.indexes.pim.shared`)."""
-    if not 0 < merge_ratio <= 1:
-        raise ValueError(f"{name} merge_ratio must be in (0, 1], got {merge_ratio}")
-    if insertion_depth < 0:
-        raise ValueError(f"{name} insertion_depth must be >= 0, got {insertion_depth}")
-    if window is not None and window < 1:
-        raise ValueError(f"{name} window must be positive, got {window}")
-    if fanout < 3 or leaf_size < 3:
-        raise ValueError(f"{name} fanout and leaf_size must be at least 3")
-    if css_fanout < 2 or css_leaf_size < 1:
-        raise ValueError(f"{name} needs css_fanout >= 2 and css_leaf_size >= 1")
+    """Raise ``ValueError``, naming index ``name`` and the option, for a PIM-Tree option of
+    the wrong type or out of its range (this index's and the shared one's,
+    :mod:`streamjoin.indexes.pim.shared`): ``insertion_depth`` up to 64 (the height of any
+    tree of int64-many items), node sizes up to :data:`~streamjoin.indexes.base.MAX_NODE`."""
+    number(f"{name} merge_ratio", merge_ratio, low=0, high=1, low_open=True)
+    number(f"{name} insertion_depth", insertion_depth, integer=True, low=0, high=64)
+    if window is not None:
+        number(f"{name} window", window, integer=True, low=1, high=2**63 - 1)
+    node_size(name, "fanout", fanout, 3)
+    node_size(name, "leaf_size", leaf_size, 3)
+    node_size(name, "css_fanout", css_fanout, 2)
+    node_size(name, "css_leaf_size", css_leaf_size, 1)
 
 
 @register

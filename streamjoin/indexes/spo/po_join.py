@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from streamjoin.indexes.base import WindowIndex, register
+from streamjoin.indexes.base import WindowIndex, node_size, register
 from streamjoin.indexes.blocks.key_order import stable_order
 from streamjoin.indexes.spo.ie_runs import RunSet
 from streamjoin.indexes.spo.mutable_part import INTERSECTIONS, MutablePart
@@ -102,6 +102,8 @@ class POJoinIndex(WindowIndex):
         self.subintervals = _positive("subintervals", subintervals)
         if intersect not in INTERSECTIONS:
             raise ValueError(f"po_join intersect must be one of {INTERSECTIONS}, got {intersect!r}")
+        fanout = node_size(self.name, "fanout", fanout, 3)
+        leaf_size = node_size(self.name, "leaf_size", leaf_size, 3)
         self.mutable = MutablePart(n_keys, intersect, fanout, leaf_size)
         self.runs = RunSet()
         self._min_ref = _NO_REF
