@@ -3,7 +3,7 @@
 import re
 
 from streamjoin.modes import Forward
-from streamjoin.topologies.base import Topology
+from streamjoin.topologies.base import MAX_ACTORS, Topology
 from streamjoin.topologies.grid import grid
 from streamjoin.topologies.handshake import handshake
 from streamjoin.topologies.panjoin import panjoin
@@ -13,6 +13,7 @@ from streamjoin.topologies.split import split
 from streamjoin.topologies.spo import spo
 
 __all__ = [
+    "MAX_ACTORS",
     "Topology",
     "grid",
     "handshake",

@@ -21,6 +21,22 @@ from streamjoin.actors.base import ActorConfig
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 
+#: The most actors a topology may have. Ray's release tests launch 10,000 actors on a cluster
+#: (its "many actors" benchmark), and on one machine each Ray actor is a process of its own;
+#: the local and simulated backends hold every actor's windows in this process. A larger
+#: layout is a typo (``grid(2, 10**6)``) that would build for minutes and then never finish.
+MAX_ACTORS = 10_000
+
+
+def check_actors(topology: str, actors: int) -> None:
+    """A ``ValueError`` naming the layout and its actor count when it has more than
+    :data:`MAX_ACTORS`, before any of its graph is built."""
+    if actors > MAX_ACTORS:
+        raise ValueError(
+            f"{topology} would have {actors:,} actors; a topology has at most {MAX_ACTORS:,} "
+            "(streamjoin.topologies.MAX_ACTORS, the scale Ray is tested at)"
+        )
+
 
 def add_actor(graph: nx.MultiDiGraph, name: str, config: ActorConfig, **attrs) -> None:
     """Add node ``name`` running ``config`` (its role recorded beside it for drawings)."""

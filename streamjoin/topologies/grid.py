@@ -10,7 +10,7 @@ from streamjoin.actors.join_core import JoinCoreConfig
 from streamjoin.actors.router import GridRoute
 from streamjoin.checks import positive_int
 from streamjoin.modes import FORWARDS, Forward
-from streamjoin.topologies.base import Topology, add_actor, index_options_of
+from streamjoin.topologies.base import Topology, add_actor, check_actors, index_options_of
 
 
 def grid(
@@ -29,7 +29,8 @@ def grid(
     ``forward="chain"`` the emitter feeds the first core of each row and column and each core
     passes batches on to its neighbour (right for R, down for S; DP-Join §III-C); with
     ``"direct"`` the emitter sends to every core of the row or column itself.
-    ``index_options`` (and ``**options``) go to every core's index.
+    ``index_options`` (and ``**options``) go to every core's index. ``m * n`` cores and the
+    emitter and collector are at most :data:`~streamjoin.topologies.base.MAX_ACTORS` actors.
 
     A self-join runs as the stream joined with itself (``paired``): every batch goes to a row
     as R and to a column as S, and a core keeps a meeting of an R copy with an S copy iff the R
@@ -38,6 +39,7 @@ def grid(
     """
     positive_int("m", m)
     positive_int("n", n)
+    check_actors(f"grid({m}, {n})", m * n + 2)
     if forward not in FORWARDS:
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
     opts = index_options_of(index, index_options, options)

@@ -10,7 +10,7 @@ from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.handshake import HandshakeConfig
 from streamjoin.actors.router import HandshakeRoute
 from streamjoin.checks import positive_int
-from streamjoin.topologies.base import Topology, add_actor, index_options_of
+from streamjoin.topologies.base import Topology, add_actor, check_actors, index_options_of
 
 
 def handshake(
@@ -37,7 +37,8 @@ def handshake(
     Parameters
     ----------
     n : int
-        Cores in the chain.
+        Cores in the chain; with the emitter and collector at most
+        :data:`~streamjoin.topologies.base.MAX_ACTORS` actors.
     index : str, optional
         Window index of every segment.
     segment : int, optional
@@ -50,6 +51,7 @@ def handshake(
         Passed to every segment's index; ``**options`` are added to them.
     """
     positive_int("n", n)
+    check_actors(f"handshake({n})", n + 2)
     if segment is not None:
         positive_int("segment", segment)
     if segment is not None and low_latency:

@@ -7,8 +7,13 @@ import networkx as nx
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.panjoin import ManagerConfig, WorkerConfig
-from streamjoin.checks import positive_int
-from streamjoin.topologies.base import Topology, add_actor, index_options_of
+from streamjoin.checks import number, positive_int
+from streamjoin.topologies.base import Topology, add_actor, check_actors, index_options_of
+
+#: The most subwindows per window: each is an index of its own, which the manager lists and
+#: every probe visits; PanJoin's experiments use 4 to 64, and 65,536 subwindows of one tuple
+#: each already probe slower than one index.
+MAX_SUBWINDOWS = 2**16
 
 
 def panjoin(
@@ -27,8 +32,11 @@ def panjoin(
     Parameters
     ----------
     workers : int
+        With the emitter, manager and collector at most
+        :data:`~streamjoin.topologies.base.MAX_ACTORS` actors.
     subwindows : int
-        Subwindows per window (count windows: ``ceil(w / subwindows)`` tuples each).
+        Subwindows per window (count windows: ``ceil(w / subwindows)`` tuples each), at most
+        :data:`MAX_SUBWINDOWS`.
     index : str, optional
         Window index inside every subwindow (default chosen from the predicate).
     subwindow_size : int, optional
@@ -39,7 +47,8 @@ def panjoin(
         ``subwindow_size`` here: ``index_options={"subwindow_size": 1024}``.
     """
     positive_int("workers", workers)
-    positive_int("subwindows", subwindows)
+    check_actors(f"panjoin({workers}, {subwindows})", workers + 3)
+    number("subwindows", subwindows, integer=True, low=1, high=MAX_SUBWINDOWS)
     if subwindow_size is not None:
         positive_int("subwindow_size", subwindow_size)
     opts = index_options_of(index, index_options, options)

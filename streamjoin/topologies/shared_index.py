@@ -7,8 +7,13 @@ import networkx as nx
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.shared_index.core import TASK_SIZE, SharedIndexConfig
+from streamjoin.checks import MAX_THREADS, number
 from streamjoin.modes import Merge
 from streamjoin.topologies.base import Topology, add_actor, index_options_of
+
+#: The largest task, in tuples: a task larger than a batch is the whole batch, and the core
+#: sizes its scratch arrays by the task (2**24 tuples: a few hundred MB of them).
+MAX_TASK_SIZE = 2**24
 
 
 def shared_index(
@@ -28,12 +33,14 @@ def shared_index(
     Parameters
     ----------
     threads : int
-        Worker threads of the core (the Ray backend gives its actor this many CPUs).
+        Worker threads of the core (the Ray backend gives its actor this many CPUs), at most
+        :data:`~streamjoin.checks.MAX_THREADS`.
     index : {"pim_tree", "im_tree", "bplus_tree", "nested_loop"}
         The shared window index (``bplus_tree`` under one coarse lock, ``nested_loop`` none:
         probes scan the window). Any other index serves ``threads=1`` only.
     task_size : int, optional
-        Tuples per task; by default one task per thread a step (``ceil(batch / threads)``),
+        Tuples per task, at most :data:`MAX_TASK_SIZE`; by default one task per thread a step
+        (``ceil(batch / threads)``),
         which measured fastest here. Larger tasks are probed and inserted as longer sorted
         runs and cost less scheduling and fewer lock acquisitions; smaller ones balance the
         threads more finely (§5, Fig. 10c-d).
@@ -48,6 +55,9 @@ def shared_index(
     An ``ordered`` run gets its pairs in order as they come: each task sorts its pairs and
     tasks are propagated in arrival order.
     """
+    number("threads", threads, integer=True, low=1, high=MAX_THREADS)
+    if task_size is not None:
+        number("task_size", task_size, integer=True, low=1, high=MAX_TASK_SIZE)
     core = SharedIndexConfig(
         index,
         index_options_of(index, index_options, options, check=False),  # the shared form's

@@ -9,7 +9,7 @@ from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.join_core import JoinCoreConfig
 from streamjoin.actors.router import SplitRoute
 from streamjoin.checks import positive_int
-from streamjoin.topologies.base import Topology, add_actor, index_options_of
+from streamjoin.topologies.base import Topology, add_actor, check_actors, index_options_of
 
 
 def split(
@@ -20,9 +20,11 @@ def split(
     The emitter broadcasts each batch; the cores take turns (round robin per batch) storing
     it, so each window is partitioned ``n`` ways and a pair is found at the core that stores
     its earlier tuple. Self-joins are supported. ``index_options`` (and ``**options``) go to
-    every core's index.
+    every core's index. ``n`` cores and the emitter and collector are at most
+    :data:`~streamjoin.topologies.base.MAX_ACTORS` actors.
     """
     positive_int("n", n)
+    check_actors(f"split({n})", n + 2)
     core = JoinCoreConfig(index, index_options_of(index, index_options, options))
     g = nx.MultiDiGraph(self_join=True)
     mid = (n - 1) / 2

@@ -11,7 +11,7 @@ from streamjoin.actors.router import BroadcastRoute
 from streamjoin.actors.spo import MergeSettings, SPOMutableConfig, SPOWorkerConfig, TreePlace
 from streamjoin.checks import positive_int
 from streamjoin.indexes.spo.po_join import DEFAULT_MERGE_EVERY
-from streamjoin.topologies.base import Topology, add_actor, index_options_of
+from streamjoin.topologies.base import Topology, add_actor, check_actors, index_options_of
 
 
 def spo(
@@ -38,7 +38,8 @@ def spo(
     Parameters
     ----------
     workers : int
-        PO-Join workers.
+        PO-Join workers; with the emitter, the mutable stage and the collector at most
+        :data:`~streamjoin.topologies.base.MAX_ACTORS` actors.
     merge_every : int, optional
         δ in tuples (default ``po_join``'s ``DEFAULT_MERGE_EVERY`` unless ``merge_after`` is given).
     merge_after : int, optional
@@ -59,6 +60,7 @@ def spo(
         ``leaf_size``); ``**options`` are added to them.
     """
     positive_int("workers", workers)
+    check_actors(f"spo({workers})", workers + 3)
     relay, combine = default_degrees(workers, relay, combine)
     if merge_every is None and merge_after is None:
         merge_every = DEFAULT_MERGE_EVERY

@@ -126,13 +126,24 @@ def _one_machine() -> bool:
     return all(n["NodeID"] == here for n in ray.nodes() if n["Alive"])
 
 
+#: The least CPU an actor asks Ray for: a hundred actors share a processor at most.
+MIN_CPU_SHARE = 0.01
+
+
 def _cpu_requests(graph, emitter: str) -> dict[str, float]:
     """Ray CPUs each actor asks for: a node whose config names ``cpus`` (a shared-index core's
     threads) gets that many, capped so that every actor still fits the cluster; the others
-    half of a processor's share each. Logical CPUs: they place actors, the threads run anyway."""
+    half of a processor's share each. Logical CPUs: they place actors, the threads run anyway.
+    A ``ValueError`` when the actors cannot all fit at :data:`MIN_CPU_SHARE` each."""
     total = float(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
-    share = max(0.01, min(1.0, total / max(1, graph.number_of_nodes())) / 2)
+    share = max(MIN_CPU_SHARE, min(1.0, total / max(1, graph.number_of_nodes())) / 2)
     hosts = [(n, d["config"]) for n, d in graph.nodes(data=True) if n != emitter]
+    if share * len(hosts) > total * (1 + 1e-9):  # Ray would leave some pending: a hang
+        raise ValueError(
+            f"{len(hosts):,} actors do not fit this Ray cluster's {total:g} CPUs: each asks "
+            f"for at least {MIN_CPU_SHARE} CPU, so at most {int(total / MIN_CPU_SHARE):,} fit; "
+            "use a smaller layout or a larger cluster"
+        )
     wanting = [n for n, c in hosts if getattr(c, "cpus", None)]
     left = max(share, (total - share * (len(hosts) - len(wanting))) / max(1, len(wanting)))
     out = {n: share for n, _ in hosts}
