@@ -104,13 +104,15 @@ def test_backend_equals_oracle(request, backend, query, one_stream, layout, batc
 
 
 def test_ray_actor_failure_names_the_actor(ray_session):
+    from faults import inject  # (imports Ray)
+
     from streamjoin.runtime.ray.executor import ActorFailed
 
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(5))
     data = sj.sources.synthetic(100, low=0, high=10, seed=1)
-    with pytest.raises(ActorFailed, match="actor 'core' \\(join_core\\) failed: TypeError"):
-        # an option value the index only meets when the actor builds it
-        sj.run(q, data, sj.topologies.single("bplus_tree", fanout="x"), backend="ray")
+    topology = inject(sj.topologies.single("bplus_tree"), "core", fault="raise")
+    with pytest.raises(ActorFailed, match="actor 'core' \\(join_core\\) failed: RuntimeError"):
+        sj.run(q, data, topology, backend="ray")
 
 
 class DecreasingAcrossChunks(sj.sources.Source):
