@@ -58,6 +58,12 @@ class Columns:
 
 
 def _column_names(data) -> list[str]:
+    if type(data).__module__.startswith("pyspark."):  # its .columns would pass for pandas'
+        raise InputError(
+            f"input is a Spark {type(data).__name__}: stream it with "
+            "streamjoin.run(query, streamjoin.spark_bridge.from_dataframe(df), ...), or "
+            "collect a small one with df.toArrow()"
+        )
     if isinstance(data, dict):
         return list(data)
     if hasattr(data, "column_names"):  # pyarrow Table / RecordBatch

@@ -474,6 +474,16 @@ def from_dataframe(
     ...                      ts="dep_ts", tie_break="id")                 # doctest: +SKIP
     >>> sj.run(query, src, topologies.single())                         # doctest: +SKIP
     """
+    from pyspark.sql import DataFrame
+
+    for name, frame in (("df", df), ("s", s)):
+        if frame is not None and not isinstance(frame, DataFrame):
+            kind = f"{type(frame).__module__.partition('.')[0]}.{type(frame).__name__}"
+            raise ValueError(
+                f"from_dataframe takes a Spark DataFrame, got {kind} as {name}; pass an "
+                "in-memory table (pandas, pyarrow, a dict of numpy arrays) to "
+                "streamjoin.run(query, table, ...) itself"
+            )
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     rows_per_job = positive_int("rows_per_job", rows_per_job)

@@ -8,6 +8,8 @@ background thread reading a queue). Windows therefore span micro-batch boundarie
 result is exactly the oracle's over the concatenation of the micro-batches in the order they
 were fed: ``batch_id`` order, as Spark calls the sink.
 
+- ``batch_id`` is what Spark gives: an integer >= 0 (``ValueError`` otherwise, before the
+  micro-batch is read).
 - A ``batch_id`` already fed is a replay (Spark re-runs a micro-batch after a failure, or
   after a restart from its checkpoint): it is skipped, counted in :attr:`JoinSink.replayed`,
   never fed twice.
@@ -47,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamjoin.checks import positive_int
+from streamjoin.checks import number, positive_int
 from streamjoin.event_time import Watermark
 from streamjoin.runtime import Result, run
 from streamjoin.sources import Source
@@ -154,7 +156,8 @@ class JoinSink:
             if self._closed:
                 raise RuntimeError("the sink is closed; start a new JoinSink")
             self._check_alive()
-            batch_id = int(batch_id)
+            # Spark numbers a query's micro-batches 0, 1, 2, …: anything else is not Spark's
+            batch_id = int(number("batch_id", batch_id, integer=True, low=0))
             if batch_id in self._fed_ids:
                 self.replayed += 1
                 return
