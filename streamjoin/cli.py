@@ -9,6 +9,8 @@ import sys
 import tempfile
 import time
 
+from streamjoin.cli_paths import check_out_file, check_out_folder
+
 DESCRIPTION = """\
 Exact sliding-window stream joins (band, inequality, equi) with throughput and latency.
 
@@ -32,24 +34,24 @@ examples:
 """
 
 
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors as the command's other errors are: one line,
+    ``streamjoin: error: …``, exit status 2 (no usage block to scroll past)."""
 
-    return parse
+    def error(self, message: str):
+        self.exit(2, f"streamjoin: error: {message} (see: {self.prog} -h)\n")
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+def _number(**bounds):
+    """A number option's ``type=``: :func:`streamjoin.checks.cli_number`."""
+    from streamjoin.checks import cli_number
+
+    return cli_number(**bounds)
+
+
+POSITIVE_INT = {"integer": True, "low": 1}
+NON_NEGATIVE_INT = {"integer": True, "low": 0}
+POSITIVE = {"low": 0, "low_open": True}
 
 
 def _index_option(text: str) -> tuple[str, object]:
@@ -70,6 +72,7 @@ def _index_option(text: str) -> tuple[str, object]:
 def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     """The options of the `run` job (also taken by `compare`); ``backend`` is the default."""
     from streamjoin import indexes, sources, topologies
+    from streamjoin.actors.base import MAX_DELAY_S
     from streamjoin.cli_sim import add_sim_options
     from streamjoin.cli_spark import add_source_options
     from streamjoin.runtime import BACKENDS
@@ -79,7 +82,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     data.add_argument(
         "-n",
         "--tuples",
-        type=_positive(int),
+        type=_number(**POSITIVE_INT),
         default=200_000,
         help="input tuples, both streams together (default: %(default)s)",
     )
@@ -91,24 +94,29 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     )
     data.add_argument(
         "--rate",
-        type=_positive(float),
+        type=_number(**POSITIVE, what="a rate in tuples/s"),
         default=10_000,
         help="event-time rate per stream, tuples/s; sets ts (default: %(default)s)",
     )
     data.add_argument("--self-join", action="store_true", help="join one stream with itself")
     data.add_argument(
         "--disorder",
-        type=_non_negative_int,
+        type=_number(**NON_NEGATIVE_INT),
         default=0,
         metavar="MS",
         help="synthetic data out of order: each row arrives up to MS ms of event time late "
         "(uniformly; its ts unchanged); join it exactly with --lateness MS (default: in order)",
     )
-    data.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    data.add_argument(
+        "--seed",
+        type=_number(**NON_NEGATIVE_INT),
+        default=1,
+        help="random seed (default: %(default)s)",
+    )
     query = parser.add_argument_group("query")
     query.add_argument(
         "--window",
-        type=_positive(int),
+        type=_number(**POSITIVE_INT),
         default=4096,
         help="window size: tuples (count) or ms (time) (default: %(default)s)",
     )
@@ -129,7 +137,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     )
     query.add_argument(
         "--lateness",
-        type=_non_negative_int,
+        type=_number(**NON_NEGATIVE_INT),
         default=None,
         metavar="L",
         help="take input out of ts order: a row more than L ts units (ms) behind the largest "
@@ -145,7 +153,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     )
     query.add_argument(
         "--match-rate",
-        type=_positive(float),
+        type=_number(**POSITIVE),
         default=2.0,
         help="average matches per probe; sets eps (default: %(default)s)",
     )
@@ -157,7 +165,7 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     )
     execution.add_argument(
         "--pace",
-        type=_positive(float),
+        type=_number(**POSITIVE, what="a rate in tuples/s"),
         default=None,
         metavar="TUPLES_PER_S",
         help="hand input over at this wall-clock rate (default: as fast as possible)",
@@ -190,13 +198,13 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
     )
     execution.add_argument(
         "--batch-size",
-        type=_positive(int),
+        type=_number(**POSITIVE_INT),
         default=1024,
         help="tuples per batch (default: %(default)s)",
     )
     execution.add_argument(
         "--max-delay",
-        type=float,
+        type=_number(low=0, high=MAX_DELAY_S, what="a number of seconds"),
         default=None,
         metavar="SECONDS",
         help="close a batch after this wait (default: size only)",
@@ -217,21 +225,24 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         "-o",
         "--out",
         default="streamjoin-out",
-        help="folder for metrics.json, latency.png, graph.png (default: %(default)s)",
+        help="folder for metrics.json, latency.png, graph.png, created if absent; a run "
+        "replaces the files of an earlier run in it (default: %(default)s)",
     )
     output.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from streamjoin import topologies
+    from streamjoin.cli_paths import FORCE_HELP
     from streamjoin.cli_sim import add_calibrate_command
     from streamjoin.cli_spark import add_generate_command
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="streamjoin",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
@@ -254,7 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Draw the actor graph of a topology (PNG, SVG or PDF).",
     )
     draw.add_argument("topology", help=f"one of: {topologies.spec_names()}")
-    draw.add_argument("-o", "--out", default="graph.png", help="file (default: %(default)s)")
+    draw.add_argument(
+        "-o",
+        "--out",
+        default="graph.png",
+        help="file, in a folder that exists (default: %(default)s)",
+    )
+    draw.add_argument("--force", action="store_true", help=FORCE_HELP)
     draw.add_argument("--dot", action="store_true", help="print Graphviz DOT text as well")
 
     compare = sub.add_parser(
@@ -267,7 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--layouts", default="1x4,2x2,4x1", help="comma-separated topologies (default: %(default)s)"
     )
+    for command in sub.choices.values():  # after the command too: `streamjoin run ... --debug`
+        command.add_argument("--debug", action="store_true", default=SUPPRESS, help=DEBUG_HELP)
     return parser
+
+
+DEBUG_HELP = "on an error, show the whole traceback (and Spark's Java trace), not one line"
+#: A subcommand's ``--debug`` leaves the top level's value when absent (argparse would put the
+#: subcommand's default over it).
+SUPPRESS = argparse.SUPPRESS
 
 
 def _make_data(args):
@@ -334,6 +359,8 @@ def _run_job(args):
     # settings first: a bad one fails before any data is made or Spark starts
     window = (sj.CountWindow if args.window_kind == "count" else sj.TimeWindow)(args.window)
     predicate = parse_predicate(args.query) if args.query else None
+    sim_options = sim_run_kwargs(args)
+    sj.topologies.parse(args.topology)  # its size checked; built again below for the index
     if predicate is not None and parse_source(args.source) is None:
         data = _query_data(args, predicate)
         described = f"{args.tuples:,} tuples, {args.distribution}"
@@ -360,8 +387,8 @@ def _run_job(args):
     options = dict(args.index_option)
     if options:  # a bad option name or value is an error before anything runs
         try:
-            sj.indexes.get(index)(1, **options)
-        except (TypeError, ValueError) as e:
+            sj.indexes.check_options(index, options)
+        except ValueError as e:
             raise ValueError(f"--index-option for {index}: {e}") from None
     topology = sj.topologies.parse(args.topology, index, options or None)
     print(f"{query}  ({described}, {topology.name})", flush=True)
@@ -377,7 +404,7 @@ def _run_job(args):
             pace=args.pace,
             collect="pairs" if args.check else args.collect,
             progress=False if args.no_progress else None,
-            **sim_run_kwargs(args),
+            **sim_options,
         )
     print(result.summary())
     if getattr(data, "order_used", None):  # a Spark source: how it streamed the rows
@@ -425,6 +452,7 @@ def _band_query(args, window):
 def cmd_run(args) -> int:
     import streamjoin as sj
 
+    check_out_folder(args.out)
     result, topology, query, data = _run_job(args)
     if args.check:
         if isinstance(data, sj.sources.Source):  # a Spark source: its rows in arrival order
@@ -458,6 +486,7 @@ def cmd_draw(args) -> int:
     from streamjoin import topologies
 
     topo = topologies.parse(args.topology)
+    check_out_file(args.out, args.force)
     topo.draw(args.out)
     if args.dot:
         print(topo.to_dot())
@@ -471,6 +500,7 @@ def cmd_compare(args) -> int:
 
     from streamjoin import viz
 
+    check_out_folder(args.out)
     rows = []
     for layout in args.layouts.split(","):
         args.topology = layout
@@ -515,8 +545,6 @@ def cmd_indexes(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from streamjoin.spark_bridge.session import SparkSetupError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -535,6 +563,40 @@ def main(argv: list[str] | None = None) -> int:
             "generate": cmd_generate,
         }
         return commands[args.command](args)
-    except (ValueError, SparkSetupError) as e:  # bad input or settings: a message
-        print(f"streamjoin: error: {e}", file=sys.stderr)
+    except Exception as e:
+        line = None if args.debug else error_line(e)
+        if line is None:  # not a problem of the input or settings: the whole traceback
+            raise
+        print(f"streamjoin: error: {line}", file=sys.stderr)
         return 2
+
+
+def error_line(error: Exception) -> str | None:
+    """The one line the command prints for ``error``, or None to let it raise.
+
+    Bad input or settings (``ValueError``, :class:`~streamjoin.InputError` among them), a
+    file that cannot be read or written (``OSError``, naming it), Java missing, a source that
+    failed while read, and a Spark or Java failure (summarised to its cause: the whole trace
+    with ``--debug``). Anything else is a bug of streamjoin's, and keeps its traceback.
+    """
+    from streamjoin.sources import SourceError
+    from streamjoin.spark_bridge.session import SparkSetupError
+
+    spark = None
+    if "pyspark" in sys.modules:  # a Spark error is possible only once pyspark is loaded
+        from streamjoin.spark_bridge.errors import summary
+
+        cause = error.__cause__ if isinstance(error, SourceError) else error
+        spark = summary(cause) if isinstance(cause, Exception) else None
+    if isinstance(error, SourceError):
+        where = str(error).partition(": ")[0]  # "source … failed after N rows"
+        return f"{where}: {spark} (--debug: Spark's trace)" if spark else str(error)
+    if spark is not None:
+        return f"{spark} (--debug: Spark's trace)"
+    if isinstance(error, ValueError | SparkSetupError):
+        return str(error).strip().replace("\n", " ")
+    if isinstance(error, OSError):
+        if error.filename is not None and error.strerror:
+            return f"{error.filename}: {error.strerror}"
+        return str(error)
+    return None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from streamjoin.checks import cli_number
+from streamjoin.cli_paths import FORCE_HELP, check_out_file
 from streamjoin.runtime import BACKENDS
 
 
@@ -27,7 +29,7 @@ def add_sim_options(group) -> None:
     )
     group.add_argument(
         "--cpus",
-        type=int,
+        type=cli_number(integer=True, low=1),
         default=None,
         metavar="N",
         help="sim: processors the actors share, e.g. this host's to compare with --backend ray, "
@@ -45,6 +47,11 @@ def sim_run_kwargs(args) -> dict:
         return {}
     from streamjoin.runtime.sim import Arrival, as_profile  # SimPy: only for a sim run
 
+    if args.machine is not None and not os.path.isfile(args.machine):
+        raise ValueError(
+            f"--machine {args.machine}: no such file (write one with `streamjoin calibrate "
+            f"-o {args.machine}`, or leave --machine out for the shipped profile)"
+        )
     arrival = None
     if args.arrival == "replay":
         arrival = Arrival.replay()
@@ -81,6 +88,7 @@ def add_calibrate_command(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument("-o", "--out", default="machine.json", help="file (default: %(default)s)")
+    cal.add_argument("--force", action="store_true", help=FORCE_HELP)
     cal.add_argument(
         "--index",
         action="append",
@@ -97,7 +105,7 @@ def add_calibrate_command(sub) -> None:
     cal.add_argument("--name", default=None, help="profile name (default: the host name)")
     cal.add_argument(
         "--idle-gap-ms",
-        type=float,
+        type=cli_number(low=0),
         default=None,
         metavar="MS",
         help="idle gap at which steps after idle time are timed (default: "
@@ -108,6 +116,7 @@ def add_calibrate_command(sub) -> None:
 def cmd_calibrate(args) -> int:
     from streamjoin.runtime.sim import IDLE_GAP_S, calibrate
 
+    check_out_file(args.out, args.force)  # before three minutes of measuring
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
     gap = IDLE_GAP_S if args.idle_gap_ms is None else args.idle_gap_ms / 1e3 or None
     profile = calibrate(

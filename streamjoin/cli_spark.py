@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from streamjoin.checks import cli_number
+
 SOURCE_HELP = (
     "input: 'synthetic' (generated, see the data options), 'parquet:PATH', or "
     "'spark:FORMAT:PATH' (any Spark reader: csv, json, orc, parquet), read through Spark "
@@ -34,7 +36,7 @@ def add_source_options(group) -> None:
     )
     group.add_argument(
         "--eps",
-        type=float,
+        type=cli_number(low=0),
         default=None,
         help="band width |r.x - s.x| <= EPS (default: from --match-rate)",
     )
@@ -43,6 +45,27 @@ def add_source_options(group) -> None:
         default="local[*]",
         help="Spark master for a Spark source (default: %(default)s)",
     )
+    group.add_argument(
+        "--read-option",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of Spark's reader for a spark:FORMAT source, repeatable: e.g. "
+        "--read-option rowTag=row for xml, --read-option sep=';' for csv",
+    )
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as ``(key, value)``, both as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. rowTag=row), got {text!r}")
+    return key.strip(), value
+
+
+#: Spark's types a join column may have (``DataFrame.dtypes`` names).
+NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double"})
 
 
 def parse_source(text: str) -> tuple[str, str] | None:
@@ -80,9 +103,16 @@ def spark_source(args):
     # one partition per file: files written in arrival order (as `streamjoin generate` does)
     # then stream partition by partition, with no global sort in Spark
     options = {"header": True, "inferSchema": True} if fmt == "csv" else {}
+    options.update(args.read_option)  # the user's options over these
     df = spark_bridge.read_files(spark, path, format=fmt, **options)
     if args.attr not in df.columns:
         raise InputError(f"{args.source} has no column {args.attr!r}; columns: {df.columns}")
+    kind = dict(df.dtypes)[args.attr]
+    if kind not in NUMERIC_TYPES:
+        raise InputError(
+            f"{args.source}: column {args.attr!r} is {kind}; a join column must be an integer "
+            "or floating-point type (--attr names the join column)"
+        )
     if not args.self_join and "stream" not in df.columns:
         raise InputError(
             f"{args.source} has no column 'stream' (0 for R, 1 for S) for a two-way join; "
@@ -124,7 +154,7 @@ def add_generate_command(sub) -> None:
     gen.add_argument(
         "-n",
         "--tuples",
-        type=int,
+        type=cli_number(integer=True, low=0),
         default=10_000_000,
         help="rows, both streams together (default: %(default)s)",
     )
@@ -136,12 +166,15 @@ def add_generate_command(sub) -> None:
     )
     gen.add_argument(
         "--rate",
-        type=float,
+        type=cli_number(low=0, low_open=True, what="a rate in tuples/s"),
         default=10_000,
         help="event-time rate of R, tuples/s (default: %(default)s)",
     )
     gen.add_argument(
-        "--rate-s", type=float, default=None, help="event-time rate of S (default: --rate)"
+        "--rate-s",
+        type=cli_number(low=0, low_open=True, what="a rate in tuples/s"),
+        default=None,
+        help="event-time rate of S (default: --rate)",
     )
     gen.add_argument(
         "--process",
@@ -150,10 +183,15 @@ def add_generate_command(sub) -> None:
         help="arrival process (default: %(default)s)",
     )
     gen.add_argument("--self-join", action="store_true", help="one stream, no stream column")
-    gen.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    gen.add_argument(
+        "--seed",
+        type=cli_number(integer=True, low=0),
+        default=1,
+        help="random seed (default: %(default)s)",
+    )
     gen.add_argument(
         "--parts",
-        type=int,
+        type=cli_number(integer=True, low=1),
         default=None,
         help="Spark tasks / files (default: one per million rows)",
     )
@@ -169,8 +207,6 @@ def cmd_generate(args) -> int:
 
     from streamjoin import spark_bridge
 
-    if args.tuples < 0:
-        raise ValueError(f"--tuples must be >= 0, got {args.tuples}")
     params = {}
     if args.distribution == "uniform":
         params = {"low": 0, "high": 10 * max(args.tuples, 1)}

@@ -194,7 +194,10 @@ def test_cli_bad_settings_leave_nothing_behind(tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit):
         main(["run", "--window", "0", "-o", str(out)])
-    assert "must be positive" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "streamjoin: error: argument --window: must be an integer >= 1, got 0 "
+        "(see: streamjoin run -h)\n"
+    )
     code = main(["run", "-n", "5000", "--topology", "grid:0x2", "-o", str(out), "--no-progress"])
     assert code == 2
     assert "m must be a positive integer, got 0" in capsys.readouterr().err

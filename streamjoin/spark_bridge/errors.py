@@ -19,6 +19,8 @@ from streamjoin.validation import InputError
 
 _FILE = r"(?P<file>\S+?)\.?\s"
 _READING = r"Encountered error while reading file " + _FILE
+#: parquet-mr's words for a page whose CRC does not match (``parquet.page.verify-checksum``).
+_CHECKSUM = r"CRC checksum verification failed"
 
 #: ``(Spark's message, ours)``: the first pattern found in the exception's text decides;
 #: ``{path}`` is what the caller read, ``{cause}`` the first Java ``Caused by`` line.
@@ -47,8 +49,22 @@ KNOWN: tuple[tuple[re.Pattern, str], ...] = (
         "files read together need the same column types",
     ),
     (
+        re.compile(r"\[FAILED_READ_FILE\.\w+\] " + _READING + r"(?s:.*)" + _CHECKSUM),
+        "{file}: a page fails its checksum: the file is damaged",
+    ),
+    (
+        re.compile(r"\[FAILED_READ_FILE\.\w+\] " + _READING + r"(?s:.*)ChecksumException"),
+        "{file}: the file does not match the checksum Hadoop keeps beside it (.crc): damaged, "
+        "or changed since it was written",
+    ),
+    (
         re.compile(r"\[FAILED_READ_FILE\.\w+\] " + _READING),
         "{file}: cannot read it (corrupt?): {cause}",
+    ),
+    (
+        re.compile(r"\[XML_ROW_TAG_MISSING\]"),
+        "{path}: Spark's XML reader needs the name of the element that holds a row: "
+        "--read-option rowTag=NAME (in Python, read_files(..., rowTag=NAME))",
     ),
     (
         re.compile(r"\[DATA_SOURCE_NOT_FOUND\] Failed to find the data source: (?P<format>\S+?)\."),
@@ -99,6 +115,47 @@ def input_file_errors(path: str | None = None) -> Iterator[None]:
         if err is None:
             raise
         raise err from e
+
+
+#: A Java exception's line in a trace: ``org.apache.spark.SparkException: message``.
+_JAVA = re.compile(
+    r"^(?:: |Caused by: )?(?:[a-z_$][\w$]*\.)+(?P<cls>[A-Z][\w$]*(?:Exception|Error)): (?P<msg>.+)$",
+    re.MULTILINE,
+)
+
+
+def summary(error: BaseException) -> str | None:
+    """One line for a Spark or Java failure, or None for any other error.
+
+    A file error :data:`KNOWN` recognises says what it says; any other is Java's exception and
+    its innermost cause, class and message each (``SparkException: [MALFORMED_RECORD_IN_PARSING]
+    Malformed records are detected …; caused by JsonEOFException: …``), else the first line
+    of PySpark's message (``[ERROR_CLASS] message``), without the JVM stack trace. The whole trace stays on ``error`` (the command prints it with
+    ``--debug``).
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if not isinstance(error, PySparkException | Py4JJavaError):
+        return None
+    known = as_input_error(error)
+    if known is not None:
+        return str(known)
+    text = str(error)
+    java = list(_JAVA.finditer(text))
+    if java:
+        top, root = java[0], java[-1]
+        said = f"Spark failed: {top['cls']}: {_bare(top['msg'])}"
+        if root is not top and root[0].startswith("Caused by"):
+            said += f"; caused by {root['cls']}: {_bare(root['msg'])}"
+        return said
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return f"Spark failed: {_bare(first) or type(error).__name__}"
+
+
+def _bare(message: str) -> str:
+    """A Spark message without its ``SQLSTATE: …`` tail."""
+    return re.sub(r"\s*SQLSTATE: \w+\.?\s*$", "", message.strip())
 
 
 def reading(batches: Iterator, path: str | None = None) -> Iterator:

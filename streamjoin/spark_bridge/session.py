@@ -74,13 +74,42 @@ def check_java(java: str | None = None) -> int:
     return major
 
 
+#: A master URL Spark takes: ``local``, ``local[N]``, ``local[*]``, ``local[N, F]`` (N >= 1
+#: threads, F retries), ``local-cluster[N, C, M]``, or a cluster's ``scheme://…`` or ``yarn``.
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|yarn"
+    r"|[a-z][a-z0-9+.-]*://\S+"
+)
+
+#: Parquet page checksums, written and checked (parquet-mr's settings): a damaged page is an
+#: error naming the file instead of wrong rows. Spark writes CRCs by default; reading checks
+#: them only when asked.
+CHECKSUMS = {
+    "parquet.page.write-checksum.enabled": "true",
+    "parquet.page.verify-checksum.enabled": "true",
+}
+
+
+def check_master(master: str) -> str:
+    """``master`` if it is a Spark master URL (``local[4]``, ``spark://host:7077``, …), else
+    a ``ValueError`` saying which forms there are, before a JVM starts to fail on it."""
+    if not isinstance(master, str) or not _MASTER.fullmatch(master.strip()):
+        raise ValueError(
+            f"Spark master {master!r} is not one Spark takes: local, local[N] (N >= 1 "
+            "threads), local[*], spark://HOST:PORT, yarn or k8s://…"
+        )
+    return master.strip()
+
+
 def session(master: str = "local[*]", app_name: str = "streamjoin", **conf):
     """A SparkSession for the bridge (created, or the active one reconfigured where possible).
 
-    Checks Java first. Defaults: the web UI and console progress bars off, 4 shuffle
-    partitions (local mode), Arrow record batches of up to 100,000 rows. ``conf`` entries
-    (``"spark.x.y": value``, or ``spark_x_y=value``) override them.
+    Checks the master URL and Java first. Defaults: the web UI and console progress bars off,
+    4 shuffle partitions (local mode), Arrow record batches of up to 100,000 rows, Parquet page
+    checksums written and verified (:data:`CHECKSUMS`). ``conf`` entries (``"spark.x.y":
+    value``, or ``spark_x_y=value``) override them.
     """
+    master = check_master(master)
     check_java()
     from pyspark.sql import SparkSession
 
@@ -94,6 +123,7 @@ def session(master: str = "local[*]", app_name: str = "streamjoin", **conf):
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.session.timeZone": "UTC",
+        **{f"spark.hadoop.{k}": v for k, v in CHECKSUMS.items()},
     }
     settings.update({k if "." in k else k.replace("_", "."): str(v) for k, v in conf.items()})
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -358,8 +358,14 @@ class MachineProfile:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> MachineProfile:
+        """The profile in the JSON file ``path``; a ``ValueError`` naming the file if it is
+        not JSON."""
         with open(path) as f:
-            return cls.from_dict(json.load(f))
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{os.fspath(path)}: not a machine profile: {e}") from None
+        return cls.from_dict(data)
 
     def summary(self) -> str:
         """A text table of the coefficients (µs per unit), the message and after-idle costs."""
