@@ -189,7 +189,8 @@ def test_bad_spark_source_as_a_command(tmp_path):
             "layout=packed",
             "--index-option for pim_tree: pim_tree layout must be 'wide' or 'compact'",
         ),
-        ("bogus=1", "--index-option for pim_tree: PIMTreeIndex.__init__() got an unexpected"),
+        ("bogus=1", "--index-option for pim_tree: index 'pim_tree' has no option 'bogus'; its"),
+        ("fanout=nan", "--index-option for pim_tree: pim_tree fanout must be an integer in [3, "),
     ],
 )
 def test_a_bad_index_option_is_one_line(option, message, capsys, tmp_path):
@@ -197,3 +198,139 @@ def test_a_bad_index_option_is_one_line(option, message, capsys, tmp_path):
     assert main([*argv, "--index", "pim_tree", "--index-option", option]) == 2
     assert message in one_error_line(capsys)
     assert not (tmp_path / "out").exists()
+
+
+# --- Spark's own failures, damaged pages, columns a join cannot take ------------------------
+
+RUN = ["run", "--backend", "local", "--no-progress"]
+
+
+def test_xml_without_its_row_tag_says_which_option(spark, tmp_path, capsys):
+    path = tmp_path / "rows.xml"
+    path.write_text(
+        "<rows>"
+        + "".join(f"<row><stream>{k % 2}</stream><ts>{k}</ts><x>{k}.0</x></row>" for k in range(20))
+        + "</rows>"
+    )
+    argv = [*RUN, "-o", str(tmp_path / "out"), "--source", f"spark:xml:{path}", "--eps", "1"]
+    assert main(argv) == 2
+    assert one_error_line(capsys) == (
+        f"streamjoin: error: {path}: Spark's XML reader needs the name of the element that "
+        "holds a row: --read-option rowTag=NAME (in Python, read_files(..., rowTag=NAME))"
+    )
+    assert main([*argv, "--read-option", "rowTag=row"]) == 0
+
+
+def test_a_string_join_column_is_named(spark, tmp_path, capsys):
+    path = _written(
+        str(tmp_path / "names.parquet"),
+        _table().append_column("name", pa.array([f"n{k}" for k in range(100)])),
+    )
+    assert (
+        main([*RUN, "-o", str(tmp_path / "out"), "--source", f"parquet:{path}", "--attr", "name"])
+        == 2
+    )
+    assert one_error_line(capsys) == (
+        f"streamjoin: error: parquet:{path}: column 'name' is string; a join column must be an "
+        "integer or floating-point type (--attr names the join column)"
+    )
+
+
+def test_a_spark_failure_is_summarised_in_one_line(spark, tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text('{"stream": 0, "ts": 1, "x": 2.0}\n{"stream": 1, "ts": 2, "x":\n')
+    argv = [*RUN, "-o", str(tmp_path / "out"), "--source", f"spark:json:{path}", "--eps", "1"]
+    assert main([*argv, "--read-option", "mode=FAILFAST"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("streamjoin: error: Spark failed: SparkException: [MALFORMED_RECORD")
+    assert "; caused by JsonEOFException: " in line and line.endswith("(--debug: Spark's trace)")
+
+
+def _flip_a_byte(path: str, column: str) -> None:
+    """One bit flipped in the middle of ``column``'s pages in the first row group: its
+    footer stays readable, one value (or page) changes."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    chunk = next(
+        meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == column
+    )
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(Path(path).read_bytes())
+    data[start + chunk.total_compressed_size // 2] ^= 0x01
+    Path(path).write_bytes(bytes(data))
+
+
+def _plain_pages(path: str, checksums: bool) -> str:
+    table = _table(2000)
+    pq.write_table(
+        table, path, compression="none", use_dictionary=False, write_page_checksum=checksums
+    )
+    _flip_a_byte(path, "x")
+    return path
+
+
+def test_a_damaged_page_with_a_checksum_is_an_error_naming_the_file(spark, tmp_path, capsys):
+    path = _plain_pages(str(tmp_path / "damaged.parquet"), checksums=True)
+    argv = [*RUN, "-o", str(tmp_path / "out"), "--source", f"parquet:{path}", "--eps", "3"]
+    assert main(argv) == 2
+    assert one_error_line(capsys) == (
+        f"streamjoin: error: {path}: a page fails its checksum: the file is damaged"
+    )
+
+
+def test_a_damaged_page_without_a_checksum_is_not_detected(spark, tmp_path, capsys):
+    """What the docs say: a file written without page checksums (pyarrow's default) reads
+    its damaged value as it is."""
+    path = _plain_pages(str(tmp_path / "damaged.parquet"), checksums=False)
+    argv = [*RUN, "-o", str(tmp_path / "out"), "--source", f"parquet:{path}", "--eps", "3"]
+    assert main([*argv, "--check"]) == 0  # the oracle reads the same damaged value
+    x = pq.read_table(path).column("x").to_numpy()
+    assert not np.array_equal(x, np.arange(2000, dtype=np.float64))
+
+
+@pytest.mark.parametrize("sidecars", ["kept", "lost in a copy"])
+def test_generate_writes_checksums_that_a_run_verifies(spark, tmp_path, capsys, sidecars):
+    """Spark's local file system keeps a .crc file beside each file it writes, which catches
+    the damage first; a copy without them still has the pages' own checksums."""
+    folder = tmp_path / "data"
+    assert main(["generate", "-n", "20000", "--parts", "2", "-o", str(folder)]) == 0
+    if sidecars != "kept":
+        for crc in folder.glob(".*.crc"):
+            crc.unlink()
+    damaged = sorted(str(p) for p in folder.glob("part-*.parquet"))[-1]
+    _flip_a_byte(damaged, "x")
+    capsys.readouterr()
+    argv = [*RUN, "-o", str(tmp_path / "out"), "--source", f"parquet:{folder}", "--eps", "1"]
+    assert main(argv) == 2
+    said = (
+        "the file does not match the checksum Hadoop keeps beside it (.crc): damaged, or "
+        "changed since it was written"
+        if sidecars == "kept"
+        else "a page fails its checksum: the file is damaged"
+    )
+    assert one_error_line(capsys) == f"streamjoin: error: {damaged}: {said}"
+
+
+def test_run_of_a_spark_dataframe_says_what_to_call(spark):
+    import streamjoin as sj
+
+    df = spark.createDataFrame(_table())
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(10))
+    with pytest.raises(sj.InputError) as info:
+        sj.run(query, df)
+    assert str(info.value) == (
+        "input is a Spark DataFrame: stream it with streamjoin.run(query, "
+        "streamjoin.spark_bridge.from_dataframe(df), ...), or collect a small one with "
+        "df.toArrow()"
+    )
+
+
+@pytest.mark.slow  # 8 s: a process with its own JVM (the same error is checked in process)
+def test_xml_without_its_row_tag_as_a_command(tmp_path):
+    (tmp_path / "rows.xml").write_text("<rows><row><x>1.0</x></row></rows>")
+    cmd = [sys.executable, "-m", "streamjoin", *RUN, "--source", "spark:xml:rows.xml"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("streamjoin: error: rows.xml: Spark's XML reader needs")
+    assert "Traceback" not in out.stderr
+    assert not [line for line in lines if line.lstrip().startswith("at ")]  # no Java frames

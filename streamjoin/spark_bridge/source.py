@@ -403,7 +403,8 @@ def read_files(spark, path: str | Sequence[str], format: str = "parquet", **opti
     SQL settings) with ``spark.sql.files.openCostInBytes`` so large that each file gets a
     partition of its own; a file larger than ``spark.sql.files.maxPartitionBytes`` (128 MB) is
     still split, by row group. DataFrames read through it for the same ``spark`` share that
-    session, so they can be unioned or joined.
+    session, so they can be unioned or joined. ``options`` go to Spark's reader (``header``,
+    ``rowTag``, …); Parquet pages that carry a checksum are verified as they are read.
 
     Examples
     --------
@@ -414,6 +415,8 @@ def read_files(spark, path: str | Sequence[str], format: str = "parquet", **opti
     if child is None:
         child = _one_file_sessions[spark] = spark.newSession()
         child.conf.set("spark.sql.files.openCostInBytes", str(1 << 50))
+    if format == "parquet":  # a page that fails its checksum is an error, not wrong rows
+        options = {"parquet.page.verify-checksum.enabled": "true", **options}
     reader = child.read.format(format).options(**options)
     with input_file_errors(path if isinstance(path, str) else ", ".join(path)):
         return reader.load(path if isinstance(path, str) else list(path))

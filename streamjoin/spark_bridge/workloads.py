@@ -19,6 +19,7 @@ import os
 import zipfile
 
 from streamjoin import sources
+from streamjoin.spark_bridge.session import CHECKSUMS
 
 #: The three New York airports, as the integer codes ``origin_code`` holds.
 AIRPORTS = ("EWR", "JFK", "LGA")
@@ -40,7 +41,9 @@ def generate(
     (``rate``, ``rate_s``, ``attrs``, ``self_join``, ``process``, ``seed``, distribution
     parameters; ``"handshake"`` for the handshake-join workload). ``parts`` defaults to one
     per million rows (at least the default parallelism). ``mode`` is Spark's save mode
-    (``"error"`` refuses to overwrite). Returns the written DataFrame, read back.
+    (``"error"`` refuses to overwrite). Every Parquet page carries a CRC checksum, which
+    :func:`~streamjoin.spark_bridge.read_files` verifies. Returns the written DataFrame,
+    read back.
     """
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
@@ -62,8 +65,8 @@ def generate(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     df = spark.range(parts, numPartitions=parts).mapInArrow(make, from_arrow_schema(schema))
-    df.write.mode(mode).parquet(path)
-    return spark.read.parquet(path)
+    df.write.mode(mode).options(**CHECKSUMS).parquet(path)
+    return spark.read.options(**CHECKSUMS).parquet(path)
 
 
 def _package_data(name: str) -> str:
