@@ -19,3 +19,16 @@ LAYOUTS = {
     # worker 3 combines the pairs of two workers below it, worker 2 of one
     "spo_tree": lambda: sj.topologies.spo(4, merge_every=25, subintervals=2, relay=2, combine=2),
 }
+
+
+def run_layout(query, table, layout: str, backend: str, batch_size: int, delivery_seed: int):
+    """``sj.run`` of ``query`` over ``table`` on layout ``layout`` (a key of :data:`LAYOUTS`)
+    and ``backend`` (``local`` with ``delivery_seed``'s interleavings); None when the layout
+    cannot serve the query (it says so by a ``ValueError``: another layout does)."""
+    topo = LAYOUTS[layout]()
+    try:
+        topo.check(query)
+    except ValueError:
+        return None
+    options = {"delivery_seed": delivery_seed} if backend == "local" else {}
+    return sj.run(query, table, topo, backend=backend, batch_size=batch_size, **options)

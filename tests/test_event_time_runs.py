@@ -9,6 +9,7 @@ from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from layouts import LAYOUTS as ALL_LAYOUTS
+from layouts import run_layout
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
@@ -66,13 +67,9 @@ def test_out_of_order_input_equals_the_oracle(
 ):
     table = data.draw(disordered(self_join))
     query = _query(predicate, window, self_join, lateness)
-    topo = LAYOUTS[layout]()
-    try:
-        topo.check(query)
-    except ValueError:  # a layout that cannot serve the query says so: another layout does
+    res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    if res is None:
         return
-    options = {"delivery_seed": delivery_seed} if backend == "local" else {}
-    res = sj.run(query, table, topo, backend=backend, batch_size=batch_size, **options)
     assert res.same_pairs(sj.oracle.join(query, table))
     late = sj.oracle.late_rows(query, table)
     assert res.late.column("row").to_pylist() == late.tolist()
