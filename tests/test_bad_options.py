@@ -160,6 +160,14 @@ def test_a_bad_index_option_value_fails_when_the_topology_is_built(index, option
             build()
 
 
+@pytest.mark.parametrize("index", ["pim_tree", "im_tree", "bplus_tree"])
+def test_a_shared_index_checks_its_option_values_when_built(index):
+    with pytest.raises(ValueError, match=rf"{index} fanout must be an integer in \[3, 65536\]"):
+        T.shared_index(2, index, fanout="x")
+    with pytest.raises(ValueError, match="index 'bisort' has no option 'bogus'"):
+        T.shared_index(1, "bisort", bogus=1)  # one thread, a plain core
+
+
 def test_spo_checks_the_values_of_its_po_join_options():
     with pytest.raises(ValueError, match=r"po_join fanout must be an integer in \[3, 65536\]"):
         T.spo(2, fanout=1)
@@ -186,6 +194,7 @@ BUILDERS = {
     "panjoin(2, subwindow_size)": (lambda v: T.panjoin(2, subwindow_size=v), BAND),
     "shared_index(threads)": (lambda v: T.shared_index(v), BAND),
     "shared_index(2, task_size)": (lambda v: T.shared_index(2, task_size=v), BAND),
+    "shared_index(2, fanout)": (lambda v: T.shared_index(2, fanout=v), BAND),
     "spo(workers)": (lambda v: T.spo(v), TWO_INEQUALITIES),
     "spo(merge_every)": (lambda v: T.spo(2, merge_every=v), TWO_INEQUALITIES),
     "spo(merge_after)": (lambda v: T.spo(2, merge_after=v), TWO_INEQUALITIES),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import networkx as nx
 
+from streamjoin import indexes
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
 from streamjoin.actors.shared_index.core import TASK_SIZE, SharedIndexConfig
 from streamjoin.checks import MAX_THREADS, number
+from streamjoin.indexes.base import option_names
+from streamjoin.indexes.pim.shared import SHAREABLE
 from streamjoin.modes import Merge
 from streamjoin.topologies.base import Topology, add_actor, index_options_of
 
@@ -58,13 +61,12 @@ def shared_index(
     number("threads", threads, integer=True, low=1, high=MAX_THREADS)
     if task_size is not None:
         number("task_size", task_size, integer=True, low=1, high=MAX_TASK_SIZE)
-    core = SharedIndexConfig(
-        index,
-        index_options_of(index, index_options, options, check=False),  # the shared form's
-        threads=threads,
-        task_size=task_size,
-        merge=merge,
-    )
+    opts = index_options_of(index, index_options, options, check=False)
+    # the names against the shared form's (in the config), the values by the one-thread
+    # index's checks, which the shared form applies too (pim_tree.check_options, node sizes)
+    core = SharedIndexConfig(index, opts, threads=threads, task_size=task_size, merge=merge)
+    taken = option_names(index) if index in SHAREABLE else None
+    indexes.check_options(index, {k: v for k, v in opts.items() if taken is None or k in taken})
     g = nx.MultiDiGraph(self_join=True)
     add_actor(g, "emitter", EmitterConfig(), pos=(0, 0), label="emitter")
     add_actor(
