@@ -7,16 +7,20 @@ CPU and a resource naming it), which is what ``ray start --head`` and ``ray star
 --address=...`` make; the runs connect with ``address=`` like any client of a cluster.
 
 1. A 2×2 grid spread over both nodes: the answer is the oracle's, the cores are on both
-   nodes, the edges listen on the node's address (not loopback), and intruders at every
-   actor's port are turned away during the run.
+   nodes, the edges listen on the node's address (not loopback), and an intruder at every
+   actor's port is turned away: the listener reads its hello and answers with a challenge
+   (so it was heard), then closes the connection on the wrong response. A probe that gets no
+   challenge, or is never closed, counts against.
 2. The same with a core killed mid-run: rebuilt, still the oracle's answer.
 """
 
 import json
 import os
 import socket
+import struct
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -28,18 +32,39 @@ import streamjoin as sj  # noqa: E402
 from streamjoin.runtime.ray import executor as ray_executor  # noqa: E402
 
 
-def _intrude(address) -> bytes:
-    """A connection that sends a pickle where a handshake belongs; what the actor answers
-    before it closes the connection."""
-    with socket.create_connection(address, timeout=20) as sock:
-        sock.sendall(b"\x80\x05" + os.urandom(200))
-        got = b""
-        try:
-            while chunk := sock.recv(4096):
-                got += chunk
-        except (ConnectionResetError, TimeoutError):
-            pass
-        return got
+class Probe(threading.Thread):
+    """An intruder at ``address``, in a thread of its own (the listener reads its edges only
+    once the run starts them): a hello that names a real sender (the channels module
+    docstring, step 1), then a response made without the run's secret."""
+
+    def __init__(self, address) -> None:
+        super().__init__(daemon=True)
+        self.address = address
+        self.challenge = b""
+        self.after = b""
+        self.closed = False
+        self.start()
+
+    def run(self) -> None:
+        with socket.create_connection(self.address, timeout=30) as sock:
+            name = b"emitter"
+            sock.sendall(struct.pack("<4sBB32sB", b"SJCH", 2, 1, os.urandom(32), len(name)) + name)
+            try:
+                while len(self.challenge) < 64 and (chunk := sock.recv(64 - len(self.challenge))):
+                    self.challenge += chunk
+                sock.sendall(os.urandom(32))
+                while chunk := sock.recv(4096):
+                    self.after += chunk
+                self.closed = True
+            except ConnectionResetError:
+                self.closed = True
+            except TimeoutError:  # never answered or never closed: not turned away
+                pass
+
+    def turned_away(self) -> bool:
+        """Heard (it got the challenge), refused (closed, nothing more sent)."""
+        self.join(60)
+        return len(self.challenge) == 64 and self.closed and not self.after
 
 
 def main() -> None:
@@ -55,11 +80,11 @@ def main() -> None:
         query = sj.Query(sj.band("x", 2), window=sj.CountWindow(300, 200))
         data = sj.sources.synthetic(8000, low=0, high=3000, seed=3)
         expected = sj.oracle.join(query, data)
-        placed, listening, answers = {}, {}, []
+        placed, listening, probes = {}, {}, []
 
         def on_listen(addresses):
             listening.update(addresses)
-            answers.extend(_intrude(a) for a in addresses.values())
+            probes.extend(Probe(a) for a in addresses.values())
 
         ray_executor.on_placed = placed.update
         ray_executor.on_listen = on_listen
@@ -69,7 +94,7 @@ def main() -> None:
         cores = [n for n in placed if n.startswith("core")]
         out["core_nodes"] = len({placed[n] for n in cores})
         out["hosts"] = sorted({h for h, _ in listening.values()})
-        out["intruders_turned_away"] = all(len(a) <= 64 for a in answers) and len(answers) == 5
+        out["intruders_turned_away"] = len(probes) == 5 and all(p.turned_away() for p in probes)
         ray_executor.on_listen = None
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -32,18 +32,20 @@ from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
 from streamjoin.actors.spo import MergedRun
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.runtime.ray import channels, wire
+from streamjoin.runtime.ray import channels, sealing, wire
 
 SECRET = bytes(range(32))
 
 
-def _hello(name: str, nonce: bytes = bytes(32)) -> bytes:
+def _hello(name: str, nonce: bytes = bytes(32), mode: int = 1) -> bytes:
     """A sender's first message (the channels module docstring, step 1)."""
-    return struct.pack("<4sB32sB", b"SJCH", 1, nonce, len(name.encode())) + name.encode()
+    return struct.pack("<4sBB32sB", b"SJCH", 2, mode, nonce, len(name.encode())) + name.encode()
 
 
-def _mac(secret: bytes, label: bytes, ns: bytes, nr: bytes, name: str) -> bytes:
-    return hmac.new(secret, label + ns + nr + name.encode(), hashlib.sha256).digest()
+def _mac(secret: bytes, label: bytes, ns: bytes, nr: bytes, name: str, mode: int = 1) -> bytes:
+    return hmac.new(
+        secret, label + bytes([mode]) + ns + nr + name.encode(), hashlib.sha256
+    ).digest()
 
 
 def _until_closed(sock: socket.socket, timeout: float = 20.0) -> bytes:
@@ -142,8 +144,8 @@ def test_intruders_take_no_edge_and_are_logged(caplog, tmp_path):
             assert time.monotonic() - started < 5  # the silent ones held nothing up
             assert set(taken) == {"emitter", "core"}
             for name, sock in real.items():  # the accepted sockets are the real senders'
-                channels.send(sock, [channels.frame("in", channels.payload(Ack(len(name))))])
-                assert channels.recv(taken[name]) == ("in", Ack(len(name)))
+                sock.send([channels.frame("in", channels.payload(Ack(len(name))))])
+                assert taken[name].recv() == ("in", Ack(len(name)))
             for intruder in intruders:
                 got = intruder.result()
                 assert len(got) <= 64  # at most a challenge, never the edge
@@ -241,7 +243,7 @@ def test_a_sender_sends_nothing_to_a_listener_without_the_secret():
         with pytest.raises(channels.AuthenticationError, match="does not hold the run's secret"):
             channels.connect(server.getsockname()[:2], "emitter", SECRET)
         thread.join(10)
-        assert seen[0] == _hello("emitter", seen[0][5:37]) and seen[1] == b""
+        assert seen[0] == _hello("emitter", seen[0][6:38]) and seen[1] == b""
     finally:
         server.close()
 
@@ -263,11 +265,10 @@ def test_a_short_secret_is_refused():
 # -- hostile bytes into recv --------------------------------------------------------------------
 
 
-def _frames() -> list[bytes]:
-    """One valid frame of every kind, as bytes, and the end frame."""
+def _messages() -> list:
     z = np.arange(6, dtype=np.int64)
     batch = Batch(z, (z % 2).astype(np.int8), z, z, z, z, np.ones((2, 6)), store=False)
-    messages = [
+    return [
         batch,
         PairBatch(z, z + 1, z + 2),
         Drain(),
@@ -275,35 +276,46 @@ def _frames() -> list[bytes]:
         WorkerCommand(batch, [3], [(1, [0, 2])], [(3, z[1:4]), (4, z[4:])], [1]),
         MergedRun(9, 1, batch, z[::-1].copy(), z),
     ]
-    out = [
-        b"".join(
-            bytes(memoryview(p).cast("B")) for p in channels.frame("r_in", channels.payload(m))
-        )
-        for m in messages
-    ]
-    return out + [b"".join(channels.end_frame())]
 
 
-FRAMES = _frames()
+def _joined(pieces) -> bytes:
+    return b"".join(bytes(memoryview(p).cast("B")) for p in pieces)
+
+
+#: one frame of every kind, and the end frame
+PIECES = [channels.frame("r_in", channels.payload(m)) for m in _messages()] + [channels.end_frame()]
+#: as plain bytes
+FRAMES = [_joined(f) for f in PIECES]
+#: as the records of a sealed edge under KEY, numbered 0, 1, … in this order
+KEY = bytes(range(64, 96))
+_sealer = sealing.Sealer(KEY)
+RECORDS = [_joined(_sealer.seal(f)) for f in PIECES]
 #: at most this much allocated while reading a few KB of hostile bytes: the first buffer of a
 #: frame that states a large body, and change
 ALLOC_BOUND = 4 * 2**20
 
 
-def _feed(data: bytes) -> None:
+def _receiving(sock: socket.socket, sealed: bool) -> channels.Channel:
+    return channels.Channel(sock, "a", "a", KEY if sealed else None, sending=False)
+
+
+def _feed(data: bytes, sealed: bool = False) -> None:
     """Write ``data`` into a channel and read frames until it closes: only ``ChannelClosed``
-    or ``FramingError`` may end it, within a timeout, allocating little."""
+    or ``FramingError`` may end it (sealed: ``ChannelClosed`` or ``TamperedFrame``), within a
+    timeout, allocating little."""
     a, b = socket.socketpair()
+    refused = (channels.TamperedFrame,) if sealed else (channels.FramingError,)
     try:
         b.settimeout(10)  # a hang fails the test as a TimeoutError
         a.sendall(data)
         a.shutdown(socket.SHUT_WR)
+        channel = _receiving(b, sealed)
         tracemalloc.start()
         try:
             for _ in range(len(data) // wire.HEAD.size + 1):
-                if channels.recv(b) is channels.END:
+                if channel.recv() is channels.END:
                     break
-        except (channels.ChannelClosed, channels.FramingError):
+        except (channels.ChannelClosed, *refused):
             pass
         finally:
             peak = tracemalloc.get_traced_memory()[1]
@@ -315,9 +327,9 @@ def _feed(data: bytes) -> None:
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.binary(max_size=2048))
-def test_random_bytes_only_close_or_fail_framing(data):
-    _feed(data)
+@given(data=st.binary(max_size=2048), sealed=st.booleans())
+def test_random_bytes_only_close_or_fail_framing(data, sealed):
+    _feed(data, sealed)
 
 
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -326,32 +338,38 @@ def test_random_bytes_only_close_or_fail_framing(data):
     edits=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=6),
     head_edits=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 255)), max_size=4),
     cut=st.one_of(st.none(), st.integers(0, 2**16)),
+    sealed=st.booleans(),
 )
-def test_mutated_frames_only_close_or_fail_framing(picks, edits, head_edits, cut):
-    """Valid frames with bytes overwritten (often in heads and metadata, where the lengths
-    are) and cut short."""
-    data = bytearray(b"".join(FRAMES[i] for i in picks))
+def test_mutated_frames_only_close_or_fail_framing(picks, edits, head_edits, cut, sealed):
+    """Valid frames (sealed: records, in any order) with bytes overwritten (often in heads
+    and metadata, where the lengths are) and cut short."""
+    data = bytearray(b"".join((RECORDS if sealed else FRAMES)[i] for i in picks))
     for at, value in [*edits, *head_edits]:
         data[at % len(data)] = value
-    _feed(bytes(data[:cut] if cut is not None else data))
+    _feed(bytes(data[:cut] if cut is not None else data), sealed)
 
 
 @pytest.mark.parametrize("size", [2**32, 2**32 + 1, 2**64 - 1])
 def test_a_stated_huge_body_allocates_nothing_like_it(size):
     head = struct.pack("<HBIQ", 1, 2, 8, size) + b"p" + struct.pack("<Q", size // 24)
     _feed(head + bytes(1000))
+    _feed(struct.pack("<QQ", 0, size) + bytes(1000), sealed=True)  # a sealed head stating it
+
+
+def _read_one(data: bytes, sealed: bool = False):
+    a, b = socket.socketpair()
+    try:
+        a.sendall(data)
+        return _receiving(b, sealed).recv()
+    finally:
+        a.close()
+        b.close()
 
 
 @pytest.mark.parametrize("kind", [0, 6, 99, 255])
 def test_an_unknown_kind_or_an_end_frame_with_contents_is_a_framing_error(kind):
-    a, b = socket.socketpair()
-    try:
-        a.sendall(struct.pack("<HBIQ", 1, kind, 0, 0) + b"p")
-        with pytest.raises(channels.FramingError):
-            channels.recv(b)
-    finally:
-        a.close()
-        b.close()
+    with pytest.raises(channels.FramingError):
+        _read_one(struct.pack("<HBIQ", 1, kind, 0, 0) + b"p")
 
 
 def test_lengths_that_do_not_add_up_are_framing_errors():
@@ -361,14 +379,133 @@ def test_lengths_that_do_not_add_up_are_framing_errors():
     for n in (5, 7, 2**40):  # the body holds 6 tuples
         bad = bytearray(batch_frame)
         bad[meta_at : meta_at + 8] = struct.pack("<Q", n)
+        with pytest.raises(channels.FramingError):
+            _read_one(bytes(bad))
+        # the same frame, sealed by a sender holding the key (a bug, not an attack): the
+        # record opens, the frame inside is still checked
+        record = sealing.Sealer(KEY).seal([bytes(bad[: meta_at + n_meta]), bad[meta_at + n_meta :]])
+        with pytest.raises(channels.FramingError):
+            _read_one(_joined(record), sealed=True)
+
+
+def test_an_opened_frame_whose_padding_or_length_is_off_is_a_framing_error():
+    """What a sealed record holds is read by ``wire.read_padded``: exactly one padded frame."""
+    head = bytes(PIECES[3][0])  # an ack: head, port, meta; no body
+    right = _joined(wire.padded([head]))
+    assert wire.read_padded(right) == ("r_in", Ack(7))
+    pad = len(right) - len(head)
+    for wrong in (head, right + bytes(8), right[:-1], head + b"\x01" * pad, head[:10]):
+        with pytest.raises(channels.FramingError):
+            wire.read_padded(wrong)
+
+
+# -- tampering on a sealed edge ----------------------------------------------------------------
+
+#: what a machine on the path does to the records 0, 1, 2, 3 of an edge, and what the receiver
+#: says at the first frame it refuses (frame 0 always arrives untouched)
+TAMPERING = {
+    "alter a body byte": (lambda r: [r[0], _flip(r[1], -20), *r[2:]], "frame 1 does not auth"),
+    "alter a head byte": (lambda r: [r[0], _flip(r[1], 9), *r[2:]], "frame 1's head does not"),
+    "alter a tag byte": (lambda r: [r[0], _flip(r[1], 20), *r[2:]], "frame 1's head does not"),
+    "inject a record": (lambda r: [r[0], _forged(1), *r[1:]], "frame 1's head does not auth"),
+    "inject an end frame": (lambda r: [r[0], _forged(1, end=True)], "frame 1's head does not"),
+    "inject a plain frame": (lambda r: [r[0], FRAMES[3], *r[1:]], "frame 1's head does not"),
+    "replay a record": (
+        lambda r: [r[0], r[1], r[1], *r[2:]],
+        "frame 1 came again where frame 2 belongs",
+    ),
+    "reorder two": (lambda r: [r[0], r[2], r[1], r[3]], "frame 2 came where frame 1 belongs"),
+    "drop one": (lambda r: [r[0], r[2], r[3]], "frame 2 came where frame 1 belongs: frame 1 d"),
+    "drop two": (lambda r: [r[0], r[3]], "frames 1–2 dropped or reordered"),
+}
+
+
+def _flip(record: bytes, at: int) -> bytes:
+    out = bytearray(record)
+    out[at] ^= 0x40
+    return bytes(out)
+
+
+def _forged(number: int, end: bool = False) -> bytes:
+    """A well-formed record numbered ``number`` under a key that is not the edge's."""
+    sealer = sealing.Sealer(os.urandom(32))
+    sealer.next = number
+    return _joined(sealer.seal(PIECES[-1] if end else PIECES[1]))
+
+
+@pytest.mark.parametrize("how", TAMPERING)
+def test_tampering_on_a_sealed_edge_is_caught_at_the_first_frame_it_touches(how):
+    change, says = TAMPERING[how]
+    a, b = socket.socketpair()
+    try:
+        b.settimeout(10)
+        sealer = sealing.Sealer(KEY)
+        records = [_joined(sealer.seal(f)) for f in PIECES[:3] + [PIECES[-1]]]
+        a.sendall(b"".join(change(records)))
+        receiver = _receiving(b, sealed=True)
+        assert np.array_equal(receiver.recv()[1].seq, np.arange(6))  # frame 0, untouched
+        with pytest.raises(channels.TamperedFrame, match=says):
+            while receiver.recv() is not channels.END:
+                pass
+    finally:
+        a.close()
+        b.close()
+
+
+def test_every_edge_has_its_own_key():
+    """A record of one edge does not open on another, nor on a later connection of the same
+    sender (fresh nonces on both sides, every time)."""
+    keys = {
+        sealing.edge_key(SECRET, os.urandom(32), os.urandom(32), b"core0") for _ in range(3)
+    } | {sealing.edge_key(SECRET, bytes(32), bytes(32), name) for name in (b"a", b"b")}
+    assert len(keys) == 5
+    record = _joined(sealing.Sealer(keys.pop()).seal(PIECES[1]))
+    for key in keys:
         a, b = socket.socketpair()
         try:
-            a.sendall(bad)
-            with pytest.raises(channels.FramingError):
-                channels.recv(b)
+            a.sendall(record)
+            with pytest.raises(channels.TamperedFrame, match="head does not authenticate"):
+                channels.Channel(b, "core0", "x", key, sending=False).recv()
         finally:
             a.close()
             b.close()
+
+
+def test_a_frame_after_the_end_or_a_second_end_is_a_protocol_error():
+    for sealed in (False, True):
+        for after in (PIECES[1], PIECES[-1]):
+            a, b = socket.socketpair()
+            try:
+                sender = channels.Channel(a, "a", "b", KEY if sealed else None, sending=True)
+                sender.send([PIECES[0], PIECES[-1], after])
+                receiver = _receiving(b, sealed)
+                assert receiver.recv()[0] == "r_in" and receiver.recv() is channels.END
+                says = "a second end frame" if after is PIECES[-1] else "a frame after the end"
+                with pytest.raises(channels.ProtocolError, match=says):
+                    receiver.recv()
+            finally:
+                a.close()
+                b.close()
+
+
+@pytest.mark.parametrize("sender_seals", [True, False])
+def test_both_ends_must_seal_or_neither(caplog, sender_seals):
+    server = channels.listen("127.0.0.1")
+    address = server.getsockname()[:2]
+    try:
+        with caplog.at_level(logging.WARNING, logger="streamjoin.runtime.ray.channels"):
+            acceptor = channels.Acceptor(server, SECRET, ["a"], sealed=not sender_seals)
+            with pytest.raises(channels.AuthenticationError, match="refused sender 'a'"):
+                channels.connect(address, "a", SECRET, sealed=sender_seals)
+            channels.connect(address, "a", SECRET, sealed=not sender_seals).close()
+            acceptor.result()["a"].close()
+    finally:
+        server.close()
+    mode, other = ("sealed", "plain") if sender_seals else ("plain", "sealed")
+    assert any(
+        f"a sender of {mode} frames; this node takes {other} ones" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 # -- real Ray runs with intruders ---------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Frames between Ray hosts: every message kind comes back as it was sent, in order, read-only.
+"""Frames between Ray hosts: every message kind comes back as it was sent, in order, read-only,
+on plain and on sealed edges.
 
-(The handshake, intruders and fuzzing: ``test_channel_security.py``.)"""
+(The handshake, intruders, tampering and fuzzing: ``test_channel_security.py``.)"""
 
+import contextlib
 import socket
 
 import numpy as np
@@ -17,13 +19,28 @@ from streamjoin.actors.spo import MergedRun, SubtreePairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.ray import channels, wire
 
+KEY = bytes(range(32, 64))
 
-@pytest.fixture
-def pair():
+
+@contextlib.contextmanager
+def ends(sealed: bool):
+    """The sending and the receiving channel of one edge (sealed: under one key)."""
     a, b = socket.socketpair()
-    yield a, b
-    a.close()
-    b.close()
+    key = KEY if sealed else None
+    try:
+        yield (
+            channels.Channel(a, "a", "b", key, sending=True),
+            channels.Channel(b, "a", "a", key, sending=False),
+        )
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "sealed"])
+def pair(request):
+    with ends(request.param) as both:
+        yield both
 
 
 def _batch(n: int, k: int, seed: int, store: bool) -> Batch:
@@ -55,19 +72,22 @@ def _same_batch(a: Batch, b: Batch) -> bool:
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(n=st.integers(0, 2000), k=st.integers(1, 3), seed=st.integers(0, 99), store=st.booleans())
-def test_batch_round_trip(n, k, seed, store):
-    a, b = socket.socketpair()
-    try:
+@given(
+    n=st.integers(0, 2000),
+    k=st.integers(1, 3),
+    seed=st.integers(0, 99),
+    store=st.booleans(),
+    sealed=st.booleans(),
+)
+def test_batch_round_trip(n, k, seed, store, sealed):
+    with ends(sealed) as (a, b):
         sent = _batch(n, k, seed, store)
-        channels.send(a, [channels.frame("r_in", channels.payload(sent))])
-        port, got = channels.recv(b)
+        a.send([channels.frame("r_in", channels.payload(sent))])
+        port, got = b.recv()
         assert port == "r_in" and _same_batch(sent, got)
         assert not got.seq.flags.writeable and not got.attrs.flags.writeable
         assert got.attrs.flags.c_contiguous
-    finally:
-        a.close()
-        b.close()
+        assert all(got.__dict__[c].ctypes.data % 8 == 0 for c in ("seq", "attrs"))  # aligned
 
 
 def test_views_and_other_messages_in_order(pair):
@@ -81,8 +101,8 @@ def test_views_and_other_messages_in_order(pair):
     body = channels.payload(pairs)
     frames = [channels.frame(f"p{i}", channels.payload(m)) for i, m in enumerate(msgs)]
     frames.append(channels.frame("again", body))  # one payload, framed for a second edge
-    channels.send(a, frames + [channels.end_frame()])
-    got = [channels.recv(b) for _ in range(len(frames))]
+    a.send(frames + [channels.end_frame()])
+    got = [b.recv() for _ in range(len(frames))]
     assert [p for p, _ in got] == [f"p{i}" for i in range(len(msgs))] + ["again"]
     assert _same_batch(sliced, got[0][1]) and _same_batch(strided, got[1][1])
     for k in (2, 6):
@@ -92,18 +112,28 @@ def test_views_and_other_messages_in_order(pair):
         )
     assert len(got[3][1]) == 0 and isinstance(got[4][1], Drain)
     assert _same_command(command, got[5][1])
-    assert channels.recv(b) is channels.END
+    assert b.recv() is channels.END and b.ended and b.frames == a.frames == len(frames) + 1
 
 
 def test_a_connection_closed_before_the_end_frame_raises(pair):
     a, b = pair
     frame = channels.frame("in", channels.payload(_batch(1000, 1, 2, True)))
-    channels.send(a, [frame])
-    a.sendall(frame[0])  # half a frame: the header only
+    a.send([frame])
+    whole = frame if a.sealer is None else a.sealer.seal(frame)
+    a.sock.sendall(b"".join(bytes(memoryview(p).cast("B")) for p in whole)[:40])  # cut short
     a.close()
-    assert channels.recv(b)[0] == "in"
+    assert b.recv()[0] == "in"
     with pytest.raises(channels.ChannelClosed, match="middle of a frame"):
-        channels.recv(b)
+        b.recv()
+
+
+def test_a_connection_closed_after_the_end_frame_says_so(pair):
+    a, b = pair
+    a.send([channels.end_frame()])
+    a.close()
+    assert b.recv() is channels.END
+    with pytest.raises(channels.ChannelClosed, match="after ending the edge"):
+        b.recv()
 
 
 def _same_command(a: WorkerCommand, b: WorkerCommand) -> bool:
@@ -118,16 +148,12 @@ def _same_command(a: WorkerCommand, b: WorkerCommand) -> bool:
     )
 
 
-def _round_trip(message):
-    a, b = socket.socketpair()
-    try:
-        channels.send(a, [channels.frame("port", channels.payload(message))])
-        port, got = channels.recv(b)
+def _round_trip(message, sealed: bool = True):
+    with ends(sealed) as (a, b):
+        a.send([channels.frame("port", channels.payload(message))])
+        port, got = b.recv()
         assert port == "port" and type(got) is type(message)
         return got
-    finally:
-        a.close()
-        b.close()
 
 
 @st.composite

@@ -10,9 +10,10 @@ Ray, whose own channel is authenticated). The sender, which connected, and the r
 which accepted, exchange (HMAC-SHA256 under the secret, as Python's
 ``multiprocessing.connection`` does with ``authkey``, but mutual)::
 
-    1. sender   → receiver   hello: b"SJCH", version, nonce Ns (32 bytes), name length, name
-    2. receiver → sender     nonce Nr (32 bytes), HMAC(secret, b"accept"  ‖ Ns ‖ Nr ‖ name)
-    3. sender   → receiver   HMAC(secret, b"connect" ‖ Ns ‖ Nr ‖ name)       if 2 verified
+    1. sender   → receiver   hello: b"SJCH", version, mode M, nonce Ns (32 bytes), name
+                             length, name
+    2. receiver → sender     nonce Nr (32 bytes), HMAC(secret, b"accept"  ‖ M ‖ Ns ‖ Nr ‖ name)
+    3. sender   → receiver   HMAC(secret, b"connect" ‖ M ‖ Ns ‖ Nr ‖ name)   if 2 verified
     4. receiver → sender     b"\\x01": the edge is taken   if 3 verified and ``name`` is an
                              expected sender not yet connected
 
@@ -21,21 +22,28 @@ replay, and the two MACs carry different labels, so neither can be reflected as 
 MACs are compared in constant time. A sender streams nothing to a listener that fails step 2
 (an impostor that took the port); a receiver closes and logs (one line: address, reason) a
 connection that fails step 1 or 3, sends nothing within :data:`HANDSHAKE_TIMEOUT_S`, or names
-a sender it does not expect or has already: such a connection never takes an edge. The
-receiver authenticates every waiting connection at once (:func:`accept_edges`), so an intruder
-that connects and stays silent holds up no sender. The handshake authenticates the ends, it
-does not protect the frames after it: on a cluster network a machine in the middle could still
-alter them (TLS would); a local run binds to loopback.
+a sender it does not expect or has already, or whose mode is not its own: such a connection
+never takes an edge. The receiver authenticates every waiting connection at once
+(:func:`accept_edges`), so an intruder that connects and stays silent holds up no sender.
+
+**Mode.** M is 1 when the run seals its frames (the default): every frame after the handshake
+is then encrypted, authenticated and numbered under a key of the edge's own
+(:mod:`~streamjoin.runtime.ray.sealing`), so a machine on the path can neither read nor alter,
+add, replay, reorder or drop one unnoticed. M is 0 on a network the operator trusts: frames then
+travel in the clear, as written below. Both ends state their mode and prove it in their MACs,
+so nobody on the path can talk an end out of sealing.
 
 **Frames** (:mod:`streamjoin.runtime.ray.wire`) carry one ``(port, message)`` each, written with
-one ``sendmsg`` and no copy of the arrays on the sending side, and read back as read-only views
-of the received bytes; only registered message kinds exist, nothing is unpickled. A frame of
-kind ``END`` ends the edge.
+one ``sendmsg`` (plain: with no copy of the arrays) and read back as read-only views of the
+received bytes; only registered message kinds exist, nothing is unpickled. A frame of kind
+``END`` ends the edge; a frame after it, a second one among them, is a :class:`ProtocolError`.
 
 TCP delivers each connection's bytes in order, so every edge is FIFO; a sender whose
 receiver stops reading blocks once the socket buffers (``BUFFER_BYTES`` each end) are full,
 which is the backpressure. A connection that closes without :data:`END` raises
-:class:`ChannelClosed`; bytes that are no frame raise :class:`FramingError`.
+:class:`ChannelClosed`; bytes that are no frame raise :class:`FramingError`, a sealed record
+that does not open in its place :class:`~streamjoin.runtime.ray.sealing.TamperedFrame` (both
+are :class:`ProtocolError`).
 """
 
 from __future__ import annotations
@@ -54,15 +62,19 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
-from streamjoin.runtime.ray import wire
-from streamjoin.runtime.ray.wire import END, FramingError, end_frame, frame, payload
+from streamjoin.runtime.ray import sealing, wire
+from streamjoin.runtime.ray.sealing import TamperedFrame
+from streamjoin.runtime.ray.wire import END, FramingError, ProtocolError, end_frame, frame, payload
 
 __all__ = [
     "END",
     "Acceptor",
     "AuthenticationError",
+    "Channel",
     "ChannelClosed",
     "FramingError",
+    "ProtocolError",
+    "TamperedFrame",
     "accept_edges",
     "connect",
     "end_frame",
@@ -89,10 +101,11 @@ MAX_PENDING = 64
 _FIRST_BYTES = 1 << 20
 
 _MAGIC = b"SJCH"
-_VERSION = 1
+_VERSION = 2
 _NONCE_BYTES = 32
-#: hello: magic, version, sender's nonce, sender-name length (the name follows)
-_HELLO = struct.Struct("<4sB32sB")
+#: hello: magic, version, mode (1: sealed frames), sender's nonce, sender-name length (the name
+#: follows)
+_HELLO = struct.Struct("<4sBB32sB")
 _MAC_BYTES = hashlib.sha256().digest_size
 _TAKEN = b"\x01"
 
@@ -115,8 +128,12 @@ def _check_secret(secret: bytes) -> None:
         raise ValueError("a channel secret is at least 16 bytes (use channels.new_secret())")
 
 
-def _mac(secret: bytes, label: bytes, ns: bytes, nr: bytes, name: bytes) -> bytes:
-    return hmac.new(secret, label + ns + nr + name, hashlib.sha256).digest()
+def _mac(secret: bytes, label: bytes, mode: int, ns: bytes, nr: bytes, name: bytes) -> bytes:
+    return hmac.new(secret, label + bytes([mode]) + ns + nr + name, hashlib.sha256).digest()
+
+
+def _mode_name(mode: int) -> str:
+    return "sealed" if mode else "plain"
 
 
 def listen(host: str) -> socket.socket:
@@ -141,10 +158,16 @@ def _edge_options(sock: socket.socket) -> None:
 
 
 def connect(
-    address: tuple[str, int], sender: str, secret: bytes, timeout: float = CONNECT_TIMEOUT_S
-) -> socket.socket:
+    address: tuple[str, int],
+    sender: str,
+    secret: bytes,
+    timeout: float = CONNECT_TIMEOUT_S,
+    *,
+    sealed: bool = True,
+) -> Channel:
     """Open an edge to the actor listening at ``address`` as ``sender``, once the handshake
-    (module docstring) has shown that both ends hold ``secret``.
+    (module docstring) has shown that both ends hold ``secret``; with ``sealed``, its frames
+    are sealed (the listener must seal too).
 
     Raises
     ------
@@ -159,24 +182,25 @@ def connect(
     sock = socket.create_connection(address, timeout=timeout)
     try:
         _edge_options(sock)
-        ns = os.urandom(_NONCE_BYTES)
-        sock.sendall(_HELLO.pack(_MAGIC, _VERSION, ns, len(name)) + name)
+        ns, mode = os.urandom(_NONCE_BYTES), int(sealed)
+        sock.sendall(_HELLO.pack(_MAGIC, _VERSION, mode, ns, len(name)) + name)
         answer = bytes(_recv_exact(sock, _NONCE_BYTES + _MAC_BYTES))
         nr, mac = answer[:_NONCE_BYTES], answer[_NONCE_BYTES:]
-        if not hmac.compare_digest(mac, _mac(secret, b"accept", ns, nr, name)):
+        if not hmac.compare_digest(mac, _mac(secret, b"accept", mode, ns, nr, name)):
             raise AuthenticationError(
                 f"the listener at {address} does not hold the run's secret: nothing sent"
             )
-        sock.sendall(_mac(secret, b"connect", ns, nr, name))
+        sock.sendall(_mac(secret, b"connect", mode, ns, nr, name))
         if bytes(_recv_exact(sock, 1)) != _TAKEN:
             raise AuthenticationError(f"the listener at {address} answered the handshake oddly")
         sock.settimeout(None)
-        return sock
+        key = sealing.edge_key(secret, ns, nr, name) if sealed else None
+        return Channel(sock, sender, f"{address[0]}:{address[1]}", key, sending=True)
     except (ChannelClosed, ConnectionResetError, BrokenPipeError):
         sock.close()
         raise AuthenticationError(
             f"the listener at {address} closed the connection during the handshake "
-            f"(it refused sender {sender!r})"
+            f"(it refused sender {sender!r}, or {_mode_name(int(sealed))} frames)"
         ) from None
     except TimeoutError:
         sock.close()
@@ -202,9 +226,10 @@ class _Pending:
         self.need = _HELLO.size
         self.got = bytearray()
         self.ns = self.nr = self.name = b""
+        self.mode = 0
         self.sender = ""
 
-    def advance(self, secret: bytes, expected: set[str], taken: dict) -> str | None:
+    def advance(self, secret: bytes, mode: int, expected: set[str], taken: dict) -> str | None:
         """Read what has arrived; returns the reason to reject the connection, or None (go
         on waiting, or ``step == "done"``)."""
         try:
@@ -220,22 +245,28 @@ class _Pending:
             return None
         got, self.got = bytes(self.got), bytearray()
         if self.step == "hello":
-            magic, version, self.ns, self.need = _HELLO.unpack(got)
+            magic, version, self.mode, self.ns, self.need = _HELLO.unpack(got)
             if magic != _MAGIC:
                 return "not a streamjoin channel (no handshake hello)"
             if version != _VERSION:
                 return f"handshake version {version}, this end speaks {_VERSION}"
+            if self.mode != mode:
+                return (
+                    f"a sender of {_mode_name(self.mode)} frames; this node takes "
+                    f"{_mode_name(mode)} ones"
+                )
             if not self.need:
                 return "an empty sender name"
             self.step = "name"
         elif self.step == "name":
             self.name, self.nr = got, os.urandom(_NONCE_BYTES)
-            challenge = self.nr + _mac(secret, b"accept", self.ns, self.nr, self.name)
+            challenge = self.nr + _mac(secret, b"accept", mode, self.ns, self.nr, self.name)
             if not self._send(challenge):
                 return "does not read the challenge"
             self.step, self.need = "response", _MAC_BYTES
         else:
-            if not hmac.compare_digest(got, _mac(secret, b"connect", self.ns, self.nr, self.name)):
+            response = _mac(secret, b"connect", mode, self.ns, self.nr, self.name)
+            if not hmac.compare_digest(got, response):
                 return "wrong response to the challenge: no or a wrong secret"
             self.sender = self.name.decode(errors="replace")
             if self.sender not in expected:
@@ -264,8 +295,11 @@ def accept_edges(
     secret: bytes,
     senders: Iterable[str],
     timeout: float = HANDSHAKE_TIMEOUT_S,
-) -> dict[str, socket.socket]:
-    """Take one authenticated incoming edge from each of ``senders``: ``{sender: socket}``.
+    *,
+    sealed: bool = True,
+) -> dict[str, Channel]:
+    """Take one authenticated incoming edge from each of ``senders``: ``{sender: channel}``;
+    with ``sealed``, edges whose frames are sealed (a sender that does not seal is refused).
 
     Connections are authenticated all at once, each within ``timeout`` seconds of being
     accepted, at most :data:`MAX_PENDING` at a time (one more drops the oldest); a connection
@@ -274,7 +308,8 @@ def accept_edges(
     """
     _check_secret(secret)
     expected = set(senders)
-    taken: dict[str, socket.socket] = {}
+    mode = int(sealed)
+    taken: dict[str, Channel] = {}
     pending: dict[socket.socket, _Pending] = {}  # oldest first
     selector = selectors.DefaultSelector()
     server.setblocking(False)
@@ -306,7 +341,7 @@ def accept_edges(
                     isinstance(key.fileobj, socket.socket)
                     and (p := pending.get(key.fileobj)) is not None
                 ):
-                    reason = p.advance(secret, expected, taken)
+                    reason = p.advance(secret, mode, expected, taken)
                     if reason is not None:
                         drop(p, reason)
                     elif p.step == "done":
@@ -314,10 +349,11 @@ def accept_edges(
                         del pending[p.sock]
                         p.sock.setblocking(True)
                         _edge_options(p.sock)
-                        taken[p.sender] = p.sock
+                        edge = sealing.edge_key(secret, p.ns, p.nr, p.name) if sealed else None
+                        taken[p.sender] = Channel(p.sock, p.sender, p.peer, edge, sending=False)
     except BaseException:
-        for sock in taken.values():
-            sock.close()
+        for channel in taken.values():
+            channel.close()
         raise
     finally:
         done = len(taken) == len(expected)
@@ -334,60 +370,132 @@ class Acceptor:
     edges while it connects its outgoing ones (in a cycle of nodes each waiting for the
     other's answer in :func:`connect`, nobody would answer otherwise)."""
 
-    def __init__(self, server: socket.socket, secret: bytes, senders: Iterable[str]) -> None:
+    def __init__(
+        self, server: socket.socket, secret: bytes, senders: Iterable[str], sealed: bool = True
+    ) -> None:
         self._future: Future = Future()
-        args = (server, secret, list(senders))
+        args = (server, secret, list(senders), HANDSHAKE_TIMEOUT_S, sealed)
         threading.Thread(target=self._run, args=args, daemon=True, name="accept").start()
 
-    def _run(self, *args) -> None:
+    def _run(self, server, secret, senders, timeout, sealed) -> None:
         try:
-            self._future.set_result(accept_edges(*args))
+            self._future.set_result(accept_edges(server, secret, senders, timeout, sealed=sealed))
         except BaseException as e:
             self._future.set_exception(e)
 
-    def result(self) -> dict[str, socket.socket]:
-        """``{sender: socket}`` once every sender has connected; raises what accepting raised."""
+    def result(self) -> dict[str, Channel]:
+        """``{sender: channel}`` once every sender has connected; raises what accepting
+        raised."""
         return self._future.result()
 
 
 # -- frames -----------------------------------------------------------------------------------
 
 
-def send(sock: socket.socket, frames: list[list], idle: Callable[[], None] | None = None) -> None:
-    """Write whole frames (each a list of pieces from :func:`frame`), blocking until the
-    kernel took every byte.
+class Channel:
+    """One end of an edge whose handshake succeeded: its socket and, on a sealed edge, the
+    sealing of its one direction (:mod:`~streamjoin.runtime.ray.sealing`).
 
-    With ``idle``, on a socket with a timeout: ``idle()`` runs each time the timeout passes
-    with nothing sent (the receiver is not reading), and may raise to give up; a sender that
-    must not wait blindly on a stuck or dead receiver looks around there.
+    ``frames`` counts the frames sent or taken so far, the end frame included; ``ended``
+    says the receiving end has taken the end frame. A channel passes for its socket where
+    one is waited on or shut (``fileno``, ``settimeout``, ``shutdown``, ``close``).
     """
-    views = [memoryview(p).cast("B") for f in frames for p in f]
-    views = [v for v in views if v.nbytes]
-    while views:
-        try:
-            n = sock.sendmsg(views[:512])
-        except TimeoutError:
-            if idle is None:
-                raise
-            idle()
-            continue
-        while views and n >= views[0].nbytes:
-            n -= views.pop(0).nbytes
-        if n:
-            views[0] = views[0][n:]
+
+    def __init__(
+        self, sock: socket.socket, sender: str, peer: str, key: bytes | None, sending: bool
+    ) -> None:
+        self.sock = sock
+        self.sender = sender
+        self.peer = peer
+        self.sealer = sealing.Sealer(key) if key is not None and sending else None
+        self.opener = sealing.Opener(key) if key is not None and not sending else None
+        self.frames = 0
+        self.ended = False
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealer is not None or self.opener is not None
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.sock.settimeout(timeout)
+
+    def shutdown(self, how: int) -> None:
+        self.sock.shutdown(how)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, frames: list[list], idle: Callable[[], None] | None = None) -> None:
+        """Write whole frames (each a list of pieces from :func:`frame`), blocking until the
+        kernel took every byte; sealed, each frame is sealed first, numbered in order.
+
+        With ``idle``, on a socket with a timeout: ``idle()`` runs each time the timeout passes
+        with nothing sent (the receiver is not reading), and may raise to give up; a sender that
+        must not wait blindly on a stuck or dead receiver looks around there.
+        """
+        if self.sealer is not None:
+            frames = [self.sealer.seal(f) for f in frames]
+        views = [memoryview(p).cast("B") for f in frames for p in f]
+        views = [v for v in views if v.nbytes]
+        while views:
+            try:
+                n = self.sock.sendmsg(views[:512])
+            except TimeoutError:
+                if idle is None:
+                    raise
+                idle()
+                continue
+            while views and n >= views[0].nbytes:
+                n -= views.pop(0).nbytes
+            if n:
+                views[0] = views[0][n:]
+        self.frames += len(frames)
+
+    def recv(self):
+        """Read one frame: ``(port, message)``, or :data:`END`.
+
+        Raises
+        ------
+        ChannelClosed
+            The connection closed (before the end frame, or after it: see ``ended``).
+        ProtocolError
+            A frame after the end frame; :class:`FramingError`: bytes that are not a frame of
+            a known kind with consistent lengths; :class:`TamperedFrame`: a sealed record
+            that does not open, or not in its place.
+        """
+        if self.opener is None:
+            got = _recv_plain(self.sock, self.ended)
+        else:
+            head = _recv_exact(self.sock, sealing.HEAD_BYTES, True, self.ended)
+            box = _recv_exact(self.sock, self.opener.open_head(bytes(head)))
+            got = wire.read_padded(self.opener.open_box(box))
+        if self.ended:
+            raise ProtocolError(
+                f"{'a second end frame' if got is END else 'a frame'} after the end of the edge"
+                f" (frame {self.frames})"
+            )
+        self.frames += 1
+        self.ended = got is END
+        return got
 
 
-def recv(sock: socket.socket):
-    """Read one frame: ``(port, message)``, or :data:`END`.
+def send(channel: Channel, frames: list[list], idle: Callable[[], None] | None = None) -> None:
+    """:meth:`Channel.send`."""
+    channel.send(frames, idle)
 
-    Raises
-    ------
-    ChannelClosed
-        The connection closed before the end frame.
-    FramingError
-        The bytes are not a frame of a known kind with consistent lengths.
-    """
-    n_name, kind, n_meta, size = wire.read_head(bytes(_recv_exact(sock, wire.HEAD.size, True)))
+
+def recv(channel: Channel):
+    """:meth:`Channel.recv`."""
+    return channel.recv()
+
+
+def _recv_plain(sock: socket.socket, ended: bool):
+    """One plain frame of ``sock``."""
+    head = bytes(_recv_exact(sock, wire.HEAD.size, True, ended))
+    n_name, kind, n_meta, size = wire.read_head(head)
     if kind == wire.END_KIND:
         return END
     port_meta = bytes(_recv_exact(sock, n_name + n_meta))
@@ -395,10 +503,10 @@ def recv(sock: socket.socket):
     return wire.read(kind, port_meta, n_name, body)
 
 
-def _recv_exact(sock: socket.socket, n: int, first: bool = False) -> bytearray:
-    """``n`` bytes of ``sock``. The buffer grows with what arrives (from ``_FIRST_BYTES``, in
-    place where the allocator can), so a length a peer states but does not send costs no
-    memory."""
+def _recv_exact(sock: socket.socket, n: int, first: bool = False, ended: bool = False) -> bytearray:
+    """``n`` bytes of ``sock`` (``first``: the first bytes of a frame, after the end frame if
+    ``ended``). The buffer grows with what arrives (from ``_FIRST_BYTES``, in place where the
+    allocator can), so a length a peer states but does not send costs no memory."""
     buf = bytearray(min(n, _FIRST_BYTES))
     got = 0
     while True:
@@ -406,11 +514,9 @@ def _recv_exact(sock: socket.socket, n: int, first: bool = False) -> bytearray:
             while got < len(buf):
                 k = sock.recv_into(view[got:])
                 if k == 0:
-                    where = (
-                        "before ending the edge"
-                        if first and not got
-                        else "in the middle of a frame"
-                    )
+                    where = "in the middle of a frame"
+                    if first and not got:
+                        where = "after ending the edge" if ended else "before ending the edge"
                     raise ChannelClosed(f"the sender closed the connection {where}")
                 got += k
         if got == n:

@@ -16,8 +16,15 @@
 - **Trust.** The driver makes a secret per run and hands it to the actors through Ray (whose
   own channel is authenticated); both ends of every edge prove it before a frame is read, and
   a host takes exactly the edges the driver announced, then stops listening
-  (:mod:`streamjoin.runtime.ray.channels`). Sockets bind to loopback when every Ray node is the
-  driver's machine, to the node's IP on a cluster.
+  (:mod:`streamjoin.runtime.ray.channels`). Every frame after that is sealed under a key of
+  its edge's own (:mod:`streamjoin.runtime.ray.sealing`) unless ``encrypt_edges=False``.
+  Sockets bind to loopback when every Ray node is the driver's machine, to the node's IP on a
+  cluster; a Ray this executor starts itself listens on loopback only (:func:`_ensure_ray`).
+- **Protocol.** A frame that breaks its edge's protocol — one that does not open, comes out of
+  its place, after the end of its edge, for a port its edge does not feed — ends the run with
+  an error naming the edge. The driver audits the edges' frame counts too: a node that ends
+  before the emitter ended its input, or that waits on an edge whose sender has sent more than
+  arrived, ends the run (:meth:`_Run.audit`).
 - In each host one thread reads the incoming connections and feeds the logic, so the logic
   is only ever called from one thread; each connection is FIFO, so every edge is. In a
   cyclic graph a second thread keeps reading while the first waits in a send.
@@ -66,12 +73,11 @@ import logging
 import os
 import re
 import secrets
-import socket
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import networkx as nx
 import ray
@@ -91,7 +97,13 @@ from streamjoin.runtime.ray.host import (
     Wiring,
     close_socket,
 )
-from streamjoin.runtime.ray.recovery import REPLAY, Retention, feeds, recoverable_nodes
+from streamjoin.runtime.ray.recovery import (
+    PROGRESS_PORT,
+    REPLAY,
+    Retention,
+    feeds,
+    recoverable_nodes,
+)
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
 from streamjoin.validation import Columns
@@ -105,6 +117,9 @@ FAILURE_WAIT_S = 3.0
 #: seconds between the driver's looks at its actors while it waits (a send into a full
 #: socket, the end of the run, a control call): a failure ends any wait within about this
 POLL_S = 0.1
+#: seconds between the driver's audits of the edges' frame counts while it waits for the end
+#: (:meth:`_Run.audit`): a lost end frame ends the run within about twice this
+AUDIT_S = 0.5
 #: seconds the driver waits for Ray to restart a lost core
 RESTART_WAIT_S = 60.0
 #: seconds between the driver's asks for the cores' delivered progress (what it must keep)
@@ -112,7 +127,8 @@ PROGRESS_POLL_S = 0.25
 #: the Ray namespace of the actors (each named ``<run>-<node>``)
 NAMESPACE = "streamjoin"
 #: a test hook: called in the driver with ``{node: (host, port)}`` once every actor listens,
-#: before any edge connects (the tests play an intruder with it); None in a normal run
+#: before any edge connects; it may put another address in for a node (the tests play an
+#: intruder, and a machine on the path, with it); None in a normal run
 on_listen: Callable[[dict[str, tuple[str, int]]], None] | None = None
 #: a test hook: called in the driver with ``{node: Ray node id}`` where the actors run
 on_placed: Callable[[dict[str, str]], None] | None = None
@@ -154,14 +170,48 @@ def _cpu_requests(graph, emitter: str) -> dict[str, float]:
 
 
 def _ensure_ray(address: str | None) -> None:
-    if not ray.is_initialized():
-        ray.init(
-            address=address,
-            num_cpus=None if address else os.cpu_count(),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
+    """Connect to the cluster at ``address``, as its operator configured it; without one,
+    start Ray on this machine listening on loopback only (:func:`_loopback_ray`)."""
+    if ray.is_initialized():
+        return
+    quiet: dict[str, Any] = dict(
+        include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
+    if address:
+        ray.init(address=address, **quiet)
+        return
+    with _loopback_ray():
+        ray.init(num_cpus=os.cpu_count(), _node_ip_address=LOOPBACK, **quiet)
+    if ray.util.get_node_ip_address() != LOOPBACK:
+        _log.warning(
+            "Ray started for this run listens on %s, not on loopback only: this Ray version "
+            "no longer takes the loopback address as its node's",
+            ray.util.get_node_ip_address(),
         )
+
+
+LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def _loopback_ray():
+    """Let ``ray.init`` take loopback for its node's address.
+
+    Ray's servers and workers listen on loopback only when their node's address is exactly
+    ``127.0.0.1``, and on every interface otherwise; but on Linux ``ray.init`` replaces a
+    loopback ``_node_ip_address`` by the machine's own address unless Ray runs in its
+    one-machine mode (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read into
+    ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` at import). Set it for the call.
+    """
+    from ray._private import ray_constants
+
+    before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if before is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def _unwrap(err: Exception) -> ActorFailed:
@@ -244,11 +294,18 @@ class Ray(WallClock):
     placement : {"default", "spread"}
         Where Ray puts the actors: its default (fill a node first), or ``"spread"`` over the
         cluster's nodes.
+    encrypt_edges : bool
+        Encrypt and authenticate every frame between actors, numbered per edge
+        (:mod:`~streamjoin.runtime.ray.sealing`), so that nobody on the network can read,
+        alter, add, replay, reorder or drop one unnoticed. ``False`` sends frames in the
+        clear, for a network the operator trusts; the handshake still proves the run's
+        secret on every edge.
     """
 
     address: str | None = None
     max_restarts: int = 3
     placement: Placement = "default"
+    encrypt_edges: bool = True
 
     name: ClassVar[str] = "ray"
 
@@ -257,6 +314,8 @@ class Ray(WallClock):
             raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be 'default' or 'spread', got {self.placement!r}")
+        if not isinstance(self.encrypt_edges, bool):
+            raise ValueError(f"encrypt_edges must be True or False, got {self.encrypt_edges!r}")
 
     def run(
         self,
@@ -314,6 +373,9 @@ class _Run:
         self.recoverable = recoverable_nodes(topology) if ex.max_restarts else frozenset()
         self.retention = Retention(feeds(topology), query.self_join) if self.recoverable else None
         self.secret = channels.new_secret()  # this run's: actors get it through Ray only
+        self.sealed = ex.encrypt_edges
+        self.input_ended = False  # the emitter has sent its last frame, its end frames too
+        self.stalled: set = set()  # edges the last audit found waiting (audit)
         self.routes = topology.routes()
         cpus = _cpu_requests(self.graph, self.emitter)
         strategy = "SPREAD" if ex.placement == "spread" else "DEFAULT"
@@ -352,7 +414,7 @@ class _Run:
                 node = self.watches.pop(ref)
                 try:
                     ray.get(ref)
-                    self.finished.add(node)
+                    self._finished(node)
                 except ray.exceptions.RayActorError as e:  # its process is gone
                     if node not in self.recoverable:
                         raise self._dead(node, e) from None
@@ -363,6 +425,73 @@ class _Run:
             raise self._timed_out()
         if self.retention is not None:
             self._poll_progress()
+
+    def _finished(self, node: str) -> None:
+        """``node`` has ended: in an acyclic graph only after the emitter began to end its
+        edges; any sooner, an end frame its sender never sent reached it (a result short of
+        the input's, which the run must not return)."""
+        assert self.source is not None  # (made before the drive)
+        if not self.source.ended_out:
+            role = self.topology.config(node).role
+            raise ActorFailed(
+                f"actor {node!r} ({role}) ended before the emitter ended its input: an end "
+                "frame that its sender never sent reached it (the edges are not sealed, "
+                "encrypt_edges=False)"
+                if not self.sealed
+                else f"actor {node!r} ({role}) ended before the emitter ended its input"
+            )
+        self.finished.add(node)
+
+    def audit(self, final: bool) -> None:
+        """Compare the frames each edge's sender sent with those its receiver took (end
+        frames included) and end the run on a difference that is no frame in flight:
+
+        - a receiver that took more than a sender that has finished sent: frames were
+          written into the edge on the way;
+        - ``final`` (every node has ended, or nothing moves): any difference;
+        - a receiver that waits with nothing to do, at two audits in a row with the same
+          count, on an edge whose sender has finished sending more: frames were lost on
+          the way (its end frame, say), and nothing else would end the wait.
+
+        Sealed edges catch a frame added or lost in the middle at once; this catches what
+        no later frame reveals. Actors that do not answer at once (lost, restarting) are
+        left out.
+        """
+        assert self.source is not None  # (made before the drive)
+        names = list(self.hosts)
+        refs = [self.hosts[n].edge_counts.remote() for n in names]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=FAILURE_WAIT_S)
+        idle, sent, taken = {}, {}, {}
+        for n, ref in zip(names, refs, strict=True):
+            if ref in ready and n not in self.lost:
+                with contextlib.suppress(ray.exceptions.RayError):  # the watch reports it
+                    idle[n], sent[n], taken[n] = ray.get(ref)
+        sent[self.emitter] = {d: ch.frames for d, ch in self.source.out.items()}
+        done = set(self.finished) | ({self.emitter} if self.input_ended else set())
+        if self.topology.cyclic:
+            done |= {n for n, i in idle.items() if i}
+        stalled = set()
+        for receiver, edges in taken.items():
+            for sender, (got, ended) in edges.items():
+                put = sent.get(sender, {}).get(receiver)
+                if put is None or got == put:
+                    continue
+                edge = f"the edge from {sender!r} to {receiver!r}"
+                if got > put and (final or sender in done):
+                    raise ActorFailed(
+                        f"{edge} delivered {got} frames, {got - put} more than {sender!r} sent:"
+                        " frames were written into it on the way"
+                    )
+                if final:
+                    raise ActorFailed(f"{edge} lost frames: {sender!r} sent {put}, {got} arrived")
+                if got < put and sender in done and idle[receiver] and not ended:
+                    stalled.add((sender, receiver, got, put))
+        for sender, receiver, got, put in stalled & self.stalled:
+            raise ActorFailed(
+                f"the edge from {sender!r} to {receiver!r} lost frames on the way: {sender!r} "
+                f"sent {put}, its end frame included, and {receiver!r} took {got} and waits"
+            )
+        self.stalled = stalled
 
     def _lost(self, node: str) -> None:
         if node not in self.lost:
@@ -437,6 +566,21 @@ class _Run:
         dests = {d for ds in out.values() for d, _ in ds}
         return out, {d: addresses[d] for d in dests}
 
+    def _inputs(self, node: str) -> dict[str, frozenset]:
+        """``sender -> ports`` of ``node`` that frames of each sender may be for."""
+        ports: dict[str, set] = {}
+        for (src, _), dests in self.routes.items():
+            for dest, port in dests:
+                if dest == node:
+                    ports.setdefault(src, set()).add(port)
+        if node == self.collector:
+            for core in self.recoverable:
+                ports.setdefault(core, set()).add(PROGRESS_PORT)
+        if node in self.recoverable:
+            fed = feeds(self.topology).values()
+            ports[REPLAY] = {port for cores in fed for core, port in cores if core == node}
+        return {sender: frozenset(p) for sender, p in ports.items()}
+
     def _wiring(self, node: str, addresses: dict, **more) -> Wiring:
         graph = self.graph
         routes, dest_addresses = self._outgoing(node, addresses)
@@ -447,6 +591,8 @@ class _Run:
             bounded=[u for u in graph.predecessors(node) if not nx.has_path(graph, node, u)],
             cyclic=self.topology.cyclic,
             secret=self.secret,
+            inputs=self._inputs(node),
+            sealed=self.sealed,
             recoverable=self.recoverable,
             reports_to=self.collector if node in self.recoverable else None,
             **more,
@@ -454,6 +600,7 @@ class _Run:
 
     def drive(self, chunks) -> RunTrace:
         hosts = self.hosts
+        self.source = None
         try:
             listening = self.wait([h.listen.remote(self._loopback()) for h in hosts.values()])
         except ActorFailed as e:  # a constructor failed: its error, as Ray gave it
@@ -461,7 +608,7 @@ class _Run:
         self.addresses = {n: tuple(a[:2]) for n, a in zip(hosts, listening, strict=True)}
         self.node_of = {n: a[2] for n, a in zip(hosts, listening, strict=True)}
         if on_listen is not None:
-            on_listen(dict(self.addresses))
+            on_listen(self.addresses)
         if on_placed is not None:
             on_placed(dict(self.node_of))
         self.source = _DriverNode(self, self.topology.config(self.emitter))
@@ -482,7 +629,7 @@ class _Run:
         for n in hosts:
             self._watch(n)
         routes, dests = self._outgoing(self.emitter, self.addresses)
-        source.open(routes, dests, self.secret, self.recoverable)
+        source.open(routes, dests, self.secret, self.recoverable, self.sealed)
         clock = time.monotonic_ns
         start_ns = None
         n_in = 0
@@ -504,14 +651,19 @@ class _Run:
             start_ns = clock()
         cyclic = self.topology.cyclic
         sent = source.on_eof(end_edges=not cyclic)
+        self.input_ended = True
         if self.retention is not None:
             for port, msg in sent:
                 self.retention.add(port, msg)
         if not cyclic:
+            audited = time.monotonic()
             while len(self.finished) < len(hosts):
                 self._recover_lost()
                 ray.wait(list(self.watches), num_returns=1, timeout=POLL_S)
                 self.check()
+                if time.monotonic() - audited >= AUDIT_S and not self.lost:
+                    self.audit(final=False)
+                    audited = time.monotonic()
         else:
             self._quiesce()
             for node in self.topology.eof_order():
@@ -519,6 +671,7 @@ class _Run:
                     self.wait(hosts[node].end.remote())
                     self._quiesce()
         end_ns = clock()
+        self.audit(final=True)
         reports = dict(
             zip(hosts, self.wait([h.report.remote() for h in hosts.values()]), strict=True)
         )
@@ -536,7 +689,7 @@ class _Run:
         making work for one another): until every frame sent was handled and a whole round of
         counts changed nothing. Counters only grow and a frame is counted sent before it can
         be handled, so two equal rounds mean nothing moved in between."""
-        previous = None
+        previous, audited = None, time.monotonic()
         while True:
             counts = self.wait([h.settle.remote() for h in self.hosts.values()])
             assert self.source is not None  # (made before the drive)
@@ -544,6 +697,11 @@ class _Run:
             handled = sum(c[1] for c in counts)
             if sent == handled and (sent, handled) == previous:
                 return
+            if (sent, handled) != previous:
+                audited = time.monotonic()
+            elif time.monotonic() - audited >= AUDIT_S:  # nothing moves: a frame lost?
+                self.audit(final=False)
+                audited = time.monotonic()
             previous = (sent, handled)
             self.check()
             time.sleep(0.001)
@@ -597,14 +755,14 @@ class _Run:
         if self.emitter in self.graph.predecessors(node):
             assert self.source is not None  # (made before the drive)
             self.source.reconnect(node, address, self.secret)
-        replay = channels.connect(address, REPLAY, self.secret)
+        replay = channels.connect(address, REPLAY, self.secret, sealed=self.sealed)
         replay.settimeout(POLL_S)
         try:
             self.wait(refs)
             assert self.retention is not None  # (kept when any node is recoverable)
             kept = self.retention.replay(node)
             frames = [channels.frame(port, channels.payload(b)) for port, b in kept]
-            channels.send(replay, [*frames, channels.end_frame()], lambda: self.check())
+            replay.send([*frames, channels.end_frame()], lambda: self.check())
         finally:
             close_socket(replay)
         self._watch(node)
@@ -652,8 +810,8 @@ class _DriverNode(Node):
         self.run = run
         super().__init__(run.emitter, config, run.query, run.settings)
 
-    def _connect(self, address, secret) -> socket.socket:
-        sock = channels.connect(address, self.name, secret)
+    def _connect(self, address, secret) -> channels.Channel:
+        sock = channels.connect(address, self.name, secret, sealed=self.sealed)
         sock.settimeout(POLL_S)
         return sock
 

@@ -27,7 +27,7 @@ from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.ray import channels
-from streamjoin.runtime.ray.recovery import REPLAY, Progress
+from streamjoin.runtime.ray.recovery import PROGRESS_PORT, REPLAY, Progress
 from streamjoin.runtime.trace import ActorStats
 from streamjoin.validation import Columns
 
@@ -136,6 +136,11 @@ class Wiring:
         Senders on no cycle with this node: their edges may wait while the inbox is full.
     cyclic : bool
     secret : bytes
+    inputs : dict
+        ``sender -> frozenset of ports`` its frames may be for (a frame for another port is
+        a protocol violation).
+    sealed : bool
+        Whether the edges seal their frames (:mod:`~streamjoin.runtime.ray.sealing`).
     recoverable : frozenset of str
         Nodes whose loss the run survives: a broken edge to or from one is not an error.
     reports_to : str or None
@@ -150,6 +155,8 @@ class Wiring:
     bounded: list
     cyclic: bool
     secret: bytes
+    inputs: dict
+    sealed: bool = True
     recoverable: frozenset = frozenset()
     reports_to: str | None = None
     resume: tuple | None = None
@@ -167,7 +174,8 @@ class Node:
         self.self_join = query.self_join
         self.stats = ActorStats(role=config.role)
         self.routes: dict[str, list] = {}
-        self.out: dict[str, socket.socket] = {}
+        self.out: dict[str, channels.Channel] = {}
+        self.sealed = True
         self.lock = threading.Lock()  # guards out, broken and ended_out
         self.broken: set[str] = set()  # destinations being restarted: nothing goes there
         self.ended_out = False
@@ -192,18 +200,25 @@ class Node:
             ) from e
 
     def open(
-        self, routes: dict[str, list], addresses: dict[str, tuple], secret: bytes, recoverable
+        self,
+        routes: dict[str, list],
+        addresses: dict[str, tuple],
+        secret: bytes,
+        recoverable,
+        sealed: bool,
     ) -> None:
         """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
-        ``addresses[dest] = (host, port)``, proving the run's ``secret``; a broken edge to
-        a ``recoverable`` node waits for :meth:`reconnect` instead of failing."""
+        ``addresses[dest] = (host, port)``, proving the run's ``secret`` (and ``sealed``:
+        sealing the frames); a broken edge to a ``recoverable`` node waits for
+        :meth:`reconnect` instead of failing."""
         self.routes = routes
         self.recoverable = frozenset(recoverable)
+        self.sealed = sealed
         for d, a in addresses.items():
             self.out[d] = self._connect(a, secret)
 
-    def _connect(self, address, secret) -> socket.socket:
-        return channels.connect(address, self.name, secret)
+    def _connect(self, address, secret) -> channels.Channel:
+        return channels.connect(address, self.name, secret, sealed=self.sealed)
 
     def reconnect(self, dest: str, address, secret: bytes) -> None:
         """A new edge to ``dest``, restarted at ``address``; ended at once if this node has
@@ -238,7 +253,7 @@ class Node:
         if report and self.reports_to is not None:
             self.quiet_steps = 0 if pairs else self.quiet_steps + 1
             if pairs or self.quiet_steps >= PROGRESS_EVERY:
-                progress = channels.frame("progress", channels.payload(Progress(*self.upto)))
+                progress = channels.frame(PROGRESS_PORT, channels.payload(Progress(*self.upto)))
                 frames.setdefault(self.reports_to, []).append(progress)
                 self.quiet_steps = 0
         for dest, fs in frames.items():
@@ -262,7 +277,7 @@ class Node:
             sock = self.out[dest]
         self.activity = (f"sending to {dest!r}", time.monotonic())
         try:
-            channels.send(sock, frames, self._idle(dest))
+            sock.send(frames, self._idle(dest))
         except (OSError, Abandon) as e:
             if dest not in self.recoverable:
                 raise LostNeighbour(
@@ -382,8 +397,11 @@ class Host(Node):
             self.delivered = tuple(wiring.resume)
             self.upto = list(wiring.resume)
             self.dedup = True
-        self.acceptor = channels.Acceptor(self.server, wiring.secret, wiring.senders)
-        self.open(wiring.routes, wiring.addresses, wiring.secret, wiring.recoverable)
+        self.inputs = wiring.inputs
+        self.acceptor = channels.Acceptor(
+            self.server, wiring.secret, wiring.senders, sealed=wiring.sealed
+        )
+        self.open(wiring.routes, wiring.addresses, wiring.secret, wiring.recoverable, wiring.sealed)
         if self.cyclic:
             threading.Thread(
                 target=self._read, args=(n_in,), daemon=True, name=f"read-{self.name}"
@@ -410,11 +428,19 @@ class Host(Node):
         return selector, names
 
     def _receive(self, sock, names: dict, selector, live: set) -> None:
-        """Read one frame of ``sock`` into the inbox."""
+        """Read one frame of ``sock`` into the inbox. A broken connection is a lost neighbour
+        (or, from a recoverable one, waits for its new edge); a frame that breaks the edge's
+        protocol ends the run (:meth:`_refuse`). An edge that has ended is read on while this
+        node works, so that anything but its close is caught."""
         sender = names[sock]
         try:
-            frame = channels.recv(sock)
+            frame = sock.recv()
+        except channels.ProtocolError as e:
+            raise self._refuse(sender, e) from None
         except Exception as e:
+            if sock.ended:  # closed after its end: nothing more comes
+                selector.unregister(sock)
+                return
             if sender not in self.recoverable:
                 raise LostNeighbour(
                     f"actor {self.name!r} ({self.stats.role}) lost its edge from "
@@ -423,7 +449,8 @@ class Host(Node):
             self._lose(sock, sender, selector, live)
             return
         if frame is channels.END:
-            selector.unregister(sock)
+            if self.cyclic:
+                raise self._refuse(sender, "an end frame, on a cyclic graph whose edges never end")
             live.discard(sock)
             with self.edges:
                 self.ended.add(sender)
@@ -434,6 +461,10 @@ class Host(Node):
                 self.waiting = []
             return
         port, msg = frame
+        if port not in self.inputs.get(sender, ()):
+            raise self._refuse(sender, f"a frame for port {port!r}, which that edge does not feed")
+        if (port == PROGRESS_PORT) != isinstance(msg, Progress):
+            raise self._refuse(sender, f"a {type(msg).__name__} frame on port {port!r}")
         if isinstance(msg, Progress):  # the pairs before it are delivered, whole
             for port_, pairs in self.held.pop(sender, ()):
                 self.inbox.put(("msg", sender, port_, pairs))
@@ -442,6 +473,14 @@ class Host(Node):
             self.held.setdefault(sender, []).append((port, msg))
         else:
             self.inbox.put(("msg", sender, port, msg))
+
+    def _refuse(self, sender: str, what) -> ActorFailed:
+        """The error that ends the run when the edge from ``sender`` breaks its protocol:
+        nothing more is read from it (the run's result would not be exact)."""
+        return ActorFailed(
+            f"actor {self.name!r} ({self.stats.role}) ended the run: on its edge from "
+            f"{sender!r}, {what}"
+        )
 
     def _lose(self, sock, sender: str, selector, live: set) -> None:
         """A recoverable sender's edge broke: forget what it sent without its progress and
@@ -617,7 +656,7 @@ class Host(Node):
             self.lost.discard(sender)
         self.dedup = True
         server = channels.listen(self.host)
-        acceptor = channels.Acceptor(server, self.secret, [sender])
+        acceptor = channels.Acceptor(server, self.secret, [sender], self.sealed)
         threading.Thread(
             target=self._take_edge, args=(acceptor, server, sender), daemon=True
         ).start()
@@ -633,13 +672,28 @@ class Host(Node):
             close_socket(server)
         self.inbox.put(("edge", sender, sock))
 
-    def open(self, routes, addresses, secret, recoverable) -> None:
+    def open(self, routes, addresses, secret, recoverable, sealed) -> None:
         self.secret = secret
-        super().open(routes, addresses, secret, recoverable)
+        super().open(routes, addresses, secret, recoverable, sealed)
 
     def reconnect_to(self, dest: str, address) -> None:
         """A new edge to ``dest``, restarted at ``address``."""
         self.reconnect(dest, address, self.secret)
+
+    def edge_counts(self) -> tuple[bool, dict[str, int], dict[str, tuple[int, bool]]]:
+        """What the driver audits the edges with: whether this node waits for input with
+        nothing to do, the frames sent on each outgoing edge, and ``(frames, ended)`` of each
+        incoming one (end frames counted)."""
+        idle = (
+            not self.done.is_set()
+            and self.activity is None
+            and not self.inbox.items
+            and self.error is None
+        )
+        with self.lock:
+            sent = {dest: ch.frames for dest, ch in self.out.items()}
+        taken = {ch.sender: (ch.frames, ch.ended) for ch in list(self.ins)}
+        return idle, sent, taken
 
     def settle(self) -> tuple[int, int]:
         """``(frames sent, frames handled)`` so far (cyclic graphs find quiescence with it)."""

@@ -55,6 +55,8 @@ from streamjoin.topologies.base import Topology
 
 #: the name a restarted core's replay edge comes from
 REPLAY = "<replay>"
+#: the port a recoverable core's :class:`Progress` comes to the collector on
+PROGRESS_PORT = "progress"
 
 
 @dataclass(frozen=True)

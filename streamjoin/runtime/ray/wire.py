@@ -9,7 +9,10 @@ A frame carries one ``(port, message)``::
     body          the kind's arrays, raw little-endian columns, 8-byte columns first and
                   ``int8`` ones last, so every view is aligned; at most MAX_BODY_BYTES
 
-Kind 0 ends the edge (:data:`END`, every length 0). Every other kind is a :class:`Codec` in a
+Kind 0 ends the edge (:data:`END`, every length 0). An edge that seals its frames
+(:mod:`~streamjoin.runtime.ray.sealing`) seals each frame with zero bytes after its metadata up
+to a multiple of 8 (:func:`padded`), so that its body is aligned in the opened plaintext too
+(:func:`read_padded`). Every other kind is a :class:`Codec` in a
 registry by kind number and by message type; a new message type gets one with
 :func:`register`. Nothing is unpickled: a receiver builds each message from its columns, as
 read-only views of the received bytes (as arrays arriving through Ray's object store are:
@@ -68,7 +71,11 @@ MAX_ATTRS = 1024
 I64, F64, I8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.int8)
 
 
-class FramingError(ConnectionError):
+class ProtocolError(ConnectionError):
+    """The other end of an edge broke its protocol: a frame that cannot be, or cannot be there."""
+
+
+class FramingError(ProtocolError):
     """The peer sent bytes that are not a frame this end can read."""
 
 
@@ -181,6 +188,35 @@ def read_head(head: bytes) -> tuple[int, int, int, int]:
     if size > MAX_BODY_BYTES:
         raise FramingError(f"a body of {size} bytes (at most {MAX_BODY_BYTES})")
     return n_name, kind, n_meta, size
+
+
+def _pad(n: int) -> int:
+    return -n % 8
+
+
+def padded(pieces: list) -> list:
+    """The pieces of a frame (from :func:`frame` or :func:`end_frame`) with zero bytes after its
+    metadata up to a multiple of 8: its body starts aligned where the frame starts aligned."""
+    head = pieces[0]
+    return [head + bytes(_pad(len(head))), *pieces[1:]]
+
+
+def read_padded(data: bytes):
+    """``(port, message)`` or :data:`END` from one whole :func:`padded` frame, whose body is
+    read as read-only views of ``data``; anything inconsistent is a :class:`FramingError`."""
+    if len(data) < HEAD.size:
+        raise FramingError(f"a frame of {len(data)} bytes, shorter than its head")
+    n_name, kind, n_meta, size = read_head(data[: HEAD.size])
+    at = HEAD.size + n_name + n_meta
+    start = at + _pad(at)
+    if len(data) != start + size or any(data[at:start]):
+        raise FramingError(
+            f"a frame of {len(data)} bytes whose head states {start + size} (padding included)"
+        )
+    if kind == END_KIND:
+        return END
+    body = memoryview(data)[start:].toreadonly()
+    return read(kind, data[HEAD.size : at], n_name, body)
 
 
 def read(kind: int, port_meta: bytes, n_name: int, body: memoryview) -> tuple[str, object]:
