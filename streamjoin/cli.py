@@ -236,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     from streamjoin.cli_paths import FORCE_HELP
     from streamjoin.cli_sim import add_calibrate_command
     from streamjoin.cli_spark import add_generate_command
+    from streamjoin.cli_warm import add_warm_command
 
     parser = _Parser(
         prog="streamjoin",
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("indexes", help="list the window indexes")
     add_calibrate_command(sub)
     add_generate_command(sub)
+    add_warm_command(sub)
 
     draw = sub.add_parser(
         "draw",
@@ -553,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from streamjoin.cli_sim import cmd_calibrate
         from streamjoin.cli_spark import cmd_generate
+        from streamjoin.cli_warm import cmd_warm
 
         commands = {
             "run": cmd_run,
@@ -561,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             "compare": cmd_compare,
             "calibrate": cmd_calibrate,
             "generate": cmd_generate,
+            "warm": cmd_warm,
         }
         return commands[args.command](args)
     except Exception as e:
