@@ -12,8 +12,15 @@ CPU and a resource naming it), which is what ``ray start --head`` and ``ray star
    (so it was heard), then closes the connection on the wrong response. A probe that gets no
    challenge, or is never closed, counts against.
 2. The same with a core killed mid-run: rebuilt, still the oracle's answer.
+
+With ``--tls`` the cluster runs with Ray's TLS on (``RAY_USE_TLS=1`` and a certificate, key
+and CA for every node and the driver, here one self-signed certificate for this machine's
+addresses), as the Ray page of the docs describes: Ray's own gRPC traffic, the run's secret
+with it, is then encrypted too.
 """
 
+import datetime
+import ipaddress
 import json
 import os
 import socket
@@ -23,6 +30,68 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _node_ip() -> str:
+    """This machine's address on its network (the one Ray takes for its node)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: only a route is chosen
+        return probe.getsockname()[0]
+
+
+def use_tls(folder: str) -> None:
+    """Ray's TLS on for this process and every Ray process it starts: a self-signed
+    certificate for this machine's addresses, its key, and itself as the CA. Before Ray is
+    imported: its core reads its configuration from the environment once."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "streamjoin test cluster")])
+    ips = {"127.0.0.1", _node_ip()}
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost")] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = os.path.join(folder, "node.crt"), os.path.join(folder, "node.key")
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    os.environ.update(
+        RAY_USE_TLS="1",
+        RAY_TLS_SERVER_CERT=cert_path,
+        RAY_TLS_SERVER_KEY=key_path,
+        RAY_TLS_CA_CERT=cert_path,
+    )
+
+
+if __name__ == "__main__" and "--tls" in sys.argv:
+    _certs = tempfile.TemporaryDirectory(prefix="ray-tls-")  # removed at exit
+    use_tls(_certs.name)
+
 
 import ray  # noqa: E402
 from faults import inject  # noqa: E402
@@ -76,7 +145,10 @@ def main() -> None:
         cluster.add_node(num_cpus=1, resources={"second": 1})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
-        out = {"nodes": len([n for n in ray.nodes() if n["Alive"]])}
+        out = {
+            "nodes": len([n for n in ray.nodes() if n["Alive"]]),
+            "tls": os.environ.get("RAY_USE_TLS") == "1",
+        }
         query = sj.Query(sj.band("x", 2), window=sj.CountWindow(300, 200))
         data = sj.sources.synthetic(8000, low=0, high=3000, seed=3)
         expected = sj.oracle.join(query, data)

@@ -25,6 +25,7 @@ import pytest
 from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from records import sealed
 
 import streamjoin as sj
 from streamjoin.actors.handshake import Ack
@@ -85,8 +86,10 @@ class _Intruder:
     """Connects to ``address`` and plays one way of getting in, in a thread; ``got`` is what
     the listener sent back before closing the connection."""
 
-    def __init__(self, address, how: str, name: str = "emitter", marker=None) -> None:
-        self.how, self.name, self.marker = how, name, marker
+    def __init__(
+        self, address, how: str, name: str = "emitter", marker=None, mode: int = 1
+    ) -> None:
+        self.how, self.name, self.marker, self.mode = how, name, marker, mode
         self.sock = socket.create_connection(address)
         self.got: bytes | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -99,10 +102,10 @@ class _Intruder:
         elif self.how == "pickle":
             sock.sendall(_pickle_frame(self.marker))
         elif self.how == "squat":  # a legitimate sender's name, then silence
-            sock.sendall(_hello(self.name))
+            sock.sendall(_hello(self.name, mode=self.mode))
         elif self.how in ("wrong_secret", "replay"):
             ns = os.urandom(32)
-            sock.sendall(_hello(self.name, ns))
+            sock.sendall(_hello(self.name, ns, self.mode))
             sock.settimeout(20)
             challenge = b""
             while len(challenge) < 64 and (chunk := sock.recv(64 - len(challenge))):
@@ -110,9 +113,9 @@ class _Intruder:
             if len(challenge) == 64:
                 nr = challenge[:32]
                 if self.how == "wrong_secret":
-                    sock.sendall(_mac(os.urandom(32), b"connect", ns, nr, self.name))
+                    sock.sendall(_mac(os.urandom(32), b"connect", ns, nr, self.name, self.mode))
                 else:  # the response of an earlier handshake with another nonce
-                    sock.sendall(_mac(SECRET, b"connect", ns, os.urandom(32), self.name))
+                    sock.sendall(_mac(SECRET, b"connect", ns, os.urandom(32), self.name, self.mode))
             self.got = challenge + _until_closed(sock)
             return
         self.got = _until_closed(sock)
@@ -289,7 +292,7 @@ FRAMES = [_joined(f) for f in PIECES]
 #: as the records of a sealed edge under KEY, numbered 0, 1, … in this order
 KEY = bytes(range(64, 96))
 _sealer = sealing.Sealer(KEY)
-RECORDS = [_joined(_sealer.seal(f)) for f in PIECES]
+RECORDS = [sealed(_sealer, [f]) for f in PIECES]
 #: at most this much allocated while reading a few KB of hostile bytes: the first buffer of a
 #: frame that states a large body, and change
 ALLOC_BOUND = 4 * 2**20
@@ -383,9 +386,11 @@ def test_lengths_that_do_not_add_up_are_framing_errors():
             _read_one(bytes(bad))
         # the same frame, sealed by a sender holding the key (a bug, not an attack): the
         # record opens, the frame inside is still checked
-        record = sealing.Sealer(KEY).seal([bytes(bad[: meta_at + n_meta]), bad[meta_at + n_meta :]])
+        record = sealed(
+            sealing.Sealer(KEY), [[bytes(bad[: meta_at + n_meta]), bad[meta_at + n_meta :]]]
+        )
         with pytest.raises(channels.FramingError):
-            _read_one(_joined(record), sealed=True)
+            _read_one(record, sealed=True)
 
 
 def test_an_opened_frame_whose_padding_or_length_is_off_is_a_framing_error():
@@ -430,7 +435,7 @@ def _forged(number: int, end: bool = False) -> bytes:
     """A well-formed record numbered ``number`` under a key that is not the edge's."""
     sealer = sealing.Sealer(os.urandom(32))
     sealer.next = number
-    return _joined(sealer.seal(PIECES[-1] if end else PIECES[1]))
+    return sealed(sealer, [PIECES[-1] if end else PIECES[1]])
 
 
 @pytest.mark.parametrize("how", TAMPERING)
@@ -440,7 +445,7 @@ def test_tampering_on_a_sealed_edge_is_caught_at_the_first_frame_it_touches(how)
     try:
         b.settimeout(10)
         sealer = sealing.Sealer(KEY)
-        records = [_joined(sealer.seal(f)) for f in PIECES[:3] + [PIECES[-1]]]
+        records = [sealed(sealer, [f]) for f in PIECES[:3] + [PIECES[-1]]]
         a.sendall(b"".join(change(records)))
         receiver = _receiving(b, sealed=True)
         assert np.array_equal(receiver.recv()[1].seq, np.arange(6))  # frame 0, untouched
@@ -459,7 +464,7 @@ def test_every_edge_has_its_own_key():
         sealing.edge_key(SECRET, os.urandom(32), os.urandom(32), b"core0") for _ in range(3)
     } | {sealing.edge_key(SECRET, bytes(32), bytes(32), name) for name in (b"a", b"b")}
     assert len(keys) == 5
-    record = _joined(sealing.Sealer(keys.pop()).seal(PIECES[1]))
+    record = sealed(sealing.Sealer(keys.pop()), [PIECES[1]])
     for key in keys:
         a, b = socket.socketpair()
         try:
@@ -472,13 +477,13 @@ def test_every_edge_has_its_own_key():
 
 
 def test_a_frame_after_the_end_or_a_second_end_is_a_protocol_error():
-    for sealed in (False, True):
+    for seal in (False, True):
         for after in (PIECES[1], PIECES[-1]):
             a, b = socket.socketpair()
             try:
-                sender = channels.Channel(a, "a", "b", KEY if sealed else None, sending=True)
+                sender = channels.Channel(a, "a", "b", KEY if seal else None, sending=True)
                 sender.send([PIECES[0], PIECES[-1], after])
-                receiver = _receiving(b, sealed)
+                receiver = _receiving(b, seal)
                 assert receiver.recv()[0] == "r_in" and receiver.recv() is channels.END
                 says = "a second end frame" if after is PIECES[-1] else "a frame after the end"
                 with pytest.raises(channels.ProtocolError, match=says):
@@ -547,7 +552,9 @@ def test_intruders_at_every_actor_during_a_ray_run(ray_session, monkeypatch, tmp
         seen.update(addresses)
         for node, address in addresses.items():
             sender = min(topology.graph.predecessors(node))  # a real sender's name
-            intruders.extend(_Intruder(address, how, sender, marker) for how in INTRUDERS)
+            # the mode of the run's edges (a run on one machine: plain), so that they get as
+            # far as the challenge
+            intruders.extend(_Intruder(address, how, sender, marker, mode=0) for how in INTRUDERS)
 
     def during():  # the real edges are taken by now, or are being: try once more
         for address in seen.values():

@@ -436,9 +436,13 @@ class Channel:
         with nothing sent (the receiver is not reading), and may raise to give up; a sender that
         must not wait blindly on a stuck or dead receiver looks around there.
         """
-        if self.sealer is not None:
-            frames = [self.sealer.seal(f) for f in frames]
-        views = [memoryview(p).cast("B") for f in frames for p in f]
+        if self.sealer is None:
+            self._write([memoryview(p).cast("B") for f in frames for p in f], idle)
+        else:
+            self.sealer.seal(frames, lambda view: self._write([view], idle))
+        self.frames += len(frames)
+
+    def _write(self, views: list[memoryview], idle: Callable[[], None] | None) -> None:
         views = [v for v in views if v.nbytes]
         while views:
             try:
@@ -452,7 +456,6 @@ class Channel:
                 n -= views.pop(0).nbytes
             if n:
                 views[0] = views[0][n:]
-        self.frames += len(frames)
 
     def recv(self):
         """Read one frame: ``(port, message)``, or :data:`END`.
@@ -470,8 +473,8 @@ class Channel:
             got = _recv_plain(self.sock, self.ended)
         else:
             head = _recv_exact(self.sock, sealing.HEAD_BYTES, True, self.ended)
-            box = _recv_exact(self.sock, self.opener.open_head(bytes(head)))
-            got = wire.read_padded(self.opener.open_box(box))
+            size = self.opener.open_head(bytes(head))
+            got = wire.read_padded(self.opener.open_box(size, self._read_into))
         if self.ended:
             raise ProtocolError(
                 f"{'a second end frame' if got is END else 'a frame'} after the end of the edge"
@@ -480,6 +483,12 @@ class Channel:
         self.frames += 1
         self.ended = got is END
         return got
+
+    def _read_into(self, view: memoryview) -> int:
+        k = self.sock.recv_into(view)
+        if k == 0:
+            raise ChannelClosed("the sender closed the connection in the middle of a frame")
+        return k
 
 
 def send(channel: Channel, frames: list[list], idle: Callable[[], None] | None = None) -> None:

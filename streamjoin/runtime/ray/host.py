@@ -26,6 +26,7 @@ from streamjoin.actors.base import ActorConfig, RunSettings
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.executor import RunTimeout
 from streamjoin.runtime.ray import channels
 from streamjoin.runtime.ray.recovery import PROGRESS_PORT, REPLAY, Progress
 from streamjoin.runtime.trace import ActorStats
@@ -278,6 +279,8 @@ class Node:
         self.activity = (f"sending to {dest!r}", time.monotonic())
         try:
             sock.send(frames, self._idle(dest))
+        except RunTimeout:  # (a TimeoutError, so an OSError: not a lost edge)
+            raise
         except (OSError, Abandon) as e:
             if dest not in self.recoverable:
                 raise LostNeighbour(

@@ -201,7 +201,7 @@ def padded(pieces: list) -> list:
     return [head + bytes(_pad(len(head))), *pieces[1:]]
 
 
-def read_padded(data: bytes):
+def read_padded(data):
     """``(port, message)`` or :data:`END` from one whole :func:`padded` frame, whose body is
     read as read-only views of ``data``; anything inconsistent is a :class:`FramingError`."""
     if len(data) < HEAD.size:
@@ -216,7 +216,7 @@ def read_padded(data: bytes):
     if kind == END_KIND:
         return END
     body = memoryview(data)[start:].toreadonly()
-    return read(kind, data[HEAD.size : at], n_name, body)
+    return read(kind, bytes(data[HEAD.size : at]), n_name, body)
 
 
 def read(kind: int, port_meta: bytes, n_name: int, body: memoryview) -> tuple[str, object]:
