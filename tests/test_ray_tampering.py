@@ -197,13 +197,30 @@ def _seconds_to_error(relays: list) -> float:
     return time.monotonic() - relays[0].touched
 
 
-#: layout, (sender, receiver, what the relay does, at which frame), what the error says
+#: layout, (sender, receiver, what the relay does, at which frame), what the error says; the
+#: channel tests check every kind of tampering without Ray, so a few run only with the slow ones
+_SLOW = pytest.mark.slow
 TAMPERING = [
     ("split", ("emitter", "core0", "alter", 5), "frame 5 does not authenticate"),
-    ("split", ("core1", "collector", "inject", 4), "frame 4's head does not authenticate"),
-    ("grid", ("core0_0", "core0_1", "replay", 5), "frame 5 came again where frame 6 belongs"),
+    pytest.param(
+        "split",
+        ("core1", "collector", "inject", 4),
+        "frame 4's head does not authenticate",
+        marks=_SLOW,
+    ),
+    pytest.param(
+        "grid",
+        ("core0_0", "core0_1", "replay", 5),
+        "frame 5 came again where frame 6 belongs",
+        marks=_SLOW,
+    ),
     ("grid", ("emitter", "core1_0", "reorder", 5), "frame 6 came where frame 5 belongs"),
-    ("panjoin", ("manager", "worker1", "drop", 5), "frame 6 came where frame 5 belongs"),
+    pytest.param(
+        "panjoin",
+        ("manager", "worker1", "drop", 5),
+        "frame 6 came where frame 5 belongs",
+        marks=_SLOW,
+    ),
     ("handshake", ("core0", "core1", "alter", 5), "frame 5 does not authenticate"),
 ]
 
