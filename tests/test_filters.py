@@ -102,7 +102,7 @@ def filters(draw, values):
 
 
 @settings(
-    max_examples=examples(100),
+    max_examples=examples(50),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
