@@ -259,9 +259,9 @@ class ReorderBuffer:
     def _compact(self, n: int, like: Columns) -> None:
         """Room for ``n`` more rows: the held rows moved to the pool's front bucket by bucket
         and relinked, in place while the pool has room for twice the held rows and ``n``,
-        else into a new pool four times that (a compaction moves every held row; with chunks
-        far smaller than the rows held, less room made compactions a third of the buffer's
-        time, and fresh arrays each time cost page faults)."""
+        else into a new pool four times that (a compaction moves every held row, so room for
+        many chunks makes compactions rare when chunks are far smaller than the rows held, and
+        reusing the pool spares fresh arrays their page faults)."""
         need = self.held + n
         pool = self._pool
         if pool is None or len(pool) < 2 * need:

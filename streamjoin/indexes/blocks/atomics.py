@@ -29,12 +29,11 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 #: Spins with ``pause`` before a waiting thread yields its processor.
 SPINS = 64
 #: Yields before a waiting thread sleeps (:data:`NAP_US` at a time): a thread that waits that
-#: long (about 0.6 ms: a yield with nothing else to run costs ~0.3 µs) waits for one that lost
-#: its processor to another job, and a processor that keeps yielding never goes idle, so the
-#: scheduler never moves the other thread onto it. With a busy loop on the second core, two
-#: shared-index threads at W = 2**20 ran 1.85-1.89x as fast with the naps as without (0.83-0.91
-#: of one thread, against 0.44-0.48); with both cores free, alike. At 256 yields the naps
-#: also came between close steps and cost 8% there.
+#: long (a yield with nothing else to run is well under a microsecond, so this is a fraction
+#: of a millisecond) waits for one that lost its processor to another job, and a processor
+#: that keeps yielding never goes idle, so the scheduler never moves the other thread onto it.
+#: Far fewer yields would put naps between close steps too (docs/performance.md has the
+#: measurements).
 YIELDS = 2048
 #: Microseconds a long wait sleeps at a time.
 NAP_US = 20
