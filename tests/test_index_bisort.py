@@ -25,7 +25,6 @@ from streamjoin.indexes.blocks.key_codes import item_bounds
 from streamjoin.indexes.panjoin.bisort import (
     _SWEEP_GAP,
     BUFFERED,
-    LAYOUTS,
     MAIN,
     STRIDE,
     BISort,
@@ -34,6 +33,7 @@ from streamjoin.indexes.panjoin.bisort import (
     stream_bytes,
 )
 from streamjoin.indexes.panjoin.subwindows import band_bounds
+from streamjoin.modes import LAYOUTS
 
 #: Subwindows of 8 items: a 40-tuple count window spans six of them.
 TINY = {"subwindow_size": 8, "partitions": 3, "buffer_size": 4}
@@ -286,7 +286,7 @@ def test_sweep_and_search_paths_agree_on_large_runs(probes, layout):
         ({"buffer_size": 2.5}, "buffer_size must be an integer"),
         ({"threads": 0}, r"threads must be an integer in \[1, 1024\]"),
         ({"threads": 10**6}, r"threads must be an integer in \[1, 1024\]"),
-        ({"layout": "packed"}, "layout must be one of"),
+        ({"layout": "packed"}, "layout must be 'wide' or 'compact'"),
     ],
 )
 def test_rejects_bad_options(options, message):

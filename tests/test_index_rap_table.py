@@ -181,7 +181,7 @@ def test_increasing_keys_pile_into_the_last_partition(layout):
         ({"domain": (5.0, 5.0)}, "domain must be finite with lo < hi"),
         ({"domain": (0.0, np.inf)}, "domain must be finite with lo < hi"),
         ({"domain": 3.0}, "domain must be a pair of numbers"),
-        ({"layout": "packed"}, "layout must be 'compact' or 'wide'"),
+        ({"layout": "packed"}, "layout must be 'wide' or 'compact'"),
     ],
 )
 def test_rejects_bad_options(options, message):

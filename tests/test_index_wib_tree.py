@@ -114,7 +114,7 @@ def test_heavy_median_run_becomes_an_equal_key_leaf():
         ({"fanout": 2}, r"fanout must be an integer in \[3, 65536\]"),
         ({"fanout": "64"}, "fanout must be an integer"),
         ({"fanout": 10**12}, r"fanout must be an integer in \[3, 65536\]"),
-        ({"layout": "packed"}, "layout must be 'compact' or 'wide'"),
+        ({"layout": "packed"}, "layout must be 'wide' or 'compact'"),
     ],
 )
 def test_rejects_bad_options(options, message):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.modes import Layout
 
 LINE = 64
@@ -98,13 +99,14 @@ def css_tree(
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.pim.css_tree`: a probe searches one leaf (its keys, or compact
     items, and a line of refs beside wide keys); every insert merges its sorted batch into the
-    whole leaf level (:func:`~streamjoin.indexes.blocks.sorted_runs.merge_runs`, or
+    whole leaf level (:func:`~streamjoin.indexes.blocks.sorted_runs.merge_runs_into`, or
     :meth:`~streamjoin.indexes.blocks.coded_level.CodedLevel.merge` compact), reading the old level
     and writing the new one (``window + insert_batch`` items each: expiry only moves a bound,
     and the expired batch leaves at the merge that adds the new one), then rebuilds the inner
     keys (one key per leaf)."""
-    item = 8 if layout == "compact" else 16
-    probe = search_lines(leaf_size, 8) + (layout != "compact")
+    items = item_layout("css_tree", layout)
+    item = items.item_bytes
+    probe = search_lines(leaf_size, 8) + items.ref_lines
     level = 2 * item * (window + insert_batch) + 16 * insert_batch  # old, new, the batch
     inner = 2 * 8 * (window / leaf_size) * fanout / (fanout - 1)  # leaf maxima read, written
     return _result(probe * LINE, 0.0, (level + inner) / insert_batch, probe)
@@ -131,9 +133,10 @@ def chained(
     compact also read again and packed into 8 bytes an item."""
     search, moved, bplus_probe, whole = _bplus_leaf(leaf_size)
     node_bytes = 16 / BTREE_FILL
+    items = item_layout("chained", layout)
     if archive == "css":
-        archived = search_lines(css_leaf_size, 8) + (layout != "compact")
-        copy = node_bytes + 16 + (16 + 8 if layout == "compact" else 0)
+        archived = search_lines(css_leaf_size, 8) + items.ref_lines
+        copy = node_bytes + 16 + (16 + items.item_bytes if items.packed else 0)
     else:
         archived = bplus_probe
         copy = 2 * node_bytes
@@ -204,7 +207,7 @@ def rap_table(
     partitions (:func:`_swept`); an insert appends to its partition's LLAT chain
     (:func:`_appended`); compact, the subwindow that fills is packed once
     (:data:`PACK_BYTES`)."""
-    wide = layout != "compact"
+    wide = not item_layout("rap_table", layout).packed
     probe, cold = _swept(window, insert_batch, subwindow_size, partitions, wide)
     insert = _appended(insert_batch, partitions)
     return _result(probe, insert, 0.0 if wide else PACK_BYTES, cold)
@@ -224,7 +227,7 @@ def wib_tree(
     sorted and split, reading and writing its ``leaf_width`` items of 16 bytes, about once
     every ``leaf_width / 2`` inserts; compact, the subwindow that fills is packed once
     (:data:`PACK_BYTES`)."""
-    wide = layout != "compact"
+    wide = not item_layout("wib_tree", layout).packed
     leaves = subwindow_size / (BTREE_FILL * leaf_width)
     probe, cold = _swept(window, insert_batch, subwindow_size, leaves, wide)
     split = 2 * 16 * leaf_width / (leaf_width / 2)

@@ -53,6 +53,7 @@ from numba import njit
 
 from streamjoin.checks import MAX_THREADS
 from streamjoin.indexes.base import copy_prefix, grow, register
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_codes import (
     REF_SPAN,
     bounds_for,
@@ -79,9 +80,6 @@ from streamjoin.modes import Layout
 
 # slots of BISortArrays.meta
 MAIN, BUFFERED, SAMPLES, STRIDE, REF_BASE = range(5)
-#: Main-array layouts: 8-byte items (key code and relative ref in one uint64,
-#: :mod:`~streamjoin.indexes.blocks.key_codes`), or a float64 key and an int64 ref (16 bytes).
-LAYOUTS = ("compact", "wide")
 
 
 class BISortArrays(NamedTuple):
@@ -564,7 +562,7 @@ def stream_bytes(
     Returns ``{"insert": .., "probe": .., "total": ..}``, per tuple, upper bounds where items
     move conditionally.
     """
-    compact = layout == "compact"
+    compact = item_layout("bisort", layout).packed
     c = subwindow_size
     full = -(-window // c)
     stride_full = max(1, -(-c // partitions))
@@ -641,9 +639,8 @@ class BISort(SubwindowStore):
         super().__init__(capacity)
         self.partitions = int_option(self.kind, "partitions", partitions, 1, MAX_PARTITIONS)
         self.buffer_size = int_option(self.kind, "buffer_size", buffer_size, 0, MAX_PARTITIONS)
-        if layout not in LAYOUTS:
-            raise ValueError(f"bisort layout must be one of {LAYOUTS}, got {layout!r}")
-        if layout == "compact" and capacity >= REF_SPAN:
+        self._packs = item_layout(self.kind, layout).packed  # once full
+        if self._packs and capacity >= REF_SPAN:
             raise ValueError(
                 f"bisort subwindow_size must be below 2**32 for the compact layout, got {capacity}"
             )
@@ -670,11 +667,11 @@ class BISort(SubwindowStore):
         t = self._t
         if self.packed:  # the inserts of a packed subwindow would write past its items
             raise ValueError("bisort: insert into a full subwindow (it is packed)")
-        if self.layout == "compact":  # refs must fit 32-bit offsets: refused before any change
+        if self._packs:  # refs must fit 32-bit offsets: refused before any change
             t.meta[REF_BASE] = checked_ref_base(self.kind, refs, self._size == 0, t.meta[REF_BASE])
         insert_bisort(t, keys, refs)
         self._size += n
-        if self.layout == "compact" and self._size == self.capacity:
+        if self._packs and self._size == self.capacity:
             self._pack()
 
     def _pack(self) -> None:
@@ -744,7 +741,7 @@ class BISort(SubwindowStore):
             assert len(np.unique(refs)) == m, "refs unique"
             assert refs.min() >= ref_base and not np.isnan(t.coder).any()
         else:
-            assert self.layout == "wide" or len(self) < self.capacity, "a full one is packed"
+            assert not self._packs or len(self) < self.capacity, "a full one is packed"
             assert np.array_equal(np.lexsort((refs, main)), np.arange(m)), "main sorted"
         buf_keys, buf_refs = t.buf_keys[:b], t.buf_refs[:b]
         assert np.array_equal(np.lexsort((buf_refs, buf_keys)), np.arange(b)), "buffer sorted"
@@ -818,7 +815,7 @@ class BISortIndex(SubwindowIndex):
         super().__init__(
             n_keys, subwindow_size, partitions=partitions, buffer_size=buffer_size, layout=layout
         )
-        self.exact = layout == "wide"
+        self.exact = item_layout(self.name, layout).exact
 
     def probe_stores(self, keys, vlo, vhi, lo, hi):
         """Every subwindow appends to one pair of outputs (per thread): no per-store arrays to

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_codes import (
     REF_SPAN,
     checked_ref_base,
@@ -287,10 +288,9 @@ class LLATStore(SubwindowStore):
     def _set_layout(self, layout: Layout) -> None:
         """Take the ``layout`` option: ``"wide"``, or ``"compact"`` (a full subwindow is packed,
         if its refs fit 32-bit offsets: ``capacity < 2**32``); a ``ValueError`` otherwise."""
-        if layout not in ("compact", "wide"):
-            raise ValueError(f"{self.kind} layout must be 'compact' or 'wide', got {layout!r}")
+        packed = item_layout(self.kind, layout).packed
         self.layout = layout
-        self._packs = layout == "compact" and self.capacity < REF_SPAN  # once full
+        self._packs = packed and self.capacity < REF_SPAN  # once full
 
     def _before_insert(self, refs: np.ndarray, ref_base: np.ndarray) -> None:
         """Refuse an insert into a packed subwindow (it would write wide items into it), and

@@ -28,6 +28,7 @@ from numba import njit
 
 from streamjoin.checks import number
 from streamjoin.indexes.base import register
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_codes import (
     bounds_for,
     encode,
@@ -387,4 +388,4 @@ class RaPTableIndex(SubwindowIndex):
             domain=domain,
             layout=layout,
         )
-        self.exact = layout == "wide"
+        self.exact = item_layout(self.name, layout).exact

@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.indexes.base import node_size, register
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_codes import bounds_for, encode, item_codes, item_refs
 from streamjoin.indexes.panjoin.llat import (
     PTR_G,
@@ -596,4 +597,4 @@ class WiBTreeIndex(SubwindowIndex):
         super().__init__(
             n_keys, subwindow_size, leaf_width=leaf_width, fanout=fanout, layout=layout
         )
-        self.exact = layout == "wide"
+        self.exact = item_layout(self.name, layout).exact

@@ -29,6 +29,7 @@ import numpy as np
 from streamjoin.checks import number
 from streamjoin.indexes.base import WindowIndex, node_size, register
 from streamjoin.indexes.blocks.grid_codes import bulk_window, fit_grid, merge_grid_items_into
+from streamjoin.indexes.blocks.item_layout import WIDE_GRID, item_layout
 from streamjoin.indexes.blocks.key_codes import REF_SPAN, item_refs
 from streamjoin.indexes.blocks.key_order import stable_order
 from streamjoin.indexes.pim.bplus_tree import (
@@ -43,12 +44,11 @@ from streamjoin.indexes.pim.bplus_tree import (
     reserve,
     shrink_to_fit,
 )
-from streamjoin.indexes.pim.css_tree import WIDE_GRID, build_css_tree, search_css_tree
+from streamjoin.indexes.pim.css_tree import build_css_tree, search_css_tree
 from streamjoin.modes import Layout
 
 _NO_REF = np.iinfo(np.int64).min
 ARCHIVES = ("bplus", "css")
-LAYOUTS = ("wide", "compact")
 #: The longest chain: a probe visits every subindex, so a chain of thousands is a typo (the
 #: paper's chains are 2 to 16 long).
 MAX_CHAIN = 1024
@@ -123,9 +123,8 @@ class ChainedIndex(WindowIndex):
         layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
-        if layout not in LAYOUTS:
-            raise ValueError(f"chained layout must be one of {LAYOUTS}, got {layout!r}")
-        if layout == "compact" and archive != "css":
+        self._items = item_layout(self.name, layout)
+        if self._items.packed and archive != "css":
             raise ValueError("chained layout='compact' packs CSS-trees: it needs archive='css'")
         chain_length = int(
             number("chained chain_length", chain_length, integer=True, low=2, high=MAX_CHAIN)
@@ -143,7 +142,7 @@ class ChainedIndex(WindowIndex):
         self.subindex_size = None if subindex_size is None else int(subindex_size)
         self.archive = archive
         self.layout = layout
-        self.exact = layout == "wide"
+        self.exact = self._items.exact
         self.fanout = node_size(self.name, "fanout", fanout, 3)
         self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 3)
         self.css_fanout = node_size(self.name, "css_fanout", css_fanout, 2)
@@ -177,7 +176,7 @@ class ChainedIndex(WindowIndex):
         if self.archive == "css":  # §5.1 IB-chain: convert before archiving
             keys, refs = chain_items(t, 0, self._active_n)
             grid, ref_base = WIDE_GRID, np.zeros(1, dtype=np.int64)
-            if self.layout == "compact" and int(refs.max()) - int(refs.min()) < REF_SPAN:
+            if self._items.packed and int(refs.max()) - int(refs.min()) < REF_SPAN:
                 # the keys are final: a grid over their bulk, the refs from the first
                 grid = np.array(fit_grid(*bulk_window(keys)), dtype=np.uint64)
                 ref_base[0] = refs.min()
@@ -280,7 +279,7 @@ class ChainedIndex(WindowIndex):
         for sub, n in zip(self._chain, self._chain_n, strict=True):
             if isinstance(sub, CSSRun):
                 if sub.keys.dtype == np.uint64:  # compact: sorted by code, refs packed
-                    assert self.layout == "compact" and len(sub.refs) == 0
+                    assert self._items.packed and len(sub.refs) == 0
                     assert np.all(sub.keys[1:] >> 32 >= sub.keys[:-1] >> 32), "sorted by code"
                     refs = item_refs(sub.keys, int(sub.ref_base[0]))
                 else:

@@ -24,8 +24,9 @@ from numba import njit
 from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
+from streamjoin.indexes.blocks.item_layout import WIDE_GRID, item_layout
 from streamjoin.indexes.blocks.key_order import stable_key_order
-from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound, merge_runs
+from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound
 from streamjoin.modes import Layout
 
 
@@ -136,10 +137,6 @@ def search_css_tree(
     return out_p[:n_out], out_r[:n_out]
 
 
-#: The ``grid`` argument of a wide level's search (unused).
-WIDE_GRID = np.array([0, 32], dtype=np.uint64)
-
-
 @register
 class CSSTreeIndex(WindowIndex):
     """Immutable B+-tree (CSS-tree) as a window index: every insert merges and rebuilds.
@@ -180,12 +177,10 @@ class CSSTreeIndex(WindowIndex):
         super().__init__(n_keys)
         self.fanout = node_size(self.name, "fanout", fanout, 2)
         self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 1)
-        if layout not in ("wide", "compact"):
-            raise ValueError(f"css_tree layout must be 'wide' or 'compact', got {layout!r}")
+        self._items = item_layout(self.name, layout)
         self.layout = layout
-        self.exact = layout == "wide"
-        self._keys = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)
-        self._refs = np.empty(0, dtype=np.int64)
+        self.exact = self._items.exact
+        self._keys, self._refs = self._items.empty_level(0)
         self._before_ref = NO_REF
         self._first_ref: int | None = None
         self._coded = CodedLevel()  # compact: the grid, the ref base and the side run
@@ -195,32 +190,28 @@ class CSSTreeIndex(WindowIndex):
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
-        if self.layout == "compact":
-            self._coded.check_ref_span(self.name, refs, self._first_ref, self._before_ref)
+        coded = self._coded
+        self._items.check_ref_span(coded, self.name, refs, self._first_ref, self._before_ref)
         if self._first_ref is None:
             self._first_ref = int(refs[0])
         # a stable sort keeps equal keys in ref order: the batch becomes a (key, ref)-sorted run
         order = stable_key_order(keys[0], order)
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
         run_keys = np.ascontiguousarray(run_keys)
-        if self.layout == "compact":
-            coded = self._coded
-            out = np.empty(len(self._keys) + len(coded.side_keys) + len(run_keys), np.uint64)
-            n = coded.merge(self._keys, run_keys, run_refs, self._before_ref, out)
-            self._keys = out[:n]
-            self._side_tree = build_css_tree(coded.side_keys, self.fanout, self.leaf_size)
-        else:
-            self._keys, self._refs = merge_runs(
-                self._keys, self._refs, run_keys, run_refs, self._before_ref
-            )
+        # a new level, views of the surviving length (a copy to the exact length would stream
+        # the whole level a second time; the slack is at most what expired)
+        out = self._items.empty_level(len(self._keys) + len(coded.side_keys) + len(run_keys))
+        n = self._items.merge_level(
+            coded, self._keys, self._refs, run_keys, run_refs, self._before_ref, out
+        )
+        self._keys, self._refs = out[0][:n], out[1][:n]
+        self._side_tree = build_css_tree(coded.side_keys, self.fanout, self.leaf_size)
         self._inner, self._offsets = build_css_tree(self._keys, self.fanout, self.leaf_size)
 
     def probe(self, keys, lo, hi):
         probe_keys = np.ascontiguousarray(keys[0])
         coded = self._coded
-        grid, ref_base = (
-            (coded.grid, coded.ref_base) if self.layout == "compact" else (WIDE_GRID, 0)
-        )
+        grid, ref_base = self._items.search_grid(coded)
         found = search_css_tree(
             self._keys,
             self._refs,
@@ -266,14 +257,7 @@ class CSSTreeIndex(WindowIndex):
     def check(self) -> None:
         keys, refs, inner, offsets = self._keys, self._refs, self._inner, self._offsets
         f, size, n = self.fanout, self.leaf_size, len(keys)
-        if self.layout == "compact":
-            assert len(refs) == 0, "compact items hold their refs"
-            refs = self._coded.check(keys)  # the side run's included
-        else:
-            assert keys.dtype == np.float64 and refs.dtype == np.int64 and refs.shape == (n,)
-            assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), (
-                "items sorted by (key, ref)"
-            )
+        refs = self._items.check_level(self._coded, keys, refs)  # a side run's included
         assert len(np.unique(refs)) == len(refs), "refs are unique"
         n_leaves = -(-n // size)
         depth = len(offsets) - 1

@@ -34,16 +34,12 @@ from numba import njit
 from streamjoin.checks import number
 from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
-from streamjoin.indexes.blocks.grid_codes import (
-    bounds_on,
-    route_items,
-    scan_on,
-)
+from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_order import is_sorted, stable_key_order
 from streamjoin.indexes.blocks.sorted_runs import (
     largest,
     lower_bound,
-    merge_runs_into,
     prefetch,
     prefetch_range,
     scan_run,
@@ -304,9 +300,10 @@ def memory_traffic(
     Returns ``{"probe_bytes", "insert_bytes", "merge_bytes", "total_bytes", "cold_lines"}`` per
     tuple; ``cold_lines`` counts the probe's and the insert's random lines (what a fully
     dependent walk would wait for one after another)."""
-    item = 8 if layout == "compact" else 16
+    items = item_layout("pim_tree", layout)
+    item = items.item_bytes
     # a leaf's 8-byte keys (or compact items), plus a line of refs beside wide keys
-    ts_lines = -(-css_leaf_size * 8 // _LINE) + (layout != "compact")
+    ts_lines = -(-css_leaf_size * 8 // _LINE) + items.ref_lines
     ti_key_lines = -(-leaf_size * 8 // _LINE)
     probe_lines = ts_lines + ti_key_lines + 1
     insert_read, insert_written = 2 * ti_key_lines, ti_key_lines
@@ -420,8 +417,7 @@ class PIMTreeIndex(WindowIndex):
         layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
-        if layout not in ("wide", "compact"):
-            raise ValueError(f"{self.name} layout must be 'wide' or 'compact', got {layout!r}")
+        self._items = item_layout(self.name, layout)
         check_options(
             self.name,
             merge_ratio,
@@ -445,9 +441,8 @@ class PIMTreeIndex(WindowIndex):
         # spare pair and the old one becomes the spare: fresh memory for every merge cost more
         # page faults than the merge itself
         self.layout = layout
-        self.exact = layout == "wide"
-        empty = np.empty(0, dtype=np.uint64 if layout == "compact" else np.float64)
-        self._ts_buf = self._spare = (empty, np.empty(0, dtype=np.int64))
+        self.exact = self._items.exact
+        self._ts_buf = self._spare = self._items.empty_level(0)
         # compact: T_S's grid, the ref its items count from, the largest ref merged into it,
         # and its side run, the (key, ref)-sorted items a merge left out of its grid
         self._coded = CodedLevel()
@@ -479,23 +474,15 @@ class PIMTreeIndex(WindowIndex):
         need = len(self._ts_keys) + len(self._coded.side_keys) + self._n_ti
         keys, refs = self._spare
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
-            keys = np.empty(need + need // 4, dtype=keys.dtype)
-            refs = np.empty(0 if self.layout == "compact" else len(keys), dtype=np.int64)
-        if self.layout == "compact":
-            n = self._merge_compact(ti_keys, ti_refs, keys)
-        else:
-            n = merge_runs_into(
-                self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before, keys, refs
-            )
+            keys, refs = self._items.empty_level(need + need // 4)
+        # a compact T_S merges through its CodedLevel (the grid, the ref base, the side run)
+        n = self._items.merge_level(
+            self._coded, self._ts_keys, self._ts_refs, ti_keys, ti_refs, self._before, (keys, refs)
+        )
         self._spare, self._ts_buf = self._ts_buf, (keys, refs)
         self._rebuild(keys[:n], refs[:n], reuse=self._forest)
         self.merges += 1
         self.merge_seconds += time.thread_time() - t0
-
-    def _merge_compact(self, ti_keys: np.ndarray, ti_refs: np.ndarray, out: np.ndarray) -> int:
-        """Merge T_S's items, the side run and T_I into ``out`` (items) and a new side run
-        (:class:`~streamjoin.indexes.blocks.coded_level.CodedLevel`)."""
-        return self._coded.merge(self._ts_keys, ti_keys, ti_refs, self._before, out)
 
     @property
     def partition_inserts(self) -> np.ndarray:
@@ -518,8 +505,7 @@ class PIMTreeIndex(WindowIndex):
     def insert(self, keys: np.ndarray, refs: np.ndarray, order: np.ndarray | None = None) -> None:
         if len(refs) == 0:
             return
-        if self.layout == "compact":
-            self._coded.check_ref_span(self.name, refs, self._first_ref, self._before)
+        self._items.check_ref_span(self._coded, self.name, refs, self._first_ref, self._before)
         if self._first_ref is None:
             self._first_ref = int(refs[0])
         self._last_ref = int(refs[-1])
@@ -528,7 +514,7 @@ class PIMTreeIndex(WindowIndex):
         order = stable_key_order(keys[0], order)
         run_keys, run_refs = (keys[0], refs) if order is None else (keys[0][order], refs[order])
         run_keys = np.ascontiguousarray(run_keys)
-        routes = route_items(run_keys, self._coded.grid) if self.layout == "compact" else run_keys
+        routes = self._items.routes(run_keys, self._coded)
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
         insert_partitioned(
             self._forest,
@@ -600,13 +586,7 @@ class PIMTreeIndex(WindowIndex):
 
     def check(self) -> None:
         keys, refs = self._ts_keys, self._ts_refs
-        n = len(keys)
-        if self.layout == "compact":
-            refs = self._coded.check(keys)  # what T_S holds, side run included
-            routes = route_items
-        else:
-            assert np.array_equal(np.lexsort((refs, keys)), np.arange(n)), "T_S sorted by key"
-            routes = None
+        refs = self._items.check_level(self._coded, keys, refs)  # T_S's, a side run's included
         assert not any(np.shares_memory(a, b) for a in self._spare for b in (keys, refs)), (
             "the next merge writes into the spare buffers, which T_S must not use"
         )
@@ -625,7 +605,7 @@ class PIMTreeIndex(WindowIndex):
         ti_refs = []
         for p, items in enumerate(held):
             for key, ref in items:
-                route = key if routes is None else routes(np.array([key]), self._coded.grid)[0]
+                route = self._items.routes(np.array([key]), self._coded)[0]
                 part = descend_css_tree(inner, offsets, self.css_fanout, route, depth)
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)

@@ -33,9 +33,8 @@ import numpy as np
 
 from streamjoin.indexes.blocks.atomics import PAD
 from streamjoin.indexes.blocks.coded_level import CodedLevel
-from streamjoin.indexes.blocks.grid_codes import route_items
+from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_order import stable_order
-from streamjoin.indexes.blocks.sorted_runs import merge_runs_into
 from streamjoin.indexes.pim.bplus_tree import (
     HEIGHT,
     INNER_HWM,
@@ -245,8 +244,7 @@ class SharedPIMTree:
         css_leaf_size: int = 32,
         layout: Layout = "wide",
     ) -> None:
-        if layout not in ("wide", "compact"):
-            raise ValueError(f"{name} layout must be 'wide' or 'compact', got {layout!r}")
+        self._items = item_layout(name, layout)
         if merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {merge!r}")
         check_options(
@@ -262,7 +260,7 @@ class SharedPIMTree:
         self.name = name
         self.merge = merge
         self.layout = layout
-        self.exact = layout == "wide"
+        self.exact = self._items.exact
         self.merge_ratio = float(merge_ratio)
         self.insertion_depth = 0 if name == "im_tree" else int(insertion_depth)
         self.window = window
@@ -274,15 +272,14 @@ class SharedPIMTree:
         self._empties = _empty_parts()
         self._meta[CSS_FANOUT], self._meta[CSS_LEAF] = self.css_fanout, self.css_leaf_size
         self._meta[CHUNK] = APPLY_CHUNK
-        self._meta[COMPACT] = layout == "compact"
+        self._meta[COMPACT] = self._items.packed
         self._before = _NO_REF
         self._first_ref: int | None = None
         self._last_ref: int | None = None
         # compact: T_S's grid, the ref its items count from, its side run (replaced, not
         # changed, by a merge: the merging thread builds the next one from a copy)
         self._coded = CodedLevel()
-        level = _NO_ITEMS if layout == "compact" else _empty()
-        self._ts_buf = self._spare = (level, _empty(np.int64))
+        self._ts_buf = self._spare = self._items.empty_level(0)
         self._spare_forest: BPlusArrays | None = None  # node arrays for the next T_I to reuse
         self._frozen, self._frozen_tops = new_forest(1, 3, 3)
         self._n_frozen = 0
@@ -332,20 +329,15 @@ class SharedPIMTree:
         the new T_S's. Reads only its arguments: it runs on the merging thread while workers
         join."""
         t0 = time.thread_time()
-        compact = self.layout == "compact"
         ti_keys, ti_refs = chain_items(frozen, 0, n_frozen)
         need = len(ts_keys) + len(coded.side_keys) + n_frozen
         keys, refs = buf
         if len(keys) < need:  # room for a window a quarter larger before the next allocation
-            keys = np.empty(need + need // 4, dtype=keys.dtype)
-            refs = np.empty(0 if compact else len(keys), dtype=np.int64)
-        if compact:
-            n = coded.merge(ts_keys, ti_keys, ti_refs, before, keys)
-        else:
-            n = merge_runs_into(ts_keys, ts_refs, ti_keys, ti_refs, before, keys, refs)
+            keys, refs = self._items.empty_level(need + need // 4)
+        n = self._items.merge_level(coded, ts_keys, ts_refs, ti_keys, ti_refs, before, (keys, refs))
         inner, offsets = build_css_tree(keys[:n], self.css_fanout, self.css_leaf_size)
         parts = self._partitions(keys[:n], offsets)
-        built = (keys[:n], refs[: 0 if compact else n], inner, offsets, *parts, coded)
+        built = (keys[:n], refs[:n], inner, offsets, *parts, coded)  # compact: refs are empty
         self._built = (built, (keys, refs))
         self.merged += n
         self.merge_seconds += time.thread_time() - t0
@@ -370,7 +362,7 @@ class SharedPIMTree:
         self._meta[MIN_REF] = self._before
         coded = self._coded
         self._meta[REF_BASE] = coded.ref_base
-        if self.layout == "compact":
+        if self._items.packed:  # the kernels take compact items under their own names
             level = {
                 "ts_items": self._ts_keys,
                 "inner_items": self._inner,
@@ -407,8 +399,8 @@ class SharedPIMTree:
         """Prepare a step whose threads insert ``refs`` (keys ``keys``, both in ref order):
         switch merge phases that are due, reserve node room; returns the step's state."""
         n = len(refs)
-        if n and self.layout == "compact":  # before a merge is installed: nothing changed
-            self._coded.check_ref_span(self.name, refs, self._first_ref, self._before)
+        if n:  # before a merge is installed: nothing changed
+            self._items.check_ref_span(self._coded, self.name, refs, self._first_ref, self._before)
         self._switch_phase()
         if n:
             if self._first_ref is None:
@@ -491,8 +483,7 @@ class SharedPIMTree:
         upper = self._upper
         # partition q takes the keys whose routes (on a compact T_S: their lowest item
         # bounds on the new grid) are at most upper[q]
-        compact = self.layout == "compact"
-        routes = route_items(pend_keys, self._coded.grid) if compact else pend_keys
+        routes = self._items.routes(pend_keys, self._coded)
         self._pend_start = np.zeros(len(upper) + 1, dtype=np.int64)
         self._pend_start[1:] = np.searchsorted(routes, upper, side="right")
         self._applied = np.zeros(len(upper), dtype=np.int64)
@@ -541,10 +532,7 @@ class SharedPIMTree:
         """Assert the invariants (settles a merge in flight first; between steps only)."""
         self.settle()
         keys, refs = self._ts_keys, self._ts_refs
-        if self.layout == "compact":
-            refs = self._coded.check(keys)  # what T_S holds, side run included
-        else:
-            assert np.array_equal(np.lexsort((refs, keys)), np.arange(len(keys))), "T_S sorted"
+        refs = self._items.check_level(self._coded, keys, refs)  # T_S's, a side run's included
         inner, offsets = build_css_tree(keys, self.css_fanout, self.css_leaf_size)
         assert np.array_equal(inner, self._inner) and np.array_equal(offsets, self._offsets)
         depth, stride, upper = self._partitions(keys, offsets)
@@ -557,9 +545,7 @@ class SharedPIMTree:
         ti_refs = []
         for p, items in enumerate(held):
             for key, ref in items:
-                route = key
-                if self.layout == "compact":
-                    route = route_items(np.array([key]), self._coded.grid)[0]
+                route = self._items.routes(np.array([key]), self._coded)[0]
                 part = descend_css_tree(inner, offsets, self.css_fanout, route, depth)
                 assert part == p, f"item {(key, ref)} in subindex {p}, belongs to {part}"
                 ti_refs.append(ref)
