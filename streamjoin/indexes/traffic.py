@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 
 from streamjoin.indexes.blocks.item_layout import item_layout
+from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE
 from streamjoin.modes import Layout
 
 LINE = 64
@@ -74,7 +75,12 @@ def _bplus_leaf(leaf_size: int) -> tuple[int, int, int, int]:
     return search, moved, search + 1, 2 * lines(leaf_size * 8)
 
 
-def bplus_tree(window: int, fanout: int = 32, leaf_size: int = 64, **_) -> dict[str, float]:
+def bplus_tree(
+    window: int,
+    fanout: int = DEFAULT_SHAPE.fanout,
+    leaf_size: int = DEFAULT_SHAPE.leaf_size,
+    **_,
+) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.pim.bplus_tree`: a probe descends to a leaf and searches it
     (:func:`~streamjoin.indexes.pim.bplus_tree.probe_tree`); an insert prefetches its whole leaf,
     then shifts the items above its place one slot (written back); an expiry descends,
@@ -92,8 +98,8 @@ def bplus_tree(window: int, fanout: int = 32, leaf_size: int = 64, **_) -> dict[
 def css_tree(
     window: int,
     insert_batch: int = 512,
-    fanout: int = 65,
-    leaf_size: int = 32,
+    fanout: int = DEFAULT_SHAPE.css_fanout,
+    leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
     layout: Layout = "wide",
     **_,
 ) -> dict[str, float]:
@@ -117,10 +123,10 @@ def chained(
     chain_length: int = 2,
     archive: str = "css",
     layout: Layout = "wide",
-    fanout: int = 32,
-    leaf_size: int = 64,
-    css_fanout: int = 65,
-    css_leaf_size: int = 32,
+    fanout: int = DEFAULT_SHAPE.fanout,
+    leaf_size: int = DEFAULT_SHAPE.leaf_size,
+    css_fanout: int = DEFAULT_SHAPE.css_fanout,
+    css_leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
     **_,
 ) -> dict[str, float]:
     """:mod:`~streamjoin.indexes.pim.chained`: a probe searches the active B+-tree and the

@@ -44,6 +44,7 @@ from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
 from streamjoin.indexes.blocks.atomics import atomic_add
 from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
 from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch_range, scan_run
+from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE
 
 # slots of BPlusArrays.meta
 ROOT, HEIGHT, LEAF_HWM, LEAF_FREE, INNER_HWM, INNER_FREE = range(6)
@@ -669,7 +670,12 @@ class BPlusTreeIndex(WindowIndex):
     name = "bplus_tree"
     takes_order = True
 
-    def __init__(self, n_keys: int = 1, fanout: int = 32, leaf_size: int = 64) -> None:
+    def __init__(
+        self,
+        n_keys: int = 1,
+        fanout: int = DEFAULT_SHAPE.fanout,
+        leaf_size: int = DEFAULT_SHAPE.leaf_size,
+    ) -> None:
         super().__init__(n_keys)
         self.fanout = node_size(self.name, "fanout", fanout, 3)
         self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 3)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from streamjoin.checks import number
-from streamjoin.indexes.base import WindowIndex, node_size, register
+from streamjoin.indexes.base import WindowIndex, register
 from streamjoin.indexes.blocks.grid_codes import bulk_window, fit_grid, merge_grid_items_into
 from streamjoin.indexes.blocks.item_layout import WIDE_GRID, item_layout
 from streamjoin.indexes.blocks.key_codes import REF_SPAN, item_refs
@@ -45,6 +45,7 @@ from streamjoin.indexes.pim.bplus_tree import (
     shrink_to_fit,
 )
 from streamjoin.indexes.pim.css_tree import build_css_tree, search_css_tree
+from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE, TreeShape
 from streamjoin.modes import Layout
 
 _NO_REF = np.iinfo(np.int64).min
@@ -116,10 +117,10 @@ class ChainedIndex(WindowIndex):
         subindex_size: int | None = None,
         window: int | None = None,
         archive: str = "css",
-        fanout: int = 32,
-        leaf_size: int = 64,
-        css_fanout: int = 65,
-        css_leaf_size: int = 32,
+        fanout: int = DEFAULT_SHAPE.fanout,
+        leaf_size: int = DEFAULT_SHAPE.leaf_size,
+        css_fanout: int = DEFAULT_SHAPE.css_fanout,
+        css_leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
         layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
@@ -143,10 +144,9 @@ class ChainedIndex(WindowIndex):
         self.archive = archive
         self.layout = layout
         self.exact = self._items.exact
-        self.fanout = node_size(self.name, "fanout", fanout, 3)
-        self.leaf_size = node_size(self.name, "leaf_size", leaf_size, 3)
-        self.css_fanout = node_size(self.name, "css_fanout", css_fanout, 2)
-        self.css_leaf_size = node_size(self.name, "css_leaf_size", css_leaf_size, 1)
+        shape = TreeShape(fanout, leaf_size, css_fanout, css_leaf_size).checked(self.name)
+        self.fanout, self.leaf_size = shape.fanout, shape.leaf_size
+        self.css_fanout, self.css_leaf_size = shape.css_fanout, shape.css_leaf_size
         self._before = _NO_REF
         self._first_ref: int | None = None
         self._active_last = _NO_REF

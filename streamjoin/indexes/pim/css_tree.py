@@ -27,6 +27,7 @@ from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.item_layout import WIDE_GRID, item_layout
 from streamjoin.indexes.blocks.key_order import stable_key_order
 from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound
+from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE
 from streamjoin.modes import Layout
 
 
@@ -172,7 +173,11 @@ class CSSTreeIndex(WindowIndex):
     takes_order = True
 
     def __init__(
-        self, n_keys: int = 1, fanout: int = 65, leaf_size: int = 32, layout: Layout = "wide"
+        self,
+        n_keys: int = 1,
+        fanout: int = DEFAULT_SHAPE.css_fanout,
+        leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
+        layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
         self.fanout = node_size(self.name, "fanout", fanout, 2)

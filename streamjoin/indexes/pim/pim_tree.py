@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.checks import number
-from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
+from streamjoin.indexes.base import WindowIndex, key_range, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.item_layout import item_layout
@@ -55,6 +55,7 @@ from streamjoin.indexes.pim.bplus_tree import (
     seek_leaf,
 )
 from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE, TreeShape
 from streamjoin.modes import Layout
 
 
@@ -279,8 +280,8 @@ def memory_traffic(
     window: int,
     merge_ratio: float = 0.125,
     layout: Layout = "wide",
-    leaf_size: int = 64,
-    css_leaf_size: int = 32,
+    leaf_size: int = DEFAULT_SHAPE.leaf_size,
+    css_leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
 ) -> dict[str, float]:
     """What one tuple costs a PIM-Tree in memory traffic, in the steady state of one stream's
     share of a join (each tuple probes once and is inserted once, W items held): a model
@@ -325,23 +326,18 @@ def check_options(
     merge_ratio: float,
     insertion_depth: int,
     window: int | None,
-    fanout: int,
-    leaf_size: int,
-    css_fanout: int,
-    css_leaf_size: int,
-) -> None:
+    shape: TreeShape,
+) -> TreeShape:
     """Raise ``ValueError``, naming index ``name`` and the option, for a PIM-Tree option of
     the wrong type or out of its range (this index's and the shared one's,
     :mod:`streamjoin.indexes.pim.shared`): ``insertion_depth`` up to 64 (the height of any
-    tree of int64-many items), node sizes up to :data:`~streamjoin.indexes.base.MAX_NODE`."""
+    tree of int64-many items), node sizes as :meth:`TreeShape.checked`, which gives the
+    shape returned."""
     number(f"{name} merge_ratio", merge_ratio, low=0, high=1, low_open=True)
     number(f"{name} insertion_depth", insertion_depth, integer=True, low=0, high=64)
     if window is not None:
         number(f"{name} window", window, integer=True, low=1, high=2**63 - 1)
-    node_size(name, "fanout", fanout, 3)
-    node_size(name, "leaf_size", leaf_size, 3)
-    node_size(name, "css_fanout", css_fanout, 2)
-    node_size(name, "css_leaf_size", css_leaf_size, 1)
+    return shape.checked(name)
 
 
 @register
@@ -410,29 +406,21 @@ class PIMTreeIndex(WindowIndex):
         merge_ratio: float = 0.125,
         insertion_depth: int = 1,
         window: int | None = None,
-        fanout: int = 32,
-        leaf_size: int = 64,
-        css_fanout: int = 65,
-        css_leaf_size: int = 32,
+        fanout: int = DEFAULT_SHAPE.fanout,
+        leaf_size: int = DEFAULT_SHAPE.leaf_size,
+        css_fanout: int = DEFAULT_SHAPE.css_fanout,
+        css_leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
         layout: Layout = "wide",
     ) -> None:
         super().__init__(n_keys)
         self._items = item_layout(self.name, layout)
-        check_options(
-            self.name,
-            merge_ratio,
-            insertion_depth,
-            window,
-            fanout,
-            leaf_size,
-            css_fanout,
-            css_leaf_size,
-        )
+        shape = TreeShape(fanout, leaf_size, css_fanout, css_leaf_size)
+        shape = check_options(self.name, merge_ratio, insertion_depth, window, shape)
         self.merge_ratio = float(merge_ratio)
         self.insertion_depth = int(insertion_depth)
         self.window = window
-        self.fanout, self.leaf_size = int(fanout), int(leaf_size)
-        self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
+        self.fanout, self.leaf_size = shape.fanout, shape.leaf_size
+        self.css_fanout, self.css_leaf_size = shape.css_fanout, shape.css_leaf_size
         self._before = NO_REF  # the expiry flag: items with smaller refs are expired
         self._first_ref: int | None = None
         self._last_ref: int | None = None
@@ -639,10 +627,10 @@ class IMTreeIndex(PIMTreeIndex):
         n_keys: int = 1,
         merge_ratio: float = 0.125,
         window: int | None = None,
-        fanout: int = 32,
-        leaf_size: int = 64,
-        css_fanout: int = 65,
-        css_leaf_size: int = 32,
+        fanout: int = DEFAULT_SHAPE.fanout,
+        leaf_size: int = DEFAULT_SHAPE.leaf_size,
+        css_fanout: int = DEFAULT_SHAPE.css_fanout,
+        css_leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
         layout: Layout = "wide",
     ) -> None:
         super().__init__(

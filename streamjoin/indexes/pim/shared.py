@@ -68,6 +68,7 @@ from streamjoin.indexes.pim.pim_tree_shared import (
     SharedArrays,
     apply_pending,
 )
+from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE, TreeShape
 from streamjoin.modes import MERGES, Layout, Merge
 
 _NO_REF = np.iinfo(np.int64).min
@@ -238,25 +239,17 @@ class SharedPIMTree:
         merge_ratio: float = 0.125,
         insertion_depth: int = 1,
         window: int | None = None,
-        fanout: int = 32,
-        leaf_size: int = 64,
-        css_fanout: int = 65,
-        css_leaf_size: int = 32,
+        fanout: int = DEFAULT_SHAPE.fanout,
+        leaf_size: int = DEFAULT_SHAPE.leaf_size,
+        css_fanout: int = DEFAULT_SHAPE.css_fanout,
+        css_leaf_size: int = DEFAULT_SHAPE.css_leaf_size,
         layout: Layout = "wide",
     ) -> None:
         self._items = item_layout(name, layout)
         if merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {merge!r}")
-        check_options(
-            name,
-            merge_ratio,
-            insertion_depth,
-            window,
-            fanout,
-            leaf_size,
-            css_fanout,
-            css_leaf_size,
-        )
+        shape = TreeShape(fanout, leaf_size, css_fanout, css_leaf_size)
+        shape = check_options(name, merge_ratio, insertion_depth, window, shape)
         self.name = name
         self.merge = merge
         self.layout = layout
@@ -264,8 +257,8 @@ class SharedPIMTree:
         self.merge_ratio = float(merge_ratio)
         self.insertion_depth = 0 if name == "im_tree" else int(insertion_depth)
         self.window = window
-        self.fanout, self.leaf_size = int(fanout), int(leaf_size)
-        self.css_fanout, self.css_leaf_size = int(css_fanout), int(css_leaf_size)
+        self.fanout, self.leaf_size = shape.fanout, shape.leaf_size
+        self.css_fanout, self.css_leaf_size = shape.css_fanout, shape.css_leaf_size
         self.merges = self.merged = self.lock_waits = 0
         self.merge_seconds = 0.0
         self._meta = _meta()
@@ -578,10 +571,11 @@ class SharedBPlusTree:
     lock_waits = merges = merged = 0
     merge_seconds = 0.0
 
-    def __init__(self, fanout: int = 32, leaf_size: int = 64) -> None:
-        if fanout < 3 or leaf_size < 3:
-            raise ValueError("bplus_tree fanout and leaf_size must be at least 3")
-        self._tree = new_tree(int(fanout), int(leaf_size), 16, 16)
+    def __init__(
+        self, fanout: int = DEFAULT_SHAPE.fanout, leaf_size: int = DEFAULT_SHAPE.leaf_size
+    ) -> None:
+        shape = TreeShape(fanout, leaf_size).checked(self.name)
+        self._tree = new_tree(shape.fanout, shape.leaf_size, 16, 16)
         # the tree's (root, height) live in its meta: the one "subindex" of the shared kernels
         self._tops = self._tree.meta[ROOT : HEIGHT + 1].reshape(1, 2)
         self._meta = _meta()
