@@ -27,7 +27,7 @@ from streamjoin.actors.panjoin import PanJoinWorker
 from streamjoin.actors.router import Drain
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.coalesce import merge
-from streamjoin.runtime.ray.host import Inbox
+from streamjoin.runtime.ray.inbox import EdgeEnded, Inbox, Message, Messages
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -62,7 +62,7 @@ def _taken(box: Inbox) -> list:
     out = []
     while box.items:
         item = box.take()
-        out.append((item[2], merge(item[3])) if item[0] == "msg" else item)
+        out.append((item.port, merge(item.messages)) if isinstance(item, Messages) else item)
     return out
 
 
@@ -80,8 +80,8 @@ def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
         ("b", "row", Drain()),
     ]
     for sender, port, msg in msgs:
-        box.put(("msg", sender, port, msg))
-    box.put(("end", "a"))
+        box.put(Message(sender, port, msg))
+    box.put(EdgeEnded("a"))
     got = _taken(box)
     assert [p for p, _ in got[:-1]] == ["row", "col", "row", "row", "row", "row", "row"]
     batches = [m for _, m in got[:-2]]
@@ -89,32 +89,32 @@ def test_inbox_merges_consecutive_batches_of_one_sender_and_port_only():
     assert list(batches[0].horizon) == [1, 0]  # the later horizon
     assert [m.store for m in batches] == [True, True, True, True, False, False]
     assert isinstance(got[-2][1], Drain)
-    assert got[-1] == ("end", "a")
+    assert got[-1] == EdgeEnded("a")
 
 
 def test_inbox_keeps_batches_apart_for_logic_that_counts_them():
     for logic in (HandshakeCore, LowLatencyHandshakeCore, PanJoinWorker, Collector):
         assert not logic.merges_batches
         box = Inbox(logic.merges_batches, limit=None, max_tuples=100)
-        box.put(("msg", "a", "r_in", _batch([0], [0])))
-        box.put(("msg", "a", "r_in", _batch([1], [0])))
+        box.put(Message("a", "r_in", _batch([0], [0])))
+        box.put(Message("a", "r_in", _batch([1], [0])))
         assert len(_taken(box)) == 2
 
 
 def test_inbox_merges_result_pairs():
     box = Inbox(False, limit=None, max_tuples=1)
     for k in range(3):
-        box.put(("msg", "core", "in", PairBatch(np.array([k]), np.array([k + 10]), np.array([k]))))
+        box.put(Message("core", "in", PairBatch(np.array([k]), np.array([k + 10]), np.array([k]))))
     ((port, pairs),) = _taken(box)
     assert port == "in" and list(pairs.r) == [0, 1, 2] and list(pairs.s) == [10, 11, 12]
 
 
 def test_full_inbox_pauses_its_reader_until_the_worker_takes():
     box = Inbox(False, limit=2, max_tuples=1)
-    box.put(("msg", "a", "in", _batch([0], [0])))
+    box.put(Message("a", "in", _batch([0], [0])))
     assert not box.pause()
-    box.put(("msg", "b", "in", _batch([1], [0])))  # from a neighbour: counts the same
-    box.put(("end", "a"))
+    box.put(Message("b", "in", _batch([1], [0])))  # from a neighbour: counts the same
+    box.put(EdgeEnded("a"))
     assert box.pause()  # the reader stops reading edges on no cycle
     box.wake_r.setblocking(False)
     with pytest.raises(BlockingIOError):
@@ -122,7 +122,7 @@ def test_full_inbox_pauses_its_reader_until_the_worker_takes():
     box.take()
     assert box.wake_r.recv(8) == b"x"  # room again: the reader is woken
     assert not box.pause()
-    box.put(("msg", "a", "in", _batch([2], [0])))
+    box.put(Message("a", "in", _batch([2], [0])))
     assert box.pause()
     box.take()
     box.take()

@@ -2,9 +2,10 @@
 topology node's logic with its connections (:class:`Node`, also the driver's emitter), in a
 Ray actor of its own (:class:`Host`) whose threads read the edges and run the logic.
 
-Why one file of ~660 lines: a node's sending, receiving, coalescing and reconnecting share
-its sockets and the lock that guards them (:class:`Node`); the Ray actor (:class:`Host`) is
-that node plus its listening and control calls.
+Why one file of ~650 lines: a node's sending, receiving and reconnecting share its sockets
+and the lock that guards them (:class:`Node`); the Ray actor (:class:`Host`) is that node plus
+its listening and control calls. What its reader hands its worker waits in an
+:class:`~streamjoin.runtime.ray.inbox.Inbox`, which coalesces messages.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import selectors
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,9 +25,18 @@ from streamjoin.actors import passes_on
 from streamjoin.actors.base import ActorConfig, RunSettings
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
-from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge
 from streamjoin.runtime.executor import RunTimeout
 from streamjoin.runtime.ray import channels
+from streamjoin.runtime.ray.inbox import (
+    Call,
+    EdgeEnded,
+    Inbox,
+    Message,
+    Messages,
+    NewEdge,
+    ThreadFailed,
+)
 from streamjoin.runtime.ray.recovery import PROGRESS_PORT, REPLAY, Progress
 from streamjoin.runtime.trace import ActorStats
 from streamjoin.validation import Columns
@@ -46,79 +55,6 @@ class LostNeighbour(ActorFailed):
 
 class Abandon(Exception):
     """A send of the driver's gave up: its destination is being restarted."""
-
-
-class Inbox:
-    """What a host's reader hands its worker, in order of arrival: ``("msg", sender, port,
-    message)``, ``("end", sender)``, ``("call", fn, done)``, ``("edge", sender, socket)``
-    and ``("error", exception)``.
-
-    Once ``limit`` messages wait, the reader stops reading the edges that lie on no cycle
-    (:meth:`pause`) until the worker has taken one, and a wake-up socket tells it so; a call,
-    a new edge or an error (put by another thread) wakes a worker waiting for frames too. Nothing here blocks the reader:
-    edges on a cycle are read on, but their messages count too, so a congested handshake core
-    holds back the source instead of the skew between its streams growing without bound.
-    """
-
-    def __init__(self, merges_batches: bool, limit: int, max_tuples: int) -> None:
-        self.merges_batches = merges_batches
-        self.limit = limit
-        self.max_tuples = max_tuples
-        self.items: deque = deque()
-        self.cond = threading.Condition()
-        self.counted = 0  # messages waiting
-        self.paused = False
-        self.peak = 0
-        self.wake_r, self.wake_w = socket.socketpair()
-        self.wake_w.setblocking(False)
-
-    def put(self, item) -> None:
-        with self.cond:
-            self.items.append(item)
-            if item[0] == "msg":
-                self.counted += 1
-            elif item[0] in ("call", "edge", "error"):  # from another thread
-                self._wake()
-            self.peak = max(self.peak, len(self.items))
-            self.cond.notify_all()
-
-    def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # a wake-up is waiting already
-            self.wake_w.send(b"x")
-
-    def pause(self) -> bool:
-        """Whether the reader should stop reading bounded edges; if so, the worker wakes it
-        (through ``wake_r``) once there is room again."""
-        with self.cond:
-            self.paused = self.counted >= self.limit
-            return self.paused
-
-    def take(self) -> tuple:
-        """The next item; consecutive messages of one sender for one port that
-        :func:`mergeable` allows come as one ``("msg", sender, port, [messages])``."""
-        with self.cond:
-            while not self.items:
-                self.cond.wait()
-            item = self.items.popleft()
-            if item[0] == "msg":
-                _, sender, port, msg = item
-                group = [msg]
-                while self.items:
-                    nxt = self.items[0]
-                    if not (
-                        nxt[0] == "msg"
-                        and nxt[1] == sender
-                        and nxt[2] == port
-                        and mergeable(self.merges_batches, group, nxt[3], self.max_tuples)
-                    ):
-                        break
-                    group.append(self.items.popleft()[3])
-                self.counted -= len(group)
-                item = ("msg", sender, port, group)
-                if self.paused and self.counted < self.limit:
-                    self.paused = False
-                    self._wake()
-            return item
 
 
 @dataclass(frozen=True)
@@ -457,7 +393,7 @@ class Host(Node):
             live.discard(sock)
             with self.edges:
                 self.ended.add(sender)
-            self.inbox.put(("end", sender))
+            self.inbox.put(EdgeEnded(sender))
             if sender == REPLAY:
                 for waiting in self.waiting:
                     selector.register(waiting, selectors.EVENT_READ)
@@ -470,12 +406,12 @@ class Host(Node):
             raise self._refuse(sender, f"a {type(msg).__name__} frame on port {port!r}")
         if isinstance(msg, Progress):  # the pairs before it are delivered, whole
             for port_, pairs in self.held.pop(sender, ()):
-                self.inbox.put(("msg", sender, port_, pairs))
+                self.inbox.put(Message(sender, port_, pairs))
             self.progress[sender] = (msg.r, msg.s)
         elif sender in self.recoverable and isinstance(msg, PairBatch):
             self.held.setdefault(sender, []).append((port, msg))
         else:
-            self.inbox.put(("msg", sender, port, msg))
+            self.inbox.put(Message(sender, port, msg))
 
     def _refuse(self, sender: str, what) -> ActorFailed:
         """The error that ends the run when the edge from ``sender`` breaks its protocol:
@@ -544,7 +480,7 @@ class Host(Node):
                         self._receive(key.fileobj, names, selector, live)
         except Exception as e:
             if self.error is None:  # else: our own shutdown woke us
-                self.inbox.put(("error", e))
+                self.inbox.put(ThreadFailed(e))
 
     def _work(self, n_in: int) -> None:
         ended = 0
@@ -557,9 +493,8 @@ class Host(Node):
                 if not self.cyclic:
                     self._poll(selector, names, live)
                 item = self.inbox.take()
-                kind = item[0]
-                if kind == "msg":
-                    _, _, port, group = item
+                if isinstance(item, Messages):
+                    port, group = item.port, item.messages
                     msg = self._fresh(port, merge(group))
                     if msg is not None:
                         self.stats.batches_in += 1
@@ -570,20 +505,19 @@ class Host(Node):
                         batch = msg if isinstance(msg, Batch) else None
                         self._step(self.logic.on_batch, port, msg, batch=batch)
                     self.frames_handled += len(group)
-                elif kind == "end":
+                elif isinstance(item, EdgeEnded):
                     ended += 1
                     if not self.cyclic and ended == n_in:  # end of stream in-band
                         self.on_eof(end_edges=True)
                         self.done.set()
                         return
-                elif kind == "call":
-                    _, fn, finished = item
-                    fn()
-                    finished.set()
-                elif kind == "edge":
-                    self._adopt(item[2], item[1], names, selector, live)
+                elif isinstance(item, Call):
+                    item.fn()
+                    item.finished.set()
+                elif isinstance(item, NewEdge):
+                    self._adopt(item.sock, item.sender, names, selector, live)
                 else:
-                    raise item[1]
+                    raise item.error
         except Exception as e:
             self._fail(e)
 
@@ -669,11 +603,11 @@ class Host(Node):
         try:
             sock = acceptor.result()[sender]
         except Exception as e:
-            self.inbox.put(("error", e))
+            self.inbox.put(ThreadFailed(e))
             return
         finally:
             close_socket(server)
-        self.inbox.put(("edge", sender, sock))
+        self.inbox.put(NewEdge(sender, sock))
 
     def open(self, routes, addresses, secret, recoverable, sealed) -> None:
         self.secret = secret
@@ -706,7 +640,7 @@ class Host(Node):
     def end(self) -> None:
         """Run the end-of-stream step in the worker thread (cyclic graphs, once quiescent)."""
         finished = threading.Event()
-        self.inbox.put(("call", lambda: self.on_eof(end_edges=False), finished))
+        self.inbox.put(Call(lambda: self.on_eof(end_edges=False), finished))
         while not finished.wait(0.05):
             self._raise()
         self._raise()
