@@ -66,7 +66,7 @@ from streamjoin import viz
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.actors.shared_index.core import TASK_SIZE, SharedIndexCore
-from streamjoin.runtime.sim.profile import as_profile
+from streamjoin.runtime.sim.host_profile import as_profile
 from streamjoin.validation import validate
 
 BATCH = 1024

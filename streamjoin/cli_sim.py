@@ -7,7 +7,7 @@ import argparse
 import os
 
 from streamjoin.checks import cli_number
-from streamjoin.cli_paths import FORCE_HELP, check_out_file
+from streamjoin.cli_paths import check_out_file
 from streamjoin.runtime import BACKENDS
 
 
@@ -18,7 +18,8 @@ def add_sim_options(group) -> None:
         "--machine",
         default=None,
         metavar="PROFILE_JSON",
-        help="sim: machine profile from `streamjoin calibrate` (default: the shipped one)",
+        help="sim: machine profile JSON from `streamjoin calibrate -o` (default: the one "
+        "`streamjoin calibrate` stored for this host, else the shipped one)",
     )
     group.add_argument(
         "--arrival",
@@ -50,7 +51,7 @@ def sim_run_kwargs(args) -> dict:
     if args.machine is not None and not os.path.isfile(args.machine):
         raise ValueError(
             f"--machine {args.machine}: no such file (write one with `streamjoin calibrate "
-            f"-o {args.machine}`, or leave --machine out for the shipped profile)"
+            f"-o {args.machine}`, or leave --machine out for this host's profile)"
         )
     arrival = None
     if args.arrival == "replay":
@@ -79,22 +80,34 @@ def add_calibrate_command(sub) -> None:
 
     cal = sub.add_parser(
         "calibrate",
-        help="measure this machine's join kernels and messaging for --backend sim",
+        help="fit the simulator's profile of this machine (about 3 minutes), check it on Ray",
         description="Time the join kernels of every window index (per call, candidate, "
-        "insert, pair, ...), steps after idle time, and the ray executor's messages between "
-        "actors, fit the "
-        "simulator's cost model and write a machine profile JSON for "
-        "`--backend sim --machine FILE`.",
+        "insert, pair, ...), the shared-index core, SPO's stages, steps after idle time and "
+        "the ray executor's messages between actors; fit the simulator's cost model and "
+        "store the machine profile as this host's, which `--backend sim` then uses by "
+        "default. A fit on a busy machine (load, stolen time, a busy process's share of a "
+        "processor) is not stored unless --force. --check then runs a fixed set of layouts "
+        "on Ray and on the simulator, alternating, and prints sim / ray.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cal.add_argument("-o", "--out", default="machine.json", help="file (default: %(default)s)")
-    cal.add_argument("--force", action="store_true", help=FORCE_HELP)
+    cal.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        help="also write the profile to this file (for --machine FILE on another host)",
+    )
+    cal.add_argument(
+        "--force",
+        action="store_true",
+        help="store the profile even if the machine was busy, and replace the -o file",
+    )
     cal.add_argument(
         "--index",
         action="append",
         choices=indexes.names(),
         metavar="NAME",
-        help="measure only this index (repeatable; default: all)",
+        help="measure only this index (repeatable; default: all). A partial profile is "
+        "written to -o only, never stored as this host's",
     )
     cal.add_argument("--quick", action="store_true", help="smaller workloads, coarser fit")
     cal.add_argument(
@@ -111,26 +124,102 @@ def add_calibrate_command(sub) -> None:
         help="idle gap at which steps after idle time are timed (default: "
         "sim.IDLE_GAP_S; 0: keep the shipped after-idle costs)",
     )
+    cal.add_argument(
+        "--check",
+        action="store_true",
+        help="after fitting, run the check layouts on Ray and the simulator and print sim / "
+        "ray (about 2 minutes more)",
+    )
+    cal.add_argument(
+        "--check-only",
+        action="store_true",
+        help="fit nothing: check the profile a sim run would use now (this host's, else "
+        "the shipped one; or --machine FILE)",
+    )
+    cal.add_argument(
+        "--machine",
+        default=None,
+        metavar="PROFILE_JSON",
+        help="with --check-only: the profile to check",
+    )
+    cal.add_argument(
+        "--layout",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="with --check: only this layout (repeatable; default: all ten)",
+    )
 
 
 def cmd_calibrate(args) -> int:
-    from streamjoin.runtime.sim import IDLE_GAP_S, calibrate
+    from streamjoin.runtime.sim import IDLE_GAP_S, as_profile, calibrate, profile_for_this_host
+    from streamjoin.runtime.sim.calibrate import BusyHostError
+    from streamjoin.runtime.sim.fidelity import CHECK_LAYOUTS
 
-    check_out_file(args.out, args.force)  # before three minutes of measuring
+    if args.layout:
+        unknown = [n for n in args.layout if n not in CHECK_LAYOUTS]
+        if unknown:
+            raise ValueError(
+                f"--layout {unknown[0]!r}: not a check layout; one of {list(CHECK_LAYOUTS)}"
+            )
+    if args.machine is not None and not args.check_only:
+        raise ValueError("--machine goes with --check-only (a fit measures this machine)")
+    if args.check_only:
+        profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)
+        print(f"checking the profile {profile.name!r} ({profile.source})", flush=True)
+        return _check(profile, args.layout)
+    if args.out is not None:
+        check_out_file(args.out, args.force)  # before three minutes of measuring
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
     gap = IDLE_GAP_S if args.idle_gap_ms is None else args.idle_gap_ms / 1e3 or None
-    profile = calibrate(
-        args.out,
-        indexes=args.index,
-        ray=not args.no_ray,
-        quick=args.quick,
-        name=args.name,
-        idle_gap_s=gap,
-    )
+    try:
+        profile = calibrate(
+            args.out,
+            indexes=args.index,
+            ray=not args.no_ray,
+            quick=args.quick,
+            name=args.name,
+            idle_gap_s=gap,
+            force=args.force,
+        )
+    except BusyHostError as e:
+        print(e.profile.summary())
+        print(_conditions(e.profile.info["conditions"]))
+        raise ValueError(f"{e} (--force)") from None
     print(profile.summary())
     fit = profile.info["fit"]
     worst = max((q["median_rel_error"], k) for k, q in fit.items() if "median_rel_error" in q)
     print(f"fit: worst median relative error {worst[0]:.0%} ({worst[1]})")
-    print(f"wrote {args.out}")
-    print(f"(to predict --backend ray on this host: --machine {args.out} --cpus {os.cpu_count()})")
+    print(_conditions(profile.info["conditions"]))
+    if profile.source.startswith("this host"):
+        print(f"stored as {profile.source}: --backend sim uses it from now on")
+    else:
+        print("not stored as this host's profile (only some indexes were measured)")
+    if args.out is not None:
+        print(f"wrote {args.out} (for another host: --backend sim --machine {args.out})")
+    return _check(profile, args.layout) if args.check else 0
+
+
+def _conditions(c: dict) -> str:
+    load = "–".join(f"{v:.2f}" for v in c["load_1min_start_end"])
+    steal = "unknown" if c["steal"] is None else f"{c['steal']:.1%}"
+    busy = "; ".join(c["busy"]) if c["busy"] else "quiet"
+    return (
+        f"conditions: {c['seconds']:.0f} s, load {load}, stolen {steal}, a busy process's "
+        f"share {c['cpu_share'][0]:.2f}: {busy}{' (stored anyway: --force)' if c['forced'] else ''}"
+    )
+
+
+def _check(profile, layouts) -> int:
+    import os
+
+    from streamjoin.runtime.sim.fidelity import check, table
+
+    print(f"check: each layout on Ray, then on the simulator ({os.cpu_count()} processors shared)")
+
+    def report(row) -> None:
+        print(table([row]).splitlines()[1], flush=True)
+
+    rows = check(profile, layouts=layouts, report=report)
+    print(table(rows))
     return 0

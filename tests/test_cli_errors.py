@@ -47,7 +47,7 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
         (
             ["run", "--backend", "sim", "--machine", "MISSING.json"],
             "--machine MISSING.json: no such file (write one with `streamjoin calibrate -o "
-            "MISSING.json`, or leave --machine out for the shipped profile)",
+            "MISSING.json`, or leave --machine out for this host's profile)",
         ),
         (
             ["run", "--topology", "grid:2x1000000"],

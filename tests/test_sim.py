@@ -662,7 +662,7 @@ def test_arrival_validation():
 
 def test_calibrate_measures_kernels(tmp_path):
     path = tmp_path / "machine.json"
-    prof = sim.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here")
+    prof = sim.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here", force=True)
     assert set(prof.indexes) == {"hash"} and prof.name == "here"
     assert prof.indexes["hash"]["calls"] + prof.indexes["hash"]["part_calls"] > 0
     assert all(c >= 0 for coefs in prof.roles.values() for c in coefs.values())
@@ -695,7 +695,9 @@ def test_calibrate_fits_the_shared_core_on_its_own(tmp_path):
     """An index threads can share gets a second row, ``shared:<index>``, fitted on
     ``shared_index(1, index)``; the shared core is charged from it, and a profile without it
     charges a single core's costs instead, loudly."""
-    prof = sim.calibrate(indexes=["nested_loop"], quick=True, ray=False, idle_gap_s=None)
+    prof = sim.calibrate(
+        indexes=["nested_loop"], quick=True, ray=False, idle_gap_s=None, force=True
+    )
     assert set(prof.indexes) == {"nested_loop", "shared:nested_loop"}
     assert prof.info["fit"]["index:shared:nested_loop"]["steps"] > 100
     assert sum(prof.indexes["shared:nested_loop"].values()) > 0

@@ -9,6 +9,8 @@ by a calibrated machine profile (docs/design.md §3, "Executors").
 - :mod:`~streamjoin.runtime.sim.trace`: :class:`SimTrace`, what a run records;
 - :mod:`~streamjoin.runtime.sim.profile`: :class:`MachineProfile`, what steps and messages cost
   on one machine (the shipped one in ``default_profile.json``);
+- :mod:`~streamjoin.runtime.sim.host_profile`: this host's calibrated profile (cached under a
+  fingerprint of the host), the one a run uses when it names none;
 - :mod:`~streamjoin.runtime.sim.costs`: :class:`CostModel`, charging each step from what it
   did;
 - :mod:`~streamjoin.runtime.sim.capacity`: :func:`max_sustainable_rate`;
@@ -31,12 +33,18 @@ from streamjoin.runtime.sim.calibrate import (
 from streamjoin.runtime.sim.capacity import RateSearch, max_sustainable_rate
 from streamjoin.runtime.sim.costs import CostModel
 from streamjoin.runtime.sim.engine import Sim
+from streamjoin.runtime.sim.host_profile import (
+    as_profile,
+    busy_reasons,
+    cached_profile_path,
+    fingerprint,
+    profile_for_this_host,
+)
 from streamjoin.runtime.sim.profile import (
     FEATURES,
     IdleCosts,
     MachineProfile,
     MessageCosts,
-    as_profile,
     default_profile,
     message_nbytes,
 )
@@ -56,12 +64,16 @@ __all__ = [
     "SimStats",
     "SimTrace",
     "as_profile",
+    "busy_reasons",
+    "cached_profile_path",
     "calibrate",
     "default_profile",
+    "fingerprint",
     "fit_costs",
     "max_sustainable_rate",
     "measure_after_idle",
     "measure_cpu_share",
     "message_nbytes",
     "nnls",
+    "profile_for_this_host",
 ]

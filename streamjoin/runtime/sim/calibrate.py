@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import subprocess
 import sys
 import time
@@ -25,11 +26,13 @@ from streamjoin import sources, topologies
 from streamjoin._version import __version__
 from streamjoin.indexes.pim.shared import SHAREABLE
 from streamjoin.query import CountWindow, Query, band, equal, greater, less
+from streamjoin.roofline import cpu_times, steal_share
 from streamjoin.runtime.result import machine_info
 from streamjoin.runtime.run import run
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.costs import CostModel
 from streamjoin.runtime.sim.engine import Sim
+from streamjoin.runtime.sim.host_profile import busy_reasons, store, with_source
 from streamjoin.runtime.sim.profile import (
     FEATURES,
     IdleCosts,
@@ -148,6 +151,8 @@ def _calibration_runs(index: str, quick: bool, seed: int):
     on ``single(index)``, on PanJoin's workers (the same cost key), and for an index threads
     can share on ``shared_index(1, index)``, whose costs are its own (``shared:<index>``)."""
     windows = (256, 4096) if quick else (256, 4096, 16384)
+    if index == "nested_loop":  # its probes scan the window: 4096 separates the per-row cost,
+        windows = windows[:2]  # and 16384 took a sixth of a calibration
     # batches past the default batch size (1024): a fit extrapolated to it predicts the
     # executor's throughput and latency worse (experiments/results/machine_profile.md)
     batches = (1, 32, 512) if quick else (1, 32, 512, 2048)
@@ -181,26 +186,36 @@ RAMP_GAPS_S = (0.0002, 0.001)
 
 
 class _GapRecorder(CostModel):
-    """Charges each step its host time; once ``warm_rows`` input rows are in, keeps each
-    step's host time per cost group and, with ``gap_s``, sleeps that long after it, so the
-    next step follows idle time (this process asleep, others free to run)."""
+    """Charges each step its host time; once ``warm_rows`` input rows are in, sleeps after
+    every step for a gap of ``gaps`` drawn at random (so the next step, of whichever actor,
+    follows that idle time: this process asleep, others free to run; drawn, not in turn,
+    so that no actor's steps keep meeting the same gap) and keeps each step's host time per
+    cost group and the gap before it."""
 
-    def __init__(self, profile: MachineProfile, warm_rows: int, gap_s: float) -> None:
+    def __init__(self, profile: MachineProfile, warm_rows: int, gaps: tuple, seed: int) -> None:
         super().__init__(profile)
-        self.warm_rows, self.gap_s = warm_rows, gap_s
+        self.warm_rows, self.gaps = warm_rows, gaps
         self.rows_in = 0
-        self.times: dict[str, list] = {}
+        self.rng = random.Random(seed)
+        self.before: float | None = None  # the gap before the coming step (None: warming)
+        self.times: dict[str, dict[float, list]] = {}
 
     def bind(self, logic):
-        times = self.times.setdefault(logic.cost_group, [])
+        times = self.times.setdefault(logic.cost_group, {g: [] for g in self.gaps})
+        seen = [0]
 
         def charge(kind, msg, before, after, wall_ns):
             if kind == "chunk":
                 self.rows_in += len(msg)
             if self.rows_in > self.warm_rows and kind != "eof":
-                times.append(wall_ns)
-                if self.gap_s:
-                    time.sleep(self.gap_s)
+                seen[0] += 1
+                # the first steps after the warm-up follow no gap
+                if self.before is not None and seen[0] > 3:
+                    times[self.before].append(wall_ns)
+                gap = self.rng.choice(self.gaps)
+                if gap:
+                    time.sleep(gap)
+                self.before = gap
             return wall_ns
 
         return charge
@@ -221,9 +236,9 @@ def measure_after_idle(
 
     A band join at match rate 2 over a count ``window`` runs on ``single(index)`` for each
     batch size in ``batches`` and on ``panjoin(2, 4, index)`` for the middle one; once the
-    windows are full, ``steps`` chunks (one batch each) are stepped through every actor back
-    to back, and with this process asleep for ``gap_s`` before every step, and for each
-    shorter gap of ``ramp_gaps_s``. Per cost group and workload the medians give a step's
+    windows are full, chunks of one batch each are stepped through every actor, each step
+    after a gap drawn from no gap, ``gap_s`` and the shorter gaps of ``ramp_gaps_s`` (about
+    ``steps`` steps of each actor after each gap; one run fills the windows for every gap). Per cost group and workload the medians give a step's
     host time hot and after each gap; a group's after-idle cost is the median of its
     differences over its workloads at ``gap_s`` (clipped at 0), and the ramp's share at a
     shorter gap is the median over groups and workloads of the difference there against the
@@ -242,33 +257,35 @@ def measure_after_idle(
     for _ in range(rounds):
         for name, topo, b in layouts:
             warm = 2 * window + 2 * b
-            workload = _workload(index, warm + (steps + 4) * b, window, 2.0, seed)
+            chunks = (steps + 4) * len(gaps)  # about steps + 4 after each gap
+            workload = _workload(index, warm + chunks * b, window, 2.0, seed)
             if workload is None:
                 raise ValueError(f"index {index!r} supports neither a band nor an equi-join")
             query, data = workload
-            medians = []
-            for gap in gaps:
-                rec = _GapRecorder(base, warm, gap)
-                run(
-                    query,
-                    data,
-                    topo,
-                    Sim(machine=rec, arrival=Arrival.constant(1e6)),
-                    batch_size=b,
-                    chunk_rows=b,
-                    collect="count",
-                    progress=False,
-                )
-                # the first steps after the warm-up follow no gap
-                medians.append({g: float(np.median(t[3:])) for g, t in rec.times.items()})
+            # every gap in turn within one run: the windows are filled once, not per gap
+            rec = _GapRecorder(base, warm, gaps, seed)
+            run(
+                query,
+                data,
+                topo,
+                Sim(machine=rec, arrival=Arrival.constant(1e6)),
+                batch_size=b,
+                chunk_rows=b,
+                collect="count",
+                progress=False,
+            )
+            medians = [
+                {g: float(np.median(t[gap] or [np.nan])) for g, t in rec.times.items()}
+                for gap in gaps
+            ]
             for g in medians[0]:
                 points.setdefault((g, name), []).append([m[g] for m in medians])
     raw = {
         f"{g}:{name}": {
-            "hot_ns": float(np.median([r[0] for r in v])),
-            "after_idle_ns": float(np.median([r[-1] for r in v])),
+            "hot_ns": float(np.nanmedian([r[0] for r in v])),
+            "after_idle_ns": float(np.nanmedian([r[-1] for r in v])),
             "after_gap_ns": {
-                f"{gap * 1e3:g} ms": float(np.median([r[k] for r in v]))
+                f"{gap * 1e3:g} ms": float(np.nanmedian([r[k] for r in v]))
                 for k, gap in enumerate(gaps[1:], 1)
             },
         }
@@ -277,13 +294,15 @@ def measure_after_idle(
     extra: dict[str, list] = {}
     shares: dict[float, list] = {}
     for (g, _), v in points.items():
-        full = float(np.median([r[-1] - r[0] for r in v]))
+        full = float(np.nanmedian([r[-1] - r[0] for r in v]))
+        if full != full:  # no step after one of the gaps (a group with very few steps)
+            continue
         extra.setdefault(g, []).append(full)
         for k, gap in enumerate(gaps[1:-1], 1):
             if full > 0:
-                part = float(np.median([r[k] - r[0] for r in v]))
+                part = float(np.nanmedian([r[k] - r[0] for r in v]))
                 shares.setdefault(gap, []).append(min(1.0, max(0.0, part / full)))
-    ramp = [(gap * 1e9, float(np.median(shares[gap]))) for gap in gaps[1:-1] if gap in shares]
+    ramp = [(gap * 1e9, float(np.nanmedian(shares[gap]))) for gap in gaps[1:-1] if gap in shares]
     ramp.append((gap_s * 1e9, 1.0))
     for k in range(1, len(ramp)):  # a longer gap never costs less
         ramp[k] = (ramp[k][0], max(ramp[k][1], ramp[k - 1][1]))
@@ -348,6 +367,21 @@ def measure_cpu_share(
     }
 
 
+class BusyHostError(RuntimeError):
+    """A calibration saw a busy host and did not store its profile (``force=True`` stores
+    it anyway); ``profile`` holds what it fitted, ``reasons`` what made the host busy."""
+
+    def __init__(self, reasons: list[str], profile: MachineProfile) -> None:
+        super().__init__(
+            "the machine was busy while calibrating ("
+            + "; ".join(reasons)
+            + "): the profile would measure the other jobs as much as the kernels, so it was "
+            "not stored; calibrate again on a quiet machine, or force it"
+        )
+        self.reasons = reasons
+        self.profile = profile
+
+
 def calibrate(
     path: str | os.PathLike | None = None,
     *,
@@ -357,13 +391,16 @@ def calibrate(
     seed: int = 0,
     name: str | None = None,
     idle_gap_s: float | None = IDLE_GAP_S,
+    cache: bool = True,
+    force: bool = False,
 ) -> MachineProfile:
-    """Measure this machine and return (and optionally write) its :class:`MachineProfile`.
+    """Measure this machine and return its :class:`MachineProfile`, stored as this host's
+    (:mod:`~streamjoin.runtime.sim.host_profile`) and optionally written to ``path``.
 
     Parameters
     ----------
     path : path-like, optional
-        Write the profile JSON here.
+        Write the profile JSON here too.
     indexes : list of str, optional
         Window indexes to measure (default: every registered index).
     ray : bool
@@ -379,6 +416,19 @@ def calibrate(
         Idle gap (s) at which :func:`measure_after_idle` times steps after idle time, on
         ``bplus_tree`` (or the first index measured, if that is not among them); with None
         the after-idle costs of :func:`default_profile` are kept.
+    cache : bool
+        Store the profile as this host's, where ``Sim()`` finds it (default True; only when
+        every registered index was measured, so a partial profile never shadows the shipped
+        one).
+    force : bool
+        Store (and write) the profile even if the host was busy.
+
+    Raises
+    ------
+    BusyHostError
+        The host was busy (:func:`~streamjoin.runtime.sim.host_profile.busy_reasons`: load
+        average, stolen time, a busy process's share of a processor) and ``force`` is False:
+        nothing was stored or written. The profile's ``info["conditions"]`` records them.
 
     The share of a processor that one and several busy processes get
     (:func:`measure_cpu_share`) is measured first, next to the kernel timings, whose
@@ -393,6 +443,7 @@ def calibrate(
     names = list(indexes) if indexes is not None else registry.names()
     for n in names:
         registry.get(n)
+    t0, load0, stolen0 = time.perf_counter(), os.getloadavg()[0], cpu_times()
     base = default_profile()
     # the share of a processor the timed steps get, and what several busy processes get
     cpu_share, share_raw = (
@@ -458,6 +509,20 @@ def calibrate(
             "fit": quality,
         },
     )
+    load1, steal = os.getloadavg()[0], steal_share(stolen0, cpu_times())
+    reasons = busy_reasons(max(load0, load1), steal, cpu_share[0], os.cpu_count() or 1)
+    profile.info["conditions"] = {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "load_1min_start_end": [round(load0, 2), round(load1, 2)],
+        "steal": None if steal != steal else round(steal, 4),
+        "cpu_share": list(cpu_share),
+        "busy": reasons,
+        "forced": bool(reasons) and force,
+    }
+    if reasons and not force:
+        raise BusyHostError(reasons, profile)
     if path is not None:
         profile.save(path)
+    if cache and indexes is None:
+        profile = with_source(profile, f"this host's cache {store(profile)}")
     return profile

@@ -17,7 +17,8 @@ from streamjoin.runtime.result import Result
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.costs import CostModel
 from streamjoin.runtime.sim.engine import Sim
-from streamjoin.runtime.sim.profile import MachineProfile, as_profile
+from streamjoin.runtime.sim.host_profile import as_profile
+from streamjoin.runtime.sim.profile import MachineProfile
 from streamjoin.topologies import Topology, single
 from streamjoin.validation import validate
 

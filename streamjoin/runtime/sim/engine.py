@@ -74,7 +74,8 @@ from streamjoin.runtime.executor import Defaults
 from streamjoin.runtime.pipeline import Progress, default_chunk_rows
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.costs import CostModel
-from streamjoin.runtime.sim.profile import MachineProfile, as_profile
+from streamjoin.runtime.sim.host_profile import as_profile
+from streamjoin.runtime.sim.profile import MachineProfile
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology

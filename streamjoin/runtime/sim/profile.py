@@ -273,6 +273,9 @@ class MachineProfile:
         Empty: no stretch.
     info : dict
         Where and how it was measured (machine, date, fit quality).
+    source : str
+        Where this object came from: ``shipped``, a file, this host's cache, or ``given``
+        (built in code). Not read from JSON: it says where the JSON was.
     """
 
     name: str
@@ -285,6 +288,7 @@ class MachineProfile:
     cpus: int | None = None
     cpu_share: tuple = ()
     info: dict = field(default_factory=dict)
+    source: str = "given"
 
     def __post_init__(self) -> None:
         if self.cpus is not None:
@@ -365,7 +369,7 @@ class MachineProfile:
                 data = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{os.fspath(path)}: not a machine profile: {e}") from None
-        return cls.from_dict(data)
+        return dataclasses.replace(cls.from_dict(data), source=f"file {os.fspath(path)}")
 
     def summary(self) -> str:
         """A text table of the coefficients (µs per unit), the message and after-idle costs."""
@@ -450,20 +454,5 @@ def default_profile() -> MachineProfile:
     processor per actor (see ``experiments/results/machine_profile.md`` for how it was
     measured). Recalibrate for your machine with ``streamjoin calibrate``."""
     text = resources.files(__package__).joinpath("default_profile.json").read_text()
-    return MachineProfile.from_dict(json.loads(text))
-
-
-def as_profile(machine) -> MachineProfile:
-    """``machine`` as a profile: a :class:`MachineProfile`, a path to its JSON, a dict, or None
-    for :func:`default_profile`."""
-    if machine is None:
-        return default_profile()
-    if isinstance(machine, MachineProfile):
-        return machine
-    if isinstance(machine, dict):
-        return MachineProfile.from_dict(machine)
-    if isinstance(machine, str | os.PathLike):
-        return MachineProfile.load(machine)
-    raise ValueError(
-        f"machine must be a MachineProfile, a JSON path or a dict, got {type(machine).__name__}"
-    )
+    profile = MachineProfile.from_dict(json.loads(text))
+    return dataclasses.replace(profile, source="shipped")

@@ -44,10 +44,14 @@ class SimTrace(RunTrace):
 
     def metrics(self, max_points: int = 256) -> dict:
         """What a simulated run adds to :attr:`Result.metrics`: the profile and arrival process
-        in use, drain time, simulator cost, and the mailbox samples (at most ``max_points``)."""
+        in use (the profile's ``source`` says where it came from: ``shipped``, a file or this
+        host's cache), drain time, simulator cost, and the mailbox samples (at most
+        ``max_points``)."""
         step = max(1, math.ceil(len(self.queue_t_ns) / max_points))
         return {
-            "machine_profile": self.profile.to_dict() if self.profile else None,
+            "machine_profile": (
+                self.profile.to_dict() | {"source": self.profile.source} if self.profile else None
+            ),
             "sim": {
                 "arrival": self.arrival.to_dict() if self.arrival else None,
                 "last_arrival_s": self.last_arrival_ns / 1e9,

@@ -1,0 +1,209 @@
+"""``streamjoin calibrate --check``: the simulator against real Ray runs on this host.
+
+For each layout of :data:`CHECK_LAYOUTS`, the same join runs on the ``ray`` backend and on
+``sim`` with the profile under test, alternating, in two modes:
+
+- *unpaced*: the input handed over as fast as the join takes it (on ``sim``, all of it at
+  virtual time 0); throughput is compared;
+- *paced*: the input at ``pace_share`` of Ray's unpaced throughput, a batch per
+  ``chunk_ms`` of input; p50 and p99 latency are compared.
+
+The simulated machine is the profile with this host's processors shared by all actors, as
+Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), share)``, with
+``share`` the processor share busy processes got right before the layout's Ray runs). Each
+row says how loaded the host was. A layout's ``sim / ray`` ratio is the simulator's error
+for it on this host at this moment; the fidelity target is 0.80–1.25.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamjoin import sources, topologies
+from streamjoin.query import CountWindow, Query, band, greater, less
+from streamjoin.runtime.run import run
+from streamjoin.runtime.sim.arrival import Arrival
+from streamjoin.runtime.sim.calibrate import measure_cpu_share
+from streamjoin.runtime.sim.profile import MachineProfile
+from streamjoin.topologies.base import Topology
+
+#: The layouts the check runs, by name: their topology and whether they take the two-inequality
+#: query of SPO-Join (the others take a band join).
+CHECK_LAYOUTS: dict[str, tuple[Callable[[], Topology], bool]] = {
+    "single": (lambda: topologies.single("bplus_tree"), False),
+    "split(2)": (lambda: topologies.split(2, "bplus_tree"), False),
+    "grid(1, 2)": (lambda: topologies.grid(1, 2, "bplus_tree"), False),
+    "grid(2, 2)": (lambda: topologies.grid(2, 2, "bplus_tree"), False),
+    "handshake(2)": (lambda: topologies.handshake(2, "bplus_tree"), False),
+    "handshake(2, low latency)": (
+        lambda: topologies.handshake(2, "bplus_tree", low_latency=True),
+        False,
+    ),
+    "panjoin(2, 4)": (lambda: topologies.panjoin(2, 4, "bplus_tree"), False),
+    "spo(2)": (lambda: topologies.spo(2), True),
+    "shared_index(1)": (lambda: topologies.shared_index(1), False),
+    "shared_index(2)": (lambda: topologies.shared_index(2), False),
+}
+#: Arrival rate standing for "all input at once" on the simulator (tuples/s of virtual time).
+FLOOD = 1e12
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One layout's figures: Ray's (median of ``repeat`` runs) and the simulator's."""
+
+    layout: str
+    ray_tuples_per_s: float
+    sim_tuples_per_s: float
+    pace: float
+    ray_p50_ms: float
+    sim_p50_ms: float
+    ray_p99_ms: float
+    sim_p99_ms: float
+    cpu_share: tuple
+    load_1min: float
+
+    @property
+    def throughput_ratio(self) -> float:
+        return self.sim_tuples_per_s / self.ray_tuples_per_s
+
+    @property
+    def p50_ratio(self) -> float:
+        return self.sim_p50_ms / self.ray_p50_ms if self.ray_p50_ms else float("nan")
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.sim_p99_ms / self.ray_p99_ms if self.ray_p99_ms else float("nan")
+
+
+def workload(n: int, window: int, inequality: bool, seed: int = 1):
+    """``(query, data)``: a band join at match rate 2, or SPO-Join's ``r.a < s.a AND r.b >
+    s.b`` at about 2 matches a probe, over a count ``window``."""
+    if inequality:
+        data = sources.inequality_workload(n, window, 2.0, seed=seed)
+        return Query(less("a") & greater("b"), window=CountWindow(window)), data
+    data = sources.synthetic(n, low=0, high=10 * n, seed=seed)
+    x, s = data.column("x").to_numpy(), data.column("stream").to_numpy()
+    eps = sources.band_for_match_rate(x[s == 0], x[s == 1], window=window, match_rate=2)
+    return Query(band("x", eps), window=CountWindow(window)), data
+
+
+def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dict:
+    kw: dict = {"batch_size": batch, "chunk_rows": chunk, "collect": "count", "progress": False}
+    if backend == "sim":
+        kw |= {"machine": machine, "arrival": Arrival.constant(pace or FLOOD)}
+    elif pace is not None:
+        kw["pace"] = pace
+    if pace is not None:
+        kw["max_delay"] = 0.0  # every chunk is one batch
+    m = run(query, data, topo, backend=backend, **kw).metrics
+    return {
+        "tuples_per_s": m["input_tuples_per_s"],
+        "p50_ms": m["latency_ms"]["p50"],
+        "p99_ms": m["latency_ms"]["p99"],
+    }
+
+
+def check(
+    profile: MachineProfile,
+    *,
+    layouts: list[str] | None = None,
+    tuples: int = 100_000,
+    window: int = 2**13,
+    batch: int = 1024,
+    pace_share: float = 0.25,
+    chunk_ms: float = 10.0,
+    paced_seconds: float = 2.0,
+    repeat: int = 1,
+    report: Callable[[CheckRow], None] | None = None,
+) -> list[CheckRow]:
+    """Run each layout on Ray and on the simulator with ``profile`` (module docstring);
+    returns a :class:`CheckRow` per layout, each passed to ``report`` as it is measured.
+    Starts Ray on this host's processors if none is running."""
+    import ray  # only the check needs it
+
+    names = list(CHECK_LAYOUTS) if layouts is None else layouts
+    unknown = [n for n in names if n not in CHECK_LAYOUTS]
+    if unknown:
+        raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
+    cpus = os.cpu_count() or 1
+    if not ray.is_initialized():
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    rows = []
+    for name in names:
+        make, inequality = CHECK_LAYOUTS[name]
+        topo = make()
+        query, data = workload(tuples, window, inequality)
+        share = measure_cpu_share(cpus, seconds=0.3, rounds=1)[0]
+        machine = profile.with_cpus(cpus, share)
+        flood = [
+            _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
+            for _ in range(repeat)
+        ]
+        ray_rate = statistics.median(r["tuples_per_s"] for r in flood)
+        sim_flood = _one(
+            query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine
+        )
+        pace = float(max(100.0, round(pace_share * ray_rate, -2)))
+        chunk = max(1, int(pace * chunk_ms / 1000))
+        paced_data = data.slice(0, min(len(data), max(20 * chunk, int(pace * paced_seconds))))
+        paced = [
+            _one(query, paced_data, topo, "ray", batch=chunk, chunk=chunk, pace=pace)
+            for _ in range(repeat)
+        ]
+        sim_paced = _one(
+            query, paced_data, topo, "sim", batch=chunk, chunk=chunk, pace=pace, machine=machine
+        )
+        row = CheckRow(
+            layout=name,
+            ray_tuples_per_s=ray_rate,
+            sim_tuples_per_s=sim_flood["tuples_per_s"],
+            pace=pace,
+            ray_p50_ms=statistics.median(r["p50_ms"] for r in paced),
+            sim_p50_ms=sim_paced["p50_ms"],
+            ray_p99_ms=statistics.median(r["p99_ms"] for r in paced),
+            sim_p99_ms=sim_paced["p99_ms"],
+            cpu_share=tuple(round(float(v), 2) for v in share),
+            load_1min=os.getloadavg()[0],
+        )
+        rows.append(row)
+        if report is not None:
+            report(row)
+    return rows
+
+
+def table(rows: list[CheckRow]) -> str:
+    """The rows as a text table, with how many are within 0.80–1.25 and the spread of the
+    layouts' throughput ratios against one another."""
+    head = (
+        f"{'layout':<26}{'ray t/s':>11}{'sim t/s':>11}{'sim/ray':>8}"
+        f"{'pace':>10}{'p50 ray':>9}{'sim':>8}{'ratio':>7}{'p99 ray':>9}{'sim':>8}{'ratio':>7}"
+        f"{'share':>11}{'load':>6}"
+    )
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"{r.layout:<26}{r.ray_tuples_per_s:>11,.0f}{r.sim_tuples_per_s:>11,.0f}"
+            f"{r.throughput_ratio:>8.2f}{r.pace:>10,.0f}{r.ray_p50_ms:>9.2f}{r.sim_p50_ms:>8.2f}"
+            f"{r.p50_ratio:>7.2f}{r.ray_p99_ms:>9.2f}{r.sim_p99_ms:>8.2f}{r.p99_ratio:>7.2f}"
+            f"{'/'.join(f'{v:.2f}' for v in r.cpu_share):>11}{r.load_1min:>6.1f}"
+        )
+    if rows:
+        within = [
+            r.layout
+            for r in rows
+            if 0.8 <= r.throughput_ratio <= 1.25 and 0.8 <= r.p50_ratio <= 1.25
+        ]
+        tp = np.array([r.throughput_ratio for r in rows])
+        lines.append(
+            f"within 0.80-1.25 on throughput and p50: {len(within)} of {len(rows)} layouts"
+            f"{' (' + ', '.join(within) + ')' if within else ''}; throughput ratios "
+            f"{tp.min():.2f}-{tp.max():.2f} (a layout against another: off by up to "
+            f"{tp.max() / tp.min() - 1:.0%})"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""This host's machine profile: stored by ``calibrate`` under a fingerprint of the host, used
+by ``Sim()`` when it is given none, the shipped one (with a warning naming the command)
+otherwise; a calibration on a busy host refused unless forced; ``calibrate --check``."""
+
+import importlib
+import json
+import warnings
+
+import pytest
+
+import streamjoin as sj
+from streamjoin import cli
+from streamjoin.runtime import sim
+from streamjoin.runtime.sim import fidelity, host_profile
+
+#: the module (``sim.calibrate`` is its function)
+calibrate_module = importlib.import_module("streamjoin.runtime.sim.calibrate")
+
+QUERY = sj.Query(sj.band("x", 2), window=sj.CountWindow(30))
+DATA = sj.sources.synthetic(300, low=0, high=200, seed=3)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty profile cache of this test's own, no profile forced by the environment."""
+    monkeypatch.setenv(host_profile.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(host_profile.PROFILE_ENV, raising=False)
+    return tmp_path / "cache" / "profiles"
+
+
+def _costly() -> sim.MachineProfile:
+    """The shipped profile with every compute cost doubled: runs slower than the shipped."""
+    return sim.default_profile().scaled(cpu=0.5)
+
+
+def test_fingerprint_names_the_host_and_versions():
+    fp = sim.fingerprint()
+    assert set(fp) == {"cpu", "cpus", "python", "numba", "ray", "streamjoin"}
+    assert fp["cpus"] >= 1 and fp["cpu"]
+    other = fp | {"numba": "0.0.1"}
+    assert host_profile.fingerprint_key(fp) != host_profile.fingerprint_key(other)
+    assert host_profile.fingerprint_key(fp) == host_profile.fingerprint_key(dict(fp))
+
+
+def test_sim_without_a_cached_profile_warns_and_runs_the_shipped_one(cache):
+    with pytest.warns(
+        UserWarning, match="no machine profile fitted on this host.*streamjoin calibrate"
+    ):
+        res = sj.run(QUERY, DATA, backend="sim")
+    assert res.same_pairs(sj.oracle.join(QUERY, DATA))
+    assert res.metrics["machine_profile"]["source"] == "shipped"
+
+
+def test_sim_runs_this_hosts_cached_profile(cache):
+    path = host_profile.store(_costly())
+    assert path.parent == cache and path == sim.cached_profile_path()
+    stored = json.loads(path.read_text())
+    assert stored["info"]["fingerprint"] == sim.fingerprint()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a cached profile: no warning
+        res = sj.run(QUERY, DATA, backend="sim")
+    shipped = sj.run(QUERY, DATA, backend="sim", machine=sim.default_profile())
+    assert res.same_pairs(shipped)
+    assert res.metrics["machine_profile"]["source"] == f"this host's cache {path}"
+    # the cached profile's doubled compute costs, not the shipped ones, were charged (its
+    # messages cost the same)
+    busy = res.metrics["actors"]["core"]["busy_s"]
+    assert busy > 1.3 * shipped.metrics["actors"]["core"]["busy_s"]
+
+
+def test_a_profile_of_another_fingerprint_is_not_used(cache):
+    host_profile.store(_costly(), sim.fingerprint() | {"cpus": 4096})
+    with pytest.warns(UserWarning, match="no machine profile fitted on this host"):
+        assert sim.profile_for_this_host().source == "shipped"
+
+
+def test_the_environment_chooses_the_profile(cache, tmp_path, monkeypatch):
+    host_profile.store(_costly())
+    monkeypatch.setenv(host_profile.PROFILE_ENV, "shipped")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sim.profile_for_this_host().source == "shipped"
+    path = tmp_path / "mine.json"
+    _costly().save(path)
+    monkeypatch.setenv(host_profile.PROFILE_ENV, str(path))
+    assert sim.profile_for_this_host().source.startswith(f"file {path}")
+
+
+def test_a_damaged_cache_file_falls_back_loudly(cache):
+    cache.mkdir(parents=True)
+    sim.cached_profile_path().write_text("{not json")
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert sim.profile_for_this_host().source == "shipped"
+
+
+def test_busy_reasons():
+    assert sim.busy_reasons(0.3, 0.0, 1.0, 2) == []
+    assert sim.busy_reasons(float("nan"), float("nan"), float("nan"), 2) == []
+    reasons = sim.busy_reasons(3.5, 0.2, 0.5, 2)
+    assert len(reasons) == 3
+    assert "load average 3.50" in reasons[0] and "20%" in reasons[1] and "50%" in reasons[2]
+    assert sim.busy_reasons(2.0, 0.0, 1.0, 2) == []  # the calibration's own process and 1 more
+
+
+def _quick_kw():
+    return {"indexes": ["hash"], "quick": True, "ray": False, "idle_gap_s": None}
+
+
+def test_a_busy_calibration_stores_nothing_unless_forced(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: ["load average 9.00"])
+    out = tmp_path / "m.json"
+    with pytest.raises(calibrate_module.BusyHostError, match="load average 9.00") as e:
+        sim.calibrate(out, **_quick_kw())
+    assert not out.exists() and not cache.exists()
+    assert e.value.profile.info["conditions"]["busy"] == ["load average 9.00"]
+    prof = sim.calibrate(out, force=True, **_quick_kw())
+    assert out.exists() and prof.info["conditions"]["forced"] is True
+    assert not cache.exists()  # one index measured: never stored as this host's
+
+
+def test_a_full_calibration_is_stored_as_this_hosts(cache, monkeypatch):
+    """Every registered index measured: the profile becomes this host's (the kernel timings
+    are stubbed to one cheap index, so the test stays fast)."""
+    real = calibrate_module._calibration_runs
+    monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: [])
+    monkeypatch.setattr(
+        calibrate_module,
+        "_calibration_runs",
+        lambda index, quick, seed: real(index, quick, seed) if index == "hash" else iter(()),
+    )
+    prof = sim.calibrate(quick=True, ray=False, idle_gap_s=None, name="fitted-here")
+    assert prof.source == f"this host's cache {sim.cached_profile_path()}"
+    assert sim.profile_for_this_host().name == "fitted-here"
+    assert prof.info["conditions"]["busy"] == [] and prof.info["conditions"]["seconds"] > 0
+
+
+def test_cli_calibrate_refuses_a_busy_fit(cache, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: ["load average 9.00"])
+    out = tmp_path / "m.json"
+    args = ["calibrate", "--index", "hash", "--quick", "--no-ray", "--idle-gap-ms", "0"]
+    assert cli.main([*args, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "machine was busy" in err and "load average 9.00" in err and "--force" in err
+    assert not out.exists()
+    assert cli.main([*args, "-o", str(out), "--force"]) == 0
+    printed = capsys.readouterr().out
+    assert "stored anyway: --force" in printed and "not stored as this host's" in printed
+    assert out.exists()
+
+
+def test_cli_check_options_are_checked_first(capsys):
+    assert cli.main(["calibrate", "--check-only", "--layout", "mesh(9)"]) == 2
+    assert "not a check layout" in capsys.readouterr().err
+    assert cli.main(["calibrate", "--machine", "x.json"]) == 2
+    assert "--machine goes with --check-only" in capsys.readouterr().err
+
+
+def test_check_table_counts_the_layouts_within_bounds():
+    row = fidelity.CheckRow("single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5)
+    off = fidelity.CheckRow("grid(2, 2)", 1000.0, 2000.0, 250.0, 2.0, 1.0, 5.0, 4.0, (1.0,), 0.5)
+    text = fidelity.table([row, off])
+    assert "1.10" in text and "2.00" in text
+    assert "within 0.80-1.25 on throughput and p50: 1 of 2 layouts (single)" in text
