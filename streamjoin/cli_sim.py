@@ -187,9 +187,13 @@ def cmd_calibrate(args) -> int:
         print(_conditions(e.profile.info["conditions"]))
         raise ValueError(f"{e} (--force)") from None
     print(profile.summary())
-    fit = profile.info["fit"]
-    worst = max((q["median_rel_error"], k) for k, q in fit.items() if "median_rel_error" in q)
-    print(f"fit: worst median relative error {worst[0]:.0%} ({worst[1]})")
+    fit = {k: q for k, q in profile.info["fit"].items() if "median_rel_error" in q}
+    print("fit residuals, |fitted - measured| / measured per step:")
+    for key, q in sorted(fit.items(), key=lambda kq: -kq[1]["median_rel_error"]):
+        print(
+            f"  {key:<26} median {q['median_rel_error']:4.0%}  p90 {q['p90_rel_error']:5.0%}"
+            f"  ({q['steps']:,} steps)"
+        )
     print(_conditions(profile.info["conditions"]))
     if profile.source.startswith("this host"):
         print(f"stored as {profile.source}: --backend sim uses it from now on")

@@ -738,6 +738,29 @@ def test_shared_core_is_charged_from_its_own_row():
     assert busy(single, doubled) == busy(single, base)
 
 
+def test_shared_core_runs_its_tasks_on_the_processors_it_holds():
+    """With shared processors, a shared-index step takes as many free ones as its threads use:
+    on a host of one processor its two threads' tasks run one after another (as one thread's
+    charge), on a host of eight as on a processor per thread; in between, what the other
+    actors leave free."""
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(300))
+    data = sj.sources.synthetic(3000, low=0, high=400, seed=6)
+    base = _profile().with_messages(sim.MessageCosts()).with_after_idle(sim.IdleCosts())
+
+    def busy(threads, cpus):
+        topo = sj.topologies.shared_index(threads, task_size=32)
+        machine = base.with_cpus(cpus)
+        res = sj.run(q, data, topo, batch_size=128, backend="sim", machine=machine)
+        assert res.same_pairs(sj.oracle.join(q, data))
+        return res.metrics["actors"]["core"]["busy_s"]
+
+    two_alone, two_on_one = busy(2, None), busy(2, 1)
+    assert busy(2, 8) == pytest.approx(two_alone, rel=1e-9)
+    assert two_on_one == pytest.approx(busy(1, 1), rel=0.05)  # the same tasks, one processor
+    assert two_alone < 0.8 * two_on_one
+    assert two_alone <= busy(2, 2) <= two_on_one
+
+
 @pytest.mark.slow
 def test_calibrate_ray_messages():
     from streamjoin.runtime.sim.ray_messages import measure_messages

@@ -59,7 +59,7 @@ class _Recorder(CostModel):
         rows = self.rows.setdefault((logic.cost_group, logic.cost_key), [])
         seen = [0]
 
-        def charge(kind, msg, before, after, wall_ns):
+        def charge(kind, msg, before, after, wall_ns, threads=None):
             seen[0] += 1
             if seen[0] > self.skip and kind != "eof":
                 features = (1, *(a - b for a, b in zip(after, before, strict=True)))
@@ -204,7 +204,7 @@ class _GapRecorder(CostModel):
         times = self.times.setdefault(logic.cost_group, {g: [] for g in self.gaps})
         seen = [0]
 
-        def charge(kind, msg, before, after, wall_ns):
+        def charge(kind, msg, before, after, wall_ns, threads=None):
             if kind == "chunk":
                 self.rows_in += len(msg)
             if self.rows_in > self.warm_rows and kind != "eof":

@@ -24,7 +24,7 @@ Messages and steps after idle time are charged as the profile's module docstring
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from typing import Protocol
 
 from streamjoin import indexes
 from streamjoin.actors.base import ActorLogic
@@ -43,10 +43,16 @@ from streamjoin.runtime.sim.profile import FEATURES, MachineProfile, message_nby
 #: probes' work grows (``WindowIndex.probe_cost``).
 _FALLBACK = {"linear": "nested_loop", "const": "hash", "log": "bplus_tree"}
 
-#: ``charge(kind, msg, before, after, wall_ns) -> ns``: a step's compute, from the logic's
-#: counters before and after it (``kind`` and ``msg`` for recorders that calibrate; the host
-#: time ``wall_ns`` is not what a model charges).
-Charge = Callable[[str, object, tuple, tuple, int], float]
+
+class Charge(Protocol):
+    """``charge(kind, msg, before, after, wall_ns, threads=None) -> ns``: a step's compute,
+    from the logic's counters before and after it (``kind`` and ``msg`` for recorders that
+    calibrate; the host time ``wall_ns`` is not what a model charges); ``threads``, the
+    processors a threaded core's step holds (None: all its threads; others ignore it)."""
+
+    def __call__(
+        self, kind, msg, before: tuple, after: tuple, wall_ns: int, threads: int | None = None
+    ) -> float: ...
 
 
 class CostModel:
@@ -121,10 +127,11 @@ class CostModel:
     def bind(self, logic: ActorLogic) -> Charge:
         """The charge of ``logic``'s steps, its coefficients looked up once. A core with
         ``threads > 1`` that reports its tasks (``last_tasks``: a shared-index core) is
-        charged as ``threads`` processors (:func:`threads_charge`)."""
+        charged as ``threads`` processors (:func:`threads_charge`), or as the processors the
+        engine says its step holds (the charge's ``threads`` argument)."""
         c_call, *per_unit = self.coefficients(logic)
 
-        def charge(kind, msg, before, after, wall_ns) -> float:
+        def charge(kind, msg, before, after, wall_ns, threads=None) -> float:
             ns = c_call
             for c, a, b in zip(per_unit, after, before, strict=True):
                 ns += c * (a - b)  # left to right: the dot product in counter order
@@ -133,9 +140,9 @@ class CostModel:
         if getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks"):
             coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))
 
-            def charge_threads(kind, msg, before, after, wall_ns) -> float:
+            def charge_threads(kind, msg, before, after, wall_ns, threads=None) -> float:
                 one = charge(kind, msg, before, after, wall_ns)
-                return threads_charge(one, logic, coefs, before, after)
+                return threads_charge(one, logic, coefs, before, after, threads)
 
             return charge_threads
         return charge
@@ -153,8 +160,11 @@ class CostModel:
         return self._msg_const
 
 
-def threads_charge(one: float, logic, coefs: dict, before: tuple, after: tuple) -> float:
-    """A step of a core whose ``logic.threads`` threads share its tasks (PIM-Tree §4.1),
+def threads_charge(
+    one: float, logic, coefs: dict, before: tuple, after: tuple, threads: int | None = None
+) -> float:
+    """A step of a core whose ``logic.threads`` threads share its tasks (PIM-Tree §4.1) on
+    ``threads`` processors (default ``logic.threads``; fewer where the host has no more free),
     from ``one``, its charge on one processor: each task of the step (``logic.last_tasks``,
     the W_* columns of :mod:`~streamjoin.actors.shared_index.kernels`) costs its tuples, probes (and
     their share of the step's descent work), candidates, pairs, inserts and the rows it
@@ -180,7 +190,7 @@ def threads_charge(one: float, logic, coefs: dict, before: tuple, after: tuple) 
         + coefs["inserted"] * tasks[:, W_INSERTED]
     )
     serial = max(0.0, one - float(per_task.sum()))
-    free = [0.0] * logic.threads
+    free = [0.0] * (threads or logic.threads)
     for cost in per_task.tolist():
         k = free.index(min(free))
         free[k] += cost

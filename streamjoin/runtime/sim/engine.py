@@ -28,7 +28,9 @@ By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.sim.profile.MachineProfile.with_cpus>`)
 makes the cores share that many: a step waits for a free processor, first come first served,
 and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine);
-a step that waited for one starts colder, by the length of its wait, as after idle time.
+a step that waited for one starts colder, by the length of its wait, as after idle time. A
+shared-index core's step also takes as many more free processors as its threads can use, and
+its tasks are charged as run on those it holds (on one, when no other is free).
 Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
 that starts while k steps hold processors (itself included) by
 :meth:`MachineProfile.slowdown(k) <streamjoin.runtime.sim.profile.MachineProfile.slowdown>`,
@@ -119,12 +121,18 @@ class _Core:
         "q_area",
         "charge",
         "idle_ns",
+        "threads",
+        "held",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
         self.name, self.role, self.logic, self.n_inputs = name, role, logic, n_inputs
         self.charge = model.bind(logic)  # the step's cost, from its counters
         self.idle_ns = model.after_idle_ns(logic)  # more when the step follows idle time
+        # processors a step can use (a shared-index core's threads), and those it holds
+        threaded = getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks")
+        self.threads = logic.threads if threaded else 1
+        self.held = 0
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
@@ -385,7 +393,7 @@ class _Simulation:
             if core.ended < core.n_inputs:
                 self._served()
                 if self.cpus is not None:
-                    self._release()
+                    self._release(core)
                 self._next(core)
                 return
             call, args = logic.on_eof, ()
@@ -427,7 +435,10 @@ class _Simulation:
         had been idle or had waited for a processor before it (the share of it that gap's
         length calls for, ``IdleCosts.ramp``), stretched by the processors' share
         (``cpu_share``)."""
-        ns = core.charge(kind, msg, snap, core.logic.counters(), wall)
+        if self.cpus is not None and core.threads > 1:  # its tasks on the processors it holds
+            ns = core.charge(kind, msg, snap, core.logic.counters(), wall, threads=core.held)
+        else:
+            ns = core.charge(kind, msg, snap, core.logic.counters(), wall)
         if self.slowdown is None:
             stretch = 1.0
         else:
@@ -443,7 +454,7 @@ class _Simulation:
     def _step_done(self, event) -> None:
         core = event.value
         if self.cpus is not None:
-            self._release()
+            self._release(core)
         if core.kind is not _TICK:
             self._served()
         if core.kind is _EOF:
@@ -464,19 +475,32 @@ class _Simulation:
         """Start the step on a free processor, or wait in line for one."""
         if self.cpus_free:
             self.cpus_free -= 1
-            self._step(core, item)
+            self._run_on_cpu(core, item)
         else:  # its process waits while others run: it starts colder
             core.waiting_since = self.env.now
             self.cpu_wait.append((core, item))
 
-    def _release(self) -> None:
-        """A step ended: its processor goes to the step that has waited longest."""
-        if self.cpu_wait:
-            core, item = self.cpu_wait.popleft()
-            core.rest_ns += self.env.now - core.waiting_since
-            self._step(core, item)
-        else:
-            self.cpus_free += 1
+    def _run_on_cpu(self, core: _Core, item) -> None:
+        """Run the step on the processor it got, and on as many more free ones as its
+        threads can use (a shared-index core: its tasks go to the processors it holds; it
+        waits for none beyond the first, as its pool's threads do not wait for idle
+        processors but share the busy ones)."""
+        extra = min(core.threads - 1, self.cpus_free)
+        self.cpus_free -= extra
+        core.held = 1 + extra
+        self._step(core, item)
+
+    def _release(self, core: _Core) -> None:
+        """``core``'s step ended: each processor it held goes to the step that has waited
+        longest."""
+        held, core.held = core.held, 0
+        for _ in range(held):
+            if self.cpu_wait:
+                waiter, item = self.cpu_wait.popleft()
+                waiter.rest_ns += self.env.now - waiter.waiting_since
+                self._run_on_cpu(waiter, item)
+            else:
+                self.cpus_free += 1
 
     def _arm_tick(self, emitter) -> None:
         """Wake the emitter when its oldest open tuple has waited ``max_delay``."""

@@ -113,7 +113,7 @@ def check(
     profile: MachineProfile,
     *,
     layouts: list[str] | None = None,
-    tuples: int = 100_000,
+    tuples: int = 300_000,
     window: int = 2**13,
     batch: int = 1024,
     pace_share: float = 0.25,
