@@ -143,6 +143,12 @@ def add_calibrate_command(sub) -> None:
         help="with --check-only: the profile to check",
     )
     cal.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE_MD",
+        help="with --check: also write the table, the profile and the host as Markdown",
+    )
+    cal.add_argument(
         "--layout",
         action="append",
         default=None,
@@ -162,12 +168,14 @@ def cmd_calibrate(args) -> int:
             raise ValueError(
                 f"--layout {unknown[0]!r}: not a check layout; one of {list(CHECK_LAYOUTS)}"
             )
+    if args.report is not None:
+        check_out_file(args.report, force=True)  # a folder that exists, before the runs
     if args.machine is not None and not args.check_only:
         raise ValueError("--machine goes with --check-only (a fit measures this machine)")
     if args.check_only:
         profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)
         print(f"checking the profile {profile.name!r} ({profile.source})", flush=True)
-        return _check(profile, args.layout)
+        return _check(profile, args.layout, args.report)
     if args.out is not None:
         check_out_file(args.out, args.force)  # before three minutes of measuring
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
@@ -201,7 +209,7 @@ def cmd_calibrate(args) -> int:
         print("not stored as this host's profile (only some indexes were measured)")
     if args.out is not None:
         print(f"wrote {args.out} (for another host: --backend sim --machine {args.out})")
-    return _check(profile, args.layout) if args.check else 0
+    return _check(profile, args.layout, args.report) if args.check else 0
 
 
 def _conditions(c: dict) -> str:
@@ -214,16 +222,22 @@ def _conditions(c: dict) -> str:
     )
 
 
-def _check(profile, layouts) -> int:
+def _check(profile, layouts, report_md: str | None) -> int:
     import os
+    import time
 
-    from streamjoin.runtime.sim.fidelity import check, table
+    from streamjoin.runtime.sim.fidelity import check, markdown, table
 
     print(f"check: each layout on Ray, then on the simulator ({os.cpu_count()} processors shared)")
 
     def report(row) -> None:
         print(table([row]).splitlines()[1], flush=True)
 
+    t0 = time.perf_counter()
     rows = check(profile, layouts=layouts, report=report)
     print(table(rows))
+    if report_md is not None:
+        with open(report_md, "w") as f:
+            f.write(markdown(rows, profile, time.perf_counter() - t0))
+        print(f"wrote {report_md}")
     return 0

@@ -161,3 +161,12 @@ def test_check_table_counts_the_layouts_within_bounds():
     text = fidelity.table([row, off])
     assert "1.10" in text and "2.00" in text
     assert "within 0.80-1.25 on throughput and p50: 1 of 2 layouts (single)" in text
+
+
+def test_check_report_names_the_profile_and_the_host():
+    row = fidelity.CheckRow("single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5)
+    prof = sim.default_profile()
+    text = fidelity.markdown([row], prof, 90.0)
+    assert "| single | 1,000 | 1,100 | 1.10 |" in text
+    assert f"profile {prof.name!r} (shipped; fitted" in text and "1.5 minutes" in text
+    assert host_profile.cpu_model() in text

@@ -17,7 +17,9 @@ for it on this host at this moment; the fidelity target is 0.80–1.25.
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from streamjoin.query import CountWindow, Query, band, greater, less
 from streamjoin.runtime.run import run
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.calibrate import measure_cpu_share
+from streamjoin.runtime.sim.host_profile import cpu_model
 from streamjoin.runtime.sim.profile import MachineProfile
 from streamjoin.topologies.base import Topology
 
@@ -119,12 +122,13 @@ def check(
     pace_share: float = 0.25,
     chunk_ms: float = 10.0,
     paced_seconds: float = 2.0,
-    repeat: int = 1,
+    repeat: int = 3,
     report: Callable[[CheckRow], None] | None = None,
 ) -> list[CheckRow]:
-    """Run each layout on Ray and on the simulator with ``profile`` (module docstring);
-    returns a :class:`CheckRow` per layout, each passed to ``report`` as it is measured.
-    Starts Ray on this host's processors if none is running."""
+    """Run each layout on Ray (``repeat`` times each mode, the median kept: Ray's figures vary
+    by a third from run to run here) and once on the simulator with ``profile`` (module
+    docstring); returns a :class:`CheckRow` per layout, each passed to ``report`` as it is
+    measured. Starts Ray on this host's processors if none is running."""
     import ray  # only the check needs it
 
     names = list(CHECK_LAYOUTS) if layouts is None else layouts
@@ -206,4 +210,45 @@ def table(rows: list[CheckRow]) -> str:
             f"{tp.min():.2f}-{tp.max():.2f} (a layout against another: off by up to "
             f"{tp.max() / tp.min() - 1:.0%})"
         )
+    return "\n".join(lines)
+
+
+def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> str:
+    """A results page: the table, the profile checked (name, source, when it was fitted and
+    under what load) and this host, for ``calibrate --check --report FILE``."""
+    info = profile.info
+    cond = info.get("conditions", {})
+    fitted = (
+        f"fitted {info.get('date', '?')} in {cond.get('seconds', '?')} s at load "
+        f"{'–'.join(str(v) for v in cond.get('load_1min_start_end', ['?']))}"
+        if info
+        else "no fit record"
+    )
+    cpu = cpu_model()
+    # where it came from, without this machine's paths
+    source = "this host's cache" if profile.source.startswith("this host") else profile.source
+    lines = [
+        "# The simulator against Ray on this host (`streamjoin calibrate --check`)",
+        "",
+        f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} processors ({cpu}), "
+        f"{platform.platform()}; profile {profile.name!r} ({source}; {fitted}); "
+        f"{seconds / 60:.1f} minutes. Each layout: a band join at match rate 2 (spo(2): "
+        "`r.a < s.a AND r.b > s.b`) over a count window of 8,192 per stream; Ray's figures "
+        "the median of 3 runs, then the simulator with this host's processors shared by all "
+        "actors. Unpaced: 300,000 tuples as fast as the join takes them; paced: a quarter of "
+        "Ray's unpaced rate, a batch per 10 ms of input.",
+        "",
+        "| layout | Ray t/s | sim t/s | sim / Ray | pace t/s | p50 Ray ms | p50 sim | ratio "
+        "| p99 Ray ms | p99 sim | ratio | CPU share | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.layout} | {r.ray_tuples_per_s:,.0f} | {r.sim_tuples_per_s:,.0f} | "
+            f"{r.throughput_ratio:.2f} | {r.pace:,.0f} | {r.ray_p50_ms:.2f} | "
+            f"{r.sim_p50_ms:.2f} | {r.p50_ratio:.2f} | {r.ray_p99_ms:.2f} | {r.sim_p99_ms:.2f} | "
+            f"{r.p99_ratio:.2f} | {'/'.join(f'{v:.2f}' for v in r.cpu_share)} | "
+            f"{r.load_1min:.1f} |"
+        )
+    lines += ["", table(rows).splitlines()[-1], ""]
     return "\n".join(lines)
