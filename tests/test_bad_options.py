@@ -134,6 +134,25 @@ def test_ray_refuses_more_actors_than_its_cpus_hold(monkeypatch):
         executor._cpu_requests(big.graph, big.emitter)
 
 
+def test_ray_refuses_more_attributes_than_its_frames_carry_before_it_starts(monkeypatch):
+    """A batch carries two rows per join attribute and a frame at most ``wire.MAX_ATTRS``
+    rows: beyond that the first batch used to end the run with a framing error; now the
+    run is refused before Ray starts, naming the count, the limit and what to use."""
+    from streamjoin.runtime.ray import executor, wire
+
+    monkeypatch.setattr(executor, "_ensure_ray", lambda address: pytest.fail("Ray started"))
+    k = wire.MAX_ATTRS // 2 + 1
+    names = [f"a{i}" for i in range(k)]
+    pred = sj.equal(names[0])
+    for name in names[1:]:
+        pred = pred & sj.equal(name)
+    q = sj.Query(pred, window=sj.CountWindow(4))
+    data = {"ts": [0, 1], "stream": [0, 1]} | {n: [1.0, 1.0] for n in names}
+    with pytest.raises(ValueError, match=f"joins on {k} attributes; a batch between Ray"):
+        sj.run(q, data, T.single("nested_loop"), backend="ray")
+    assert sj.run(q, data, T.single("nested_loop")).count == 1  # local takes it
+
+
 # --- index option values: checked when the topology is built -------------------------------
 
 

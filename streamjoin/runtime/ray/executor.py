@@ -88,7 +88,7 @@ from streamjoin.modes import PLACEMENTS, Placement
 from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.pipeline import Progress as ProgressBar
-from streamjoin.runtime.ray import channels
+from streamjoin.runtime.ray import channels, wire
 from streamjoin.runtime.ray.host import (
     Abandon,
     ActorFailed,
@@ -333,6 +333,12 @@ class Ray(WallClock):
         progress,
     ) -> RunTrace:
         """Run the topology with one Ray actor per node."""
+        if 2 * len(query.attrs) > wire.MAX_ATTRS:  # a batch carries two rows per attribute
+            raise ValueError(
+                f"the query joins on {len(query.attrs)} attributes; a batch between Ray "
+                f"actors carries at most {wire.MAX_ATTRS // 2} (streamjoin.runtime.ray.wire."
+                "MAX_ATTRS / 2): use backend='local' or 'sim', or fewer attributes"
+            )
         with ThreadPoolExecutor(1, thread_name_prefix="warm") as pool:
             # on a local cluster, kernels are compiled (or loaded) here while Ray starts
             local = self.address is None
