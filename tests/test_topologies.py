@@ -138,21 +138,24 @@ def test_chain_cores_pass_batches_on_before_their_step():
     from streamjoin.actors import passes_on
     from streamjoin.actors.emitter import Emitter
     from streamjoin.actors.join_core import JoinCore
+    from streamjoin.topologies.grid import PASSED_ON, PORTS
     from streamjoin.validation import validate
 
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(4))
     em = Emitter(q, batch_size=100)
     em.on_chunk(validate({"stream": [0, 1, 1], "x": [1.0, 1.0, 2.0]}, q))
     ((_, batch),) = em.on_eof()
-    chained = JoinCore(q, ports={"row": (0,), "col": (1,)}, forward=True)
+    chained = JoinCore(q, ports=PORTS, forward=PASSED_ON)
     assert passes_on(chained, "row", batch) == [("row_next", batch)]
     out = chained.on_batch("row", batch)
     assert [p for p, _ in out] == ["out"] and len(out[0][1]) == 1  # r0 with s1, once
-    assert passes_on(JoinCore(q, ports={"row": (0,), "col": (1,)}), "row", batch) == []
+    assert passes_on(JoinCore(q, ports=PORTS), "row", batch) == []
     assert passes_on(sj.actors.Collector(), "in", batch) == []  # no passes_on: nothing
     for call in (chained.passes_on, chained.on_batch):
         with pytest.raises(ValueError, match="no input port 'up'"):
             call("up", batch)
+    with pytest.raises(ValueError, match="passes on ports \\['up'\\] it does not take"):
+        JoinCore(q, ports=PORTS, forward={"up": "up_next"})
 
 
 # -- self-joins on layouts that route R and S apart ---------------------------------------------

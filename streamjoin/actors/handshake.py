@@ -95,9 +95,12 @@ class Ack:
         return 0
 
 
-# the input ports of a core, by stream: data, acknowledgements of what it forwarded
+# the ports of a core, by stream: data in, acknowledgements of what it forwarded; data
+# forwarded, acknowledgements of what it was forwarded (the handshake topology's names)
 _IN = {0: "r_in", 1: "s_in"}
 _ACK = {0: "r_ack", 1: "s_ack"}
+_OUT = {0: "r_out", 1: "s_out"}
+_ACK_OUT = {0: "r_ack_out", 1: "s_ack_out"}
 
 
 class HandshakeCore(JoinLogic):
@@ -168,7 +171,7 @@ class HandshakeCore(JoinLogic):
         x = 0 if port == "r_in" else 1
         if isinstance(msg, Drain):
             self.draining[x] = True
-            return [*self._forward(x), *([] if self.last[x] else [(f"{'rs'[x]}_out", msg)])]
+            return [*self._forward(x), *([] if self.last[x] else [(_OUT[x], msg)])]
         batch = msg.freeze()
         y = 1 - x
         xs = np.arange(len(batch))
@@ -178,7 +181,7 @@ class HandshakeCore(JoinLogic):
         self.parts[x].insert(batch, xs)
         out: list[tuple[str, object]] = []
         if not self.from_emitter[x]:
-            out.append((f"{'rs'[x]}_ack_out", Ack(int(batch.idx[-1]) + 1)))
+            out.append((_ACK_OUT[x], Ack(int(batch.idx[-1]) + 1)))
         elif self.last[y]:  # tuples of x come straight from the emitter: expire y at its end
             self.parts[y].expire(int(batch.horizon[y]))
         out.extend(self._forward(x))
@@ -199,7 +202,7 @@ class HandshakeCore(JoinLogic):
             return []
         batch = store.batch(start, end, x)
         self.sent_upto[x] = int(batch.idx[-1]) + 1
-        return [(f"{'rs'[x]}_out", batch)]
+        return [(_OUT[x], batch)]
 
     @property
     def nbytes(self) -> int:

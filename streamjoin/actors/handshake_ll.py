@@ -52,6 +52,7 @@ from streamjoin.batch import Batch, PairBatch
 from streamjoin.query import Query
 
 _IN = {"r_in": 0, "s_in": 1}
+_OUT = {0: "r_out", 1: "s_out"}  # where each stream's batches go on along the chain
 _NEVER = np.iinfo(np.int64).max
 
 
@@ -112,7 +113,7 @@ class LowLatencyHandshakeCore(JoinLogic):
         """The message on to the next core, unchanged, before this core's step (the chain's
         fast-forward): nothing at the end of the chain."""
         x = self._stream_of(port)
-        return [] if self.last[x] else [(f"{'rs'[x]}_out", msg)]
+        return [] if self.last[x] else [(_OUT[x], msg)]
 
     def _stream_of(self, port: str) -> int:
         ports = [p for p, x in _IN.items() if x in self.spec.streams]

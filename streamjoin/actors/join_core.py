@@ -46,13 +46,14 @@ class IndexChoice:
 @dataclass(frozen=True)
 class JoinCoreConfig(IndexChoice, ActorConfig):
     """A join core node (:class:`JoinCore`): its index, its input ports and the streams each
-    carries (None: one port ``"in"`` with both), whether it passes batches on along a chain
-    (DP-Join's forwarding), and whether it runs a self-join as the stream joined with itself
+    carries (None: one port ``"in"`` with both), the output port on which it passes each input
+    port's batches on along a chain (``forward``, named by the topology; DP-Join's
+    forwarding), and whether it runs a self-join as the stream joined with itself
     (``paired``: a grid core, which sees R and S copies apart)."""
 
     role = "join_core"
     ports: dict | None = None
-    forward: bool = False
+    forward: dict | None = None
     paired: bool = False
     #: The core's output is the whole result stream (one core): with ``ordered`` runs it
     #: sorts each batch's pairs, so the collector receives them in order as they come.
@@ -133,9 +134,9 @@ class JoinCore(JoinLogic):
         Keyword arguments for the index constructor (fan-out, chain length, …).
     ports : dict, optional
         Input port -> streams it carries (default: one port ``"in"`` with both).
-    forward : bool
-        Pass every input batch on, unchanged, on port ``"<in port>_next"`` before joining it
-        (chain layouts; :meth:`passes_on`).
+    forward : dict, optional
+        Input port -> the output port on which every batch of that port is passed on,
+        unchanged, before it is joined (chain layouts; :meth:`passes_on`); default: none.
     paired : bool
         Run a self-join as the stream joined with itself (ignored for a two-way join).
     ordered : bool
@@ -154,7 +155,7 @@ class JoinCore(JoinLogic):
         index: str | None = None,
         index_options: dict | None = None,
         ports: dict[str, tuple[int, ...]] | None = None,
-        forward: bool = False,
+        forward: dict[str, str] | None = None,
         paired: bool = False,
         ordered: bool = False,
     ):
@@ -168,7 +169,12 @@ class JoinCore(JoinLogic):
             raise ValueError(
                 f"a paired self-join core takes R and S copies on different ports; got {ports}"
             )
-        self.forward = forward
+        self.forward = dict(forward or {})
+        if not set(self.forward) <= set(self.ports):
+            raise ValueError(
+                f"join core passes on ports {sorted(self.forward)} it does not take; "
+                f"ports: {list(self.ports)}"
+            )
         self.ordered = ordered
 
     # -- one batch ---------------------------------------------------------------------------
@@ -177,7 +183,8 @@ class JoinCore(JoinLogic):
         """With ``forward``: the batch on to the next core of its chain, unchanged, before
         this core joins it, as DP-Join passes the pointer on first (§III-C)."""
         self._check_port(port)
-        return [(f"{port}_next", batch)] if self.forward else []
+        out = self.forward.get(port)
+        return [] if out is None else [(out, batch)]
 
     def _check_port(self, port: str) -> None:
         if port not in self.ports:

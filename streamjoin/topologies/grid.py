@@ -12,6 +12,13 @@ from streamjoin.checks import positive_int
 from streamjoin.modes import FORWARDS, Forward
 from streamjoin.topologies.base import Topology, add_actor, check_actors, index_options_of
 
+#: A core's input ports and the stream each carries: R along its row, S along its column.
+PORTS = {"row": (0,), "col": (1,)}
+
+#: In a chained grid, the output port on which a core passes each input port's batches on to
+#: its neighbour (right along the row, down the column), where they arrive on the same port.
+PASSED_ON = {"row": "row_next", "col": "col_next"}
+
 
 def grid(
     m: int,
@@ -43,8 +50,8 @@ def grid(
     if forward not in FORWARDS:
         raise ValueError(f"forward must be 'chain' or 'direct', got {forward!r}")
     opts = index_options_of(index, index_options, options)
-    ports = {"row": (0,), "col": (1,)}
-    core = JoinCoreConfig(index, opts, ports, forward=forward == "chain", paired=True)
+    chained = forward == "chain"
+    core = JoinCoreConfig(index, opts, PORTS, forward=PASSED_ON if chained else None, paired=True)
     g = nx.MultiDiGraph(self_join=True)
     add_actor(g, "emitter", EmitterConfig(GridRoute(m, n)), pos=(-0.2, 0.9), label="emitter")
     add_actor(g, "collector", CollectorConfig(), pos=(n + 1.2, -(m - 1) / 2), label="collector")
@@ -57,15 +64,19 @@ def grid(
     for j in range(m):
         for i in range(n):
             name = f"core{j}_{i}"
-            if forward == "direct" or i == 0:
+            if not chained or i == 0:
                 g.add_edge("emitter", name, src_port=f"row{j}", dst_port="row", label="R")
             else:
-                g.add_edge(f"core{j}_{i - 1}", name, src_port="row_next", dst_port="row", label="R")
+                g.add_edge(
+                    f"core{j}_{i - 1}", name, src_port=PASSED_ON["row"], dst_port="row", label="R"
+                )
     for j in range(m):
         for i in range(n):
             name = f"core{j}_{i}"
-            if forward == "direct" or j == 0:
+            if not chained or j == 0:
                 g.add_edge("emitter", name, src_port=f"col{i}", dst_port="col", label="S")
             else:
-                g.add_edge(f"core{j - 1}_{i}", name, src_port="col_next", dst_port="col", label="S")
+                g.add_edge(
+                    f"core{j - 1}_{i}", name, src_port=PASSED_ON["col"], dst_port="col", label="S"
+                )
     return Topology(f"grid({m}x{n}, {forward})", g)

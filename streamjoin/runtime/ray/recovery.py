@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamjoin.actors.join_core import JoinCoreConfig
 from streamjoin.batch import Batch
 from streamjoin.runtime.ray import wire
 from streamjoin.topologies.base import Topology
@@ -92,7 +93,8 @@ def recoverable_nodes(topology: Topology) -> frozenset[str]:
 
 def feeds(topology: Topology) -> dict[str, list[tuple[str, str]]]:
     """``emitter out_port -> [(core, in_port), …]``: the cores whose input port carries that
-    port's batches, directly or passed on along a chain (``<port>_next``)."""
+    port's batches, directly or passed on along a chain (on the output port a core's
+    :class:`~streamjoin.actors.join_core.JoinCoreConfig` names in ``forward``)."""
     out: dict[str, list[tuple[str, str]]] = {}
     graph = topology.graph
     for _, v, d in graph.out_edges(topology.emitter, data=True):
@@ -100,10 +102,12 @@ def feeds(topology: Topology) -> dict[str, list[tuple[str, str]]]:
         node, port = v, d["dst_port"]
         while node is not None:
             chain.append((node, port))
+            config = topology.config(node)
+            chained = (config.forward or {}) if isinstance(config, JoinCoreConfig) else {}
             nxt = [
                 (w, e["dst_port"])
                 for _, w, e in graph.out_edges(node, data=True)
-                if e["src_port"] == f"{port}_next"
+                if port in chained and e["src_port"] == chained[port]
             ]
             node, port = nxt[0] if nxt else (None, None)
     return out
