@@ -306,3 +306,23 @@ def test_a_core_killed_at_random_points_is_rebuilt_exactly(ray_session, tmp_path
         points.append(("merged", 0))
     for k, (at, after) in enumerate(points):
         _exact_after_kill(layout, tmp_path, at, after, n=8000, batch=8, seed=k)
+
+
+@pytest.mark.slow
+def test_the_driver_reads_no_further_while_a_core_is_down(ray_session, tmp_path, caplog):
+    """While the one core of ``single`` is restarted after a kill, nothing holds the driver
+    back (its writes to the dead core are dropped for the replay): it must not read the rest
+    of the source into the batches it keeps. The rebuilt core's replay holds about what was
+    read before the kill, not the whole input."""
+    n = 400_000
+    make, node = LAYOUTS["single"]
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(300, 200))
+    data = sj.sources.synthetic(n, low=0, high=30_000, seed=3)
+    marker = tmp_path / "fired"
+    topo = inject(make(), node, fault="kill", at="probe", after=20, once=str(marker))
+    with caplog.at_level("WARNING", logger="streamjoin.runtime.ray.executor"):
+        result = sj.run(query, data, topo, backend="ray", batch_size=1024, chunk_rows=1024)
+    assert marker.exists(), "the fault never fired"
+    assert result.same_pairs(sj.oracle.join(query, data))
+    kept = [int(m.group(1)) for m in re.finditer(r"rebuilt from (\d+) kept tuples", caplog.text)]
+    assert kept and max(kept) < n // 4, kept  # the code before kept all 400,000

@@ -656,6 +656,8 @@ class _Run:
             if time.monotonic() - checked >= POLL_S:
                 self.check()
                 checked = time.monotonic()
+            if source.broken:  # a core it feeds is down: read nothing more until it is back
+                self._await_recovery()
             self._recover_lost()
         if start_ns is None:
             start_ns = clock()
@@ -717,6 +719,18 @@ class _Run:
             time.sleep(0.001)
 
     # -- recovery -----------------------------------------------------------------------------
+
+    def _await_recovery(self) -> None:
+        """A core the emitter feeds died, and what the emitter writes to it is dropped (the
+        replay brings it): without this wait the source would be read at full speed, every
+        batch kept for the replay, until the loss is noticed (a second or two, in which the
+        driver could take in most of a large input). So the driver stops reading until Ray
+        has restarted the core and it is rebuilt, or the run fails."""
+        assert self.source is not None  # (made before the drive)
+        while self.source.broken:
+            ray.wait(list(self.watches), num_returns=1, timeout=POLL_S)
+            self.check()
+            self._recover_lost()
 
     def _recover_lost(self) -> None:
         while self.lost:
