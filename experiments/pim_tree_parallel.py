@@ -537,7 +537,7 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
         lines += [
             "",
             "Round robin against the shared index on the simulator (`sj.run(backend='sim')`, "
-            "the shipped profile; `split(2)`: two join cores on a processor each, every "
+            f"{_profile_words()}; `split(2)`: two join cores on a processor each, every "
             "batch probed at both; `shared(2)`: one core charged as 2 processors; what the "
             "simulator leaves out: lock waits, the merging thread, contention between threads, "
             "longer scans past the edge tuple):",
@@ -578,7 +578,7 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "",
             f"Paper: {PAPER['fig12']}.",
             "",
-            "Simulated: `sj.run(backend='sim')` with the shipped machine profile, one "
+            f"Simulated: `sj.run(backend='sim')` with {_profile_words()}, one "
             "simulated processor per thread. The shared core's per-unit costs are its own "
             "(the profile's `shared:pim_tree` row, calibrated on `shared_index(1)`; `single` "
             "is charged from the `pim_tree` row of the same calibration). The simulator "
@@ -720,9 +720,22 @@ def _targets(rows: list[dict]) -> list[str]:
     ]
 
 
+def _profile_words() -> str:
+    """Which machine profile the simulated rows ran on (a ``sim`` run given none: this
+    host's calibrated one, else the shipped one), and when it was fitted."""
+    prof = as_profile(None)
+    cond = prof.info.get("conditions", {})
+    load = "–".join(str(v) for v in cond.get("load_1min_start_end", []))
+    where = "this host's profile" if prof.source.startswith("this host") else "the shipped profile"
+    return (
+        f"{where} (`streamjoin calibrate`, {prof.info.get('date', 'undated')}"
+        f"{f', load {load}' if load else ''})"
+    )
+
+
 def _amdahl(sel: list[dict]) -> list[str]:
     """What caps the simulated speed-up: the serial fraction an Amdahl fit of the simulated
-    curve gives, beside the shipped profile's per-step and per-tuple charges of the core."""
+    curve gives, beside the profile's per-step and per-tuple charges of the core."""
     out = []
     for join in ("two-way", "self-join"):
         sim = {
@@ -742,7 +755,7 @@ def _amdahl(sel: list[dict]) -> list[str]:
     c = prof.indexes["shared:pim_tree"]
     m = prof.messages.step_ns(1024 * (8 * 2 + 41))  # a batch of 1,024 tuples, one attribute
     out.append(
-        "- The charges that do not shrink with threads (the shipped profile's "
+        "- The charges that do not shrink with threads (the profile's "
         "`shared:pim_tree` costs charged once per step, not per task, and the core's share "
         f"of its messages): {c['calls'] / 1e3:.0f} µs per step plus "
         f"{c['part_calls'] / 1e3:.0f} µs per window-part call (4 per two-way step) and "
