@@ -70,6 +70,8 @@ from streamjoin.actors.shared_index.kernels import (
     W_SCANNED,
     W_WAITS,
     WORK,
+    Probing,
+    Window,
     gather_pairs,
     run_tasks,
     stage_step,
@@ -350,7 +352,6 @@ class SharedIndexCore(Logic):
             threads,
         )
         states = [self._dummy, self._dummy]
-        bases = np.zeros((2, 2), dtype=np.int64)
         sizes = {}
         for y in spec.streams:
             store, index = self.stores[y], self.indexes[y]
@@ -359,7 +360,6 @@ class SharedIndexCore(Logic):
             refs = store.append(batch, step.ypos[y, :n])
             if index is not None:
                 states[y] = index.begin_step(step.keys[y, :n], refs)
-            bases[y] = store.base, store.head
         if spec.query.self_join:
             states[1] = states[0]
         self.cfg[C_TASK_SIZE] = task_size
@@ -369,37 +369,19 @@ class SharedIndexCore(Logic):
             self._buf = np.empty((threads, 3, cap), dtype=np.int64)
             self._out = np.empty((3, cap), dtype=np.int64)
         ctl, task_meta, task_work = step.ctl, step.task_meta, step.task_work
-        stores = self._store_of
+        windows = [  # a self-join's one store and index twice
+            Window(store.rows, store.attrs, store.base, store.head, state)
+            for store, state in zip(self._store_of, states, strict=True)
+        ]
+        probing = Probing(spec.conds, self.key_rows, self.boxes, self.n_boxes, self._symmetric)
         args = (
             self._no_sync if self._pool is None else self._pool.sync,
             self.cfg,
-            ctl,
-            step.edge,
-            first_ref,
-            step.tup,
-            batch.attrs,
-            step.ypos,
-            step.n_y,
-            step.flags,
-            stores[0].rows,
-            stores[0].attrs,
-            stores[1].rows,
-            stores[1].attrs,
-            bases,
-            states[0],
-            states[1],
-            spec.conds,
-            self.key_rows,
-            self.boxes,
-            self.n_boxes,
-            self._symmetric,
-            step.status,
-            task_meta,
-            task_work,
-            step.pub_keys,
-            step.pub_pos,
+            step,
+            windows[0],
+            windows[1],
+            probing,
             self._buf,
-            step.buf_n,
             self._out,
         )
 

@@ -39,7 +39,12 @@ from streamjoin.indexes.blocks.atomics import (
 from streamjoin.indexes.blocks.key_order import stable_order_into
 from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch
 from streamjoin.indexes.pim.bplus_tree import new_path
-from streamjoin.indexes.pim.pim_tree_shared import COMPACT, insert_shared, probe_shared
+from streamjoin.indexes.pim.pim_tree_shared import (
+    COMPACT,
+    SharedArrays,
+    insert_shared,
+    probe_shared,
+)
 
 #: How many index candidates ahead the stored tuple's row is fetched (as ``probe_pairs``).
 _AHEAD = 8
@@ -66,8 +71,10 @@ class Step(NamedTuple):
     """The arrays of one step that the threads share (:func:`stage_step`)."""
 
     tup: np.ndarray  # int64 (TUP, b): the module docstring's rows
+    attrs: np.ndarray  # float64 (A, b): the batch's attributes
     ypos: np.ndarray  # int64 (2, b): batch position of the k-th stream-y tuple
     n_y: np.ndarray  # int64 (2,): tuples per stream
+    first_ref: np.ndarray  # int64 (2,): the ref of each probed stream's first tuple of the step
     keys: np.ndarray  # float64 (2, b): their served keys, stream by stream (ypos's order)
     ctl: np.ndarray  # int64 (CTL * PAD,): control slots, zero
     edge: np.ndarray  # int64 (2 * PAD,): each stream's edge tuple, zero
@@ -78,6 +85,65 @@ class Step(NamedTuple):
     pub_keys: np.ndarray  # float64 (b,): each task's keys, sorted
     pub_pos: np.ndarray  # int64 (b,): their batch positions
     buf_n: np.ndarray  # int64 (threads * PAD,): pairs in each thread's buffer, zero
+
+
+class Window(NamedTuple):
+    """One probed stream's window as the threads read it: its tuple store and shared index."""
+
+    #: int64 (cap, ROW): the store's rows (:data:`~streamjoin.actors.store.SEQ`, ``IDX``, …)
+    rows: np.ndarray
+    #: float64 (2 A, cap): their attributes, images then residuals
+    attrs: np.ndarray
+    #: the ref of row 0
+    base: int
+    #: the first live row
+    head: int
+    #: the shared index's state (a placeholder when the core has no index)
+    state: SharedArrays
+
+
+class Probing(NamedTuple):
+    """How a step's tuples probe, fixed between steps (the conditions change type once, when
+    an integer beyond ``2**52`` is first seen: rebuilt each step)."""
+
+    #: θ (:class:`~streamjoin.actors.join_kernels.ImageConditions` or ``Conditions``)
+    conds: tuple
+    #: int64 (2,): the row of ``attrs`` that keys each stream's tuples (the served condition)
+    key_rows: np.ndarray
+    #: float64 (3, 2, 2): per orientation, the index probe's boxes (lo, hi) around a key
+    boxes: np.ndarray
+    #: int64 (3,): boxes per orientation
+    n_boxes: np.ndarray
+    #: θ is symmetric (a self-join's candidate is then checked in one orientation)
+    symmetric: bool
+
+
+class Probers(NamedTuple):
+    """A task's tuples of one stream, as they probe the other stream's window."""
+
+    #: int64: their batch positions, ``[:n]`` used
+    gs: np.ndarray
+    #: int64 (n,): the stable order that sorts them by key
+    order: np.ndarray
+    #: float64 (n,): their keys, ascending
+    keys: np.ndarray
+    #: how many there are
+    n: int
+
+
+class Side(NamedTuple):
+    """Which way a task's probers join: from stream ``x`` into stream ``y``'s window."""
+
+    #: the probing stream
+    x: int
+    #: the probed stream (``x`` itself in a self-join)
+    y: int
+    #: the probed stream's edge ref for the task: refs below it are indexed
+    e_ref: int
+    #: ``R_PROBES``, ``S_PROBES`` or ``EITHER`` (a self-join)
+    orient: int
+    #: a prober is its pairs' r
+    probe_is_r: bool
 
 
 @njit(cache=True, nogil=True)
@@ -108,8 +174,10 @@ def stage_step(
         n_y[x] += 1
     return Step(
         tup,
+        attrs,
         ypos,
         n_y,
+        first_ref,
         keys,
         np.zeros(CTL * PAD, dtype=np.int64),
         np.zeros(2 * PAD, dtype=np.int64),
@@ -177,34 +245,7 @@ def _primary_holds(d, lo0, hi0, orient):
 
 
 @njit(cache=True, nogil=True)
-def _join_tail(
-    gs,
-    order,
-    keys,
-    n_g,
-    x,
-    y,
-    e_ref,
-    t,
-    task_size,
-    tup,
-    ypos,
-    n_y,
-    first_ref,
-    status,
-    task_meta,
-    pub_keys,
-    pub_pos,
-    attrs,
-    store_attrs,
-    base,
-    conds,
-    orient,
-    probe_is_r,
-    pairs,
-    n_pairs,
-    work,
-):
+def _join_tail(probers, side, t, task_size, step, window, conds, pairs, n_pairs, work):
     """§4.1's scan of the not-yet-indexed tail, from the edge tuple to each tuple of the task,
     as a band join of sorted runs: the tail's stream-``y`` tuples lie in tasks ``u0 … t`` (the
     step's tuples before the edge are all indexed, its later ones are no predecessors), and
@@ -212,7 +253,13 @@ def _join_tail(
     before it turns ACTIVE; for each probing tuple (``keys`` ascending, ``order`` to ``gs``) a
     binary search in each such task's run finds the keys in its band, checked exactly, in the
     window and before it in arrival. O(n_g · (tasks in flight) · log(task_size) + matches),
-    not O(n_g · rows past the edge): a task's tail costs about the same whatever its size."""
+    not O(n_g · rows past the edge): a task's tail costs about the same whatever its size.
+    ``t``: the task; ``conds``: θ; the rest as :func:`_join_tuples`."""
+    gs, order, keys, n_g = probers
+    y, e_ref, orient, probe_is_r = side.y, side.e_ref, side.orient, side.probe_is_r
+    tup, ypos, n_y, first_ref = step.tup, step.ypos, step.n_y, step.first_ref
+    status, task_meta, pub_keys, pub_pos = step.status, step.task_meta, step.pub_keys, step.pub_pos
+    attrs, store_attrs, base = step.attrs, window.attrs, window.base
     k0 = e_ref - first_ref[y]
     if n_g == 0 or k0 >= n_y[y]:
         return pairs, n_pairs
@@ -271,40 +318,18 @@ def _join_tail(
 
 @njit(cache=True, nogil=True)
 def _join_tuples(
-    gs,
-    n_g,
-    keys,
-    order,
-    x,
-    y,
-    e_ref,
-    tup,
-    attrs,
-    rows,
-    store_attrs,
-    base,
-    head,
-    state,
-    indexed,
-    conds,
-    key_rows,
-    boxes,
-    n_boxes,
-    self_join,
-    symmetric,
-    cand_p,
-    cand_r,
-    pairs,
-    n_pairs,
-    work,
+    probers, side, step, window, indexed, probing, cand_p, cand_r, pairs, n_pairs, work
 ):
-    """§4.1 result generation for the stream-``x`` tuples ``gs[:n_g]`` of a task against the
-    window of stream ``y``: the index for the refs below the edge tuple ``e_ref`` (the tail
-    past it is :func:`_join_tail`'s), or with no index a scan of the whole window in the
-    store. ``keys``: their primary keys in ascending order, ``order``: the stable order that
-    sorts them. Returns the grown scratch arrays and the pair count."""
-    orient = EITHER if self_join else (R_PROBES if x == 0 else S_PROBES)
-    probe_is_r = not self_join and x == 0
+    """§4.1 result generation for a task's stream-``x`` tuples (:class:`Probers`) against the
+    window of stream ``y`` (:class:`Side`, :class:`Window`): the index for the refs below the
+    edge tuple ``e_ref`` (the tail past it is :func:`_join_tail`'s), or with no index a scan of
+    the whole window in the store. ``cand_p``, ``cand_r``, ``pairs``: the thread's scratch,
+    ``work``: the task's counters. Returns the grown scratch arrays and the pair count."""
+    gs, order, keys, n_g = probers
+    x, y, e_ref, orient, probe_is_r = side
+    tup, attrs = step.tup, step.attrs
+    rows, store_attrs, base, head, state = window
+    conds, key_rows, boxes, n_boxes, symmetric = probing
     if indexed and n_g:
         n_c = split = 0
         for box in range(n_boxes[orient]):
@@ -443,39 +468,7 @@ def _propagate(ctl, status, task_meta, buf, out, n_tasks):
 
 
 @njit(cache=True, nogil=True)
-def run_tasks(
-    thread,
-    sync,
-    cfg,
-    ctl,
-    edge,
-    first_ref,
-    tup,
-    attrs,
-    ypos,
-    n_y,
-    indexed_flags,
-    rows0,
-    attrs0,
-    rows1,
-    attrs1,
-    bases,
-    state0,
-    state1,
-    conds,
-    key_rows,
-    boxes,
-    n_boxes,
-    symmetric,
-    status,
-    task_meta,
-    task_work,
-    pub_keys,
-    pub_pos,
-    buf,
-    buf_n,
-    out,
-):
+def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
     """One worker thread's share of a step: PIM-Tree §4.1's four steps, task after task.
 
     1. *Task acquisition*: claim the next task with an atomic add on ``ctl[NEXT]`` (the
@@ -493,11 +486,19 @@ def run_tasks(
     ``sync`` is the thread pool's counters (:mod:`~streamjoin.actors.shared_index.thread_pool`; empty with
     one thread): thread 0 publishes the step there, so the other threads start as soon as it
     runs without the GIL. ``cfg[C_DELAY] > 0`` waits a random while between the steps (a test
-    hook that forces interleavings). Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
+    hook that forces interleavings). ``step``: the arrays the threads share (:class:`Step`);
+    ``window0``/``window1``: the windows each stream probes; ``buf``: int64
+    ``(threads, 3, cap)``, each thread's pairs; ``out``: int64 ``(3, cap)``, the step's
+    propagated pairs. Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
     not fit this thread's buffer (``task_meta`` locates them) and int64 ``(WORK,)``.
     """
     if thread == 0:  # the pool's threads may start their kernels now (GIL released)
         publish(sync)
+    ctl, edge, first_ref, tup, attrs = step.ctl, step.edge, step.first_ref, step.tup, step.attrs
+    ypos, n_y, indexed_flags = step.ypos, step.n_y, step.flags
+    status, task_meta, task_work = step.status, step.task_meta, step.task_work
+    pub_keys, pub_pos, buf_n = step.pub_keys, step.pub_pos, step.buf_n
+    key_rows = probing.key_rows
     task_size, n_tasks = cfg[C_TASK_SIZE], cfg[C_N_TASKS]
     self_join, indexed, ordered = cfg[C_SELF_JOIN] != 0, cfg[C_INDEXED] != 0, cfg[C_ORDERED] != 0
     max_spins = cfg[C_DELAY]
@@ -553,66 +554,16 @@ def run_tasks(
                 continue
             y = x if self_join else 1 - x
             e_ref = min(first_ref[y] + load_acquire(edge, y * PAD), tup[T_OPP, gs[x, 0]])
-            if y == 0:
-                rows, s_attrs, state = rows0, attrs0, state0
-            else:
-                rows, s_attrs, state = rows1, attrs1, state1
+            window = window0 if y == 0 else window1
+            probers = Probers(gs[x], orders[x, :m], sorted_keys[x, :m], m)
+            orient = EITHER if self_join else (R_PROBES if x == 0 else S_PROBES)
+            side = Side(x, y, e_ref, orient, not self_join and x == 0)
             cand_p, cand_r, pairs, n_pairs = _join_tuples(
-                gs[x],
-                m,
-                sorted_keys[x, :m],
-                orders[x, :m],
-                x,
-                y,
-                e_ref,
-                tup,
-                attrs,
-                rows,
-                s_attrs,
-                bases[y, 0],
-                bases[y, 1],
-                state,
-                indexed,
-                conds,
-                key_rows,
-                boxes,
-                n_boxes,
-                self_join,
-                symmetric,
-                cand_p,
-                cand_r,
-                pairs,
-                n_pairs,
-                work,
+                probers, side, step, window, indexed, probing, cand_p, cand_r, pairs, n_pairs, work
             )
             if indexed:
                 pairs, n_pairs = _join_tail(
-                    gs[x],
-                    orders[x, :m],
-                    sorted_keys[x, :m],
-                    m,
-                    x,
-                    y,
-                    e_ref,
-                    t,
-                    task_size,
-                    tup,
-                    ypos,
-                    n_y,
-                    first_ref,
-                    status,
-                    task_meta,
-                    pub_keys,
-                    pub_pos,
-                    attrs,
-                    s_attrs,
-                    bases[y, 0],
-                    conds,
-                    EITHER if self_join else (R_PROBES if x == 0 else S_PROBES),
-                    not self_join and x == 0,
-                    pairs,
-                    n_pairs,
-                    work,
+                    probers, side, t, task_size, step, window, probing.conds, pairs, n_pairs, work
                 )
         if ordered and n_pairs > 1:  # by the later tuple, then the earlier (docs/design.md §1)
             by_earlier = np.argsort(pairs[4, :n_pairs], kind="mergesort")
@@ -644,7 +595,7 @@ def run_tasks(
                     continue
                 for a in range(m):
                     refs[a] = tup[T_OWN, gs[x, orders[x, a]]]
-                state = state0 if x == 0 else state1
+                state = window0.state if x == 0 else window1.state
                 work[W_WAITS] += insert_shared(state, sorted_keys[x, :m], refs[:m], path)
                 work[W_INSERTED] += m
                 for a in range(m):
