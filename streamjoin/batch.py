@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,6 +19,23 @@ def columns_at(attrs: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
     if index.dtype == np.bool_:
         index = np.flatnonzero(index)
     return np.take(attrs, index, axis=1)
+
+
+class TupleColumns(NamedTuple):
+    """A batch's per-tuple columns as kernels take them (:meth:`Batch.columns`)."""
+
+    #: int64 (n,): global arrival number
+    seq: np.ndarray
+    #: int64 (n,): rank within its own stream
+    idx: np.ndarray
+    #: int64 (n,): first idx of the other stream in the tuple's window
+    lo_idx: np.ndarray
+    #: int64 (n,): when the source handed the tuple over (monotonic ns)
+    ingest_ns: np.ndarray
+    #: int64 (n,): event time
+    ts: np.ndarray
+    #: float64 (k, n): join attributes, images then residuals
+    attrs: np.ndarray
 
 
 @dataclass
@@ -66,6 +84,10 @@ class Batch:
             horizon=horizon,
             store=self.store,
         )
+
+    def columns(self) -> TupleColumns:
+        """The per-tuple columns a kernel reads, as one argument."""
+        return TupleColumns(self.seq, self.idx, self.lo_idx, self.ingest_ns, self.ts, self.attrs)
 
     def freeze(self) -> Batch:
         """Mark every array read-only (in place) and return self.

@@ -218,27 +218,14 @@ def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
 
 @njit(cache=True, nogil=True)
 def probe_pairs(
-    p_attrs,
-    p_seq,
-    p_idx,
-    p_lo_idx,
-    p_ingest,
-    p_pos,
-    c_attrs,
-    c_rows,
-    c_at,
-    conds,
-    first,
-    orient,
-    min_idx,
-    probe_is_r,
-    r_earlier,
+    probing, p_pos, c_attrs, c_rows, c_at, conds, first, orient, min_idx, probe_is_r, r_earlier
 ):
     """The pairs among candidates: ``(r_seq, s_seq, ingest_ns)``, one pass over them.
 
-    Candidate ``t`` pairs the probing tuple at column ``p_pos[t]`` of the ``p_*`` arrays with
-    the stored tuple at row ``c_at[t]`` of ``c_rows`` (a tuple store's int64 rows, fields as
-    in :data:`~streamjoin.actors.store.ROW_FIELDS`) and column ``c_at[t]`` of ``c_attrs``. It is
+    Candidate ``t`` pairs the probing tuple at column ``p_pos[t]`` of ``probing`` (a batch's
+    :class:`~streamjoin.batch.TupleColumns`) with the stored tuple at row ``c_at[t]`` of
+    ``c_rows`` (a tuple store's int64 rows, fields as in
+    :data:`~streamjoin.actors.store.ROW_FIELDS`) and column ``c_at[t]`` of ``c_attrs``. It is
     kept iff the earlier of the two is in the later one's window, the stored tuple's
     ``idx >= min_idx``, and θ holds (conditions before ``first`` were already checked by the
     index). Window check (docs/design.md §2 step 1): ``c_idx >= p_lo_idx`` when the candidate arrived
@@ -250,6 +237,8 @@ def probe_pairs(
     ``paired``: of the two meetings of a pair's copies, and of a tuple with itself, only one
     counts). A pair's ingest time is the later of its two tuples'.
     """
+    p_attrs, p_seq, p_idx = probing.attrs, probing.seq, probing.idx
+    p_lo_idx, p_ingest = probing.lo_idx, probing.ingest_ns
     m = p_pos.shape[0]
     r = np.empty(m, dtype=np.int64)
     s = np.empty(m, dtype=np.int64)

@@ -82,11 +82,7 @@ class WindowPart:
         elif orient == EITHER:
             first = 0  # each box guaranteed only its own orientation
         r, s, ingest = probe_pairs(
-            batch.attrs,
-            batch.seq,
-            batch.idx,
-            batch.lo_idx,
-            batch.ingest_ns,
+            batch.columns(),
             xs[pos],
             store.attrs,
             store.rows,
