@@ -96,20 +96,7 @@ class TupleStore:
         if self.tail + n > len(self.ts):
             self._make_room(n)
         t = self.tail
-        _gather_rows(
-            self.rows,
-            self.ts,
-            self.attrs,
-            self._kept,
-            t,
-            batch.seq,
-            batch.idx,
-            batch.lo_idx,
-            batch.ingest_ns,
-            batch.ts,
-            batch.attrs,
-            pos,
-        )
+        _gather_rows(self.rows, self.ts, self.attrs, self._kept, t, batch.columns(), pos)
         self.tail = t + n
         return np.arange(self.base + t, self.base + t + n, dtype=np.int64)
 
@@ -193,9 +180,11 @@ def _all_equal(row, pos, value):
 
 
 @njit(cache=True, nogil=True)
-def _gather_rows(rows, ts, attrs, kept, at, seq, idx, lo_idx, ingest_ns, src_ts, src_attrs, pos):
-    """Row ``at + k`` := the tuple at batch position ``pos[k]``, for each ``k``; of ``attrs``
-    only the rows ``kept``."""
+def _gather_rows(rows, ts, attrs, kept, at, src, pos):
+    """Row ``at + k`` := the tuple at position ``pos[k]`` of a batch's columns ``src``
+    (:class:`~streamjoin.batch.TupleColumns`), for each ``k``; of ``attrs`` only the rows
+    ``kept``."""
+    seq, idx, lo_idx, ingest_ns, src_ts, src_attrs = src
     for k in range(pos.shape[0]):
         p = pos[k]
         rows[at + k, SEQ] = seq[p]
