@@ -44,7 +44,7 @@ from streamjoin.indexes.pim.bplus_tree import (
     reserve,
     shrink_to_fit,
 )
-from streamjoin.indexes.pim.css_tree import build_css_tree, search_css_tree
+from streamjoin.indexes.pim.css_tree import CSSTree, build_css_tree, search_css_tree
 from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE, TreeShape
 from streamjoin.modes import Layout
 
@@ -241,9 +241,7 @@ class ChainedIndex(WindowIndex):
             if isinstance(sub, CSSRun):
                 found.append(
                     search_css_tree(
-                        *sub[:4],
-                        self.css_fanout,
-                        self.css_leaf_size,
+                        CSSTree(*sub[:4], self.css_fanout, self.css_leaf_size),
                         k,
                         lo,
                         hi,

@@ -18,6 +18,8 @@ a standalone window index, rebuilt on every insert.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -29,6 +31,24 @@ from streamjoin.indexes.blocks.key_order import stable_key_order
 from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound
 from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE
 from streamjoin.modes import Layout
+
+
+class CSSTree(NamedTuple):
+    """An immutable B+-tree as the kernels search it: its leaf level, the inner keys
+    :func:`build_css_tree` made over it, and the node sizes they were made with."""
+
+    #: float64 (n,) keys, or the uint64 items of a compact layout, in ``(key, ref)`` order
+    keys: np.ndarray
+    #: int64 (n,): the items' refs (unused for compact items, which hold them)
+    refs: np.ndarray
+    #: keys' dtype: the inner-node keys, breadth first (:func:`build_css_tree`)
+    inner: np.ndarray
+    #: int64 (depth + 1,): where each depth starts in ``inner``
+    offsets: np.ndarray
+    #: children per inner node
+    fanout: int
+    #: items per leaf
+    leaf_size: int
 
 
 @njit(cache=True, nogil=True)
@@ -104,20 +124,19 @@ def descend_css_tree(inner, offsets, fanout, x, levels):
 
 
 @njit(cache=True, nogil=True)
-def search_css_tree(
-    keys, refs, inner, offsets, fanout, leaf_size, probe_keys, lo, hi, min_ref, grid, ref_base
-):
-    """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref``, for every ``i``.
+def search_css_tree(tree, probe_keys, lo, hi, min_ref, grid, ref_base):
+    """Items of ``tree`` (:class:`CSSTree`) with ``lo <= key - probe_keys[i] <= hi`` and
+    ``ref >= min_ref``, for every ``i``.
 
-    ``keys``/``refs``: the sorted leaf level (n,): float64 keys beside int64 refs, tested
-    exactly (``grid`` and ``ref_base`` unused), or compact uint64 items on the grid
-    ``(base, shift)`` with refs from ``ref_base`` (:mod:`~streamjoin.indexes.blocks.grid_codes`;
-    ``refs`` unused), whose matches come back as a superset for the caller to refine;
-    ``inner``/``offsets`` from :func:`build_css_tree` with the same ``fanout`` and
-    ``leaf_size``; ``probe_keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
+    The leaf level holds float64 keys beside int64 refs, tested exactly (``grid`` and
+    ``ref_base`` unused), or compact uint64 items on the grid ``(base, shift)`` with refs from
+    ``ref_base`` (:mod:`~streamjoin.indexes.blocks.grid_codes`; ``refs`` unused), whose
+    matches come back as a superset for the caller to refine; ``probe_keys`` float64 (m,).
+    Returns ``(probe_pos, refs)`` int64.
     O(m · (depth · log(fanout) + log(leaf_size)) + items scanned), where the scan covers the
     widened key interval, expired items included.
     """
+    keys, refs, inner, offsets, fanout, leaf_size = tree
     n = keys.shape[0]
     depth = offsets.shape[0] - 1
     top, base, shift = largest(keys), grid[0], grid[1]  # scalars: calls pass no array
@@ -217,13 +236,11 @@ class CSSTreeIndex(WindowIndex):
         probe_keys = np.ascontiguousarray(keys[0])
         coded = self._coded
         grid, ref_base = self._items.search_grid(coded)
+        tree = CSSTree(
+            self._keys, self._refs, self._inner, self._offsets, self.fanout, self.leaf_size
+        )
         found = search_css_tree(
-            self._keys,
-            self._refs,
-            self._inner,
-            self._offsets,
-            self.fanout,
-            self.leaf_size,
+            tree,
             probe_keys,
             lo[0],
             hi[0],
@@ -233,12 +250,11 @@ class CSSTreeIndex(WindowIndex):
         )
         if not len(coded.side_keys):
             return found
+        side_tree = CSSTree(
+            coded.side_keys, coded.side_refs, *self._side_tree, self.fanout, self.leaf_size
+        )
         side = search_css_tree(  # the keys the grid left out, whole: tested exactly
-            coded.side_keys,
-            coded.side_refs,
-            *self._side_tree,
-            self.fanout,
-            self.leaf_size,
+            side_tree,
             probe_keys,
             lo[0],
             hi[0],

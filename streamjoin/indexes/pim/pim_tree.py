@@ -27,6 +27,7 @@ IM-Tree is the same structure with D_I = 0: one partition, T_I a single B+-tree.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -54,9 +55,29 @@ from streamjoin.indexes.pim.bplus_tree import (
     reserve,
     seek_leaf,
 )
-from streamjoin.indexes.pim.css_tree import build_css_tree, descend_css_tree
+from streamjoin.indexes.pim.css_tree import CSSTree, build_css_tree, descend_css_tree
 from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE, TreeShape
 from streamjoin.modes import Layout
+
+
+class Partitions(NamedTuple):
+    """T_I as the kernels take it: the subindexes B_0 … B_n in one forest, and how they split
+    T_S's key range (:func:`partitions`)."""
+
+    #: the forest's node arrays (:func:`~streamjoin.indexes.pim.bplus_tree.new_forest`)
+    forest: BPlusArrays
+    #: int64 (n_partitions, 2): each subindex's ``(root, height)``
+    tops: np.ndarray
+    #: T_S keys' dtype (n_partitions,): each subindex's upper key bound
+    upper: np.ndarray
+    #: int64 (n_partitions,): each subindex's lock slot
+    locks: np.ndarray
+    #: int64 (n_partitions,): inserts per subindex since the last merge
+    counts: np.ndarray
+    #: the insertion depth D_I used
+    depth: int
+    #: T_S leaves per subindex
+    stride: int
 
 
 @njit(cache=True, nogil=True)
@@ -88,8 +109,9 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
 
 
 @njit(cache=True, nogil=True)
-def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, keys, refs, routes):
-    """Insert a ``(key, ref)``-sorted batch into T_I (PIM-Tree Alg. 1).
+def insert_partitioned(ti, ts, keys, refs, routes):
+    """Insert a ``(key, ref)``-sorted batch into T_I (``ti``, :class:`Partitions`) by T_S's
+    inner nodes (``ts``, :class:`~streamjoin.indexes.pim.css_tree.CSSTree`) (PIM-Tree Alg. 1).
 
     Each item descends ``depth`` levels of T_S to find its subindex, the node it reaches
     (with ``routes[j]``: the key itself, or for a compact T_S its lowest item bound, so that
@@ -98,11 +120,12 @@ def insert_partitioned(t, tops, locks, counts, inner, offsets, fanout, depth, ke
     D_I, and its comparison at l. 5 is printed the wrong way round, see
     :func:`~streamjoin.indexes.pim.css_tree.descend_css_tree`). A run of items bound for the same
     subindex is inserted under one acquisition of its lock (l. 8-11): sorted, the batch visits
-    the subindexes in order, and ``counts[p]`` (int64 ``(n_partitions,)``) grows by the run's
-    length (the per-subindex insert load of §5, Fig. 13a). The caller reserves node room
-    (:func:`reserve`).
+    the subindexes in order, and ``counts[p]`` grows by the run's length (the per-subindex
+    insert load of §5, Fig. 13a). The caller reserves node room (:func:`reserve`).
     O(b · (depth · log(fanout_S) + H'_I · log(fanout_I))), Eq. 6 step 3.
     """
+    t, tops, locks, counts, depth = ti.forest, ti.tops, ti.locks, ti.counts, ti.depth
+    inner, offsets, fanout = ts.inner, ts.offsets, ts.fanout
     b = keys.shape[0]
     path = new_path()
     start = 0
@@ -126,31 +149,13 @@ AHEAD = 8
 
 
 @njit(cache=True, nogil=True)
-def probe_partitioned(
-    ts_keys,
-    ts_refs,
-    inner,
-    offsets,
-    fanout,
-    leaf_size,
-    stride,
-    t,
-    tops,
-    upper,
-    locks,
-    probe_keys,
-    lo,
-    hi,
-    min_ref,
-    grid,
-    ref_base,
-    side_keys,
-    side_refs,
-):
-    """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2).
+def probe_partitioned(ts, ti, probe_keys, lo, hi, min_ref, grid, ref_base, side_keys, side_refs):
+    """Items with ``lo <= key - probe_keys[i] <= hi`` and ``ref >= min_ref`` (PIM-Tree Alg. 2)
+    in T_S (``ts``, :class:`~streamjoin.indexes.pim.css_tree.CSSTree`) and T_I (``ti``,
+    :class:`Partitions`).
 
-    A compact T_S (``ts_keys`` uint64 items on ``grid``, refs from ``ref_base``; ``ts_refs``
-    unused) is searched with its item bounds and returns a superset of its matches, which the
+    A compact T_S (uint64 items on ``grid``, refs from ``ref_base``; its ``refs`` unused) is
+    searched with its item bounds and returns a superset of its matches, which the
     caller refines (``exact`` is False); its side run ``(side_keys, side_refs)``, a sorted run
     of full keys (empty for a wide T_S), and T_I are tested exactly.
 
@@ -167,6 +172,8 @@ def probe_partitioned(
     past an array's end never faults). Returns ``(probe_pos, refs)`` int64.
     O(m · (H_S · log(fanout_S) + H'_I · log(fanout_I)) + items scanned), Eq. 6 step 1.
     """
+    ts_keys, ts_refs, inner, offsets, fanout, leaf_size = ts
+    t, tops, upper, locks, stride = ti.forest, ti.tops, ti.upper, ti.locks, ti.stride
     n = ts_keys.shape[0]
     m = probe_keys.shape[0]
     n_parts = tops.shape[0]
@@ -504,19 +511,7 @@ class PIMTreeIndex(WindowIndex):
         run_keys = np.ascontiguousarray(run_keys)
         routes = self._items.routes(run_keys, self._coded)
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
-        insert_partitioned(
-            self._forest,
-            self._tops,
-            self._locks,
-            self._inserts,
-            self._inner,
-            self._offsets,
-            self.css_fanout,
-            self._depth,
-            run_keys,
-            run_refs,
-            routes,
-        )
+        insert_partitioned(self._partitions(), self._css_tree(), run_keys, run_refs, routes)
         self._n_ti += len(refs)
         if self._n_ti >= self._merge_size():
             self._merge()
@@ -527,17 +522,8 @@ class PIMTreeIndex(WindowIndex):
         # probes in key order already
         order = None if is_sorted(keys[0]) else np.argsort(keys[0])
         pos, refs = probe_partitioned(
-            self._ts_keys,
-            self._ts_refs,
-            self._inner,
-            self._offsets,
-            self.css_fanout,
-            self.css_leaf_size,
-            self._stride,
-            self._forest,
-            self._tops,
-            self._upper,
-            self._locks,
+            self._css_tree(),
+            self._partitions(),
             np.ascontiguousarray(keys[0] if order is None else keys[0][order]),
             lo[0],
             hi[0],
@@ -548,6 +534,29 @@ class PIMTreeIndex(WindowIndex):
             self._coded.side_refs,
         )
         return (pos, refs) if order is None else (order[pos], refs)
+
+    def _css_tree(self) -> CSSTree:
+        """T_S as the kernels take it."""
+        return CSSTree(
+            self._ts_keys,
+            self._ts_refs,
+            self._inner,
+            self._offsets,
+            self.css_fanout,
+            self.css_leaf_size,
+        )
+
+    def _partitions(self) -> Partitions:
+        """T_I as the kernels take it (its node arrays grow: made for each call)."""
+        return Partitions(
+            self._forest,
+            self._tops,
+            self._upper,
+            self._locks,
+            self._inserts,
+            self._depth,
+            self._stride,
+        )
 
     def expire(self, before_ref: int) -> None:
         self._before = max(self._before, int(before_ref))
