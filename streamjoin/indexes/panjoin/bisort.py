@@ -272,12 +272,27 @@ def _sweeps(m, probes):
     return m <= _SWEEP_GAP * probes
 
 
+class SortedRun(NamedTuple):
+    """A sorted run as the probe kernels search it: a BI-Sort main array or its buffer."""
+
+    #: float64 keys, or a compact main array's uint64 items, ascending; ``[:m]`` held
+    keys: np.ndarray
+    #: int64: their refs (unused for compact items, which hold them)
+    refs: np.ndarray
+    #: items held
+    m: int
+    #: keys' dtype: the index array, ``keys`` sampled every ``stride`` items, ``[:samples]``
+    #: used (unused when a batch sweeps the run)
+    sampled: np.ndarray
+    samples: int
+    stride: int
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _locate_group(
-    keys, refs, m, index, samples, stride, vlo, vhi, g0, sweep, low, start, end, base, count, ends
-):
-    """``<id_start, id_end>`` records of probes ``g0 .. g0 + _GROUP`` (§III-D) into
-    ``base``/``ends``; returns the hints ``(low, start, end)`` for the next group.
+def _locate_group(run, vlo, vhi, g0, sweep, low, start, end, base, count, ends):
+    """``<id_start, id_end>`` records of probes ``g0 .. g0 + _GROUP`` (§III-D) in ``run``
+    (:class:`SortedRun`) into ``base``/``ends``; returns the hints ``(low, start, end)`` for
+    the next group.
 
     Starts are swept from the previous start (:func:`_forward`) if ``sweep`` -- a dense batch,
     whose consecutive starts are a few items apart -- else searched by :func:`_group_starts`
@@ -286,6 +301,7 @@ def _locate_group(
     start is prefetched for the copy that follows (without that prefetch a dense batch took
     1.6x as long).
     """
+    keys, refs, m, index, samples, stride = run
     size = min(_GROUP, vlo.shape[0] - g0)
     if sweep:
         for g in range(size):
@@ -301,63 +317,31 @@ def _locate_group(
 
 
 @njit(cache=True, nogil=True)
-def locate_run(keys, refs, m, index, samples, stride, vlo, vhi, starts, ends):
+def locate_run(run, vlo, vhi, starts, ends):
     """``<id_start, id_end>`` records of a sorted probe batch in a sorted run (§III-D).
 
-    Sets ``[starts[i], ends[i])`` to the items of ``keys[:m]`` with ``vlo[i] <= key <= vhi[i]``;
-    ``index[:samples]`` samples the run every ``stride`` items (unused if the batch sweeps the
-    run). :func:`_locate_group`, ``_GROUP`` probes at a time. For p probes O(p · (log(1 +
-    samples / p) + log(stride))) searched, O(m + p) swept (when m / p <= ``_SWEEP_GAP``, so
-    O(p) then).
+    Sets ``[starts[i], ends[i])`` to the items of ``run.keys[:m]`` with ``vlo[i] <= key <=
+    vhi[i]`` (:class:`SortedRun`). :func:`_locate_group`, ``_GROUP`` probes at a time. For p
+    probes O(p · (log(1 + samples / p) + log(stride))) searched, O(m + p) swept (when m / p
+    <= ``_SWEEP_GAP``, so O(p) then).
     """
-    if m == 0:
+    if run.m == 0:
         starts[:] = 0
         ends[:] = 0
         return
-    sweep = _sweeps(m, vlo.shape[0])
+    sweep = _sweeps(run.m, vlo.shape[0])
     count = np.empty(_GROUP, dtype=np.int64)
     low = start = end = 0
     for g0 in range(0, vlo.shape[0], _GROUP):
         low, start, end = _locate_group(
-            keys,
-            refs,
-            m,
-            index,
-            samples,
-            stride,
-            vlo,
-            vhi,
-            g0,
-            sweep,
-            low,
-            start,
-            end,
-            starts[g0:],
-            count,
-            ends[g0:],
+            run, vlo, vhi, g0, sweep, low, start, end, starts[g0:], count, ends[g0:]
         )
 
 
 @njit(cache=True, nogil=True)
-def probe_run(
-    keys,
-    refs,
-    m,
-    index,
-    samples,
-    stride,
-    probes,
-    vlo,
-    vhi,
-    lo,
-    hi,
-    min_ref,
-    out_p,
-    out_r,
-    n,
-    ref_base,
-):
-    """Append the pairs ``(i, ref)`` of a sorted run to ``out_p[:n]``/``out_r[:n]``.
+def probe_run(run, probes, vlo, vhi, lo, hi, min_ref, out_p, out_r, n, ref_base):
+    """Append the pairs ``(i, ref)`` of a sorted run (:class:`SortedRun`) to
+    ``out_p[:n]``/``out_r[:n]``.
 
     The items of ``keys[:m]``/``refs[:m]`` with ``lo <= key - probes[i] <= hi`` and ``ref >=
     min_ref``, as :func:`locate_run` finds them, copied out right after each group's search
@@ -370,6 +354,7 @@ def probe_run(
     times per batch. Returns ``(out_p, out_r, n)``. Complexity as :func:`locate_run`, plus
     O(candidates).
     """
+    keys, refs, m = run.keys, run.refs, run.m
     if m == 0:
         return out_p, out_r, n
     sweep = _sweeps(m, vlo.shape[0])
@@ -379,22 +364,7 @@ def probe_run(
     low = start = end = 0
     for g0 in range(0, vlo.shape[0], _GROUP):
         low, start, end = _locate_group(
-            keys,
-            refs,
-            m,
-            index,
-            samples,
-            stride,
-            vlo,
-            vhi,
-            g0,
-            sweep,
-            low,
-            start,
-            end,
-            base,
-            count,
-            ends,
+            run, vlo, vhi, g0, sweep, low, start, end, base, count, ends
         )
         size = min(_GROUP, vlo.shape[0] - g0)
         candidates = 0
@@ -415,6 +385,12 @@ def probe_run(
     return out_p, out_r, n
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _main_run(t):
+    """The main array of BI-Sort subwindow ``t`` as a :class:`SortedRun`."""
+    return SortedRun(t.keys, t.refs, t.meta[MAIN], t.index, t.meta[SAMPLES], t.meta[STRIDE])
+
+
 @njit(cache=True, nogil=True)
 def locate_bisort(t, vlo, vhi):
     """Main-array ranges of a sorted probe batch: the ``<id_start, id_end>`` records of §III-D.
@@ -429,18 +405,7 @@ def locate_bisort(t, vlo, vhi):
     starts = np.empty(vlo.shape[0], dtype=np.int64)
     ends = np.empty(vlo.shape[0], dtype=np.int64)
     blo, bhi = bounds_for(t.keys, vlo, vhi, t.coder)
-    locate_run(
-        t.keys,
-        t.refs,
-        t.meta[MAIN],
-        t.index,
-        t.meta[SAMPLES],
-        t.meta[STRIDE],
-        blo,
-        bhi,
-        starts,
-        ends,
-    )
+    locate_run(_main_run(t), blo, bhi, starts, ends)
     return starts, ends
 
 
@@ -460,12 +425,7 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
     """
     blo, bhi = bounds_for(t.keys, vlo, vhi, t.coder)
     out_p, out_r, n = probe_run(
-        t.keys,
-        t.refs,
-        t.meta[MAIN],
-        t.index,
-        t.meta[SAMPLES],
-        t.meta[STRIDE],
+        _main_run(t),
         keys,
         blo,
         bhi,
@@ -482,15 +442,13 @@ def append_bisort(t, keys, vlo, vhi, lo, hi, min_ref, out_p, out_r, n):
         index = (
             t.buf_keys[:0] if _sweeps(b, keys.shape[0]) else t.buf_keys[:b:_BUFFER_STRIDE].copy()
         )
+        # the stride an int64, as the main array's: the constant would be typed as a literal
+        # and compile probe_run a second time (3-6 s of a first run)
+        buffer = SortedRun(
+            t.buf_keys, t.buf_refs, b, index, index.shape[0], np.int64(_BUFFER_STRIDE)
+        )
         out_p, out_r, n = probe_run(
-            t.buf_keys,
-            t.buf_refs,
-            b,
-            index,
-            index.shape[0],
-            # an int64, as the main array's stride: the constant would be typed as a literal
-            # and compile probe_run a second time (3-6 s of a first run)
-            np.int64(_BUFFER_STRIDE),
+            buffer,
             keys,
             vlo,
             vhi,
