@@ -34,7 +34,7 @@ Sections (paper figures in brackets):
   interval δ = W/64, as the paper fixes it while it adds PEs: every worker then holds fewer
   of the window's ``W / δ`` structures. Two layouts (:data:`SCALE_LAYOUTS`): every batch to
   every worker (Alg. 1 as written) and the workers' broadcast and combining trees of degree
-  2 (``spo``'s default beyond 8 workers); input arriving faster than any layout takes it,
+  2 (``spo``'s default beyond 12 workers); input arriving faster than any layout takes it,
   the throughput of the tuples after the first 2 W from two runs (see :func:`_steady`).
 - ``anchor``: one window's contents joined statically by DuckDB (IEJoin) and by a PO-Join
   structure (build + probe).
@@ -586,20 +586,23 @@ WHY = {
         "others, unlike the paper's 32–90×."
     ),
     ("scale", "Q1"): (
-        "Simulated with the shipped profile (Ray's message costs: ~50 µs to send and ~80 µs "
+        "Simulated with the profile a sim run uses here (this host's, fitted by `streamjoin "
+        "calibrate`, else the shipped one; Ray's message costs: ~50 µs to send and ~80–100 µs "
         "to receive a message, whatever its size; a PO-Join probe charged a position search "
         "per structure it visits). With δ fixed, each worker holds W / (δ · workers) "
         "structures, so its probe work shrinks as workers are added: throughput rises with "
-        "them up to 8 workers, faster than their number (10.6× at 8; one worker's probes of "
-        "all 128 structures cost more than in proportion, not analysed further). Beyond, a "
+        "them up to 8 workers, faster than their number (one worker's probes of all 128 "
+        "structures cost more than in proportion, not analysed further). Beyond, a "
         "worker's fixed costs per batch (receiving it, two probe calls, sending its pairs) "
         "approach its shrinking probe work, and with every batch sent to every worker (Alg. "
         "1 l. 1–2) the emitter's sends and the collector's receives, one per worker and "
-        "batch, grow: the direct layout falls after 8. The trees keep the emitter and the "
-        "collector at one message per batch but add messages at every worker: slower than "
-        "direct at 8 workers, about even at 12, faster at 16 and 20 (``spo``'s default "
-        "switches beyond 8). The paper measured a Storm cluster at far lower rates, where a "
-        "tuple's probe work dwarfs its messages."
+        "batch, grow: the direct layout flattens after 8 and falls after 12. The trees keep "
+        "the emitter and the collector at one message per batch but add messages at every "
+        "worker and a hop per level: which layout leads at 12 depends on what a message "
+        "costs against a probe (on the profile fitted here on 2026-11-29 direct, on the "
+        "shipped one the trees); ``spo``'s default is direct up to 12 workers and the trees "
+        "beyond. The paper measured a Storm cluster at far lower rates, where a tuple's "
+        "probe work dwarfs its messages."
     ),
 }
 
@@ -712,14 +715,15 @@ def _plot(rows: list[dict], path: str) -> None:
         ("cdf", "Q1"),
         ("cdf", "Q2"),
     ]
-    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
+    # only the panels the rows fill (a run of one section draws one panel, not a corner)
+    panels = [p for p in panels if any((r["section"], r["query"]) == p for r in rows)]
+    cols = min(3, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 4 * nrows), squeeze=False)
     for ax in axes.ravel()[len(panels) :]:
         ax.axis("off")
     for ax, (section, query) in zip(axes.ravel(), panels, strict=False):
         sel = [r for r in rows if r["section"] == section and r["query"] == query]
-        if not sel:
-            ax.axis("off")
-            continue
         if section == "cdf":  # event-time latency CDFs (the paper's Fig. 8, 10)
             for s in dict.fromkeys(r["series"] for r in sel):
                 pts = sorted((r["x"], r["value"]) for r in sel if r["series"] == s)
@@ -742,6 +746,8 @@ def _plot(rows: list[dict], path: str) -> None:
         ax.set_yscale("log")
         ax.set_title(f"{section} {query}")
         ax.set_ylabel(sel[0]["unit"])
+        if section == "scale":
+            ax.set_xlabel("workers")
         if section != "stream":
             ax.legend(fontsize=7)
         else:

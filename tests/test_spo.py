@@ -177,9 +177,9 @@ def test_spo_trees_reach_every_worker_once_and_stay_acyclic(workers, fanout):
 
 
 def test_spo_feeds_few_workers_directly_and_many_through_trees():
-    direct = sj.topologies.spo(8).graph
-    assert sum(1 for _, v in direct.out_edges("emitter") if v.startswith("worker")) == 8
-    tree = sj.topologies.spo(9).graph
+    direct = sj.topologies.spo(12).graph
+    assert sum(1 for _, v in direct.out_edges("emitter") if v.startswith("worker")) == 12
+    tree = sj.topologies.spo(13).graph
     assert sum(1 for _, v in tree.out_edges("emitter") if v.startswith("worker")) == 1
     forced = sj.topologies.spo(8, relay=0, combine=0).graph
     assert sum(1 for _, v in forced.out_edges("emitter") if v.startswith("worker")) == 8

@@ -119,13 +119,14 @@ def spo(
 
 
 #: ``spo``'s default layout (:func:`default_degrees`): direct up to this many workers, trees
-#: beyond. Steady state on the simulator (SPO-Join's Q1, W = 2^20 per stream, δ = 2^14,
-#: batches of 1,024, the shipped profile's Ray message costs): direct 1.19M tuples/s at 8
-#: workers, 0.87M at 12, 0.68M at 16; both trees of degree 2 0.67M, 0.90M and 1.09M. Past
-#: 8, the emitter's sends and the collector's receives, one per worker and batch, cost more
-#: than the messages the trees add at each worker
-#: (``experiments/results/spo_paper_immutable_scale.md``).
-DIRECT_WORKERS = 8
+#: beyond. Past a few workers the emitter's sends and the collector's receives, one per
+#: worker and batch, cost more than the messages the trees add at each worker; where the
+#: trees overtake depends on what a message costs against a probe. On the simulator (Q1,
+#: W = 2^20, δ = 2^14) with the profile fitted on the development VM on 2026-11-29 direct led
+#: at 12 workers and the trees at 16, so the curve rises at every worker count
+#: (``experiments/results/spo_paper_scale.md``); on the profile shipped before, fitted
+#: when messages cost several times more, the trees led at 12 already.
+DIRECT_WORKERS = 12
 #: Degree of both trees beyond :data:`DIRECT_WORKERS` (at 16 workers, degree 4 measured
 #: 0.96x degree 2; one tree alone, combine 0.95x and relay 0.80x both; measured before
 #: unpaced input was chunked, as the figures above are not).
