@@ -134,27 +134,41 @@ def llat_append(llat, tail, part, v, r):
     llat.fill[e] = f + 1
 
 
+class Chains(NamedTuple):
+    """Partitions stored as LLAT chains, in key order (RaP-Table's ranges, WiB+-Tree's
+    leaves), as :func:`scan_partitions` visits them."""
+
+    #: float64 (P,): upper bound of each partition's keys (closed; ``+inf`` for the last);
+    #: items of the partitions after ``p`` are ``>= high[p]``
+    high: np.ndarray
+    #: int64 (P,): the next partition in key order, -1 after the last
+    next: np.ndarray
+    #: int64 (P,): first entry of each partition's chain
+    head: np.ndarray
+
+
+class SweptProbes(NamedTuple):
+    """A sorted probe batch as :func:`scan_partitions` sweeps it."""
+
+    #: float64 (m,): the probe keys, ascending
+    keys: np.ndarray
+    #: float64 (m,): their intervals (:func:`~streamjoin.indexes.panjoin.subwindows.band_bounds`)
+    vlo: np.ndarray
+    vhi: np.ndarray
+    #: (m,): the intervals as bounds on the held items: ``vlo``/``vhi`` for wide items, their
+    #: :func:`~streamjoin.indexes.blocks.key_codes.item_bounds` for compact ones
+    ilo: np.ndarray
+    ihi: np.ndarray
+    #: for each probe, the partition where keys ``>= vlo[i]`` can begin: every partition
+    #: before it holds smaller keys only
+    start: np.ndarray
+
+
 @njit(cache=True, nogil=True)
-def _sweep(
-    llat,
-    part_high,
-    part_next,
-    part_head,
-    start_part,
-    keys,
-    vlo,
-    vhi,
-    ilo,
-    ihi,
-    ref_base,
-    lo,
-    hi,
-    min_ref,
-    out_p,
-    out_r,
-    write,
-):
+def _sweep(llat, chains, probes, ref_base, lo, hi, min_ref, out_p, out_r, write):
     """One pass of :func:`scan_partitions`: count the matches, and store them if ``write``."""
+    part_high, part_next, part_head = chains
+    keys, vlo, vhi, ilo, ihi, start_part = probes
     m = keys.shape[0]
     n = 0
     a = b = 0  # active probes: [a, b)
@@ -185,22 +199,7 @@ def _sweep(
 
 
 @njit(cache=True, nogil=True)
-def scan_partitions(
-    llat,
-    part_high,
-    part_next,
-    part_head,
-    start_part,
-    keys,
-    vlo,
-    vhi,
-    ilo,
-    ihi,
-    ref_base,
-    lo,
-    hi,
-    min_ref,
-):
+def scan_partitions(llat, chains, probes, ref_base, lo, hi, min_ref):
     """Probe a sorted batch against partitions stored as LLAT chains (PanJoin §III-E).
 
     Partitions are visited once, in key order: a probe becomes *active* at its start partition
@@ -214,23 +213,11 @@ def scan_partitions(
     Parameters
     ----------
     llat : LLAT
-    part_high : float64 (P,)
-        Upper bound of each partition's keys (closed; ``+inf`` for the last partition). Items
-        of the partitions after ``p`` are ``>= part_high[p]``.
-    part_next : int64 (P,)
-        The next partition in key order, -1 after the last.
-    part_head : int64 (P,)
-        First entry of each partition's chain.
-    start_part : int64 (m,)
-        For each probe, the partition where keys ``>= vlo[i]`` can begin: every partition
-        before it holds smaller keys only.
-    keys, vlo, vhi : float64 (m,)
-        Sorted probe keys and their intervals from
-        :func:`~streamjoin.indexes.panjoin.subwindows.band_bounds`.
-    ilo, ihi : (m,)
-        The intervals as bounds on the held items: ``vlo``/``vhi`` for wide items, their
-        :func:`~streamjoin.indexes.blocks.key_codes.item_bounds` for compact ones, whose every item
-        inside a probe's bounds is returned (a superset the caller refines).
+    chains : Chains
+        The partitions.
+    probes : SweptProbes
+        The sorted probe batch; a compact item inside a probe's item bounds is returned (a
+        superset the caller refines).
     ref_base : int
         The ref compact items count from.
     lo, hi : float
@@ -244,22 +231,7 @@ def scan_partitions(
         matches).
     """
     none = np.empty(0, dtype=np.int64)
-    args = (
-        llat,
-        part_high,
-        part_next,
-        part_head,
-        start_part,
-        keys,
-        vlo,
-        vhi,
-        ilo,
-        ihi,
-        ref_base,
-        lo,
-        hi,
-        min_ref,
-    )
+    args = (llat, chains, probes, ref_base, lo, hi, min_ref)
     n = _sweep(*args, none, none, False)
     out_p = np.empty(n, dtype=np.int64)
     out_r = np.empty(n, dtype=np.int64)

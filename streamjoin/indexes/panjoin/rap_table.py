@@ -37,7 +37,9 @@ from streamjoin.indexes.blocks.key_codes import (
 )
 from streamjoin.indexes.panjoin.llat import (
     PTR_G,
+    Chains,
     LLATStore,
+    SweptProbes,
     chain_entries,
     llat_append,
     new_llat,
@@ -170,15 +172,8 @@ def probe_rap_table(t, llat, keys, vlo, vhi, lo, hi, min_ref):
     ilo, ihi = bounds_for(llat.keys, vlo, vhi, t.coder)
     return scan_partitions(
         llat,
-        t.high,
-        t.part_next,
-        t.part_head,
-        start,
-        keys,
-        vlo,
-        vhi,
-        ilo,
-        ihi,
+        Chains(t.high, t.part_next, t.part_head),
+        SweptProbes(keys, vlo, vhi, ilo, ihi, start),
         t.ref_base[0],
         lo,
         hi,

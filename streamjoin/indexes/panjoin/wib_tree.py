@@ -39,7 +39,9 @@ from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_codes import bounds_for, encode, item_codes, item_refs
 from streamjoin.indexes.panjoin.llat import (
     PTR_G,
+    Chains,
     LLATStore,
+    SweptProbes,
     chain_entries,
     grown_llat,
     llat_append,
@@ -367,15 +369,8 @@ def probe_wib_tree(t, llat, coder, ref_base, keys, vlo, vhi, lo, hi, min_ref):
     ilo, ihi = bounds_for(llat.keys, vlo, vhi, coder)
     return scan_partitions(
         llat,
-        t.leaf_high,
-        t.leaf_next,
-        t.leaf_head,
-        start,
-        keys,
-        vlo,
-        vhi,
-        ilo,
-        ihi,
+        Chains(t.leaf_high, t.leaf_next, t.leaf_head),
+        SweptProbes(keys, vlo, vhi, ilo, ihi, start),
         ref_base,
         lo,
         hi,
