@@ -69,6 +69,21 @@ class _Recorder(CostModel):
         return charge
 
 
+def _recorded_run(recorder: CostModel, query, data, topo, batch: int, chunk: int) -> None:
+    """Run ``topo`` on the simulator with ``recorder`` timing its steps (the arrival rate
+    only orders them: each step costs its measured host time)."""
+    run(
+        query,
+        data,
+        topo,
+        Sim(machine=recorder, arrival=Arrival.constant(1e6)),
+        batch_size=batch,
+        chunk_rows=chunk,
+        collect="count",
+        progress=False,
+    )
+
+
 def nnls(a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
     """Non-negative least squares ``min ||a x - b||, x >= 0`` (Lawson & Hanson's active set)."""
     n = a.shape[1]
@@ -264,16 +279,7 @@ def measure_after_idle(
             query, data = workload
             # every gap in turn within one run: the windows are filled once, not per gap
             rec = _GapRecorder(base, warm, gaps, seed)
-            run(
-                query,
-                data,
-                topo,
-                Sim(machine=rec, arrival=Arrival.constant(1e6)),
-                batch_size=b,
-                chunk_rows=b,
-                collect="count",
-                progress=False,
-            )
+            _recorded_run(rec, query, data, topo, b, b)
             medians = [
                 {g: float(np.median(t[gap] or [np.nan])) for g, t in rec.times.items()}
                 for gap in gaps
@@ -452,18 +458,8 @@ def calibrate(
     recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
     for index in names:
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
-            # costs are the measured host times, so the arrival rate only orders the steps
             recorder.run += 1
-            run(
-                query,
-                data,
-                topo,
-                Sim(machine=recorder, arrival=Arrival.constant(1e6)),
-                batch_size=b,
-                chunk_rows=chunk,
-                collect="count",
-                progress=False,
-            )
+            _recorded_run(recorder, query, data, topo, b, chunk)
     quality = {"cpu_share": share_raw}
     roles, index_costs = {}, {}
     for (group, index), rows in sorted(recorder.rows.items(), key=str):
