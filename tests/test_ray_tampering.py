@@ -62,8 +62,9 @@ class Relay:
     ``sender`` does ``action`` to the frame numbered ``at``: ``alter`` (one bit of it),
     ``inject`` (a record of its own before it), ``replay`` (it twice), ``reorder`` (it after
     the next one), ``drop`` (it), ``drop_rest`` (it and everything after), ``delay`` (it, by
-    0.3 s); on a plain edge also ``end`` (an end frame before it) and ``pairs`` (two pairs
-    of its own before it). ``touched`` is when it did."""
+    0.3 s); on a plain edge also ``end`` (an end frame before it), ``pairs`` (two pairs
+    of its own before it), ``port`` (its port renamed) and ``kind`` (its kind made one
+    that does not exist). ``touched`` is when it did."""
 
     def __init__(self, target, sender: str, action: str, at: int, sealed: bool = True) -> None:
         self.target, self.sender, self.action, self.at, self.sealed = (
@@ -131,6 +132,12 @@ class Relay:
     def _touch(self, record: bytes) -> tuple[bytes, bytes]:
         """What to send for the frame ``at``, and what to send after the next one."""
         action = self.action
+        if action in ("port", "kind"):  # a plain frame's port name, or its kind, rewritten
+            n_name, kind, n_meta, size = wire.HEAD.unpack(record[: wire.HEAD.size])
+            if action == "kind":
+                return wire.HEAD.pack(n_name, 250, n_meta, size) + record[wire.HEAD.size :], b""
+            at = wire.HEAD.size
+            return record[:at] + b"z" * n_name + record[at + n_name :], b""
         if action == "alter":
             return record[:-30] + bytes([record[-30] ^ 1]) + record[-29:], b""
         if action == "delay":
@@ -270,8 +277,17 @@ def test_a_delayed_frame_changes_nothing(ray_session, monkeypatch, relays):
             ("core1", "collector", "pairs", 3),
             "the edge from 'core1' to 'collector' delivered .* more than 'core1' sent",
         ),
+        (  # a batch for a port the edge does not feed
+            ("emitter", "core0", "port", 4),
+            "actor 'core0' .* on its edge from 'emitter', a frame for port 'z+', which that",
+        ),
+        pytest.param(  # a frame of a kind no frame has (the channel tests cover every kind)
+            ("core0", "collector", "kind", 3),
+            "actor 'collector' .* on its edge from 'core0', .*unknown message kind 250",
+            marks=_SLOW,
+        ),
     ],
-    ids=["end", "pairs"],
+    ids=["end", "pairs", "port", "kind"],
 )
 def test_unsealed_edges_still_never_return_a_short_or_padded_result(
     ray_session, monkeypatch, relays, relay, says
