@@ -231,13 +231,24 @@ def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_
     return out_p, out_r, n
 
 
+class Frozen(NamedTuple):
+    """F, the T_I a merge is building from, as :func:`_walk_frozen` scans it."""
+
+    #: its node arrays
+    t: BPlusArrays
+    #: float64, int64: its leaves' keys and refs, flattened (leaf ``l``'s from ``l · size``)
+    keys: np.ndarray
+    refs: np.ndarray
+    #: int64 (P, 2): each subindex's ``(root, height)``
+    tops: np.ndarray
+
+
 @njit(cache=True, nogil=True)
-def _walk_frozen(
-    t, ti_keys, ti_refs, tops, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
-):
-    """Scan F, the T_I being merged, from subindex ``sub`` up to subindex ``last`` for one
-    key's probe band (Alg. 2 l. 19-38 without locks: nobody writes F). Returns ``(out_p,
-    out_r, n)``."""
+def _walk_frozen(frozen, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n):
+    """Scan F (:class:`Frozen`), the T_I being merged, from subindex ``sub`` up to subindex
+    ``last`` for one key's probe band (Alg. 2 l. 19-38 without locks: nobody writes F).
+    Returns ``(out_p, out_r, n)``."""
+    t, ti_keys, ti_refs, tops = frozen
     n_parts = tops.shape[0]
     size = t.leaf_keys.shape[1]
     vlo, vhi = key_range(key, lo, hi)
@@ -295,8 +306,8 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
     size = t.leaf_keys.shape[1]
     ti_keys, ti_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
     pending = (s.applied, s.pend_start, s.pend_keys, s.pend_refs)
-    frozen, frozen_tops = s.frozen, s.frozen_tops
-    f_keys, f_refs = frozen.leaf_keys.reshape(-1), frozen.leaf_refs.reshape(-1)
+    f_keys, f_refs = s.frozen.leaf_keys.reshape(-1), s.frozen.leaf_refs.reshape(-1)
+    frozen = Frozen(s.frozen, f_keys, f_refs, s.frozen_tops)
     n_parts = tops.shape[0]
     leaf_count, leaf_next = t.leaf_count, t.leaf_next
     applying = phase == APPLYING
@@ -419,9 +430,6 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
         if phase == BUILDING:
             out_p, out_r, n = _walk_frozen(
                 frozen,
-                f_keys,
-                f_refs,
-                frozen_tops,
                 last[i],
                 sub[i],
                 key,
