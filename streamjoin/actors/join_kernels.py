@@ -301,11 +301,10 @@ def pairs_within_batch(idx, lo_idx, attrs, probe, cand, conds, first, orient):
 
 
 @njit(cache=True, nogil=True)
-def join_within_batch(
-    stream, idx, lo_idx, attrs, key_r, key_s, key_lo, key_hi, conds, self_join, by_r, by_s
-):
-    """Pairs ``(i, j)``, ``j < i``, of one seq-ordered batch: ``j`` is of ``i``'s opposite
-    stream (its own for a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
+def join_within_batch(columns, key_r, key_s, key_lo, key_hi, conds, self_join, by_r, by_s):
+    """Pairs ``(i, j)``, ``j < i``, of one seq-ordered batch (``columns``, its
+    :class:`~streamjoin.batch.TupleColumns`): ``j`` is of ``i``'s opposite stream (its own for
+    a self-join), in ``i``'s window (``idx[j] >= lo_idx[i]``) and θ holds.
 
     docs/design.md §2 step 2 (PIM-Tree §4's edge tuple: what is not indexed yet is scanned).
     ``key_r`` / ``key_s`` (float64, one per tuple) are the R and S tuples' keys on the indexed
@@ -315,25 +314,14 @@ def join_within_batch(
     probed stream's keys with a pointer that only moves forward, so the cost is
     O(b + candidates in range) after the sort, with no binary search per tuple.
     """
-    b = stream.shape[0]
+    b = columns.idx.shape[0]
     by_stream = (by_r, by_s)
     cap = 2 * b + 64
     while True:
         out_i = np.empty(cap, dtype=np.int64)
         out_j = np.empty(cap, dtype=np.int64)
         n = _sweep_batch(
-            key_r,
-            key_s,
-            key_lo,
-            key_hi,
-            idx,
-            lo_idx,
-            attrs,
-            conds,
-            self_join,
-            by_stream,
-            out_i,
-            out_j,
+            key_r, key_s, key_lo, key_hi, columns, conds, self_join, by_stream, out_i, out_j
         )
         if n <= cap:
             return out_i[:n], out_j[:n]
@@ -341,11 +329,10 @@ def join_within_batch(
 
 
 @njit(cache=True, nogil=True)
-def _sweep_batch(
-    key_r, key_s, key_lo, key_hi, idx, lo_idx, attrs, conds, self_join, by_stream, out_i, out_j
-):
+def _sweep_batch(key_r, key_s, key_lo, key_hi, columns, conds, self_join, by_stream, out_i, out_j):
     """:func:`join_within_batch`'s sweep; writes up to ``len(out_i)`` pairs, returns how many
     it found."""
+    idx, lo_idx, attrs = columns.idx, columns.lo_idx, columns.attrs
     n = 0
     for x in range(1 if self_join else 2):
         xs = by_stream[x]

@@ -280,10 +280,7 @@ class JoinSpec:
                 by_stream = tuple(xs[order] for xs, _, order in views)
             key_r, key_s = self._batch_keys(batch)
             i, j = join_within_batch(
-                batch.stream,
-                batch.idx,
-                batch.lo_idx,
-                batch.attrs,
+                batch.columns(),
                 key_r,
                 key_s,
                 self.key_lo[0],
