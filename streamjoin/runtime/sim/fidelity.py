@@ -128,17 +128,13 @@ def check(
     """Run each layout on Ray (``repeat`` times each mode, the median kept: Ray's figures vary
     by a third from run to run here) and once on the simulator with ``profile`` (module
     docstring); returns a :class:`CheckRow` per layout, each passed to ``report`` as it is
-    measured. Starts Ray on this host's processors if none is running."""
-    import ray  # only the check needs it
-
+    measured. The first Ray run starts Ray on this host's processors if none is running."""
     names = list(CHECK_LAYOUTS) if layouts is None else layouts
     unknown = [n for n in names if n not in CHECK_LAYOUTS]
     if unknown:
         raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
     cpus = os.cpu_count() or 1
-    if not ray.is_initialized():
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
-    rows = []
+    rows = []  # the first ray run starts Ray on this machine (on loopback) for the rest
     for name in names:
         make, inequality = CHECK_LAYOUTS[name]
         topo = make()
