@@ -11,8 +11,11 @@ with a fault that fires after ``after`` input tuples, at one of these points:
   handed over as one chunk, the emitter cuts batches at multiples of ``batch_size``).
 
 ``fault="raise"`` raises ``RuntimeError("injected fault")``; ``"kill"`` sends the process
-SIGKILL (what the OOM killer does); ``"stall"`` sleeps for an hour (alive, not progressing). With ``once`` (a file path), the fault fires only if the
-file is absent and creates it first, so a restarted actor does not fail again.
+SIGKILL (what the OOM killer does); ``"stall"`` sleeps for an hour (alive, not progressing);
+``"pause"`` sleeps :data:`PAUSE_S` once before the batch and goes on (a core that falls behind
+for a moment, so that what arrives meanwhile waits). With ``once`` (a file path), the fault
+fires only if the file is absent and creates it first, so a restarted actor does not fail
+again.
 
 The module is pickled by value (:func:`ship`): Ray's workers do not have ``tests/`` on their
 path.
@@ -29,6 +32,9 @@ from dataclasses import dataclass
 from ray import cloudpickle
 
 from streamjoin.actors.base import ActorConfig
+
+#: seconds a ``"pause"`` fault sleeps
+PAUSE_S = 0.5
 
 
 def ship() -> None:
@@ -102,6 +108,10 @@ class _FaultyLogic:
     def on_batch(self, port, message):
         due = self._due()
         self._seen += len(message)
+        if due and self._config.fault == "pause":
+            self._armed = False
+            time.sleep(PAUSE_S)
+            return self._inner.on_batch(port, message)
         at = self._config.at
         size = self._batch_size
         if due and at == "merged" and message.seq[0] // size != message.seq[-1] // size:

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 from budget import examples
-from faults import host_pids
+from faults import host_pids, inject
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -194,11 +194,13 @@ def test_ray_layout_equals_oracle_batch_one(ray_session, layout, data):
 def test_ray_coalesces_a_fast_source(ray_session):
     """Batches of one tuple arriving faster than a core joins them: the core receives fewer,
     larger batches, and the answer is the oracle's. The input comes as one chunk, so the
-    emitter writes all its batches for a core at once and they wait in the core's socket
-    together (with a chunk per tuple, whether any wait depends on the processes' timing)."""
+    emitter writes all its batches for a core at once, and the core pauses for half a second
+    at its tenth tuple, so they wait in its socket together: whether any wait without the
+    pause depends on the processes' timing (a busy CI machine once had none wait)."""
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50, 30))
     data = sj.sources.synthetic(3000, low=0, high=300, seed=4)
-    res = sj.run(q, data, sj.topologies.grid(2, 2), backend="ray", batch_size=1, chunk_rows=3000)
+    topo = inject(sj.topologies.grid(2, 2), "core0_0", fault="pause", after=10)
+    res = sj.run(q, data, topo, backend="ray", batch_size=1, chunk_rows=3000)
     assert res.same_pairs(sj.oracle.join(q, data))
     actors = res.metrics["actors"]
     sent = actors["emitter"]["batches_out"]
