@@ -62,6 +62,7 @@ def run_quick(name: str, out: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # about 20 s; the default run keeps the parallel join experiment's quick run
 def test_quick_run_of_one_experiment(tmp_path):
     proc = run_quick("chained_index", tmp_path)
     assert proc.returncode == 0, (tmp_path / "logs" / "chained_index_quick.log").read_text()

@@ -85,6 +85,7 @@ def test_an_exception_mid_run_with_full_buffers_names_the_actor_within_seconds(
     assert took < ERROR_WITHIN_S
 
 
+@_SLOW  # 15-25 s; the default run keeps a rebuilt core's kill (grid_chain)
 def test_a_killed_worker_that_cannot_be_rebuilt_is_named_within_seconds(ray_session, tmp_path):
     from streamjoin.runtime.ray.executor import ActorFailed
 
