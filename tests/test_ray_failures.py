@@ -128,7 +128,10 @@ def test_a_killed_join_core_is_rebuilt_and_the_answer_is_exact(
 STALL_TIMEOUT_S = 15
 
 
-@pytest.mark.parametrize(("layout", "n"), [("split2", 20_000), ("handshake", 300_000)])
+@pytest.mark.parametrize(
+    ("layout", "n"),
+    [pytest.param("split2", 20_000, marks=_SLOW), ("handshake", 300_000)],  # 15 s each
+)
 def test_a_stalled_actor_ends_the_run_at_its_timeout_naming_it(ray_session, tmp_path, layout, n):
     """A ``RunTimeout``, on an acyclic and on a cyclic topology; with the handshake, more input
     than the buffers hold, so that the driver waits in a send to the stalled core when the
@@ -232,6 +235,7 @@ _INTERRUPTED = textwrap.dedent(
 )
 
 
+@_SLOW  # 25 s (two runs in a child process)
 def test_ctrl_c_stops_the_run_at_once_and_the_next_run_works(tmp_path):
     """SIGINT to a driver blocked in a run (its sends wait on full sockets): the run ends
     with KeyboardInterrupt within seconds, its actors are gone, none of its connections is
