@@ -122,10 +122,10 @@ def spo(
 #: beyond. Past a few workers the emitter's sends and the collector's receives, one per
 #: worker and batch, cost more than the messages the trees add at each worker; where the
 #: trees overtake depends on what a message costs against a probe. On the simulator (Q1,
-#: W = 2^20, δ = 2^14) with the profile fitted on the development VM on 2026-11-29 direct led
-#: at 12 workers and the trees at 16, so the curve rises at every worker count
-#: (``experiments/results/spo_paper_scale.md``); on the profile shipped before, fitted
-#: when messages cost several times more, the trees led at 12 already.
+#: W = 2^20, δ = 2^14) with a profile fitted on the development VM, direct led at 12 workers
+#: and the trees at 16, so the curve rises at every worker count
+#: (``experiments/results/spo_paper_scale.md``); on the shipped profile, fitted when messages
+#: cost several times more, the trees led at 12 already.
 DIRECT_WORKERS = 12
 #: Degree of both trees beyond :data:`DIRECT_WORKERS` (at 16 workers, degree 4 measured
 #: 0.96x degree 2; one tree alone, combine 0.95x and relay 0.80x both; measured before
