@@ -36,9 +36,19 @@ LAYOUTS = {
     "handshake": (lambda: sj.topologies.handshake(2, segment=256), "core1"),
     "handshake_ll": (lambda: sj.topologies.handshake(2, low_latency=True), "core0"),
     "panjoin": (lambda: sj.topologies.panjoin(2, 4), "worker1"),
+    # pipelined: the core's progress lags its input by the step whose pairs it holds
+    "shared": (lambda: sj.topologies.shared_index(2, task_size=4), "core"),
 }
 #: layouts whose join cores are rebuilt when their process is lost
-RECOVERABLE = {"single", "split2", "split3", "grid_chain", "grid_chain_head", "grid_direct"}
+RECOVERABLE = {
+    "single",
+    "split2",
+    "split3",
+    "grid_chain",
+    "grid_chain_head",
+    "grid_direct",
+    "shared",
+}
 
 BIG = sj.Query(sj.band("x", 1), window=sj.CountWindow(4000))
 
@@ -113,6 +123,7 @@ def _exact_after_kill(layout: str, tmp_path, at: str, after: int, n: int, batch:
     ("layout", "at", "after"),
     [
         ("grid_chain", "probe", 2000),
+        ("shared", "probe", 3000),
         pytest.param("split2", "probe", 0, marks=_SLOW),
         pytest.param("grid_direct", "eof", 0, marks=_SLOW),
     ],

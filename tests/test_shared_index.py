@@ -45,22 +45,31 @@ def draw_options(data, index: str) -> dict:
     return {**TINY[index], "layout": data.draw(st.sampled_from(["wide", "compact"]), "layout")}
 
 
-def pairs_in_arrival(query, data, core, batch_size, check=False):
-    """Drive ``core`` with the emitter's batches; the pairs in the order the core emitted them,
-    ``check()`` of its indexes after every step."""
+def pairs_in_arrival(query, data, core, batch_size, check=False, idle_every=1):
+    """Drive ``core`` with the emitter's batches; the pairs in the order the core emitted them.
+    A pipelined core holds a batch's pairs until the next batch or its ``on_idle``, called
+    after every ``idle_every``-th batch (None: never; then the pairs leave with the next
+    batch or at the end); ``check()`` of its indexes after every idle call (with none in
+    flight)."""
     emitter = Emitter(query, batch_size)
     cols = validate(data, query)
     out = []
     batches = [b for _, b in emitter.on_chunk(cols, 0) + emitter.on_eof()]
-    for batch in batches:
-        for _, pairs in core.on_batch("in", batch):
-            out.append(pairs)
-        if check:
-            core.check()
-    core.on_eof()
-    if not out:
+    for k, batch in enumerate(batches):
+        out += core.on_batch("in", batch)
+        if core.pipelined and core.threads > 1 and len(batch):
+            assert core.held_batches == 1, "a pipelined core holds the step it handed out"
+        if idle_every is not None and k % idle_every == 0:
+            out += core.on_idle()
+            assert core.held_batches == 0
+            if check:
+                core.check()
+    out += core.on_eof()
+    assert core.held_batches == 0
+    pairs = [p for _, p in out]
+    if not pairs:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate([p.r for p in out]), np.concatenate([p.s for p in out])
+    return np.concatenate([p.r for p in pairs]), np.concatenate([p.s for p in pairs])
 
 
 def as_set(r, s) -> set:
@@ -107,9 +116,11 @@ def test_exact_under_forced_interleavings(data):
         ordered=True,
         delay_spins=data.draw(st.sampled_from([0, 50, 2000]), label="delay"),
         delay_seed=data.draw(st.integers(0, 9)),
+        pipelined=data.draw(st.booleans(), label="pipelined"),
     )
     batch = data.draw(st.sampled_from([1, 5, 16, 64]), label="batch")
-    r, s = pairs_in_arrival(query, table, core, batch, check=True)
+    idle_every = data.draw(st.sampled_from([1, 3, None]), label="idle_every")
+    r, s = pairs_in_arrival(query, table, core, batch, check=True, idle_every=idle_every)
     assert len(set(zip(r, s, strict=True))) == len(r), "a pair found twice"
     assert as_set(r, s) == oracle_set(query, table)
     assert_in_order(r, s)
@@ -125,12 +136,52 @@ def test_every_shareable_index_four_threads(index, self_join, window):
         1500, low=0, high=100, attrs=("x", "y"), self_join=self_join, rate=1000, seed=3
     )
     core = SharedIndexCore(
-        query, index, TINY[index], threads=4, task_size=3, ordered=True, delay_spins=300
+        query,
+        index,
+        TINY[index],
+        threads=4,
+        task_size=3,
+        ordered=True,
+        delay_spins=300,
+        pipelined=True,
     )
-    r, s = pairs_in_arrival(query, data, core, 64)
+    r, s = pairs_in_arrival(query, data, core, 64, idle_every=None)
     assert len(r) > 100
     assert as_set(r, s) == oracle_set(query, data)
     assert_in_order(r, s)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_pipelined_core_emits_each_step_with_the_next_batch_or_when_idle(threads):
+    """A pipelined core's batch leaves with the next batch, or at ``on_idle``, or at the end;
+    what leaves is the synchronous core's output of the batch before, pair for pair. With
+    one thread there is no pool: nothing is held."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(300))
+    data = sj.sources.synthetic(3000, low=0, high=500, attrs=("x",), rate=1000, seed=5)
+    batches = [b for _, b in Emitter(query, 100).on_chunk(validate(data, query), 0)]
+    sync = SharedIndexCore(query, threads=threads, ordered=True)
+    pipe = SharedIndexCore(query, threads=threads, ordered=True, pipelined=True)
+    expected = [sync.on_batch("in", b) for b in batches]
+    assert sum(len(out) for out in expected) > 10
+    lag = 1 if threads > 1 else 0
+
+    def listed(out):
+        return [(p, o.r.tolist(), o.s.tolist()) for p, o in out]
+
+    for k, batch in enumerate(batches[:8]):
+        got = pipe.on_batch("in", batch)
+        assert pipe.held_batches == lag
+        assert listed(got) == listed(expected[k - lag] if k >= lag else [])
+    assert listed(pipe.on_idle()) == (listed(expected[7]) if lag else [])  # idle: they leave
+    assert pipe.held_batches == 0
+    pipe.check()
+    assert listed(pipe.on_batch("in", batches[8])) == ([] if lag else listed(expected[8]))
+    if lag:
+        with pytest.raises(RuntimeError, match="in flight"):
+            pipe.check()
+    assert listed(pipe.on_eof()) == (listed(expected[8]) if lag else [])
+    pipe.close()
+    sync.close()
 
 
 @pytest.mark.parametrize(

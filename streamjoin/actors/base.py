@@ -74,7 +74,8 @@ class ActorLogic(Protocol):
 
     ``on_batch(port, message)`` handles one message arriving on an input port and returns the
     messages it sends, ``[(out_port, message), …]``; ``on_eof()`` runs once every input has
-    ended; ``passes_on(port, message)`` lists what the logic sends on *unchanged* before its
+    ended; ``on_idle()`` when no message waits and ``held_batches`` is not 0 (it returns
+    the output of the batches handled that has not left yet); ``passes_on(port, message)`` lists what the logic sends on *unchanged* before its
     step (a chain core passing a batch to its neighbour: every executor sends those first, as
     DP-Join passes the pointer on before joining, §III-C); ``warm()`` compiles or loads every
     kernel the logic will run; ``counters()`` the cumulative step counters (module docstring).
@@ -95,6 +96,11 @@ class ActorLogic(Protocol):
     def on_batch(self, port: str, message) -> Sequence[tuple[str, object]]: ...
 
     def on_eof(self) -> Sequence[tuple[str, object]]: ...
+
+    def on_idle(self) -> Sequence[tuple[str, object]]: ...
+
+    @property
+    def held_batches(self) -> int: ...
 
     def passes_on(self, port: str, message) -> Sequence[tuple[str, object]]: ...
 
@@ -119,6 +125,17 @@ class Logic:
         return []
 
     def on_eof(self) -> Sequence[tuple[str, object]]:
+        return []
+
+    @property
+    def held_batches(self) -> int:
+        """Batches handled whose output has not left yet (a logic that overlaps a step with
+        the executor's work between batches): while it is not 0, an executor calls
+        :meth:`on_idle` when no message waits for the logic."""
+        return 0
+
+    def on_idle(self) -> Sequence[tuple[str, object]]:
+        """No message waits: the output of the batches held (``held_batches``)."""
         return []
 
     def warm(self) -> None:

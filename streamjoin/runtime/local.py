@@ -98,6 +98,8 @@ class Local(WallClock):
                 st.tuples_in += len(msg)
                 deliver(dst, passes_on(actors[dst], port, msg))  # before the step (§III-C)
                 step(dst, actors[dst].on_batch, port, msg)
+                if not waiting[dst] and actors[dst].held_batches:  # nothing waits: flush
+                    step(dst, actors[dst].on_idle)
 
         start_ns = None
         n_in = 0

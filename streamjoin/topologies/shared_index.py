@@ -25,6 +25,7 @@ def shared_index(
     *,
     task_size: int | None = TASK_SIZE,
     merge: Merge = "nonblocking",
+    pipelined: bool = True,
     index_options: dict | None = None,
     **options,
 ) -> Topology:
@@ -49,6 +50,13 @@ def shared_index(
         threads more finely (§5, Fig. 10c-d).
     merge : {"nonblocking", "blocking"}
         How T_I is merged into T_S (§4.2; ``pim_tree`` and ``im_tree``).
+    pipelined : bool
+        Steps overlap with the executor's work between batches: the core hands a batch's
+        tasks to its pool threads and returns at once, sending the previous batch's pairs
+        and taking the next batch while they run, then joins the tasks left; a batch's pairs
+        leave with the next batch, or as soon as no batch waits (``on_idle``). With
+        ``threads=1`` there is no pool and nothing to overlap. False: each batch is one step
+        whose pairs leave when it ends, the caller's thread one of the ``threads``.
     index_options : dict, optional
         Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
         in 8-byte items, whose candidates the core refines); ``**options`` are added to them.
@@ -64,7 +72,9 @@ def shared_index(
     opts = index_options_of(index, index_options, options, check=False)
     # the names against the shared form's (in the config), the values by the one-thread
     # index's checks, which the shared form applies too (pim_tree.check_options, node sizes)
-    core = SharedIndexConfig(index, opts, threads=threads, task_size=task_size, merge=merge)
+    core = SharedIndexConfig(
+        index, opts, threads=threads, task_size=task_size, merge=merge, pipelined=pipelined
+    )
     taken = option_names(index) if index in SHAREABLE else None
     indexes.check_options(index, {k: v for k, v in opts.items() if taken is None or k in taken})
     g = nx.MultiDiGraph(self_join=True)

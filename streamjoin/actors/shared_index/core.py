@@ -3,8 +3,7 @@
 
 Design
 ------
-Each batch the core receives is one *step* (the unit the executors deliver: its pairs leave
-when the step ends). Inside a step, PIM-Tree §4.1's algorithm runs on ``threads`` threads:
+Each batch the core receives is one *step*. Inside a step, PIM-Tree §4.1's algorithm runs on ``threads`` threads:
 the calling thread and ``threads - 1`` pool threads, each in one ``nogil`` numba kernel
 (:func:`~streamjoin.actors.shared_index.kernels.run_tasks`) for the whole step, so Python runs
 only once per step and thread, not per task. Between close steps the pool's threads wait
@@ -39,13 +38,30 @@ sleeping thread's wake-up cost about 23 µs here, twice a step.
 
 With ``threads=1`` the same kernel runs on the calling thread alone (the paper's parallel
 join "with concurrency control" on one thread, Fig. 12a).
+
+Pipelined steps
+---------------
+§4.1 has no steps: the actor's thread only feeds the work queue and drains ordered results
+while the workers run. A batch-at-a-time executor calls the core once a batch, so
+``pipelined`` (the topology's default) comes as close as that contract allows: the core
+stages the batch's step, hands its tasks to the pool's threads, which start at once, and
+returns, so that its thread sends the previous step's pairs and receives the next batch
+while they run (work a one-step-a-batch core's threads wait for). The next call (a batch,
+:meth:`SharedIndexCore.on_idle`, which executors call as soon as no message waits, or
+:meth:`SharedIndexCore.on_eof`) first joins the tasks left, then ends that step: its pairs
+leave then, in order. Everything that changes the stores or the indexes outside the tasks
+(appends, T_I's step boundary, expiry, merge starts) still happens between steps, on this
+thread, while no task runs. What this leaves serial: staging and ending a step, about 15–25%
+of a step's time at batches of 1,024 (``benchmarks/shared_index_speedup.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,6 +87,7 @@ from streamjoin.actors.shared_index.kernels import (
     W_WAITS,
     WORK,
     Probing,
+    Step,
     Window,
     gather_pairs,
     run_tasks,
@@ -119,7 +136,9 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
 
     ``threads`` worker threads, ``task_size`` tuples per task (``None``: one task per thread
     a step, :func:`task_size_of`), ``merge`` (``"nonblocking"`` or
-    ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``). ``delay_spins`` and
+    ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``), ``pipelined`` (a step
+    runs on the pool's threads while the executor does its work between batches; its pairs
+    leave with the next batch or when the core is idle: module docstring). ``delay_spins`` and
     ``delay_seed``: a test hook that makes each thread wait a random number of spins (up to
     ``delay_spins``) between the steps of every task, forcing interleavings.
     """
@@ -131,6 +150,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     merge: Merge = "nonblocking"
     delay_spins: int = 0
     delay_seed: int = 0
+    pipelined: bool = True
 
     def simulated(self) -> SharedIndexConfig:
         """The config the simulator builds: the tasks run on one host thread, so the core's
@@ -187,6 +207,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
                 delay_spins=self.delay_spins,
                 delay_seed=self.delay_seed,
                 host_threads=self.host_threads,
+                pipelined=self.pipelined,
             )
         core.warm()
         return core
@@ -217,6 +238,18 @@ def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
     return boxes, n_boxes
 
 
+class _Step(NamedTuple):
+    """A step handed to the threads and not yet finished (:meth:`SharedIndexCore._finish`)."""
+
+    step: Step
+    work: Callable[[int], tuple]  # a thread's share: run_tasks(k, …)
+    sizes: dict  # each stream's window size when the step began
+    n_tasks: int
+    streams: int  # streams the step holds tuples of
+    horizon: np.ndarray  # its batch's horizons: expiry once it ends
+    tuples: int
+
+
 class SharedIndexCore(Logic):
     """Joins batches exactly as tuple-at-a-time processing would, on ``threads`` threads over
     shared window indexes (module docstring; PIM-Tree §4).
@@ -237,6 +270,10 @@ class SharedIndexCore(Logic):
         The interleaving test hook (:class:`SharedIndexConfig`).
     host_threads : int, optional
         Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
+    pipelined : bool
+        Return from :meth:`on_batch` while the pool's threads run the step; its pairs leave
+        with the next call (module docstring). Only with pool threads (``threads > 1`` and
+        ``host_threads`` not 1); the simulator models it from this flag.
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
@@ -262,6 +299,7 @@ class SharedIndexCore(Logic):
         delay_spins: int = 0,
         delay_seed: int = 0,
         host_threads: int | None = None,
+        pipelined: bool = False,
     ) -> None:
         self.query = query
         self.spec = spec = JoinSpec(query, index, index_options)
@@ -298,6 +336,11 @@ class SharedIndexCore(Logic):
         self._out = np.empty((3, 0), dtype=np.int64)
         run = self.threads if host_threads is None else min(self.threads, host_threads)
         self._pool = ThreadPool(run - 1) if run > 1 else None
+        #: steps overlap with what the executor does between batches (the simulator models
+        #: it from this flag; on the host it takes pool threads: ``_overlap``)
+        self.pipelined = pipelined
+        self._overlap = pipelined and self._pool is not None
+        self._inflight: _Step | None = None
         if self._pool is not None:
             weakref.finalize(self, self._pool.close)
         self._dummy = shared.SharedBPlusTree(3, 3).state  # the probed state a stream lacks
@@ -307,27 +350,54 @@ class SharedIndexCore(Logic):
 
     def on_batch(self, port: str, batch: Batch) -> list[tuple[str, PairBatch]]:
         """Join one batch on the threads; returns ``[("out", PairBatch)]`` in arrival order of
-        the later tuple when it produced pairs."""
+        the later tuple when a step produced pairs: this batch's, or when the core is
+        ``pipelined`` the previous batch's (this one's then leave with the next batch, at
+        :meth:`on_idle` or at :meth:`on_eof`)."""
         if port != "in":
             raise ValueError(f"shared-index core has no input port {port!r}; ports: ['in']")
         batch = batch.freeze()
-        spec, b = self.spec, len(batch)
         self.last_tasks = self._no_tasks
-        self.work.tuples += b
-        out = self._step(batch) if b else None
-        for y in spec.streams:  # expire between steps, as a JoinCore does
-            store = self.stores[y]
-            before = len(store)
-            first_live = store.expire(int(batch.horizon[y]))
-            if self.indexed:
-                self.indexes[y].expire(first_live)
-            self.work.expired += before - len(store)
+        done = self._finish()  # the step in flight (pipelined): its pairs leave now
+        self.work.tuples += len(batch)
+        if len(batch):
+            self._begin(batch)
+            if not self._overlap:
+                done = self._finish()
+        else:  # nothing to join: expire at once, as after a step
+            self._expire(batch.horizon)
+        return self._emit(done)
+
+    @property
+    def held_batches(self) -> int:
+        """Batches whose pairs have not left yet: 1 while a step runs on the pool's threads
+        (``pipelined``), else 0. Executors call :meth:`on_idle` when no message waits."""
+        return 0 if self._inflight is None else 1
+
+    def on_idle(self) -> list[tuple[str, PairBatch]]:
+        """No message waits: finish the step in flight (this thread joins its tasks) and
+        return its pairs."""
+        return self._emit(self._finish())
+
+    def _emit(self, out: PairBatch | None) -> list[tuple[str, PairBatch]]:
         if out is None or len(out) == 0:
             return []
         self.work.pairs += len(out)
         return [("out", out)]
 
-    def _step(self, batch: Batch) -> PairBatch:
+    def _expire(self, horizon: np.ndarray) -> None:
+        """Expire by a batch's horizons, between steps, as a JoinCore does."""
+        for y in self.spec.streams:
+            store = self.stores[y]
+            before = len(store)
+            first_live = store.expire(int(horizon[y]))
+            if self.indexed:
+                self.indexes[y].expire(first_live)
+            self.work.expired += before - len(store)
+
+    def _begin(self, batch: Batch) -> None:
+        """Stage the step of ``batch`` (its tuples appended to the stores and, for the index,
+        announced to T_I) and hand its tasks to the pool's threads, which start at once when
+        the core is ``pipelined``; :meth:`_finish` runs this thread's share and ends it."""
         spec, b, threads = self.spec, len(batch), self.threads
         version = spec.version
         spec.observe(batch.attrs)  # integers beyond 2**52: exact conditions, wider boxes
@@ -368,7 +438,6 @@ class SharedIndexCore(Logic):
         if self._buf.shape[2] < cap:
             self._buf = np.empty((threads, 3, cap), dtype=np.int64)
             self._out = np.empty((3, cap), dtype=np.int64)
-        ctl, task_meta, task_work = step.ctl, step.task_meta, step.task_work
         windows = [  # a self-join's one store and index twice
             Window(store.rows, store.attrs, store.base, store.head, state)
             for store, state in zip(self._store_of, states, strict=True)
@@ -388,19 +457,37 @@ class SharedIndexCore(Logic):
         def work(k: int):
             return run_tasks(k, *args)
 
-        results = [work(0)] if self._pool is None else self._pool.run(work)
+        if self._pool is not None:
+            self._pool.start(work, publish=self._overlap)
+        streams = int(np.count_nonzero(step.n_y))
+        self._inflight = _Step(step, work, sizes, n_tasks, streams, batch.horizon.copy(), b)
+
+    def _finish(self) -> PairBatch | None:
+        """End the step in flight, if any: run this thread's share of its tasks (those the
+        pool's threads have not taken), wait for the threads, gather its pairs in arrival
+        order, end the indexes' step and expire by its batch's horizons."""
+        flight = self._inflight
+        if flight is None:
+            return None
+        self._inflight = None
+        step, n_tasks = flight.step, flight.n_tasks
+        ctl = step.ctl
+        results = [flight.work(0)] if self._pool is None else self._pool.finish()
         if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
             res = self._out[:, : ctl[OUT_N * PAD]].copy()
         else:
             spills = [s for s, _ in results]
             spill_base = np.cumsum([0] + [s.shape[1] for s in spills[:-1]]).astype(np.int64)
             spill = np.concatenate(spills, axis=1) if len(spills) > 1 else spills[0]
-            res = gather_pairs(ctl, task_meta, self._buf, spill, spill_base, self._out, n_tasks)
-        for y in spec.streams:
+            res = gather_pairs(
+                ctl, step.task_meta, self._buf, spill, spill_base, self._out, n_tasks
+            )
+        for y in self.spec.streams:
             if self.indexes[y] is not None:
                 self.indexes[y].end_step()
-        self._account(task_work, sizes, n_tasks, int(np.count_nonzero(step.n_y)))
-        self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * res.shape[1] / b
+        self._account(step.task_work, flight.sizes, n_tasks, flight.streams)
+        self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * res.shape[1] / flight.tuples
+        self._expire(flight.horizon)
         return PairBatch(res[0], res[1], res[2])
 
     def _account(self, task_work: np.ndarray, sizes: dict, n_tasks: int, streams: int) -> None:
@@ -425,10 +512,16 @@ class SharedIndexCore(Logic):
     def on_eof(self) -> list:
         """End of stream: finish background merges, stop the threads."""
         self.last_tasks = self._no_tasks
+        out = self._emit(self._finish())
         self.close()
-        return []
+        return out
 
     def close(self) -> None:
+        if self._inflight is not None:  # its threads read the indexes: let them finish
+            self._inflight = None
+            if self._pool is not None:
+                with contextlib.suppress(Exception):
+                    self._pool.finish()
         for index in self.indexes.values():
             if index is not None:
                 index.close()
@@ -468,7 +561,10 @@ class SharedIndexCore(Logic):
         return held + sum(i.nbytes for i in self.indexes.values() if i is not None)
 
     def check(self) -> None:
-        """Assert every index's invariants (between steps; settles merges in flight)."""
+        """Assert every index's invariants (between steps: with none in flight, so after
+        :meth:`on_idle` when ``pipelined``; settles merges in flight)."""
+        if self._inflight is not None:
+            raise RuntimeError("a step is in flight: call on_idle() before check()")
         for index in self.indexes.values():
             if index is not None:
                 index.check()

@@ -152,6 +152,7 @@ class ThreadPool:
         self.sync = new_sync(n)
         self.step = 0
         self.closed = False
+        self.busy = False  # a step started and not finished
         self._sleeps = [0] * n  # per worker: each counts its own
         self.fn: Callable[[int], object] | None = None
         self.results: list = [None] * (n + 1)
@@ -195,17 +196,36 @@ class ThreadPool:
 
     def run(self, fn) -> list:
         """``[fn(0), fn(1), …]``, ``fn(0)`` on this thread; re-raises a thread's exception."""
+        self.start(fn, publish=False)
+        return self.finish()
+
+    def start(self, fn, publish: bool = True) -> None:
+        """Hand ``fn(1)``, … to the workers and return, so that this thread can do other work
+        until :meth:`finish`. With ``publish`` the workers start on it at once; else when
+        ``fn(0)`` publishes the step (:func:`publish`, once it runs without the GIL, so that
+        the workers do not contend with this thread for the GIL before)."""
         if self.closed:  # its threads stopped (or will: this step must not revive them)
             raise RuntimeError("the thread pool is closed")
         self.fn = fn
         self.results = [None] * (self.n + 1)
         self._start()
+        if publish:
+            self.sync[GO * PAD] = self.step
+        self.busy = True
+
+    def finish(self) -> list:
+        """Run ``fn(0)`` on this thread (it shares the work the workers have not taken yet),
+        wait for the workers, and return ``[fn(0), fn(1), …]``; re-raises a thread's
+        exception."""
+        fn = self.fn
+        assert fn is not None and self.busy  # (a step was started)
         try:
             self.results[0] = fn(0)
         except BaseException as e:  # noqa: BLE001 (re-raised below, once the workers finished)
             self.results[0] = e
         self.sync[GO * PAD] = self.step  # if fn(0) failed before it published
         _wait_done(self.sync, self.n, self.step)
+        self.busy = False
         errors = [res for res in self.results if isinstance(res, BaseException)]
         for other in errors[1:]:
             errors[0].add_note(f"another thread failed in the same step: {other!r}")

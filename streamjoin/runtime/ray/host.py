@@ -15,6 +15,7 @@ import selectors
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -124,6 +125,7 @@ class Node:
         # a recoverable core: its progress, where it reports it, what its last life delivered
         self.reports_to: str | None = None
         self.upto = [-1, -1]
+        self.handled: deque[list[int]] = deque()  # progress of batches whose output is held
         self.delivered: tuple[int, int] | None = None
         self.quiet_steps = 0
         self.logic = self._guard(config.build, query, settings, time.monotonic_ns)
@@ -246,16 +248,24 @@ class Node:
         out = self._guard(fn, *args)
         self.activity = None
         self.stats.busy_ns += time.perf_counter_ns() - t0
-        if batch is not None and self.reports_to is not None:
+        if self.reports_to is not None:
             self._advance(batch)
         self._send(out, report=True)
 
-    def _advance(self, batch: Batch) -> None:
-        """Progress: the last ``seq`` of each stream in a handled ``batch``."""
-        for y in (0,) if self.self_join else (0, 1):
-            seqs = batch.seq[batch.stream == y]
-            if len(seqs):
-                self.upto[y] = max(self.upto[y], int(seqs[-1]))
+    def _advance(self, batch: Batch | None) -> None:
+        """Progress: the last ``seq`` of each stream in the handled batches whose output has
+        left (a logic may hold the last ones' output: ``held_batches``)."""
+        if batch is not None:
+            last = [-1, -1]
+            for y in (0,) if self.self_join else (0, 1):
+                seqs = batch.seq[batch.stream == y]
+                if len(seqs):
+                    last[y] = int(seqs[-1])
+            self.handled.append(last)
+        while len(self.handled) > self.logic.held_batches:
+            last = self.handled.popleft()
+            for y in (0, 1):
+                self.upto[y] = max(self.upto[y], last[y])
         if self.self_join:
             self.upto[1] = self.upto[0]
 
@@ -273,6 +283,8 @@ class Node:
         t0 = time.perf_counter_ns()
         out = self._guard(self.logic.on_eof)
         self.stats.busy_ns += time.perf_counter_ns() - t0
+        if self.reports_to is not None:
+            self._advance(None)
         self._send(out, report=True)
         if self.reports_to is not None and self.quiet_steps:  # the last progress
             self.quiet_steps = PROGRESS_EVERY
@@ -442,13 +454,13 @@ class Host(Node):
         else:
             selector.register(sock, selectors.EVENT_READ)
 
-    def _poll(self, selector, names: dict, live: set) -> None:
-        """Acyclic graphs: the worker reads its edges itself, what is ready — and waits for a
-        frame if nothing waits in the inbox — up to ``INBOX`` messages; the socket buffers
-        hold the rest, and then the senders wait."""
+    def _poll(self, selector, names: dict, live: set, wait: bool = True) -> None:
+        """Acyclic graphs: the worker reads its edges itself, what is ready — and, with
+        ``wait``, waits for a frame if nothing waits in the inbox — up to ``INBOX`` messages;
+        the socket buffers hold the rest, and then the senders wait."""
         while live and len(self.inbox.items) < INBOX:
             # a frame may put nothing in the inbox (pairs waiting for their progress)
-            ready = selector.select(None if not self.inbox.items else 0)
+            ready = selector.select(None if wait and not self.inbox.items else 0)
             if not ready:
                 return
             for key, _ in ready:
@@ -490,8 +502,12 @@ class Host(Node):
                 selector.register(self.inbox.wake_r, selectors.EVENT_READ)
                 live = set(self.ins)
             while True:
+                held = self.logic.held_batches
                 if not self.cyclic:
-                    self._poll(selector, names, live)
+                    self._poll(selector, names, live, wait=not held)
+                if held and not self.inbox.items:  # nothing waits: the held output leaves
+                    self._step(self.logic.on_idle)
+                    continue
                 item = self.inbox.take()
                 if isinstance(item, Messages):
                     port, group = item.port, item.messages

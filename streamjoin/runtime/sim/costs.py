@@ -132,10 +132,7 @@ class CostModel:
         c_call, *per_unit = self.coefficients(logic)
 
         def charge(kind, msg, before, after, wall_ns, threads=None) -> float:
-            ns = c_call
-            for c, a, b in zip(per_unit, after, before, strict=True):
-                ns += c * (a - b)  # left to right: the dot product in counter order
-            return ns
+            return _dot(c_call, per_unit, before, after)
 
         if getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks"):
             coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))
@@ -146,6 +143,21 @@ class CostModel:
 
             return charge_threads
         return charge
+
+    def bind_tasks(self, logic: ActorLogic):
+        """For a core with ``threads > 1`` that reports its tasks: ``split(kind, msg, before,
+        after, wall_ns) -> (serial ns, [task ns, …])`` of a step (:func:`task_costs`), for
+        the simulator's model of a pipelined core; None for other cores."""
+        if not (getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks")):
+            return None
+        c_call, *per_unit = self.coefficients(logic)
+        coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))
+
+        def split(kind, msg, before, after, wall_ns) -> tuple[float, list[float]]:
+            one = _dot(c_call, per_unit, before, after)
+            return task_costs(one, logic, coefs, before, after)
+
+        return split
 
     def after_idle_ns(self, logic: ActorLogic) -> float:
         """What a step of ``logic`` costs more when it follows idle time."""
@@ -160,21 +172,41 @@ class CostModel:
         return self._msg_const
 
 
+def _dot(c_call: float, per_unit: list, before: tuple, after: tuple) -> float:
+    """A step's charge on one processor: the call, and each counter's growth at its cost."""
+    ns = c_call
+    for c, a, b in zip(per_unit, after, before, strict=True):
+        ns += c * (a - b)  # left to right: the dot product in counter order
+    return ns
+
+
 def threads_charge(
     one: float, logic, coefs: dict, before: tuple, after: tuple, threads: int | None = None
 ) -> float:
     """A step of a core whose ``logic.threads`` threads share its tasks (PIM-Tree §4.1) on
     ``threads`` processors (default ``logic.threads``; fewer where the host has no more free),
-    from ``one``, its charge on one processor: each task of the step (``logic.last_tasks``,
-    the W_* columns of :mod:`~streamjoin.actors.shared_index.kernels`) costs its tuples, probes (and
-    their share of the step's descent work), candidates, pairs, inserts and the rows it
-    scanned past the edge tuple; tasks go in order to the thread that is free first, and
-    the step costs what is not task work (the call and the window-part calls, expiry) plus the last
+    from ``one``, its charge on one processor (:func:`task_costs`): tasks go in order to the
+    thread that is free first, and the step costs what is not task work plus the last
     thread's finish. Lock waits are not charged: their count depends on the host's timing,
     and virtual time must not."""
+    serial, per_task = task_costs(one, logic, coefs, before, after)
+    if not per_task:
+        return one
+    return serial + finish_at(per_task, [0.0] * (threads or logic.threads))
+
+
+def task_costs(
+    one: float, logic, coefs: dict, before: tuple, after: tuple
+) -> tuple[float, list[float]]:
+    """A threaded core's step charged ``one`` on one processor, split into what is not task
+    work (the call and the window-part calls, staging, gathering, expiry) and each task's
+    cost (``logic.last_tasks``, the W_* columns of
+    :mod:`~streamjoin.actors.shared_index.kernels`): its tuples, probes (and their share of
+    the step's descent work), candidates, pairs, inserts and the rows it scanned past the
+    edge tuple. ``(one, [])`` for a step without tasks."""
     tasks = logic.last_tasks
     if len(tasks) == 0:
-        return one
+        return one, []
     delta = {n: a - b for n, a, b in zip(logic.COUNTERS, after, before, strict=True)}
     probes = tasks[:, W_PROBES].astype(float)
     # the step's descent work (``scan``) split by what it counted: the probes' descents of an
@@ -189,9 +221,14 @@ def threads_charge(
         + coefs["pairs"] * tasks[:, W_PAIRS]
         + coefs["inserted"] * tasks[:, W_INSERTED]
     )
-    serial = max(0.0, one - float(per_task.sum()))
-    free = [0.0] * (threads or logic.threads)
-    for cost in per_task.tolist():
+    return max(0.0, one - float(per_task.sum())), per_task.tolist()
+
+
+def finish_at(per_task: list[float], free: list[float]) -> float:
+    """When the last of ``per_task`` ends, taken in order by the thread free first, the
+    threads free from ``free`` (a time each; ties go to the earlier listed)."""
+    free = list(free)
+    for cost in per_task:
         k = free.index(min(free))
         free[k] += cost
-    return serial + max(free)
+    return max(free)

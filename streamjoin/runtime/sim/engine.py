@@ -31,6 +31,11 @@ and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CP
 a step that waited for one starts colder, by the length of its wait, as after idle time. A
 shared-index core's step also takes as many more free processors as its threads can use, and
 its tasks are charged as run on those it holds (on one, when no other is free).
+A pipelined shared-index core (the default) on processors of its own overlaps a batch's
+tasks on its ``threads - 1`` pool processors with its own thread's work between batches
+(sending the last pairs, receiving the next batch), which then joins the tasks left; its
+pairs leave with its next step, or in a flush as soon as nothing waits for it
+(:meth:`_Simulation._pipelined`). On shared processors it is charged as one step a batch.
 Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
 that starts while k steps hold processors (itself included) by
 :meth:`MachineProfile.slowdown(k) <streamjoin.runtime.sim.profile.MachineProfile.slowdown>`,
@@ -59,7 +64,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, ClassVar
@@ -75,7 +80,7 @@ from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.executor import Defaults
 from streamjoin.runtime.pipeline import Progress, default_chunk_rows
 from streamjoin.runtime.sim.arrival import Arrival
-from streamjoin.runtime.sim.costs import CostModel
+from streamjoin.runtime.sim.costs import CostModel, finish_at
 from streamjoin.runtime.sim.host_profile import as_profile
 from streamjoin.runtime.sim.profile import MachineProfile
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
@@ -85,6 +90,8 @@ from streamjoin.validation import Columns
 
 # mailbox item kinds
 _CHUNK, _BATCH, _TICK, _EOF = "chunk", "batch", "tick", "eof"
+#: a pipelined core's flush when nothing waits for it (``ActorLogic.on_idle``)
+_IDLE = "idle"
 
 
 class _Env(simpy.Environment):
@@ -123,6 +130,9 @@ class _Core:
         "idle_ns",
         "threads",
         "held",
+        "split",
+        "inflight",
+        "pending",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
@@ -133,6 +143,11 @@ class _Core:
         threaded = getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks")
         self.threads = logic.threads if threaded else 1
         self.held = 0
+        # a pipelined core (set by the simulation): its step's charge split into the serial
+        # part and its tasks, the tasks in flight (start, costs) and the pairs they hold
+        self.split: Callable[..., tuple[float, list[float]]] | None = None
+        self.inflight: tuple[int, list[float]] | None = None
+        self.pending: list = []
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
@@ -141,7 +156,7 @@ class _Core:
         self.rest_ns = math.inf
         self.waiting_since = 0  # when it began waiting for a processor
         self.free_at = 0  # virtual time the last step ends
-        self.kind = None  # kind of the item being served
+        self.kind: str | None = None  # kind of the item being served
         self.ended = 0  # end-of-stream markers received
         self.routes: dict[str, list] = {}  # out port -> [(core, in port, link)]
         self.eof_links: list = []  # (core, link) per successor
@@ -229,6 +244,10 @@ class _Simulation:
         # processors: one per core (None), or a shared pool steps queue for in FIFO order
         self.cpus = model.profile.cpus
         self.cpus_free = self.cpus or 0  # read only with cpus
+        if self.cpus is None:  # pipelined shared-index cores (each thread its processor)
+            for core in self.cores.values():
+                if core.threads > 1 and getattr(core.logic, "pipelined", False):
+                    core.split = model.bind_tasks(core.logic)
         self.cpu_wait: deque = deque()
         self._start = self._step if self.cpus is None else self._start_on_cpu
         # compute stretch by the number of steps holding processors (cpu_share)
@@ -388,6 +407,9 @@ class _Simulation:
         elif kind is _TICK:
             self.tick_armed = False
             call, args = logic.on_tick, ()
+        elif kind is _IDLE:
+            self._flush(core, t0)
+            return
         else:
             core.ended += 1
             if core.ended < core.n_inputs:
@@ -410,9 +432,12 @@ class _Simulation:
         t = t0 + recv
         for p, m in ahead:
             t = self._send(core, p, m, t)
-        t += self._compute(core, kind, msg, snap, wall)
-        for p, m in out:
-            t = self._send(core, p, m, t)
+        if core.split is not None:
+            t = self._pipelined(core, kind, msg, snap, wall, out, t)
+        else:
+            t += self._compute(core, kind, msg, snap, wall)
+            for p, m in out:
+                t = self._send(core, p, m, t)
         if core is self.emitter and kind is not _EOF and self.max_delay is not None:
             self._arm_tick(logic)
         if kind is _EOF and not self.cyclic:
@@ -422,7 +447,7 @@ class _Simulation:
                 self._deliver_at(arrive, dst, (_EOF, None, None, None, 0))
         st.busy_ns += t - t0
         core.free_at = t
-        if core.box or kind is _EOF or self.end_events:
+        if core.box or kind is _EOF or self.end_events or core.inflight is not None:
             core.kind = kind
             self.env.timeout(t - t0, core).callbacks.append(self._step_done)
         else:  # nothing queued: no event until a message comes (see _arrive)
@@ -444,18 +469,69 @@ class _Simulation:
         else:
             assert self.cpus is not None  # (only shared processors slow a step)
             stretch = self.slowdown[self.cpus - self.cpus_free]
+        return round((ns + self._idle_cost(core)) * stretch)
+
+    def _idle_cost(self, core: _Core) -> float:
+        """What the step costs more after the core's rest (``IdleCosts.ramp``), once."""
+        ns = 0.0
         if core.rest_ns:
             if core.idle_ns:
-                ns += core.idle_ns * self.after_idle.share(core.rest_ns)
+                ns = core.idle_ns * self.after_idle.share(core.rest_ns)
                 core.stats.after_idle_steps += 1
             core.rest_ns = 0
-        return round(ns * stretch)
+        return ns
+
+    # -- a pipelined shared-index core -------------------------------------------------------
+
+    def _pipelined(self, core: _Core, kind, msg, snap, wall, out, t: int) -> int:
+        """A pipelined core's step from ``t`` (its message received), as the core runs it
+        (:class:`~streamjoin.actors.shared_index.core.SharedIndexCore`): it joins the tasks
+        of the step in flight, whose pool threads have run since it began, and waits for
+        their end; then the serial part (gathering that step, staging this one); then this
+        step's tasks go to the pool's ``threads - 1`` processors while the held pairs leave.
+        This step's pairs are held in turn, until the next step or the core's idle flush.
+        (The host computed the step at once: the simulator decides when its pairs leave.)"""
+        assert core.split is not None  # (only a pipelined core comes here)
+        t = self._join_tasks(core, t)
+        held, core.pending = core.pending, []
+        serial, tasks = core.split(kind, msg, snap, core.logic.counters(), wall)
+        t += round(serial + self._idle_cost(core))
+        for p, m in held:
+            t = self._send(core, p, m, t)
+        if tasks:
+            core.inflight = (t, tasks)
+            core.pending = list(out)
+        else:
+            for p, m in out:
+                t = self._send(core, p, m, t)
+        return t
+
+    def _join_tasks(self, core: _Core, t: int) -> int:
+        """The step in flight's end, the core's own thread joining its tasks at ``t``."""
+        if core.inflight is None:
+            return t
+        start, tasks = core.inflight
+        core.inflight = None
+        end = finish_at(tasks, [float(start)] * (core.threads - 1) + [float(t)])
+        return max(t, math.ceil(end))
+
+    def _flush(self, core: _Core, t0: int) -> None:
+        """Nothing waits for a pipelined core: its thread joins the step in flight, whose
+        pairs then leave (``on_idle``)."""
+        t = self._join_tasks(core, t0)
+        held, core.pending = core.pending, []
+        for p, m in held:
+            t = self._send(core, p, m, t)
+        core.stats.busy_ns += t - t0
+        core.free_at = t
+        core.kind = _IDLE
+        self.env.timeout(t - t0, core).callbacks.append(self._step_done)
 
     def _step_done(self, event) -> None:
         core = event.value
         if self.cpus is not None:
             self._release(core)
-        if core.kind is not _TICK:
+        if core.kind is not _TICK and core.kind is not _IDLE:
             self._served()
         if core.kind is _EOF:
             if core is self.collector:
@@ -466,6 +542,8 @@ class _Simulation:
     def _next(self, core: _Core) -> None:
         if core.box:
             self._start(core, core.box.popleft())
+        elif core.inflight is not None:
+            self._start(core, (_IDLE, None, None, None, 0))
         else:
             core.idle = True
 
