@@ -131,7 +131,8 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         default=None,
         metavar="TEXT",
         help="the join predicate, e.g. 'r.a < s.a AND r.b > s.b' or 'a<a,b>b' (r.a < s.a, "
-        "r.b > s.b), '|r.x - s.y| <= 5', 'r.start <= s.end, r.end >= s.start'; synthetic "
+        "r.b > s.b), '|r.x - s.y| <= 5', 'r.start <= s.end, r.end >= s.start', "
+        "'(r.a < s.a AND r.b > s.b) OR r.k = s.k' (OR binds looser than AND); synthetic "
         "data then has the attributes it names, correlated for two inequalities (about "
         "--match-rate matches per probe) (default: the band |r.x - s.x| <= eps)",
     )
@@ -326,7 +327,7 @@ def _query_data(args, predicate):
     from streamjoin import sources
 
     names = list(dict.fromkeys(predicate.attrs))
-    one_sided = [c for c in predicate if math.isinf(c.lo) != math.isinf(c.hi)]
+    one_sided = [c for c in predicate.flat if math.isinf(c.lo) != math.isinf(c.hi)]
     per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
     if len(one_sided) >= 2 and len(names) == 2:
         return sources.inequality_workload(
@@ -368,7 +369,7 @@ def _run_job(args):
         described = f"{args.tuples:,} tuples, {args.distribution}"
         query = sj.Query(predicate, window=window, self_join=args.self_join, **_event_time(args))
     elif predicate is not None:  # no eps to choose: no sample of the join values
-        first = predicate.conditions[0].attr
+        first = predicate.flat[0].attr
         data = spark_source(argparse.Namespace(**{**vars(args), "attr": first, "eps": 0.0}))[0]
         described = args.source
         query = sj.Query(predicate, window=window, self_join=args.self_join, **_event_time(args))

@@ -12,32 +12,44 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from streamjoin.query import Query
+from streamjoin.query import Condition, Query
 from streamjoin.validation import Columns, InputError, validate
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
 
 def _theta(query: Query, attrs: np.ndarray, r, s) -> np.ndarray:
-    """θ(r, s): ``lo <= s.attr_s - r.attr <= hi`` for every condition (outside ``[lo, hi]``
-    for ``not_equal``); ``r`` or ``s`` may be arrays. The difference of two floats (or of an
-    integer and a float) is float64's; of two integers, exact: where either lies beyond
-    ``2**52``, they are Python integers, compared with the bounds as Python compares an int
-    with a float (exactly)."""
-    k = len(query.attrs)
-    ok: np.ndarray | bool = True  # an array after the first condition (a predicate has one)
-    for cond, kr, ks in zip(query.predicate, *query.condition_rows, strict=True):
-        r_val, s_val = np.broadcast_arrays(attrs[kr, r], attrs[ks, s])
-        r_res, s_res = np.broadcast_arrays(attrs[k + kr, r], attrs[k + ks, s])
-        d = s_val - r_val
-        holds = np.atleast_1d((cond.lo <= d) & (d <= cond.hi))
-        wide = ~np.isnan(r_res) & ~np.isnan(s_res) & (np.maximum(abs(r_val), abs(s_val)) > 2**52)
-        for i in np.flatnonzero(np.atleast_1d(wide)):
-            exact = _int(s_val, s_res, i) - _int(r_val, r_res, i)
-            holds[i] = cond.lo <= exact <= cond.hi
-        ok = ok & (holds.reshape(d.shape) != cond.negated)
-    assert isinstance(ok, np.ndarray)
+    """θ(r, s): every conjunct holds and, if the predicate has an OR, every condition of one
+    of its terms does; a condition holds when ``lo <= s.attr_s - r.attr <= hi`` (outside
+    ``[lo, hi]`` for ``not_equal``); ``r`` or ``s`` may be arrays. The difference of two floats
+    (or of an integer and a float) is float64's; of two integers, exact: where either lies
+    beyond ``2**52``, they are Python integers, compared with the bounds as Python compares an
+    int with a float (exactly)."""
+    pred = query.predicate
+    rows = zip(pred.flat, *query.condition_rows, strict=True)
+    holds = [_holds(len(query.attrs), attrs, r, s, *row) for row in rows]
+    ok = np.logical_and.reduce(holds[: len(pred.conjuncts)] or [np.ones_like(holds[0])])
+    if pred.terms:
+        found, at = np.zeros_like(ok), len(pred.conjuncts)
+        for term in pred.terms:
+            found |= np.logical_and.reduce(holds[at : at + len(term)])
+            at += len(term)
+        ok &= found
     return ok
+
+
+def _holds(k: int, attrs: np.ndarray, r, s, cond: Condition, kr: int, ks: int) -> np.ndarray:
+    """Whether ``cond`` holds between r and s (as in :func:`_theta`): r's value at row ``kr``
+    of ``attrs``, s's at ``ks``, their residuals ``k`` rows below."""
+    r_val, s_val = np.broadcast_arrays(attrs[kr, r], attrs[ks, s])
+    r_res, s_res = np.broadcast_arrays(attrs[k + kr, r], attrs[k + ks, s])
+    d = s_val - r_val
+    holds = np.atleast_1d((cond.lo <= d) & (d <= cond.hi))
+    wide = ~np.isnan(r_res) & ~np.isnan(s_res) & (np.maximum(abs(r_val), abs(s_val)) > 2**52)
+    for i in np.flatnonzero(np.atleast_1d(wide)):
+        exact = _int(s_val, s_res, i) - _int(r_val, r_res, i)
+        holds[i] = cond.lo <= exact <= cond.hi
+    return holds.reshape(d.shape) != cond.negated
 
 
 def _int(image: np.ndarray, residual: np.ndarray, i: int | np.integer) -> int:

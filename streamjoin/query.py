@@ -37,7 +37,12 @@ floats; beyond, the join core refines its indexes' candidates on the exact integ
 
 Conjunctions are written with ``&``; the first conjunct is the *primary* one that indexes serve,
 the rest are checked as residual filters (or, for two inequalities, both served by a
-``po_join`` IE-Join structure). A self-join keeps the pair (a older, b newer) iff θ(a, b) or
+``po_join`` IE-Join structure). Disjunctions are written with ``|``: ``(A & B) | C`` holds when
+any of its terms does (each pair is still emitted once), and a :class:`Predicate` keeps it in
+disjunctive normal form with the conditions common to every term factored out
+(:class:`Predicate`). An index serves only what every term implies: a common condition, or
+the *hull* of the terms' intervals on one attribute pair (:attr:`Predicate.implied`); the
+terms themselves are checked on every candidate. A self-join keeps the pair (a older, b newer) iff θ(a, b) or
 θ(b, a); with a second attribute that is ``lo <= b.attr_s - a.attr <= hi`` or
 ``lo <= a.attr_s - b.attr <= hi``.
 """
@@ -81,6 +86,12 @@ class Condition:
     def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
         return Predicate((self,)) & other
 
+    def __or__(self, other: Condition | Predicate) -> Predicate:
+        return Predicate((self,)) | other
+
+    def __ror__(self, other: Condition | Predicate) -> Predicate:
+        return Predicate((self,)).__ror__(other)
+
     @property
     def is_equality(self) -> bool:
         return self.lo == 0.0 and self.hi == 0.0 and not self.negated
@@ -89,6 +100,11 @@ class Condition:
     def negated(self) -> bool:
         """True for ``not_equal``: the condition holds when ``d`` is *outside* ``[lo, hi]``."""
         return self.kind == "not_equal"
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """``(attr, attr_s)``: the attributes the condition compares."""
+        return (self.attr, self.attr_s)
 
     @property
     def cross(self) -> bool:
@@ -177,6 +193,11 @@ class Filter:
     def __rand__(self, other: Condition) -> Predicate:
         return Predicate((other,)) & self
 
+    def __or__(self, other: object) -> Predicate:
+        raise _filter_in_or(self)
+
+    __ror__ = __or__
+
     def __str__(self) -> str:
         return (
             f"{self.side}.{self.attr} {self.op} {self.value:g}"
@@ -249,50 +270,185 @@ class Side:
 r, s = Side("r"), Side("s")
 
 
+#: How a condition of :attr:`Predicate.flat` joins the ones around it: a conjunct of every
+#: term, a condition inside an OR's term, or the last condition of a term.
+AND_ALL, IN_TERM, ENDS_TERM = 0, 1, 2
+
+#: The most terms a disjunction may have once ``&`` has distributed over ``|``.
+MAX_TERMS = 64
+
+
 @dataclass(frozen=True)
 class Predicate:
-    """A conjunction of :class:`Condition` (``conditions[0]`` is the primary one) and of
-    :class:`Filter` on one side's own columns."""
+    """θ(r, s) in disjunctive normal form, with what every term shares factored out:
+
+    ``θ = AND(conditions) AND (OR over terms of AND(term)) AND AND(filters)``
+
+    ``conditions`` are the conditions every pair that joins satisfies (``conditions[0]`` is the
+    primary one); ``terms`` the disjunction's terms, each a conjunction of conditions (empty:
+    no disjunction, θ is a conjunction); ``filters`` the :class:`Filter` s on one side's own
+    columns, which apply to the whole join. ``(A & B) | C`` and ``(A | B) & C`` build it (``&``
+    distributes over ``|``, up to :data:`MAX_TERMS` terms); a condition common to every term
+    moves to ``conditions``, a term that another term's conditions contain is dropped
+    (absorption: ``A | (A & B)`` is ``A``), and one term left is a conjunction.
+
+    A filter cannot be one side of an OR unless it is on both (``(A & f) | (B & f)`` is
+    ``(A | B) & f``): SQL's ``ON r.x < 5 OR r.a < s.a`` would make a tuple that fails the filter
+    still join, which one-sided filters (decided before a tuple is stored or probes) cannot
+    express. That is a ``ValueError``.
+    """
 
     conditions: tuple[Condition, ...]
     filters: tuple[Filter, ...] = ()
+    terms: tuple[tuple[Condition, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.conditions and not self.filters:
+        if self.terms:
+            conditions, terms = _factor(self.conditions, self.terms)
+            object.__setattr__(self, "conditions", conditions)
+            object.__setattr__(self, "terms", terms)
+        if not self.conditions and not self.terms and not self.filters:
             raise ValueError("a predicate needs at least one condition")
 
     def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
         if isinstance(other, Condition):
-            return Predicate((*self.conditions, other), self.filters)
+            other = Predicate((other,))
+        elif isinstance(other, Filter):
+            other = Predicate((), (other,))
+        if not isinstance(other, Predicate):
+            return NotImplemented
+        filters = self.filters + other.filters
+        if not self.terms and not other.terms:
+            return Predicate(self.conditions + other.conditions, filters)
+        terms = [a + b for a in self._dnf() for b in other._dnf()]
+        if len(terms) > MAX_TERMS:
+            raise ValueError(
+                f"({self}) AND ({other}) has {len(terms)} terms once AND is distributed over "
+                f"OR; at most {MAX_TERMS}"
+            )
+        return Predicate((), filters, tuple(terms))
+
+    def __rand__(self, other: Condition | Filter) -> Predicate:
+        if not isinstance(other, Condition | Filter):
+            return NotImplemented
+        return _as_predicate(other) & self
+
+    def __or__(self, other: Condition | Predicate) -> Predicate:
         if isinstance(other, Filter):
-            return Predicate(self.conditions, (*self.filters, other))
-        if isinstance(other, Predicate):
-            return Predicate(self.conditions + other.conditions, self.filters + other.filters)
-        return NotImplemented
+            raise _filter_in_or(other)
+        if isinstance(other, Condition):
+            other = Predicate((other,))
+        if not isinstance(other, Predicate):
+            return NotImplemented
+        if set(self.filters) != set(other.filters):
+            alone = (
+                f
+                for f in self.filters + other.filters
+                if f not in set(self.filters) & set(other.filters)
+            )
+            raise _filter_in_or(next(alone))
+        terms = self._dnf() + other._dnf()
+        if len(terms) > MAX_TERMS:
+            raise ValueError(f"({self}) OR ({other}) has {len(terms)} terms; at most {MAX_TERMS}")
+        return Predicate((), self.filters, tuple(terms))
+
+    def __ror__(self, other: Condition | Predicate) -> Predicate:
+        if not isinstance(other, Condition | Filter | Predicate):
+            return NotImplemented
+        return _as_predicate(other) | self
+
+    def _dnf(self) -> list[tuple[Condition, ...]]:
+        """θ's conditions as a list of terms (filters left out)."""
+        if not self.terms:
+            return [self.conditions]
+        return [self.conditions + t for t in self.terms]
 
     def __iter__(self) -> Iterator[Condition]:
-        return iter(self.conditions)
+        """The :attr:`conjuncts`."""
+        return iter(self.conjuncts)
 
     def __len__(self) -> int:
-        return len(self.conditions)
+        return len(self.conjuncts)
+
+    @property
+    def implied(self) -> tuple[Condition, ...]:
+        """Conditions every term implies beyond ``conditions`` (none without a disjunction):
+        for each attribute pair (r's, s's) that every term constrains and no common condition
+        does, the *hull* of the terms' intervals on it, ``[min lo, max hi]`` (each term's
+        interval the intersection of its conditions on the pair; ``!=`` ones left out). A pair
+        that joins satisfies it, so an index may serve it: exact, and it narrows the window an
+        OR scans. O(conditions)."""
+        if not self.terms:
+            return ()
+        common = {(c.attr, c.attr_s) for c in self.conditions}
+        spans: list[dict[tuple[str, str], tuple[float, float, bool, bool]]] = []
+        for term in self.terms:
+            span: dict[tuple[str, str], tuple[float, float, bool, bool]] = {}
+            for c in term:
+                if c.negated:
+                    continue
+                lo, hi, strict_lo, strict_hi = span.get(c.pair, (-INF, INF, False, False))
+                if c.lo >= lo:
+                    lo, strict_lo = c.lo, c.kind == "less"
+                if c.hi <= hi:
+                    hi, strict_hi = c.hi, c.kind == "greater"
+                span[c.pair] = (lo, hi, strict_lo, strict_hi)
+            spans.append(span)
+        out = []
+        for pair in spans[0]:
+            if pair in common or not all(pair in span for span in spans):
+                continue
+            lo = min(span[pair][0] for span in spans)
+            hi = max(span[pair][1] for span in spans)
+            if lo > hi or (lo == -INF and hi == INF):
+                continue
+            strict_lo = any(span[pair][0] == lo and span[pair][2] for span in spans)
+            strict_hi = any(span[pair][1] == hi and span[pair][3] for span in spans)
+            out.append(
+                Condition(pair[0], lo, hi, _hull_kind(lo, hi, strict_lo, strict_hi), pair[1])
+            )
+        return tuple(out)
+
+    @property
+    def conjuncts(self) -> tuple[Condition, ...]:
+        """``conditions`` and :attr:`implied`: what every pair that joins satisfies, and so
+        what an index may serve (:func:`~streamjoin.indexes.plan` picks among them)."""
+        return self.conditions + self.implied
+
+    @property
+    def flat(self) -> tuple[Condition, ...]:
+        """Every condition the kernels check, in :attr:`links` order: the :attr:`conjuncts`,
+        then each term's conditions."""
+        return self.conjuncts + tuple(c for t in self.terms for c in t)
+
+    @property
+    def links(self) -> tuple[int, ...]:
+        """For each condition of :attr:`flat`: ``AND_ALL`` (a conjunct), ``IN_TERM`` or
+        ``ENDS_TERM`` (the last condition of its term). θ holds iff every ``AND_ALL`` one
+        holds and, when there are terms, every condition of some term does."""
+        out = [AND_ALL] * len(self.conjuncts)
+        for t in self.terms:
+            out += [IN_TERM] * (len(t) - 1) + [ENDS_TERM]
+        return tuple(out)
 
     @property
     def attrs(self) -> tuple[str, ...]:
-        """Join attribute names in condition order, r's then s's of each (names may repeat)."""
-        return tuple(a for c in self.conditions for a in (c.attr, c.attr_s))
+        """Join attribute names in condition order (:attr:`flat`), r's then s's of each (names
+        may repeat)."""
+        return tuple(a for c in self.flat for a in (c.attr, c.attr_s))
 
     @property
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(lo, hi)`` float64 arrays, one entry per condition."""
-        lo = np.array([c.lo for c in self.conditions], dtype=np.float64)
-        hi = np.array([c.hi for c in self.conditions], dtype=np.float64)
+        """``(lo, hi)`` float64 arrays, one entry per condition of :attr:`flat`."""
+        lo = np.array([c.lo for c in self.flat], dtype=np.float64)
+        hi = np.array([c.hi for c in self.flat], dtype=np.float64)
         return lo, hi
 
     @property
     def symmetric(self) -> bool:
         """True when ``θ(a, b) ⇔ θ(b, a)`` (every interval is symmetric around 0 and compares
-        an attribute with itself)."""
-        return all(c.lo == -c.hi and not c.cross for c in self.conditions)
+        an attribute with itself; an OR of such conditions is symmetric too)."""
+        return all(c.lo == -c.hi and not c.cross for c in self.flat)
 
     @property
     def filter_attrs(self) -> tuple[str, ...]:
@@ -300,7 +456,63 @@ class Predicate:
         return tuple(dict.fromkeys(f.attr for f in self.filters))
 
     def __str__(self) -> str:
-        return " AND ".join(str(c) for c in (*self.conditions, *self.filters))
+        parts = [str(c) for c in self.conditions]
+        if self.terms:
+            ors = " OR ".join(
+                str(t[0]) if len(t) == 1 else "(" + " AND ".join(map(str, t)) + ")"
+                for t in self.terms
+            )
+            parts.append(f"({ors})" if parts or self.filters else ors)
+        return " AND ".join(parts + [str(f) for f in self.filters])
+
+
+def _as_predicate(p: Condition | Filter | Predicate) -> Predicate:
+    if isinstance(p, Condition):
+        return Predicate((p,))
+    if isinstance(p, Filter):
+        return Predicate((), (p,))
+    return p
+
+
+def _filter_in_or(f: Filter) -> ValueError:
+    return ValueError(
+        f"the filter {f} is inside one side of an OR, but filters apply to the whole join: "
+        f"AND it with the whole disjunction ((A | B) & ({f}); as text, (A OR B) AND {f}), "
+        "or put it on every side of the OR"
+    )
+
+
+def _factor(
+    conditions: tuple[Condition, ...], terms: tuple[tuple[Condition, ...], ...]
+) -> tuple[tuple[Condition, ...], tuple[tuple[Condition, ...], ...]]:
+    """``(conditions, terms)`` with the conditions every term shares moved to ``conditions``,
+    a term whose conditions contain another's dropped (its pairs are the other's too), and a
+    single term merged into ``conditions`` (:class:`Predicate`)."""
+    kept = [tuple(dict.fromkeys(c for c in t if c not in conditions)) for t in terms]
+    sets = [frozenset(t) for t in kept]
+    kept = [
+        t
+        for i, t in enumerate(kept)
+        if not any(sets[j] < sets[i] or (sets[j] == sets[i] and j < i) for j in range(len(kept)))
+    ]
+    shared = [c for c in kept[0] if all(c in t for t in kept[1:])]
+    conditions = conditions + tuple(shared)
+    kept = [tuple(c for c in t if c not in shared) for t in kept]
+    if len(kept) == 1 or not all(kept):  # one term, or one that is just the shared part
+        return conditions + (kept[0] if len(kept) == 1 else ()), ()
+    return conditions, tuple(kept)
+
+
+def _hull_kind(lo: float, hi: float, strict_lo: bool, strict_hi: bool) -> str:
+    """The kind (for display and index choice) of the interval ``[lo, hi]``: a strict bound
+    is one a ``less``/``greater`` condition set (``lo`` then its next float64)."""
+    if lo == 0.0 and hi == 0.0:
+        return "equal"
+    if hi == INF:
+        return "less" if strict_lo else "less_equal"
+    if lo == -INF:
+        return "greater" if strict_hi else "greater_equal"
+    return "band"
 
 
 def _attr_name(attr: str) -> str:
@@ -503,9 +715,10 @@ class Query:
     Parameters
     ----------
     predicate : Condition or Predicate
-        θ(r, s): conditions joined with ``&``, and :class:`Filter` s on one side's own
-        columns (``(sj.r.kind == 3) & sj.band("x", 1.0)``: ``&`` binds tighter than a
-        comparison, so a filter needs its brackets).
+        θ(r, s): conditions joined with ``&`` and ``|`` (an OR of conjunctions, each pair
+        once), and :class:`Filter` s on one side's own columns (``(sj.r.kind == 3) &
+        sj.band("x", 1.0)``: ``&`` binds tighter than a comparison, so a filter needs its
+        brackets), which apply to the whole join (:class:`Predicate`).
     window : CountWindow or TimeWindow
     self_join : bool
         One stream joined with itself.
@@ -548,7 +761,7 @@ class Query:
             raise ValueError(
                 f"predicate must be built from band/equal/less/..., got {type(predicate).__name__}"
             )
-        if not predicate.conditions:
+        if not predicate.flat:
             raise ValueError(
                 f"the predicate {predicate} has no condition between r and s; a join needs one "
                 "(band, equal, less, ...) beside its filters"
@@ -582,17 +795,18 @@ class Query:
 
     @property
     def condition_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """For each condition, the rows of r's and of s's attribute in the batch's ``attrs``
-        matrix: two int64 arrays."""
+        """For each condition of ``predicate.flat``, the rows of r's and of s's attribute in
+        the batch's ``attrs`` matrix: two int64 arrays."""
         pos = {a: i for i, a in enumerate(self.attrs)}
-        r = np.array([pos[c.attr] for c in self.predicate], dtype=np.int64)
-        s = np.array([pos[c.attr_s] for c in self.predicate], dtype=np.int64)
+        r = np.array([pos[c.attr] for c in self.predicate.flat], dtype=np.int64)
+        s = np.array([pos[c.attr_s] for c in self.predicate.flat], dtype=np.int64)
         return r, s
 
     @property
     def negated(self) -> np.ndarray:
-        """For each condition, whether it is negated (``not_equal``): bool array."""
-        return np.array([c.negated for c in self.predicate], dtype=np.bool_)
+        """For each condition of ``predicate.flat``, whether it is negated (``not_equal``):
+        bool array."""
+        return np.array([c.negated for c in self.predicate.flat], dtype=np.bool_)
 
     def window_size(self, stream: int) -> int:
         """Window size (tuples or ts units) of ``stream``; self-joins use the R size."""

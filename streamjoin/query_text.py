@@ -1,6 +1,9 @@
 """Predicates written as text, for the command line: ``r.a < s.a AND r.b > s.b``.
 
-Conditions are joined by ``AND`` (any case), ``&``, ``&&`` or a comma. Each is one of
+Conditions are joined by ``AND`` (any case), ``&``, ``&&`` or a comma, and by ``OR`` (any
+case), which binds looser than ``AND``; parentheses group, as in SQL:
+``(r.a < s.a AND r.b > s.b) OR r.k = s.k`` (:class:`~streamjoin.query.Predicate`: filters
+apply to the whole join, not inside one side of an OR). Each condition is one of
 
 - ``r.X OP s.Y`` with ``OP`` one of ``<  <=  >  >=  ==  =  !=``; written the other way round
   (``s.Y OP r.X``) it is turned around; ``X OP Y`` without prefixes means ``r.X OP s.Y``
@@ -14,6 +17,8 @@ Conditions are joined by ``AND`` (any case), ``&``, ``&&`` or a comma. Each is o
 
 >>> str(parse_predicate("r.start <= s.end and r.end >= s.start"))
 'r.start <= s.end AND r.end >= s.start'
+>>> str(parse_predicate("r.k = s.k AND (r.a < s.a OR r.b > s.b)"))
+'r.k == s.k AND (r.a < s.a OR r.b > s.b)'
 """
 
 from __future__ import annotations
@@ -45,8 +50,12 @@ _INEQUALITIES = {"<": less, "<=": less_equal, ">": greater, ">=": greater_equal}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "=": "=", "!=": "!="}
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NAME = r"[A-Za-z_]\w*"
-#: conjunctions: AND, &, && or a comma outside brackets
-_SPLIT = re.compile(r"\s+and\s+|\s*&&?\s*|\s*,\s*(?![^\[]*\])", re.IGNORECASE)
+#: the tokens around conditions: brackets, OR, and AND, &, && or a comma outside ``[lo, hi]``
+#: (the keywords not part of a name such as ``r.order``)
+_TOKENS = re.compile(
+    r"\s*(\(|\)|(?<![\w.])or(?![\w.])|(?<![\w.])and(?![\w.])|&&?|,(?![^\[]*\]))\s*",
+    re.IGNORECASE,
+)
 _BAND = re.compile(rf"\|\s*r\.({_NAME})\s*-\s*s\.({_NAME})\s*\|\s*<=\s*({_NUM})")
 _RANGE = re.compile(rf"s\.({_NAME})\s*-\s*r\.({_NAME})\s+in\s+\[\s*({_NUM})\s*,\s*({_NUM})\s*\]")
 _TERM = rf"(?:([rs])\.)?({_NAME})(?:\s*([-+])\s*({_NUM}))?"
@@ -61,14 +70,63 @@ def parse_predicate(text: str) -> Predicate:
     Raises
     ------
     ValueError
-        Naming the condition that could not be read.
+        Naming the condition that could not be read, or where the brackets or an operator
+        are out of place.
     """
-    parts = [p.strip() for p in _SPLIT.split(text.strip()) if p.strip()]
-    if not parts:
+    tokens = [t for t in _TOKENS.split(text.strip()) if t.strip()]
+    if not tokens:
         raise ValueError("the query is empty; write e.g. 'r.a < s.a AND r.b > s.b'")
-    terms = [_condition(p) for p in parts]
-    conds = tuple(t for t in terms if not isinstance(t, Filter))
-    return Predicate(conds, tuple(t for t in terms if isinstance(t, Filter)))
+    parser = _Parser(tokens, text)
+    pred = _as_predicate(parser.disjunction())
+    if parser.at < len(tokens):
+        raise ValueError(f"cannot read {text!r}: {tokens[parser.at]!r} has no opening bracket")
+    return pred
+
+
+class _Parser:
+    """Recursive descent over the tokens: ``disjunction := conjunction (OR conjunction)*``,
+    ``conjunction := factor (AND factor)*``, ``factor := ( disjunction ) | condition``."""
+
+    def __init__(self, tokens: list[str], text: str) -> None:
+        self.tokens, self.text, self.at = tokens, text, 0
+
+    def _peek(self) -> str:
+        return self.tokens[self.at].lower() if self.at < len(self.tokens) else ""
+
+    def disjunction(self):
+        out = self.conjunction()
+        while self._peek() == "or":
+            self.at += 1
+            out = out | self.conjunction()
+        return out
+
+    def conjunction(self):
+        out = self.factor()
+        while self._peek() in ("and", "&", "&&", ","):
+            self.at += 1
+            out = out & self.factor()
+        return out
+
+    def factor(self):
+        token = self._peek()
+        if token == "(":
+            self.at += 1
+            out = self.disjunction()
+            if self._peek() != ")":
+                raise ValueError(f"cannot read {self.text!r}: a '(' is not closed")
+            self.at += 1
+            return out
+        if token in ("", ")", "or", "and", "&", "&&", ","):
+            where = f"before {self.tokens[self.at]!r}" if token else "at the end"
+            raise ValueError(f"cannot read {self.text!r}: a condition is missing {where}")
+        self.at += 1
+        return _condition(self.tokens[self.at - 1].strip())
+
+
+def _as_predicate(p) -> Predicate:
+    if isinstance(p, Filter):
+        return Predicate((), (p,))
+    return p if isinstance(p, Predicate) else Predicate((p,))
 
 
 def _number(text: str) -> int | float:

@@ -233,7 +233,7 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
     if missing:
         side = next(
             f"r.{c.attr}" if c.attr == missing[0] else f"s.{c.attr_s}"
-            for c in query.predicate
+            for c in query.predicate.flat
             if missing[0] in (c.attr, c.attr_s)
         )
         raise InputError(

@@ -17,6 +17,7 @@ from numba.extending import overload
 from streamjoin.actors.store import IDX, INGEST_NS, LO_IDX, SEQ
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.sorted_runs import prefetch
+from streamjoin.query import AND_ALL, ENDS_TERM
 
 R_PROBES = 0
 S_PROBES = 1
@@ -29,7 +30,9 @@ _AHEAD = 8
 class ImageConditions(NamedTuple):
     """θ in the form kernels evaluate (docs/design.md §1) while no integer beyond ``2**52`` has been
     seen: condition ``c`` holds iff ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <=
-    hi[c]`` is not ``neg[c]``, on the float64 images (exact then). Its own type, so that the
+    hi[c]`` is not ``neg[c]``, on the float64 images (exact then); θ is the AND of the
+    ``AND_ALL`` conditions and, when there are terms (``link``), the OR of the terms, each the
+    AND of its conditions (docs/design.md §1's disjunction). Its own type, so that the
     kernels compiled for it hold none of :class:`Conditions`' integer code: inlined into a
     loop over candidates, that code kept numba from pruning the loop's reference counting,
     and every candidate θ tested cost ~115 ns more (incref/decref atomics; 120 against 5 ns
@@ -45,6 +48,9 @@ class ImageConditions(NamedTuple):
     hi: np.ndarray
     #: bool (C,): the condition is negated (``not_equal``)
     neg: np.ndarray
+    #: int64 (C,): how condition ``c`` joins the others (``AND_ALL``, ``IN_TERM``,
+    #: ``ENDS_TERM``: :attr:`~streamjoin.query.Predicate.links`); the conjuncts come first
+    link: np.ndarray
 
 
 class Conditions(NamedTuple):
@@ -53,7 +59,8 @@ class Conditions(NamedTuple):
     ``lo[c] <= s_attrs[s_row[c]] - r_attrs[r_row[c]] <= hi[c]`` is not ``neg[c]``, the
     difference taken on the float64 images (:class:`~streamjoin.validation.Columns`) — unless
     ``ints[c]`` and both values are integers (their residual rows not NaN): then on the exact
-    integers (:func:`int_diff_in`)."""
+    integers (:func:`int_diff_in`). θ is the AND of the ``AND_ALL`` conditions and, when
+    there are terms, the OR of the terms (as in :class:`ImageConditions`)."""
 
     #: int64 (C,): row of r's attribute in an ``attrs`` matrix
     r_row: np.ndarray
@@ -65,6 +72,8 @@ class Conditions(NamedTuple):
     hi: np.ndarray
     #: bool (C,): the condition is negated (``not_equal``)
     neg: np.ndarray
+    #: int64 (C,): how condition ``c`` joins the others, as in :class:`ImageConditions`
+    link: np.ndarray
     #: bool (C,): decide the condition on exact integers when both values are integers
     ints: np.ndarray
     #: int64 (C,): row of r's attribute's residual (value minus image)
@@ -192,13 +201,18 @@ def _int_verdict_ol(ok, d, lo, hi, r_attrs, r_col, s_attrs, s_col, a, b, conds, 
 def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
     """Conditions ``first..`` of θ (see :class:`Conditions`) between probing tuple ``i`` and
     candidate ``j`` in orientation ``orient``: θ(probe, cand) for ``R_PROBES``, θ(cand,
-    probe) for ``S_PROBES``, either for ``EITHER``.
+    probe) for ``S_PROBES``, either for ``EITHER``. Conditions before ``first`` are conjuncts
+    an index has checked.
 
-    One loop over the conditions serves both orientations: a helper called once per
-    orientation kept numba from inlining it, and the in-batch sweep ran 10x slower."""
-    as_r = orient != S_PROBES  # θ(probe, cand) may decide
+    θ is ``AND(conjuncts) AND OR(terms)``: a conjunct that fails ends an orientation, a term's
+    condition that fails only its term; the first term that holds decides, and with terms none
+    holding θ fails. One loop over the conditions serves both orientations: a helper called
+    once per orientation kept numba from inlining it, and the in-batch sweep ran 10x slower."""
+    as_r = orient != S_PROBES  # θ(probe, cand) may decide (the current term holds so far)
     as_s = orient != R_PROBES  # θ(cand, probe) may decide
-    for c in range(first, conds.lo.shape[0]):
+    all_r, all_s = as_r, as_s  # the conjuncts hold
+    n = conds.lo.shape[0]
+    for c in range(first, n):
         a, b = conds.r_row[c], conds.s_row[c]
         lo, hi, neg = conds.lo[c], conds.hi[c], conds.neg[c]
         if as_r:
@@ -211,9 +225,16 @@ def theta_oriented(p_attrs, i, c_attrs, j, conds, first, orient):
             ok = (d >= lo) & (d <= hi)
             ok = _int_verdict(ok, d, lo, hi, c_attrs, j, p_attrs, i, a, b, conds, c)
             as_s = ok != neg
-        if not (as_r or as_s):
-            return False
-    return True
+        link = conds.link[c]
+        if link == AND_ALL:
+            if not (as_r or as_s):
+                return False
+            all_r, all_s = as_r, as_s
+        elif link == ENDS_TERM:
+            if as_r or as_s:
+                return True
+            as_r, as_s = all_r, all_s  # the next term starts where the conjuncts left
+    return (as_r or as_s) and conds.link[n - 1] == AND_ALL
 
 
 @njit(cache=True, nogil=True)

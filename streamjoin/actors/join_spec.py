@@ -99,8 +99,9 @@ class JoinSpec:
 
     The index serves the conditions :func:`~streamjoin.indexes.plan` picks (one key row each:
     a stored tuple's key is its own side's attribute, ``attr`` for R and ``attr_s`` for S);
-    the rest are residual filters. Conditions are kept in that order — served ones first — in
-    :attr:`conds`. When the index can serve no condition (``plan.fallback``) the parts hold
+    the rest are residual filters. Conditions are kept in that order — served ones first, then
+    the other conjuncts, then an OR's terms (:attr:`~streamjoin.query.Predicate.flat`) — in
+    :attr:`conds`; the index serves conjuncts only, which every term implies. When the index can serve no condition (``plan.fallback``) the parts hold
     the ``fallback`` index (``nested_loop``) over one constant key row, probed with an
     unbounded box, and every condition is residual: slow, never wrong.
 
@@ -150,10 +151,14 @@ class JoinSpec:
         self.paired = query.self_join and paired
         self.one_stream = query.self_join and not paired
         self.streams = (0,) if self.one_stream else (0, 1)
+        n_conj, n_flat = len(query.predicate.conjuncts), len(query.predicate.flat)
         self._order = [
             *self.plan.keys,
-            *(c for c in range(len(query.predicate)) if c not in self.plan.keys),
+            *(c for c in range(n_conj) if c not in self.plan.keys),
+            *range(n_conj, n_flat),  # an OR's terms, in order, after every conjunct
         ]
+        #: how many of :attr:`conds` are conjuncts (``AND_ALL``) before the served ones again
+        self._n_conj = n_conj
         #: the largest magnitude of an integer value seen (:meth:`observe`); beyond
         #: ``MAX_EXACT_INT`` the conditions are decided on exact integers
         self.int_magnitude = 0.0
@@ -178,10 +183,13 @@ class JoinSpec:
         lo, hi = q.predicate.bounds
         r_row, s_row, lo, hi = r_row[order], s_row[order], lo[order], hi[order]
         neg = q.negated[order]
+        link = np.array(q.predicate.links, dtype=np.int64)[order]
         if exact:
-            served = self.n_served
-            keep = list(range(len(order))) + list(range(served))  # the served ones again
-            r_row, s_row, neg = r_row[keep], s_row[keep], neg[keep]
+            served, n_conj = self.n_served, self._n_conj
+            # the served ones again, exactly, among the conjuncts: before an OR's terms,
+            # which decide θ as soon as one holds
+            keep = [*range(n_conj), *range(served), *range(n_conj, len(order))]
+            r_row, s_row, neg, link = r_row[keep], s_row[keep], neg[keep], link[keep]
             lo, hi = lo[keep], hi[keep]
             ints = np.arange(len(keep)) >= served
             band = (lo[:served] != hi[:served]) | (lo[:served] != 0.0)  # equal images: no widening
@@ -190,10 +198,20 @@ class JoinSpec:
             k = len(q.attrs)
             slack = np.where(ints, widen, 0.0)
             self.conds = Conditions(
-                r_row, s_row, lo, hi, neg, ints, r_row + k, s_row + k, split_bounds(lo, hi), slack
+                r_row,
+                s_row,
+                lo,
+                hi,
+                neg,
+                link,
+                ints,
+                r_row + k,
+                s_row + k,
+                split_bounds(lo, hi),
+                slack,
             )
         else:  # its kernels hold no integer code (ImageConditions): ~115 ns less per θ tested
-            self.conds = ImageConditions(r_row, s_row, lo, hi, neg)
+            self.conds = ImageConditions(r_row, s_row, lo, hi, neg, link)
         if self.plan.fallback:
             self.key_lo, self.key_hi = np.array([-np.inf]), np.array([np.inf])
         else:

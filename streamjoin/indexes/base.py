@@ -298,7 +298,7 @@ class IndexPlan:
     ``index`` is the registry name of the index the join actors hold: the one asked for, or
     ``nested_loop`` when it can serve no condition at all (the *fallback*: every probe scans
     the window, every condition is a residual filter). ``keys`` lists the positions of the
-    served conditions, one key row each, in the order of the index's key rows; the others are
+    served conditions among the predicate's conjuncts, one key row each, in the order of the index's key rows; the others are
     residual filters checked on every candidate. ``note`` says, naming the index, why a
     condition the user put first is not served (None when it is).
     """
@@ -326,24 +326,30 @@ def why_not_served(cls: type[WindowIndex], cond: Condition, self_join: bool) -> 
 def plan(
     name: str, predicate: Predicate, self_join: bool = False, fallback: str = "nested_loop"
 ) -> IndexPlan:
-    """The :class:`IndexPlan` of index ``name`` for ``predicate``: the conditions it can
+    """The :class:`IndexPlan` of index ``name`` for ``predicate``: the conjuncts
+    (:attr:`~streamjoin.query.Predicate.conjuncts`: with an OR, what every term implies) it can
     serve, in order (up to one for a single-key index, ``max_keys`` for a multi-attribute one),
     or ``fallback`` (an index that scans everything under an unbounded box) if it can serve
     none. Never a wrong answer: what is not served is checked as a residual filter."""
     cls = get(name)
-    reasons = [why_not_served(cls, c, self_join) for c in predicate]
+    conjuncts = predicate.conjuncts
+    reasons = [why_not_served(cls, c, self_join) for c in conjuncts]
     usable = tuple(i for i, why in enumerate(reasons) if why is None)
     most = (cls.max_keys or len(usable)) if cls.multi_attribute else 1
     keys = usable[:most]
     note = None
-    if reasons[0] is not None and name != fallback:  # the fallback itself: nothing to say
-        first = predicate.conditions[0]
-        rest = (
-            f"it serves {predicate.conditions[keys[0]]} instead"
-            if keys
-            else f"the core scans its window ({fallback}) and checks every condition"
+    rest = (
+        f"it serves {conjuncts[keys[0]]} instead"
+        if keys
+        else f"the core scans its window ({fallback}) and checks every condition"
+    )
+    if name != fallback and not conjuncts:  # (the fallback itself: nothing to say)
+        note = (
+            f"index {name!r} cannot serve {predicate}: its OR's terms share no condition "
+            f"an index could serve (one on the same attributes in every term); {rest}"
         )
-        note = f"index {name!r} cannot serve {first}: {reasons[0]}; {rest}"
+    elif name != fallback and reasons[0] is not None:
+        note = f"index {name!r} cannot serve {conjuncts[0]}: {reasons[0]}; {rest}"
     return IndexPlan(name if keys else fallback, keys, note)
 
 

@@ -1,0 +1,263 @@
+"""Disjunctions in join predicates, ``(A & B) | C``: a pair joins when any term holds, once.
+The oracle against DuckDB's SQL on the same rows, every topology against the oracle on
+every backend, the normal form, the index plans and the text and error forms."""
+
+import warnings
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from budget import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from layouts import LAYOUTS, run_layout
+from strategies import conditions, tables, windows
+
+import streamjoin as sj
+from streamjoin import indexes
+from streamjoin.cli import main
+from streamjoin.query import MAX_TERMS, Predicate
+from streamjoin.query_text import parse_predicate
+
+pytestmark = pytest.mark.filterwarnings("ignore::streamjoin.indexes.IndexFallbackWarning")
+
+A, B, C = sj.less("a"), sj.greater("b"), sj.equal("k")
+
+
+def _duckdb_pairs(table: pa.Table, window: int, where: str, self_join: bool) -> pa.Table:
+    """The contract in SQL: θ as ``where`` (over ``r`` and ``s``), and the earlier of the two
+    among the last ``window`` rows of its stream before the later one. A self-join keeps
+    (older, newer) when θ holds either way round."""
+    rows = table.append_column("row", pa.array(np.arange(len(table))))  # noqa: F841
+    if self_join:
+        flipped = where.replace("r.", "@.").replace("s.", "r.").replace("@.", "s.")
+        sql = f"""
+            SELECT r.row AS r, s.row AS s FROM rows r, rows s
+            WHERE r.row < s.row AND r.row >= s.row - {window}
+              AND (({where}) OR ({flipped}))"""
+        return duckdb.sql(sql).to_arrow_table()
+    sql = f"""
+        WITH t AS (
+            SELECT *,
+                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
+                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
+                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
+            FROM rows)
+        SELECT r.row AS r, s.row AS s FROM t r, t s
+        WHERE r.stream = 0 AND s.stream = 1 AND ({where})
+          AND ((s.row > r.row AND r.rank >= s.r_before - {window})
+            OR (r.row > s.row AND s.rank >= r.s_before - {window}))"""
+    return duckdb.sql(sql).to_arrow_table()
+
+
+#: Predicates as text (the contract's own form) with the SQL ``WHERE`` that says the same.
+SQL_FORMS = [
+    ("(r.a < s.a AND r.b > s.b) OR r.k = s.k", "(r.a < s.a AND r.b > s.b) OR r.k = s.k"),
+    ("r.k = s.k AND (r.a < s.a OR r.b + 3 > s.b)", "r.k = s.k AND (r.a < s.a OR r.b + 3 > s.b)"),
+    ("|r.x - s.x| <= 1 OR s.x - r.x in [5, 6]", "abs(r.x - s.x) <= 1 OR s.x - r.x BETWEEN 5 AND 6"),
+    (
+        "(|r.x - s.x| <= 2 AND r.k != s.k) OR (r.a <= s.b AND r.k = s.k) OR r.x = s.a",
+        "(abs(r.x - s.x) <= 2 AND r.k <> s.k) OR (r.a <= s.b AND r.k = s.k) OR r.x = s.a",
+    ),
+    ("(r.a < s.a OR r.b < s.b) AND s.k < 3 AND r.x >= 10", "(r.a < s.a OR r.b < s.b)"),
+]
+
+
+@pytest.mark.parametrize(("text", "where"), SQL_FORMS)
+@pytest.mark.parametrize("self_join", [False, True])
+def test_oracle_equals_duckdb(text, where, self_join):
+    rng = np.random.default_rng(len(text))
+    n, window = 240, 12
+    columns = {
+        "a": rng.integers(0, 20, n),
+        "b": rng.integers(0, 20, n),
+        "k": rng.integers(0, 4, n),
+        "x": rng.integers(0, 30, n).astype(np.float64),
+    }
+    if not self_join:
+        columns = {"stream": rng.integers(0, 2, n).astype(np.int8), **columns}
+    table = pa.table(columns)
+    pred = parse_predicate(text)
+    query = sj.Query(pred, window=sj.CountWindow(window), self_join=self_join)
+    filters = " AND ".join(f"{f.side}.{f.attr} {f.op} {f.value}" for f in pred.filters)
+    if filters and self_join:  # in a self-join every filter applies to both tuples
+        both = filters.replace("r.", "@.").replace("s.", "r.").replace("@.", "s.")
+        filters = f"{filters} AND {both}"
+    sql_where = f"({where}) AND {filters}" if filters else where
+    expected = _duckdb_pairs(table, window, sql_where, self_join)
+    assert len(expected) > 0
+    assert sj.oracle.same_pairs(sj.oracle.join(query, table), expected)
+
+
+@st.composite
+def disjunctions(draw):
+    """An OR of two or three conjunctions of one or two conditions on ``x`` and ``y``, half the
+    time ANDed with a common condition; a third of the time every term has a band on ``x``
+    (their hull is served)."""
+    hull = draw(st.integers(0, 2)) == 0
+    terms = []
+    for _ in range(draw(st.integers(2, 3))):
+        term = draw(conditions(draw(st.sampled_from(["x", "y"]))))
+        if hull:
+            term = sj.band("x", None, lo=draw(st.sampled_from([-3, -1, 0, 2])), hi=4) & term
+        elif draw(st.booleans()):
+            term = term & draw(conditions(draw(st.sampled_from(["x", "y"]))))
+        terms.append(term)
+    pred = terms[0]
+    for t in terms[1:]:
+        pred = pred | t
+    if draw(st.booleans()):
+        pred = draw(conditions(draw(st.sampled_from(["x", "y"])))) & pred
+    return pred
+
+
+@settings(
+    max_examples=examples(50),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    self_join=st.booleans(),
+    data=st.data(),
+    predicate=disjunctions(),
+    window=windows(),
+    layout=st.sampled_from(sorted(LAYOUTS)),
+    backend=st.sampled_from(["local", "sim"]),
+    batch_size=st.sampled_from([1, 3, 16]),
+    delivery_seed=st.integers(0, 3),
+)
+def test_every_layout_equals_the_oracle(
+    self_join, data, predicate, window, layout, backend, batch_size, delivery_seed
+):
+    table = data.draw(tables(self_join))
+    query = sj.Query(predicate, window=window, self_join=self_join)
+    res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    if res is None:
+        return
+    assert res.same_pairs(sj.oracle.join(query, table))
+
+
+def test_wide_integers_at_a_terms_edge_are_exact():
+    """int64 keys near 2**62, whose float64 images are 1024 apart: each term decides on the
+    exact integers, and the served hull's probe is widened, not rounded."""
+    base = 2**62
+    x = np.array([base, base + 1, base + 3, base + 4, base + 5, base + 9], dtype=np.int64)
+    data = {"stream": np.array([0, 1, 1, 0, 1, 1], dtype=np.int8), "x": x}
+    pred = sj.band("x", None, lo=1, hi=1) | sj.band("x", None, lo=3, hi=3)
+    query = sj.Query(pred, window=sj.CountWindow(6))
+    expected = sj.oracle.join(query, data)
+    pairs = set(zip(expected["r"].to_pylist(), expected["s"].to_pylist(), strict=True))
+    assert pairs == {(0, 1), (0, 2), (3, 4)}  # s - r of 1 or 3; (3, 5) is 5 apart
+    for layout in ("single", "grid", "shared"):
+        res = run_layout(query, data, layout, "local", 2, 0)
+        assert res is not None and res.same_pairs(expected), layout
+
+
+@pytest.mark.parametrize("layout", ["grid"])
+def test_disjunction_on_ray(ray_session, layout):
+    data = sj.sources.synthetic(3_000, low=0, high=500, attrs=("x", "y"), seed=7)
+    pred = (sj.band("x", 2) & sj.less("y")) | sj.band("x", None, lo=10, hi=12)
+    query = sj.Query(pred & (sj.r.y < 400), window=sj.CountWindow(300))
+    res = sj.run(query, data, LAYOUTS[layout](), backend="ray", batch_size=64)
+    expected = sj.oracle.join(query, data)
+    assert len(expected) > 0
+    assert res.same_pairs(expected)
+
+
+def test_normal_form():
+    assert (A | B).terms == ((A,), (B,)) and not (A | B).conditions
+    p = (A | B) & C
+    assert p.conditions == (C,) and p.terms == ((A,), (B,))
+    assert p == C & (A | B) == (A & C) | (B & C)
+    assert Predicate((A,)) == A | (A & B)  # absorption
+    assert (A | A).terms == () and Predicate((A,)) == A | A
+    assert str((A & B) | C) == "(r.a < s.a AND r.b > s.b) OR r.k == s.k"
+    assert str(C & (A | B) & (sj.r.x < 5)) == "r.k == s.k AND (r.a < s.a OR r.b > s.b) AND r.x < 5"
+    four = (A | B) & (C | sj.band("x", 1))
+    assert len(four.terms) == 4
+    # a filter on every side of an OR applies to the whole join
+    f = sj.s.z >= 2
+    assert ((A & f) | (B & f)) == (A | B) & f
+    assert sj.Query(A | B, window=sj.CountWindow(3)).attrs == ("a", "b")
+
+
+def test_the_hull_of_the_terms_is_served():
+    pred = sj.band("x", 1) | (sj.band("x", None, lo=5, hi=6) & sj.less("a"))
+    (hull,) = pred.implied
+    assert (hull.attr, hull.lo, hull.hi, hull.kind) == ("x", -1.0, 6.0, "band")
+    plan = indexes.plan("bisort", pred)
+    assert not plan.fallback and plan.note is None
+    one_sided = sj.less("a") | sj.less("a", shift=3)
+    assert [c.kind for c in one_sided.implied] == ["less"]
+    # no condition on one pair in every term: no hull, the window is scanned
+    assert (sj.band("x", 1) | sj.band("y", 1)).implied == ()
+    assert (sj.not_equal("x") | sj.band("x", 1)).implied == ()
+
+
+def test_a_named_index_that_cannot_serve_an_or_warns():
+    query = sj.Query((A & B) | C, window=sj.CountWindow(4))
+    with pytest.warns(indexes.IndexFallbackWarning, match="OR's terms share no condition"):
+        sj.topologies.single("bisort").check(query)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sj.topologies.single().check(query)  # the default index: nothing to say
+    with pytest.raises(ValueError, match="needs a condition its index can search"):
+        LAYOUTS["shared"]().check(query)
+    LAYOUTS["shared"]().check(sj.Query(C & (A | B), window=sj.CountWindow(4)))
+
+
+def test_text_forms():
+    assert parse_predicate("(r.a < s.a AND r.b > s.b) OR r.k = s.k") == (A & B) | C
+    assert parse_predicate("r.a < s.a and r.b > s.b or r.k = s.k") == (A & B) | C
+    assert parse_predicate("r.k = s.k, (a<a or b>b)") == C & (A | B)
+    assert parse_predicate("((r.order < s.order)) OR r.android = s.android") == sj.less(
+        "order"
+    ) | sj.equal("android")
+    text = "r.k == s.k AND (r.a < s.a OR r.b > s.b) AND s.z < 3"
+    assert str(parse_predicate(text)) == text
+
+
+def test_cli_query_with_or(tmp_path, capsys):
+    argv = ["run", "-n", "600", "--window", "50", "--check", "--no-progress"]
+    argv += ["--query", "(r.a < s.a AND r.b > s.b) OR r.k = s.k", "-o", str(tmp_path)]
+    code = main(argv)
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "oracle: same pairs" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("(r.a < s.a", "not closed"),
+        ("r.a < s.a)", "no opening bracket"),
+        ("r.a < s.a OR", "missing at the end"),
+        ("OR r.a < s.a", "missing before 'OR'"),
+        ("()", "missing before"),
+        ("(r.a < s.a AND r.x < 3) OR r.b > s.b", "filter r.x < 3 is inside one side of an OR"),
+        ("r.a < s.a OR r.a ~ s.b", "cannot read the condition"),
+    ],
+)
+def test_text_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_predicate(text)
+
+
+def test_api_errors():
+    with pytest.raises(ValueError, match="inside one side of an OR"):
+        (A & (sj.r.x < 5)) | B
+    with pytest.raises(ValueError, match="inside one side of an OR"):
+        A | (sj.r.x < 5)
+    with pytest.raises(ValueError, match="inside one side of an OR"):
+        (sj.s.y > 1) | A
+    with pytest.raises(TypeError):
+        A | 3
+    many = sj.band("x", 0) | sj.band("x", 1)
+    for k in range(2, 7):
+        many = many & (sj.band("y", k) | sj.band("z", k))
+    assert len(many.terms) == MAX_TERMS
+    with pytest.raises(ValueError, match=f"at most {MAX_TERMS}"):
+        many & (sj.less("q") | sj.greater("q"))
