@@ -120,6 +120,8 @@ PAPER = {
 #: Fig. 12's simulated batch sizes and their mode labels: the default batch, and batches 8 times
 #: as large, over which the core's per-step and per-message costs spread (its serial part).
 SIM_BATCHES = {BATCH: "simulated", 8 * BATCH: "simulated, batches of 8,192"}
+#: The mode suffix of simulated rows of a shared core not pipelined (one step a batch).
+ONE_STEP = ", one step a batch"
 #: Fig. 12a's speed-ups over the one-thread join with CC (paper, two-way join), for the plot.
 PAPER_SCALING = {1: 1.0, 8: 4.6, 16: 5.7}
 PAPER_SCALING_SELF = {1: 1.0, 8: 4.0, 16: 5.0}
@@ -345,10 +347,23 @@ def part_fig12(sc, prov, bar) -> list[dict]:
                 {"part": "fig12", "join": join, "mode": "measured", "threads": threads, **r}
             )
         # the simulator is deterministic: one run each, at two batch sizes (SIM_BATCHES)
+        # the shared core pipelined (the default), and with one step a batch beside it
         sims = {"single pim_tree": (0, sj.topologies.single("pim_tree"))}
         sims.update({f"shared({t})": (t, sj.topologies.shared_index(t)) for t in sc["sim_threads"]})
-        for batch, mode in SIM_BATCHES.items():
-            for label, (threads, topo) in sims.items():
+        steps = {"single pim_tree": sims["single pim_tree"]}
+        steps.update(
+            {
+                f"shared({t})": (t, sj.topologies.shared_index(t, pipelined=False))
+                for t in sc["sim_threads"]
+            }
+        )
+        runs = [
+            (batch, mode + suffix, configs)
+            for batch, mode in SIM_BATCHES.items()
+            for suffix, configs in (("", sims), (ONE_STEP, steps))
+        ]
+        for batch, mode, configs in runs:
+            for label, (threads, topo) in configs.items():
                 r = via_run(topo, w, sc["min_timed"], "sim", self_join, batch)
                 r["load"] = prov.note()
                 bar.update(1)
@@ -453,7 +468,7 @@ def n_units(parts: list[str], sc: dict) -> int:
     if "fig10" in parts:
         n += r * 2 * len(sc["task_sizes"])
     if "fig12" in parts:
-        n += 2 * (3 * r + len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
+        n += 2 * (3 * r + 2 * len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
     if "fig14" in parts and "fig13c" not in parts:
         n += r * 2 * len(sc["merge_windows"])
     if "latency" in parts:
@@ -579,7 +594,12 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             f"Paper: {PAPER['fig12']}.",
             "",
             f"Simulated: `sj.run(backend='sim')` with {_profile_words()}, one "
-            "simulated processor per thread. The shared core's per-unit costs are its own "
+            "simulated processor per thread. The shared core is pipelined (the default: a "
+            "batch's tasks run on its pool's threads while the core's own thread sends the "
+            "last batch's pairs and receives the next batch, then joins the tasks left); rows "
+            "marked *one step a batch* run it with `pipelined=False`, each batch one step on "
+            "all its threads, its pairs leaving when it ends. "
+            "The shared core's per-unit costs are its own "
             "(the profile's `shared:pim_tree` row, calibrated on `shared_index(1)`; `single` "
             "is charged from the `pim_tree` row of the same calibration). The simulator "
             "charges each task of a step its "
@@ -605,7 +625,8 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "|---|---|---|---:|---:|---:|---:|---:|",
         ]
         for join in ("two-way", "self-join"):
-            for mode in ("measured", *SIM_BATCHES.values()):
+            modes = [m + x for m in SIM_BATCHES.values() for x in ("", ONE_STEP)]
+            for mode in ("measured", *modes):
                 grp = [r for r in sel if r["join"] == join and r["mode"] == mode]
                 if not grp:
                     continue
@@ -810,6 +831,12 @@ def plot(rows, path: str) -> None:
                     ("measured", "tuples_per_s", "o", "measured"),
                     ("simulated", "tuples_per_s", "s", "simulated"),
                     (SIM_BATCHES[8 * BATCH], "core_tuples_per_s", "^", "core alone, sim, 8,192"),
+                    (
+                        SIM_BATCHES[8 * BATCH] + ONE_STEP,
+                        "core_tuples_per_s",
+                        "v",
+                        "core alone, sim, 8,192, one step a batch",
+                    ),
                 )
                 for mode, key, marker, label in curves:
                     grp = [r for r in sel if r["join"] == join and r["mode"] == mode]

@@ -51,12 +51,13 @@ def shared_index(
     merge : {"nonblocking", "blocking"}
         How T_I is merged into T_S (§4.2; ``pim_tree`` and ``im_tree``).
     pipelined : bool
-        Steps overlap with the executor's work between batches: the core hands a batch's
-        tasks to its pool threads and returns at once, sending the previous batch's pairs
-        and taking the next batch while they run, then joins the tasks left; a batch's pairs
-        leave with the next batch, or as soon as no batch waits (``on_idle``). With
-        ``threads=1`` there is no pool and nothing to overlap. False: each batch is one step
-        whose pairs leave when it ends, the caller's thread one of the ``threads``.
+        Steps overlap with the executor's work between batches: ``threads`` pool threads run
+        every task while the core's own thread only feeds and drains them (PIM-Tree §4.1):
+        it hands a batch's tasks to the pool and returns at once, sending the previous
+        batch's pairs and taking the next batch while they run; a batch's pairs leave with
+        the next batch, or as soon as no batch waits (``on_idle``). With ``threads=1``
+        nothing is pipelined. False: each batch is one step on the core's thread and
+        ``threads - 1`` pool threads, its pairs leaving when it ends.
     index_options : dict, optional
         Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
         in 8-byte items, whose candidates the core refines); ``**options`` are added to them.

@@ -43,13 +43,15 @@ Pipelined steps
 ---------------
 §4.1 has no steps: the actor's thread only feeds the work queue and drains ordered results
 while the workers run. A batch-at-a-time executor calls the core once a batch, so
-``pipelined`` (the topology's default) comes as close as that contract allows: the core
-stages the batch's step, hands its tasks to the pool's threads, which start at once, and
-returns, so that its thread sends the previous step's pairs and receives the next batch
-while they run (work a one-step-a-batch core's threads wait for). The next call (a batch,
-:meth:`SharedIndexCore.on_idle`, which executors call as soon as no message waits, or
-:meth:`SharedIndexCore.on_eof`) first joins the tasks left, then ends that step: its pairs
-leave then, in order. Everything that changes the stores or the indexes outside the tasks
+``pipelined`` (the topology's default) comes as close as that contract allows: the pool
+then has ``threads`` threads of its own, which run every task, and the core's thread only
+feeds and drains them. It stages the batch's step, hands its tasks to the pool, which starts
+at once, and returns, so that its thread sends the previous step's pairs and receives the
+next batch while they run (work that a one-step-a-batch core's threads wait for, its caller
+being one of them). The next call (a batch, :meth:`SharedIndexCore.on_idle`, which
+executors call as soon as no message waits, or :meth:`SharedIndexCore.on_eof`) first waits
+for the step's end (asleep, after the last worker wakes it), then ends it: its pairs leave
+then, in order. With ``threads=1`` nothing is pipelined: the one-thread join of Fig. 12a. Everything that changes the stores or the indexes outside the tasks
 (appends, T_I's step boundary, expiry, merge starts) still happens between steps, on this
 thread, while no task runs. What this leaves serial: staging and ending a step, about 15–25%
 of a step's time at batches of 1,024 (``benchmarks/shared_index_speedup.py``).
@@ -335,11 +337,14 @@ class SharedIndexCore(Logic):
         self._buf = np.empty((self.threads, 3, 0), dtype=np.int64)
         self._out = np.empty((3, 0), dtype=np.int64)
         run = self.threads if host_threads is None else min(self.threads, host_threads)
-        self._pool = ThreadPool(run - 1) if run > 1 else None
         #: steps overlap with what the executor does between batches (the simulator models
-        #: it from this flag; on the host it takes pool threads: ``_overlap``)
+        #: it from this flag; on the host only with two threads or more: ``_overlap``)
         self.pipelined = pipelined
-        self._overlap = pipelined and self._pool is not None
+        self._overlap = pipelined and run > 1
+        # pipelined, the pool's threads run every task and this thread only feeds and drains
+        # them; else this thread is one of the ``threads``
+        workers = run if self._overlap else run - 1
+        self._pool = ThreadPool(workers) if workers else None
         self._inflight: _Step | None = None
         if self._pool is not None:
             weakref.finalize(self, self._pool.close)
@@ -454,8 +459,10 @@ class SharedIndexCore(Logic):
             self._out,
         )
 
+        first = 1 if self._overlap else 0  # the pool's k-th thread runs as thread k - first
+
         def work(k: int):
-            return run_tasks(k, *args)
+            return run_tasks(k - first, *args)
 
         if self._pool is not None:
             self._pool.start(work, publish=self._overlap)
@@ -472,7 +479,10 @@ class SharedIndexCore(Logic):
         self._inflight = None
         step, n_tasks = flight.step, flight.n_tasks
         ctl = step.ctl
-        results = [flight.work(0)] if self._pool is None else self._pool.finish()
+        if self._pool is None:
+            results = [flight.work(0)]
+        else:  # pipelined, this thread has no share: the pool's threads ran every task
+            results = self._pool.finish(share=not self._overlap)[1 if self._overlap else 0 :]
         if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
             res = self._out[:, : ctl[OUT_N * PAD]].copy()
         else:
@@ -521,7 +531,7 @@ class SharedIndexCore(Logic):
             self._inflight = None
             if self._pool is not None:
                 with contextlib.suppress(Exception):
-                    self._pool.finish()
+                    self._pool.finish(share=not self._overlap)
         for index in self.indexes.values():
             if index is not None:
                 index.close()

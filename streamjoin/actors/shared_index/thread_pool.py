@@ -153,6 +153,11 @@ class ThreadPool:
         self.step = 0
         self.closed = False
         self.busy = False  # a step started and not finished
+        # workers still in the step, and the event the last one sets (a caller that does
+        # not share the step's work sleeps on it rather than spinning)
+        self._left = 0
+        self._left_lock = threading.Lock()
+        self._all_done = threading.Event()
         self._sleeps = [0] * n  # per worker: each counts its own
         self.fn: Callable[[int], object] | None = None
         self.results: list = [None] * (n + 1)
@@ -186,6 +191,10 @@ class ThreadPool:
                 self.results[k + 1] = fn(k + 1)
             except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
                 self.results[k + 1] = e
+            with self._left_lock:
+                self._left -= 1
+                if self._left == 0:
+                    self._all_done.set()
 
     def _start(self) -> None:
         self.step += 1
@@ -208,21 +217,27 @@ class ThreadPool:
             raise RuntimeError("the thread pool is closed")
         self.fn = fn
         self.results = [None] * (self.n + 1)
+        self._left = self.n
+        self._all_done.clear()
         self._start()
         if publish:
             self.sync[GO * PAD] = self.step
         self.busy = True
 
-    def finish(self) -> list:
-        """Run ``fn(0)`` on this thread (it shares the work the workers have not taken yet),
-        wait for the workers, and return ``[fn(0), fn(1), …]``; re-raises a thread's
-        exception."""
+    def finish(self, share: bool = True) -> list:
+        """With ``share``, run ``fn(0)`` on this thread (it shares the work the workers have
+        not taken yet); wait for the workers; return ``[fn(0), fn(1), …]`` (``fn(0)``
+        None without ``share``: this thread then sleeps until the last worker is done, as
+        it has no work of the step to share). Re-raises a thread's exception."""
         fn = self.fn
         assert fn is not None and self.busy  # (a step was started)
-        try:
-            self.results[0] = fn(0)
-        except BaseException as e:  # noqa: BLE001 (re-raised below, once the workers finished)
-            self.results[0] = e
+        if share:
+            try:
+                self.results[0] = fn(0)
+            except BaseException as e:  # noqa: BLE001 (re-raised below, once workers finished)
+                self.results[0] = e
+        else:
+            self._all_done.wait()
         self.sync[GO * PAD] = self.step  # if fn(0) failed before it published
         _wait_done(self.sync, self.n, self.step)
         self.busy = False

@@ -31,11 +31,11 @@ and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CP
 a step that waited for one starts colder, by the length of its wait, as after idle time. A
 shared-index core's step also takes as many more free processors as its threads can use, and
 its tasks are charged as run on those it holds (on one, when no other is free).
-A pipelined shared-index core (the default) on processors of its own overlaps a batch's
-tasks on its ``threads - 1`` pool processors with its own thread's work between batches
-(sending the last pairs, receiving the next batch), which then joins the tasks left; its
-pairs leave with its next step, or in a flush as soon as nothing waits for it
-(:meth:`_Simulation._pipelined`). On shared processors it is charged as one step a batch.
+A pipelined shared-index core (the default) on processors of its own runs a batch's tasks on
+``threads`` pool processors while its own thread (one more processor) does its work between
+batches (sending the last pairs, receiving the next batch); its pairs leave with its next
+step, or in a flush as soon as nothing waits for it (:meth:`_Simulation._pipelined`). On
+shared processors it is charged as one step a batch.
 Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
 that starts while k steps hold processors (itself included) by
 :meth:`MachineProfile.slowdown(k) <streamjoin.runtime.sim.profile.MachineProfile.slowdown>`,
@@ -485,21 +485,22 @@ class _Simulation:
 
     def _pipelined(self, core: _Core, kind, msg, snap, wall, out, t: int) -> int:
         """A pipelined core's step from ``t`` (its message received), as the core runs it
-        (:class:`~streamjoin.actors.shared_index.core.SharedIndexCore`): it joins the tasks
-        of the step in flight, whose pool threads have run since it began, and waits for
-        their end; then the serial part (gathering that step, staging this one); then this
-        step's tasks go to the pool's ``threads - 1`` processors while the held pairs leave.
-        This step's pairs are held in turn, until the next step or the core's idle flush.
-        (The host computed the step at once: the simulator decides when its pairs leave.)"""
+        (:class:`~streamjoin.actors.shared_index.core.SharedIndexCore`): it waits for the end
+        of the step in flight, whose tasks the pool's ``threads`` processors have run since
+        it began; then the serial part (gathering that step, staging this one); then this
+        step's tasks go to the pool while the held pairs leave. This step's pairs are held
+        in turn, until the next step or the core's idle flush. (The host computed the step
+        at once: the simulator decides when its pairs leave.)"""
         assert core.split is not None  # (only a pipelined core comes here)
         t = self._join_tasks(core, t)
         held, core.pending = core.pending, []
         serial, tasks = core.split(kind, msg, snap, core.logic.counters(), wall)
         t += round(serial + self._idle_cost(core))
+        if tasks:  # they start now, while the held pairs are sent
+            core.inflight = (t, tasks)
         for p, m in held:
             t = self._send(core, p, m, t)
         if tasks:
-            core.inflight = (t, tasks)
             core.pending = list(out)
         else:
             for p, m in out:
@@ -507,16 +508,20 @@ class _Simulation:
         return t
 
     def _join_tasks(self, core: _Core, t: int) -> int:
-        """The step in flight's end, the core's own thread joining its tasks at ``t``."""
+        """When the core's thread, wanting it at ``t``, has the step in flight's end: its
+        tasks on the pool's ``threads`` processors since the step began. The core's busy
+        time gains what its pool ran while its thread was away (from the end of its last
+        step to the start of this one): a core is busy while any of its threads is."""
         if core.inflight is None:
             return t
         start, tasks = core.inflight
         core.inflight = None
-        end = finish_at(tasks, [float(start)] * (core.threads - 1) + [float(t)])
-        return max(t, math.ceil(end))
+        end = math.ceil(finish_at(tasks, [float(start)] * core.threads))
+        core.stats.busy_ns += max(0, min(end, self.env.now) - core.free_at)
+        return max(t, end)
 
     def _flush(self, core: _Core, t0: int) -> None:
-        """Nothing waits for a pipelined core: its thread joins the step in flight, whose
+        """Nothing waits for a pipelined core: its thread waits for the step in flight, whose
         pairs then leave (``on_idle``)."""
         t = self._join_tasks(core, t0)
         held, core.pending = core.pending, []
