@@ -197,10 +197,72 @@ def test_the_hull_of_the_terms_is_served():
     assert (sj.not_equal("x") | sj.band("x", 1)).implied == ()
 
 
+def test_an_index_per_term_when_the_terms_share_nothing():
+    pred = (sj.band("x", 1) & sj.less("a")) | sj.equal("k") | sj.band("y", None, lo=2, hi=5)
+    plan = indexes.plan(indexes.default_for(pred), pred)
+    assert (plan.index, plan.keys, plan.fallback) == ("bisort", (), True)
+    assert plan.terms == ((0,), (2,), (3,))  # positions in pred.flat
+    assert indexes.plan("hash", sj.equal("k") | sj.equal("a")).terms == ((0,), (1,))
+    assert indexes.default_for(sj.equal("k") | sj.equal("a")) == "hash"
+    assert indexes.default_for((A & B) | C) == "nested_loop"  # a term of inequalities only
+    assert indexes.plan("nested_loop", pred).terms == ()  # a scan per term gains nothing
+    assert indexes.plan("hash", pred).terms == ()  # a term it cannot serve: one scan
+
+
+@pytest.mark.parametrize(
+    ("index", "options"),
+    [("bisort", {}), ("pim_tree", {"layout": "compact"}), ("hash", {}), ("bplus_tree", {})],
+)
+def test_per_term_indexes_are_exact(index, options):
+    """Each term's index probed apart, the candidates merged (and a compact layout's superset
+    refined), and the in-batch join swept once per term; int64 keys near 2**62 too (whose
+    images tie, so a sweep there meets the whole batch)."""
+    rng = np.random.default_rng(3)
+    n = 400
+    pred = sj.equal("k") | sj.equal("x")
+    if index != "hash":
+        pred = (sj.band("k", None, lo=-2, hi=1) & sj.not_equal("x")) | sj.band("x", 1)
+    assert indexes.plan(index, pred).terms  # nothing in common: an index per term
+    for base in (0, 2**62):
+        data = {
+            "stream": rng.integers(0, 2, n).astype(np.int8),
+            "k": base + rng.integers(0, 40, n),
+            "x": rng.integers(0, 60, n).astype(np.float64),
+        }
+        for self_join in (False, True):
+            table = {c: v for c, v in data.items() if c != "stream" or not self_join}
+            query = sj.Query(pred, window=sj.CountWindow(60), self_join=self_join)
+            expected = sj.oracle.join(query, table)
+            assert len(expected) > 0
+            for layout in (sj.topologies.single(index, **options), sj.topologies.grid(2, 2, index)):
+                res = sj.run(query, table, layout, batch_size=32)
+                assert res.same_pairs(expected), (index, base, self_join, layout)
+
+
+def test_per_term_index_check_and_protocol():
+    from streamjoin.indexes.per_term import PerTermIndex
+
+    index = PerTermIndex(indexes.get("bisort"), (1, 1))
+    keys = np.arange(20, dtype=np.float64).reshape(2, 10)
+    index.insert(keys, np.arange(10))
+    index.check()
+    probe = keys[:, :2]
+    pos, refs = index.probe(probe, np.array([0.0, 5.0]), np.array([1.0, 6.0]))
+    # probe 0 (keys 0, 10): items 0, 1 by the first term; items 5, 6 by the second
+    found = sorted(zip(pos.tolist(), refs.tolist(), strict=True))
+    assert found == [(0, 0), (0, 1), (0, 5), (0, 6), (1, 1), (1, 2), (1, 6), (1, 7)]
+    pos, refs = index.probe(probe, np.array([0.0, 0.0]), np.array([1.0, 1.0]))
+    assert len(pos) == 4  # both terms find the same items: each once
+    index.expire(5)
+    index.check()
+    with pytest.raises(ValueError, match="two or more terms"):
+        PerTermIndex(indexes.get("bisort"), (2,))
+
+
 def test_a_named_index_that_cannot_serve_an_or_warns():
     query = sj.Query((A & B) | C, window=sj.CountWindow(4))
     with pytest.warns(indexes.IndexFallbackWarning, match="OR's terms share no condition"):
-        sj.topologies.single("bisort").check(query)
+        sj.topologies.single("hash").check(query)  # (no equality in the first term)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sj.topologies.single().check(query)  # the default index: nothing to say

@@ -20,18 +20,11 @@ from streamjoin.actors.join_kernels import (
     split_bounds,
 )
 from streamjoin.batch import Batch, PairBatch
+from streamjoin.indexes.base import WindowIndex, unique_pairs
 from streamjoin.indexes.blocks.key_order import stable_order
+from streamjoin.indexes.per_term import PerTermIndex
 from streamjoin.query import Query
 from streamjoin.validation import MAX_EXACT_INT
-
-
-def unique_pairs(pos: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(pos, refs)`` pairs sorted, each once (two probe boxes may find a pair twice)."""
-    order = np.lexsort((refs, pos))
-    pos, refs = pos[order], refs[order]
-    first = np.ones(len(pos), dtype=bool)
-    first[1:] = (pos[1:] != pos[:-1]) | (refs[1:] != refs[:-1])
-    return pos[first], refs[first]
 
 
 class JoinWork:
@@ -101,9 +94,12 @@ class JoinSpec:
     a stored tuple's key is its own side's attribute, ``attr`` for R and ``attr_s`` for S);
     the rest are residual filters. Conditions are kept in that order — served ones first, then
     the other conjuncts, then an OR's terms (:attr:`~streamjoin.query.Predicate.flat`) — in
-    :attr:`conds`; the index serves conjuncts only, which every term implies. When the index can serve no condition (``plan.fallback``) the parts hold
-    the ``fallback`` index (``nested_loop``) over one constant key row, probed with an
-    unbounded box, and every condition is residual: slow, never wrong.
+    :attr:`conds`. The index serves conjuncts, which every term implies; when it serves none
+    but a condition of every OR term (``plan.terms``), each window part holds an index per
+    term (:class:`PerTermIndex`, key rows in :attr:`groups`), whose candidates are merged and
+    checked against all of θ. When it can serve nothing (:attr:`scans`) the parts hold the
+    ``fallback`` index (``nested_loop``) over one constant key row, probed with an unbounded
+    box, and every condition is residual: slow, never wrong.
 
     Integers beyond ``2**52`` (query.py: compared exactly) switch the conditions, the first
     time an actor's :meth:`observe` sees one, to widened probe bounds and an exact check of
@@ -146,8 +142,18 @@ class JoinSpec:
         # a fallback index gets none of the options meant for another index
         fell_back = self.plan.fallback and self.index_name != asked
         self.index_options = {} if fell_back else dict(index_options or {})
+        #: conjuncts the index serves, first in :attr:`conds` (none with an index per term)
         self.n_served = len(self.plan.keys)
-        self.n_keys = max(1, self.n_served)
+        #: key rows of each OR term's index (:class:`PerTermIndex`), or () for one index
+        self.groups = tuple(len(t) for t in self.plan.terms)
+        #: no condition is served: probes scan the window under an unbounded box
+        self.scans = self.plan.fallback and not self.groups
+        key_pos = list(self.plan.keys) or [c for t in self.plan.terms for c in t]
+        self._key_pos = np.array(key_pos, dtype=np.int64)
+        self.n_keys = max(1, len(key_pos))
+        r_rows, s_rows = query.condition_rows
+        #: for R and for S tuples, the ``attrs`` row of each index key row (:meth:`keys`)
+        self.key_rows = (r_rows[self._key_pos], s_rows[self._key_pos])
         self.paired = query.self_join and paired
         self.one_stream = query.self_join and not paired
         self.streams = (0,) if self.one_stream else (0, 1)
@@ -212,8 +218,15 @@ class JoinSpec:
             )
         else:  # its kernels hold no integer code (ImageConditions): ~115 ns less per θ tested
             self.conds = ImageConditions(r_row, s_row, lo, hi, neg, link)
-        if self.plan.fallback:
+        if self.scans:
             self.key_lo, self.key_hi = np.array([-np.inf]), np.array([np.inf])
+        elif self.groups:  # each term's served conditions, widened as the served ones above
+            lo, hi = q.predicate.bounds
+            lo, hi = lo[self._key_pos], hi[self._key_pos]
+            if exact:
+                band = (lo != hi) | (lo != 0.0)
+                lo, hi = np.where(band, lo - widen, lo), np.where(band, hi + widen, hi)
+            self.key_lo, self.key_hi = lo, hi
         else:
             self.key_lo, self.key_hi = self.conds.lo[: self.n_keys], self.conds.hi[: self.n_keys]
         #: conditions are decided on exact integers: kernels read the residual rows
@@ -244,10 +257,16 @@ class JoinSpec:
         """Index key rows of the stream-``x`` tuples at ``pos``: float64
         ``(n_keys, len(pos))``, each tuple's own side of the served conditions (zeros when
         none is served)."""
-        if self.plan.fallback:
+        if self.scans:
             return np.zeros((1, len(pos)))
-        rows = (self.conds.r_row if x == 0 else self.conds.s_row)[: self.n_keys]
-        return np.ascontiguousarray(batch.attrs[rows][:, pos])
+        return np.ascontiguousarray(batch.attrs[self.key_rows[x]][:, pos])
+
+    def new_index(self) -> WindowIndex:
+        """An empty window index as the plan says: one of :attr:`index_cls`, or one per OR
+        term (:class:`PerTermIndex`)."""
+        if self.groups:
+            return PerTermIndex(self.index_cls, self.groups, **self.index_options)
+        return self.index_cls(self.n_keys, **self.index_options)
 
     def in_key_order(self, batch: Batch, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(xs, keys, order)`` of the batch's stream-``x`` tuples: their positions in arrival
@@ -290,7 +309,9 @@ class JoinSpec:
         if len(batch) < 2:
             return PairBatch.empty()
         self.observe(batch.attrs)
-        if self.index_cls.batch_join_options is not None and self.n_served > 1:
+        if self.groups:
+            i, j = self._join_batch_per_term(batch)
+        elif self.index_cls.batch_join_options is not None and self.n_served > 1:
             i, j = self._join_batch_by_index(batch)
         else:
             if by_stream is None:
@@ -353,9 +374,34 @@ class JoinSpec:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(found_i), np.concatenate(found_j)
 
+    def _join_batch_per_term(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The in-batch join with an index per OR term: the sweep once per term, on its
+        first served condition's key (a pair that joins satisfies some term, so that term's
+        sweep meets it; each checks all of θ), and the pairs merged, each once."""
+        found = []
+        columns = batch.columns()
+        for row in np.cumsum((0, *self.groups[:-1])):
+            key = (batch.attrs[self.key_rows[0][row]], batch.attrs[self.key_rows[1][row]])
+            by_stream = []
+            for x in (0, 1):
+                xs = np.flatnonzero(batch.stream == x)
+                by_stream.append(xs[stable_order(np.ascontiguousarray(key[x][xs]))])
+            found.append(
+                join_within_batch(
+                    columns,
+                    *key,
+                    self.key_lo[row],
+                    self.key_hi[row],
+                    self.conds,
+                    self.query.self_join,
+                    *by_stream,
+                )
+            )
+        return unique_pairs(*map(np.concatenate, zip(*found, strict=True)))
+
     def _batch_keys(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """Every tuple's key on the first served condition as an R tuple and as an S tuple."""
-        if self.plan.fallback:
+        if self.scans:
             zero = np.zeros(len(batch))
             return zero, zero
         return batch.attrs[self.conds.r_row[0]], batch.attrs[self.conds.s_row[0]]

@@ -42,7 +42,7 @@ class WindowPart:
     def __init__(self, spec: JoinSpec, work: JoinWork | None = None) -> None:
         self.spec = spec
         self.store = TupleStore(2 * len(spec.query.attrs))
-        self.index = spec.index_cls(spec.n_keys, **spec.index_options)
+        self.index = spec.new_index()
         self.work = JoinWork() if work is None else work
 
     def __len__(self) -> int:

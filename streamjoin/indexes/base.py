@@ -83,6 +83,16 @@ def grow(arr, need):
     return out
 
 
+def unique_pairs(pos: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(pos, refs)`` pairs sorted, each once (two probe boxes, or two OR terms' indexes, may
+    find a pair twice). O(n log n)."""
+    order = np.lexsort((refs, pos))
+    pos, refs = pos[order], refs[order]
+    first = np.ones(len(pos), dtype=bool)
+    first[1:] = (pos[1:] != pos[:-1]) | (refs[1:] != refs[:-1])
+    return pos[first], refs[first]
+
+
 # --------------------------------------------------------------------------------------------
 # Protocol and registry
 # --------------------------------------------------------------------------------------------
@@ -123,6 +133,10 @@ class WindowIndex(ABC):
     #: coded key ties a code inside it): the caller refines every candidate on the full key.
     #: An instance may set it (an index option can choose the layout).
     exact: bool = True
+    #: False if the index cannot be one of several, one per OR term, over one window
+    #: (:class:`~streamjoin.indexes.per_term.PerTermIndex`): a scan gains nothing from
+    #: scanning once per term, and PO-Join's structures are built by SPO's own actors.
+    serves_terms: ClassVar[bool] = True
 
     @classmethod
     def probe_work(cls, size: int) -> float:
@@ -300,12 +314,19 @@ class IndexPlan:
     the window, every condition is a residual filter). ``keys`` lists the positions of the
     served conditions among the predicate's conjuncts, one key row each, in the order of the index's key rows; the others are
     residual filters checked on every candidate. ``note`` says, naming the index, why a
-    condition the user put first is not served (None when it is).
+    condition the user put first is not served (None when it is, or when each OR term is
+    served apart: ``terms``). ``fallback`` is True when no conjunct is served, per-term
+    indexes or not.
     """
 
     index: str
     keys: tuple[int, ...]
     note: str | None = None
+    #: With no conjunct served and an OR in the predicate: for each of its terms, the
+    #: positions in :attr:`~streamjoin.query.Predicate.flat` of the conditions a separate
+    #: index serves for that term (:class:`~streamjoin.indexes.per_term.PerTermIndex`);
+    #: empty when some term has none (then the window is scanned).
+    terms: tuple[tuple[int, ...], ...] = ()
 
     @property
     def fallback(self) -> bool:
@@ -335,8 +356,10 @@ def plan(
     conjuncts = predicate.conjuncts
     reasons = [why_not_served(cls, c, self_join) for c in conjuncts]
     usable = tuple(i for i, why in enumerate(reasons) if why is None)
-    most = (cls.max_keys or len(usable)) if cls.multi_attribute else 1
-    keys = usable[:most]
+    keys = usable[: _most(cls, len(usable))]
+    terms = () if keys or name == fallback else _term_keys(cls, predicate, self_join)
+    if terms:
+        return IndexPlan(name, (), None, terms)
     note = None
     rest = (
         f"it serves {conjuncts[keys[0]]} instead"
@@ -353,11 +376,37 @@ def plan(
     return IndexPlan(name if keys else fallback, keys, note)
 
 
+def _most(cls: type[WindowIndex], usable: int) -> int:
+    """How many of ``usable`` servable conditions index ``cls`` serves (one key row each)."""
+    return (cls.max_keys or usable) if cls.multi_attribute else 1
+
+
+def _term_keys(
+    cls: type[WindowIndex], predicate: Predicate, self_join: bool
+) -> tuple[tuple[int, ...], ...]:
+    """For each OR term of ``predicate``, the positions in its ``flat`` conditions that an
+    index of ``cls`` of its own serves; empty if some term has none (or ``cls`` cannot be
+    one of several: ``serves_terms``)."""
+    if not predicate.terms or not cls.serves_terms:
+        return ()
+    out, at = [], len(predicate.conjuncts)
+    for term in predicate.terms:
+        usable = [at + i for i, c in enumerate(term) if why_not_served(cls, c, self_join) is None]
+        if not usable:
+            return ()
+        out.append(tuple(usable[: _most(cls, len(usable))]))
+        at += len(term)
+    return tuple(out)
+
+
 def default_for(predicate: Predicate, self_join: bool = False) -> str:
     """A sensible index for ``predicate``, by its first condition an index can search:
     ``hash`` for an equality, ``bisort`` for a band with finite bounds, ``po_join`` when two
     one-sided inequalities lead (SPO-Join's query shape), else ``nested_loop`` (an inequality
-    matches a whole side of the window, which a vectorised scan serves best).
+    matches a whole side of the window, which a vectorised scan serves best). An OR whose
+    terms share no such condition gets one index per term (:attr:`IndexPlan.terms`) when
+    each term has an equality or a finite band: ``hash`` if they are all equalities, else
+    ``bisort``.
 
     Measured on the 2-core VM (band join, match rate 2, batches of 1024, one core, CPU time):
     ``bisort`` was the fastest from a count window of 2^10 to 2^16 (1.0-1.3 M tuples/s),
@@ -365,6 +414,10 @@ def default_for(predicate: Predicate, self_join: bool = False) -> str:
     2^10, 0.01 at 2^16).
     """
     usable = [c for c in predicate if not c.negated and not (self_join and c.cross)]
+    if not usable and predicate.terms:  # an index per OR term, if each term has a range
+        each = {default_for(Predicate(t), self_join) for t in predicate.terms}
+        if each <= {"hash", "bisort"}:
+            return each.pop() if len(each) == 1 else "bisort"
     if not usable:
         return "nested_loop"
     first = usable[0]

@@ -63,6 +63,7 @@ class NestedLoop(WindowIndex):
     name = "nested_loop"
     probe_cost = "linear"
     multi_attribute = True
+    serves_terms = False
 
     def __init__(self, n_keys: int = 1) -> None:
         super().__init__(n_keys)

@@ -87,6 +87,7 @@ class POJoinIndex(WindowIndex):
     #: a batch joined with itself through one structure over it (IE-Join on the batch): the
     #: sweep on one key would meet half the batch per tuple under two inequalities
     batch_join_options = {"merge_every": 1}
+    serves_terms = False
 
     def __init__(
         self,
