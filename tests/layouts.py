@@ -10,7 +10,10 @@ LAYOUTS = {
     "panjoin": lambda: sj.topologies.panjoin(2, 4),
     "handshake": lambda: sj.topologies.handshake(3, segment=10),
     "handshake_ll": lambda: sj.topologies.handshake(3, low_latency=True),
-    "shared": lambda: sj.topologies.shared_index(2, task_size=3, window=8, fanout=3),
+    # pipelined: a batch's pairs leave with the next one, or when the core is idle
+    "shared": lambda: sj.topologies.shared_index(
+        2, task_size=3, window=8, fanout=3, pipelined=True
+    ),
     "shared_compact": lambda: sj.topologies.shared_index(
         2, task_size=3, window=8, fanout=3, layout="compact"
     ),

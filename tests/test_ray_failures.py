@@ -37,7 +37,7 @@ LAYOUTS = {
     "handshake_ll": (lambda: sj.topologies.handshake(2, low_latency=True), "core0"),
     "panjoin": (lambda: sj.topologies.panjoin(2, 4), "worker1"),
     # pipelined: the core's progress lags its input by the step whose pairs it holds
-    "shared": (lambda: sj.topologies.shared_index(2, task_size=4), "core"),
+    "shared": (lambda: sj.topologies.shared_index(2, task_size=4, pipelined=True), "core"),
 }
 #: layouts whose join cores are rebuilt when their process is lost
 RECOVERABLE = {

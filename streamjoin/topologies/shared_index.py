@@ -25,7 +25,7 @@ def shared_index(
     *,
     task_size: int | None = TASK_SIZE,
     merge: Merge = "nonblocking",
-    pipelined: bool = True,
+    pipelined: bool | None = None,
     index_options: dict | None = None,
     **options,
 ) -> Topology:
@@ -50,14 +50,17 @@ def shared_index(
         threads more finely (§5, Fig. 10c-d).
     merge : {"nonblocking", "blocking"}
         How T_I is merged into T_S (§4.2; ``pim_tree`` and ``im_tree``).
-    pipelined : bool
+    pipelined : bool, optional
         Steps overlap with the executor's work between batches: ``threads`` pool threads run
         every task while the core's own thread only feeds and drains them (PIM-Tree §4.1):
         it hands a batch's tasks to the pool and returns at once, sending the previous
         batch's pairs and taking the next batch while they run; a batch's pairs leave with
         the next batch, or as soon as no batch waits (``on_idle``). With ``threads=1``
         nothing is pipelined. False: each batch is one step on the core's thread and
-        ``threads - 1`` pool threads, its pairs leaving when it ends.
+        ``threads - 1`` pool threads, its pairs leaving when it ends. None (default): on a
+        host with more processors than ``threads + 1``, where the core's thread has one of
+        its own (on Ray, the host its actor runs on); the simulator's machine with a
+        processor per thread pipelines.
     index_options : dict, optional
         Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
         in 8-byte items, whose candidates the core refines); ``**options`` are added to them.

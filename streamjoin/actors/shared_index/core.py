@@ -43,7 +43,7 @@ Pipelined steps
 ---------------
 §4.1 has no steps: the actor's thread only feeds the work queue and drains ordered results
 while the workers run. A batch-at-a-time executor calls the core once a batch, so
-``pipelined`` (the topology's default) comes as close as that contract allows: the pool
+``pipelined`` comes as close as that contract allows: the pool
 then has ``threads`` threads of its own, which run every task, and the core's thread only
 feeds and drains them. It stages the batch's step, hands its tasks to the pool, which starts
 at once, and returns, so that its thread sends the previous step's pairs and receives the
@@ -51,15 +51,24 @@ next batch while they run (work that a one-step-a-batch core's threads wait for,
 being one of them). The next call (a batch, :meth:`SharedIndexCore.on_idle`, which
 executors call as soon as no message waits, or :meth:`SharedIndexCore.on_eof`) first waits
 for the step's end (asleep, after the last worker wakes it), then ends it: its pairs leave
-then, in order. With ``threads=1`` nothing is pipelined: the one-thread join of Fig. 12a. Everything that changes the stores or the indexes outside the tasks
-(appends, T_I's step boundary, expiry, merge starts) still happens between steps, on this
-thread, while no task runs. What this leaves serial: staging and ending a step, about 15–25%
-of a step's time at batches of 1,024 (``benchmarks/shared_index_speedup.py``).
+then, in order. With ``threads=1`` nothing is pipelined: the one-thread join of Fig. 12a.
+Everything that changes the stores or the indexes outside the tasks (appends, T_I's step
+boundary, expiry, merge starts) still happens between steps, on this thread, while no task
+runs. What this leaves serial: staging and ending a step, about 15–25% of a step's time at
+batches of 1,024 (``benchmarks/shared_index_speedup.py``).
+
+The core's thread then needs a processor of its own beside the ``threads`` workers, so by
+default (``pipelined=None``) a core pipelines only on a host with more processors than
+``threads + 1``: on a 2-processor host, where the executor's other actors share the same two,
+``shared_index(2)`` on Ray measured 0.86–0.93× the one-step-a-batch core (three alternating
+rounds, ``experiments/results/pim_tree_parallel_fig12.md`` has the dated figures), while the
+simulator's processor-per-thread machine gains (the same page).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
@@ -152,13 +161,16 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     merge: Merge = "nonblocking"
     delay_spins: int = 0
     delay_seed: int = 0
-    pipelined: bool = True
+    pipelined: bool | None = None
 
     def simulated(self) -> SharedIndexConfig:
         """The config the simulator builds: the tasks run on one host thread, so the core's
         work (which index candidates a task sees depends on when it reads the edge tuple) is
-        the same every run; the simulator charges them as ``threads`` processors."""
-        return replace(self, host_threads=1)
+        the same every run; the simulator charges them as ``threads`` processors. Pipelined
+        unless told not to be (the simulated machine has a processor per thread, and the
+        simulator models a pipelined core on shared processors as one step a batch)."""
+        pipelined = True if self.pipelined is None else self.pipelined
+        return replace(self, host_threads=1, pipelined=pipelined)
 
     #: Threads actually started (default ``threads``); fewer only in the simulator.
     host_threads: int | None = None
@@ -240,6 +252,12 @@ def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
     return boxes, n_boxes
 
 
+def pipelines_here(threads: int) -> bool:
+    """Whether a ``threads``-thread core pipelines by default on this host: when it has more
+    processors than ``threads + 1`` (the workers and the core's own thread)."""
+    return threads > 1 and (os.cpu_count() or 1) > threads + 1
+
+
 class _Step(NamedTuple):
     """A step handed to the threads and not yet finished (:meth:`SharedIndexCore._finish`)."""
 
@@ -272,10 +290,11 @@ class SharedIndexCore(Logic):
         The interleaving test hook (:class:`SharedIndexConfig`).
     host_threads : int, optional
         Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
-    pipelined : bool
+    pipelined : bool, optional
         Return from :meth:`on_batch` while the pool's threads run the step; its pairs leave
-        with the next call (module docstring). Only with pool threads (``threads > 1`` and
-        ``host_threads`` not 1); the simulator models it from this flag.
+        with the next call (module docstring). Only with ``threads > 1`` (and
+        ``host_threads`` not 1); the simulator models it from this flag. None: when this host
+        has more processors than ``threads + 1`` (:func:`pipelines_here`).
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
@@ -301,7 +320,7 @@ class SharedIndexCore(Logic):
         delay_spins: int = 0,
         delay_seed: int = 0,
         host_threads: int | None = None,
-        pipelined: bool = False,
+        pipelined: bool | None = False,
     ) -> None:
         self.query = query
         self.spec = spec = JoinSpec(query, index, index_options)
@@ -339,8 +358,8 @@ class SharedIndexCore(Logic):
         run = self.threads if host_threads is None else min(self.threads, host_threads)
         #: steps overlap with what the executor does between batches (the simulator models
         #: it from this flag; on the host only with two threads or more: ``_overlap``)
-        self.pipelined = pipelined
-        self._overlap = pipelined and run > 1
+        self.pipelined = pipelines_here(self.threads) if pipelined is None else pipelined
+        self._overlap = self.pipelined and run > 1
         # pipelined, the pool's threads run every task and this thread only feeds and drains
         # them; else this thread is one of the ``threads``
         workers = run if self._overlap else run - 1
