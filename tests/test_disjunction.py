@@ -159,7 +159,8 @@ def test_wide_integers_at_a_terms_edge_are_exact():
 @pytest.mark.parametrize("layout", ["grid"])
 def test_disjunction_on_ray(ray_session, layout):
     data = sj.sources.synthetic(3_000, low=0, high=500, attrs=("x", "y"), seed=7)
-    pred = (sj.band("x", 2) & sj.less("y")) | sj.band("x", None, lo=10, hi=12)
+    pred = (sj.band("x", 2) & sj.not_equal("y")) | sj.band("y", None, lo=10, hi=12)
+    assert indexes.plan(indexes.default_for(pred), pred).terms  # an index per term
     query = sj.Query(pred & (sj.r.y < 400), window=sj.CountWindow(300))
     res = sj.run(query, data, LAYOUTS[layout](), backend="ray", batch_size=64)
     expected = sj.oracle.join(query, data)
