@@ -132,6 +132,15 @@ GALLERY = [
         "topologies", "topologies.py", "every topology on local and Ray", 2, 1, starts_ray=True
     ),
     Experiment(
+        "shared_pipelined",
+        "shared_pipelined.py",
+        "the shared-index core pipelined against one step a batch, on Ray (PIM-Tree §4.1)",
+        4,
+        0,
+        starts_ray=True,
+        quick_args=None,
+    ),
+    Experiment(
         "long_runs",
         "long_runs.py",
         "memory over 50M tuples on local (not a paper figure; `leaks` and `failures` by hand)",

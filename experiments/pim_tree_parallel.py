@@ -347,9 +347,16 @@ def part_fig12(sc, prov, bar) -> list[dict]:
                 {"part": "fig12", "join": join, "mode": "measured", "threads": threads, **r}
             )
         # the simulator is deterministic: one run each, at two batch sizes (SIM_BATCHES)
-        # the shared core pipelined (the default), and with one step a batch beside it
+        # the shared core pipelined (the simulator's default with two threads or more; the
+        # one-thread base too, so that every row has the core's own thread beside its
+        # workers), and with one step a batch beside it
         sims = {"single pim_tree": (0, sj.topologies.single("pim_tree"))}
-        sims.update({f"shared({t})": (t, sj.topologies.shared_index(t)) for t in sc["sim_threads"]})
+        sims.update(
+            {
+                f"shared({t})": (t, sj.topologies.shared_index(t, pipelined=True))
+                for t in sc["sim_threads"]
+            }
+        )
         steps = {"single pim_tree": sims["single pim_tree"]}
         steps.update(
             {
@@ -598,7 +605,9 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "batch's tasks run on its pool's threads while the core's own thread sends the "
             "last batch's pairs and receives the next batch, then joins the tasks left); rows "
             "marked *one step a batch* run it with `pipelined=False`, each batch one step on "
-            "all its threads, its pairs leaving when it ends. "
+            "all its threads, its pairs leaving when it ends. Pipelined, `shared(T)` has T "
+            "workers and the core's thread: T + 1 processors, one-thread base included "
+            "(`shared(1)` pipelined: one worker and the core's thread); one step a batch, T. "
             "The shared core's per-unit costs are its own "
             "(the profile's `shared:pim_tree` row, calibrated on `shared_index(1)`; `single` "
             "is charged from the `pim_tree` row of the same calibration). The simulator "

@@ -57,7 +57,7 @@ def pairs_in_arrival(query, data, core, batch_size, check=False, idle_every=1):
     batches = [b for _, b in emitter.on_chunk(cols, 0) + emitter.on_eof()]
     for k, batch in enumerate(batches):
         out += core.on_batch("in", batch)
-        if core.pipelined and core.threads > 1 and len(batch):
+        if core.pipelined and len(batch):
             assert core.held_batches == 1, "a pipelined core holds the step it handed out"
         if idle_every is not None and k % idle_every == 0:
             out += core.on_idle()
@@ -154,8 +154,8 @@ def test_every_shareable_index_four_threads(index, self_join, window):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_a_pipelined_core_emits_each_step_with_the_next_batch_or_when_idle(threads):
     """A pipelined core's batch leaves with the next batch, or at ``on_idle``, or at the end;
-    what leaves is the synchronous core's output of the batch before, pair for pair. With
-    one thread there is no pool: nothing is held."""
+    what leaves is the synchronous core's output of the batch before, pair for pair (with
+    one thread too: one worker and the core's thread)."""
     query = sj.Query(sj.band("x", 3), window=sj.CountWindow(300))
     data = sj.sources.synthetic(3000, low=0, high=500, attrs=("x",), rate=1000, seed=5)
     batches = [b for _, b in Emitter(query, 100).on_chunk(validate(data, query), 0)]
@@ -163,23 +163,21 @@ def test_a_pipelined_core_emits_each_step_with_the_next_batch_or_when_idle(threa
     pipe = SharedIndexCore(query, threads=threads, ordered=True, pipelined=True)
     expected = [sync.on_batch("in", b) for b in batches]
     assert sum(len(out) for out in expected) > 10
-    lag = 1 if threads > 1 else 0
 
     def listed(out):
         return [(p, o.r.tolist(), o.s.tolist()) for p, o in out]
 
     for k, batch in enumerate(batches[:8]):
         got = pipe.on_batch("in", batch)
-        assert pipe.held_batches == lag
-        assert listed(got) == listed(expected[k - lag] if k >= lag else [])
-    assert listed(pipe.on_idle()) == (listed(expected[7]) if lag else [])  # idle: they leave
+        assert pipe.held_batches == 1
+        assert listed(got) == listed(expected[k - 1] if k else [])
+    assert listed(pipe.on_idle()) == listed(expected[7])  # idle: they leave
     assert pipe.held_batches == 0
     pipe.check()
-    assert listed(pipe.on_batch("in", batches[8])) == ([] if lag else listed(expected[8]))
-    if lag:
-        with pytest.raises(RuntimeError, match="in flight"):
-            pipe.check()
-    assert listed(pipe.on_eof()) == (listed(expected[8]) if lag else [])
+    assert listed(pipe.on_batch("in", batches[8])) == []
+    with pytest.raises(RuntimeError, match="in flight"):
+        pipe.check()
+    assert listed(pipe.on_eof()) == listed(expected[8])
     pipe.close()
     sync.close()
 

@@ -51,7 +51,8 @@ next batch while they run (work that a one-step-a-batch core's threads wait for,
 being one of them). The next call (a batch, :meth:`SharedIndexCore.on_idle`, which
 executors call as soon as no message waits, or :meth:`SharedIndexCore.on_eof`) first waits
 for the step's end (asleep, after the last worker wakes it), then ends it: its pairs leave
-then, in order. With ``threads=1`` nothing is pipelined: the one-thread join of Fig. 12a.
+then, in order. With ``threads=1`` a core pipelines only when asked (one worker and the
+core's thread); by default it is the one-thread join of Fig. 12a.
 Everything that changes the stores or the indexes outside the tasks (appends, T_I's step
 boundary, expiry, merge starts) still happens between steps, on this thread, while no task
 runs. What this leaves serial: staging and ending a step, about 15–25% of a step's time at
@@ -169,7 +170,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
         the same every run; the simulator charges them as ``threads`` processors. Pipelined
         unless told not to be (the simulated machine has a processor per thread, and the
         simulator models a pipelined core on shared processors as one step a batch)."""
-        pipelined = True if self.pipelined is None else self.pipelined
+        pipelined = self.threads > 1 if self.pipelined is None else self.pipelined
         return replace(self, host_threads=1, pipelined=pipelined)
 
     #: Threads actually started (default ``threads``); fewer only in the simulator.
@@ -292,9 +293,9 @@ class SharedIndexCore(Logic):
         Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
     pipelined : bool, optional
         Return from :meth:`on_batch` while the pool's threads run the step; its pairs leave
-        with the next call (module docstring). Only with ``threads > 1`` (and
-        ``host_threads`` not 1); the simulator models it from this flag. None: when this host
-        has more processors than ``threads + 1`` (:func:`pipelines_here`).
+        with the next call (module docstring). Not with ``host_threads``: the simulator
+        models it from this flag. None: with two threads or more on a host with more
+        processors than ``threads + 1`` (:func:`pipelines_here`).
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
@@ -359,7 +360,7 @@ class SharedIndexCore(Logic):
         #: steps overlap with what the executor does between batches (the simulator models
         #: it from this flag; on the host only with two threads or more: ``_overlap``)
         self.pipelined = pipelines_here(self.threads) if pipelined is None else pipelined
-        self._overlap = self.pipelined and run > 1
+        self._overlap = self.pipelined and host_threads is None  # (not in the simulator)
         # pipelined, the pool's threads run every task and this thread only feeds and drains
         # them; else this thread is one of the ``threads``
         workers = run if self._overlap else run - 1

@@ -145,10 +145,10 @@ class CostModel:
         return charge
 
     def bind_tasks(self, logic: ActorLogic):
-        """For a core with ``threads > 1`` that reports its tasks: ``split(kind, msg, before,
+        """For a core that reports its tasks (``last_tasks``): ``split(kind, msg, before,
         after, wall_ns) -> (serial ns, [task ns, …])`` of a step (:func:`task_costs`), for
         the simulator's model of a pipelined core; None for other cores."""
-        if not (getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks")):
+        if not hasattr(logic, "last_tasks"):
             return None
         c_call, *per_unit = self.coefficients(logic)
         coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))

@@ -246,7 +246,7 @@ class _Simulation:
         self.cpus_free = self.cpus or 0  # read only with cpus
         if self.cpus is None:  # pipelined shared-index cores (each thread its processor)
             for core in self.cores.values():
-                if core.threads > 1 and getattr(core.logic, "pipelined", False):
+                if getattr(core.logic, "pipelined", False):
                     core.split = model.bind_tasks(core.logic)
         self.cpu_wait: deque = deque()
         self._start = self._step if self.cpus is None else self._start_on_cpu
@@ -516,7 +516,7 @@ class _Simulation:
             return t
         start, tasks = core.inflight
         core.inflight = None
-        end = math.ceil(finish_at(tasks, [float(start)] * core.threads))
+        end = math.ceil(finish_at(tasks, [float(start)] * core.logic.threads))
         core.stats.busy_ns += max(0, min(end, self.env.now) - core.free_at)
         return max(t, end)
 
