@@ -882,3 +882,24 @@ def test_a_pipelined_shared_core_overlaps_its_steps_and_flushes_when_idle():
     assert fast["input_tuples_per_s"] > 1.03 * slow["input_tuples_per_s"]
     idle, sync = got[20_000, True]["latency_ms"], got[20_000, False]["latency_ms"]
     assert idle["p99"] <= 1.01 * sync["p99"] and idle["p50"] <= 1.01 * sync["p50"]
+
+
+def test_the_simulator_pipelines_a_shared_core_by_default_where_each_thread_has_a_processor():
+    """``pipelined=None`` on ``sim``: as a host of the simulated machine's processors would
+    decide (two workers, the core's thread, the emitter and the collector need 5); on
+    shared processors the pool takes only those free, so on 2 the pipelined core is slower
+    than one step a batch, and on 6 faster."""
+    data = sj.sources.synthetic(20_000, low=0, high=30_000, seed=4)
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(4096))
+
+    def tput(cpus, pipelined):
+        machine = _profile().with_cpus(cpus)
+        topology = sj.topologies.shared_index(2, pipelined=pipelined)
+        res = sj.run(q, data, topology, backend="sim", machine=machine, pace=1e12)
+        assert res.same_pairs(sj.oracle.join(q, data))
+        return res.metrics["input_tuples_per_s"]
+
+    for cpus in (2, 6, None):
+        default, on, off = tput(cpus, None), tput(cpus, True), tput(cpus, False)
+        assert default == (on if cpus != 2 else off), cpus
+    assert tput(2, True) < tput(2, False) and tput(6, True) > tput(6, False)

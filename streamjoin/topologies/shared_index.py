@@ -58,9 +58,10 @@ def shared_index(
         the next batch, or as soon as no batch waits (``on_idle``). With ``threads=1``
         nothing is pipelined. False: each batch is one step on the core's thread and
         ``threads - 1`` pool threads, its pairs leaving when it ends. None (default): on a
-        host with more processors than ``threads + 1``, where the core's thread has one of
-        its own (on Ray, the host its actor runs on); the simulator's machine with a
-        processor per thread pipelines.
+        host (on Ray, the one its actor runs on) or simulated machine with at least
+        ``threads + 3`` processors, one for each worker, the core's thread, the emitter and
+        the collector (with fewer, the pool takes processors from them and the core runs
+        slower than one step a batch).
     index_options : dict, optional
         Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
         in 8-byte items, whose candidates the core refines); ``**options`` are added to them.

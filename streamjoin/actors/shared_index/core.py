@@ -58,12 +58,11 @@ boundary, expiry, merge starts) still happens between steps, on this thread, whi
 runs. What this leaves serial: staging and ending a step, about 15–25% of a step's time at
 batches of 1,024 (``benchmarks/shared_index_speedup.py``).
 
-The core's thread then needs a processor of its own beside the ``threads`` workers, so by
-default (``pipelined=None``) a core pipelines only on a host with more processors than
-``threads + 1``: on a 2-processor host, where the executor's other actors share the same two,
-``shared_index(2)`` on Ray measured 0.86–0.93× the one-step-a-batch core (three alternating
-rounds, ``experiments/results/pim_tree_parallel_fig12.md`` has the dated figures), while the
-simulator's processor-per-thread machine gains (the same page).
+The core's thread then needs a processor of its own beside the ``threads`` workers, and so do
+the emitter and the collector: by default (``pipelined=None``) a core pipelines only where
+every thread of the layout has one (:func:`pipelines_on`); with fewer its pool takes them
+from the others, and it runs slower than one step a batch (``experiments/shared_pipelined.py``
+measures both on Ray; ``experiments/pim_tree_parallel.py`` simulates both).
 """
 
 from __future__ import annotations
@@ -167,11 +166,9 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     def simulated(self) -> SharedIndexConfig:
         """The config the simulator builds: the tasks run on one host thread, so the core's
         work (which index candidates a task sees depends on when it reads the edge tuple) is
-        the same every run; the simulator charges them as ``threads`` processors. Pipelined
-        unless told not to be (the simulated machine has a processor per thread, and the
-        simulator models a pipelined core on shared processors as one step a batch)."""
-        pipelined = self.threads > 1 if self.pipelined is None else self.pipelined
-        return replace(self, host_threads=1, pipelined=pipelined)
+        the same every run; the simulator charges them as ``threads`` processors, and decides
+        ``pipelined=None`` by the processors of the machine it simulates."""
+        return replace(self, host_threads=1)
 
     #: Threads actually started (default ``threads``); fewer only in the simulator.
     host_threads: int | None = None
@@ -253,10 +250,19 @@ def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
     return boxes, n_boxes
 
 
+def pipelines_on(threads: int, processors: float) -> bool:
+    """Whether a ``threads``-thread core pipelines by default on a machine of ``processors``:
+    with two threads or more, when every thread of the layout has one of its own (the
+    workers, the core's own thread, the emitter's and the collector's: ``threads + 3``).
+    With fewer, its pool takes processors from the others: simulated, ``shared_index(2)``
+    pipelined ran at 0.91× one step a batch on 2 processors, 0.87× on 4, 1.31× on 5 and
+    1.48× on 6 (this host's profile, W = 2^16, unpaced)."""
+    return threads > 1 and processors >= threads + 3
+
+
 def pipelines_here(threads: int) -> bool:
-    """Whether a ``threads``-thread core pipelines by default on this host: when it has more
-    processors than ``threads + 1`` (the workers and the core's own thread)."""
-    return threads > 1 and (os.cpu_count() or 1) > threads + 1
+    """:func:`pipelines_on` this host's processors."""
+    return pipelines_on(threads, os.cpu_count() or 1)
 
 
 class _Step(NamedTuple):
@@ -295,7 +301,7 @@ class SharedIndexCore(Logic):
         Return from :meth:`on_batch` while the pool's threads run the step; its pairs leave
         with the next call (module docstring). Not with ``host_threads``: the simulator
         models it from this flag. None: with two threads or more on a host with more
-        processors than ``threads + 1`` (:func:`pipelines_here`).
+        processors than ``threads + 2`` (:func:`pipelines_on`).
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
@@ -359,8 +365,11 @@ class SharedIndexCore(Logic):
         run = self.threads if host_threads is None else min(self.threads, host_threads)
         #: steps overlap with what the executor does between batches (the simulator models
         #: it from this flag; on the host only with two threads or more: ``_overlap``)
-        self.pipelined = pipelines_here(self.threads) if pipelined is None else pipelined
-        self._overlap = self.pipelined and host_threads is None  # (not in the simulator)
+        if pipelined is None and host_threads is None:
+            pipelined = pipelines_here(self.threads)
+        #: None only in the simulator: its machine decides (:func:`pipelines_on`)
+        self.pipelined = pipelined
+        self._overlap = bool(pipelined) and host_threads is None  # (not in the simulator)
         # pipelined, the pool's threads run every task and this thread only feeds and drains
         # them; else this thread is one of the ``threads``
         workers = run if self._overlap else run - 1

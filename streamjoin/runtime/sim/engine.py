@@ -31,11 +31,12 @@ and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CP
 a step that waited for one starts colder, by the length of its wait, as after idle time. A
 shared-index core's step also takes as many more free processors as its threads can use, and
 its tasks are charged as run on those it holds (on one, when no other is free).
-A pipelined shared-index core (the default) on processors of its own runs a batch's tasks on
-``threads`` pool processors while its own thread (one more processor) does its work between
-batches (sending the last pairs, receiving the next batch); its pairs leave with its next
-step, or in a flush as soon as nothing waits for it (:meth:`_Simulation._pipelined`). On
-shared processors it is charged as one step a batch.
+A pipelined shared-index core runs a batch's tasks on ``threads`` pool processors while its
+own thread (one more processor) does its work between batches (sending the last pairs,
+receiving the next batch); its pairs leave with its next step, or in a flush as soon as
+nothing waits for it (:meth:`_Simulation._pipelined`). On shared processors its step holds
+one, and its pool takes as many as are free when the step is staged (none waited for), until
+its tasks end; with none free the core's thread runs them itself.
 Where other work shares the host, the profile's ``cpu_share`` stretches the compute of a step
 that starts while k steps hold processors (itself included) by
 :meth:`MachineProfile.slowdown(k) <streamjoin.runtime.sim.profile.MachineProfile.slowdown>`,
@@ -74,6 +75,7 @@ import simpy
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
+from streamjoin.actors.shared_index.core import pipelines_on
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
@@ -146,7 +148,7 @@ class _Core:
         # a pipelined core (set by the simulation): its step's charge split into the serial
         # part and its tasks, the tasks in flight (start, costs) and the pairs they hold
         self.split: Callable[..., tuple[float, list[float]]] | None = None
-        self.inflight: tuple[int, list[float]] | None = None
+        self.inflight: tuple[int, int] | None = None
         self.pending: list = []
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
@@ -244,10 +246,12 @@ class _Simulation:
         # processors: one per core (None), or a shared pool steps queue for in FIFO order
         self.cpus = model.profile.cpus
         self.cpus_free = self.cpus or 0  # read only with cpus
-        if self.cpus is None:  # pipelined shared-index cores (each thread its processor)
-            for core in self.cores.values():
-                if getattr(core.logic, "pipelined", False):
-                    core.split = model.bind_tasks(core.logic)
+        for core in self.cores.values():  # pipelined shared-index cores
+            pipelined = getattr(core.logic, "pipelined", False)
+            if pipelined is None:  # by default: as a host of this many processors would
+                pipelined = pipelines_on(core.logic.threads, self.cpus or math.inf)
+            if pipelined:
+                core.split = model.bind_tasks(core.logic)
         self.cpu_wait: deque = deque()
         self._start = self._step if self.cpus is None else self._start_on_cpu
         # compute stretch by the number of steps holding processors (cpu_share)
@@ -496,16 +500,36 @@ class _Simulation:
         held, core.pending = core.pending, []
         serial, tasks = core.split(kind, msg, snap, core.logic.counters(), wall)
         t += round(serial + self._idle_cost(core))
-        if tasks:  # they start now, while the held pairs are sent
-            core.inflight = (t, tasks)
+        pool = self._pool_for(core) if tasks else 0
+        if pool:  # they start now, on the pool's processors, while the held pairs are sent
+            end = math.ceil(finish_at(tasks, [float(t)] * pool))
+            core.inflight = (t, end)
+            if self.cpus is not None:  # the pool's processors are free again at its end
+                self.env.timeout(end - self.env.now, pool).callbacks.append(self._pool_done)
+        elif tasks:  # no processor free for the pool: the core's thread runs them itself
+            t += math.ceil(finish_at(tasks, [0.0]))
         for p, m in held:
             t = self._send(core, p, m, t)
-        if tasks:
+        if pool:
             core.pending = list(out)
         else:
             for p, m in out:
                 t = self._send(core, p, m, t)
         return t
+
+    def _pool_for(self, core: _Core) -> int:
+        """Processors a pipelined core's pool gets for a step's tasks: its ``threads`` on
+        processors of their own; on shared ones as many of them as are free (none waited
+        for: the pool's threads share the busy ones, as the host's do)."""
+        if self.cpus is None:
+            return core.logic.threads
+        pool = min(core.logic.threads, self.cpus_free)
+        self.cpus_free -= pool
+        return pool
+
+    def _pool_done(self, event) -> None:
+        """A pipelined core's pool ended its tasks: its processors are given back."""
+        self._give(event.value)
 
     def _join_tasks(self, core: _Core, t: int) -> int:
         """When the core's thread, wanting it at ``t``, has the step in flight's end: its
@@ -514,9 +538,8 @@ class _Simulation:
         step to the start of this one): a core is busy while any of its threads is."""
         if core.inflight is None:
             return t
-        start, tasks = core.inflight
+        _, end = core.inflight
         core.inflight = None
-        end = math.ceil(finish_at(tasks, [float(start)] * core.logic.threads))
         core.stats.busy_ns += max(0, min(end, self.env.now) - core.free_at)
         return max(t, end)
 
@@ -568,7 +591,8 @@ class _Simulation:
         threads can use (a shared-index core: its tasks go to the processors it holds; it
         waits for none beyond the first, as its pool's threads do not wait for idle
         processors but share the busy ones)."""
-        extra = min(core.threads - 1, self.cpus_free)
+        # (a pipelined core's step holds its own thread's processor: its pool takes its own)
+        extra = 0 if core.split is not None else min(core.threads - 1, self.cpus_free)
         self.cpus_free -= extra
         core.held = 1 + extra
         self._step(core, item)
@@ -577,7 +601,11 @@ class _Simulation:
         """``core``'s step ended: each processor it held goes to the step that has waited
         longest."""
         held, core.held = core.held, 0
-        for _ in range(held):
+        self._give(held)
+
+    def _give(self, n: int) -> None:
+        """``n`` processors are free: each goes to the step that has waited longest."""
+        for _ in range(n):
             if self.cpu_wait:
                 waiter, item = self.cpu_wait.popleft()
                 waiter.rest_ns += self.env.now - waiter.waiting_since
