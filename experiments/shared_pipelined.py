@@ -10,7 +10,10 @@ against what the machine gives.
 Band join at match rate 2 (keys uniform on [0, 1.5 W), band ±1), count window W per stream,
 batches of 1,024. Per round and mode: an unpaced run (input tuples/s end to end, latency per
 pair), then a paced one (``--pace`` tuples/s, batches closing after 1 ms: latency). Each mode is
-first checked against the oracle. Writes ``experiments/results/shared_pipelined.{csv,md}``.
+first checked against the oracle. Beside them, both modes simulated once (unpaced) on this
+host's profile with its processors shared (as ``streamjoin calibrate --check`` does): the
+simulator's ratio of the two against Ray's. Writes
+``experiments/results/shared_pipelined.{csv,md}``.
 
 Run: ``python experiments/shared_pipelined.py`` (about 4 minutes on 2 cores).
 """
@@ -26,6 +29,8 @@ import time
 import report
 
 import streamjoin as sj
+from streamjoin.runtime.sim.calibrate import measure_cpu_share
+from streamjoin.runtime.sim.host_profile import profile_for_this_host
 
 RESULTS = report.results_dir()
 
@@ -87,10 +92,27 @@ def main() -> None:
             }
             rows.append(row)
             print(row, flush=True)
-    write(rows, args, prov)
+    cpus = os.cpu_count() or 1
+    machine = profile_for_this_host().with_cpus(
+        cpus, measure_cpu_share(cpus, seconds=0.3, rounds=1)[0]
+    )
+    sim = {}
+    for pipelined in (True, False):
+        res = sj.run(
+            query,
+            data,
+            topology(pipelined),
+            backend="sim",
+            machine=machine,
+            batch_size=1024,
+            pace=1e12,
+            collect="count",
+        )
+        sim[pipelined] = res.metrics["input_tuples_per_s"]
+    write(rows, sim, args, prov)
 
 
-def write(rows: list[dict], args, prov: report.Provenance) -> None:
+def write(rows: list[dict], sim: dict, args, prov: report.Provenance) -> None:
     os.makedirs(RESULTS, exist_ok=True)
     base = os.path.join(RESULTS, "shared_pipelined")
     with open(base + ".csv", "w", newline="") as f:
@@ -128,7 +150,12 @@ def write(rows: list[dict], args, prov: report.Provenance) -> None:
         f"Pipelined over one step a batch, round by round: "
         f"{', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}). "
         f"This host has {os.cpu_count()} processors; a core pipelines by default where there "
-        f"are more than threads + 1 = {t + 1}.",
+        f"are threads + 3 = {t + 3} (the workers, the core's thread, the emitter and the "
+        "collector).",
+        "",
+        f"Simulated on this host's profile, its {os.cpu_count()} processors shared: "
+        f"pipelined {sim[True]:,.0f} tuples/s, one step a batch {sim[False]:,.0f}: "
+        f"{sim[True] / sim[False]:.2f} (Ray: {statistics.median(ratios):.2f}).",
     ]
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
