@@ -39,10 +39,11 @@ Conjunctions are written with ``&``; the first conjunct is the *primary* one tha
 the rest are checked as residual filters (or, for two inequalities, both served by a
 ``po_join`` IE-Join structure). Disjunctions are written with ``|``: ``(A & B) | C`` holds when
 any of its terms does (each pair is still emitted once), and a :class:`Predicate` keeps it in
-disjunctive normal form with the conditions common to every term factored out
-(:class:`Predicate`). An index serves only what every term implies: a common condition, or
-the *hull* of the terms' intervals on one attribute pair (:attr:`Predicate.implied`); the
-terms themselves are checked on every candidate. A self-join keeps the pair (a older, b newer) iff θ(a, b) or
+disjunctive normal form with the conditions common to every term factored out. An index
+serves what every term implies: a common condition, or the *hull* of the terms' intervals on
+one attribute pair (:attr:`Predicate.implied`); with neither, each term may have an index of
+its own (:class:`~streamjoin.indexes.base.IndexPlan`'s ``terms``). The terms themselves are
+checked on every candidate. A self-join keeps the pair (a older, b newer) iff θ(a, b) or
 θ(b, a); with a second attribute that is ``lo <= b.attr_s - a.attr <= hi`` or
 ``lo <= a.attr_s - b.attr <= hi``.
 """

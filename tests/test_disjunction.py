@@ -93,29 +93,50 @@ def test_oracle_equals_duckdb(text, where, self_join):
 
 
 @st.composite
+def keyed(draw, attr: str, attr_s: str):
+    """A condition an index can search: a finite band or an equality on ``(attr, attr_s)``."""
+    kind = draw(st.sampled_from(["band", "band_lohi", "equal"]))
+    if kind == "band":
+        return sj.band(attr, draw(st.sampled_from([0, 0.5, 1, 3])), attr_s)
+    if kind == "band_lohi":
+        lo = draw(st.sampled_from([-3, -1, 0, 1]))
+        return sj.band(attr, None, attr_s, lo=lo, hi=lo + draw(st.sampled_from([0, 1, 2.5])))
+    return sj.equal(attr, attr_s)
+
+
+#: The attribute pairs of the terms' keys when they share none (an index per term).
+APART = [("x", "x"), ("y", "y"), ("x", "y")]
+
+
+@st.composite
 def disjunctions(draw):
-    """An OR of two or three conjunctions of one or two conditions on ``x`` and ``y``, half the
-    time ANDed with a common condition; a third of the time every term has a band on ``x``
-    (their hull is served)."""
-    hull = draw(st.integers(0, 2)) == 0
+    """An OR of two or three conjunctions on ``x`` and ``y``, in one of three shapes: any
+    conditions (one or two a term), half the time ANDed with a common one; a band on ``x`` in
+    every term (their hull is served); or a searchable condition in every term on attributes
+    no other term's shares, and maybe another condition (an index per term, or with a
+    self-join's cross-attribute key, a scan)."""
+    shape = draw(st.sampled_from(["any", "hull", "apart"]))
     terms = []
-    for _ in range(draw(st.integers(2, 3))):
+    for t in range(draw(st.integers(2, 3))):
         term = draw(conditions(draw(st.sampled_from(["x", "y"]))))
-        if hull:
+        if shape == "hull":
             term = sj.band("x", None, lo=draw(st.sampled_from([-3, -1, 0, 2])), hi=4) & term
+        elif shape == "apart":
+            key = draw(keyed(*APART[t]))
+            term = key & term if draw(st.booleans()) else key
         elif draw(st.booleans()):
             term = term & draw(conditions(draw(st.sampled_from(["x", "y"]))))
         terms.append(term)
     pred = terms[0]
     for t in terms[1:]:
         pred = pred | t
-    if draw(st.booleans()):
+    if shape == "any" and draw(st.booleans()):
         pred = draw(conditions(draw(st.sampled_from(["x", "y"])))) & pred
     return pred
 
 
 @settings(
-    max_examples=examples(50),
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
