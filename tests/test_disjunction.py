@@ -149,12 +149,16 @@ def disjunctions(draw):
     backend=st.sampled_from(["local", "sim"]),
     batch_size=st.sampled_from([1, 3, 16]),
     delivery_seed=st.integers(0, 3),
+    lateness=st.sampled_from([None, None, None, 3]),
 )
 def test_every_layout_equals_the_oracle(
-    self_join, data, predicate, window, layout, backend, batch_size, delivery_seed
+    self_join, data, predicate, window, layout, backend, batch_size, delivery_seed, lateness
 ):
     table = data.draw(tables(self_join))
-    query = sj.Query(predicate, window=window, self_join=self_join)
+    on_late = "error" if lateness is None else "drop"  # (a row behind the other stream is late)
+    query = sj.Query(
+        predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late
+    )
     res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
     if res is None:
         return
