@@ -135,7 +135,7 @@ GALLERY = [
         "shared_pipelined",
         "shared_pipelined.py",
         "the shared-index core pipelined against one step a batch, on Ray (PIM-Tree §4.1)",
-        4,
+        1,
         0,
         starts_ray=True,
         quick_args=None,

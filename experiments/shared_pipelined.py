@@ -15,7 +15,7 @@ host's profile with its processors shared (as ``streamjoin calibrate --check`` d
 simulator's ratio of the two against Ray's. Writes
 ``experiments/results/shared_pipelined.{csv,md}``.
 
-Run: ``python experiments/shared_pipelined.py`` (about 4 minutes on 2 cores).
+Run: ``python experiments/shared_pipelined.py`` (about a minute on 2 cores).
 """
 
 from __future__ import annotations
