@@ -265,7 +265,7 @@ def pipelines_here(threads: int) -> bool:
     return pipelines_on(threads, os.cpu_count() or 1)
 
 
-class _Step(NamedTuple):
+class _InFlight(NamedTuple):
     """A step handed to the threads and not yet finished (:meth:`SharedIndexCore._finish`)."""
 
     step: Step
@@ -374,7 +374,7 @@ class SharedIndexCore(Logic):
         # them; else this thread is one of the ``threads``
         workers = run if self._overlap else run - 1
         self._pool = ThreadPool(workers) if workers else None
-        self._inflight: _Step | None = None
+        self._inflight: _InFlight | None = None
         if self._pool is not None:
             weakref.finalize(self, self._pool.close)
         self._dummy = shared.SharedBPlusTree(3, 3).state  # the probed state a stream lacks
@@ -430,8 +430,9 @@ class SharedIndexCore(Logic):
 
     def _begin(self, batch: Batch) -> None:
         """Stage the step of ``batch`` (its tuples appended to the stores and, for the index,
-        announced to T_I) and hand its tasks to the pool's threads, which start at once when
-        the core is ``pipelined``; :meth:`_finish` runs this thread's share and ends it."""
+        announced to T_I) and hand its tasks to the pool's threads: pipelined, they start at
+        once and run them all; else they start when this thread's share begins, in
+        :meth:`_finish`, which ends the step."""
         spec, b, threads = self.spec, len(batch), self.threads
         version = spec.version
         spec.observe(batch.attrs)  # integers beyond 2**52: exact conditions, wider boxes
@@ -496,12 +497,12 @@ class SharedIndexCore(Logic):
         if self._pool is not None:
             self._pool.start(work, publish=self._overlap)
         streams = int(np.count_nonzero(step.n_y))
-        self._inflight = _Step(step, work, sizes, n_tasks, streams, batch.horizon.copy(), b)
+        self._inflight = _InFlight(step, work, sizes, n_tasks, streams, batch.horizon.copy(), b)
 
     def _finish(self) -> PairBatch | None:
         """End the step in flight, if any: run this thread's share of its tasks (those the
-        pool's threads have not taken), wait for the threads, gather its pairs in arrival
-        order, end the indexes' step and expire by its batch's horizons."""
+        pool's threads have not taken; none when pipelined), wait for the threads, gather its
+        pairs in arrival order, end the indexes' step and expire by its batch's horizons."""
         flight = self._inflight
         if flight is None:
             return None
