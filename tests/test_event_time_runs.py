@@ -78,7 +78,17 @@ def test_out_of_order_input_equals_the_oracle(
         assert len(late) == 0
 
 
-@pytest.mark.parametrize("layout", ["shared", "grid", "spo", "handshake_ll"])
+# the reorder buffer sits in the emitter: two layouts by default (a pipelined shared core,
+# a grid), the rest with -m slow (every layout meets disorder on local and sim)
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "shared",
+        "grid",
+        pytest.param("spo", marks=pytest.mark.slow),
+        pytest.param("handshake_ll", marks=pytest.mark.slow),
+    ],
+)
 def test_out_of_order_input_on_ray(ray_session, layout):
     data = sj.sources.disorder(
         sj.sources.synthetic(3_000, low=0, high=500, attrs=("x", "y"), seed=4), 30, seed=5
