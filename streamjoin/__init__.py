@@ -19,6 +19,7 @@ from streamjoin._version import __version__
 from streamjoin.query import (
     CountWindow,
     Filter,
+    Predicate,
     Query,
     TimeWindow,
     band,
@@ -39,6 +40,7 @@ __all__ = [
     "CountWindow",
     "Filter",
     "InputError",
+    "Predicate",
     "Query",
     "Result",
     "RunTimeout",

@@ -227,13 +227,19 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
 
 def _check_served(index: str, fallback: bool, query: Query) -> None:
     """The shared core's tasks probe, scan past the edge tuple and insert on one served
-    condition (§4.1); a query whose conditions no index can search (all ``!=``, or a
-    self-join's cross-attribute ones) has none: a single core scans its window instead."""
+    condition (§4.1); a query whose conditions no index can search (all ``!=``, a
+    self-join's cross-attribute ones, or an OR whose terms share none) has none: a single
+    core scans its window, or serves an OR with an index per term, instead."""
     if fallback:
+        why = (
+            "an OR whose terms share no condition an index can serve; single() gives each "
+            "term an index of its own"
+            if query.predicate.terms
+            else "!= conditions, or cross-attribute ones in a self-join"
+        )
         raise ValueError(
             f"shared_index({index!r}) needs a condition its index can search; "
-            f"{query.predicate} has none (!= conditions, or cross-attribute ones in a "
-            "self-join): use single()"
+            f"{query.predicate} has none ({why}): use single()"
         )
 
 
