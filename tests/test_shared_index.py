@@ -602,3 +602,17 @@ def test_a_core_pipelines_by_default_where_every_thread_has_a_processor(monkeypa
         assert core.pipelined is want, (cpus, threads)
         core.close()
     assert SharedIndexConfig("pim_tree", threads=2).simulated().pipelined is None
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_a_pipelined_core_lets_its_pairs_go_when_no_batch_waits(request, backend):
+    """Input 20 ms apart, one tuple a batch: a pipelined core's pairs leave when the core goes
+    idle (the executor's ``on_idle``), not with the next batch 20 ms later."""
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    data = sj.sources.synthetic(60, low=0, high=4, seed=2)
+    query = sj.Query(sj.band("x", 1), window=sj.CountWindow(20))
+    topology = sj.topologies.shared_index(2, pipelined=True)
+    res = sj.run(query, data, topology, backend=backend, pace=50, max_delay=0.001, batch_size=1)
+    assert res.same_pairs(sj.oracle.join(query, data)) and len(res.pairs) > 20
+    assert res.metrics["latency_ms"]["p50"] < 10, res.metrics["latency_ms"]
