@@ -56,11 +56,12 @@ SCENARIOS = [
 
 #: Layouts whose first scenario runs on Ray in the default run: several ports into one core,
 #: a cycle (end of stream by the driver), threads in an actor (over wide and compact T_S
-#: items: the state an actor builds differs), a mutable/immutable split, and its workers'
-#: broadcast and combining trees (batches passed on, reports of their own type). The
-#: rest run the same logic objects and meet Ray in the failure and security tests; ``-m slow``
-#: runs every layout's first scenario on Ray.
-RAY_DEFAULT = {"grid", "handshake_ll", "shared", "shared_compact", "spo", "spo_tree"}
+#: items: the state an actor builds differs; one of them pipelined), and a mutable/immutable
+#: split whose workers pass batches on and combine pairs along trees (reports of their own
+#: type). The rest run the same logic objects and meet Ray in the failure and security tests
+#: (``spo`` with direct workers in the filters' test); ``-m slow`` runs every
+#: layout's first scenario on Ray.
+RAY_DEFAULT = {"grid", "handshake_ll", "shared", "shared_compact", "spo_tree"}
 
 
 def _cases() -> list:

@@ -225,8 +225,9 @@ def test_a_filter_on_a_column_of_text_is_a_clear_error():
         sj.run(query, {"stream": data["stream"], "x": data["x"]})
 
 
-# the emitter drops filtered rows before any core: one layout by default, spo with -m slow
-@pytest.mark.parametrize("layout", ["grid", pytest.param("spo", marks=pytest.mark.slow)])
+# the emitter drops filtered rows before any core; spo is also the default run's spo with
+# direct workers on Ray (test_backends runs its trees)
+@pytest.mark.parametrize("layout", ["grid", "spo"])
 def test_filters_on_ray(ray_session, layout):
     data = sj.sources.synthetic(3_000, low=0, high=500, attrs=("x", "y"), seed=7)
     pred = sj.less("x") & sj.greater("y") if layout == "spo" else sj.band("x", 2)
