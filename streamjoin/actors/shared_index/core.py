@@ -260,9 +260,9 @@ def pipelines_on(threads: int, processors: float) -> bool:
     """Whether a ``threads``-thread core pipelines by default on a machine of ``processors``:
     with two threads or more, when every thread of the layout has one of its own (the
     workers, the core's own thread, the emitter's and the collector's: ``threads + 3``).
-    With fewer, its pool takes processors from the others: simulated, ``shared_index(2)``
-    pipelined ran at 0.91× one step a batch on 2 processors, 0.87× on 4, 1.31× on 5 and
-    1.48× on 6 (this host's profile, W = 2^16, unpaced)."""
+    With fewer, its pool takes processors from the others and the core runs slower than
+    one step a batch (measured on Ray and simulated by processor count: docs/performance.md,
+    the shared-index core)."""
     return threads > 1 and processors >= threads + 3
 
 
