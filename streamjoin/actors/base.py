@@ -74,11 +74,12 @@ class ActorLogic(Protocol):
 
     ``on_batch(port, message)`` handles one message arriving on an input port and returns the
     messages it sends, ``[(out_port, message), …]``; ``on_eof()`` runs once every input has
-    ended; ``on_idle()`` when no message waits and ``held_batches`` is not 0 (it returns
-    the output of the batches handled that has not left yet); ``passes_on(port, message)`` lists what the logic sends on *unchanged* before its
-    step (a chain core passing a batch to its neighbour: every executor sends those first, as
-    DP-Join passes the pointer on before joining, §III-C); ``warm()`` compiles or loads every
-    kernel the logic will run; ``counters()`` the cumulative step counters (module docstring).
+    ended; ``on_idle()`` when no message waits and ``held_batches`` is not 0 (it returns the
+    output of the batches handled that has not left yet); ``passes_on(port, message)`` lists
+    what the logic sends on *unchanged* before its step (a chain core passing a batch to its
+    neighbour: every executor sends those first, as DP-Join passes the pointer on before
+    joining, §III-C); ``warm()`` compiles or loads every kernel the logic will run;
+    ``counters()`` the cumulative step counters (module docstring).
     """
 
     #: Cost group of the simulator's model: ``emitter``, ``join``, ``manager``, ``collector``.

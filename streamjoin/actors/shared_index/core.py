@@ -3,12 +3,13 @@
 
 Design
 ------
-Each batch the core receives is one *step*. Inside a step, PIM-Tree §4.1's algorithm runs on ``threads`` threads:
-the calling thread and ``threads - 1`` pool threads, each in one ``nogil`` numba kernel
-(:func:`~streamjoin.actors.shared_index.kernels.run_tasks`) for the whole step, so Python runs
-only once per step and thread, not per task. Between close steps the pool's threads wait
-spinning on shared counters rather than asleep (:mod:`~streamjoin.actors.shared_index.thread_pool`): a
-sleeping thread's wake-up cost about 23 µs here, twice a step.
+Each batch the core receives is one *step*. Inside a step, PIM-Tree §4.1's algorithm runs on
+``threads`` threads: the calling thread and ``threads - 1`` pool threads (pipelined: below),
+each in one ``nogil`` numba kernel (:func:`~streamjoin.actors.shared_index.kernels.run_tasks`)
+for the whole step, so Python runs only once per step and thread, not per task. Between close
+steps the pool's threads wait spinning on shared counters rather than asleep
+(:mod:`~streamjoin.actors.shared_index.thread_pool`): a sleeping thread's wake-up cost about
+23 µs here, twice a step.
 
 - **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
   tasks of ``task_size`` tuples (by default one task per thread). Tasks are claimed in order
@@ -306,8 +307,8 @@ class SharedIndexCore(Logic):
     pipelined : bool, optional
         Return from :meth:`on_batch` while the pool's threads run the step; its pairs leave
         with the next call (module docstring). Not with ``host_threads``: the simulator
-        models it from this flag. None: with two threads or more on a host with more
-        processors than ``threads + 2`` (:func:`pipelines_on`).
+        models it from this flag. None: with two threads or more on a host with at least
+        ``threads + 3`` processors (:func:`pipelines_on`).
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
@@ -369,13 +370,13 @@ class SharedIndexCore(Logic):
         self._buf = np.empty((self.threads, 3, 0), dtype=np.int64)
         self._out = np.empty((3, 0), dtype=np.int64)
         run = self.threads if host_threads is None else min(self.threads, host_threads)
-        #: steps overlap with what the executor does between batches (the simulator models
-        #: it from this flag; on the host only with two threads or more: ``_overlap``)
         if pipelined is None and host_threads is None:
             pipelined = pipelines_here(self.threads)
-        #: None only in the simulator: its machine decides (:func:`pipelines_on`)
+        #: steps overlap with what the executor does between batches; None only in the
+        #: simulator, whose machine decides (:func:`pipelines_on`), and which models it from
+        #: this flag while its host runs every step at once (``_overlap`` False)
         self.pipelined = pipelined
-        self._overlap = bool(pipelined) and host_threads is None  # (not in the simulator)
+        self._overlap = bool(pipelined) and host_threads is None
         # pipelined, the pool's threads run every task and this thread only feeds and drains
         # them; else this thread is one of the ``threads``
         workers = run if self._overlap else run - 1
@@ -414,8 +415,7 @@ class SharedIndexCore(Logic):
         return 0 if self._inflight is None else 1
 
     def on_idle(self) -> list[tuple[str, PairBatch]]:
-        """No message waits: finish the step in flight (this thread joins its tasks) and
-        return its pairs."""
+        """No message waits: wait for the step in flight to end and return its pairs."""
         return self._emit(self._finish())
 
     def _emit(self, out: PairBatch | None) -> list[tuple[str, PairBatch]]:
@@ -517,7 +517,7 @@ class SharedIndexCore(Logic):
         ctl = step.ctl
         if self._pool is None:
             results = [flight.work(0)]
-        else:  # pipelined, this thread has no share: the pool's threads ran every task
+        else:  # pipelined, this thread has no share (fn(0) is None): the pool ran every task
             results = self._pool.finish(share=not self._overlap)[1 if self._overlap else 0 :]
         if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
             res = self._out[:, : ctl[OUT_N * PAD]].copy()
