@@ -146,9 +146,9 @@ class _Core:
         self.threads = logic.threads if threaded else 1
         self.held = 0
         # a pipelined core (set by the simulation): its step's charge split into the serial
-        # part and its tasks, the tasks in flight (start, costs) and the pairs they hold
+        # part and its tasks, when the tasks in flight end, and the pairs they hold
         self.split: Callable[..., tuple[float, list[float]]] | None = None
-        self.inflight: tuple[int, int] | None = None
+        self.inflight: int | None = None
         self.pending: list = []
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
@@ -503,7 +503,7 @@ class _Simulation:
         pool = self._pool_for(core) if tasks else 0
         if pool:  # they start now, on the pool's processors, while the held pairs are sent
             end = math.ceil(finish_at(tasks, [float(t)] * pool))
-            core.inflight = (t, end)
+            core.inflight = end
             if self.cpus is not None:  # the pool's processors are free again at its end
                 self.env.timeout(end - self.env.now, pool).callbacks.append(self._pool_done)
         elif tasks:  # no processor free for the pool: the core's thread runs them itself
@@ -527,6 +527,10 @@ class _Simulation:
         self.cpus_free -= pool
         return pool
 
+    def _tasks_done(self, event) -> None:
+        core = event.value
+        self._start(core, core.box.popleft() if core.box else (_IDLE, None, None, None, 0))
+
     def _pool_done(self, event) -> None:
         """A pipelined core's pool ended its tasks: its processors are given back."""
         self._give(event.value)
@@ -536,16 +540,16 @@ class _Simulation:
         tasks on the pool's ``threads`` processors since the step began. The core's busy
         time gains what its pool ran while its thread was away (from the end of its last
         step to the start of this one): a core is busy while any of its threads is."""
-        if core.inflight is None:
+        end = core.inflight
+        if end is None:
             return t
-        _, end = core.inflight
         core.inflight = None
         core.stats.busy_ns += max(0, min(end, self.env.now) - core.free_at)
         return max(t, end)
 
     def _flush(self, core: _Core, t0: int) -> None:
-        """Nothing waits for a pipelined core: its thread waits for the step in flight, whose
-        pairs then leave (``on_idle``)."""
+        """Nothing waited for a pipelined core when its pool ended the step in flight: that
+        step's pairs leave (``on_idle``)."""
         t = self._join_tasks(core, t0)
         held, core.pending = core.pending, []
         for p, m in held:
@@ -570,8 +574,10 @@ class _Simulation:
     def _next(self, core: _Core) -> None:
         if core.box:
             self._start(core, core.box.popleft())
-        elif core.inflight is not None:
-            self._start(core, (_IDLE, None, None, None, 0))
+        elif core.inflight is not None:  # its thread sleeps (holding no processor) until
+            # its pool is done, then lets the pairs go, unless a message came meanwhile
+            delay = max(0, core.inflight - self.env.now)
+            self.env.timeout(delay, core).callbacks.append(self._tasks_done)
         else:
             core.idle = True
 
