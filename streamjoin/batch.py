@@ -141,3 +141,15 @@ class PairBatch:
     def empty() -> PairBatch:
         z = np.empty(0, dtype=np.int64)
         return PairBatch(z, z.copy(), z.copy())
+
+
+def concat_pairs(parts: list[PairBatch]) -> PairBatch | None:
+    """One PairBatch of all non-empty ``parts``, or None."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return PairBatch(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("r", "s", "ingest_ns"))
+    )

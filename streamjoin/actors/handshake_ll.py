@@ -47,8 +47,8 @@ import numpy as np
 from streamjoin.actors.join_core import JoinLogic
 from streamjoin.actors.join_spec import JoinSpec, JoinWork
 from streamjoin.actors.router import Drain
-from streamjoin.actors.window_part import WindowPart, concat_pairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.actors.window_part import WindowPart
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 from streamjoin.query import Query
 
 _IN = {"r_in": 0, "s_in": 1}

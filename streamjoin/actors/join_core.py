@@ -11,8 +11,8 @@ import numpy as np
 from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
 from streamjoin.actors.join_spec import JOIN_COUNTERS, JoinSpec, JoinWork
-from streamjoin.actors.window_part import WindowPart, concat_pairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.actors.window_part import WindowPart
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 from streamjoin.query import Query
 
 

@@ -24,8 +24,8 @@ import numpy as np
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.join_core import IndexChoice, JoinLogic, warm_batch
 from streamjoin.actors.join_spec import JoinSpec, JoinWork
-from streamjoin.actors.window_part import WindowPart, concat_pairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.actors.window_part import WindowPart
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 from streamjoin.query import Query
 
 

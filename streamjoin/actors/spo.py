@@ -55,8 +55,8 @@ from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, RunSettings
 from streamjoin.actors.join_core import JoinCore, JoinLogic, warm_batch, warm_key
 from streamjoin.actors.join_spec import JoinSpec, JoinWork
-from streamjoin.actors.window_part import WindowPart, concat_pairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.actors.window_part import WindowPart
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 from streamjoin.checks import positive_int
 from streamjoin.indexes.spo.po_join import DEFAULT_MERGE_EVERY, POJoinIndex
 from streamjoin.query import Query

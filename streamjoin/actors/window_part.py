@@ -20,18 +20,6 @@ from streamjoin.batch import Batch, PairBatch
 from streamjoin.indexes.base import OrderedInsert
 
 
-def concat_pairs(parts: list[PairBatch]) -> PairBatch | None:
-    """One PairBatch of all non-empty ``parts``, or None."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    return PairBatch(
-        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("r", "s", "ingest_ns"))
-    )
-
-
 class WindowPart:
     """Tuples of one stream held in one place — a join core's whole window, or one PanJoin
     subwindow — with a window index over them.

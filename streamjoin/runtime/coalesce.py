@@ -3,8 +3,7 @@ coalescing, docs/design.md §2: a join core's answer does not depend on batch bo
 
 from __future__ import annotations
 
-from streamjoin.actors.window_part import concat_pairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 
 #: messages waiting in an actor's inbox before it reads no further (the ``ray`` executor; in a
 #: cyclic graph: the edges on no cycle), so at most this many ever merge into one
