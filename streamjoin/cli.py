@@ -153,6 +153,14 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         "and counted (drop) (default: %(default)s)",
     )
     query.add_argument(
+        "--how",
+        choices=("inner", "left", "right", "full"),
+        default="inner",
+        help="an outer join also returns each R (left), S (right) or any (full) tuple that "
+        "met no partner, once, as (r, -1) or (-1, s), when the input ends; a self-join "
+        "takes left (default: %(default)s)",
+    )
+    query.add_argument(
         "--match-rate",
         type=_number(**POSITIVE),
         default=2.0,
@@ -312,13 +320,15 @@ def _make_data(args):
     )
 
 
-def _event_time(args) -> dict:
-    """``Query`` options for out-of-order input (``--lateness``, ``--on-late``)."""
+def _query_options(args) -> dict:
+    """``Query`` options beside the predicate and window: out-of-order input
+    (``--lateness``, ``--on-late``) and outer joins (``--how``)."""
+    options = {"how": args.how}
     if args.lateness is None:
         if args.on_late != "error":
             raise ValueError("--on-late needs --lateness")
-        return {}
-    return {"lateness": args.lateness, "on_late": args.on_late}
+        return options
+    return {**options, "lateness": args.lateness, "on_late": args.on_late}
 
 
 def _query_data(args, predicate):
@@ -367,12 +377,12 @@ def _run_job(args):
     if predicate is not None and parse_source(args.source) is None:
         data = _query_data(args, predicate)
         described = f"{args.tuples:,} tuples, {args.distribution}"
-        query = sj.Query(predicate, window=window, self_join=args.self_join, **_event_time(args))
+        query = sj.Query(predicate, window=window, self_join=args.self_join, **_query_options(args))
     elif predicate is not None:  # no eps to choose: no sample of the join values
         first = predicate.flat[0].attr
         data = spark_source(argparse.Namespace(**{**vars(args), "attr": first, "eps": 0.0}))[0]
         described = args.source
-        query = sj.Query(predicate, window=window, self_join=args.self_join, **_event_time(args))
+        query = sj.Query(predicate, window=window, self_join=args.self_join, **_query_options(args))
     else:
         query, data, described = _band_query(args, window)
     if args.disorder:
@@ -447,7 +457,7 @@ def _band_query(args, window):
                 f"{described}: cannot choose eps for --match-rate: {e}; pass --eps"
             ) from e
     query = sj.Query(
-        sj.band(attr, eps), window=window, self_join=args.self_join, **_event_time(args)
+        sj.band(attr, eps), window=window, self_join=args.self_join, **_query_options(args)
     )
     return query, data, described
 

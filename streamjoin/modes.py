@@ -10,6 +10,8 @@ from typing import Literal, get_args
 Collect = Literal["pairs", "count"]
 #: What a late row does under a lateness bound (``Query``).
 OnLate = Literal["error", "drop"]
+#: Which tuples without a partner a join also returns (``Query``): none, R's, S's or both.
+How = Literal["inner", "left", "right", "full"]
 #: How a grid's batches reach its cores: passed on along rows and columns, or sent directly.
 Forward = Literal["chain", "direct"]
 #: How the shared-index core merges T_I into T_S (PIM-Tree §4.2).
@@ -25,6 +27,7 @@ Transport = Literal["auto", "arrow", "ipc"]
 
 COLLECTS: tuple[str, ...] = get_args(Collect)
 ON_LATE: tuple[str, ...] = get_args(OnLate)
+HOWS: tuple[str, ...] = get_args(How)
 FORWARDS: tuple[str, ...] = get_args(Forward)
 MERGES: tuple[str, ...] = get_args(Merge)
 LAYOUTS: tuple[str, ...] = get_args(Layout)

@@ -82,10 +82,13 @@ def join(query: Query, data) -> pa.Table:
     order of the later tuple, then the earlier one. With ``query.lateness``, the join of the
     rows that are not late (:func:`late_rows`) stably sorted by ``ts``, their pairs by their
     input row numbers (a late row raises ``InputError`` unless ``query.on_late == "drop"``).
+    An outer join (``query.how``) then adds ``(r, -1)`` for each kept R row (``"left"``,
+    ``"full"``; a self-join's every row) and ``(-1, s)`` for each kept S row (``"right"``,
+    ``"full"``) that no pair holds, in row order.
     """
-    if query.lateness is None:
-        return _join(query, validate(data, query))
     cols = validate(data, query)
+    if query.lateness is None:
+        return _outer(query, cols.stream & 1, np.arange(len(cols)), _join(query, cols))
     late = _late(cols.ts, query.lateness)
     if len(late) and query.on_late == "error":
         raise InputError(f"row {late[0]} is late under lateness {query.lateness}")
@@ -95,7 +98,30 @@ def join(query: Query, data) -> pa.Table:
     pairs = _join(query, sorted_cols)
     r = order[pairs.column("r").to_numpy()]
     s = order[pairs.column("s").to_numpy()]
-    return pa.table({"r": r.astype(np.int64), "s": s.astype(np.int64)})
+    inner = pa.table({"r": r.astype(np.int64), "s": s.astype(np.int64)})
+    return _outer(query, cols.stream[on_time] & 1, on_time, inner)
+
+
+def _outer(query: Query, stream: np.ndarray, rows: np.ndarray, pairs: pa.Table) -> pa.Table:
+    """``pairs`` and, for an outer join, each of ``rows`` (of ``stream``) whose side the join
+    keeps and that no pair holds: ``(row, -1)`` for R (a self-join's one stream), ``(-1,
+    row)`` for S."""
+    keep_r, keep_s = query.keeps_unmatched
+    if not (keep_r or keep_s):
+        return pairs
+    r, s = pairs.column("r").to_numpy(), pairs.column("s").to_numpy()
+    out_r, out_s = [r], [s]
+    for y, keep in ((0, keep_r), (1, keep_s)):
+        if not keep:
+            continue
+        matched = np.concatenate([r, s]) if query.self_join else (r if y == 0 else s)
+        alone = np.setdiff1d(rows[stream == y], matched)
+        none = np.full(len(alone), -1, dtype=np.int64)
+        out_r.append(alone if y == 0 else none)
+        out_s.append(none if y == 0 else alone)
+    return pa.table(
+        {"r": np.concatenate(out_r).astype(np.int64), "s": np.concatenate(out_s).astype(np.int64)}
+    )
 
 
 def _join(query: Query, cols: Columns) -> pa.Table:

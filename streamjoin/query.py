@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamjoin.checks import positive_int
-from streamjoin.modes import ON_LATE, OnLate
+from streamjoin.modes import HOWS, ON_LATE, How, OnLate
 
 TINY = float(np.nextafter(0.0, 1.0))
 INF = math.inf
@@ -737,6 +737,13 @@ class Query:
         A late row raises :class:`~streamjoin.InputError` naming it, its ``ts`` and the
         watermark, and the run returns nothing (``"error"``, the default); or it is left out
         and listed in ``Result.late`` and counted in ``metrics["late_tuples"]`` (``"drop"``).
+    how : {"inner", "left", "right", "full"}
+        Outer joins, as SQL's ``LEFT/RIGHT/FULL OUTER JOIN ... ON``: besides the pairs,
+        each R tuple (``"left"``), S tuple (``"right"``) or both (``"full"``) that has no
+        partner in the result is returned once as the pair ``(r, -1)`` or ``(-1, s)``. A
+        tuple that fails a filter of its side joins nothing, so it is such a tuple; a late
+        row (``on_late="drop"``) is in ``Result.late`` instead. A self-join takes
+        ``"inner"`` or ``"left"``: ``(t, -1)`` for each tuple that met no other.
     """
 
     predicate: Predicate
@@ -744,6 +751,7 @@ class Query:
     self_join: bool = False
     lateness: int | None = None
     on_late: OnLate = "error"
+    how: How = "inner"
 
     def __init__(
         self,
@@ -753,6 +761,7 @@ class Query:
         *,
         lateness: int | None = None,
         on_late: OnLate = "error",
+        how: How = "inner",
     ):
         if isinstance(predicate, Condition):
             predicate = Predicate((predicate,))
@@ -783,11 +792,19 @@ class Query:
             raise ValueError(
                 "on_late='drop' needs lateness= (the bound beyond which rows are late)"
             )
+        if how not in HOWS:
+            raise ValueError(f"how must be one of {', '.join(map(repr, HOWS))}, got {how!r}")
+        if self_join and how not in ("inner", "left"):
+            raise ValueError(
+                f"a self-join takes how='inner' or how='left' (each tuple that met no other), "
+                f"got how={how!r}"
+            )
         object.__setattr__(self, "predicate", predicate)
         object.__setattr__(self, "window", window)
         object.__setattr__(self, "self_join", self_join)
         object.__setattr__(self, "lateness", lateness)
         object.__setattr__(self, "on_late", on_late)
+        object.__setattr__(self, "how", how)
 
     @property
     def attrs(self) -> tuple[str, ...]:
@@ -815,9 +832,17 @@ class Query:
 
     def __str__(self) -> str:
         kind = "self-join" if self.self_join else "join"
+        if self.how != "inner":
+            kind = f"{self.how} outer {kind}"
         w = self.window
         size = f"{w.r}" if self.self_join or w.r == w.s else f"R {w.r}, S {w.s}"
         text = f"{kind} on {self.predicate} within {w.kind} window {size}"
         if self.lateness is not None:
             text += f", lateness {self.lateness} ({'late rows dropped' if self.on_late == 'drop' else 'late rows refused'})"
         return text
+
+    @property
+    def keeps_unmatched(self) -> tuple[bool, bool]:
+        """Whether the result holds R's and S's tuples without a partner (``how``); a
+        self-join's one stream is R."""
+        return self.how in ("left", "full"), self.how in ("right", "full")

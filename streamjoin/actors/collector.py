@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
-from streamjoin.batch import PairBatch
+from streamjoin.batch import PairBatch, concat_pairs
 from streamjoin.modes import Collect
 from streamjoin.query import Query
 
@@ -71,7 +71,7 @@ class CollectorConfig(ActorConfig):
     in_order: bool = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Collector:
-        collector = Collector(settings.collect, clock, self.in_order)
+        collector = Collector(settings.collect, clock, self.in_order, query.how != "inner")
         collector.warm()
         return collector
 
@@ -91,8 +91,18 @@ class Collector(Logic):
     in_order : bool
         The pairs of an ordered run arrive in order (:class:`CollectorConfig`); otherwise
         :meth:`arrays` sorts them at the end.
+    outer : bool
+        An outer join (``Query.how``): the emitter also sends, on port ``unmatched``, the
+        rows of the sides the join keeps as ``(seq, -1)`` or ``(-1, seq)``. The collector
+        notes every row a pair holds, and when the input ends (:meth:`on_eof`: every pair
+        has arrived) it returns each noted row that none held, once, its latency counted
+        from its arrival to then. Exact on every layout, because no join actor needs to know
+        whether a tuple met a partner (SplitJoin's cores, a grid's cells, PanJoin's workers,
+        SPO's stages and a handshake chain each see a part of its partners); the price is a
+        byte per input row and 24 per kept row until the end, and the rows leave then,
+        not when they leave the other stream's window.
 
-    Counter (``COUNTERS``): pairs received.
+    Counter (``COUNTERS``): pairs received (with an outer join's rows without a partner).
     """
 
     cost_group = "collector"
@@ -103,6 +113,7 @@ class Collector(Logic):
         collect: Collect = "pairs",
         clock: Callable[[], int] | None = None,
         in_order: bool = False,
+        outer: bool = False,
     ) -> None:
         if collect not in ("pairs", "count"):
             raise ValueError(f"collect must be 'pairs' or 'count', got {collect!r}")
@@ -116,8 +127,54 @@ class Collector(Logic):
         self._r: list[np.ndarray] = []
         self._s: list[np.ndarray] = []
         self._lat: list[np.ndarray] = []
+        self.outer = outer
+        #: outer join: whether a pair held the row of each seq, and the kept sides' rows
+        self._matched = np.zeros(0, dtype=np.bool_)
+        self._candidates: list[PairBatch] = []
+        self.unmatched = 0
 
     def on_batch(self, port: str, pairs: PairBatch) -> list:
+        if self.outer:
+            if port == "unmatched":
+                self._candidates.append(pairs)
+                return []
+            self._note_matched(pairs)
+        self._record(pairs)
+        return []
+
+    def _note_matched(self, pairs: PairBatch) -> None:
+        if not len(pairs):
+            return
+        top = max(int(pairs.r.max()), int(pairs.s.max()))
+        if top >= len(self._matched):
+            grown = np.zeros(max(top + 1, 2 * len(self._matched)), dtype=np.bool_)
+            grown[: len(self._matched)] = self._matched
+            self._matched = grown
+        self._matched[pairs.r] = True
+        self._matched[pairs.s] = True
+
+    def on_eof(self) -> list:
+        """The input has ended and every pair has arrived: an outer join's kept rows that
+        no pair held leave now, each once."""
+        if not self.outer or not self._candidates:
+            return []
+        every = concat_pairs(self._candidates)
+        self._candidates = []
+        if every is None:
+            return []
+        # each row once, in row order: the emitter sends each once, in order, on one edge
+        seq = np.maximum(every.r, every.s)
+        held = np.zeros(len(seq), dtype=np.bool_)
+        inside = seq < len(self._matched)
+        held[inside] = self._matched[seq[inside]]
+        alone = np.flatnonzero(~held)
+        rows = PairBatch(every.r[alone], every.s[alone], every.ingest_ns[alone])
+        self.unmatched += len(rows)
+        self.in_order = False  # they leave after every pair: arrays() sorts an ordered run
+        self._record(rows)
+        return []
+
+    def _record(self, pairs: PairBatch) -> None:
         now = self.clock() if self.clock else 0
         latency = now - pairs.ingest_ns
         self.count += len(pairs)
@@ -129,7 +186,6 @@ class Collector(Logic):
             self._r.append(pairs.r)
             self._s.append(pairs.s)
             self._lat.append(latency)
-        return []
 
     def counters(self) -> tuple[int]:
         return (self.count,)

@@ -11,11 +11,16 @@ from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
-from streamjoin.batch import Batch
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 from streamjoin.event_time import ReorderBuffer
 from streamjoin.indexes.blocks.sorted_runs import lower_bound
 from streamjoin.query import Query
 from streamjoin.validation import Columns, check_ts_continues
+
+#: An outer join's unpartnered candidates (:meth:`Emitter._note_unmatched`) go to the
+#: collector in messages of at least this many rows (and the rest at the end of input): it
+#: needs them only when the input ends.
+UNMATCHED_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,11 @@ class Emitter(Logic):
         self._released: list[tuple[Columns, np.ndarray]] = []
         self._released_n = 0
         self.copied = 0  # tuples copied into a batch other than the chunk they came in
+        # an outer join (Query.how): the tuples whose side it keeps go to the collector too,
+        # as pairs (seq, -1) or (-1, seq), which it returns if no pair holds them
+        self.keep = query.keeps_unmatched
+        self._unmatched: list[PairBatch] = []
+        self._unmatched_n = 0
         self.tuples_in = self.msgs_out = self.tuples_out = 0
 
     def counters(self) -> tuple[int, int, int, int]:
@@ -152,8 +162,8 @@ class Emitter(Logic):
         after the last batch."""
         if self.reorder is not None:
             self._release(self.reorder.flush())
-            return self._sent(self._close_released(full_only=False) + self.route.eof())
-        return self._sent(self._close(full_only=False) + self.route.eof())
+            return self._sent(self._close_released(full_only=False) + self.route.eof(), eof=True)
+        return self._sent(self._close(full_only=False) + self.route.eof(), eof=True)
 
     def _tick(self) -> list[tuple[str, Batch]]:
         if self.max_delay_ns is None or self.clock is None:
@@ -165,7 +175,10 @@ class Emitter(Logic):
             return self._close_released(full_only=False)
         return self._close(full_only=False)
 
-    def _sent(self, out: list) -> list:
+    def _sent(self, out: list, eof: bool = False) -> list:
+        if self._unmatched_n and (eof or self._unmatched_n >= UNMATCHED_ROWS):
+            out = [("unmatched", concat_pairs(self._unmatched)), *out]
+            self._unmatched, self._unmatched_n = [], 0
         if out:
             self.msgs_out += len(out)
             self.tuples_out += sum([len(m) for _, m in out])
@@ -220,6 +233,8 @@ class Emitter(Logic):
                 q.self_join,
             )
         self.n_seen += n
+        if self.keep != (False, False):
+            self._note_unmatched(stream, seq, ingest_ns)
         batch = Batch(
             seq=seq,
             stream=stream,
@@ -234,6 +249,26 @@ class Emitter(Logic):
         )
         # (a batch's horizon is then its last kept row's: a lower bound, so expiry only waits)
         return batch.take(np.flatnonzero(joins)) if self.filters and not joins.all() else batch
+
+    def _note_unmatched(self, stream: np.ndarray, seq: np.ndarray, ingest_ns) -> None:
+        """Queue for the collector the rows of the sides an outer join keeps (filtered rows
+        too: they join nothing), as ``(seq, -1)`` for R and ``(-1, seq)`` for S."""
+        keep_r, keep_s = self.keep
+        if keep_r and keep_s:
+            at: slice | np.ndarray = slice(None)
+            none = np.full(len(seq), -1, dtype=np.int64)
+            r, s = np.where(stream == 0, seq, none), np.where(stream == 1, seq, none)
+        else:  # one side: its rows' positions (seq numbers the chunk's rows in order)
+            at = np.flatnonzero(stream == int(keep_s))
+            rows = at + (int(seq[0]) if len(seq) else 0)
+            none = np.full(len(rows), -1, dtype=np.int64)
+            r, s = (rows, none) if keep_r else (none, rows)
+        if np.ndim(ingest_ns) == 0:
+            times = np.full(len(r), ingest_ns, dtype=np.int64)
+        else:
+            times = np.asarray(ingest_ns, dtype=np.int64)[at]
+        self._unmatched.append(PairBatch(r, s, times))
+        self._unmatched_n += len(r)
 
     # -- closing ---------------------------------------------------------------------------------
 

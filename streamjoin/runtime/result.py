@@ -59,14 +59,16 @@ class Result:
     ----------
     pairs : pyarrow.Table or None
         Columns ``r``, ``s`` (input row numbers; for a self-join ``r`` is the older row) and
-        ``latency_ns``; None when the run used ``collect="count"``.
+        ``latency_ns``; an outer join's tuples without a partner are ``(r, -1)`` and ``(-1,
+        s)`` (``Query.how``). None when the run used ``collect="count"``.
     count : int
-        Number of result pairs.
+        Number of result pairs (with an outer join's tuples without a partner).
     metrics : dict
         ``input_tuples``, ``output_pairs``, ``elapsed_s`` (first ingest to last result),
         ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max),
         ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
-        the machine; ``late_tuples`` with ``Query.lateness``.
+        the machine; ``late_tuples`` with ``Query.lateness``; ``unmatched_tuples`` (of
+        ``output_pairs``) with an outer join.
     late : pyarrow.Table or None
         With ``Query.lateness``: the rows left out as late (``on_late="drop"``), their input
         row numbers ``row``, ``stream`` and ``ts``; None otherwise.
@@ -84,9 +86,12 @@ class Result:
         input's rows, with the rows left out as late (:mod:`streamjoin.event_time`)."""
         pairs = self.pairs
         if pairs is not None:
-            rows = pa.array(mark.row_numbers())
-            pairs = pairs.set_column(0, "r", rows.take(pairs.column("r")))
-            pairs = pairs.set_column(1, "s", rows.take(pairs.column("s")))
+            rows = mark.row_numbers()
+            for at, side in enumerate(("r", "s")):
+                seq = pairs.column(side).to_numpy()
+                # an outer join's -1 (no row on that side) stays -1
+                renumbered = np.where(seq >= 0, rows[np.maximum(seq, 0)], -1)
+                pairs = pairs.set_column(at, side, pa.array(renumbered, type=pa.int64()))
         metrics = {**self.metrics, "late_tuples": mark.n_late}
         return replace(self, pairs=pairs, metrics=metrics, late=mark.late_rows())
 
@@ -142,6 +147,7 @@ class Result:
             },
             "input_tuples": trace.input_tuples,
             "output_pairs": col.count,
+            **({"unmatched_tuples": col.unmatched} if query.how != "inner" else {}),
             "elapsed_s": elapsed_s,
             "input_tuples_per_s": trace.input_tuples / elapsed_s,
             "output_pairs_per_s": col.count / elapsed_s,
@@ -192,14 +198,15 @@ class Result:
         return pa.table({k: out[k] for k in order})
 
     def to_spark(self, spark):
-        """The pairs as a Spark DataFrame (``r``, ``s``, ``latency_ns``), handed over as Arrow.
+        """The pairs as a Spark DataFrame (``r``, ``s``, ``latency_ns``), handed over as Arrow;
+        an outer join's missing side (-1 in :attr:`pairs`) is null.
 
         ``spark`` is a SparkSession; for the joined rows' columns see
         :meth:`streamjoin.spark_bridge.SparkSource.pairs_with_columns`.
         """
         if self.pairs is None:
             raise ValueError("this run used collect='count' and kept no pairs")
-        return spark.createDataFrame(self.pairs)
+        return spark.createDataFrame(_nulls_for_missing(self.pairs))
 
     def latency_ns(self) -> np.ndarray | None:
         return None if self.pairs is None else self.pairs.column("latency_ns").to_numpy()
@@ -217,6 +224,8 @@ class Result:
             f"output     {m['output_pairs']:,} pairs = {m['output_pairs_per_s']:,.0f} pairs/s",
             "latency    " + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
         ]
+        if "unmatched_tuples" in m:
+            lines.append(f"unmatched  {m['unmatched_tuples']:,} of them tuples without a partner")
         if "late_tuples" in m:
             lines.append(
                 f"late       {m['late_tuples']:,} tuples left out (Result.late lists them)"
@@ -271,3 +280,12 @@ class Result:
             f"Result({self.count:,} pairs, {m['input_tuples_per_s']:,.0f} tuples/s, "
             f"p50 {_ms(m['latency_ms']['p50'] * 1e6)})"
         )
+
+
+def _nulls_for_missing(pairs: pa.Table) -> pa.Table:
+    """``pairs`` with each -1 in ``r`` or ``s`` (an outer join's missing side) a null."""
+    for at, side in enumerate(("r", "s")):
+        rows = pairs.column(side).to_numpy()
+        if len(rows) and rows.min() < 0:
+            pairs = pairs.set_column(at, side, pa.array(rows, mask=rows < 0))
+    return pairs

@@ -105,6 +105,7 @@ def run(
             f"topology must be built by streamjoin.topologies, got {type(topology).__name__}"
         )
     topology.check(query)
+    topology = topology.for_query(query)
     settings = RunSettings(
         batch_size=batch_size,
         max_delay_ns=delay_ns,

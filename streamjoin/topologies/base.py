@@ -116,6 +116,24 @@ class Topology:
         for node in self.graph:
             self.config(node).check(query)
 
+    def for_query(self, query) -> Topology:
+        """The graph that runs ``query``: this one, or for an outer join (``query.how``) a
+        copy with one more edge, ``unmatched`` from the emitter to the collector, on which
+        the emitter sends the rows of the kept sides; the collector returns those no pair
+        holds when the input ends (:class:`~streamjoin.actors.collector.Collector`). That
+        needs no join actor to know whether a tuple met a partner, on every layout."""
+        if query.how == "inner":
+            return self
+        graph = self.graph.copy()
+        graph.add_edge(
+            self.emitter,
+            self.collector,
+            src_port="unmatched",
+            dst_port="unmatched",
+            label="unmatched",
+        )
+        return Topology(self.name, graph)
+
     def to_dot(self) -> str:
         """Graphviz DOT text of the graph."""
         lines = [f'digraph "{self.name}" {{', "  rankdir=LR;"]

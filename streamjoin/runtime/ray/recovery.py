@@ -98,6 +98,8 @@ def feeds(topology: Topology) -> dict[str, list[tuple[str, str]]]:
     out: dict[str, list[tuple[str, str]]] = {}
     graph = topology.graph
     for _, v, d in graph.out_edges(topology.emitter, data=True):
+        if v == topology.collector:  # (an outer join's kept rows: no core needs them again)
+            continue
         chain = out.setdefault(d["src_port"], [])
         node, port = v, d["dst_port"]
         while node is not None:

@@ -92,6 +92,7 @@ def max_sustainable_rate(
         raise ValueError("max_sustainable_rate scales a rate: use Arrival.constant or poisson")
     topology = single() if topology is None else topology
     topology.check(query)
+    topology = topology.for_query(query)
     cols = validate(data, query)
     settings = RunSettings(
         batch_size=positive_int("batch_size", batch_size),

@@ -1,0 +1,218 @@
+"""Outer joins (``Query(how=...)``): each kept tuple without a partner once, as ``(r, -1)`` or
+``(-1, s)``. The oracle against DuckDB's SQL outer joins on the same rows, every topology
+against the oracle (local with interleavings, sim, Ray), and what the result's forms make of
+a missing side."""
+
+import json
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from budget import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from layouts import LAYOUTS, run_layout
+from strategies import predicates, tables, windows
+
+import streamjoin as sj
+from streamjoin.cli import main as cli_main
+
+pytestmark = pytest.mark.filterwarnings("ignore::streamjoin.indexes.IndexFallbackWarning")
+
+SQL_JOIN = {"left": "LEFT OUTER JOIN", "right": "RIGHT OUTER JOIN", "full": "FULL OUTER JOIN"}
+
+
+def _duckdb_pairs(table: pa.Table, how: str, window: int, band: float, kind: str) -> pa.Table:
+    """The contract in SQL: an outer join of R and S ON |r.x - s.x| <= band, r.kind = 1 (a
+    filter on r's side, SQL ``ON`` semantics) and the earlier of the two among the last
+    ``window`` rows of its stream before the later one (``kind="count"``) or at most
+    ``window`` behind it in ``ts`` (``"time"``); a missing side is -1."""
+    rows = table.append_column("row", pa.array(np.arange(len(table))))  # noqa: F841
+    if kind == "count":
+        in_window = f"""((s.row > r.row AND r.rank >= s.r_before - {window})
+            OR (r.row > s.row AND s.rank >= r.s_before - {window}))"""
+    else:
+        in_window = f"""((s.row > r.row AND r.ts >= s.ts - {window})
+            OR (r.row > s.row AND s.ts >= r.ts - {window}))"""
+    sql = f"""
+        WITH t AS (
+            SELECT *,
+                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
+                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
+                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
+            FROM rows),
+        rr AS (SELECT * FROM t WHERE stream = 0),
+        ss AS (SELECT * FROM t WHERE stream = 1)
+        SELECT coalesce(r.row, -1) AS r, coalesce(s.row, -1) AS s
+        FROM rr r {SQL_JOIN[how]} ss s
+          ON abs(r.x - s.x) <= {band} AND r.kind = 1 AND {in_window}"""
+    return duckdb.sql(sql).to_arrow_table()
+
+
+def _table(rng, n: int) -> pa.Table:
+    return pa.table(
+        {
+            "stream": rng.integers(0, 2, n).astype(np.int8),
+            "ts": np.sort(rng.integers(0, n // 2, n)),
+            "x": rng.integers(0, 60, n),
+            "kind": rng.integers(0, 3, n),
+        }
+    )
+
+
+@pytest.mark.parametrize("how", ["left", "right", "full"])
+@pytest.mark.parametrize("kind", ["count", "time"])
+def test_oracle_equals_duckdb(how, kind):
+    table = _table(np.random.default_rng(len(how)), 400)
+    window = sj.CountWindow(12) if kind == "count" else sj.TimeWindow(6)
+    query = sj.Query(sj.band("x", 1.0) & (sj.r.kind == 1), window=window, how=how)
+    expected = _duckdb_pairs(table, how, 12 if kind == "count" else 6, 1.0, kind)
+    got = sj.oracle.join(query, table)
+    unmatched = np.asarray(got.column("s" if how == "left" else "r")) == -1
+    assert 0 < unmatched.sum() < len(got)
+    assert sj.oracle.same_pairs(got, expected)
+
+
+def test_a_self_join_keeps_each_tuple_that_met_no_other():
+    rng = np.random.default_rng(3)
+    table = pa.table({"ts": np.arange(200), "x": rng.integers(0, 100, 200)})
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(10), self_join=True, how="left")
+    rows = table.append_column("row", pa.array(np.arange(200)))  # noqa: F841
+    alone = duckdb.sql(
+        """SELECT a.row AS r, -1 AS s FROM rows a WHERE NOT EXISTS (SELECT 1 FROM rows b
+           WHERE b.row <> a.row AND abs(a.row - b.row) <= 10 AND abs(a.x - b.x) <= 1)"""
+    ).to_arrow_table()
+    inner = sj.oracle.join(sj.Query(query.predicate, query.window, self_join=True), table)
+    expected = pa.concat_tables([inner, alone.cast(inner.schema)])
+    assert len(alone) > 0
+    assert sj.oracle.same_pairs(sj.oracle.join(query, table), expected)
+    res = sj.run(query, table, sj.topologies.split(2), batch_size=16, progress=False)
+    assert res.same_pairs(expected)
+
+
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    self_join=st.booleans(),
+    data=st.data(),
+    predicate=predicates(),
+    window=windows(),
+    layout=st.sampled_from(sorted(LAYOUTS)),
+    backend=st.sampled_from(["local", "sim"]),
+    batch_size=st.sampled_from([1, 3, 16]),
+    delivery_seed=st.integers(0, 3),
+    lateness=st.sampled_from([None, None, 0, 3]),
+    how=st.sampled_from(["left", "right", "full"]),
+    with_filter=st.booleans(),
+)
+def test_every_layout_equals_the_oracle(
+    self_join,
+    data,
+    predicate,
+    window,
+    layout,
+    backend,
+    batch_size,
+    delivery_seed,
+    lateness,
+    how,
+    with_filter,
+):
+    table = data.draw(tables(self_join))
+    if self_join:
+        how = "left"
+    if with_filter:
+        predicate = predicate & (sj.r.y > 0)
+    on_late = "error" if lateness is None else "drop"
+    query = sj.Query(
+        predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late, how=how
+    )
+    res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    if res is None:
+        return
+    expected = sj.oracle.join(query, table)
+    assert res.same_pairs(expected)
+    alone = int(
+        np.sum((expected.column("r").to_numpy() < 0) | (expected.column("s").to_numpy() < 0))
+    )
+    assert res.metrics["unmatched_tuples"] == alone
+
+
+def _synthetic(n=2_000, seed=5):
+    return sj.sources.synthetic(n, low=0, high=2 * n, attrs=("x",), seed=seed)
+
+
+def test_counts_ordered_output_and_the_summary():
+    data = _synthetic()
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(100), how="full")
+    expected = sj.oracle.join(query, data)
+    counted = sj.run(query, data, sj.topologies.grid(2, 2), collect="count", progress=False)
+    assert counted.count == len(expected)
+    ordered = sj.run(query, data, sj.topologies.single(), ordered=True, progress=False)
+    assert ordered.same_pairs(expected)
+    r, s = ordered.pairs.column("r").to_numpy(), ordered.pairs.column("s").to_numpy()
+    later = np.maximum(r, s)
+    assert (np.diff(later) >= 0).all()  # in order of the later (or only) tuple
+    assert "tuples without a partner" in ordered.summary()
+    assert "full outer join" in ordered.metrics["query"]
+    # a tuple without a partner leaves when the input ends: its latency is counted to then
+    lat = ordered.pairs.column("latency_ns").to_numpy()
+    assert (lat >= 0).all()
+
+
+def test_a_missing_side_is_null_in_the_rows_columns_and_stays_minus_one_under_lateness():
+    rng = np.random.default_rng(9)
+    n = 300
+    table = pa.table(
+        {
+            "stream": rng.integers(0, 2, n).astype(np.int8),
+            "ts": np.arange(n) + rng.integers(-5, 6, n),  # out of order by up to 10
+            "x": rng.integers(0, 200, n),
+        }
+    )
+    query = sj.Query(
+        sj.band("x", 1.0), window=sj.TimeWindow(20), lateness=4, on_late="drop", how="left"
+    )
+    res = sj.run(query, table, sj.topologies.split(2), batch_size=8, progress=False)
+    assert len(res.late) > 0
+    assert res.same_pairs(sj.oracle.join(query, table))
+    s = res.pairs.column("s").to_numpy()
+    assert (s == -1).any() and (res.pairs.column("r").to_numpy() >= 0).all()
+    late = set(res.late.column("row").to_pylist())
+    assert late.isdisjoint(res.pairs.column("r").to_pylist())  # a late row is in .late only
+    wide = res.pairs_with(table, columns=["x"])
+    assert wide.column("s_x").null_count == int((s == -1).sum())
+    assert wide.column("r_x").null_count == 0
+
+
+def test_bad_how_is_a_clear_error():
+    with pytest.raises(ValueError, match="how must be one of 'inner', 'left', 'right', 'full'"):
+        sj.Query(sj.band("x", 1.0), sj.CountWindow(4), how="outer")
+    with pytest.raises(ValueError, match="a self-join takes how='inner' or how='left'"):
+        sj.Query(sj.band("x", 1.0), sj.CountWindow(4), self_join=True, how="full")
+
+
+def test_the_cli_takes_how(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--no-progress", "--tuples", "3000", "--how", "full", "--check", "-o", str(out)]
+    assert cli_main(args) == 0
+    printed = capsys.readouterr().out
+    assert "oracle: same pairs" in printed and "tuples without a partner" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["unmatched_tuples"] > 0
+
+
+@pytest.mark.parametrize("layout", ["grid", "shared"])
+def test_outer_joins_on_ray(ray_session, layout):
+    data = _synthetic(3_000, seed=11)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(300), how="full")
+    res = sj.run(query, data, LAYOUTS[layout](), backend="ray", batch_size=64)
+    expected = sj.oracle.join(query, data)
+    assert res.same_pairs(expected)
+    assert res.metrics["unmatched_tuples"] > 0
