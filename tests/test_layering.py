@@ -108,6 +108,7 @@ _BELOW = {
         "streamjoin.batch",
         "streamjoin.checks",
         "streamjoin.modes",
+        "streamjoin.compile_ahead",
     ),
 }
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from streamjoin import indexes
+from streamjoin import compile_ahead, indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
 from streamjoin.actors.join_spec import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.actors.window_part import WindowPart
@@ -244,6 +244,8 @@ class JoinCore(JoinLogic):
         for each index, its options and the query's shape
         (:data:`~streamjoin.actors.base.WARMED`).
         """
+        for part in self.parts.values():  # the slowest kernels, meanwhile, in a second process
+            compile_ahead.start(part.index.compile_ahead())
         WARMED.once(warm_key(self.spec), lambda: self._warm())
 
     def _warm(self) -> None:

@@ -153,6 +153,12 @@ class WindowIndex(ABC):
         several searched structures charges each)."""
         return self.probe_work(len(self))
 
+    def compile_ahead(self) -> str | None:
+        """``"module:function"`` naming kernels a first run reaches late and compiles long,
+        which a second process may compile meanwhile (:mod:`streamjoin.compile_ahead`), or
+        None (the default)."""
+        return None
+
     def __init__(self, n_keys: int = 1) -> None:
         if n_keys < 1 or (n_keys > 1 and not self.multi_attribute):
             raise ValueError(f"index {self.name!r} takes one key row, got n_keys={n_keys}")

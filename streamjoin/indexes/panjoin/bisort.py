@@ -775,6 +775,11 @@ class BISortIndex(SubwindowIndex):
         )
         self.exact = item_layout(self.name, layout).exact
 
+    def compile_ahead(self) -> str | None:
+        """The probe of a packed subwindow (compact layout): reached only once one has
+        filled, after the wide probe (:func:`packed_probe_jobs`)."""
+        return None if self.exact else f"{__name__}:packed_probe_jobs"
+
     def probe_stores(self, keys, vlo, vhi, lo, hi):
         """Every subwindow appends to one pair of outputs (per thread): no per-store arrays to
         allocate, fault in and concatenate (about 5% of a probe batch at 32K, 8% at 1K)."""
@@ -791,6 +796,16 @@ class BISortIndex(SubwindowIndex):
         ]
         found = [f.result() for f in slices]
         return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+
+
+def packed_probe_jobs() -> list:
+    """:func:`append_bisort` over a packed subwindow's types (uint64 items), the kernel a
+    first run with the compact layout compiles last (:mod:`streamjoin.compile_ahead`)."""
+    items, refs, keys = (np.empty(0, dtype=d) for d in (np.uint64, np.int64, np.float64))
+    meta, coder = np.zeros(5, dtype=np.int64), np.zeros(2)
+    packed = BISortArrays(items, items, keys, refs, items, meta, coder)
+    zero = np.int64(0)
+    return [(append_bisort, (packed, keys, keys, keys, 0.0, 0.0, zero, refs, refs, zero))]
 
 
 def _probe_slice(stores, keys, vlo, vhi, lo, hi, min_ref, a, b):

@@ -1,0 +1,86 @@
+"""Compiling a first run's slowest kernels in a second process (``streamjoin.compile_ahead``):
+the helper fills numba's disk cache with the job's kernel, starts only when the cache lacks
+it, and an index's jobs have the types its runs call them with."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import streamjoin as sj
+from streamjoin import compile_ahead
+from streamjoin.actors.join_core import JoinCore
+from streamjoin.indexes.panjoin import bisort
+
+KERNEL = """
+import numpy as np
+from numba import njit
+
+@njit(cache=True)
+def twice(x):
+    return 2 * x
+
+def jobs():
+    return [(twice, (np.int64(3),))]
+"""
+
+
+def test_the_helper_compiles_into_the_disk_cache_once(tmp_path, monkeypatch):
+    (tmp_path / "ahead_kernel.py").write_text(textwrap.dedent(KERNEL))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(compile_ahead, "_started", set())
+    import ahead_kernel
+
+    assert not compile_ahead.cached(ahead_kernel.twice, (np.int64(3),))
+    helper = compile_ahead.start("ahead_kernel:jobs")
+    assert helper is not None
+    assert helper.wait(timeout=120) == 0
+    # compiled in the other process, loaded here from the disk
+    assert compile_ahead.cached(ahead_kernel.twice, (np.int64(3),))
+    assert not ahead_kernel.twice.signatures  # (nothing compiled in this one)
+    assert compile_ahead.start("ahead_kernel:jobs") is None  # once per process
+    compile_ahead._started.clear()
+    assert compile_ahead.start("ahead_kernel:jobs") is None  # cached: nothing to start
+    # a second helper while one holds the target exits at once, compiling nothing
+    with open(compile_ahead._lock_path("ahead_kernel:jobs"), "w") as lock:
+        import fcntl
+
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from streamjoin import compile_ahead as c; "
+                "print(c.compile_jobs('ahead_kernel:jobs'))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.stdout.strip() == "0", out.stderr
+
+
+def test_off_when_asked_or_when_there_is_no_target(monkeypatch):
+    monkeypatch.setattr(compile_ahead, "_started", set())
+    assert compile_ahead.start(None) is None
+    monkeypatch.setenv("STREAMJOIN_COMPILE_AHEAD", "0")
+    assert not compile_ahead.enabled()
+    assert compile_ahead.start(f"{bisort.__name__}:packed_probe_jobs") is None
+
+
+def test_bisort_jobs_have_the_types_a_run_calls_them_with():
+    """A job whose example arguments drifted from the run's types would compile a kernel no
+    run uses: the warm-up of a compact BI-Sort core must call exactly the job's signature."""
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(4096))
+    core = JoinCore(query, "bisort")
+    assert [p.index.compile_ahead() for p in core.parts.values()] == [
+        f"{bisort.__name__}:packed_probe_jobs"
+    ] * 2
+    core.warm()
+    for dispatcher, args in bisort.packed_probe_jobs():
+        sig = tuple(compile_ahead._signature(args))
+        assert sig in [tuple(s) for s in dispatcher.signatures]
+    wide = JoinCore(query, "bisort", {"layout": "wide"})
+    assert {p.index.compile_ahead() for p in wide.parts.values()} == {None}
