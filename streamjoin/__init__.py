@@ -21,6 +21,7 @@ from streamjoin.query import (
     Filter,
     Predicate,
     Query,
+    Residual,
     TimeWindow,
     band,
     equal,
@@ -31,6 +32,7 @@ from streamjoin.query import (
     not_equal,
     r,
     s,
+    where,
 )
 from streamjoin.runtime import Result, RunTimeout, run
 from streamjoin.validation import InputError
@@ -42,6 +44,7 @@ __all__ = [
     "InputError",
     "Predicate",
     "Query",
+    "Residual",
     "Result",
     "RunTimeout",
     "TimeWindow",
@@ -59,6 +62,7 @@ __all__ = [
     "s",
     "sources",
     "topologies",
+    "where",
 ]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamjoin.query import Condition, Query
-from streamjoin.validation import Columns, InputError, validate
+from streamjoin.validation import Columns, InputError, validate, values_of
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
@@ -50,6 +50,20 @@ def _holds(k: int, attrs: np.ndarray, r, s, cond: Condition, kr: int, ks: int) -
         exact = _int(s_val, s_res, i) - _int(r_val, r_res, i)
         holds[i] = cond.lo <= exact <= cond.hi
     return holds.reshape(d.shape) != cond.negated
+
+
+def _residuals(query: Query, attrs: np.ndarray, r: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Which pairs ``(r[i], s[i])`` every residual function of the query keeps, each called on
+    the pairs θ kept (r the R tuple, or a self-join's older one)."""
+    k, at = len(query.attrs), {a: i for i, a in enumerate(query.attrs)}
+    kept = np.ones(len(r), dtype=np.bool_)
+    for f in query.predicate.residuals:
+
+        def side(rows: np.ndarray, f=f) -> dict[str, np.ndarray]:
+            return {c: values_of(attrs[at[c], rows], attrs[k + at[c], rows]) for c in f.columns}
+
+        kept &= f.keep(side(r), side(s))
+    return kept
 
 
 def _int(image: np.ndarray, residual: np.ndarray, i: int | np.integer) -> int:
@@ -147,16 +161,18 @@ def _join(query: Query, cols: Columns) -> pa.Table:
         earlier = earlier[joins[earlier]]
         if query.self_join:
             ok = _theta(query, attrs, g, earlier) | _theta(query, attrs, earlier, g)
-            out_r.append(earlier[ok])
-            out_s.append(np.full(int(ok.sum()), g))
+            r, s = earlier[ok], np.full(int(ok.sum()), g)
         elif x == 0:
             ok = _theta(query, attrs, g, earlier)
-            out_r.append(np.full(int(ok.sum()), g))
-            out_s.append(earlier[ok])
+            r, s = np.full(int(ok.sum()), g), earlier[ok]
         else:
             ok = _theta(query, attrs, earlier, g)
-            out_r.append(earlier[ok])
-            out_s.append(np.full(int(ok.sum()), g))
+            r, s = earlier[ok], np.full(int(ok.sum()), g)
+        if query.predicate.residuals and len(r):
+            kept = _residuals(query, attrs, r, s)
+            r, s = r[kept], s[kept]
+        out_r.append(r)
+        out_s.append(s)
     r = np.concatenate(out_r).astype(np.int64) if out_r else np.empty(0, np.int64)
     s = np.concatenate(out_s).astype(np.int64) if out_s else np.empty(0, np.int64)
     return pa.table({"r": r, "s": s})

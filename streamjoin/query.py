@@ -51,7 +51,7 @@ checked on every candidate. A self-join keeps the pair (a older, b newer) iff θ
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,7 +84,7 @@ class Condition:
         if not self.attr_s:
             object.__setattr__(self, "attr_s", self.attr)
 
-    def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
+    def __and__(self, other: Condition | Filter | Predicate | Residual) -> Predicate:
         return Predicate((self,)) & other
 
     def __or__(self, other: Condition | Predicate) -> Predicate:
@@ -188,7 +188,7 @@ class Filter:
             )
         object.__setattr__(self, "value", int(v) if isinstance(v, int | np.integer) else float(v))
 
-    def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
+    def __and__(self, other: Condition | Filter | Predicate | Residual) -> Predicate:
         return Predicate((), (self,)) & other
 
     def __rand__(self, other: Condition) -> Predicate:
@@ -209,6 +209,116 @@ class Filter:
 
 #: The comparisons a :class:`Filter` takes.
 FILTER_OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+@dataclass(frozen=True, eq=False)
+class Residual:
+    """A residual function ``fn(r, s)`` over the candidates' columns (:func:`where`).
+
+    ``fn`` gets two read-only views of ``columns``, one for the r tuples and one for the s
+    tuples of ``n`` candidate pairs (``r["x"]`` or ``r.x``: numpy arrays of ``n`` values,
+    int64 for an integer column, float64 for a float one), and returns ``n`` booleans: the
+    pairs it keeps. It is called only on pairs that satisfy every other condition, never
+    chooses an index, and applies to the whole join (not to one side of an OR).
+    """
+
+    fn: Callable
+    columns: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise ValueError(f"where() takes a function fn(r, s), got {self.fn!r}")
+        if isinstance(self.columns, str) or not self.columns:
+            raise ValueError(
+                f"where() needs columns=(...), the names fn reads, got {self.columns!r}"
+            )
+        object.__setattr__(self, "columns", tuple(_attr_name(c) for c in self.columns))
+
+    @property
+    def name(self) -> str:
+        """The function's name, for messages (``<lambda>`` for a lambda)."""
+        return getattr(self.fn, "__name__", None) or repr(self.fn)
+
+    def __and__(self, other: Condition | Filter | Predicate | Residual) -> Predicate:
+        return _as_predicate(other) & self
+
+    __rand__ = __and__
+
+    def __or__(self, other: object) -> Predicate:
+        raise _residual_in_or(self)
+
+    __ror__ = __or__
+
+    def __str__(self) -> str:
+        return f"where {self.name}({', '.join(self.columns)})"
+
+    def keep(self, r: dict[str, np.ndarray], s: dict[str, np.ndarray]) -> np.ndarray:
+        """``fn`` on candidates whose columns are ``r`` and ``s`` (each column's values, one
+        per pair): a bool array, one per pair. Raises :class:`ResidualError` naming the
+        function when it raises or returns something else."""
+        n = len(next(iter(r.values())))
+        try:
+            kept = self.fn(Rows(r), Rows(s))
+        except Exception as e:
+            raise ResidualError(
+                f"the where() function {self.name} raised {type(e).__name__}: {e}"
+            ) from e
+        kept = np.asarray(kept)
+        if kept.dtype != np.bool_ or kept.shape != (n,):
+            raise ResidualError(
+                f"the where() function {self.name} must return {n} booleans (one per pair), "
+                f"got {kept.dtype} of shape {kept.shape}"
+            )
+        return kept
+
+
+class ResidualError(ValueError):
+    """A :func:`where` function raised, or returned something other than one bool a pair."""
+
+
+class Rows:
+    """The columns of one side's tuples of a batch of candidate pairs, as a :class:`Residual`
+    function sees them: ``rows["x"]`` or ``rows.x``, read-only numpy arrays."""
+
+    __slots__ = ("_columns",)
+    _columns: dict[str, np.ndarray]
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        for values in columns.values():
+            values.flags.writeable = False
+        object.__setattr__(self, "_columns", columns)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._columns[name]
+        except KeyError:
+            raise KeyError(
+                f"column {name!r} is not among where()'s columns {list(self._columns)}"
+            ) from None
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError as e:
+            raise AttributeError(e.args[0]) from None
+
+    def __len__(self) -> int:
+        return len(next(iter(self._columns.values()), ()))
+
+
+def where(fn: Callable, columns: Sequence[str]) -> Residual:
+    """A residual function: ``fn(r, s)`` keeps the candidate pairs for which it returns True
+    (:class:`Residual`), e.g. DuckDB's ``l.k100 + r.k100 < 10``::
+
+        sj.band("x", 5) & sj.where(lambda r, s: r.k100 + s.k100 < 10, columns=["k100"])
+
+    ``columns`` names every column ``fn`` reads (numeric columns; they travel with the tuples
+    as join attributes do). It is evaluated where the pairs are collected, on pairs that pass
+    every other condition; an exception inside it ends the run naming it, with nothing
+    returned."""
+    return Residual(fn, (columns,) if isinstance(columns, str) else tuple(columns))
 
 
 class _Column:
@@ -302,45 +412,52 @@ class Predicate:
     conditions: tuple[Condition, ...]
     filters: tuple[Filter, ...] = ()
     terms: tuple[tuple[Condition, ...], ...] = ()
+    #: residual functions (:func:`where`), which apply to the whole join
+    residuals: tuple[Residual, ...] = ()
 
     def __post_init__(self) -> None:
         if self.terms:
             conditions, terms = _factor(self.conditions, self.terms)
             object.__setattr__(self, "conditions", conditions)
             object.__setattr__(self, "terms", terms)
-        if not self.conditions and not self.terms and not self.filters:
+        if not (self.conditions or self.terms or self.filters or self.residuals):
             raise ValueError("a predicate needs at least one condition")
 
-    def __and__(self, other: Condition | Filter | Predicate) -> Predicate:
-        if isinstance(other, Condition):
-            other = Predicate((other,))
-        elif isinstance(other, Filter):
-            other = Predicate((), (other,))
+    def __and__(self, other: Condition | Filter | Predicate | Residual) -> Predicate:
+        if isinstance(other, Condition | Filter | Residual):
+            other = _as_predicate(other)
         if not isinstance(other, Predicate):
             return NotImplemented
         filters = self.filters + other.filters
+        residuals = self.residuals + other.residuals
         if not self.terms and not other.terms:
-            return Predicate(self.conditions + other.conditions, filters)
+            return Predicate(self.conditions + other.conditions, filters, (), residuals)
         terms = [a + b for a in self._dnf() for b in other._dnf()]
         if len(terms) > MAX_TERMS:
             raise ValueError(
                 f"({self}) AND ({other}) has {len(terms)} terms once AND is distributed over "
                 f"OR; at most {MAX_TERMS}"
             )
-        return Predicate((), filters, tuple(terms))
+        return Predicate((), filters, tuple(terms), residuals)
 
-    def __rand__(self, other: Condition | Filter) -> Predicate:
-        if not isinstance(other, Condition | Filter):
+    def __rand__(self, other: Condition | Filter | Residual) -> Predicate:
+        if not isinstance(other, Condition | Filter | Residual):
             return NotImplemented
         return _as_predicate(other) & self
 
     def __or__(self, other: Condition | Predicate) -> Predicate:
         if isinstance(other, Filter):
             raise _filter_in_or(other)
+        if isinstance(other, Residual):
+            raise _residual_in_or(other)
         if isinstance(other, Condition):
             other = Predicate((other,))
         if not isinstance(other, Predicate):
             return NotImplemented
+        shared = set(self.residuals) & set(other.residuals)
+        lone = [f for f in self.residuals + other.residuals if f not in shared]
+        if lone:
+            raise _residual_in_or(lone[0])
         if set(self.filters) != set(other.filters):
             alone = (
                 f
@@ -351,7 +468,7 @@ class Predicate:
         terms = self._dnf() + other._dnf()
         if len(terms) > MAX_TERMS:
             raise ValueError(f"({self}) OR ({other}) has {len(terms)} terms; at most {MAX_TERMS}")
-        return Predicate((), self.filters, tuple(terms))
+        return Predicate((), self.filters, tuple(terms), self.residuals)
 
     def __ror__(self, other: Condition | Predicate) -> Predicate:
         if not isinstance(other, Condition | Filter | Predicate):
@@ -464,15 +581,29 @@ class Predicate:
                 for t in self.terms
             )
             parts.append(f"({ors})" if parts or self.filters else ors)
-        return " AND ".join(parts + [str(f) for f in self.filters])
+        return " AND ".join(parts + [str(f) for f in self.filters + self.residuals])
+
+    @property
+    def residual_columns(self) -> tuple[str, ...]:
+        """Distinct column names the residual functions read, in order of first use."""
+        return tuple(dict.fromkeys(c for f in self.residuals for c in f.columns))
 
 
-def _as_predicate(p: Condition | Filter | Predicate) -> Predicate:
+def _as_predicate(p: Condition | Filter | Predicate | Residual) -> Predicate:
     if isinstance(p, Condition):
         return Predicate((p,))
     if isinstance(p, Filter):
         return Predicate((), (p,))
+    if isinstance(p, Residual):
+        return Predicate((), (), (), (p,))
     return p
+
+
+def _residual_in_or(f: Residual) -> ValueError:
+    return ValueError(
+        f"where({f.name}) is inside one side of an OR, but a residual function applies to the "
+        "whole join: AND it with the whole disjunction, or test the OR inside the function"
+    )
 
 
 def _filter_in_or(f: Filter) -> ValueError:
@@ -765,8 +896,8 @@ class Query:
     ):
         if isinstance(predicate, Condition):
             predicate = Predicate((predicate,))
-        elif isinstance(predicate, Filter):
-            predicate = Predicate((), (predicate,))
+        elif isinstance(predicate, Filter | Residual):
+            predicate = _as_predicate(predicate)
         if not isinstance(predicate, Predicate):
             raise ValueError(
                 f"predicate must be built from band/equal/less/..., got {type(predicate).__name__}"
@@ -808,8 +939,9 @@ class Query:
 
     @property
     def attrs(self) -> tuple[str, ...]:
-        """Distinct join attribute names, in order of first use."""
-        return tuple(dict.fromkeys(self.predicate.attrs))
+        """Distinct join attribute names, in order of first use, then the columns only a
+        residual function reads (they travel with the tuples as join attributes do)."""
+        return tuple(dict.fromkeys(self.predicate.attrs + self.predicate.residual_columns))
 
     @property
     def condition_rows(self) -> tuple[np.ndarray, np.ndarray]:

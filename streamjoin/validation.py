@@ -230,6 +230,12 @@ def validate(data, query: Query, *, row_offset: int = 0, check_ts: bool = True) 
             f"columns present: {names}"
         )
     missing = [a for a in needed if a not in names]
+    residual = [f for f in query.predicate.residuals if missing and missing[0] in f.columns]
+    if residual and missing[0] not in query.predicate.attrs:
+        raise InputError(
+            f"input has no column {missing[0]!r}, which the residual function "
+            f"{residual[0].name} reads (where(..., columns=...)); columns present: {names}"
+        )
     if missing:
         side = next(
             f"r.{c.attr}" if c.attr == missing[0] else f"s.{c.attr_s}"
@@ -367,6 +373,18 @@ def int_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     back = np.where(top, 0.0, image).astype(np.int64)
     residual = np.where(top, (v - 2**62) - 2**62, v - back)  # (v - 2**62) - 2**62 = v - 2**63
     return image, residual.astype(np.float64)
+
+
+def values_of(image: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """A column's values from its rows of ``attrs`` (:func:`validate`): int64, exactly, for an
+    integer column (a residual that is not NaN: :func:`int_rows` inverted), else the float64
+    image itself (and for a column that was integer in some chunks and float in others)."""
+    if np.isnan(residual).any():
+        return image
+    top = image >= 2.0**63
+    back = np.where(top, 0.0, image).astype(np.int64)
+    res = residual.astype(np.int64)
+    return np.where(top, (res + 2**62) + 2**62, back + res)
 
 
 def check_ts_continues(cols: Columns, last_ts: np.ndarray, row_offset: int) -> None:

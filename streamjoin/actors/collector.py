@@ -10,9 +10,10 @@ import numpy as np
 from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
-from streamjoin.batch import PairBatch, concat_pairs
+from streamjoin.batch import Batch, PairBatch, concat_pairs
 from streamjoin.modes import Collect
-from streamjoin.query import Query
+from streamjoin.query import Query, Residual
+from streamjoin.validation import values_of
 
 
 class LatencyHistogram:
@@ -71,7 +72,10 @@ class CollectorConfig(ActorConfig):
     in_order: bool = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Collector:
-        collector = Collector(settings.collect, clock, self.in_order, query.how != "inner")
+        residuals = query.predicate.residuals
+        collector = Collector(
+            settings.collect, clock, self.in_order, query.how != "inner", residuals
+        )
         collector.warm()
         return collector
 
@@ -101,6 +105,12 @@ class Collector(Logic):
         SPO's stages and a handshake chain each see a part of its partners); the price is a
         byte per input row and 24 per kept row until the end, and the rows leave then,
         not when they leave the other stream's window.
+    residuals : tuple of Residual
+        The query's :func:`~streamjoin.query.where` functions, evaluated here on the pairs
+        the cores found (every other condition holds for them), before an outer join notes
+        its matches: the emitter also sends, on port ``columns``, the columns they read for
+        every row that joins (:class:`ResidualColumns`). A batch of pairs whose rows' columns
+        have not come yet (they travel on another edge) waits for them, in order.
 
     Counter (``COUNTERS``): pairs received (with an outer join's rows without a partner).
     """
@@ -114,6 +124,7 @@ class Collector(Logic):
         clock: Callable[[], int] | None = None,
         in_order: bool = False,
         outer: bool = False,
+        residuals: tuple[Residual, ...] = (),
     ) -> None:
         if collect not in ("pairs", "count"):
             raise ValueError(f"collect must be 'pairs' or 'count', got {collect!r}")
@@ -132,15 +143,28 @@ class Collector(Logic):
         self._matched = np.zeros(0, dtype=np.bool_)
         self._candidates: list[PairBatch] = []
         self.unmatched = 0
+        self.residual = ResidualColumns(residuals) if residuals else None
 
-    def on_batch(self, port: str, pairs: PairBatch) -> list:
+    def on_batch(self, port: str, message) -> list:
+        if port == "unmatched":
+            self._candidates.append(message)
+        elif port == "columns":
+            assert self.residual is not None  # (the edge exists for residuals only)
+            for pairs in self.residual.add(message):
+                self._accept(pairs)
+        elif self.residual is not None:
+            for pairs in self.residual.ready(message):
+                self._accept(pairs)
+        else:
+            self._accept(message)
+        return []
+
+    def _accept(self, pairs: PairBatch) -> None:
+        if self.residual is not None:
+            pairs = self.residual.keep(pairs)
         if self.outer:
-            if port == "unmatched":
-                self._candidates.append(pairs)
-                return []
             self._note_matched(pairs)
         self._record(pairs)
-        return []
 
     def _note_matched(self, pairs: PairBatch) -> None:
         if not len(pairs):
@@ -156,6 +180,9 @@ class Collector(Logic):
     def on_eof(self) -> list:
         """The input has ended and every pair has arrived: an outer join's kept rows that
         no pair held leave now, each once."""
+        if self.residual is not None:
+            for pairs in self.residual.flush():
+                self._accept(pairs)
         if not self.outer or not self._candidates:
             return []
         every = concat_pairs(self._candidates)
@@ -206,3 +233,79 @@ class Collector(Logic):
             order = np.lexsort((np.minimum(r, s), np.maximum(r, s)))
             r, s, lat = r[order], s[order], lat[order]
         return r, s, lat
+
+
+class ResidualColumns:
+    """What the collector needs to evaluate the query's :func:`~streamjoin.query.where`
+    functions: the columns they read for every row that joins, by ``seq`` (the emitter's
+    ``columns`` messages: :class:`~streamjoin.batch.Batch` es whose ``attrs`` are those
+    columns' image rows then residual rows), and the pairs that wait for them.
+
+    The emitter sends rows in ``seq`` order on one edge, so every row up to the largest
+    ``seq`` received is here (rows a filter dropped never pair). The rows are kept for the
+    whole run (16 bytes a column and row): which of them a late pair may still need is not
+    known here.
+    """
+
+    def __init__(self, residuals: tuple[Residual, ...]) -> None:
+        self.residuals = residuals
+        self.columns = tuple(dict.fromkeys(c for f in residuals for c in f.columns))
+        m = len(self.columns)
+        self._values = np.full((2 * m, 0), np.nan)
+        self._top = -1  # every row up to this seq has come
+        self._waiting: list[PairBatch] = []
+
+    def add(self, rows: Batch) -> list[PairBatch]:
+        """Take a ``columns`` message; returns the waiting pairs whose rows are all here now,
+        in the order they came."""
+        if len(rows):
+            top = int(rows.seq[-1])
+            if top >= self._values.shape[1]:
+                grown = np.full(
+                    (self._values.shape[0], max(top + 1, 2 * self._values.shape[1])), np.nan
+                )
+                grown[:, : self._values.shape[1]] = self._values
+                self._values = grown
+            self._values[:, rows.seq] = rows.attrs
+            self._top = max(self._top, top)
+        ready = 0
+        while ready < len(self._waiting) and self._last(self._waiting[ready]) <= self._top:
+            ready += 1
+        out, self._waiting = self._waiting[:ready], self._waiting[ready:]
+        return out
+
+    def ready(self, pairs: PairBatch) -> list[PairBatch]:
+        """``pairs`` if their rows have come and none wait before them, else none (they wait)."""
+        if self._waiting or self._last(pairs) > self._top:
+            self._waiting.append(pairs)
+            return []
+        return [pairs]
+
+    def flush(self) -> list[PairBatch]:
+        """Every waiting batch: the input has ended, so every row has come."""
+        out, self._waiting = self._waiting, []
+        return out
+
+    @staticmethod
+    def _last(pairs: PairBatch) -> int:
+        return max(int(pairs.r.max()), int(pairs.s.max())) if len(pairs) else -1
+
+    def keep(self, pairs: PairBatch) -> PairBatch:
+        """The pairs every residual function keeps."""
+        if not len(pairs):
+            return pairs
+        m = len(self.columns)
+        at = {c: i for i, c in enumerate(self.columns)}
+        kept = np.ones(len(pairs), dtype=np.bool_)
+        for f in self.residuals:
+
+            def side(seq: np.ndarray, f=f) -> dict[str, np.ndarray]:
+                return {
+                    c: values_of(self._values[at[c], seq], self._values[m + at[c], seq])
+                    for c in f.columns
+                }
+
+            kept &= f.keep(side(pairs.r), side(pairs.s))
+        if kept.all():
+            return pairs
+        return PairBatch(pairs.r[kept], pairs.s[kept], pairs.ingest_ns[kept])

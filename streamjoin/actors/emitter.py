@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -109,6 +109,12 @@ class Emitter(Logic):
         self.keep = query.keeps_unmatched
         self._unmatched: list[PairBatch] = []
         self._unmatched_n = 0
+        # residual functions (sj.where): the columns they read go to the collector, which
+        # evaluates them: their image and residual rows of ``attrs``
+        k, at = len(query.attrs), {a: i for i, a in enumerate(query.attrs)}
+        wanted = [at[c] for c in query.predicate.residual_columns]
+        self._residual_rows = np.array(wanted + [k + a for a in wanted], dtype=np.int64)
+        self._columns: list[Batch] = []
         self.tuples_in = self.msgs_out = self.tuples_out = 0
 
     def counters(self) -> tuple[int, int, int, int]:
@@ -176,6 +182,9 @@ class Emitter(Logic):
         return self._close(full_only=False)
 
     def _sent(self, out: list, eof: bool = False) -> list:
+        if self._columns:  # before the batches: the collector needs them for their pairs
+            out = [("columns", b) for b in self._columns] + out
+            self._columns = []
         if self._unmatched_n and (eof or self._unmatched_n >= UNMATCHED_ROWS):
             out = [("unmatched", concat_pairs(self._unmatched)), *out]
             self._unmatched, self._unmatched_n = [], 0
@@ -248,7 +257,12 @@ class Emitter(Logic):
             horizon=horizons,  # per-row horizons; cut to the batch's last row in _close
         )
         # (a batch's horizon is then its last kept row's: a lower bound, so expiry only waits)
-        return batch.take(np.flatnonzero(joins)) if self.filters and not joins.all() else batch
+        if self.filters and not joins.all():
+            batch = batch.take(np.flatnonzero(joins))
+        if len(self._residual_rows) and len(batch):
+            columns = batch.attrs[self._residual_rows]  # (the horizon: none, it expires nothing)
+            self._columns.append(replace(batch, attrs=columns, horizon=np.zeros(2, np.int64)))
+        return batch
 
     def _note_unmatched(self, stream: np.ndarray, seq: np.ndarray, ingest_ns) -> None:
         """Queue for the collector the rows of the sides an outer join keeps (filtered rows

@@ -117,21 +117,21 @@ class Topology:
             self.config(node).check(query)
 
     def for_query(self, query) -> Topology:
-        """The graph that runs ``query``: this one, or for an outer join (``query.how``) a
-        copy with one more edge, ``unmatched`` from the emitter to the collector, on which
-        the emitter sends the rows of the kept sides; the collector returns those no pair
-        holds when the input ends (:class:`~streamjoin.actors.collector.Collector`). That
-        needs no join actor to know whether a tuple met a partner, on every layout."""
-        if query.how == "inner":
+        """The graph that runs ``query``: this one, or a copy with the edges from the emitter
+        to the collector that it needs: ``unmatched`` for an outer join (``query.how``: the
+        rows of the kept sides, which the collector returns if no pair holds them when the
+        input ends) and ``columns`` for residual functions (``sj.where``: the columns they
+        read, which the collector evaluates them on). So no join actor needs to know whether
+        a tuple met a partner, or to call a user's function, on any layout
+        (:class:`~streamjoin.actors.collector.Collector`)."""
+        ports = (["unmatched"] if query.how != "inner" else []) + (
+            ["columns"] if query.predicate.residuals else []
+        )
+        if not ports:
             return self
         graph = self.graph.copy()
-        graph.add_edge(
-            self.emitter,
-            self.collector,
-            src_port="unmatched",
-            dst_port="unmatched",
-            label="unmatched",
-        )
+        for port in ports:
+            graph.add_edge(self.emitter, self.collector, src_port=port, dst_port=port, label=port)
         return Topology(self.name, graph)
 
     def to_dot(self) -> str:

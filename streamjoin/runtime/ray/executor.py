@@ -74,6 +74,7 @@ import logging
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -339,6 +340,7 @@ class Ray(WallClock):
                 f"actors carries at most {wire.MAX_ATTRS // 2} (streamjoin.runtime.ray.wire."
                 "MAX_ATTRS / 2): use backend='local' or 'sim', or fewer attributes"
             )
+        _residuals_by_value(query)
         with ThreadPoolExecutor(1, thread_name_prefix="warm") as pool:
             # on a local cluster, kernels are compiled (or loaded) here while Ray starts
             local = self.address is None
@@ -351,6 +353,22 @@ class Ray(WallClock):
             return run.drive(chunks)
         finally:
             run.close()
+
+
+def _residuals_by_value(query: Query) -> None:
+    """Have Ray pickle the query's :func:`~streamjoin.where` functions by value when they
+    come from the user's own modules (a script's ``__main__`` is pickled so already): by
+    reference, the collector's worker would have to import a module that may exist only
+    beside the driver (``ModuleNotFoundError`` there). Installed packages are left alone."""
+    import ray.cloudpickle
+
+    for f in query.predicate.residuals:
+        module = sys.modules.get(getattr(f.fn, "__module__", None) or "")
+        path = getattr(module, "__file__", None) or ""
+        if module is None or module.__name__ == "__main__" or "-packages" in path:
+            continue
+        with contextlib.suppress(Exception):
+            ray.cloudpickle.register_pickle_by_value(module)
 
 
 def _compile_kinds(topology: Topology, query: Query, settings: RunSettings) -> None:

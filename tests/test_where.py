@@ -1,0 +1,182 @@
+"""Residual functions, ``sj.where(fn, columns=...)``: ``fn(r, s)`` keeps the candidate pairs
+it returns True for. The oracle against DuckDB's SQL (``l.k + r.k < 10``), every topology
+against the oracle (local with interleavings, sim, Ray), with outer joins, and what a
+function that raises or misbehaves does to a run."""
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from budget import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from layouts import LAYOUTS, run_layout
+from strategies import predicates, tables, windows
+
+import streamjoin as sj
+from streamjoin.query import ResidualError
+
+pytestmark = pytest.mark.filterwarnings("ignore::streamjoin.indexes.IndexFallbackWarning")
+
+
+def _table(rng, n: int) -> pa.Table:
+    return pa.table(
+        {
+            "stream": rng.integers(0, 2, n).astype(np.int8),
+            "x": rng.integers(0, 60, n),
+            "k": rng.integers(0, 10, n),
+        }
+    )
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_oracle_equals_duckdb(how):
+    """DuckDB's IEJoin test shape: a band (or inequality) join with ``l.k + r.k < 10``."""
+    table = _table(np.random.default_rng(4), 400)
+    rows = table.append_column("row", pa.array(np.arange(len(table))))  # noqa: F841
+    keep = sj.where(lambda r, s: r.k + s.k < 10, columns=["k"])
+    query = sj.Query(sj.band("x", 1.0) & keep, window=sj.CountWindow(15), how=how)
+    join = "LEFT OUTER JOIN" if how == "left" else "JOIN"
+    expected = duckdb.sql(
+        f"""
+        WITH t AS (
+            SELECT *,
+                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
+                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
+                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
+            FROM rows),
+        rr AS (SELECT * FROM t WHERE stream = 0),
+        ss AS (SELECT * FROM t WHERE stream = 1)
+        SELECT coalesce(r.row, -1) AS r, coalesce(s.row, -1) AS s FROM rr r {join} ss s
+          ON abs(r.x - s.x) <= 1 AND r.k + s.k < 10
+          AND ((s.row > r.row AND r.rank >= s.r_before - 15)
+            OR (r.row > s.row AND s.rank >= r.s_before - 15))"""
+    ).to_arrow_table()
+    got = sj.oracle.join(query, table)
+    plain = sj.oracle.join(sj.Query(sj.band("x", 1.0), window=sj.CountWindow(15)), table)
+    assert len(expected) > 0 and len(got) != len(plain)
+    assert sj.oracle.same_pairs(got, expected)
+    res = sj.run(query, table, sj.topologies.grid(2, 2), batch_size=8, progress=False)
+    assert res.same_pairs(expected)
+
+
+#: residual functions the property test draws from (over x and y of both sides)
+FUNCTIONS = [
+    lambda r, s: (r.x + s.y) % 3 != 0,
+    lambda r, s: r["y"] <= s["y"],
+    lambda r, s: np.abs(r.x - s.x) * 2 >= np.abs(r.y - s.y),
+]
+
+
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    self_join=st.booleans(),
+    data=st.data(),
+    predicate=predicates(),
+    window=windows(),
+    layout=st.sampled_from(sorted(LAYOUTS)),
+    backend=st.sampled_from(["local", "sim"]),
+    batch_size=st.sampled_from([1, 3, 16]),
+    delivery_seed=st.integers(0, 3),
+    lateness=st.sampled_from([None, None, 3]),
+    how=st.sampled_from(["inner", "inner", "left", "full"]),
+    fn=st.sampled_from(range(len(FUNCTIONS))),
+)
+def test_every_layout_equals_the_oracle(
+    self_join,
+    data,
+    predicate,
+    window,
+    layout,
+    backend,
+    batch_size,
+    delivery_seed,
+    lateness,
+    how,
+    fn,
+):
+    table = data.draw(tables(self_join))
+    if self_join:
+        how = "left" if how != "inner" else how
+    predicate = predicate & sj.where(FUNCTIONS[fn], columns=("x", "y"))
+    on_late = "error" if lateness is None else "drop"
+    query = sj.Query(
+        predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late, how=how
+    )
+    res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    if res is None:
+        return
+    assert res.same_pairs(sj.oracle.join(query, table))
+
+
+def test_integer_columns_reach_the_function_exactly_near_the_int64_limits():
+    top = 2**62
+    table = {
+        "stream": np.array([0, 1, 0, 1, 1], dtype=np.int8),
+        "x": np.zeros(5),
+        "k": np.array([top, top + 1, -top, top + 2, -top - 1], dtype=np.int64),
+    }
+    seen = []
+
+    def next_one(r, s):
+        seen.append(r.k.dtype)
+        return s.k - r.k == 1  # exact only as int64 (2**62 + 1 is no float64)
+
+    query = sj.Query(sj.band("x", 1.0) & sj.where(next_one, ["k"]), sj.CountWindow(5))
+    res = sj.run(query, table, sj.topologies.split(2), batch_size=2, progress=False)
+    pairs = zip(res.pairs["r"].to_pylist(), res.pairs["s"].to_pylist(), strict=True)
+    assert sorted(pairs) == [(0, 1)]
+    assert res.same_pairs(sj.oracle.join(query, table))
+    assert set(seen) == {np.dtype(np.int64)}
+
+
+def _boom(r, s):
+    raise ZeroDivisionError("no partner today")
+
+
+def test_a_function_that_raises_ends_the_run_naming_it():
+    data = sj.sources.synthetic(2_000, low=0, high=1_000, attrs=("x", "k"), seed=2)
+    query = sj.Query(sj.band("x", 2.0) & sj.where(_boom, columns=["k"]), sj.CountWindow(100))
+    for backend in ("local", "sim"):
+        with pytest.raises(ResidualError, match="function _boom raised ZeroDivisionError"):
+            sj.run(query, data, sj.topologies.split(2), backend=backend, progress=False)
+    wrong = sj.Query(
+        sj.band("x", 2.0) & sj.where(lambda r, s: r.k + s.k, ["k"]), sj.CountWindow(100)
+    )
+    with pytest.raises(ResidualError, match="must return .* booleans"):
+        sj.run(wrong, data, progress=False)
+
+
+def test_bad_forms_are_clear_errors():
+    keep = sj.where(lambda r, s: r.k < s.k, columns=["k"])
+    with pytest.raises(ValueError, match="inside one side of an OR"):
+        sj.band("x", 1.0) | keep
+    with pytest.raises(ValueError, match="inside one side of an OR"):
+        (sj.band("x", 1.0) & keep) | sj.equal("y")
+    with pytest.raises(ValueError, match="takes a function"):
+        sj.where(3, columns=["k"])
+    with pytest.raises(ValueError, match="needs columns"):
+        sj.where(lambda r, s: True, columns=[])
+    with pytest.raises(ValueError, match="no condition between r and s"):
+        sj.Query(keep, sj.CountWindow(4))
+    query = sj.Query(sj.band("x", 1.0) & keep, sj.CountWindow(4))
+    assert "where <lambda>(k)" in str(query)
+    with pytest.raises(sj.InputError, match="'k'"):
+        sj.run(query, {"stream": np.zeros(3, dtype=np.int8), "x": np.zeros(3)})
+
+
+def test_where_on_ray(ray_session):
+    data = sj.sources.synthetic(3_000, low=0, high=2_000, attrs=("x", "k"), seed=8)
+    keep = sj.where(lambda r, s: (r.k + s.k) % 2 < 1, columns=["k"])
+    query = sj.Query(sj.band("x", 2.0) & keep, sj.CountWindow(300), how="left")
+    res = sj.run(query, data, LAYOUTS["grid"](), backend="ray", batch_size=64)
+    assert res.same_pairs(sj.oracle.join(query, data))
+    boom = sj.Query(sj.band("x", 2.0) & sj.where(_boom, ["k"]), sj.CountWindow(300))
+    with pytest.raises(Exception, match="function _boom raised ZeroDivisionError"):
+        sj.run(boom, data, LAYOUTS["grid"](), backend="ray", batch_size=64)
