@@ -132,7 +132,8 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         metavar="TEXT",
         help="the join predicate, e.g. 'r.a < s.a AND r.b > s.b' or 'a<a,b>b' (r.a < s.a, "
         "r.b > s.b), '|r.x - s.y| <= 5', 'r.start <= s.end, r.end >= s.start', "
-        "'(r.a < s.a AND r.b > s.b) OR r.k = s.k' (OR binds looser than AND); synthetic "
+        "'(r.a < s.a AND r.b > s.b) OR r.k = s.k' (OR binds looser than AND), "
+        "'r.k + s.k < 10' (arithmetic without brackets: checked on the pairs found); synthetic "
         "data then has the attributes it names, correlated for two inequalities (about "
         "--match-rate matches per probe) (default: the band |r.x - s.x| <= eps)",
     )
@@ -337,10 +338,11 @@ def _query_data(args, predicate):
     from streamjoin import sources
 
     names = list(dict.fromkeys(predicate.attrs))
+    residual = [c for c in predicate.residual_columns if c not in names]
     one_sided = [c for c in predicate.flat if math.isinf(c.lo) != math.isinf(c.hi)]
     per_window = args.window if args.window_kind == "count" else args.rate * args.window / 1000
     if len(one_sided) >= 2 and len(names) == 2:
-        return sources.inequality_workload(
+        data = sources.inequality_workload(
             args.tuples,
             max(1, int(per_window)),
             args.match_rate,
@@ -349,12 +351,20 @@ def _query_data(args, predicate):
             rate=args.rate,
             seed=args.seed,
         )
+        # the columns only a residual function reads: uniform integers beside them
+        import numpy as np
+        import pyarrow as pa
+
+        rng = np.random.default_rng(args.seed + 1)
+        for name in residual:
+            data = data.append_column(name, pa.array(rng.integers(0, 10 * args.tuples, len(data))))
+        return data
     params = {"low": 0, "high": 10 * args.tuples} if args.distribution == "uniform" else {}
     return sources.synthetic(
         args.tuples,
         args.distribution,
         rate=args.rate,
-        attrs=tuple(names),
+        attrs=tuple(names + residual),
         self_join=args.self_join,
         seed=args.seed,
         **params,

@@ -250,7 +250,8 @@ class Residual:
     __ror__ = __or__
 
     def __str__(self) -> str:
-        return f"where {self.name}({', '.join(self.columns)})"
+        text = getattr(self.fn, "text", None)  # a residual read from text: itself
+        return text if isinstance(text, str) else f"where {self.name}({', '.join(self.columns)})"
 
     def keep(self, r: dict[str, np.ndarray], s: dict[str, np.ndarray]) -> np.ndarray:
         """``fn`` on candidates whose columns are ``r`` and ``s`` (each column's values, one

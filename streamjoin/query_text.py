@@ -14,6 +14,10 @@ apply to the whole join, not inside one side of an OR). Each condition is one of
 - ``s.Y - r.X in [LO, HI]`` (an asymmetric band);
 - ``r.X OP NUMBER`` or ``s.Y OP NUMBER`` (or the number first): a filter on one side's own
   column (:class:`~streamjoin.query.Filter`).
+- any other comparison of sums, differences, products and quotients of ``r.X``, ``s.Y``
+  and numbers, without brackets: ``r.k + s.k < 10``, ``r.a * 2 - s.b >= r.c``, a residual
+  function (:func:`~streamjoin.query.where`, :class:`TextResidual`) that reads the named
+  columns of both sides.
 
 >>> str(parse_predicate("r.start <= s.end and r.end >= s.start"))
 'r.start <= s.end AND r.end >= s.start'
@@ -25,9 +29,12 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from streamjoin.query import (
     Filter,
     Predicate,
+    Residual,
     band,
     equal,
     greater,
@@ -35,6 +42,7 @@ from streamjoin.query import (
     less,
     less_equal,
     not_equal,
+    where,
 )
 
 _OPS = {
@@ -126,6 +134,8 @@ class _Parser:
 def _as_predicate(p) -> Predicate:
     if isinstance(p, Filter):
         return Predicate((), (p,))
+    if isinstance(p, Residual):
+        return Predicate((), (), (), (p,))
     return p if isinstance(p, Predicate) else Predicate((p,))
 
 
@@ -167,7 +177,113 @@ def _condition(text: str):
         if op == "!=":
             raise ValueError(f"cannot read {text!r}: != takes no constant; write r.x != s.y")
         return _INEQUALITIES[op](a, b, shift=shift)
+    if residual := TextResidual.parse(text):
+        return where(residual, residual.columns)
     raise ValueError(
         f"cannot read the condition {text!r}; write r.x < s.y (<, <=, >, >=, ==, !=), "
-        "|r.x - s.y| <= eps, s.y - r.x in [lo, hi], or a filter r.x < 5"
+        "|r.x - s.y| <= eps, s.y - r.x in [lo, hi], a filter r.x < 5, or arithmetic over "
+        "r.x, s.y and numbers compared (r.k + s.k < 10)"
     )
+
+
+_ARITH_TOKEN = re.compile(rf"\s*(?:([rs])\.({_NAME})|({_NUM})|([-+*/]))")
+_COMPARISON = re.compile(r"(<=|>=|==|!=|<|>|=)")
+_NUMPY_OPS = {
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "==": np.equal,
+    "=": np.equal,
+    "!=": np.not_equal,
+}
+
+
+class TextResidual:
+    """A comparison of two arithmetic expressions over ``r.X``, ``s.Y`` and numbers, read from
+    text (``r.k + s.k < 10``), as the function of a :func:`~streamjoin.query.where`.
+
+    ``*`` and ``/`` bind tighter than ``+`` and ``-``, left to right; ``/`` divides as
+    floats. Integer columns and literals are computed as integers, exactly: in int64 while
+    every value fits in 31 bits, else as Python integers (so no sum or product wraps around).
+    """
+
+    def __init__(self, text: str, left: list, op: str, right: list) -> None:
+        self.text, self.left, self.op, self.right = text, left, op, right
+        self.__name__ = text
+        self.columns = tuple(dict.fromkeys(v for kind, v in left + right if kind in "rs"))
+
+    @classmethod
+    def parse(cls, text: str) -> TextResidual | None:
+        """The residual ``text`` writes, or None if it is not one."""
+        parts = _COMPARISON.split(text)
+        if len(parts) != 3:
+            return None
+        left, right = cls._expression(parts[0]), cls._expression(parts[2])
+        if left is None or right is None:
+            return None
+        if not any(kind in "rs" for kind, _ in left + right):
+            return None
+        return cls(text, left, parts[1], right)
+
+    @staticmethod
+    def _expression(text: str) -> list | None:
+        """``[(kind, value), …]`` in the order written: ``("r"|"s", column)``,
+        ``("n", number)``, ``("op", "+-*/")``, alternating operand and operator."""
+        out, at, text = [], 0, text.strip()
+        while at < len(text):
+            m = _ARITH_TOKEN.match(text, at)
+            if m is None or m.end() == at:
+                return None
+            if m[1]:
+                out.append((m[1], m[2]))
+            elif m[3]:
+                out.append(("n", _number(m[3])))
+            else:
+                out.append(("op", m[4]))
+            at = m.end()
+            while at < len(text) and text[at].isspace():
+                at += 1
+        operands = out[0::2]
+        if not out or len(out) % 2 == 0 or any(kind == "op" for kind, _ in operands):
+            return None
+        if any(kind != "op" for kind, _ in out[1::2]):
+            return None
+        return out
+
+    def __call__(self, r, s) -> np.ndarray:
+        sides = {"r": r, "s": s}
+        n = len(r)
+
+        def value(kind, v):
+            if kind == "n":
+                return v
+            column = sides[kind][v]
+            wide = len(column) and (column.max() >= 2**31 or column.min() <= -(2**31))
+            if column.dtype.kind == "i" and wide:
+                return column.astype(object)
+            return column
+
+        def evaluate(tokens):
+            terms, signs, product = [], [], value(*tokens[0])
+            for i in range(1, len(tokens), 2):
+                op, operand = tokens[i][1], value(*tokens[i + 1])
+                if op == "*":
+                    product = product * operand
+                elif op == "/":
+                    product = np.true_divide(product, operand)
+                else:
+                    terms.append(product)
+                    signs.append(op)
+                    product = operand
+            terms.append(product)
+            total = terms[0]
+            for sign, term in zip(signs, terms[1:], strict=True):
+                total = total + term if sign == "+" else total - term
+            return total
+
+        kept = _NUMPY_OPS[self.op](evaluate(self.left), evaluate(self.right))
+        return np.broadcast_to(np.asarray(kept, dtype=np.bool_), (n,)).copy()
+
+    def __repr__(self) -> str:
+        return f"TextResidual({self.text!r})"

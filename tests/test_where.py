@@ -14,7 +14,9 @@ from layouts import LAYOUTS, run_layout
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
+from streamjoin.cli import main as cli_main
 from streamjoin.query import ResidualError
+from streamjoin.query_text import parse_predicate
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamjoin.indexes.IndexFallbackWarning")
 
@@ -180,3 +182,45 @@ def test_where_on_ray(ray_session):
     boom = sj.Query(sj.band("x", 2.0) & sj.where(_boom, ["k"]), sj.CountWindow(300))
     with pytest.raises(Exception, match="function _boom raised ZeroDivisionError"):
         sj.run(boom, data, LAYOUTS["grid"](), backend="ray", batch_size=64)
+
+
+def test_the_text_form_reads_arithmetic_as_a_residual_function():
+    pred = parse_predicate("|r.x - s.x| <= 1 AND r.k + s.k * 2 - 3 < r.j / 2")
+    assert str(pred) == "|r.x - s.x| <= 1 AND r.k + s.k * 2 - 3 < r.j / 2"
+    (residual,) = pred.residuals
+    assert residual.columns == ("k", "j")
+    r = {"k": np.array([1, 5]), "j": np.array([20, 2])}
+    s = {"k": np.array([2, 1]), "j": np.array([0, 0])}
+    # 1 + 4 - 3 = 2 < 10 holds; 5 + 2 - 3 = 4 < 1 does not (* before +, / as floats)
+    assert residual.keep(r, s).tolist() == [True, False]
+    # a shifted condition stays a condition an index serves; a filter stays a filter
+    assert not parse_predicate("r.a + 3 < s.b").residuals
+    assert parse_predicate("r.a < 3 AND r.a < s.a").filters
+    for bad in ("r.k + < 3", "3 < 4", "r.k + s.k", "r.k ** 2 < s.k"):
+        with pytest.raises(ValueError, match="cannot read"):
+            parse_predicate(bad)
+
+
+def test_text_arithmetic_on_integers_is_exact_beyond_int64():
+    top = 2**62
+    table = {
+        "stream": np.array([0, 1, 0, 1], dtype=np.int8),
+        "x": np.zeros(4),
+        "k": np.array([top, top, -top, 5], dtype=np.int64),
+    }
+    # 2**62 + 2**62 = 2**63 wraps to a negative int64; as integers it is above 2**62
+    query = sj.Query(
+        parse_predicate("|r.x - s.x| <= 1 AND r.k + s.k > 4611686018427387904"), sj.CountWindow(4)
+    )
+    res = sj.run(query, table, batch_size=1, progress=False)
+    pairs = zip(res.pairs["r"].to_pylist(), res.pairs["s"].to_pylist(), strict=True)
+    assert sorted(pairs) == [(0, 1), (0, 3)]  # (0, 1) lost if the sum wrapped
+    assert res.same_pairs(sj.oracle.join(query, table))
+
+
+def test_the_cli_runs_a_text_residual(tmp_path, capsys):
+    query = "|r.x - s.x| <= 2 AND r.k + s.k < 30000"
+    args = ["run", "--no-progress", "--tuples", "3000", "--query", query, "--check"]
+    assert cli_main([*args, "-o", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "oracle: same pairs" in printed and "r.k + s.k < 30000" in printed
