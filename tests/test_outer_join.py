@@ -208,9 +208,11 @@ def test_the_cli_takes_how(tmp_path, capsys):
     assert metrics["unmatched_tuples"] > 0
 
 
-# a grid by default (the default run also kills and rebuilds a pipelined shared core in a
-# full outer join: test_ray_failures); the shared core here with -m slow
-@pytest.mark.parametrize("layout", ["grid", pytest.param("shared", marks=pytest.mark.slow)])
+# -m slow: the default run meets outer joins on Ray in a grid (a left outer join with a
+# residual function, test_where) and a killed and rebuilt pipelined shared core (a full outer
+# join, test_ray_failures)
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["grid", "shared"])
 def test_outer_joins_on_ray(ray_session, layout):
     data = _synthetic(3_000, seed=11)
     query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(300), how="full")

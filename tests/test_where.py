@@ -179,6 +179,11 @@ def test_where_on_ray(ray_session):
     query = sj.Query(sj.band("x", 2.0) & keep, sj.CountWindow(300), how="left")
     res = sj.run(query, data, LAYOUTS["grid"](), backend="ray", batch_size=64)
     assert res.same_pairs(sj.oracle.join(query, data))
+
+
+@pytest.mark.slow  # (local and sim name it by default; on Ray the error travels as any other)
+def test_a_function_that_raises_on_ray_ends_the_run_naming_it(ray_session):
+    data = sj.sources.synthetic(3_000, low=0, high=2_000, attrs=("x", "k"), seed=8)
     boom = sj.Query(sj.band("x", 2.0) & sj.where(_boom, ["k"]), sj.CountWindow(300))
     with pytest.raises(Exception, match="function _boom raised ZeroDivisionError"):
         sj.run(boom, data, LAYOUTS["grid"](), backend="ray", batch_size=64)
