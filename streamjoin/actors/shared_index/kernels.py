@@ -331,7 +331,8 @@ def _join_tuples(
     rows, store_attrs, base, head, state = window
     conds, key_rows, boxes, n_boxes, symmetric = probing
     if indexed and n_g:
-        n_c = split = 0
+        # int64, not the literal 0: a literal would compile probe_shared a second time (7 s)
+        n_c = split = np.int64(0)
         for box in range(n_boxes[orient]):
             cand_p, cand_r, n_c, waits = probe_shared(
                 state, keys, boxes[orient, box, 0], boxes[orient, box, 1], cand_p, cand_r, n_c
@@ -547,7 +548,7 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
             at += m
         task_meta[t, M_N0] = n_g[0]
         store_release(status, t, ACTIVE)
-        n_pairs = 0
+        n_pairs = np.int64(0)  # (a literal 0 compiled _join_tuples twice: 4-23 s)
         for x in range(2):  # 2. result generation
             m = n_g[x]
             if m == 0:
