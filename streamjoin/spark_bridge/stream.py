@@ -30,7 +30,8 @@ were fed: ``batch_id`` order, as Spark calls the sink.
   :class:`streamjoin.InputError` from the sink before any of it is fed, so the Spark query
   fails with that message and the job keeps what came before.
 - :meth:`JoinSink.stop` stops the Spark query, drains the job and returns its
-  :class:`~streamjoin.Result`; :meth:`JoinSink.close` does the last two when the query was
+  :class:`~streamjoin.Result` (an outer join's tuples without a partner are in it then: its
+  input has ended); :meth:`JoinSink.close` does the last two when the query was
   stopped some other way.
 - The queue between Spark and the job holds ``max_queued`` micro-batches: a join slower than
   the stream holds Spark back instead of filling memory.
