@@ -84,3 +84,23 @@ def test_bisort_jobs_have_the_types_a_run_calls_them_with():
         assert sig in [tuple(s) for s in dispatcher.signatures]
     wide = JoinCore(query, "bisort", {"layout": "wide"})
     assert {p.index.compile_ahead() for p in wide.parts.values()} == {None}
+
+
+def test_shared_pim_tree_jobs_have_the_state_types_a_core_runs_with():
+    """T_I's insert and the merge's pending updates are compiled ahead for the state type of
+    a default shared PIM-Tree: the one a shared-index core's indexes hand its kernels."""
+    import numba
+
+    from streamjoin.actors.shared_index.core import SharedIndexCore
+    from streamjoin.indexes.pim import shared
+
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(4096))
+    core = SharedIndexCore(query, "pim_tree", {}, threads=1)
+    target = f"{shared.__name__}:late_kernel_jobs"
+    assert {ix.compile_ahead() for ix in core.indexes.values()} == {target}
+    for _, args in shared.late_kernel_jobs():
+        assert numba.typeof(args[0]) == numba.typeof(core.indexes[0].state)
+    compact = SharedIndexCore(query, "pim_tree", {"layout": "compact"}, threads=1)
+    assert {ix.compile_ahead() for ix in compact.indexes.values()} == {None}
+    core.close()
+    compact.close()

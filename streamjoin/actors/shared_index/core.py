@@ -77,6 +77,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from streamjoin import compile_ahead
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings, options_key
 from streamjoin.actors.join_core import IndexChoice, JoinCore, warm_batch
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES
@@ -627,6 +628,9 @@ class SharedIndexCore(Logic):
         )
         q = self.query
         key += (q.self_join, self.spec.n_keys, q.predicate.symmetric)
+        for index in self.indexes.values():  # the late kernels, meanwhile, in a second process
+            if index is not None and hasattr(index, "compile_ahead"):
+                compile_ahead.start(index.compile_ahead())
         WARMED.once(key, self._warm)
 
     def _warm(self) -> None:

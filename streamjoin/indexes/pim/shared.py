@@ -45,6 +45,7 @@ from streamjoin.indexes.pim.bplus_tree import (
     check_forest,
     delete_items,
     new_forest,
+    new_path,
     new_tree,
     reserve,
 )
@@ -67,6 +68,7 @@ from streamjoin.indexes.pim.pim_tree_shared import (
     STRIDE,
     SharedArrays,
     apply_pending,
+    insert_shared,
 )
 from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE, TreeShape
 from streamjoin.modes import MERGES, Layout, Merge
@@ -345,6 +347,12 @@ class SharedPIMTree:
             assert self._first_ref is not None and self._last_ref is not None  # (set together)
             w = self._last_ref + 1 - max(self._before, self._first_ref)
         return max(1, int(np.ceil(self.merge_ratio * w)))
+
+    def compile_ahead(self) -> str | None:
+        """Kernels a first run reaches late (:func:`late_kernel_jobs`), for the default
+        PIM-Tree (whose state's types those jobs build), else None."""
+        default = (self.name, self.layout) == ("pim_tree", "wide")
+        return f"{__name__}:late_kernel_jobs" if default else None
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -669,6 +677,16 @@ def check_shared_options(name: str, options: dict) -> None:
             f"the shared {name} takes no option {', '.join(map(repr, unknown))}; "
             f"its options: {offered}"
         )
+
+
+def late_kernel_jobs() -> list:
+    """The kernels a shared-index core's first run compiles late, for a second process
+    (:mod:`streamjoin.compile_ahead`): T_I's insert, which the task kernel reaches after its
+    probes and joins (about 5 s), and the merge's application of pending updates, reached
+    only at the first merge (about 5 s with its B+-tree insert)."""
+    state = SharedPIMTree().state
+    keys, refs = np.empty(0), np.empty(0, dtype=np.int64)
+    return [(insert_shared, (state, keys, refs, new_path())), (apply_pending, (state,))]
 
 
 def make_shared(name: str, options: dict, merge: Merge = "nonblocking"):
