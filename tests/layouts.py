@@ -1,4 +1,10 @@
-"""Small layouts of every topology, shared by the tests that run each on every backend."""
+"""Small layouts of every topology, shared by the tests that run each on every backend, and
+the hypothesis set-up of the tests that run random queries on every one of them."""
+
+from budget import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import predicates, windows
 
 import streamjoin as sj
 
@@ -35,3 +41,31 @@ def run_layout(query, table, layout: str, backend: str, batch_size: int, deliver
         return None
     options = {"delivery_seed": delivery_seed} if backend == "local" else {}
     return sj.run(query, table, topo, backend=backend, batch_size=batch_size, **options)
+
+
+def every_layout(max_examples: int, predicate=None, layouts=None, **more):
+    """The hypothesis settings and draws of a test that runs a random query on every layout
+    (on ``local`` with ``delivery_seed``'s interleavings, and on ``sim``) against the oracle:
+    ``self_join``, ``data`` (draw the table from it), ``predicate`` (``predicates()`` unless
+    given), ``window``, ``layout`` (one of ``layouts``, default every one), ``backend``,
+    ``batch_size``, ``delivery_seed``, and the test's own draws ``more``."""
+    draws = {
+        "self_join": st.booleans(),
+        "data": st.data(),
+        "predicate": predicates() if predicate is None else predicate,
+        "window": windows(),
+        "layout": st.sampled_from(sorted(LAYOUTS if layouts is None else layouts)),
+        "backend": st.sampled_from(["local", "sim"]),
+        "batch_size": st.sampled_from([1, 3, 16]),
+        "delivery_seed": st.integers(0, 3),
+        **more,
+    }
+    checks = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+    def wrap(test):
+        run = settings(
+            max_examples=examples(max_examples), deadline=None, suppress_health_check=checks
+        )
+        return run(given(**draws)(test))
+
+    return wrap

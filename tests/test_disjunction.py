@@ -8,11 +8,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from budget import examples
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from layouts import LAYOUTS, run_layout
-from strategies import conditions, tables, windows
+from layouts import LAYOUTS, every_layout, run_layout
+from strategies import conditions, tables
 
 import streamjoin as sj
 from streamjoin import indexes
@@ -135,22 +133,7 @@ def disjunctions(draw):
     return pred
 
 
-@settings(
-    max_examples=examples(60),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    self_join=st.booleans(),
-    data=st.data(),
-    predicate=disjunctions(),
-    window=windows(),
-    layout=st.sampled_from(sorted(LAYOUTS)),
-    backend=st.sampled_from(["local", "sim"]),
-    batch_size=st.sampled_from([1, 3, 16]),
-    delivery_seed=st.integers(0, 3),
-    lateness=st.sampled_from([None, None, None, 3]),
-)
+@every_layout(60, predicate=disjunctions(), lateness=st.sampled_from([None, None, None, 3]))
 def test_every_layout_equals_the_oracle(
     self_join, data, predicate, window, layout, backend, batch_size, delivery_seed, lateness
 ):

@@ -5,12 +5,10 @@ late rows listed (docs/design.md §1)."""
 import numpy as np
 import pyarrow as pa
 import pytest
-from budget import examples
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from layouts import LAYOUTS as ALL_LAYOUTS
-from layouts import run_layout
-from strategies import predicates, tables, windows
+from layouts import every_layout, run_layout
+from strategies import tables
 
 import streamjoin as sj
 from streamjoin.sources import Source
@@ -46,22 +44,7 @@ def _query(predicate, window, self_join, lateness, on_late="drop"):
     )
 
 
-@settings(
-    max_examples=examples(150),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    self_join=st.booleans(),
-    data=st.data(),
-    predicate=predicates(),
-    window=windows(),
-    lateness=st.sampled_from([0, 1, 4, 10**6]),
-    layout=st.sampled_from(sorted(LAYOUTS)),
-    backend=st.sampled_from(["local", "sim"]),
-    batch_size=st.sampled_from([1, 3, 16]),
-    delivery_seed=st.integers(0, 3),
-)
+@every_layout(150, layouts=LAYOUTS, lateness=st.sampled_from([0, 1, 4, 10**6]))
 def test_out_of_order_input_equals_the_oracle(
     self_join, data, predicate, window, lateness, layout, backend, batch_size, delivery_seed
 ):

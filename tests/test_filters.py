@@ -7,11 +7,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from budget import examples
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from layouts import LAYOUTS, run_layout
-from strategies import predicates, tables, windows
+from layouts import LAYOUTS, every_layout, run_layout
+from sql_windows import in_count_window, ranked
+from strategies import tables
 
 import streamjoin as sj
 from streamjoin.query import FILTER_OPS
@@ -29,19 +28,10 @@ def _duckdb_pairs(table: pa.Table, window: int, band: float, filters) -> pa.Tabl
     rows = table.append_column("row", pa.array(np.arange(len(table))))  # noqa: F841
     where = " AND ".join(f"{f.side}.{f.attr} {SQL_OPS[f.op]} {f.value!r}" for f in filters)
     sql = f"""
-        WITH t AS (
-            SELECT *,
-                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
-                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
-                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
-            FROM rows)
+        WITH {ranked()}
         SELECT r.row AS r, s.row AS s FROM t r, t s
         WHERE r.stream = 0 AND s.stream = 1 AND abs(r.x - s.x) <= {band}
-          AND {where or "TRUE"}
-          AND ((s.row > r.row AND r.rank >= s.r_before - {window})
-            OR (r.row > s.row AND s.rank >= r.s_before - {window}))"""
+          AND {where or "TRUE"} AND {in_count_window(window)}"""
     return duckdb.sql(sql).to_arrow_table()
 
 
@@ -101,22 +91,7 @@ def filters(draw, values):
     return out
 
 
-@settings(
-    max_examples=examples(50),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    self_join=st.booleans(),
-    data=st.data(),
-    predicate=predicates(),
-    window=windows(),
-    layout=st.sampled_from(sorted(LAYOUTS)),
-    backend=st.sampled_from(["local", "sim"]),
-    batch_size=st.sampled_from([1, 3, 16]),
-    delivery_seed=st.integers(0, 3),
-    lateness=st.sampled_from([None, None, 0, 3]),
-)
+@every_layout(50, lateness=st.sampled_from([None, None, 0, 3]))
 def test_every_layout_equals_the_oracle(
     self_join, data, predicate, window, layout, backend, batch_size, delivery_seed, lateness
 ):

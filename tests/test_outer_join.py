@@ -9,11 +9,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from budget import examples
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from layouts import LAYOUTS, run_layout
-from strategies import predicates, tables, windows
+from layouts import LAYOUTS, every_layout, run_layout
+from sql_windows import in_count_window, ranked
+from strategies import tables
 
 import streamjoin as sj
 from streamjoin.cli import main as cli_main
@@ -30,20 +29,12 @@ def _duckdb_pairs(table: pa.Table, how: str, window: int, band: float, kind: str
     ``window`` behind it in ``ts`` (``"time"``); a missing side is -1."""
     rows = table.append_column("row", pa.array(np.arange(len(table))))  # noqa: F841
     if kind == "count":
-        in_window = f"""((s.row > r.row AND r.rank >= s.r_before - {window})
-            OR (r.row > s.row AND s.rank >= r.s_before - {window}))"""
+        in_window = in_count_window(window)
     else:
         in_window = f"""((s.row > r.row AND r.ts >= s.ts - {window})
             OR (r.row > s.row AND s.ts >= r.ts - {window}))"""
     sql = f"""
-        WITH t AS (
-            SELECT *,
-                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
-                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
-                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
-            FROM rows),
+        WITH {ranked()},
         rr AS (SELECT * FROM t WHERE stream = 0),
         ss AS (SELECT * FROM t WHERE stream = 1)
         SELECT coalesce(r.row, -1) AS r, coalesce(s.row, -1) AS s
@@ -93,20 +84,8 @@ def test_a_self_join_keeps_each_tuple_that_met_no_other():
     assert res.same_pairs(expected)
 
 
-@settings(
-    max_examples=examples(60),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    self_join=st.booleans(),
-    data=st.data(),
-    predicate=predicates(),
-    window=windows(),
-    layout=st.sampled_from(sorted(LAYOUTS)),
-    backend=st.sampled_from(["local", "sim"]),
-    batch_size=st.sampled_from([1, 3, 16]),
-    delivery_seed=st.integers(0, 3),
+@every_layout(
+    60,
     lateness=st.sampled_from([None, None, 0, 3]),
     how=st.sampled_from(["left", "right", "full"]),
     with_filter=st.booleans(),

@@ -7,11 +7,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from budget import examples
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from layouts import LAYOUTS, run_layout
-from strategies import predicates, tables, windows
+from layouts import LAYOUTS, every_layout, run_layout
+from sql_windows import in_count_window, ranked
+from strategies import tables
 
 import streamjoin as sj
 from streamjoin.cli import main as cli_main
@@ -41,20 +40,11 @@ def test_oracle_equals_duckdb(how):
     join = "LEFT OUTER JOIN" if how == "left" else "JOIN"
     expected = duckdb.sql(
         f"""
-        WITH t AS (
-            SELECT *,
-                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
-                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
-                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
-            FROM rows),
+        WITH {ranked()},
         rr AS (SELECT * FROM t WHERE stream = 0),
         ss AS (SELECT * FROM t WHERE stream = 1)
         SELECT coalesce(r.row, -1) AS r, coalesce(s.row, -1) AS s FROM rr r {join} ss s
-          ON abs(r.x - s.x) <= 1 AND r.k + s.k < 10
-          AND ((s.row > r.row AND r.rank >= s.r_before - 15)
-            OR (r.row > s.row AND s.rank >= r.s_before - 15))"""
+          ON abs(r.x - s.x) <= 1 AND r.k + s.k < 10 AND {in_count_window(15)}"""
     ).to_arrow_table()
     got = sj.oracle.join(query, table)
     plain = sj.oracle.join(sj.Query(sj.band("x", 1.0), window=sj.CountWindow(15)), table)
@@ -72,20 +62,8 @@ FUNCTIONS = [
 ]
 
 
-@settings(
-    max_examples=examples(60),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    self_join=st.booleans(),
-    data=st.data(),
-    predicate=predicates(),
-    window=windows(),
-    layout=st.sampled_from(sorted(LAYOUTS)),
-    backend=st.sampled_from(["local", "sim"]),
-    batch_size=st.sampled_from([1, 3, 16]),
-    delivery_seed=st.integers(0, 3),
+@every_layout(
+    60,
     lateness=st.sampled_from([None, None, 3]),
     how=st.sampled_from(["inner", "inner", "left", "full"]),
     fn=st.sampled_from(range(len(FUNCTIONS))),
