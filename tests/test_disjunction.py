@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import strategies as st
 from layouts import LAYOUTS, every_layout, run_layout
+from sql_windows import in_count_window, ranked
 from strategies import conditions, tables
 
 import streamjoin as sj
@@ -36,18 +37,9 @@ def _duckdb_pairs(table: pa.Table, window: int, where: str, self_join: bool) -> 
               AND (({where}) OR ({flipped}))"""
         return duckdb.sql(sql).to_arrow_table()
     sql = f"""
-        WITH t AS (
-            SELECT *,
-                row_number() OVER (PARTITION BY stream ORDER BY row) - 1 AS rank,
-                coalesce(sum(CASE WHEN stream = 0 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r_before,
-                coalesce(sum(CASE WHEN stream = 1 THEN 1 ELSE 0 END) OVER (ORDER BY row
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS s_before
-            FROM rows)
+        WITH {ranked()}
         SELECT r.row AS r, s.row AS s FROM t r, t s
-        WHERE r.stream = 0 AND s.stream = 1 AND ({where})
-          AND ((s.row > r.row AND r.rank >= s.r_before - {window})
-            OR (r.row > s.row AND s.rank >= r.s_before - {window}))"""
+        WHERE r.stream = 0 AND s.stream = 1 AND ({where}) AND {in_count_window(window)}"""
     return duckdb.sql(sql).to_arrow_table()
 
 
