@@ -3,7 +3,7 @@
 On an empty numba cache a join waits for its kernels to compile, one after another, in the
 order the run first calls them, on one processor. Some of them are large and are reached late:
 BI-Sort's probe of a packed subwindow (:func:`~streamjoin.indexes.panjoin.bisort.
-append_bisort` over compact items, about 4.5 s on a 2-core VM) comes only once a subwindow
+append_bisort` over compact items, a quarter of the default job's compiling) comes only once a subwindow
 has filled, after the wide probe and the insert path. An index names such *jobs*
 (:meth:`~streamjoin.indexes.base.WindowIndex.compile_ahead`: ``"module:function"``, the
 function returning ``[(dispatcher, example_args), …]``); when its join core warms up and the

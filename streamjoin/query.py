@@ -285,9 +285,10 @@ class Rows:
     _columns: dict[str, np.ndarray]
 
     def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        for values in columns.values():
-            values.flags.writeable = False
-        object.__setattr__(self, "_columns", columns)
+        views = {name: np.asarray(values).view() for name, values in columns.items()}
+        for view in views.values():  # (the caller's arrays stay writeable)
+            view.flags.writeable = False
+        object.__setattr__(self, "_columns", views)
 
     def __getitem__(self, name: str) -> np.ndarray:
         try:

@@ -242,8 +242,6 @@ class TextResidual:
             else:
                 out.append(("op", m[4]))
             at = m.end()
-            while at < len(text) and text[at].isspace():
-                at += 1
         operands = out[0::2]
         if not out or len(out) % 2 == 0 or any(kind == "op" for kind, _ in operands):
             return None

@@ -331,7 +331,8 @@ def _join_tuples(
     rows, store_attrs, base, head, state = window
     conds, key_rows, boxes, n_boxes, symmetric = probing
     if indexed and n_g:
-        # int64, not the literal 0: a literal would compile probe_shared a second time (7 s)
+        # int64, not the literal 0: a literal is a specialisation of its own, and would
+        # compile probe_shared a second time (docs/performance.md, compiling)
         n_c = split = np.int64(0)
         for box in range(n_boxes[orient]):
             cand_p, cand_r, n_c, waits = probe_shared(
@@ -548,7 +549,7 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
             at += m
         task_meta[t, M_N0] = n_g[0]
         store_release(status, t, ACTIVE)
-        n_pairs = np.int64(0)  # (a literal 0 compiled _join_tuples twice: 4-23 s)
+        n_pairs = np.int64(0)  # (a literal 0 compiled _join_tuples a second time)
         for x in range(2):  # 2. result generation
             m = n_g[x]
             if m == 0:

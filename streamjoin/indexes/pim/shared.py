@@ -682,8 +682,8 @@ def check_shared_options(name: str, options: dict) -> None:
 def late_kernel_jobs() -> list:
     """The kernels a shared-index core's first run compiles late, for a second process
     (:mod:`streamjoin.compile_ahead`): T_I's insert, which the task kernel reaches after its
-    probes and joins (about 5 s), and the merge's application of pending updates, reached
-    only at the first merge (about 5 s with its B+-tree insert)."""
+    probes and joins, and the merge's application of pending updates, reached only at the
+    first merge (figures: docs/performance.md, compiling)."""
     state = SharedPIMTree().state
     keys, refs = np.empty(0), np.empty(0, dtype=np.int64)
     return [(insert_shared, (state, keys, refs, new_path())), (apply_pending, (state,))]
