@@ -6,8 +6,8 @@ tuples, band join at match rate 2, count window 4,096, one core, ``local``, batc
 
 Runs ``how="inner"``, ``"left"`` and ``"full"`` in turn in one process (A B C A B C ..., so a
 drifting host moves them alike), each timed over ``sj.run``'s own throughput (first ingest to
-the last pair, which for an outer join is its last tuple without a partner, at the end of
-input), and prints each one's median tuples/s and the pairwise ratios to ``inner`` (median,
+the last pair, which for an outer join is one of its last tuples without a partner, which
+leave at the end of input; the others leave by the progress markers as the run goes on), and prints each one's median tuples/s and the pairwise ratios to ``inner`` (median,
 min, max over the rounds). COLLECT is ``count`` (the default job's) or ``pairs``.
 """
 

@@ -153,3 +153,27 @@ def concat_pairs(parts: list[PairBatch]) -> PairBatch | None:
     return PairBatch(
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ("r", "s", "ingest_ns"))
     )
+
+
+#: The port a logic names for a :class:`Marker` it sends: executors send a marker to every
+#: successor, whatever the port.
+MARKER_PORT = "marker"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A progress marker (Flink's and Chandy–Lamport's: a message that every edge carries in
+    order with the data). The emitter sends the ``number``-th after the batches before it;
+    a node passes a marker on once it has come on each of its incoming edges and the node has
+    handled every message before it (sending the output of any batch it held,
+    ``held_batches``), so when the collector has it from every edge, every pair of those
+    batches has arrived. An outer join's rows leave by it
+    (:meth:`~streamjoin.actors.collector.Collector.on_marker`): ``kept`` is how many of its
+    rows the emitter had sent the collector before the marker (more may have come by the
+    time the marker has come on every edge: they wait for the next)."""
+
+    number: int
+    kept: int = 0
+
+    def __len__(self) -> int:
+        return 0

@@ -158,7 +158,8 @@ def _add_job_options(parser: argparse.ArgumentParser, backend: str) -> None:
         choices=("inner", "left", "right", "full"),
         default="inner",
         help="an outer join also returns each R (left), S (right) or any (full) tuple that "
-        "met no partner, once, as (r, -1) or (-1, s), when the input ends; a self-join "
+        "met no partner, once, as (r, -1) or (-1, s), once the other stream's window has "
+        "passed it; a self-join "
         "takes left (default: %(default)s)",
     )
     query.add_argument(

@@ -17,7 +17,7 @@ from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
 from streamjoin.actors.spo import MergedRun, SubtreePairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.batch import Batch, Marker, PairBatch
 from streamjoin.runtime.ray import channels, wire
 
 KEY = bytes(range(32, 64))
@@ -226,6 +226,16 @@ def test_a_subtree_report_of_a_negative_batch_is_a_framing_error():
 @given(upto=st.integers(-(2**63), 2**63 - 1))
 def test_ack_round_trip(upto):
     assert _round_trip(Ack(upto)) == Ack(upto)
+
+
+@given(st.integers(1, 2**62), st.integers(0, 2**62))
+def test_marker_round_trip(number, kept):
+    assert _round_trip(Marker(number, kept)) == Marker(number, kept)
+
+
+def test_a_marker_numbered_below_one_is_a_framing_error():
+    with pytest.raises(wire.FramingError, match="progress marker numbered 0"):
+        _round_trip(Marker(0))
 
 
 @settings(max_examples=examples(30), deadline=None)

@@ -15,6 +15,7 @@ from sql_windows import in_count_window, ranked
 from strategies import tables
 
 import streamjoin as sj
+from streamjoin.actors import emitter
 from streamjoin.cli import main as cli_main
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamjoin.indexes.IndexFallbackWarning")
@@ -89,6 +90,7 @@ def test_a_self_join_keeps_each_tuple_that_met_no_other():
     lateness=st.sampled_from([None, None, 0, 3]),
     how=st.sampled_from(["left", "right", "full"]),
     with_filter=st.booleans(),
+    marker_rows=st.sampled_from([1, 5, emitter.MARKER_ROWS]),
 )
 def test_every_layout_equals_the_oracle(
     self_join,
@@ -102,7 +104,10 @@ def test_every_layout_equals_the_oracle(
     lateness,
     how,
     with_filter,
+    marker_rows,
 ):
+    """Also with progress markers after every row or few (the kept rows leave as they go
+    out of reach, in any interleaving of the markers with the pairs), or as by default."""
     table = data.draw(tables(self_join))
     if self_join:
         how = "left"
@@ -112,7 +117,11 @@ def test_every_layout_equals_the_oracle(
     query = sj.Query(
         predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late, how=how
     )
-    res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    default, emitter.MARKER_ROWS = emitter.MARKER_ROWS, marker_rows
+    try:
+        res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    finally:
+        emitter.MARKER_ROWS = default
     if res is None:
         return
     expected = sj.oracle.join(query, table)
@@ -121,6 +130,42 @@ def test_every_layout_equals_the_oracle(
         np.sum((expected.column("r").to_numpy() < 0) | (expected.column("s").to_numpy() < 0))
     )
     assert res.metrics["unmatched_tuples"] == alone
+
+
+def _unmatched_latency_ms(res) -> np.ndarray:
+    r, s = res.pairs.column("r").to_numpy(), res.pairs.column("s").to_numpy()
+    return res.pairs.column("latency_ns").to_numpy()[(r < 0) | (s < 0)] / 1e6
+
+
+@pytest.mark.parametrize("layout", ["single", "grid", "panjoin", "spo", "shared"])
+def test_a_tuple_without_a_partner_leaves_once_it_is_out_of_reach(layout):
+    """Progress markers: 20,000 tuples at 10,000 a second (2 s of virtual time), a window of
+    100 per stream (about 20 ms): a tuple without a partner leaves about that long after its
+    arrival, plus a marker's interval (8,192 rows or 100 ms), not when the input ends."""
+    data = sj.sources.synthetic(20_000, low=0, high=40_000, attrs=("x",), seed=3)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(100), how="full")
+    topo = LAYOUTS[layout]()
+    assert topo.marks_progress(query)
+    res = sj.run(query, data, topo, backend="sim", pace=10_000, batch_size=16, progress=False)
+    assert res.same_pairs(sj.oracle.join(query, data))
+    lat = _unmatched_latency_ms(res)
+    assert len(lat) > 10_000
+    assert np.percentile(lat, 99) < 250, np.percentile(lat, [50, 99])
+
+
+def test_layouts_without_markers_return_them_when_the_input_ends():
+    """A handshake chain (a cyclic graph) and SPO's combining trees send no progress markers
+    (their kept tuples leave at the end of input, exact); an inner join needs none."""
+    data = sj.sources.synthetic(4_000, low=0, high=8_000, attrs=("x",), seed=3)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(100), how="left")
+    inner = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(100))
+    assert not sj.topologies.single().marks_progress(inner)
+    for layout in ("handshake", "spo_tree"):
+        topo = LAYOUTS[layout]()
+        assert not topo.marks_progress(query)
+        res = sj.run(query, data, topo, backend="sim", pace=10_000, batch_size=16, progress=False)
+        assert res.same_pairs(sj.oracle.join(query, data))
+        assert np.percentile(_unmatched_latency_ms(res), 50) > 100  # most near the end, 0.4 s
 
 
 def _synthetic(n=2_000, seed=5):

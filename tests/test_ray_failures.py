@@ -20,6 +20,7 @@ import pytest
 from faults import host_pids, inject
 
 import streamjoin as sj
+from streamjoin.actors import emitter
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -108,6 +109,9 @@ def test_a_killed_worker_that_cannot_be_rebuilt_is_named_within_seconds(ray_sess
 def _exact_after_kill(
     layout: str, tmp_path, at: str, after: int, n: int, batch: int, seed=1, how="inner"
 ):
+    """An outer join sends progress markers every 256 rows: rows without a partner leave
+    before, during and after the core's rebuild (the markers the dead core had passed on
+    stay with the pairs the collector holds back until its progress covers them)."""
     make, node = LAYOUTS[layout]
     query = sj.Query(sj.band("x", 2), window=sj.CountWindow(300, 200), how=how)
     data = sj.sources.synthetic(n, low=0, high=3000, seed=seed)
@@ -115,7 +119,11 @@ def _exact_after_kill(
     topo = inject(make(), node, fault="kill", at=at, after=after, once=str(marker))
     # one chunk: the emitter writes every batch at once, so they wait and coalesce
     chunk_rows = n if at == "merged" else None
-    result = sj.run(query, data, topo, backend="ray", batch_size=batch, chunk_rows=chunk_rows)
+    default, emitter.MARKER_ROWS = emitter.MARKER_ROWS, 256
+    try:
+        result = sj.run(query, data, topo, backend="ray", batch_size=batch, chunk_rows=chunk_rows)
+    finally:
+        emitter.MARKER_ROWS = default
     assert marker.exists(), "the fault never fired"
     expected = sj.oracle.join(query, data)
     assert result.same_pairs(expected), (layout, at, after, len(result.pairs), len(expected))

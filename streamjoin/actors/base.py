@@ -59,6 +59,10 @@ class RunSettings:
     timeout : float, optional
         Seconds the run may take; then the executor ends it with
         :class:`~streamjoin.runtime.executor.RunTimeout` (None: no limit).
+    markers : bool
+        The emitter sends progress markers (:class:`~streamjoin.batch.Marker`), by which an
+        outer join's rows without a partner leave while the run goes on
+        (:meth:`~streamjoin.topologies.base.Topology.marks_progress`).
     """
 
     batch_size: int = 1024
@@ -66,6 +70,7 @@ class RunSettings:
     collect: Collect = "pairs"
     ordered: bool = False
     timeout: float | None = None
+    markers: bool = False
 
 
 @runtime_checkable
@@ -99,6 +104,8 @@ class ActorLogic(Protocol):
     def on_eof(self) -> Sequence[tuple[str, object]]: ...
 
     def on_idle(self) -> Sequence[tuple[str, object]]: ...
+
+    def on_marker(self, marker) -> Sequence[tuple[str, object]]: ...
 
     @property
     def held_batches(self) -> int: ...
@@ -139,6 +146,12 @@ class Logic:
         """No message waits: the output of the batches held (``held_batches``)."""
         return []
 
+    def on_marker(self, marker) -> Sequence[tuple[str, object]]:
+        """A progress marker (:class:`~streamjoin.batch.Marker`) has come on every incoming
+        edge, after everything before it was handled: what to send before the executor passes
+        it on (default: nothing)."""
+        return []
+
     def warm(self) -> None:
         pass
 
@@ -164,6 +177,14 @@ class ActorConfig:
     def index(self) -> str | None:
         """The window index the node holds, if any (drawings label nodes with it)."""
         return None
+
+    @property
+    def holds_pairs(self) -> bool:
+        """Whether the node may keep pairs of the batches it handled beyond their steps (and
+        beyond :meth:`ActorLogic.on_idle`): then a progress marker
+        (:class:`~streamjoin.batch.Marker`) passed on after those batches would not follow
+        their pairs, and the run sends none (default: it keeps none)."""
+        return False
 
 
 def options_key(options: dict) -> Hashable:

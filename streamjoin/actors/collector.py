@@ -98,13 +98,17 @@ class Collector(Logic):
     outer : bool
         An outer join (``Query.how``): the emitter also sends, on port ``unmatched``, the
         rows of the sides the join keeps as ``(seq, -1)`` or ``(-1, seq)``. The collector
-        notes every row a pair holds, and when the input ends (:meth:`on_eof`: every pair
-        has arrived) it returns each noted row that none held, once, its latency counted
-        from its arrival to then. Exact on every layout, because no join actor needs to know
-        whether a tuple met a partner (SplitJoin's cores, a grid's cells, PanJoin's workers,
-        SPO's stages and a handshake chain each see a part of its partners); the price is a
-        byte per input row and 24 per kept row until the end, and the rows leave then,
-        not when they leave the other stream's window.
+        notes every row a pair holds, and returns each kept row that none held, once, its
+        latency counted from its arrival to then: when a progress marker has come from
+        every edge (:meth:`on_marker`; the emitter sends a row once no later tuple can reach
+        it, and the marker after it: every pair that could hold it has arrived then), and
+        at the end of input for the rest. Exact on every layout, because no join actor needs
+        to know whether a tuple met a partner (SplitJoin's cores, a grid's cells, PanJoin's
+        workers, SPO's stages and a handshake chain each see a part of its partners). Runs
+        without markers (a handshake chain, SPO's combining trees:
+        :meth:`~streamjoin.topologies.base.Topology.marks_progress`) return every such row
+        at the end of input. The price is a byte per input row, and 24 per kept row until
+        it leaves.
     residuals : tuple of Residual
         The query's :func:`~streamjoin.query.where` functions, evaluated here on the pairs
         the cores found (every other condition holds for them), before an outer join notes
@@ -142,6 +146,7 @@ class Collector(Logic):
         #: outer join: whether a pair held the row of each seq, and the kept sides' rows
         self._matched = np.zeros(0, dtype=np.bool_)
         self._candidates: list[PairBatch] = []
+        self._evaluated = 0  # kept rows received and recorded if no pair held them
         self.unmatched = 0
         self.residual = ResidualColumns(residuals) if residuals else None
 
@@ -177,19 +182,40 @@ class Collector(Logic):
         self._matched[pairs.r] = True
         self._matched[pairs.s] = True
 
+    def on_marker(self, marker) -> list:
+        """A progress marker has come from every edge: every pair that could hold the kept
+        rows the emitter sent before it (``marker.kept``: it sends a row once it is out of
+        every later tuple's reach) has arrived, and those that none held leave now."""
+        self._leave_unmatched(marker.kept)
+        return []
+
     def on_eof(self) -> list:
         """The input has ended and every pair has arrived: an outer join's kept rows that
         no pair held leave now, each once."""
         if self.residual is not None:
             for pairs in self.residual.flush():
                 self._accept(pairs)
+        self._leave_unmatched()
+        return []
+
+    def _leave_unmatched(self, upto: int | None = None) -> None:
+        """Record the kept rows received (:attr:`_candidates`, in order) that no pair held,
+        each once, their latency counted to now: the first ``upto`` the emitter sent (None:
+        all; those before were recorded already)."""
         if not self.outer or not self._candidates:
-            return []
+            return
         every = concat_pairs(self._candidates)
         self._candidates = []
         if every is None:
-            return []
-        # each row once, in row order: the emitter sends each once, in order, on one edge
+            return
+        if upto is not None:
+            cut = upto - self._evaluated
+            if cut < len(every):  # the rest came after the marker: they wait for the next
+                rest = PairBatch(every.r[cut:], every.s[cut:], every.ingest_ns[cut:])
+                self._candidates = [rest]
+                every = PairBatch(every.r[:cut], every.s[:cut], every.ingest_ns[:cut])
+        self._evaluated += len(every)
+        # each row once: the emitter sends each once
         seq = np.maximum(every.r, every.s)
         held = np.zeros(len(seq), dtype=np.bool_)
         inside = seq < len(self._matched)
@@ -197,9 +223,8 @@ class Collector(Logic):
         alone = np.flatnonzero(~held)
         rows = PairBatch(every.r[alone], every.s[alone], every.ingest_ns[alone])
         self.unmatched += len(rows)
-        self.in_order = False  # they leave after every pair: arrays() sorts an ordered run
+        self.in_order = False  # they leave after their pairs: arrays() sorts an ordered run
         self._record(rows)
-        return []
 
     def _record(self, pairs: PairBatch) -> None:
         now = self.clock() if self.clock else 0

@@ -11,16 +11,22 @@ from numba import njit
 
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.router import RouteSpec, SingleRoute
-from streamjoin.batch import Batch, PairBatch, concat_pairs
+from streamjoin.batch import MARKER_PORT, Batch, Marker, PairBatch, concat_pairs
 from streamjoin.event_time import ReorderBuffer
 from streamjoin.indexes.blocks.sorted_runs import lower_bound
 from streamjoin.query import Query
 from streamjoin.validation import Columns, check_ts_continues
 
-#: An outer join's unpartnered candidates (:meth:`Emitter._note_unmatched`) go to the
-#: collector in messages of at least this many rows (and the rest at the end of input): it
-#: needs them only when the input ends.
+#: An outer join's rows (:meth:`Emitter._note_unmatched`) go to the collector in messages of
+#: at least this many rows (and the rest at the end of input) when the run sends no progress
+#: markers: it needs them only when the input ends.
 UNMATCHED_ROWS = 8192
+#: With progress markers (``RunSettings.markers``), the emitter sends one after at least this
+#: many rows in batches, or after :data:`MARKER_NS` with rows sent since the last, whichever
+#: comes first: an outer join's row leaves at most about that much after it leaves the
+#: other stream's reach (a marker costs a message on every edge).
+MARKER_ROWS = 8192
+MARKER_NS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,9 @@ class EmitterConfig(ActorConfig):
     route: RouteSpec = field(default_factory=SingleRoute)
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> Emitter:
-        emitter = Emitter(query, settings.batch_size, settings.max_delay_ns, clock, self.route)
+        emitter = Emitter(
+            query, settings.batch_size, settings.max_delay_ns, clock, self.route, settings.markers
+        )
         emitter.warm()
         return emitter
 
@@ -58,6 +66,15 @@ class Emitter(Logic):
     decides which cores it goes to (:mod:`streamjoin.actors.router`). A chunk that is exactly
     one batch goes on as it is.
 
+    An outer join (``query.how``): the rows of the kept sides also go to the collector, on
+    port ``unmatched``, as ``(seq, -1)`` or ``(-1, seq)``; it returns those that no pair
+    holds. With ``markers`` (``RunSettings.markers``) a row goes once it is out of every
+    later tuple's reach (its ``idx`` below the last batch's ``horizon``), and a progress
+    marker (:class:`~streamjoin.batch.Marker`) follows, every :data:`MARKER_ROWS` rows or
+    :data:`MARKER_NS`: once the collector has it from every edge, all pairs that could hold
+    those rows have come, and the rows without one leave. Without, they go in messages of
+    :data:`UNMATCHED_ROWS` and leave at the end of input.
+
     With ``Query.lateness`` (out-of-order input) the emitter first holds each chunk's rows in
     a :class:`~streamjoin.event_time.ReorderBuffer` and stamps them as the watermark releases
     them, in ``ts`` order, each with the time it arrived: ``seq`` then numbers rows in that
@@ -78,6 +95,7 @@ class Emitter(Logic):
         max_delay_ns: int | None = None,
         clock: Callable[[], int] | None = None,
         route: RouteSpec | None = None,
+        markers: bool = False,
     ) -> None:
         self.query = query
         self.route_spec = route or SingleRoute()
@@ -107,8 +125,15 @@ class Emitter(Logic):
         # an outer join (Query.how): the tuples whose side it keeps go to the collector too,
         # as pairs (seq, -1) or (-1, seq), which it returns if no pair holds them
         self.keep = query.keeps_unmatched
-        self._unmatched: list[PairBatch] = []
-        self._unmatched_n = 0
+        #: per stream, its kept rows not sent yet: pieces of (seq, idx, ingest_ns), in order
+        self._kept: tuple[list, list] = ([], [])
+        self._kept_n = 0
+        self.markers = markers and self.keep != (False, False)
+        self._marked = 0  # markers sent
+        self._kept_sent = 0  # kept rows sent to the collector
+        self._unmarked = 0  # rows sent in batches since the last marker
+        self._marked_ns: int | None = None  # when the last marker was sent
+        self._sent_horizon = np.zeros(2, dtype=np.int64)  # the last batch's horizon
         # residual functions (sj.where): the columns they read go to the collector, which
         # evaluates them: their image and residual rows of ``attrs``
         k, at = len(query.attrs), {a: i for i, a in enumerate(query.attrs)}
@@ -185,9 +210,8 @@ class Emitter(Logic):
         if self._columns:  # before the batches: the collector needs them for their pairs
             out = [("columns", b) for b in self._columns] + out
             self._columns = []
-        if self._unmatched_n and (eof or self._unmatched_n >= UNMATCHED_ROWS):
-            out = [("unmatched", concat_pairs(self._unmatched)), *out]
-            self._unmatched, self._unmatched_n = [], 0
+        if self._kept_n:
+            out = self._unmatched_out(out, eof)
         if out:
             self.msgs_out += len(out)
             self.tuples_out += sum([len(m) for _, m in out])
@@ -243,7 +267,7 @@ class Emitter(Logic):
             )
         self.n_seen += n
         if self.keep != (False, False):
-            self._note_unmatched(stream, seq, ingest_ns)
+            self._note_unmatched(stream, seq, idx, ingest_ns)
         batch = Batch(
             seq=seq,
             stream=stream,
@@ -264,25 +288,67 @@ class Emitter(Logic):
             self._columns.append(replace(batch, attrs=columns, horizon=np.zeros(2, np.int64)))
         return batch
 
-    def _note_unmatched(self, stream: np.ndarray, seq: np.ndarray, ingest_ns) -> None:
-        """Queue for the collector the rows of the sides an outer join keeps (filtered rows
-        too: they join nothing), as ``(seq, -1)`` for R and ``(-1, seq)`` for S."""
-        keep_r, keep_s = self.keep
-        if keep_r and keep_s:
-            at: slice | np.ndarray = slice(None)
-            none = np.full(len(seq), -1, dtype=np.int64)
-            r, s = np.where(stream == 0, seq, none), np.where(stream == 1, seq, none)
-        else:  # one side: its rows' positions (seq numbers the chunk's rows in order)
-            at = np.flatnonzero(stream == int(keep_s))
-            rows = at + (int(seq[0]) if len(seq) else 0)
-            none = np.full(len(rows), -1, dtype=np.int64)
-            r, s = (rows, none) if keep_r else (none, rows)
-        if np.ndim(ingest_ns) == 0:
-            times = np.full(len(r), ingest_ns, dtype=np.int64)
-        else:
-            times = np.asarray(ingest_ns, dtype=np.int64)[at]
-        self._unmatched.append(PairBatch(r, s, times))
-        self._unmatched_n += len(r)
+    def _note_unmatched(self, stream: np.ndarray, seq: np.ndarray, idx, ingest_ns) -> None:
+        """Keep the rows of the sides an outer join keeps (filtered rows too: they join
+        nothing) until they go to the collector (:meth:`_unmatched_out`)."""
+        one_time = np.ndim(ingest_ns) == 0
+        for y, kept in enumerate(self.keep):
+            if kept:
+                at = np.flatnonzero(stream == y)
+                if len(at):
+                    if one_time:
+                        times = np.full(len(at), ingest_ns, dtype=np.int64)
+                    else:
+                        times = np.asarray(ingest_ns, dtype=np.int64)[at]
+                    self._kept[y].append((seq[at], idx[at], times))
+                    self._kept_n += len(at)
+
+    def _unmatched_out(self, out: list, eof: bool) -> list:
+        """``out`` with the kept rows that go to the collector now: every one at the end of
+        input, or without markers once :data:`UNMATCHED_ROWS` wait; with markers, those out
+        of every later tuple's reach when a marker is due (:data:`MARKER_ROWS`,
+        :data:`MARKER_NS`), and the marker after ``out``'s batches."""
+        if eof or not self.markers:
+            if eof or self._kept_n >= UNMATCHED_ROWS:
+                return [("unmatched", self._take_kept(None)), *out]
+            return out
+        now = self.clock() if self.clock else None
+        if self._marked_ns is None:
+            self._marked_ns = now
+        due = self._unmarked >= MARKER_ROWS or (
+            self._unmarked > 0
+            and now is not None
+            and self._marked_ns is not None
+            and now - self._marked_ns >= MARKER_NS
+        )
+        if not due:
+            return out
+        self._marked += 1
+        self._unmarked, self._marked_ns = 0, now
+        reached = self._take_kept(self._sent_horizon)
+        notes = [("unmatched", reached)] if len(reached) else []
+        return [*notes, *out, (MARKER_PORT, Marker(self._marked, self._kept_sent))]
+
+    def _take_kept(self, horizon: np.ndarray | None) -> PairBatch:
+        """The kept rows of each stream whose ``idx`` is below ``horizon`` (None: all), as
+        ``(seq, -1)`` for R and ``(-1, seq)`` for S; the rest stay."""
+        parts = []
+        for y, pieces in enumerate(self._kept):
+            if not pieces:
+                continue
+            seq, idx, times = (np.concatenate([p[k] for p in pieces]) for k in range(3))
+            cut = len(seq) if horizon is None else int(np.searchsorted(idx, horizon[y]))
+            pieces.clear()
+            if cut < len(seq):
+                pieces.append((seq[cut:], idx[cut:], times[cut:]))
+            if cut:
+                none = np.full(cut, -1, dtype=np.int64)
+                r, s = (seq[:cut], none) if y == 0 else (none, seq[:cut])
+                parts.append(PairBatch(r, s, times[:cut]))
+        self._kept_n = sum(len(p[0]) for pieces in self._kept for p in pieces)
+        taken = concat_pairs(parts) or PairBatch.empty()
+        self._kept_sent += len(taken)
+        return taken
 
     # -- closing ---------------------------------------------------------------------------------
 
@@ -351,6 +417,8 @@ class Emitter(Logic):
                 part = stamped.take(slice(start, end))  # views, but attrs
                 self.copied += end - start
             part.horizon = stamped.horizon[:, end - 1].copy()
+            self._sent_horizon = part.horizon
+            self._unmarked += end - start
             out.extend(self.route(part))
         if n > cut:
             rest = stamped.take(slice(cut, n))

@@ -238,6 +238,12 @@ class SPOWorkerConfig(ActorConfig):
     def index(self) -> str:
         return _INDEX
 
+    @property
+    def holds_pairs(self) -> bool:
+        """A combining worker sends the pairs that a piece arriving late finds with its next
+        report: it holds them beyond the step."""
+        return self.tree.below > 0
+
 
 class _Stage(JoinLogic):
     """What both SPO stages share: the spec over ``po_join``, the join cost group's counters

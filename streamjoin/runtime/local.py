@@ -11,8 +11,10 @@ from typing import ClassVar
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
+from streamjoin.batch import Marker
 from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
+from streamjoin.runtime.markers import MarkerGate, marker_step
 from streamjoin.runtime.pipeline import Progress
 from streamjoin.runtime.trace import ActorStats, RunTrace
 from streamjoin.topologies.base import Topology
@@ -53,6 +55,8 @@ class Local(WallClock):
         actors = {n: d["config"].build(query, settings, clock) for n, d in graph.nodes(data=True)}
         stats = {n: ActorStats(role=d["role"]) for n, d in graph.nodes(data=True)}
         routes = topology.routes()
+        marker_routes = topology.marker_routes()
+        gates = {n: MarkerGate(dict.fromkeys(graph.predecessors(n))) for n in graph.nodes}
         emitter = topology.emitter
         collector = topology.collector
         queue = _Mailboxes(self.delivery_seed)
@@ -63,7 +67,10 @@ class Local(WallClock):
             for port, msg in messages:
                 st.batches_out += 1
                 st.tuples_out += len(msg)
-                for dst, dst_port in routes.get((src, port), ()):
+                dests = (
+                    marker_routes[src] if isinstance(msg, Marker) else routes.get((src, port), ())
+                )
+                for dst, dst_port in dests:
                     queue.push((src, dst), (dst_port, msg))
                     waiting[dst] += 1
                     if waiting[dst] > stats[dst].peak_queue:
@@ -89,10 +96,15 @@ class Local(WallClock):
 
         def drain(limit: int | None = None) -> None:
             while queue and (limit is None or limit > 0):
-                (_, dst), (port, msg) = queue.pop()
+                (src, dst), (port, msg) = queue.pop()
                 waiting[dst] -= 1
                 if limit is not None:
                     limit -= 1
+                if isinstance(msg, Marker):
+                    passed = gates[dst].take(src, msg)
+                    if passed is not None:
+                        step(dst, marker_step, actors[dst], passed)
+                    continue
                 st = stats[dst]
                 st.batches_in += 1
                 st.tuples_in += len(msg)

@@ -112,6 +112,7 @@ def run(
         collect=collect,
         ordered=ordered,
         timeout=timeout,
+        markers=topology.marks_progress(query),
     )
 
     # out-of-order input: late rows found (or refused) here, before any executor sees a row

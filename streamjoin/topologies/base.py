@@ -81,6 +81,15 @@ class Topology:
             out.setdefault((u, d["src_port"]), []).append((v, d["dst_port"]))
         return out
 
+    def marker_routes(self) -> dict[str, list[tuple[str, str]]]:
+        """``node -> [(successor, in_port), …]``: where a node's progress markers go
+        (:class:`~streamjoin.batch.Marker`), to each successor once, on a port its edge
+        feeds."""
+        out: dict[str, dict[str, str]] = {n: {} for n in self.graph.nodes}
+        for u, v, d in self.graph.edges(data=True):
+            out[u].setdefault(v, d["dst_port"])
+        return {n: list(dests.items()) for n, dests in out.items()}
+
     def validate(self) -> None:
         """Raise ValueError if the graph is not a runnable topology."""
         for node, d in self.graph.nodes(data=True):
@@ -133,6 +142,16 @@ class Topology:
         for port in ports:
             graph.add_edge(self.emitter, self.collector, src_port=port, dst_port=port, label=port)
         return Topology(self.name, graph)
+
+    def marks_progress(self, query) -> bool:
+        """Whether a run of ``query`` sends progress markers (:class:`~streamjoin.batch.
+        Marker`): for an outer join, so that its rows without a partner leave once no later
+        tuple can reach them, on a graph without cycles whose nodes keep no pairs beyond their
+        steps (:attr:`~streamjoin.actors.base.ActorConfig.holds_pairs`). Elsewhere (a
+        handshake chain, SPO's combining trees) they leave when the input ends."""
+        if query.how == "inner" or self.cyclic:
+            return False
+        return not any(d["config"].holds_pairs for _, d in self.graph.nodes(data=True))
 
     def to_dot(self) -> str:
         """Graphviz DOT text of the graph."""

@@ -24,10 +24,11 @@ import ray
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import ActorConfig, RunSettings
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.batch import Batch, Marker, PairBatch
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge
 from streamjoin.runtime.executor import RunTimeout
+from streamjoin.runtime.markers import MarkerGate, marker_step
 from streamjoin.runtime.ray import channels
 from streamjoin.runtime.ray.inbox import (
     Call,
@@ -112,6 +113,7 @@ class Node:
         self.self_join = query.self_join
         self.stats = ActorStats(role=config.role)
         self.routes: dict[str, list] = {}
+        self.marker_routes: list[tuple[str, str]] = []
         self.out: dict[str, channels.Channel] = {}
         self.sealed = True
         self.lock = threading.Lock()  # guards out, broken and ended_out
@@ -151,6 +153,12 @@ class Node:
         sealing the frames); a broken edge to a ``recoverable`` node waits for
         :meth:`reconnect` instead of failing."""
         self.routes = routes
+        # a progress marker goes to each destination once, on a port its edge feeds
+        once: dict[str, str] = {}
+        for dests in routes.values():
+            for dest, dst_port in dests:
+                once.setdefault(dest, dst_port)
+        self.marker_routes = list(once.items())
         self.recoverable = frozenset(recoverable)
         self.sealed = sealed
         for d, a in addresses.items():
@@ -181,10 +189,11 @@ class Node:
                 msg = self._undelivered(msg)
                 if not len(msg):
                     continue
-            pairs = pairs or isinstance(msg, PairBatch)
+            # a marker follows pairs: the collector takes both once progress covers them
+            pairs = pairs or isinstance(msg, (PairBatch, Marker))
             self.stats.batches_out += 1
             self.stats.tuples_out += len(msg)
-            dests = self.routes.get(port, ())
+            dests = self.marker_routes if isinstance(msg, Marker) else self.routes.get(port, ())
             if dests:
                 body = channels.payload(msg)
                 for dest, dst_port in dests:
@@ -349,6 +358,7 @@ class Host(Node):
             self.upto = list(wiring.resume)
             self.dedup = True
         self.inputs = wiring.inputs
+        self.gate = MarkerGate([s for s in wiring.senders if s != REPLAY])
         self.acceptor = channels.Acceptor(
             self.server, wiring.secret, wiring.senders, sealed=wiring.sealed
         )
@@ -420,7 +430,7 @@ class Host(Node):
             for port_, pairs in self.held.pop(sender, ()):
                 self.inbox.put(Message(sender, port_, pairs))
             self.progress[sender] = (msg.r, msg.s)
-        elif sender in self.recoverable and isinstance(msg, PairBatch):
+        elif sender in self.recoverable and isinstance(msg, (PairBatch, Marker)):
             self.held.setdefault(sender, []).append((port, msg))
         else:
             self.inbox.put(Message(sender, port, msg))
@@ -509,7 +519,12 @@ class Host(Node):
                     self._step(self.logic.on_idle)
                     continue
                 item = self.inbox.take()
-                if isinstance(item, Messages):
+                if isinstance(item, Messages) and isinstance(item.messages[0], Marker):
+                    passed = self.gate.take(item.sender, item.messages[0])
+                    if passed is not None:
+                        self._step(marker_step, self.logic, passed)
+                    self.frames_handled += len(item.messages)
+                elif isinstance(item, Messages):
                     port, group = item.port, item.messages
                     msg = self._fresh(port, merge(group))
                     if msg is not None:

@@ -53,7 +53,7 @@ from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
 from streamjoin.actors.spo import MergedRun, SubtreePairs
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.batch import Batch, Marker, PairBatch
 
 #: a frame's head: port-name length, kind, metadata length, body length
 HEAD = struct.Struct("<HBIQ")
@@ -412,6 +412,20 @@ def _decode_merged(meta: bytes, body: Body) -> MergedRun:
     return MergedRun(piece, stream, rows, orders[0], orders[1])
 
 
+_MARKER = struct.Struct("<qq")
+
+
+def _encode_marker(m: Marker) -> tuple[bytes, list]:
+    return _MARKER.pack(m.number, m.kept), []
+
+
+def _decode_marker(meta: bytes, body: Body) -> Marker:
+    number, kept = unpack(_MARKER, meta)
+    if number < 1 or kept < 0:
+        raise FramingError(f"a progress marker numbered {number}, after {kept} kept rows")
+    return Marker(number, kept)
+
+
 #: a subtree's report: its batch number, then its pairs' count
 _SUBTREE = struct.Struct("<qQ")
 
@@ -435,3 +449,4 @@ register(Codec(4, Ack, _encode_ack, _decode_ack))
 register(Codec(5, WorkerCommand, _encode_command, _decode_command))
 register(Codec(7, MergedRun, _encode_merged, _decode_merged))
 register(Codec(8, SubtreePairs, _encode_subtree, _decode_subtree))
+register(Codec(9, Marker, _encode_marker, _decode_marker))

@@ -98,6 +98,7 @@ def max_sustainable_rate(
         batch_size=positive_int("batch_size", batch_size),
         max_delay_ns=max_delay_ns(max_delay),
         collect="count",
+        markers=topology.marks_progress(query),
     )
     model = CostModel(as_profile(machine))
     base = template.total_rate

@@ -76,10 +76,12 @@ import simpy
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
 from streamjoin.actors.shared_index.core import pipelines_on
+from streamjoin.batch import Marker
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.executor import Defaults
+from streamjoin.runtime.markers import MarkerGate, marker_step
 from streamjoin.runtime.pipeline import Progress, default_chunk_rows
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.costs import CostModel, finish_at
@@ -135,6 +137,8 @@ class _Core:
         "split",
         "inflight",
         "pending",
+        "gate",
+        "marker_routes",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
@@ -161,6 +165,8 @@ class _Core:
         self.kind: str | None = None  # kind of the item being served
         self.ended = 0  # end-of-stream markers received
         self.routes: dict[str, list] = {}  # out port -> [(core, in port, link)]
+        self.marker_routes: list = []  # [(core, in port, link)] per successor
+        self.gate: MarkerGate | None = None
         self.eof_links: list = []  # (core, link) per successor
         # mailbox accounting: messages, tuples, time of last change, integral over time
         self.q = self.qt = self.q_since = self.q_area = 0
@@ -238,6 +244,11 @@ class _Simulation:
                 (self.cores[dst], dst_port, links.setdefault((src, dst), [0]))
                 for dst, dst_port in dests
             ]
+        for n, dests in topology.marker_routes().items():
+            self.cores[n].marker_routes = [
+                (self.cores[d], port, links.setdefault((n, d), [0])) for d, port in dests
+            ]
+            self.cores[n].gate = MarkerGate(dict.fromkeys(graph.predecessors(n)))
         for n, core in self.cores.items():
             core.eof_links = [
                 (self.cores[d], links.setdefault((n, d), [0]))
@@ -321,7 +332,7 @@ class _Simulation:
         st = core.stats
         st.batches_out += 1
         st.tuples_out += len(msg)
-        dests = core.routes.get(out_port)
+        dests = core.marker_routes if isinstance(msg, Marker) else core.routes.get(out_port)
         if dests:
             env, arrive_cb = self.env, self._arrive
             send, hop, recv = self.message_ns(msg)
@@ -395,6 +406,9 @@ class _Simulation:
         logic, st = core.logic, core.stats
         ahead: Sequence[tuple[str, object]] = ()
         args: tuple
+        if kind is _BATCH and isinstance(msg, Marker):
+            self._marker(core, msg, src, recv, t0)
+            return
         if kind is _BATCH:
             if core.box and core.box[0][3] is src:
                 msg, recv = self._coalesce(core, port, msg, src, recv)
@@ -457,6 +471,41 @@ class _Simulation:
         else:  # nothing queued: no event until a message comes (see _arrive)
             if kind is not _TICK:
                 self._served()  # early, but only a cyclic graph's closer reads it
+            core.idle = True
+
+    def _marker(self, core: _Core, marker: Marker, src: _Core, recv: int, t0: int) -> None:
+        """Serve a progress marker (:mod:`~streamjoin.runtime.markers`): received as any
+        message; if the node's gate passes one, a pipelined core's step in flight ends and its
+        pairs leave first, then the logic's own output (charged from its counters, as a
+        step: the collector's rows without a partner), then the marker to each successor."""
+        core.count(t0, -1, 0)
+        t = t0 + recv
+        assert core.gate is not None  # (every core has one)
+        passed = core.gate.take(src.name, marker)
+        if passed is not None:
+            if core.split is not None:
+                t = self._join_tasks(core, t)
+                held, core.pending = core.pending, []
+                for p, m in held:
+                    t = self._send(core, p, m, t)
+            logic = core.logic
+            snap = logic.counters()
+            self.lead = t - t0
+            w0 = perf_counter_ns()
+            out = marker_step(logic, passed)
+            wall = perf_counter_ns() - w0
+            self.lead = 0
+            if logic.counters() != snap:
+                t += self._compute(core, _BATCH, marker, snap, wall)
+            for p, m in out:
+                t = self._send(core, p, m, t)
+        core.stats.busy_ns += t - t0
+        core.free_at = t
+        if core.box or self.end_events or core.inflight is not None:
+            core.kind = _BATCH
+            self.env.timeout(t - t0, core).callbacks.append(self._step_done)
+        else:
+            self._served()
             core.idle = True
 
     def _compute(self, core: _Core, kind, msg, snap, wall) -> int:
