@@ -170,10 +170,13 @@ class Marker:
     batches has arrived. An outer join's rows leave by it
     (:meth:`~streamjoin.actors.collector.Collector.on_marker`): ``kept`` is how many of its
     rows the emitter had sent the collector before the marker (more may have come by the
-    time the marker has come on every edge: they wait for the next)."""
+    time the marker has come on every edge: they wait for the next), and ``low`` the lowest
+    ``seq`` of a kept row it had not sent yet (the collector forgets rows below that no pair
+    can hold any more)."""
 
     number: int
     kept: int = 0
+    low: int = 0
 
     def __len__(self) -> int:
         return 0

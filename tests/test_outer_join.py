@@ -153,6 +153,27 @@ def test_a_tuple_without_a_partner_leaves_once_it_is_out_of_reach(layout):
     assert np.percentile(lat, 99) < 250, np.percentile(lat, [50, 99])
 
 
+def test_the_collector_forgets_rows_no_pair_can_hold_any_more():
+    """With progress markers, the collector's byte per row covers the rows still within
+    reach (about two windows and a marker interval), not the whole run."""
+    from streamjoin.actors.base import RunSettings
+    from streamjoin.runtime.local import Local
+    from streamjoin.runtime.pipeline import slices
+    from streamjoin.validation import validate
+
+    n, window = 100_000, 500
+    data = sj.sources.synthetic(n, low=0, high=2 * n, attrs=("x",), seed=4)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(window), how="full")
+    topo = sj.topologies.single().for_query(query)
+    settings = RunSettings(batch_size=256, markers=topo.marks_progress(query))
+    trace = Local().run(query, topo, slices(validate(data, query), 256), settings, None)
+    held = trace.collector._matched
+    assert held.base > n - 4 * emitter.MARKER_ROWS
+    assert len(held.flags) < 4 * emitter.MARKER_ROWS
+    res = sj.run(query, data, sj.topologies.single(), batch_size=256, progress=False)
+    assert res.same_pairs(sj.oracle.join(query, data))
+
+
 def test_layouts_without_markers_return_them_when_the_input_ends():
     """A handshake chain (a cyclic graph) and SPO's combining trees send no progress markers
     (their kept tuples leave at the end of input, exact); an inner join needs none."""

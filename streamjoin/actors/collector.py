@@ -144,7 +144,7 @@ class Collector(Logic):
         self._lat: list[np.ndarray] = []
         self.outer = outer
         #: outer join: whether a pair held the row of each seq, and the kept sides' rows
-        self._matched = np.zeros(0, dtype=np.bool_)
+        self._matched = HeldRows()
         self._candidates: list[PairBatch] = []
         self._evaluated = 0  # kept rows received and recorded if no pair held them
         self.unmatched = 0
@@ -172,21 +172,20 @@ class Collector(Logic):
         self._record(pairs)
 
     def _note_matched(self, pairs: PairBatch) -> None:
-        if not len(pairs):
-            return
-        top = max(int(pairs.r.max()), int(pairs.s.max()))
-        if top >= len(self._matched):
-            grown = np.zeros(max(top + 1, 2 * len(self._matched)), dtype=np.bool_)
-            grown[: len(self._matched)] = self._matched
-            self._matched = grown
-        self._matched[pairs.r] = True
-        self._matched[pairs.s] = True
+        if len(pairs):
+            self._matched.note(pairs.r)
+            self._matched.note(pairs.s)
 
     def on_marker(self, marker) -> list:
         """A progress marker has come from every edge: every pair that could hold the kept
         rows the emitter sent before it (``marker.kept``: it sends a row once it is out of
-        every later tuple's reach) has arrived, and those that none held leave now."""
+        every later tuple's reach) has arrived, and those that none held leave now. Below
+        the lowest row still to come or waiting (``marker.low``), no pair can hold a kept
+        row any more: those rows are forgotten, so the collector's memory stays bounded by
+        the window, not the run."""
         self._leave_unmatched(marker.kept)
+        waiting = [int(np.maximum(c.r, c.s).min()) for c in self._candidates if len(c)]
+        self._matched.forget_below(min([marker.low, *waiting]))
         return []
 
     def on_eof(self) -> list:
@@ -216,10 +215,7 @@ class Collector(Logic):
                 every = PairBatch(every.r[:cut], every.s[:cut], every.ingest_ns[:cut])
         self._evaluated += len(every)
         # each row once: the emitter sends each once
-        seq = np.maximum(every.r, every.s)
-        held = np.zeros(len(seq), dtype=np.bool_)
-        inside = seq < len(self._matched)
-        held[inside] = self._matched[seq[inside]]
+        held = self._matched.held(np.maximum(every.r, every.s))
         alone = np.flatnonzero(~held)
         rows = PairBatch(every.r[alone], every.s[alone], every.ingest_ns[alone])
         self.unmatched += len(rows)
@@ -258,6 +254,45 @@ class Collector(Logic):
             order = np.lexsort((np.minimum(r, s), np.maximum(r, s)))
             r, s, lat = r[order], s[order], lat[order]
         return r, s, lat
+
+
+class HeldRows:
+    """Whether a pair held each input row, by ``seq``: a byte a row, from ``base`` on (rows
+    below it no pair can hold any more: :meth:`forget_below`)."""
+
+    def __init__(self) -> None:
+        self.flags = np.zeros(0, dtype=np.bool_)
+        self.base = 0
+
+    def note(self, seqs: np.ndarray) -> None:
+        """A pair held the rows ``seqs`` (those below ``base`` are ignored)."""
+        at = seqs - self.base
+        if len(at) and at.min() < 0:
+            at = at[at >= 0]
+        if not len(at):
+            return
+        top = int(at.max())
+        if top >= len(self.flags):
+            grown = np.zeros(max(top + 1, 2 * len(self.flags)), dtype=np.bool_)
+            grown[: len(self.flags)] = self.flags
+            self.flags = grown
+        self.flags[at] = True
+
+    def held(self, seqs: np.ndarray) -> np.ndarray:
+        """Whether a pair held each of ``seqs`` (rows at ``base`` or above)."""
+        at = seqs - self.base
+        out = np.zeros(len(at), dtype=np.bool_)
+        inside = at < len(self.flags)
+        out[inside] = self.flags[at[inside]]
+        return out
+
+    def forget_below(self, seq: int) -> None:
+        """No pair can hold a row below ``seq`` any more, and none is asked about: drop them
+        once they are half the flags or more (each byte moved once on average)."""
+        drop = seq - self.base
+        if drop > 0 and 2 * drop >= len(self.flags):
+            self.flags = self.flags[drop:].copy()
+            self.base = seq
 
 
 class ResidualColumns:

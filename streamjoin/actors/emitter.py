@@ -327,7 +327,8 @@ class Emitter(Logic):
         self._unmarked, self._marked_ns = 0, now
         reached = self._take_kept(self._sent_horizon)
         notes = [("unmatched", reached)] if len(reached) else []
-        return [*notes, *out, (MARKER_PORT, Marker(self._marked, self._kept_sent))]
+        low = min([int(p[0][0][0]) for p in self._kept if p], default=self.n_seen)
+        return [*notes, *out, (MARKER_PORT, Marker(self._marked, self._kept_sent, low))]
 
     def _take_kept(self, horizon: np.ndarray | None) -> PairBatch:
         """The kept rows of each stream whose ``idx`` is below ``horizon`` (None: all), as

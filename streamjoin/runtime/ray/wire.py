@@ -412,18 +412,20 @@ def _decode_merged(meta: bytes, body: Body) -> MergedRun:
     return MergedRun(piece, stream, rows, orders[0], orders[1])
 
 
-_MARKER = struct.Struct("<qq")
+_MARKER = struct.Struct("<qqq")
 
 
 def _encode_marker(m: Marker) -> tuple[bytes, list]:
-    return _MARKER.pack(m.number, m.kept), []
+    return _MARKER.pack(m.number, m.kept, m.low), []
 
 
 def _decode_marker(meta: bytes, body: Body) -> Marker:
-    number, kept = unpack(_MARKER, meta)
-    if number < 1 or kept < 0:
-        raise FramingError(f"a progress marker numbered {number}, after {kept} kept rows")
-    return Marker(number, kept)
+    number, kept, low = unpack(_MARKER, meta)
+    if number < 1 or kept < 0 or low < 0:
+        raise FramingError(
+            f"a progress marker numbered {number}, after {kept} kept rows, from row {low}"
+        )
+    return Marker(number, kept, low)
 
 
 #: a subtree's report: its batch number, then its pairs' count
