@@ -430,7 +430,9 @@ class Host(Node):
             for port_, pairs in self.held.pop(sender, ()):
                 self.inbox.put(Message(sender, port_, pairs))
             self.progress[sender] = (msg.r, msg.s)
-        elif sender in self.recoverable and isinstance(msg, (PairBatch, Marker)):
+        elif sender in self.recoverable and (
+            isinstance(msg, PairBatch) or (isinstance(msg, Marker) and self.held.get(sender))
+        ):  # (a marker after held pairs waits with them; only the collector holds pairs)
             self.held.setdefault(sender, []).append((port, msg))
         else:
             self.inbox.put(Message(sender, port, msg))
