@@ -172,11 +172,13 @@ class Marker:
     rows the emitter had sent the collector before the marker (more may have come by the
     time the marker has come on every edge: they wait for the next), and ``low`` the lowest
     ``seq`` of a kept row it had not sent yet (the collector forgets rows below that no pair
-    can hold any more)."""
+    can hold any more); ``reach`` is the lowest ``seq`` a pair of the batches after the
+    marker can hold (the collector forgets the residual functions' columns below it)."""
 
     number: int
     kept: int = 0
     low: int = 0
+    reach: int = 0
 
     def __len__(self) -> int:
         return 0

@@ -68,6 +68,7 @@ FUNCTIONS = [
     lateness=st.sampled_from([None, None, 3]),
     how=st.sampled_from(["inner", "inner", "left", "full"]),
     fn=st.sampled_from(range(len(FUNCTIONS))),
+    marker_rows=st.sampled_from([1, 4, emitter.MARKER_ROWS]),
 )
 def test_every_layout_equals_the_oracle(
     self_join,
@@ -81,7 +82,10 @@ def test_every_layout_equals_the_oracle(
     lateness,
     how,
     fn,
+    marker_rows,
 ):
+    """Also with progress markers after every row or few: the collector forgets the
+    columns of rows no later pair can hold as it goes."""
     table = data.draw(tables(self_join))
     if self_join:
         how = "left" if how != "inner" else how
@@ -90,10 +94,37 @@ def test_every_layout_equals_the_oracle(
     query = sj.Query(
         predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late, how=how
     )
-    res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    default, emitter.MARKER_ROWS = emitter.MARKER_ROWS, marker_rows
+    try:
+        res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
+    finally:
+        emitter.MARKER_ROWS = default
     if res is None:
         return
     assert res.same_pairs(sj.oracle.join(query, table))
+
+
+def test_the_collector_forgets_columns_no_later_pair_can_hold():
+    """With progress markers, the residual functions' columns at the collector cover the
+    rows still within reach (about two windows and a marker interval), not the whole run."""
+    from streamjoin.actors.base import RunSettings
+    from streamjoin.runtime.local import Local
+    from streamjoin.runtime.pipeline import slices
+    from streamjoin.validation import validate
+
+    n, window = 100_000, 500
+    data = sj.sources.synthetic(n, low=0, high=2 * n, attrs=("x", "k"), seed=4)
+    keep = sj.where(lambda r, s: (r.k + s.k) % 3 != 0, columns=["k"])
+    query = sj.Query(sj.band("x", 2.0) & keep, window=sj.CountWindow(window))
+    topo = sj.topologies.grid(2, 2).for_query(query)
+    assert topo.marks_progress(query)
+    settings = RunSettings(batch_size=256, markers=True)
+    trace = Local().run(query, topo, slices(validate(data, query), 256), settings, None)
+    kept = trace.collector.residual
+    assert kept._base > n - 4 * emitter.MARKER_ROWS
+    assert kept._values.shape[1] < 4 * emitter.MARKER_ROWS
+    res = sj.run(query, data, sj.topologies.grid(2, 2), batch_size=256, progress=False)
+    assert res.same_pairs(sj.oracle.join(query, data))
 
 
 def test_integer_columns_reach_the_function_exactly_near_the_int64_limits():

@@ -186,6 +186,8 @@ class Collector(Logic):
         self._leave_unmatched(marker.kept)
         waiting = [int(np.maximum(c.r, c.s).min()) for c in self._candidates if len(c)]
         self._matched.forget_below(min([marker.low, *waiting]))
+        if self.residual is not None:
+            self.residual.forget_below(marker.reach)
         return []
 
     def on_eof(self) -> list:
@@ -302,9 +304,9 @@ class ResidualColumns:
     columns' image rows then residual rows), and the pairs that wait for them.
 
     The emitter sends rows in ``seq`` order on one edge, so every row up to the largest
-    ``seq`` received is here (rows a filter dropped never pair). The rows are kept for the
-    whole run (16 bytes a column and row): which of them a late pair may still need is not
-    known here.
+    ``seq`` received is here (rows a filter dropped never pair). They are kept (16 bytes a
+    column and row) until a progress marker says no later pair can hold them
+    (:meth:`forget_below`); in a run without markers, for the whole run.
     """
 
     def __init__(self, residuals: tuple[Residual, ...]) -> None:
@@ -312,6 +314,7 @@ class ResidualColumns:
         self.columns = tuple(dict.fromkeys(c for f in residuals for c in f.columns))
         m = len(self.columns)
         self._values = np.full((2 * m, 0), np.nan)
+        self._base = 0  # the seq of the rows in _values[:, 0]
         self._top = -1  # every row up to this seq has come
         self._waiting: list[PairBatch] = []
 
@@ -320,13 +323,14 @@ class ResidualColumns:
         in the order they came."""
         if len(rows):
             top = int(rows.seq[-1])
-            if top >= self._values.shape[1]:
+            width = self._values.shape[1]
+            if top - self._base >= width:
                 grown = np.full(
-                    (self._values.shape[0], max(top + 1, 2 * self._values.shape[1])), np.nan
+                    (self._values.shape[0], max(top + 1 - self._base, 2 * width)), np.nan
                 )
-                grown[:, : self._values.shape[1]] = self._values
+                grown[:, :width] = self._values
                 self._values = grown
-            self._values[:, rows.seq] = rows.attrs
+            self._values[:, rows.seq - self._base] = rows.attrs
             self._top = max(self._top, top)
         ready = 0
         while ready < len(self._waiting) and self._last(self._waiting[ready]) <= self._top:
@@ -340,6 +344,14 @@ class ResidualColumns:
             self._waiting.append(pairs)
             return []
         return [pairs]
+
+    def forget_below(self, seq: int) -> None:
+        """No pair still to come holds a row below ``seq``: drop their columns once they are
+        half the kept ones or more (each column moved once on average)."""
+        drop = seq - self._base
+        if drop > 0 and 2 * drop >= self._values.shape[1]:
+            self._values = self._values[:, drop:].copy()
+            self._base = seq
 
     def flush(self) -> list[PairBatch]:
         """Every waiting batch: the input has ended, so every row has come."""
@@ -360,6 +372,9 @@ class ResidualColumns:
         for f in self.residuals:
 
             def side(seq: np.ndarray, f=f) -> dict[str, np.ndarray]:
+                seq = seq - self._base
+                if seq.min() < 0:  # (markers promise it never happens: a bug, not input)
+                    raise RuntimeError("a pair holds a row whose columns were forgotten")
                 return {
                     c: values_of(self._values[at[c], seq], self._values[m + at[c], seq])
                     for c in f.columns

@@ -128,7 +128,12 @@ class Emitter(Logic):
         #: per stream, its kept rows not sent yet: pieces of (seq, idx, ingest_ns), in order
         self._kept: tuple[list, list] = ([], [])
         self._kept_n = 0
-        self.markers = markers and self.keep != (False, False)
+        self.markers = markers
+        # residual functions with markers: per stream, pieces (first idx, seqs) of its rows
+        # still within a later tuple's reach, whose seq the marker's ``reach`` names
+        self._reachable: tuple[list, list] | None = (
+            ([], []) if markers and query.predicate.residuals else None
+        )
         self._marked = 0  # markers sent
         self._kept_sent = 0  # kept rows sent to the collector
         self._unmarked = 0  # rows sent in batches since the last marker
@@ -210,8 +215,13 @@ class Emitter(Logic):
         if self._columns:  # before the batches: the collector needs them for their pairs
             out = [("columns", b) for b in self._columns] + out
             self._columns = []
-        if self._kept_n:
-            out = self._unmatched_out(out, eof)
+        if eof:
+            if self._kept_n:
+                out = [("unmatched", self._take_kept(None)), *out]
+        elif self.markers:
+            out = self._mark(out)
+        elif self._kept_n >= UNMATCHED_ROWS:
+            out = [("unmatched", self._take_kept(None)), *out]
         if out:
             self.msgs_out += len(out)
             self.tuples_out += sum([len(m) for _, m in out])
@@ -268,6 +278,11 @@ class Emitter(Logic):
         self.n_seen += n
         if self.keep != (False, False):
             self._note_unmatched(stream, seq, idx, ingest_ns)
+        if self._reachable is not None:
+            for y, pieces in enumerate(self._reachable):
+                at = np.flatnonzero(stream == y)
+                if len(at):
+                    pieces.append((int(idx[at[0]]), seq[at]))
         batch = Batch(
             seq=seq,
             stream=stream,
@@ -290,7 +305,7 @@ class Emitter(Logic):
 
     def _note_unmatched(self, stream: np.ndarray, seq: np.ndarray, idx, ingest_ns) -> None:
         """Keep the rows of the sides an outer join keeps (filtered rows too: they join
-        nothing) until they go to the collector (:meth:`_unmatched_out`)."""
+        nothing) until they go to the collector (:meth:`_mark`)."""
         one_time = np.ndim(ingest_ns) == 0
         for y, kept in enumerate(self.keep):
             if kept:
@@ -303,15 +318,11 @@ class Emitter(Logic):
                     self._kept[y].append((seq[at], idx[at], times))
                     self._kept_n += len(at)
 
-    def _unmatched_out(self, out: list, eof: bool) -> list:
-        """``out`` with the kept rows that go to the collector now: every one at the end of
-        input, or without markers once :data:`UNMATCHED_ROWS` wait; with markers, those out
-        of every later tuple's reach when a marker is due (:data:`MARKER_ROWS`,
-        :data:`MARKER_NS`), and the marker after ``out``'s batches."""
-        if eof or not self.markers:
-            if eof or self._kept_n >= UNMATCHED_ROWS:
-                return [("unmatched", self._take_kept(None)), *out]
-            return out
+    def _mark(self, out: list) -> list:
+        """``out`` and, when a marker is due (:data:`MARKER_ROWS` rows in batches since the
+        last, or :data:`MARKER_NS` with some), the kept rows now out of every later tuple's
+        reach (its ``idx`` below the last batch's ``horizon``) and the marker after
+        ``out``'s batches."""
         now = self.clock() if self.clock else None
         if self._marked_ns is None:
             self._marked_ns = now
@@ -325,10 +336,29 @@ class Emitter(Logic):
             return out
         self._marked += 1
         self._unmarked, self._marked_ns = 0, now
-        reached = self._take_kept(self._sent_horizon)
-        notes = [("unmatched", reached)] if len(reached) else []
+        notes = []
+        if self._kept_n:
+            reached = self._take_kept(self._sent_horizon)
+            notes = [("unmatched", reached)] if len(reached) else []
         low = min([int(p[0][0][0]) for p in self._kept if p], default=self.n_seen)
-        return [*notes, *out, (MARKER_PORT, Marker(self._marked, self._kept_sent, low))]
+        marker = Marker(self._marked, self._kept_sent, low, self._reach())
+        return [*notes, *out, (MARKER_PORT, marker)]
+
+    def _reach(self) -> int:
+        """The lowest ``seq`` a pair found after the last batch sent can hold: of the rows
+        still in a later tuple's reach (``idx`` at or above the last batch's ``horizon``),
+        or of the rows not sent yet. Rows below it are forgotten here."""
+        reach = self.n_seen
+        if self._reachable is None:
+            return reach
+        for y, pieces in enumerate(self._reachable):
+            h = int(self._sent_horizon[y])
+            while pieces and pieces[0][0] + len(pieces[0][1]) <= h:
+                pieces.pop(0)  # every row of the piece is out of reach
+            if pieces:
+                first, seqs = pieces[0]
+                reach = min(reach, int(seqs[max(0, h - first)]))
+        return reach
 
     def _take_kept(self, horizon: np.ndarray | None) -> PairBatch:
         """The kept rows of each stream whose ``idx`` is below ``horizon`` (None: all), as

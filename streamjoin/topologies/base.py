@@ -146,10 +146,14 @@ class Topology:
     def marks_progress(self, query) -> bool:
         """Whether a run of ``query`` sends progress markers (:class:`~streamjoin.batch.
         Marker`): for an outer join, so that its rows without a partner leave once no later
-        tuple can reach them, on a graph without cycles whose nodes keep no pairs beyond their
-        steps (:attr:`~streamjoin.actors.base.ActorConfig.holds_pairs`). Elsewhere (a
-        handshake chain, SPO's combining trees) they leave when the input ends."""
-        if query.how == "inner" or self.cyclic:
+        tuple can reach them, and for residual functions (``sj.where``), so that the collector
+        forgets the columns they read once no later pair can hold their rows; on a graph
+        without cycles whose nodes keep no pairs beyond their steps
+        (:attr:`~streamjoin.actors.base.ActorConfig.holds_pairs`). Elsewhere (a handshake
+        chain, SPO's combining trees) the rows leave, and the columns go, when the input
+        ends."""
+        needs = query.how != "inner" or bool(query.predicate.residuals)
+        if not needs or self.cyclic:
             return False
         return not any(d["config"].holds_pairs for _, d in self.graph.nodes(data=True))
 

@@ -412,20 +412,21 @@ def _decode_merged(meta: bytes, body: Body) -> MergedRun:
     return MergedRun(piece, stream, rows, orders[0], orders[1])
 
 
-_MARKER = struct.Struct("<qqq")
+_MARKER = struct.Struct("<qqqq")
 
 
 def _encode_marker(m: Marker) -> tuple[bytes, list]:
-    return _MARKER.pack(m.number, m.kept, m.low), []
+    return _MARKER.pack(m.number, m.kept, m.low, m.reach), []
 
 
 def _decode_marker(meta: bytes, body: Body) -> Marker:
-    number, kept, low = unpack(_MARKER, meta)
-    if number < 1 or kept < 0 or low < 0:
+    number, kept, low, reach = unpack(_MARKER, meta)
+    if number < 1 or min(kept, low, reach) < 0:
         raise FramingError(
-            f"a progress marker numbered {number}, after {kept} kept rows, from row {low}"
+            f"a progress marker numbered {number}, after {kept} kept rows, from rows "
+            f"{low} and {reach}"
         )
-    return Marker(number, kept, low)
+    return Marker(number, kept, low, reach)
 
 
 #: a subtree's report: its batch number, then its pairs' count
