@@ -304,7 +304,8 @@ class ResidualColumns:
     columns' image rows then residual rows), and the pairs that wait for them.
 
     The emitter sends rows in ``seq`` order on one edge, so every row up to the largest
-    ``seq`` received is here (rows a filter dropped never pair). They are kept (16 bytes a
+    ``seq`` received is here (rows a filter dropped never pair). A batch of pairs waits
+    until its rows' columns have come, and no longer. They are kept (16 bytes a
     column and row) until a progress marker says no later pair can hold them
     (:meth:`forget_below`); in a run without markers, for the whole run.
     """
@@ -332,22 +333,33 @@ class ResidualColumns:
                 self._values = grown
             self._values[:, rows.seq - self._base] = rows.attrs
             self._top = max(self._top, top)
-        ready = 0
-        while ready < len(self._waiting) and self._last(self._waiting[ready]) <= self._top:
-            ready += 1
-        out, self._waiting = self._waiting[:ready], self._waiting[ready:]
+        out: list[PairBatch] = []
+        waiting: list[PairBatch] = []
+        for pairs in self._waiting:
+            (out if self._last(pairs) <= self._top else waiting).append(pairs)
+        self._waiting = waiting
         return out
 
     def ready(self, pairs: PairBatch) -> list[PairBatch]:
-        """``pairs`` if their rows have come and none wait before them, else none (they wait)."""
-        if self._waiting or self._last(pairs) > self._top:
+        """``pairs`` if their rows have come, else none (they wait).
+
+        Not behind pairs that wait: those may be of later batches (from another core) whose
+        rows have not come, and a progress marker that has passed needs every pair of the
+        batches before it taken. From one core (the only layouts whose pairs come in order)
+        pairs wait in the order they came, as a later pair's rows come no earlier."""
+        if self._last(pairs) > self._top:
             self._waiting.append(pairs)
             return []
         return [pairs]
 
     def forget_below(self, seq: int) -> None:
-        """No pair still to come holds a row below ``seq``: drop their columns once they are
-        half the kept ones or more (each column moved once on average)."""
+        """No pair still to come holds a row below ``seq``: drop their columns (and those of
+        no pair waiting here: pairs of earlier batches may wait behind later ones whose rows'
+        columns have not come) once they are half the kept ones or more (each column moved
+        once on average)."""
+        for pairs in self._waiting:
+            if len(pairs):
+                seq = min(seq, int(pairs.r.min()), int(pairs.s.min()))
         drop = seq - self._base
         if drop > 0 and 2 * drop >= self._values.shape[1]:
             self._values = self._values[:, drop:].copy()
