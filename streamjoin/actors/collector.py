@@ -147,6 +147,7 @@ class Collector(Logic):
         self._matched = HeldRows()
         self._candidates: list[PairBatch] = []
         self._evaluated = 0  # kept rows received and recorded if no pair held them
+        self.markers = 0  # progress markers that came from every edge
         self.unmatched = 0
         self.residual = ResidualColumns(residuals) if residuals else None
 
@@ -183,6 +184,7 @@ class Collector(Logic):
         the lowest row still to come or waiting (``marker.low``), no pair can hold a kept
         row any more: those rows are forgotten, so the collector's memory stays bounded by
         the window, not the run."""
+        self.markers += 1
         self._leave_unmatched(marker.kept)
         waiting = [int(np.maximum(c.r, c.s).min()) for c in self._candidates if len(c)]
         self._matched.forget_below(min([marker.low, *waiting]))

@@ -68,7 +68,9 @@ class Result:
         ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max),
         ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
         the machine; ``late_tuples`` with ``Query.lateness``; ``unmatched_tuples`` (of
-        ``output_pairs``) with an outer join.
+        ``output_pairs``) with an outer join; ``markers``, the progress markers that reached
+        the collector from every edge, with an outer join or residual functions (0 on a
+        layout that sends none: there such tuples leave, and the columns go, at the end).
     late : pyarrow.Table or None
         With ``Query.lateness``: the rows left out as late (``on_late="drop"``), their input
         row numbers ``row``, ``stream`` and ``ts``; None otherwise.
@@ -148,6 +150,11 @@ class Result:
             "input_tuples": trace.input_tuples,
             "output_pairs": col.count,
             **({"unmatched_tuples": col.unmatched} if query.how != "inner" else {}),
+            **(
+                {"markers": col.markers}
+                if query.how != "inner" or query.predicate.residuals
+                else {}
+            ),
             "elapsed_s": elapsed_s,
             "input_tuples_per_s": trace.input_tuples / elapsed_s,
             "output_pairs_per_s": col.count / elapsed_s,
