@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from strategies import predicates, windows
 
 import streamjoin as sj
+from streamjoin.actors import emitter
 
 LAYOUTS = {
     "single": lambda: sj.topologies.single(),
@@ -30,17 +31,31 @@ LAYOUTS = {
 }
 
 
-def run_layout(query, table, layout: str, backend: str, batch_size: int, delivery_seed: int):
+def run_layout(
+    query,
+    table,
+    layout: str,
+    backend: str,
+    batch_size: int,
+    delivery_seed: int,
+    marker_rows: int | None = None,
+):
     """``sj.run`` of ``query`` over ``table`` on layout ``layout`` (a key of :data:`LAYOUTS`)
-    and ``backend`` (``local`` with ``delivery_seed``'s interleavings); None when the layout
-    cannot serve the query (it says so by a ``ValueError``: another layout does)."""
+    and ``backend`` (``local`` with ``delivery_seed``'s interleavings), with a progress marker
+    after every ``marker_rows`` rows if given (else the emitter's default); None when the
+    layout cannot serve the query (it says so by a ``ValueError``: another layout does)."""
     topo = LAYOUTS[layout]()
     try:
         topo.check(query)
     except ValueError:
         return None
     options = {"delivery_seed": delivery_seed} if backend == "local" else {}
-    return sj.run(query, table, topo, backend=backend, batch_size=batch_size, **options)
+    default = emitter.MARKER_ROWS
+    emitter.MARKER_ROWS = marker_rows or default
+    try:
+        return sj.run(query, table, topo, backend=backend, batch_size=batch_size, **options)
+    finally:
+        emitter.MARKER_ROWS = default
 
 
 def every_layout(max_examples: int, predicate=None, layouts=None, **more):

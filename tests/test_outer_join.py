@@ -117,11 +117,7 @@ def test_every_layout_equals_the_oracle(
     query = sj.Query(
         predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late, how=how
     )
-    default, emitter.MARKER_ROWS = emitter.MARKER_ROWS, marker_rows
-    try:
-        res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
-    finally:
-        emitter.MARKER_ROWS = default
+    res = run_layout(query, table, layout, backend, batch_size, delivery_seed, marker_rows)
     if res is None:
         return
     expected = sj.oracle.join(query, table)

@@ -94,11 +94,7 @@ def test_every_layout_equals_the_oracle(
     query = sj.Query(
         predicate, window=window, self_join=self_join, lateness=lateness, on_late=on_late, how=how
     )
-    default, emitter.MARKER_ROWS = emitter.MARKER_ROWS, marker_rows
-    try:
-        res = run_layout(query, table, layout, backend, batch_size, delivery_seed)
-    finally:
-        emitter.MARKER_ROWS = default
+    res = run_layout(query, table, layout, backend, batch_size, delivery_seed, marker_rows)
     if res is None:
         return
     assert res.same_pairs(sj.oracle.join(query, table))
@@ -120,11 +116,7 @@ def test_pairs_of_earlier_batches_do_not_wait_behind_later_ones(how):
     )
     keep = sj.where(lambda r, s: r.x + s.y >= 0, columns=("x", "y"))
     query = sj.Query(sj.equal("x") & keep, window=sj.CountWindow(1), how=how)
-    default, emitter.MARKER_ROWS = emitter.MARKER_ROWS, 3
-    try:
-        res = run_layout(query, table, "grid", "local", batch_size=3, delivery_seed=0)
-    finally:
-        emitter.MARKER_ROWS = default
+    res = run_layout(query, table, "grid", "local", batch_size=3, delivery_seed=0, marker_rows=3)
     assert res.same_pairs(sj.oracle.join(query, table))
 
 
