@@ -877,8 +877,8 @@ class Query:
         tuple that fails a filter of its side joins nothing, so it is such a tuple; a late
         row (``on_late="drop"``) is in ``Result.late`` instead. A self-join takes
         ``"inner"`` or ``"left"``: ``(t, -1)`` for each tuple that met no other. Such a
-        tuple leaves once no later tuple's window can reach it (on a handshake chain or
-        SPO's combining trees: when the input ends); its latency counts to then.
+        tuple leaves once no later tuple's window can reach it (on a handshake chain: when
+        the input ends); its latency counts to then.
     """
 
     predicate: Predicate

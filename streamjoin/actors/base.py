@@ -149,7 +149,9 @@ class Logic:
     def on_marker(self, marker) -> Sequence[tuple[str, object]]:
         """A progress marker (:class:`~streamjoin.batch.Marker`) has come on every incoming
         edge, after everything before it was handled: what to send before the executor passes
-        it on (default: nothing)."""
+        it on (default: nothing). A logic that keeps pairs of those batches beyond their steps
+        (and beyond :meth:`on_idle`) sends them here, so that the marker follows every pair
+        of the batches before it (an SPO worker in a combining tree)."""
         return []
 
     def warm(self) -> None:
@@ -177,14 +179,6 @@ class ActorConfig:
     def index(self) -> str | None:
         """The window index the node holds, if any (drawings label nodes with it)."""
         return None
-
-    @property
-    def holds_pairs(self) -> bool:
-        """Whether the node may keep pairs of the batches it handled beyond their steps (and
-        beyond :meth:`ActorLogic.on_idle`): then a progress marker
-        (:class:`~streamjoin.batch.Marker`) passed on after those batches would not follow
-        their pairs, and the run sends none (default: it keeps none)."""
-        return False
 
 
 def options_key(options: dict) -> Hashable:

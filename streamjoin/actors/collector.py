@@ -105,7 +105,7 @@ class Collector(Logic):
         at the end of input for the rest. Exact on every layout, because no join actor needs
         to know whether a tuple met a partner (SplitJoin's cores, a grid's cells, PanJoin's
         workers, SPO's stages and a handshake chain each see a part of its partners). Runs
-        without markers (a handshake chain, SPO's combining trees:
+        without markers (a handshake chain:
         :meth:`~streamjoin.topologies.base.Topology.marks_progress`) return every such row
         at the end of input. The price is a byte per input row, and 24 per kept row until
         it leaves.

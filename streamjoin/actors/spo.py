@@ -38,9 +38,18 @@ probed ``j`` and heard ``j`` from each worker below it, and the top worker sends
 collector (a *combining tree*). Both trees send only to higher-numbered workers, so the graph
 stays acyclic. Batches still reach every worker in order on one FIFO path, so the answer is
 the same; pairs found when a piece arrives after the batches that wait for it go up with the
-worker's next report (or at end of input). What a tree costs: messages at the workers (a
-relaying worker sends a batch per child, a combining one receives a report per child) and one
-hop per level in each pair's latency.
+worker's next report, or sooner with a progress marker (:meth:`SPOWorker.on_marker`), or at
+end of input. What a tree costs: messages at the workers (a relaying worker sends a batch per
+child, a combining one receives a report per child) and one hop per level in each pair's
+latency.
+
+**Progress markers** (:mod:`streamjoin.runtime.markers`) pass a combining tree too. When a
+worker has a marker from every incoming edge it has probed every batch sent before it, built
+every piece those batches planned (the mutable stage sends a piece before it passes the
+marker on) and heard each worker below report every batch before it; what it still holds for
+those batches is only the pairs late pieces found. It sends them up at once, as a report
+outside the batch sequence (:data:`EXTRA`), before the marker: so the marker follows every
+pair of the batches before it, up to the collector.
 """
 
 from __future__ import annotations
@@ -165,12 +174,19 @@ def split_pieces(n: int, a_pos: np.ndarray, b_pos: np.ndarray, pieces: int):
     return out
 
 
+#: :attr:`SubtreePairs.batch` of a report outside the batch sequence: pairs a worker sends up
+#: with a progress marker (:meth:`SPOWorker.on_marker`).
+EXTRA = -1
+
+
 @dataclass
 class SubtreePairs:
     """What a worker in a combining tree sends up for batch ``batch`` (its number in the
     batch sequence every worker sees): the pairs it and the workers below it found since its
     last report (module docstring). Exactly one per batch, in order, and one more at end of
-    input when pairs found after the last batch remain (``batch`` = the number of batches)."""
+    input when pairs found after the last batch remain (``batch`` = the number of batches);
+    between them, with a progress marker, reports of batch :data:`EXTRA` (no batch: the pairs
+    it holds, sent early)."""
 
     batch: int
     pairs: PairBatch
@@ -237,12 +253,6 @@ class SPOWorkerConfig(ActorConfig):
     @property
     def index(self) -> str:
         return _INDEX
-
-    @property
-    def holds_pairs(self) -> bool:
-        """A combining worker sends the pairs that a piece arriving late finds with its next
-        report: it holds them beyond the step."""
-        return self.tree.below > 0
 
 
 class _Stage(JoinLogic):
@@ -399,8 +409,12 @@ class SPOWorker(_Stage):
         return self._report()
 
     def _hear(self, c: int, report: SubtreePairs) -> None:
-        """The report of the ``c``-th worker below: the next batch's, or at end of input one
-        more (:class:`SubtreePairs`)."""
+        """The report of the ``c``-th worker below: the next batch's, at end of input one
+        more, or pairs sent early with a marker (:data:`EXTRA`: they go up with this worker's
+        own held pairs; :class:`SubtreePairs`)."""
+        if report.batch == EXTRA:
+            self._held.append(report.pairs)
+            return
         if report.batch != self._heard[c]:
             raise ValueError(
                 f"spo worker {self.k} expected the report of batch {self._heard[c]} from the "
@@ -427,6 +441,15 @@ class SPOWorker(_Stage):
             if pairs is not None:
                 out.append(("out", pairs))
         return out
+
+    def on_marker(self, marker) -> list[tuple[str, object]]:
+        """A progress marker has come on every incoming edge: send up the pairs this worker
+        holds (module docstring), as an :data:`EXTRA` report (at the top of the tree they went
+        to the collector as they were found)."""
+        if not self.tree.reports or not self._held:
+            return []
+        pairs, self._held = concat_pairs(self._held), []
+        return [("out", SubtreePairs(EXTRA, pairs))] if pairs is not None else []
 
     def on_eof(self) -> list[tuple[str, object]]:
         """Everything still held: each batch's report, then what came after the last batch

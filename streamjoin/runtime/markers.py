@@ -5,10 +5,10 @@ A node passes the ``k``-th marker on once it has come on each of the node's inco
 (:class:`MarkerGate`): every edge is FIFO, so by then the node has handled every message sent
 before it. It first sends the output of any batch its logic still holds (``held_batches``:
 a pipelined shared-index core), then what :meth:`~streamjoin.actors.base.ActorLogic.on_marker`
-returns, then the marker to each successor (:func:`marker_step`). So when the collector has
-the marker from every edge, every pair of the batches the emitter sent before it has arrived
-(Chandy and Lamport's markers; Flink's watermarks travel the same way). A graph with cycles, or
-a node that keeps pairs beyond its steps, sends none
+returns (pairs a logic keeps beyond its steps: an SPO worker in a combining tree), then the
+marker to each successor (:func:`marker_step`). So when the collector has the marker from
+every edge, every pair of the batches the emitter sent before it has arrived (Chandy and
+Lamport's markers; Flink's watermarks travel the same way). A graph with cycles sends none
 (:meth:`~streamjoin.topologies.base.Topology.marks_progress`).
 """
 

@@ -148,14 +148,10 @@ class Topology:
         Marker`): for an outer join, so that its rows without a partner leave once no later
         tuple can reach them, and for residual functions (``sj.where``), so that the collector
         forgets the columns they read once no later pair can hold their rows; on a graph
-        without cycles whose nodes keep no pairs beyond their steps
-        (:attr:`~streamjoin.actors.base.ActorConfig.holds_pairs`). Elsewhere (a handshake
-        chain, SPO's combining trees) the rows leave, and the columns go, when the input
-        ends."""
+        without cycles (:mod:`streamjoin.runtime.markers`). On a handshake chain the rows
+        leave, and the columns go, when the input ends."""
         needs = query.how != "inner" or bool(query.predicate.residuals)
-        if not needs or self.cyclic:
-            return False
-        return not any(d["config"].holds_pairs for _, d in self.graph.nodes(data=True))
+        return needs and not self.cyclic
 
     def to_dot(self) -> str:
         """Graphviz DOT text of the graph."""

@@ -36,7 +36,7 @@ kind      message                      meta; body
                                        :mod:`~streamjoin.runtime.ray.recovery`)
 7         :class:`MergedRun`           piece, stream, a batch's meta; ``a_order``,
                                        ``b_order`` (int64, n each), the batch's body
-8         :class:`SubtreePairs`        batch, n; ``r s ingest_ns`` (int64, n each)
+8         :class:`SubtreePairs`        batch (-1: extra), n; ``r s ingest_ns`` (int64, n each)
 ========  ===========================  ==================================================
 """
 
@@ -52,7 +52,7 @@ import numpy as np
 from streamjoin.actors.handshake import Ack
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.actors.router import Drain
-from streamjoin.actors.spo import MergedRun, SubtreePairs
+from streamjoin.actors.spo import EXTRA, MergedRun, SubtreePairs
 from streamjoin.batch import Batch, Marker, PairBatch
 
 #: a frame's head: port-name length, kind, metadata length, body length
@@ -440,7 +440,7 @@ def _encode_subtree(m: SubtreePairs) -> tuple[bytes, list]:
 
 def _decode_subtree(meta: bytes, body: Body) -> SubtreePairs:
     batch, n = unpack(_SUBTREE, meta)
-    if batch < 0:
+    if batch < EXTRA:
         raise FramingError(f"a subtree's report names batch {batch}")
     return SubtreePairs(batch, PairBatch(*body.array(I64, 3 * n).reshape(3, n)))
 
