@@ -194,14 +194,8 @@ _END_AHEAD = 8
 #: Items per sample of the index the probes build over the sorted buffer when they search it.
 _BUFFER_STRIDE = 64
 
-# _group_starts and _forward are functions of their own, not inlined into _locate_group:
-# numba's inlining typed them again at each call site, and a first run compiled the probe
-# about 1.5x as long, for a probe no faster (docs/performance.md, compiling). Each is
-# compiled once per key dtype (and _forward once per direction: its ``upper`` and ``ahead``
-# are literals, so its loops keep constant bounds).
 
-
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _group_starts(keys, m, index, samples, stride, x, low, base, count):
     """Set ``base[g]`` to the first position of ``keys[:m]`` with key ``>= x[g]``, for the
     ascending ``x`` (at most ``_GROUP``) whose partitions are ``>= low``; returns the last one's.
@@ -251,7 +245,7 @@ def _group_starts(keys, m, index, samples, stride, x, low, base, count):
     return high
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _forward(keys, m, pos, x, upper, ahead):
     """First position ``>= pos`` of ``keys[:m]`` with key ``> x`` (``upper``) or ``>= x``;
     every key before ``pos`` must be left of ``x``.
@@ -337,7 +331,7 @@ def locate_run(run, vlo, vhi, starts, ends):
         return
     sweep = _sweeps(run.m, vlo.shape[0])
     count = np.empty(_GROUP, dtype=np.int64)
-    low = start = end = np.int64(0)
+    low = start = end = 0
     for g0 in range(0, vlo.shape[0], _GROUP):
         low, start, end = _locate_group(
             run, vlo, vhi, g0, sweep, low, start, end, starts[g0:], count, ends[g0:]
@@ -367,9 +361,7 @@ def probe_run(run, probes, vlo, vhi, lo, hi, min_ref, out_p, out_r, n, ref_base)
     base = np.empty(_GROUP, dtype=np.int64)
     count = np.empty(_GROUP, dtype=np.int64)
     ends = np.empty(_GROUP, dtype=np.int64)
-    # int64, not the literal 0: typing the loop's first pass with a literal compiled the
-    # searches a second time
-    low = start = end = np.int64(0)
+    low = start = end = 0
     for g0 in range(0, vlo.shape[0], _GROUP):
         low, start, end = _locate_group(
             run, vlo, vhi, g0, sweep, low, start, end, base, count, ends
