@@ -269,7 +269,7 @@ def _descend(t, root, height, k, r, path_node, path_slot):
 def insert_items(t, keys, refs):
     """Insert items into the lone tree of ``t``: :func:`insert_into` on its
     ``meta[ROOT:HEIGHT + 1]``."""
-    insert_into(t, t.meta[ROOT : HEIGHT + 1], keys, refs, new_path())
+    insert_into(t, t.meta[ROOT : HEIGHT + 1], keys, refs, new_path(), np.bool_(False))
 
 
 @njit(cache=True, nogil=True)
@@ -308,15 +308,17 @@ def _fetch_leaf(t, leaf):
 
 
 @njit(cache=True, nogil=True)
-def insert_into(t, top, keys, refs, path, fetched=False):
+def insert_into(t, top, keys, refs, path, fetched):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
 
     ``top``: int64 (2,), the tree's ``(root, height)``, updated when the root splits.
     ``keys`` float64 (b,), ``refs`` int64 (b,), new to the tree; sorted by ``(key, ref)`` the
     descents touch neighbouring leaves in turn. ``path``: scratch from :func:`new_path` (a
     caller inserting many short runs reuses one). ``fetched``: the caller prefetched the
-    items' leaves already (then no descent ahead of the inserts). The caller reserves room
-    for the new nodes (:func:`reserve`). O(b · height · log(fanout)).
+    items' leaves already (then no descent ahead of the inserts): a ``bool``, not a literal
+    (``np.bool_(...)``), so that every caller shares one compiled kernel (a literal, or the
+    default left out, is a specialisation of its own: a second compile of a few seconds). The
+    caller reserves room for the new nodes (:func:`reserve`). O(b · height · log(fanout)).
     """
     fanout = t.inner_keys.shape[1]
     leaf_size = t.leaf_keys.shape[1]

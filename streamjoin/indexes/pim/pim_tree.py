@@ -136,7 +136,7 @@ def insert_partitioned(ti, ts, keys, refs, routes):
             continue
         locks[p] += 1  # l. 8
         # l. 9-10: fetch Roots[p], the B+-tree insert (tops[p] is updated if the root splits)
-        insert_into(t, tops[p], keys[start:j], refs[start:j], path)
+        insert_into(t, tops[p], keys[start:j], refs[start:j], path, np.bool_(False))
         locks[p] -= 1  # l. 11
         counts[p] += j - start
         start, p = j, q

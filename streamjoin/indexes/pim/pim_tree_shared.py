@@ -191,7 +191,7 @@ def insert_shared(s, keys, refs, path):
         if q == p:
             continue
         waits += spin_lock(locks, p * PAD)
-        insert_into(t, tops[p], keys[start:j], refs[start:j], path, True)
+        insert_into(t, tops[p], keys[start:j], refs[start:j], path, np.bool_(True))
         inserts[p] += j - start
         unlock(locks, p * PAD)
         start, p = j, q
@@ -464,7 +464,7 @@ def apply_pending(s):
         for c in range(a, b, chunk):
             d = min(c + chunk, b)
             waits += spin_lock(locks, q * PAD)
-            insert_into(t, tops[q], pend_keys[c:d], pend_refs[c:d], path)
+            insert_into(t, tops[q], pend_keys[c:d], pend_refs[c:d], path, np.bool_(False))
             inserts[q] += d - c
             store_release(applied, q, d - a)
             unlock(locks, q * PAD)
