@@ -174,6 +174,12 @@ class ReorderBuffer:
     a row is copied into the pool, out of it, and in a compaction of the pool now and then. A
     chunk in order that the watermark passes whole, with nothing held (``lateness=0`` on input
     in order), goes on as it is.
+
+    Input in ``ts`` order skips the ring: while every row held came in ``ts`` order, the held
+    rows are the pool's ``[start, used)`` in that order, a queue, and a release is its prefix
+    up to the watermark (a binary search and a copy). The first row out of order links the
+    queue's rows into their buckets, in arrival order, and the ring takes over until it is
+    empty again. So a lateness that in-order input never needs costs a copy in and out.
     """
 
     def __init__(self, lateness: int) -> None:
@@ -192,6 +198,9 @@ class ReorderBuffer:
         self._next = np.empty(0, dtype=np.int64)  # the next row of a row's bucket
         self._spare_next = self._next  # the links a compaction in place writes
         self._used = 0
+        #: the rows held came in ts order: they are the pool's [_start, _used), the ring empty
+        self._queue = True
+        self._start = 0
         self.copied = 0  #: rows copied by sorts and gathers (the simulator's charge)
 
     def __len__(self) -> int:
@@ -209,9 +218,13 @@ class ReorderBuffer:
         if not self.held and in_order and bound >= int(cols.ts[-1]):  # all go, as they are
             self.base = max(self.base, bound // self.width)
             return cols, np.full(n, arrived_ns, dtype=np.int64)
-        first = self._append(cols, arrived_ns)
         can = bound >= _INT64_MIN  # else no row is behind the watermark yet
         watermark = bound if can else _INT64_MIN
+        if self._queue:
+            if in_order and (not self.held or self._pool.ts[self._used - 1] <= cols.ts[0]):
+                return self._push_queue(cols, arrived_ns, watermark, can)
+            self._to_ring()
+        first = self._append(cols, arrived_ns)
         assert self._pool is not None  # (_append made it)
         out, self.base, n_drained, n_now = reorder_push(
             self._pool.ts,
@@ -227,16 +240,65 @@ class ReorderBuffer:
             can,
         )
         self.held += n - n_drained - n_now
+        if not self.held:  # the ring is empty: in-order input may use the queue again
+            self._queue, self._start = True, self._used
         return self._gather(out) if len(out) else None
+
+    def _push_queue(
+        self, cols: Columns, arrived_ns: int, watermark: int, can: bool
+    ) -> tuple[Columns, np.ndarray] | None:
+        """A chunk in ``ts`` order after held rows in ``ts`` order: queued; the queue's prefix
+        at or below the watermark released."""
+        self._append(cols, arrived_ns)
+        pool = self._pool
+        assert pool is not None
+        start, end = self._start, self._used
+        if can:
+            self.base = max(self.base, watermark // self.width)
+            stop = start + int(np.searchsorted(pool.ts[start:end], watermark, side="right"))
+        else:
+            stop = start
+        self._start, self.held = stop, end - stop
+        if stop == start:
+            return None
+        self.copied += stop - start
+        out = _cols_copy(pool, start, stop)
+        return out, self._arrived[start:stop].copy()
+
+    def _to_ring(self) -> None:
+        """The queue's rows into their buckets (in arrival order: ``ts`` order), for a chunk
+        out of order."""
+        self._queue = False
+        if self.held:
+            assert self._pool is not None
+            reorder_push(
+                self._pool.ts,
+                self._next,
+                self.head,
+                self.tail,
+                self.size,
+                self._start,
+                self.held,
+                self.base,
+                self.width,
+                _INT64_MIN,
+                False,
+            )
 
     def flush(self) -> tuple[Columns, np.ndarray] | None:
         """Every row still held (the end of input), in stable ``ts`` order; None if none."""
         if not self.held or self._pool is None:
             return None
+        if self._queue:
+            start, end = self._start, self._used
+            self._start, self.held = end, 0
+            self.copied += end - start
+            return _cols_copy(self._pool, start, end), self._arrived[start:end].copy()
         out = reorder_flush(
             self._pool.ts, self._next, self.head, self.tail, self.size, self.base, self.width
         )
         self.held = 0
+        self._queue, self._start = True, self._used
         return self._gather(out)
 
     def _append(self, cols: Columns, arrived_ns: int) -> int:
@@ -275,7 +337,17 @@ class ReorderBuffer:
             nxt = np.empty(cap, dtype=np.int64)
         else:
             arrived, nxt = self._arrived, self._spare_next
-        if self.held:
+        if self.held and self._queue:  # the queue's rows, to the front
+            old = self._pool
+            assert old is not None
+            a, m = self._start, self.held
+            # (numpy copies overlapping slices through a buffer: in place is safe)
+            pool.stream[:m] = old.stream[a : a + m]
+            pool.ts[:m] = old.ts[a : a + m]
+            pool.attrs[:, :m] = old.attrs[:, a : a + m]
+            arrived[:m] = self._arrived[a : a + m]
+            self.copied += m
+        elif self.held:
             old = self._pool
             assert old is not None
             live = relink(self._next, self.head, self.tail, nxt)  # old places, new order
@@ -288,6 +360,7 @@ class ReorderBuffer:
             self.copied += m
         self._spare_next = self._next if pool is self._pool else np.empty(len(pool), np.int64)
         self._pool, self._arrived, self._next, self._used = pool, arrived, nxt, self.held
+        self._start = 0
 
     def _gather(self, at: np.ndarray) -> tuple[Columns, np.ndarray]:
         """The pool's rows at places ``at``, in that order."""
@@ -298,6 +371,13 @@ class ReorderBuffer:
             at, pool.stream, pool.ts, pool.attrs, self._arrived
         )
         return Columns(stream, ts, attrs), arrived
+
+
+def _cols_copy(cols: Columns, start: int, stop: int) -> Columns:
+    """Rows ``[start, stop)`` of ``cols``, copied (the pool's places are written again)."""
+    return Columns(
+        cols.stream[start:stop].copy(), cols.ts[start:stop].copy(), cols.attrs[:, start:stop].copy()
+    )
 
 
 @njit(cache=True, nogil=True)

@@ -102,6 +102,61 @@ def test_reorder_buffer_releases_in_stable_ts_order_only_behind_the_watermark(ts
     assert len(arrived) == len(got)
 
 
+def _release_all(ts, lateness, cuts):
+    """Push ``ts`` in chunks (each row's attribute its row number, each chunk's arrival its
+    number) through a watermark and a reorder buffer; the released rows' numbers and
+    arrivals, and the watermark."""
+    mark = Watermark(lateness, "drop")
+    buffer = ReorderBuffer(lateness)
+    rows, arrivals, at = [], [], 0
+    for k, part in enumerate(_chunked(ts, cuts)):
+        cols = _cols(part)
+        cols = Columns(cols.stream, cols.ts, cols.attrs + at)
+        at += len(part)
+        out = buffer.push(mark.split(cols), arrived_ns=k)
+        if out is not None:
+            assert out[0].ts.max() <= buffer.max_ts - buffer.lateness
+            rows.append(out[0].attrs[0])
+            arrivals.append(out[1])
+    rest = buffer.flush()
+    if rest is not None:
+        rows.append(rest[0].attrs[0])
+        arrivals.append(rest[1])
+    assert len(buffer) == 0
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)  # noqa: E731
+    return cat(rows, np.int64), cat(arrivals, np.int64), mark
+
+
+@st.composite
+def mostly_in_order(draw):
+    """``ts`` in order with a few rows displaced (a straggler, a burst out of order), ties."""
+    n = draw(st.integers(0, 80))
+    ts = np.cumsum(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))).astype(np.int64)
+    for _ in range(draw(st.integers(0, 4))):
+        if n:
+            i = draw(st.integers(0, n - 1))
+            ts[i] -= draw(st.integers(1, 12))
+    return ts
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    ts=mostly_in_order(),
+    lateness=st.sampled_from([0, 1, 5, 20, 2**62]),
+    cuts=st.lists(st.integers(0, 80)),
+)
+def test_reorder_buffer_releases_each_row_once_in_stable_order_with_its_arrival(ts, lateness, cuts):
+    """Input in order but for a few rows, so the buffer goes from its queue (rows held in
+    order) to its ring of buckets and back: exactly the on-time rows, stably by ``ts`` (ties in
+    arrival order, checked by row number), each with the arrival of its chunk."""
+    rows, arrived, mark = _release_all(ts, lateness, cuts)
+    assert rows.tolist() == mark.row_numbers().tolist()
+    chunk_of = np.concatenate(
+        [np.full(len(p), k) for k, p in enumerate(_chunked(ts, cuts))] or [np.empty(0, int)]
+    )
+    assert arrived.tolist() == chunk_of[rows].tolist()
+
+
 def test_reorder_buffer_over_many_chunks_merges_runs_and_keeps_the_order():
     """Thousands of small chunks, each row up to 300 behind: the runs merge level by level
     (each row copied a few times, not once per chunk) and the release order stays exact."""
