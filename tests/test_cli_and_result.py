@@ -58,6 +58,24 @@ def test_latency_histogram_percentiles_are_close():
         assert h.percentile(q) == pytest.approx(np.percentile(values, q), rel=0.03)
 
 
+def test_latency_histogram_counts_each_latency_in_its_bucket():
+    """The buckets it remembers by value give each latency the bucket of its own log: few
+    values in turns (a reordered run's), many distinct ones, negatives and zero."""
+    from streamjoin.actors.collector import LatencyHistogram, latency_bucket
+
+    rng = np.random.default_rng(1)
+    few = rng.choice(rng.integers(-5, 10**9, 7), 50_000)
+    many = rng.integers(-(2**62), 2**62, 50_000)
+    for values in (few, many, np.zeros(3, np.int64)):
+        h = LatencyHistogram()
+        h.add(values)
+        expected = np.zeros_like(h.counts)
+        for v in values:
+            expected[latency_bucket(int(v), h.PER_OCTAVE, len(expected))] += 1
+        assert np.array_equal(h.counts, expected)
+        assert h.max == values.max()
+
+
 def test_cli_run_writes_outputs_and_checks_oracle(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(

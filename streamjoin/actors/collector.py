@@ -46,18 +46,33 @@ class LatencyHistogram:
         return min(2.0 ** ((b + 1) / self.PER_OCTAVE), float(self.max))
 
 
+#: Latencies whose bucket :func:`_add_latencies` remembers (a power of two: a message of a
+#: reordered run holds pairs of rows from tens of chunks).
+_REMEMBERED = 256
+
+
+@njit(cache=True, nogil=True)
+def latency_bucket(v, per_octave, n_buckets):
+    """The bucket of latency ``v``: ``floor(log2(max(v, 1)) · per_octave)``, at most the last."""
+    return min(int(np.floor(np.log2(float(max(v, 1))) * per_octave)), n_buckets - 1)
+
+
 @njit(cache=True, nogil=True)
 def _add_latencies(counts, latency_ns, per_octave):
-    """Count each latency in bucket ``floor(log2(max(v, 1)) · per_octave)``; returns the
-    largest. Pairs of one batch share their latency mostly, so the bucket of a repeated value
-    is reused."""
+    """Count each latency in its bucket (:func:`latency_bucket`); returns the largest. The
+    pairs of one message take few latencies (its arrival less the few times their rows
+    arrived: one in order, several once a reorder buffer mixed rows of several chunks), often
+    alternating: the buckets of the last few are remembered, by value, rather than a log each."""
     top = latency_ns[0]
-    last, b = -1, 0
+    seen = np.full(_REMEMBERED, -1, dtype=np.int64)
+    bucket = np.zeros(_REMEMBERED, dtype=np.int64)
+    n = counts.shape[0]
     for v in latency_ns:
-        if v != last:
-            last = v
-            b = min(int(np.floor(np.log2(float(max(v, 1))) * per_octave)), counts.shape[0] - 1)
-        counts[b] += 1
+        h = (v ^ (v >> 13) ^ (v >> 26)) & (_REMEMBERED - 1)
+        if seen[h] != v:
+            seen[h] = v
+            bucket[h] = latency_bucket(v, per_octave, n)
+        counts[bucket[h]] += 1
         top = max(top, v)
     return top
 
