@@ -13,7 +13,6 @@ from strategies import predicates, tables, windows
 import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.shared_index.core import SharedIndexConfig, SharedIndexCore
-from streamjoin.indexes import plan
 from streamjoin.indexes.pim.bplus_tree import new_path, seek_leaf
 from streamjoin.indexes.pim.pim_tree_shared import (
     APPLYING,
@@ -88,12 +87,6 @@ def assert_in_order(r, s):
     assert np.all(np.diff(key) > 0), "pairs out of order"
 
 
-def refused(query: sj.Query, index: str) -> bool:
-    """The shared core needs a condition its index serves (all != conditions, or a
-    self-join's cross-attribute ones, leave none): it refuses such a query by name."""
-    return plan(index, query.predicate, query.self_join).fallback
-
-
 @settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_exact_under_forced_interleavings(data):
@@ -102,10 +95,6 @@ def test_exact_under_forced_interleavings(data):
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
     index = data.draw(st.sampled_from(SHAREABLE), label="index")
     threads = data.draw(st.integers(1, 4), label="threads")
-    if refused(query, index):
-        with pytest.raises(ValueError, match="needs a condition its index can search"):
-            SharedIndexCore(query, index, TINY[index], threads=threads)
-        return
     core = SharedIndexCore(
         query,
         index,
@@ -124,6 +113,29 @@ def test_exact_under_forced_interleavings(data):
     assert len(set(zip(r, s, strict=True))) == len(r), "a pair found twice"
     assert as_set(r, s) == oracle_set(query, table)
     assert_in_order(r, s)
+
+
+@pytest.mark.parametrize(
+    "predicate, self_join, why",
+    [
+        (sj.less("x") | sj.greater("y"), False, "no condition of .* is in every OR term"),
+        (sj.not_equal("x"), False, "!= is no range"),
+        (sj.less_equal("x", "y"), True, "two keys per tuple"),
+    ],
+)
+def test_a_query_no_shared_index_can_serve_scans_the_window_with_a_warning(
+    predicate, self_join, why
+):
+    """An OR whose terms share no condition, only != conditions, or a self-join's
+    cross-attribute ones: the tasks scan the window and test the whole of θ (exact on two
+    threads, against the oracle), and the run says so."""
+    data = sj.sources.synthetic(
+        2000, low=0, high=200, attrs=("x", "y"), self_join=self_join, rate=1000, seed=5
+    )
+    query = sj.Query(predicate, window=sj.CountWindow(30), self_join=self_join)
+    with pytest.warns(sj.indexes.IndexFallbackWarning, match=why):
+        res = sj.run(query, data, sj.topologies.shared_index(2), progress=False)
+    assert res.same_pairs(sj.oracle.join(query, data))
 
 
 @pytest.mark.parametrize("index", SHAREABLE)
@@ -300,10 +312,6 @@ def _run_drawn(data, backend, max_rows):
     table = data.draw(tables(self_join, max_rows=max_rows))
     query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
     index = data.draw(st.sampled_from(SHAREABLE), label="index")
-    if refused(query, index):  # before any work starts, at the topology's check
-        with pytest.raises(ValueError, match="needs a condition its index can search"):
-            sj.run(query, table, sj.topologies.shared_index(2, index), backend=backend)
-        return
     topo = sj.topologies.shared_index(
         data.draw(st.integers(1, 4), label="threads"),
         index,

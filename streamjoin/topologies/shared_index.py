@@ -41,7 +41,9 @@ def shared_index(
         :data:`~streamjoin.checks.MAX_THREADS`.
     index : {"pim_tree", "im_tree", "bplus_tree", "nested_loop"}
         The shared window index (``bplus_tree`` under one coarse lock, ``nested_loop`` none:
-        probes scan the window). Any other index serves ``threads=1`` only.
+        probes scan the window). Any other index serves ``threads=1`` only. A query whose
+        conditions it cannot serve (only ``!=``, a self-join's cross-attribute ones, an OR
+        whose terms share none) is scanned, exactly, with an ``IndexFallbackWarning``.
     task_size : int, optional
         Tuples per task, at most :data:`MAX_TASK_SIZE`; by default one task per thread a step
         (``ceil(batch / threads)``),

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
@@ -110,7 +111,7 @@ from streamjoin.actors.shared_index.thread_pool import ThreadPool
 from streamjoin.actors.store import TupleStore
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int
-from streamjoin.indexes import plan
+from streamjoin.indexes import IndexFallbackWarning, plan
 from streamjoin.indexes.blocks.atomics import PAD
 from streamjoin.indexes.pim import shared
 from streamjoin.modes import MERGES, Merge
@@ -191,12 +192,15 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
             shared.check_shared_options(name, self.index_options)
 
     def check(self, query: Query) -> None:
-        """As a join core's (a warning when the index serves another condition than the
-        first), and a ``ValueError`` when the index can serve no condition of ``query``."""
+        """As a join core's: a warning (:class:`~streamjoin.indexes.IndexFallbackWarning`)
+        when the index serves another condition than the first, or none, so that the tasks
+        scan the window (:func:`scan_note`); exact either way."""
         name = self.index or "pim_tree"
-        if name in shared.SHAREABLE:
-            _check_served(name, plan(name, query.predicate, query.self_join).fallback, query)
-        IndexChoice.check(self, query)
+        note = scan_note(name, query)
+        if note is not None:  # (stacklevel: the caller of sj.run, as a join core's warning)
+            warnings.warn(note, IndexFallbackWarning, stacklevel=4)
+        elif self.index is not None:
+            IndexChoice.check(self, query)
 
     @property
     def cpus(self) -> int:
@@ -227,22 +231,22 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
         return core
 
 
-def _check_served(index: str, fallback: bool, query: Query) -> None:
-    """The shared core's tasks probe, scan past the edge tuple and insert on one served
-    condition (§4.1); a query whose conditions no index can search (all ``!=``, a
-    self-join's cross-attribute ones, or an OR whose terms share none) has none: a single
-    core scans its window, or serves an OR with an index per term, instead."""
-    if fallback:
-        why = (
-            "an OR whose terms share no condition an index can serve; single() gives each "
-            "term an index of its own"
-            if query.predicate.terms
-            else "!= conditions, or cross-attribute ones in a self-join"
-        )
-        raise ValueError(
-            f"shared_index({index!r}) needs a condition its index can search; "
-            f"{query.predicate} has none ({why}): use single()"
-        )
+def scan_note(index: str, query: Query) -> str | None:
+    """Why the shared core's tasks scan the window for ``query`` (None if ``index`` serves
+    one of its conditions). Its threads share one index of one condition (§4.1); a query
+    whose conditions no index can search (all ``!=``, a self-join's cross-attribute ones)
+    or an OR whose terms share none has none, and every task then scans the window in its
+    store and tests the whole of θ on each row: exact, O(window) a tuple."""
+    found = plan(index, query.predicate, query.self_join)
+    if not found.fallback:
+        return None
+    if found.note is not None:
+        return found.note
+    return (
+        f"shared_index({index!r}) shares one index among its threads, and no condition of "
+        f"{query.predicate} is in every OR term: its tasks scan the window (nested_loop) and "
+        "check every condition; single() gives each term an index of its own"
+    )
 
 
 def _boxes(spec: JoinSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -338,8 +342,10 @@ class SharedIndexCore(Logic):
         pipelined: bool | None = False,
     ) -> None:
         self.query = query
-        self.spec = spec = JoinSpec(query, index, index_options)
-        _check_served(spec.index_name, spec.plan.fallback, query)
+        spec = JoinSpec(query, index, index_options)
+        if spec.plan.fallback:  # no condition for a shared index: the tasks scan (scan_note)
+            spec = JoinSpec(query, "nested_loop")
+        self.spec = spec
         # the served condition's attribute of each stream's tuples (one key row each)
         self.key_rows = np.array([spec.conds.r_row[0], spec.conds.s_row[0]], dtype=np.int64)
         self.index_name = spec.index_name
@@ -484,7 +490,9 @@ class SharedIndexCore(Logic):
             Window(store.rows, store.attrs, store.base, store.head, state)
             for store, state in zip(self._store_of, states, strict=True)
         ]
-        probing = Probing(spec.conds, self.key_rows, self.boxes, self.n_boxes, self._symmetric)
+        probing = Probing(
+            spec.conds, self.key_rows, self.boxes, self.n_boxes, self._symmetric, spec.n_served > 0
+        )
         args = (
             self._no_sync if self._pool is None else self._pool.sync,
             self.cfg,

@@ -116,6 +116,9 @@ class Probing(NamedTuple):
     n_boxes: np.ndarray
     #: θ is symmetric (a self-join's candidate is then checked in one orientation)
     symmetric: bool
+    #: the first condition is a conjunct the index serves: a scan tests it alone first (else,
+    #: when no index serves any, every row is tested against the whole of θ)
+    first_served: bool
 
 
 class Probers(NamedTuple):
@@ -329,7 +332,7 @@ def _join_tuples(
     x, y, e_ref, orient, probe_is_r = side
     tup, attrs = step.tup, step.attrs
     rows, store_attrs, base, head, state = window
-    conds, key_rows, boxes, n_boxes, symmetric = probing
+    conds, key_rows, boxes, n_boxes, symmetric, first_served = probing
     if indexed and n_g:
         # int64, not the literal 0: a literal is a specialisation of its own, and would
         # compile probe_shared a second time (docs/performance.md, compiling)
@@ -403,7 +406,7 @@ def _join_tuples(
     s_key = store_attrs[key_rows[y]]
     g_row = key_rows[x]
     lo0, hi0 = conds.lo[0], conds.hi[0]
-    residual = conds.lo.shape[0] > 1
+    residual = conds.lo.shape[0] > 1 or not first_served
     if indexed:  # the tail past the edge tuple: _join_tail
         return cand_p, cand_r, pairs, n_pairs
     for a in range(n_g):  # no index: the whole window is the tail
@@ -414,7 +417,7 @@ def _join_tuples(
         g_seq, g_ingest = tup[T_SEQ, g], tup[T_INGEST, g]
         g_key = attrs[g_row, g]
         for j in range(start - base, end - base):
-            if not _primary_holds(s_key[j] - g_key, lo0, hi0, orient):
+            if first_served and not _primary_holds(s_key[j] - g_key, lo0, hi0, orient):
                 continue
             if residual and not theta_oriented(attrs, g, store_attrs, j, conds, 0, orient):
                 continue
