@@ -221,7 +221,10 @@ class ReorderBuffer:
         can = bound >= _INT64_MIN  # else no row is behind the watermark yet
         watermark = bound if can else _INT64_MIN
         if self._queue:
-            if in_order and (not self.held or self._pool.ts[self._used - 1] <= cols.ts[0]):
+            pool = self._pool  # (None until the first rows are held)
+            if in_order and (
+                pool is None or not self.held or pool.ts[self._used - 1] <= cols.ts[0]
+            ):
                 return self._push_queue(cols, arrived_ns, watermark, can)
             self._to_ring()
         first = self._append(cols, arrived_ns)
