@@ -28,19 +28,24 @@ import sys
 import streamjoin as sj
 
 
-def main(rounds: int = 7, delay: int = 1000) -> None:
+def workload(delay: int = 1000) -> dict:
+    """The four configurations of the module docstring: ``{name: (query, data)}``."""
     ordered = sj.sources.synthetic(200_000, low=0, high=2_000_000, rate=10_000, seed=1)
     shuffled = sj.sources.disorder(ordered, delay, seed=2)
     x = ordered.column("x").to_numpy()
     stream = ordered.column("stream").to_numpy()
     eps = sj.sources.band_for_match_rate(x[stream == 0], x[stream == 1], window=4096)
     window = sj.CountWindow(4096)
-    configs = {
+    return {
         "in order": (sj.Query(sj.band("x", eps), window=window), ordered),
         "lateness 0": (sj.Query(sj.band("x", eps), window=window, lateness=0), ordered),
         "in order, L": (sj.Query(sj.band("x", eps), window=window, lateness=delay), ordered),
         "out of order, L": (sj.Query(sj.band("x", eps), window=window, lateness=delay), shuffled),
     }
+
+
+def main(rounds: int = 7, delay: int = 1000) -> None:
+    configs = workload(delay)
     rate: dict[str, list[float]] = {k: [] for k in configs}
     p50: dict[str, list[float]] = {k: [] for k in configs}
     for query, data in configs.values():  # warm every kernel first, untimed

@@ -4,9 +4,9 @@ milliseconds over one run, beside the same input in order.
 
     python benchmarks/event_time_parts.py [ROUNDS]
 
-Three configurations of ``benchmarks/event_time_cost.py`` (in order without lateness, in order
-with ``lateness`` 1 s, every row up to 1 s late with ``lateness`` 1 s), run in turn in one
-process; each method below is wrapped with a timer (about a microsecond a call, a few hundred
+Three configurations of ``benchmarks/event_time_cost.py`` (its :func:`workload`: in order
+without lateness, in order with ``lateness`` 1 s, every row up to 1 s late with ``lateness``
+1 s), run in turn in one process; each method below is wrapped with a timer (about a microsecond a call, a few hundred
 calls a run). Prints the median over the rounds of each part's total and of the run's wall
 time. Use it to see which part a change to the reorder path moved; compare whole runs with
 ``event_time_cost.py``.
@@ -14,6 +14,7 @@ time. Use it to see which part a change to the reorder path moved; compare whole
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -22,6 +23,9 @@ from collections import defaultdict
 import streamjoin as sj
 from streamjoin.actors import collector, emitter, join_core
 from streamjoin.event_time import ReorderBuffer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from event_time_cost import workload  # noqa: E402  (a script beside this one)
 
 PARTS = {
     "join core": (join_core.JoinCore, "on_batch"),
@@ -45,17 +49,8 @@ def _timed(spent: dict, part: str, fn):
 
 
 def main(rounds: int = 5) -> None:
-    ordered = sj.sources.synthetic(200_000, low=0, high=2_000_000, rate=10_000, seed=1)
-    shuffled = sj.sources.disorder(ordered, 1000, seed=2)
-    x = ordered.column("x").to_numpy()
-    stream = ordered.column("stream").to_numpy()
-    eps = sj.sources.band_for_match_rate(x[stream == 0], x[stream == 1], window=4096)
-    window = sj.CountWindow(4096)
-    configs = {
-        "in order": (sj.Query(sj.band("x", eps), window=window), ordered),
-        "in order, L": (sj.Query(sj.band("x", eps), window=window, lateness=1000), ordered),
-        "out of order, L": (sj.Query(sj.band("x", eps), window=window, lateness=1000), shuffled),
-    }
+    configs = workload(1000)
+    del configs["lateness 0"]
     spent: dict[str, float] = defaultdict(float)
     for part, (cls, name) in PARTS.items():
         setattr(cls, name, _timed(spent, part, getattr(cls, name)))
