@@ -27,10 +27,12 @@ class LatencyHistogram:
     def __init__(self) -> None:
         self.counts = np.zeros(64 * self.PER_OCTAVE, dtype=np.int64)
         self.max = 0
+        self._seen = np.zeros(2 * _REMEMBERED, dtype=np.int64)  # (_add_latencies)
 
     def add(self, latency_ns: np.ndarray) -> None:
         if len(latency_ns):
-            self.max = max(self.max, _add_latencies(self.counts, latency_ns, self.PER_OCTAVE))
+            top = _add_latencies(self.counts, latency_ns, self.PER_OCTAVE, self._seen)
+            self.max = max(self.max, top)
 
     @property
     def total(self) -> int:
@@ -52,27 +54,21 @@ _REMEMBERED = 256
 
 
 @njit(cache=True, nogil=True)
-def latency_bucket(v, per_octave, n_buckets):
-    """The bucket of latency ``v``: ``floor(log2(max(v, 1)) · per_octave)``, at most the last."""
-    return min(int(np.floor(np.log2(float(max(v, 1))) * per_octave)), n_buckets - 1)
-
-
-@njit(cache=True, nogil=True)
-def _add_latencies(counts, latency_ns, per_octave):
-    """Count each latency in its bucket (:func:`latency_bucket`); returns the largest. The
-    pairs of one message take few latencies (its arrival less the few times their rows
-    arrived: one in order, several once a reorder buffer mixed rows of several chunks), often
-    alternating: the buckets of the last few are remembered, by value, rather than a log each."""
+def _add_latencies(counts, latency_ns, per_octave, seen):
+    """Count each latency ``v`` in bucket ``floor(log2(max(v, 1)) · per_octave)`` (at most the
+    last); returns the largest. The pairs of one message take few latencies (its arrival less
+    the few times their rows arrived: one in order, several once a reorder buffer mixed rows
+    of several chunks), often alternating: the buckets of the last few are remembered, by
+    value, rather than a log each: ``seen``, int64 (2 · :data:`_REMEMBERED`,), pairs of a
+    value and its bucket (zeros at first: a latency of 0 is in bucket 0), kept across calls."""
     top = latency_ns[0]
-    seen = np.full(_REMEMBERED, -1, dtype=np.int64)
-    bucket = np.zeros(_REMEMBERED, dtype=np.int64)
-    n = counts.shape[0]
+    last = counts.shape[0] - 1
     for v in latency_ns:
-        h = (v ^ (v >> 13) ^ (v >> 26)) & (_REMEMBERED - 1)
+        h = 2 * ((v ^ (v >> 13) ^ (v >> 26)) & (_REMEMBERED - 1))
         if seen[h] != v:
             seen[h] = v
-            bucket[h] = latency_bucket(v, per_octave, n)
-        counts[bucket[h]] += 1
+            seen[h + 1] = min(int(np.floor(np.log2(float(max(v, 1))) * per_octave)), last)
+        counts[seen[h + 1]] += 1
         top = max(top, v)
     return top
 
