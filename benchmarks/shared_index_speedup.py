@@ -1,7 +1,7 @@
 """Throughput of one join core: ``shared_index(threads)`` vs ``single("pim_tree")``, and the
 share of a step spent outside the task kernels (Python orchestration, expiry, merges).
 
-    python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES] [TASK_SIZE]
+    python benchmarks/shared_index_speedup.py CONFIG [LOG2_WINDOW] [BATCH] [TIMED_TUPLES] [TASK_SIZE] [STEP_TUPLES]
 
 CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge),
 ``shared2c`` (T_S in 8-byte items, ``layout="compact"``; ``shared1c``, ``shared2bc`` too);
@@ -17,7 +17,9 @@ twice its window, and its tail then advances into memory never touched before un
 compacts, one window of appends later. A fill of 3 windows (1.5 per stream) left that first
 touch to the timed phase: 0.6 page faults per store append and about half of shared(1)'s
 time outside the kernels at W = 2^20. Then TIMED_TUPLES (default one window) are joined,
-timed; prints one line ``config window tuples seconds tuples/s outside_kernel_fraction pairs
+timed (STEP_TUPLES: the most tuples a step of the shared core gathers across batches, 0 for
+one batch a step; default the core's), and the pairs of tasks still running at the end are
+waited for inside the timed phase; prints one line ``config window tuples seconds tuples/s outside_kernel_fraction pairs
 cpu/wall kernel_s_per_thread faults``: the fraction is the step time outside the task kernels
 (store appends, index staging, merges, expiry, Python); ``faults`` the minor page faults of
 the timed phase per 1,000 tuples (near 0 in a steady state); ``steal`` the share of the
@@ -68,9 +70,16 @@ else:
     threads = int(config[len("shared")])
     merge = "blocking" if "b" in config[len("shared") :] else "nonblocking"
     options = {"layout": "compact"} if config.endswith("c") else {}
-    task_size = int(sys.argv[5]) if len(sys.argv) > 5 else si.TASK_SIZE
+    task_size = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] != "-" else si.TASK_SIZE
+    step_tuples = int(sys.argv[6]) if len(sys.argv) > 6 else si.STEP_TUPLES
     core = si.SharedIndexCore(
-        query, "pim_tree", options, threads=threads, merge=merge, task_size=task_size
+        query,
+        "pim_tree",
+        options,
+        threads=threads,
+        merge=merge,
+        task_size=task_size,
+        step_tuples=step_tuples,
     )
 core.warm()
 
@@ -92,6 +101,7 @@ while filled < n_fill:
     filled += len(batches[k])
     core.on_batch("in", batches[k])
     k += 1
+core.on_idle()  # the fill's pairs still held
 kernel_spans.clear()
 pairs = tuples = 0
 outside = 0.0
@@ -108,6 +118,8 @@ for batch in batches[k:]:
     inside = max(e for _, _, e in spans) - min(s for _, s, _ in spans) if spans else 0.0
     outside += (t1 - t0) - inside
     tuples += len(batch)
+for _, p in core.on_idle():  # the pairs of tasks still running
+    pairs += len(p)
 elapsed = time.perf_counter() - t_start
 cpu = time.process_time() - cpu_start
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_start

@@ -191,6 +191,7 @@ def drive(kind: str, options: dict, window: int, min_timed: int, self_join=False
     core = make_core(kind, q, options)
     for b in batches[:n_fill]:
         core.on_batch("in", b)
+    core.on_idle()  # the fill's pairs still held (a shared core's tasks in flight)
     before = core.stats() if kind == "shared" else {}
     pairs = tuples = 0
     t0, c0 = time.perf_counter(), time.process_time()
@@ -198,6 +199,8 @@ def drive(kind: str, options: dict, window: int, min_timed: int, self_join=False
         for _, p in core.on_batch("in", b):
             pairs += len(p)
         tuples += len(b)
+    for _, p in core.on_idle():  # the timed batches' pairs still held
+        pairs += len(p)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - c0
     row = {

@@ -12,7 +12,7 @@ from strategies import predicates, tables, windows
 
 import streamjoin as sj
 from streamjoin.actors.emitter import Emitter
-from streamjoin.actors.shared_index.core import SharedIndexConfig, SharedIndexCore
+from streamjoin.actors.shared_index.core import STEP_TUPLES, SharedIndexConfig, SharedIndexCore
 from streamjoin.indexes.pim.bplus_tree import new_path, seek_leaf
 from streamjoin.indexes.pim.pim_tree_shared import (
     APPLYING,
@@ -46,22 +46,26 @@ def draw_options(data, index: str) -> dict:
 
 def pairs_in_arrival(query, data, core, batch_size, check=False, idle_every=1):
     """Drive ``core`` with the emitter's batches; the pairs in the order the core emitted them.
-    A pipelined core holds a batch's pairs until the next batch or its ``on_idle``, called
-    after every ``idle_every``-th batch (None: never; then the pairs leave with the next
-    batch or at the end); ``check()`` of its indexes after every idle call (with none in
-    flight)."""
+    A core holds a batch's pairs while its tasks run (a pipelined one at least until the
+    next call), and until its ``on_idle``, called after every ``idle_every``-th batch (None:
+    never; then the pairs leave with later batches or at the end); with ``check``, every
+    third idle call ends the step and checks the indexes (with none open)."""
     emitter = Emitter(query, batch_size)
     cols = validate(data, query)
     out = []
     batches = [b for _, b in emitter.on_chunk(cols, 0) + emitter.on_eof()]
+    held = 0
     for k, batch in enumerate(batches):
         out += core.on_batch("in", batch)
-        if core.pipelined and len(batch):
-            assert core.held_batches == 1, "a pipelined core holds the step it handed out"
+        held = held + 1 if len(batch) else held
+        assert core.held_batches <= held, "a core holds no more batches than it was given"
+        held = core.held_batches
         if idle_every is not None and k % idle_every == 0:
             out += core.on_idle()
             assert core.held_batches == 0
-            if check:
+            held = 0
+            if check and k % (3 * idle_every) == 0:
+                out += core.end_step()
                 core.check()
     out += core.on_eof()
     assert core.held_batches == 0
@@ -106,6 +110,7 @@ def test_exact_under_forced_interleavings(data):
         delay_spins=data.draw(st.sampled_from([0, 50, 2000]), label="delay"),
         delay_seed=data.draw(st.integers(0, 9)),
         pipelined=data.draw(st.booleans(), label="pipelined"),
+        step_tuples=data.draw(st.sampled_from([0, 7, 64, STEP_TUPLES]), label="step_tuples"),
     )
     batch = data.draw(st.sampled_from([1, 5, 16, 64]), label="batch")
     idle_every = data.draw(st.sampled_from([1, 3, None]), label="idle_every")
@@ -113,6 +118,34 @@ def test_exact_under_forced_interleavings(data):
     assert len(set(zip(r, s, strict=True))) == len(r), "a pair found twice"
     assert as_set(r, s) == oracle_set(query, table)
     assert_in_order(r, s)
+
+
+@pytest.mark.parametrize("index", SHAREABLE)
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_step_open_to_many_batches_is_exact_with_threads_racing(index, pipelined):
+    """Steps of up to 96 tuples over batches of 8, three threads with random waits between
+    their steps, windows both kinds: each step takes many batches while its threads run
+    (its threads meet only when it ends), and the pairs come out exact and in order."""
+    for window in (sj.CountWindow(200, 150), sj.TimeWindow(150, 250)):
+        query = sj.Query(sj.band("x", 2), window=window)
+        data = sj.sources.synthetic(2500, low=0, high=300, rate=1000, seed=11)
+        core = SharedIndexCore(
+            query,
+            index,
+            {"window": 2000} if index in CODED else {},
+            threads=3,
+            task_size=3,
+            ordered=True,
+            delay_spins=300,
+            delay_seed=2,
+            pipelined=pipelined,
+            step_tuples=96,
+        )
+        r, s = pairs_in_arrival(query, data, core, 8, idle_every=5)
+        assert len(r) == len(as_set(r, s)), "a pair found twice"
+        assert as_set(r, s) == oracle_set(query, data)
+        assert_in_order(r, s)
+        assert core.steps_closed < 2500 / 8 / 4, "steps of several batches"
 
 
 @pytest.mark.parametrize(
@@ -163,33 +196,50 @@ def test_every_shareable_index_four_threads(index, self_join, window):
     assert_in_order(r, s)
 
 
+@pytest.mark.parametrize("step_tuples", [0, STEP_TUPLES])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_a_pipelined_core_emits_each_step_with_the_next_batch_or_when_idle(threads):
-    """A pipelined core's batch leaves with the next batch, or at ``on_idle``, or at the end;
-    what leaves is the synchronous core's output of the batch before, pair for pair (with
-    one thread too: one worker and the core's thread)."""
+def test_a_pipelined_core_emits_pairs_in_order_as_its_tasks_end(threads, step_tuples):
+    """A pipelined core's pairs leave as its tasks end: each call returns the next part of
+    the synchronous core's output, pair for pair (with one thread too: one worker and the
+    core's thread); after ``on_idle`` every batch given has left. One batch a step
+    (``step_tuples=0``): a batch's step ends when the next batch comes, so every earlier
+    batch has left by then; a step of many batches stays open across ``on_idle``."""
     query = sj.Query(sj.band("x", 3), window=sj.CountWindow(300))
     data = sj.sources.synthetic(3000, low=0, high=500, attrs=("x",), rate=1000, seed=5)
     batches = [b for _, b in Emitter(query, 100).on_chunk(validate(data, query), 0)]
-    sync = SharedIndexCore(query, threads=threads, ordered=True)
-    pipe = SharedIndexCore(query, threads=threads, ordered=True, pipelined=True)
-    expected = [sync.on_batch("in", b) for b in batches]
+    sync = SharedIndexCore(query, threads=threads, ordered=True, step_tuples=0)
+    pipe = SharedIndexCore(
+        query, threads=threads, ordered=True, pipelined=True, step_tuples=step_tuples
+    )
+    expected = []
+    for b in batches:
+        expected.append(
+            [(o.r[i], o.s[i]) for _, o in sync.on_batch("in", b) for i in range(len(o))]
+        )
     assert sum(len(out) for out in expected) > 10
+    got = []
 
-    def listed(out):
-        return [(p, o.r.tolist(), o.s.tolist()) for p, o in out]
+    def take(out):
+        got.extend((o.r[i], o.s[i]) for _, o in out for i in range(len(o)))
+
+    def through(k):
+        return [p for out in expected[: k + 1] for p in out]
 
     for k, batch in enumerate(batches[:8]):
-        got = pipe.on_batch("in", batch)
-        assert pipe.held_batches == 1
-        assert listed(got) == listed(expected[k - 1] if k else [])
-    assert listed(pipe.on_idle()) == listed(expected[7])  # idle: they leave
+        take(pipe.on_batch("in", batch))
+        assert got == through(8)[: len(got)], "pairs in the synchronous core's order"
+        assert pipe.held_batches <= (1 if step_tuples == 0 else k + 1)
+        if step_tuples == 0:
+            assert len(got) >= len(through(k - 1))
+    take(pipe.on_idle())  # idle: they leave
+    assert got == through(7)
     assert pipe.held_batches == 0
-    pipe.check()
-    assert listed(pipe.on_batch("in", batches[8])) == []
-    with pytest.raises(RuntimeError, match="in flight"):
-        pipe.check()
-    assert listed(pipe.on_eof()) == listed(expected[8])
+    take(pipe.on_batch("in", batches[8]))
+    if step_tuples == 0:
+        with pytest.raises(RuntimeError, match="open"):
+            pipe.check()
+    take(pipe.on_eof())
+    assert got == through(8)
     pipe.close()
     sync.close()
 
@@ -224,15 +274,16 @@ def test_merges_every_few_tuples_with_threads_racing(merge, chunk, layout, monke
             query, "pim_tree", options, threads=3, task_size=2, merge=merge, delay_spins=100
         )
         phases = []
-        begin = core.indexes[0].begin_step
+        begin = core.indexes[0].open_step
 
-        def begin_step(keys, refs, begin=begin, phases=phases):
-            state = begin(keys, refs)
+        def open_step(cap, need, switch=True, begin=begin, phases=phases):
+            state, room = begin(cap, need, switch)
             phases.append(int(state.meta[PHASE]))
-            return state
+            return state, room
 
-        monkeypatch.setattr(core.indexes[0], "begin_step", begin_step)
+        monkeypatch.setattr(core.indexes[0], "open_step", open_step)
         r, s = pairs_in_arrival(query, data, core, 32)
+        core.end_step()
         core.check()
         core.close()
         assert as_set(r, s) == expected

@@ -748,7 +748,7 @@ def test_shared_core_runs_its_tasks_on_the_processors_it_holds():
     base = _profile().with_messages(sim.MessageCosts()).with_after_idle(sim.IdleCosts())
 
     def busy(threads, cpus):  # one step a batch (a pipelined core on shared processors is too)
-        topo = sj.topologies.shared_index(threads, task_size=32, pipelined=False)
+        topo = sj.topologies.shared_index(threads, task_size=32, pipelined=False, step_tuples=0)
         machine = base.with_cpus(cpus)
         res = sj.run(q, data, topo, batch_size=128, backend="sim", machine=machine)
         assert res.same_pairs(sj.oracle.join(q, data))

@@ -100,6 +100,12 @@ class TupleStore:
         self.tail = t + n
         return np.arange(self.base + t, self.base + t + n, dtype=np.int64)
 
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` more rows, so that appending them moves nothing (readers on other
+        threads hold the arrays meanwhile)."""
+        if self.tail + n > len(self.ts):
+            self._make_room(n)
+
     def _make_room(self, n: int) -> None:
         """Move the live rows to the front, into arrays twice as large if they would fill more
         than three quarters.

@@ -7,7 +7,7 @@ import networkx as nx
 from streamjoin import indexes
 from streamjoin.actors.collector import CollectorConfig
 from streamjoin.actors.emitter import EmitterConfig
-from streamjoin.actors.shared_index.core import TASK_SIZE, SharedIndexConfig
+from streamjoin.actors.shared_index.core import STEP_TUPLES, TASK_SIZE, SharedIndexConfig
 from streamjoin.checks import MAX_THREADS, number
 from streamjoin.indexes.base import option_names
 from streamjoin.indexes.pim.shared import SHAREABLE
@@ -17,6 +17,8 @@ from streamjoin.topologies.base import Topology, add_actor, index_options_of
 #: The largest task, in tuples: a task larger than a batch is the whole batch, and the core
 #: sizes its scratch arrays by the task (2**24 tuples: a few hundred MB of them).
 MAX_TASK_SIZE = 2**24
+#: The most tuples a step may gather (its arrays are made for that many when it opens).
+MAX_STEP_TUPLES = 2**24
 
 
 def shared_index(
@@ -26,6 +28,7 @@ def shared_index(
     task_size: int | None = TASK_SIZE,
     merge: Merge = "nonblocking",
     pipelined: bool | None = None,
+    step_tuples: int = STEP_TUPLES,
     index_options: dict | None = None,
     **options,
 ) -> Topology:
@@ -45,25 +48,30 @@ def shared_index(
         conditions it cannot serve (only ``!=``, a self-join's cross-attribute ones, an OR
         whose terms share none) is scanned, exactly, with an ``IndexFallbackWarning``.
     task_size : int, optional
-        Tuples per task, at most :data:`MAX_TASK_SIZE`; by default one task per thread a step
-        (``ceil(batch / threads)``),
+        Tuples per task, at most :data:`MAX_TASK_SIZE`; by default one task per thread a
+        batch (``ceil(batch / threads)``),
         which measured fastest here. Larger tasks are probed and inserted as longer sorted
         runs and cost less scheduling and fewer lock acquisitions; smaller ones balance the
         threads more finely (§5, Fig. 10c-d).
     merge : {"nonblocking", "blocking"}
         How T_I is merged into T_S (§4.2; ``pim_tree`` and ``im_tree``).
     pipelined : bool, optional
-        Steps overlap with the executor's work between batches: ``threads`` pool threads run
-        every task while the core's own thread only feeds and drains them (PIM-Tree §4.1):
-        it hands a batch's tasks to the pool and returns at once, sending the previous
-        batch's pairs and taking the next batch while they run; a batch's pairs leave with
-        the next batch, or as soon as no batch waits (``on_idle``). With ``threads=1``
-        nothing is pipelined. False: each batch is one step on the core's thread and
-        ``threads - 1`` pool threads, its pairs leaving when it ends. None (default): on a
+        Tasks run while the executor does its work between batches: ``threads`` pool threads
+        run every task while the core's own thread only feeds and drains them (PIM-Tree
+        §4.1): it hands a batch's tasks to the pool and returns at once, sending the pairs
+        propagated so far and taking the next batch while they run; the rest leave with a
+        later batch, or as soon as no batch waits (``on_idle``). With ``threads=1`` nothing
+        is pipelined. False: the core's thread is one of the ``threads``, the others
+        ``threads - 1`` pool threads. None (default): on a
         host (on Ray, the one its actor runs on) or simulated machine with at least
         ``threads + 3`` processors, one for each worker, the core's thread, the emitter and
         the collector (with fewer, the pool takes processors from them and the core runs
         slower than one step a batch).
+    step_tuples : int
+        The most tuples a step gathers across batches, at most :data:`MAX_STEP_TUPLES`: the
+        threads meet only when a step ends (it is full, T_I reaches its merge size or a
+        nonblocking merge changes phase, or the input ends), and tuples that left the window
+        are dropped then. 0: one batch a step, its threads meeting at every batch.
     index_options : dict, optional
         Passed to the index (e.g. ``layout="compact"`` for ``pim_tree`` and ``im_tree``: T_S
         in 8-byte items, whose candidates the core refines); ``**options`` are added to them.
@@ -76,11 +84,18 @@ def shared_index(
     number("threads", threads, integer=True, low=1, high=MAX_THREADS)
     if task_size is not None:
         number("task_size", task_size, integer=True, low=1, high=MAX_TASK_SIZE)
+    number("step_tuples", step_tuples, integer=True, low=0, high=MAX_STEP_TUPLES)
     opts = index_options_of(index, index_options, options, check=False)
     # the names against the shared form's (in the config), the values by the one-thread
     # index's checks, which the shared form applies too (pim_tree.check_options, node sizes)
     core = SharedIndexConfig(
-        index, opts, threads=threads, task_size=task_size, merge=merge, pipelined=pipelined
+        index,
+        opts,
+        threads=threads,
+        task_size=task_size,
+        merge=merge,
+        pipelined=pipelined,
+        step_tuples=step_tuples,
     )
     taken = option_names(index) if index in SHAREABLE else None
     indexes.check_options(index, {k: v for k, v in opts.items() if taken is None or k in taken})

@@ -3,21 +3,30 @@
 
 Design
 ------
-Each batch the core receives is one *step*. Inside a step, PIM-Tree §4.1's algorithm runs on
-``threads`` threads: the calling thread and ``threads - 1`` pool threads (pipelined: below),
-each in one ``nogil`` numba kernel (:func:`~streamjoin.actors.shared_index.kernels.run_tasks`)
-for the whole step, so Python runs only once per step and thread, not per task. Between close
-steps the pool's threads wait spinning on shared counters rather than asleep
-(:mod:`~streamjoin.actors.shared_index.thread_pool`): a sleeping thread's wake-up cost about
-23 µs here, twice a step.
+§4.1 has no steps: threads take tasks from one queue for as long as there is input, and
+results leave in arrival order as tasks complete. The core comes close to that. Its threads
+(the calling thread and ``threads - 1`` pool threads; pipelined: below) each run one
+``nogil`` numba kernel (:func:`~streamjoin.actors.shared_index.kernels.run_tasks`) over the
+tasks of a *step*, and a step is open to many batches: each batch the core receives is cut
+into tasks and published to the step's queue while the threads work on the tasks before it,
+and the pairs propagated so far leave with every call. The threads meet (a barrier) only when
+a step ends: when it holds ``step_tuples`` tuples, when T_I reaches its merge size or a
+nonblocking merge changes phase (§4.2 blocks task assignment at each of its stages too), when
+a task's pairs did not fit the buffers, and at the end of input. ``step_tuples=0`` makes each
+batch a step of its own. A pool thread that finds no task spins for a while (``pause``, then
+yields), then blocks until the core's thread publishes more
+(:mod:`~streamjoin.actors.shared_index.thread_pool`), so that a descheduled or idle thread
+costs the others nothing.
 
-- **Work queue and tasks.** The batch's tuples of both streams, in arrival order, are cut into
-  tasks of ``task_size`` tuples (by default one task per thread). Tasks are claimed in order
-  with one atomic add on a shared counter (the paper protects its queue with a mutex; numba
-  has no mutex, and an atomic add is the cheapest claim: an intrinsic over LLVM's
-  ``atomicrmw``, :mod:`~streamjoin.indexes.blocks.atomics`). Before the threads start, the core appends the batch
-  to its tuple stores, so every tuple has its ref and every thread can read every tuple.
-- **Edge tuple.** Per stream, the count of the batch's leading tuples that are indexed. A
+- **Work queue and tasks.** The step's tuples of both streams, in arrival order, are cut
+  into tasks of ``task_size`` tuples batch by batch (by default one task per thread a batch).
+  Tasks are claimed in order with one compare-and-swap on a shared counter below the count
+  published (the paper protects its queue with a mutex; numba has no mutex, and an atomic is
+  the cheapest claim: an intrinsic over LLVM's ``cmpxchg``,
+  :mod:`~streamjoin.indexes.blocks.atomics`). Before it publishes a batch's tasks, the core
+  appends the batch to its tuple stores (with room reserved when the step opened, so nothing
+  moves under the threads), so every tuple has its ref and every thread can read every tuple.
+- **Edge tuple.** Per stream, the count of the step's leading tuples that are indexed. A
   task reads it once (§4.1: an old value only lengthens the tail) as the ref bound ``e``; it
   probes the shared index and keeps the candidates with ref ``< e``, and joins the tuples
   from ``e`` to each tuple's predecessors (Fig. 6) as sorted runs: every task publishes its
@@ -28,36 +37,36 @@ steps the pool's threads wait spinning on shared counters rather than asleep
 - **Results in order.** A task sorts its pairs by (later, earlier) tuple when the run is
   ``ordered``, stores them in its thread's buffer and marks the task completed; then the
   thread, under the test-and-set propagation mutex, moves completed tasks at the queue head
-  to the step's output in task order (§4.1 result propagation). The step returns the output
-  in arrival order of the later tuple; ``ordered`` adds the sort inside each task.
-- **What is locked.** T_S never (immutable during a step), T_I per subindex, a shared
+  to the step's output in task order (§4.1 result propagation). Each call of the core
+  returns what was propagated since the last, in arrival order of the later tuple;
+  ``ordered`` adds the sort inside each task. :meth:`SharedIndexCore.on_idle` waits for every
+  task published.
+- **What is locked.** T_S never (immutable while a step is open), T_I per subindex, a shared
   ``bplus_tree`` as a whole, ``nested_loop`` nothing (its probes scan the store);
   :mod:`~streamjoin.indexes.pim.shared`.
-- **Merges.** Between steps (no thread runs): blocking, or the two phases of §4.2's
-  nonblocking merge on a merging thread of the index's own, which runs across steps.
-- **Expiry** between steps, by the batch's horizons, as at a :class:`JoinCore`.
+- **Merges.** Between steps: blocking, or the two phases of §4.2's nonblocking merge on a
+  merging thread of the index's own, which runs across steps; a step ends when T_I reaches
+  its merge size, and when the merging thread ends a phase.
+- **Expiry** after each batch, by its horizons, as at a :class:`JoinCore`: the stores' first
+  live row moves on and PIM-Tree flags the items before it (both read only when a step
+  opens; rows move only then); a shared ``bplus_tree`` deletes its expired items when the
+  step ends. Meanwhile the tasks skip expired tuples by each tuple's window bound (§4.1's
+  t_e).
 
 With ``threads=1`` the same kernel runs on the calling thread alone (the paper's parallel
 join "with concurrency control" on one thread, Fig. 12a).
 
 Pipelined steps
 ---------------
-§4.1 has no steps: the actor's thread only feeds the work queue and drains ordered results
-while the workers run. A batch-at-a-time executor calls the core once a batch, so
-``pipelined`` comes as close as that contract allows: the pool
-then has ``threads`` threads of its own, which run every task, and the core's thread only
-feeds and drains them. It stages the batch's step, hands its tasks to the pool, which starts
-at once, and returns, so that its thread sends the previous step's pairs and receives the
-next batch while they run (work that a one-step-a-batch core's threads wait for, its caller
-being one of them). The next call (a batch, :meth:`SharedIndexCore.on_idle`, which
-executors call as soon as no message waits, or :meth:`SharedIndexCore.on_eof`) first waits
-for the step's end (asleep, after the last worker wakes it), then ends it: its pairs leave
-then, in order. With ``threads=1`` a core pipelines only when asked (one worker and the
-core's thread); by default it is the one-thread join of Fig. 12a.
-Everything that changes the stores or the indexes outside the tasks (appends, T_I's step
-boundary, expiry, merge starts) still happens between steps, on this thread, while no task
-runs. What this leaves serial: staging and ending a step, about 15–25% of a step's time at
-batches of 1,024 (``benchmarks/shared_index_speedup.py``).
+With ``pipelined``, the pool has ``threads`` threads of its own, which run every task, and
+the core's thread only feeds and drains them: it stages a batch, publishes its tasks and
+returns, so that its thread sends the pairs propagated and receives the next batch while
+they run (work that a core's thread must otherwise do between its own tasks). With
+``threads=1`` a core pipelines only when asked (one worker and the core's thread); by default
+it is the one-thread join of Fig. 12a. Everything that changes the indexes outside the tasks
+(T_I's step boundary, expiry, merge starts) still happens between steps, on this thread,
+while no task runs; what stays serial per batch is staging it (the stores' appends, the
+index's announcement) and draining its pairs.
 
 The core's thread then needs a processor of its own beside the ``threads`` workers, and so do
 the emitter and the collector: by default (``pipelined=None``) a core pipelines only where
@@ -70,11 +79,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
 import numpy as np
 
@@ -85,15 +95,20 @@ from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES
 from streamjoin.actors.join_spec import JOIN_COUNTERS, JoinSpec, JoinWork
 from streamjoin.actors.shared_index.kernels import (
     C_DELAY,
+    C_IDLE_TICKS,
     C_INDEXED,
-    C_N_TASKS,
     C_ORDERED,
     C_SEED,
     C_SELF_JOIN,
     C_TASK_SIZE,
     CFG,
+    CLOSED,
+    DONE,
     HEAD,
+    NEXT,
     OUT_N,
+    PUBLISHED,
+    STALLED,
     W_CANDIDATES,
     W_INSERTED,
     W_PROBES,
@@ -103,14 +118,19 @@ from streamjoin.actors.shared_index.kernels import (
     Probing,
     Step,
     Window,
+    close_step,
+    drain_pairs,
     gather_pairs,
+    new_step,
+    publish_batch,
     run_tasks,
-    stage_step,
+    stage_batch,
+    wait_propagated,
 )
-from streamjoin.actors.shared_index.thread_pool import ThreadPool
+from streamjoin.actors.shared_index.thread_pool import ThreadPool, idle_ticks
 from streamjoin.actors.store import TupleStore
 from streamjoin.batch import Batch, PairBatch
-from streamjoin.checks import positive_int
+from streamjoin.checks import number, positive_int
 from streamjoin.indexes import IndexFallbackWarning, plan
 from streamjoin.indexes.blocks.atomics import PAD
 from streamjoin.indexes.pim import shared
@@ -135,6 +155,11 @@ SHARED_COST_PREFIX = "shared:"
 #: 128 was best for two threads: an idle thread's wake-up left large tasks unbalanced.)
 TASK_SIZE = None
 
+#: Default most tuples a step gathers across batches (:class:`SharedIndexCore`): its threads
+#: meet (a barrier) only when a step ends, at a merge's phase change or when its buffers fill.
+#: 0: one batch a step.
+STEP_TUPLES = 16384
+
 
 def task_size_of(task_size: int | None, batch: int, threads: int) -> int:
     """Tuples per task of a step of ``batch`` tuples: ``task_size``, or by default
@@ -152,7 +177,8 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     a step, :func:`task_size_of`), ``merge`` (``"nonblocking"`` or
     ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``), ``pipelined`` (a step
     runs on the pool's threads while the executor does its work between batches; its pairs
-    leave with the next batch or when the core is idle: module docstring). ``delay_spins`` and
+    leave with the next batch or when the core is idle: module docstring), ``step_tuples``
+    (the most tuples a step gathers across batches; 0: one batch a step). ``delay_spins`` and
     ``delay_seed``: a test hook that makes each thread wait a random number of spins (up to
     ``delay_spins``) between the steps of every task, forcing interleavings.
     """
@@ -165,6 +191,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     delay_spins: int = 0
     delay_seed: int = 0
     pipelined: bool | None = None
+    step_tuples: int = STEP_TUPLES
 
     def simulated(self) -> SharedIndexConfig:
         """The config the simulator builds: the tasks run on one host thread, so the core's
@@ -180,6 +207,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
         positive_int("threads", self.threads)
         if self.task_size is not None:
             positive_int("task_size", self.task_size)
+        number("step_tuples", self.step_tuples, integer=True, low=0)
         if self.merge not in MERGES:
             raise ValueError(f"merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
         name = self.index or "pim_tree"
@@ -226,6 +254,7 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
                 delay_seed=self.delay_seed,
                 host_threads=self.host_threads,
                 pipelined=self.pipelined,
+                step_tuples=self.step_tuples,
             )
         core.warm()
         return core
@@ -277,16 +306,37 @@ def pipelines_here(threads: int) -> bool:
     return pipelines_on(threads, os.cpu_count() or 1)
 
 
-class _InFlight(NamedTuple):
-    """A step handed to the threads and not yet finished (:meth:`SharedIndexCore._finish`)."""
+class _Flight:
+    """A step open to the threads (:meth:`SharedIndexCore._open`): what the core's thread
+    knows of it between calls."""
 
-    step: Step
-    work: Callable[[int], tuple]  # a thread's share: run_tasks(k, …)
-    sizes: dict  # each stream's window size when the step began
-    n_tasks: int
-    streams: int  # streams the step holds tuples of
-    horizon: np.ndarray  # its batch's horizons: expiry once it ends
-    tuples: int
+    def __init__(
+        self,
+        step: Step,
+        work: Callable[[int], list],
+        args: tuple,
+        cap: int,
+        max_tasks: int,
+        task_size: int,
+        sizes: dict,
+    ) -> None:
+        self.step, self.work, self.args = step, work, args
+        self.cap, self.max_tasks, self.task_size, self.sizes = cap, max_tasks, task_size, sizes
+        self.n_y = np.zeros(2, dtype=np.int64)  # tuples per stream staged
+        self.n_tasks = 0  # tasks published
+        self.tuples = 0
+        #: per stream, the first live ref an index that deletes (``bplus_tree``) expires to
+        #: when the step ends
+        self.expire_to: dict[int, int] = {}
+        self.ends: deque[int] = deque()  # per batch whose pairs have not all left: its end task
+        self.drained = 0  # pairs that left
+        self.accounted = 0  # tasks counted in the core's counters
+        self.spills: list[np.ndarray] = []  # the core's thread's own spills (not pipelined)
+
+    def fits(self, b: int) -> bool:
+        """Room for a batch of ``b`` tuples."""
+        tasks = -(-b // self.task_size)
+        return self.tuples + b <= self.cap and self.n_tasks + tasks <= self.max_tasks
 
 
 class SharedIndexCore(Logic):
@@ -309,9 +359,12 @@ class SharedIndexCore(Logic):
         The interleaving test hook (:class:`SharedIndexConfig`).
     host_threads : int, optional
         Threads to start, if fewer than ``threads`` (:meth:`SharedIndexConfig.simulated`).
+    step_tuples : int
+        The most tuples a step gathers across batches before its threads meet; 0: one batch a
+        step (module docstring).
     pipelined : bool, optional
-        Return from :meth:`on_batch` while the pool's threads run the step; its pairs leave
-        with the next call (module docstring). Not with ``host_threads``: the simulator
+        Return from :meth:`on_batch` while the pool's threads run the batch's tasks; their
+        pairs leave with a later call (module docstring). Not with ``host_threads``: the simulator
         models it from this flag. None: with two threads or more on a host with at least
         ``threads + 3`` processors (:func:`pipelines_on`).
 
@@ -340,6 +393,7 @@ class SharedIndexCore(Logic):
         delay_seed: int = 0,
         host_threads: int | None = None,
         pipelined: bool | None = False,
+        step_tuples: int = STEP_TUPLES,
     ) -> None:
         self.query = query
         spec = JoinSpec(query, index, index_options)
@@ -353,6 +407,7 @@ class SharedIndexCore(Logic):
         self.task_size = None if task_size is None else positive_int("task_size", task_size)
         self.merge = merge
         self.ordered = ordered
+        self.step_tuples = step_tuples
         self.work = JoinWork()
         self.stores = {y: TupleStore(2 * len(query.attrs)) for y in spec.streams}
         #: the store each stream's probes read (a self-join's one store twice)
@@ -388,104 +443,158 @@ class SharedIndexCore(Logic):
         # them; else this thread is one of the ``threads``
         workers = run if self._overlap else run - 1
         self._pool = ThreadPool(workers) if workers else None
-        self._inflight: _InFlight | None = None
+        self._flight: _Flight | None = None
+        #: steps ended so far (the simulator's model of the threads meeting)
+        self.steps_closed = 0
+        # the simulator's host runs the tasks on one thread, and its virtual time must not
+        # depend on the host's timing: a merge in flight ends the step at the next batch,
+        # which waits for the merging thread to end both its phases (as a threaded core's
+        # steps do when its merging thread is faster than a batch)
+        self._settles_phases = host_threads is not None
+        self._called: list[np.ndarray] = []  # task rows counted during a call
+        # pool threads that found no task block here until the core's thread publishes more
+        self._more = threading.Condition()
+        self._sleepers = 0
+        self.cfg[C_IDLE_TICKS] = idle_ticks() if self._pool is not None else 0
         if self._pool is not None:
             weakref.finalize(self, self._pool.close)
         self._dummy = shared.SharedBPlusTree(3, 3).state  # the probed state a stream lacks
         self._no_sync = np.zeros(0, dtype=np.int64)
 
-    # -- one step ------------------------------------------------------------------------------
+    # -- steps ---------------------------------------------------------------------------------
 
     def on_batch(self, port: str, batch: Batch) -> list[tuple[str, PairBatch]]:
-        """Join one batch on the threads; returns ``[("out", PairBatch)]`` in arrival order of
-        the later tuple when a step produced pairs: this batch's, or when the core is
-        ``pipelined`` the previous batch's (this one's then leave with the next batch, at
-        :meth:`on_idle` or at :meth:`on_eof`)."""
+        """Join one batch on the threads; returns ``[("out", PairBatch)]`` with the pairs whose
+        tasks have ended, in arrival order of the later tuple: this batch's as far as its
+        tasks ran during the call, earlier batches' still held (``held_batches``) as far as
+        theirs have since. The rest leave with a later call, :meth:`on_idle` or :meth:`on_eof`."""
         if port != "in":
             raise ValueError(f"shared-index core has no input port {port!r}; ports: ['in']")
         batch = batch.freeze()
         self.last_tasks = self._no_tasks
-        done = self._finish()  # the step in flight (pipelined): its pairs leave now
+        self._called = []
+        out: list[np.ndarray] = []
         self.work.tuples += len(batch)
-        if len(batch):
-            self._begin(batch)
-            if not self._overlap:
-                done = self._finish()
-        else:  # nothing to join: expire at once, as after a step
+        b, spec = len(batch), self.spec
+        if not b:  # nothing to join: expire
             self._expire(batch.horizon)
-        return self._emit(done)
+            if self._flight is not None:
+                out.append(self._drain())
+            return self._emit(out)
+        version = spec.version
+        spec.observe(batch.attrs)  # integers beyond 2**52: exact conditions, wider boxes
+        if spec.version != version:  # (a step's threads keep the conditions it began with)
+            out.append(self._close())
+            self.boxes, self.n_boxes = _boxes(spec)
+            for store in self.stores.values():
+                store.keep_residuals()  # the kernels read them from now on
+        flight = self._flight
+        if flight is not None and (not flight.fits(b) or self._boundary_due(flight)):
+            out.append(self._close())
+        if self._flight is None:
+            self._open(b)
+        self._append(batch)
+        flight = self._flight
+        assert flight is not None  # (opened above)
+        if flight.tuples >= flight.cap:  # full: no more tasks, the threads end with the last
+            close_step(flight.step)
+        if not self._overlap and flight.tuples >= flight.cap:  # end it while this thread is here
+            self._help()
+            out.append(self._close())
+        elif not self._overlap and self._pool is not None:  # a task for each pool thread
+            self._help(keep=self._pool.n)  # is left to it meanwhile
+        elif not self._overlap:
+            self._help()
+        self._expire(batch.horizon)
+        if self._flight is not None:
+            out.append(self._drain())
+        return self._emit(out)
 
     @property
     def held_batches(self) -> int:
-        """Batches whose pairs have not left yet: 1 while a step runs on the pool's threads
-        (``pipelined``), else 0. Executors call :meth:`on_idle` when no message waits."""
-        return 0 if self._inflight is None else 1
+        """Batches whose pairs have not all left: those whose tasks had not ended by the
+        call's end. Executors call :meth:`on_idle` when no message waits."""
+        return 0 if self._flight is None else len(self._flight.ends)
 
     def on_idle(self) -> list[tuple[str, PairBatch]]:
-        """No message waits: wait for the step in flight to end and return its pairs."""
-        return self._emit(self._finish())
-
-    def _emit(self, out: PairBatch | None) -> list[tuple[str, PairBatch]]:
-        if out is None or len(out) == 0:
+        """No message waits: wait for the tasks of every batch held, and return their pairs
+        (the step stays open to the next batch)."""
+        self.last_tasks = self._no_tasks
+        self._called = []
+        flight = self._flight
+        if flight is None:
             return []
-        self.work.pairs += len(out)
-        return [("out", out)]
+        if not self._overlap:
+            self._help()
+        step = flight.step
+        if wait_propagated(step.ctl, step.status, step.task_meta, self._buf, self._out):
+            return self._emit([self._close()])
+        return self._emit([self._drain()])
+
+    def _emit(self, parts: list[np.ndarray]) -> list[tuple[str, PairBatch]]:
+        if self._called:
+            self.last_tasks = np.concatenate(self._called)
+        parts = [p for p in parts if p.shape[1]]
+        if not parts:
+            return []
+        res = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        self.work.pairs += res.shape[1]
+        return [("out", PairBatch(res[0], res[1], res[2]))]
 
     def _expire(self, horizon: np.ndarray) -> None:
-        """Expire by a batch's horizons, between steps, as a JoinCore does."""
+        """Expire by a batch's horizons, as a JoinCore does after it: at once where nothing
+        the threads read moves (the stores, PIM-Tree's flag), else when the step ends."""
+        flight = self._flight
         for y in self.spec.streams:
             store = self.stores[y]
             before = len(store)
             first_live = store.expire(int(horizon[y]))
-            if self.indexed:
-                self.indexes[y].expire(first_live)
+            index = self.indexes[y]
+            if index is not None and flight is not None and not index.expires_in_place:
+                flight.expire_to[y] = first_live
+            elif index is not None:
+                index.expire(first_live)
             self.work.expired += before - len(store)
 
-    def _begin(self, batch: Batch) -> None:
-        """Stage the step of ``batch`` (its tuples appended to the stores and, for the index,
-        announced to T_I) and hand its tasks to the pool's threads: pipelined, they start at
-        once and run them all; else they start when this thread's share begins, in
-        :meth:`_finish`, which ends the step."""
-        spec, b, threads = self.spec, len(batch), self.threads
-        version = spec.version
-        spec.observe(batch.attrs)  # integers beyond 2**52: exact conditions, wider boxes
-        if spec.version != version:
-            self.boxes, self.n_boxes = _boxes(spec)
-            for store in self.stores.values():
-                store.keep_residuals()  # the kernels read them from now on
+    def _boundary_due(self, flight: _Flight) -> bool:
+        """The open step must end before the next batch: a merge phase waits to switch, or
+        propagation stalled (a task's pairs did not fit the buffers)."""
+        if flight.step.ctl[STALLED * PAD]:
+            return True
+        indexes = [i for i in self.indexes.values() if i is not None]
+        if self._settles_phases:
+            return any(i.phase_in_flight for i in indexes)
+        return any(i.boundary_due() for i in indexes)
+
+    def _open(self, b: int) -> None:
+        """Open a step for a first batch of ``b`` tuples and up to ``step_tuples`` in all (as
+        the indexes allow: :meth:`~streamjoin.indexes.pim.shared.SharedPIMTree.open_step`),
+        with room in the stores and the buffers so that nothing moves while it runs, and
+        hand it to the pool's threads."""
+        spec, threads = self.spec, self.threads
+        cap = max(self.step_tuples, b)
         task_size = task_size_of(self.task_size, b, threads)
-        n_tasks = -(-b // task_size)
-        first_ref = np.array([s.base + s.tail for s in self._store_of], dtype=np.int64)
-        step = stage_step(
-            batch.stream,
-            batch.seq,
-            batch.idx,
-            batch.lo_idx,
-            batch.ingest_ns,
-            batch.attrs,
-            self.key_rows,
-            first_ref,
-            spec.query.self_join,
-            n_tasks,
-            threads,
-        )
         states = [self._dummy, self._dummy]
         sizes = {}
         for y in spec.streams:
             store, index = self.stores[y], self.indexes[y]
-            n = int(step.n_y[y])
             sizes[y] = len(index) if index is not None else len(store)
-            refs = store.append(batch, step.ypos[y, :n])
             if index is not None:
-                states[y] = index.begin_step(step.keys[y, :n], refs)
+                states[y], room = index.open_step(cap, b, switch=not self._settles_phases)
+                cap = min(cap, room)
+        for y in spec.streams:
+            self.stores[y].reserve(cap)
         if spec.query.self_join:
             states[1] = states[0]
+        max_tasks = cap // task_size + cap // b + 2
+        first_ref = np.array([s.base + s.tail for s in self._store_of], dtype=np.int64)
+        step = new_step(cap, max_tasks, len(spec.query.attrs) * 2, first_ref, threads)
         self.cfg[C_TASK_SIZE] = task_size
-        self.cfg[C_N_TASKS] = n_tasks
-        cap = int(1.5 * self._pairs_per_tuple * b) + 256
-        if self._buf.shape[2] < cap:
-            self._buf = np.empty((threads, 3, cap), dtype=np.int64)
-            self._out = np.empty((3, cap), dtype=np.int64)
+        want = int(1.5 * self._pairs_per_tuple * cap) + 256
+        per_thread = int(1.5 * self._pairs_per_tuple * cap * min(1.0, 2 / threads)) + 256
+        if self._out.shape[1] < want or self._buf.shape[2] < per_thread:
+            self._buf = np.empty((threads, 3, per_thread), dtype=np.int64)
+            self._out = np.empty((3, want), dtype=np.int64)
         windows = [  # a self-join's one store and index twice
             Window(store.rows, store.attrs, store.base, store.head, state)
             for store, state in zip(self._store_of, states, strict=True)
@@ -493,64 +602,146 @@ class SharedIndexCore(Logic):
         probing = Probing(
             spec.conds, self.key_rows, self.boxes, self.n_boxes, self._symmetric, spec.n_served > 0
         )
-        args = (
-            self._no_sync if self._pool is None else self._pool.sync,
-            self.cfg,
-            step,
-            windows[0],
-            windows[1],
-            probing,
-            self._buf,
-            self._out,
-        )
-
+        sync = self._no_sync if self._pool is None else self._pool.sync
+        args = (sync, self.cfg, step, windows[0], windows[1], probing, self._buf, self._out)
         first = 1 if self._overlap else 0  # the pool's k-th thread runs as thread k - first
+        stay = int(self.cfg[C_IDLE_TICKS])
 
-        def work(k: int):
-            return run_tasks(k - first, *args)
+        def work(k: int) -> list[np.ndarray]:
+            """A pool thread's share of the step: tasks while there are, blocking between."""
+            spills = []
+            while True:
+                status, spill, _ = run_tasks(k - first, stay if k else 0, 0, *args)
+                spills.append(spill)
+                if status == DONE:
+                    return spills
+                self._wait_for_tasks(step)
 
+        self._flight = _Flight(step, work, args, cap, max_tasks, task_size, sizes)
         if self._pool is not None:
-            self._pool.start(work, publish=self._overlap)
-        streams = int(np.count_nonzero(step.n_y))
-        self._inflight = _InFlight(step, work, sizes, n_tasks, streams, batch.horizon.copy(), b)
+            self._pool.start(work)
 
-    def _finish(self) -> PairBatch | None:
-        """End the step in flight, if any: run this thread's share of its tasks (those the
-        pool's threads have not taken; none when pipelined), wait for the threads, gather its
-        pairs in arrival order, end the indexes' step and expire by its batch's horizons."""
-        flight = self._inflight
-        if flight is None:
-            return None
-        self._inflight = None
-        step, n_tasks = flight.step, flight.n_tasks
+    def _wait_for_tasks(self, step: Step) -> None:
+        """A pool thread with no task to claim: block until one is published or the step ends."""
         ctl = step.ctl
+        with self._more:
+            self._sleepers += 1
+            while ctl[NEXT * PAD] >= ctl[PUBLISHED * PAD] and not ctl[CLOSED * PAD]:
+                self._more.wait()
+            self._sleepers -= 1
+
+    def _wake(self) -> None:
+        if self._pool is not None:
+            with self._more:
+                if self._sleepers:
+                    self._more.notify_all()
+
+    def _append(self, batch: Batch) -> None:
+        """Stage ``batch`` into the open step, store its tuples, announce them to the indexes
+        and publish its tasks."""
+        flight, spec = self._flight, self.spec
+        assert flight is not None  # (_open made it)
+        step = flight.step
+        n_y, n_tasks = stage_batch(
+            step,
+            batch.stream,
+            batch.seq,
+            batch.idx,
+            batch.lo_idx,
+            batch.ingest_ns,
+            batch.attrs,
+            self.key_rows,
+            spec.query.self_join,
+            flight.n_tasks,
+            flight.task_size,
+        )
+        streams = 0
+        for y in spec.streams:
+            old, new = int(flight.n_y[y]), int(n_y[y])
+            if new == old:
+                continue
+            streams += 1
+            refs = self.stores[y].append(batch, step.ypos[y, old:new] - flight.tuples)
+            if self.indexes[y] is not None:
+                self.indexes[y].add_to_step(step.keys[y, old:new], refs)
+        publish_batch(step, n_y, n_tasks)
+        self._wake()
+        flight.n_y, flight.n_tasks = n_y, int(n_tasks)
+        flight.tuples += len(batch)
+        flight.ends.append(flight.n_tasks)
+        self.work.part_calls += 2 * streams  # as a JoinCore: a probe and an insert per stream
+
+    def _help(self, keep: int = 0) -> None:
+        """The core's thread (when it is one of the ``threads``) runs the tasks published and
+        not yet claimed, and returns when no more than ``keep`` are left."""
+        flight = self._flight
+        assert flight is not None
+        _, spill, _ = run_tasks(0, 0, keep, *flight.args)
+        flight.spills.append(spill)
+
+    def _drain(self) -> np.ndarray:
+        """The pairs propagated since the last call: int64 ``(3, n)``."""
+        flight = self._flight
+        assert flight is not None
+        res, head = drain_pairs(flight.step.ctl, self._out, flight.drained)
+        flight.drained += res.shape[1]
+        while flight.ends and flight.ends[0] <= head:
+            flight.ends.popleft()
+        self._account(flight, int(head))
+        return res
+
+    def _close(self) -> np.ndarray:
+        """End the open step, if any: no more tasks; run this thread's share of those left
+        (none when pipelined), wait for the threads, gather the pairs not yet left in arrival
+        order, end the indexes' step and expire what waited for it."""
+        flight = self._flight
+        if flight is None:
+            return np.empty((3, 0), dtype=np.int64)
+        self._flight = None
+        self.steps_closed += 1
+        step = flight.step
+        close_step(step)
+        self._wake()
         if self._pool is None:
-            results = [flight.work(0)]
-        else:  # pipelined, this thread has no share (fn(0) is None): the pool ran every task
-            results = self._pool.finish(share=not self._overlap)[1 if self._overlap else 0 :]
-        if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
-            res = self._out[:, : ctl[OUT_N * PAD]].copy()
+            spills = [flight.spills + flight.work(0)]
         else:
-            spills = [s for s, _ in results]
-            spill_base = np.cumsum([0] + [s.shape[1] for s in spills[:-1]]).astype(np.int64)
-            spill = np.concatenate(spills, axis=1) if len(spills) > 1 else spills[0]
+            got = self._pool.finish(share=not self._overlap)
+            spills = got[1:] if self._overlap else [flight.spills + got[0], *got[1:]]
+        ctl = step.ctl
+        n_tasks = flight.n_tasks
+        if ctl[HEAD * PAD] == n_tasks:  # everything propagated during the step
+            res = self._out[:, flight.drained : ctl[OUT_N * PAD]].copy()
+        else:
+            per_thread = [np.concatenate(s, axis=1) if len(s) > 1 else s[0] for s in spills]
+            sizes = [p.shape[1] for p in per_thread]
+            spill_base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+            spill = np.concatenate(per_thread, axis=1)
             res = gather_pairs(
-                ctl, step.task_meta, self._buf, spill, spill_base, self._out, n_tasks
+                ctl, step.task_meta, self._buf, spill, spill_base, self._out, flight.drained
             )
         for y in self.spec.streams:
-            if self.indexes[y] is not None:
-                self.indexes[y].end_step()
-        self._account(step.task_work, flight.sizes, n_tasks, flight.streams)
-        self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * res.shape[1] / flight.tuples
-        self._expire(flight.horizon)
-        return PairBatch(res[0], res[1], res[2])
+            index = self.indexes[y]
+            if index is not None and self._settles_phases:
+                index.settle()
+            if index is not None:
+                index.end_step()
+        self._account(flight, n_tasks)
+        for y, first_live in flight.expire_to.items():
+            self.indexes[y].expire(first_live)
+        pairs = flight.drained + res.shape[1]
+        self._pairs_per_tuple = 0.5 * self._pairs_per_tuple + 0.5 * pairs / flight.tuples
+        return res
 
-    def _account(self, task_work: np.ndarray, sizes: dict, n_tasks: int, streams: int) -> None:
+    def _account(self, flight: _Flight, upto: int) -> None:
+        """Count the work of the step's tasks before ``upto`` not counted yet."""
+        if upto <= flight.accounted:
+            return
+        task_work = flight.step.task_work[flight.accounted : upto]
+        flight.accounted = upto
         total = task_work.sum(axis=0).tolist()
         work = self.work
-        work.part_calls += 2 * streams  # as a JoinCore: a probe and an insert per stream
         work.probes += total[W_PROBES]
-        size = max(sizes.values())
+        size = max(flight.sizes.values())
         if self.indexed:
             work.scan += total[W_PROBES] * self.spec.index_cls.probe_work(size)
         else:
@@ -559,21 +750,24 @@ class SharedIndexCore(Logic):
         work.inserted += total[W_INSERTED]
         self.scanned += total[W_SCANNED]
         self.lock_waits += total[W_WAITS]
-        self.tasks += n_tasks
-        self.last_tasks = task_work
+        self.tasks += len(task_work)
+        self._called.append(task_work)
 
     # -- the rest of the contract --------------------------------------------------------------
 
     def on_eof(self) -> list:
-        """End of stream: finish background merges, stop the threads."""
+        """End of stream: end the open step, finish background merges, stop the threads."""
         self.last_tasks = self._no_tasks
-        out = self._emit(self._finish())
+        self._called = []
+        out = self._emit([self._close()])
         self.close()
         return out
 
     def close(self) -> None:
-        if self._inflight is not None:  # its threads read the indexes: let them finish
-            self._inflight = None
+        flight, self._flight = self._flight, None
+        if flight is not None:  # its threads read the indexes: let them finish
+            close_step(flight.step)
+            self._wake()
             if self._pool is not None:
                 with contextlib.suppress(Exception):
                     self._pool.finish(share=not self._overlap)
@@ -583,6 +777,13 @@ class SharedIndexCore(Logic):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+    def end_step(self) -> list[tuple[str, PairBatch]]:
+        """End the open step now (its threads meet) and return the pairs it still held: for
+        checks and tests, which look at the indexes between steps."""
+        self.last_tasks = self._no_tasks
+        self._called = []
+        return self._emit([self._close()])
 
     def counters(self) -> tuple:
         return self.work.as_tuple()
@@ -616,10 +817,10 @@ class SharedIndexCore(Logic):
         return held + sum(i.nbytes for i in self.indexes.values() if i is not None)
 
     def check(self) -> None:
-        """Assert every index's invariants (between steps: with none in flight, so after
-        :meth:`on_idle` when ``pipelined``; settles merges in flight)."""
-        if self._inflight is not None:
-            raise RuntimeError("a step is in flight: call on_idle() before check()")
+        """Assert every index's invariants (between steps: with none open, so after
+        :meth:`end_step`; settles merges in flight)."""
+        if self._flight is not None:
+            raise RuntimeError("a step is open: call end_step() before check()")
         for index in self.indexes.values():
             if index is not None:
                 index.check()

@@ -1,17 +1,22 @@
 """numba kernels of the shared-index join core (PIM-Tree §4.1): the loop each worker thread
-runs over one step's tasks, and the step's bookkeeping around it.
+runs over a step's tasks, and the step's bookkeeping around it.
 
-A step is one batch. Its tuples sit in the tuple stores already (the core appends them before
-the threads start), and ``tup`` holds, per tuple in arrival order, the rows of :data:`TUP`:
-``seq``, ``stream``, ``idx``, ``lo_idx``, ``ingest_ns``, its ref in its own stream's store
-(``OWN``) and the ref bound of the probed stream's tuples that arrived before it (``OPP``: the
-probed store's refs ``< OPP`` are its predecessors). Task ``t`` is tuples
-``[t · task_size, (t + 1) · task_size)``.
+A step holds the tuples of one batch or of several (the core decides: ``step_tuples``). Its
+arrays are made for a capacity (:func:`new_step`); the core's thread stages each batch into
+them (:func:`stage_batch`), appends its tuples to the tuple stores and publishes its tasks
+(:func:`publish_batch`) while the threads run the tasks published before. ``tup`` holds, per
+tuple in arrival order, the rows of :data:`TUP`: ``seq``, ``stream``, ``idx``, ``lo_idx``,
+``ingest_ns``, its ref in its own stream's store (``OWN``) and the ref bound of the probed
+stream's tuples that arrived before it (``OPP``: the probed store's refs ``< OPP`` are its
+predecessors). Task ``t`` is tuples ``[task_start[t], task_start[t + 1])``: a batch is cut
+into tasks of at most ``task_size`` tuples, so a task never waits for a later batch.
 
 Control slots (``ctl``, each on its own cache line, :data:`~streamjoin.indexes.blocks.atomics.PAD`):
 ``NEXT`` the next task to hand out, ``EDGE_LOCK`` and ``PROP_LOCK`` the test-and-set mutexes of
 the edge tuple and of result propagation, ``HEAD`` the first task not propagated, ``OUT_N``
-the pairs propagated, ``STALLED`` set when propagation has to wait for the step's end.
+the pairs propagated, ``STALLED`` set when propagation has to wait for the step's end,
+``PUBLISHED`` the tasks the threads may claim, ``CLOSED`` set when no more will come,
+``TUPLES`` the tuples staged (the core's thread's own count).
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from streamjoin.actors.store import IDX, INGEST_NS, SEQ
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.atomics import (
     PAD,
-    atomic_add,
+    atomic_cas,
     back_off,
     cpu_relax,
+    cycle_count,
     load_acquire,
     store_release,
     try_lock,
@@ -51,7 +57,10 @@ _AHEAD = 8
 #: Rows of ``tup``.
 T_SEQ, T_STREAM, T_IDX, T_LO_IDX, T_INGEST, T_OWN, T_OPP, TUP = range(8)
 #: Slots of ``ctl`` (times PAD).
-NEXT, EDGE_LOCK, PROP_LOCK, HEAD, OUT_N, STALLED, CTL = range(7)
+NEXT, EDGE_LOCK, PROP_LOCK, HEAD, OUT_N, STALLED, PUBLISHED, CLOSED, TUPLES, CTL = range(10)
+#: What :func:`run_tasks` returns with: every task of a closed step claimed, or none to claim
+#: now (the caller's thread goes back to feed the step; a pool thread blocks until more come).
+DONE, IDLE = 0, 1
 #: Task status (§4.1): not yet handed out (or its keys not yet sorted), its sorted keys
 #: published and its results under way, results ready (propagated: ``HEAD`` passed it).
 AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
@@ -63,28 +72,34 @@ M_THREAD, M_OFF, M_CNT, M_N0, META = range(5)
 #: index, index candidates, pairs, tuples inserted, tail candidates past the edge tuple (the
 #: window's rows for ``nested_loop``), times a lock was found held.
 W_TUPLES, W_PROBES, W_CANDIDATES, W_PAIRS, W_INSERTED, W_SCANNED, W_WAITS, WORK = range(8)
-#: ``cfg`` slots.
-C_TASK_SIZE, C_N_TASKS, C_SELF_JOIN, C_INDEXED, C_ORDERED, C_DELAY, C_SEED, CFG = range(8)
+#: ``cfg`` slots: the step's largest task, a self-join, an index, ordered output, the test
+#: hook's spins and seed, and how long (cycle-counter ticks) a pool thread spins for a task
+#: before it goes back to block.
+C_TASK_SIZE, C_SELF_JOIN, C_INDEXED, C_ORDERED, C_DELAY, C_SEED, C_IDLE_TICKS, CFG = range(8)
 
 
 class Step(NamedTuple):
-    """The arrays of one step that the threads share (:func:`stage_step`)."""
+    """The arrays of one step that the threads share (:func:`new_step`), for ``cap`` tuples
+    and ``max_tasks`` tasks; positions are the step's (its tuples in arrival order)."""
 
-    tup: np.ndarray  # int64 (TUP, b): the module docstring's rows
-    attrs: np.ndarray  # float64 (A, b): the batch's attributes
-    ypos: np.ndarray  # int64 (2, b): batch position of the k-th stream-y tuple
-    n_y: np.ndarray  # int64 (2,): tuples per stream
+    tup: np.ndarray  # int64 (TUP, cap): the module docstring's rows
+    attrs: np.ndarray  # float64 (A, cap): the tuples' attributes
+    ypos: np.ndarray  # int64 (2, cap): step position of the k-th stream-y tuple
+    n_y: np.ndarray  # int64 (2,): tuples per stream published to the threads
     first_ref: np.ndarray  # int64 (2,): the ref of each probed stream's first tuple of the step
-    keys: np.ndarray  # float64 (2, b): their served keys, stream by stream (ypos's order)
+    keys: np.ndarray  # float64 (2, cap): their served keys, stream by stream (ypos's order)
     ctl: np.ndarray  # int64 (CTL * PAD,): control slots, zero
     edge: np.ndarray  # int64 (2 * PAD,): each stream's edge tuple, zero
-    flags: np.ndarray  # int64 (b,): indexed flags, zero
-    status: np.ndarray  # int64 (n_tasks,): AVAILABLE
-    task_meta: np.ndarray  # int64 (n_tasks, META)
-    task_work: np.ndarray  # int64 (n_tasks, WORK), zero
-    pub_keys: np.ndarray  # float64 (b,): each task's keys, sorted
-    pub_pos: np.ndarray  # int64 (b,): their batch positions
+    flags: np.ndarray  # int64 (cap,): indexed flags, zero
+    status: np.ndarray  # int64 (max_tasks,): AVAILABLE
+    task_meta: np.ndarray  # int64 (max_tasks, META)
+    task_work: np.ndarray  # int64 (max_tasks, WORK), zero
+    pub_keys: np.ndarray  # float64 (cap,): each task's keys, sorted
+    pub_pos: np.ndarray  # int64 (cap,): their step positions
     buf_n: np.ndarray  # int64 (threads * PAD,): pairs in each thread's buffer, zero
+    spill_n: np.ndarray  # int64 (threads * PAD,): pairs each thread spilled, zero
+    task_start: np.ndarray  # int64 (max_tasks + 1,): each task's first position
+    task_of: np.ndarray  # int64 (cap,): each tuple's task
 
 
 class Window(NamedTuple):
@@ -150,48 +165,110 @@ class Side(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
-def stage_step(
-    stream, seq, idx, lo_idx, ingest, attrs, key_rows, first_ref, self_join, n_tasks, threads
+def new_step(cap, max_tasks, n_attrs, first_ref, threads):
+    """The :class:`Step` of up to ``cap`` tuples in ``max_tasks`` tasks, whose stream-``y``
+    tuples get refs from ``first_ref[y]`` on (one call, not a dozen allocations from Python).
+    O(cap) zeroed."""
+    task_start = np.zeros(max_tasks + 1, dtype=np.int64)
+    return Step(
+        np.empty((TUP, cap), dtype=np.int64),
+        np.empty((n_attrs, cap), dtype=np.float64),
+        np.empty((2, cap), dtype=np.int64),
+        np.zeros(2, dtype=np.int64),
+        first_ref.copy(),
+        np.empty((2, cap), dtype=np.float64),
+        np.zeros(CTL * PAD, dtype=np.int64),
+        np.zeros(2 * PAD, dtype=np.int64),
+        np.zeros(cap, dtype=np.int64),
+        np.zeros(max_tasks, dtype=np.int64),
+        np.zeros((max_tasks, META), dtype=np.int64),
+        np.zeros((max_tasks, WORK), dtype=np.int64),
+        np.empty(cap, dtype=np.float64),
+        np.empty(cap, dtype=np.int64),
+        np.zeros(threads * PAD, dtype=np.int64),
+        np.zeros(threads * PAD, dtype=np.int64),
+        task_start,
+        np.empty(cap, dtype=np.int64),
+    )
+
+
+@njit(cache=True, nogil=True)
+def stage_batch(
+    step, stream, seq, idx, lo_idx, ingest, attrs, key_rows, self_join, n_tasks, task_size
 ):
-    """The :class:`Step` of a batch whose stream-``y`` tuples get refs from ``first_ref[y]``
-    on, in arrival order (one call, not a dozen allocations from Python: a step's work outside
-    the threads is what bounds their speed-up). ``key_rows[x]``: the row of ``attrs`` that
-    keys stream ``x``'s tuples. O(b)."""
+    """Write a batch into ``step`` after the tuples staged so far (``ctl[TUPLES]``) and cut it
+    into tasks ``n_tasks, …`` of at most ``task_size`` tuples; nothing is published yet (the
+    threads read only published tasks: :func:`publish_batch`). ``key_rows[x]``: the row of
+    ``attrs`` that keys stream ``x``'s tuples. Returns each stream's tuple count after the
+    batch and the tasks in all. O(b)."""
     b = stream.shape[0]
-    tup = np.empty((TUP, b), dtype=np.int64)
-    ypos = np.empty((2, b), dtype=np.int64)
-    n_y = np.zeros(2, dtype=np.int64)
-    keys = np.empty((2, b), dtype=np.float64)
-    for g in range(b):
-        x = stream[g]
+    b0 = step.ctl[TUPLES * PAD]
+    tup, ypos, keys, first_ref = step.tup, step.ypos, step.keys, step.first_ref
+    n_y = step.n_y.copy()
+    for i in range(b):
+        g = b0 + i
+        x = stream[i]
         y = x if self_join else 1 - x
-        tup[T_SEQ, g] = seq[g]
+        tup[T_SEQ, g] = seq[i]
         tup[T_STREAM, g] = x
-        tup[T_IDX, g] = idx[g]
-        tup[T_LO_IDX, g] = lo_idx[g]
-        tup[T_INGEST, g] = ingest[g]
+        tup[T_IDX, g] = idx[i]
+        tup[T_LO_IDX, g] = lo_idx[i]
+        tup[T_INGEST, g] = ingest[i]
         tup[T_OWN, g] = first_ref[x] + n_y[x]
         tup[T_OPP, g] = first_ref[y] + n_y[y]
         ypos[x, n_y[x]] = g
-        keys[x, n_y[x]] = attrs[key_rows[x], g]
+        keys[x, n_y[x]] = attrs[key_rows[x], i]
         n_y[x] += 1
-    return Step(
-        tup,
-        attrs,
-        ypos,
-        n_y,
-        first_ref,
-        keys,
-        np.zeros(CTL * PAD, dtype=np.int64),
-        np.zeros(2 * PAD, dtype=np.int64),
-        np.zeros(b, dtype=np.int64),
-        np.zeros(n_tasks, dtype=np.int64),
-        np.zeros((n_tasks, META), dtype=np.int64),
-        np.zeros((n_tasks, WORK), dtype=np.int64),
-        np.empty(b, dtype=np.float64),
-        np.empty(b, dtype=np.int64),
-        np.zeros(threads * PAD, dtype=np.int64),
-    )
+    step.attrs[:, b0 : b0 + b] = attrs
+    t = n_tasks
+    for a in range(b0, b0 + b, task_size):
+        step.task_start[t] = a
+        for g in range(a, min(a + task_size, b0 + b)):
+            step.task_of[g] = t
+        t += 1
+    step.task_start[t] = b0 + b
+    step.ctl[TUPLES * PAD] = b0 + b
+    return n_y, t
+
+
+@njit(cache=True, nogil=True)
+def publish_batch(step, n_y, n_tasks):
+    """Hand the tasks staged up to ``n_tasks`` to the threads (the batch's tuples are in the
+    stores and announced to the indexes by then): the stream counts first, then the task
+    count, each a release store that the threads read with acquire."""
+    for y in range(2):
+        store_release(step.n_y, y, n_y[y])
+    store_release(step.ctl, PUBLISHED * PAD, n_tasks)
+
+
+@njit(cache=True, nogil=True)
+def close_step(step):
+    """No more tasks will come: threads that find none to claim end their share."""
+    store_release(step.ctl, CLOSED * PAD, 1)
+
+
+@njit(cache=True, nogil=True)
+def drain_pairs(ctl, out, start):
+    """The pairs propagated since ``start`` (a copy) and the first task not propagated: the
+    head is read before the pair count, which is written before it, so every pair of a task
+    before the head is among them."""
+    h = load_acquire(ctl, HEAD * PAD)
+    n = load_acquire(ctl, OUT_N * PAD)
+    return out[:, start:n].copy(), h
+
+
+@njit(cache=True, nogil=True)
+def wait_propagated(ctl, status, task_meta, buf, out):
+    """Until every published task's pairs are propagated (or propagation stalled: the step's
+    end gathers them), propagating what is ready meanwhile. Returns whether it stalled."""
+    spins = 0
+    while True:
+        _propagate(ctl, status, task_meta, buf, out)
+        if load_acquire(ctl, STALLED * PAD):
+            return True
+        if load_acquire(ctl, HEAD * PAD) >= load_acquire(ctl, PUBLISHED * PAD):
+            return False
+        spins = back_off(spins)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -248,7 +325,7 @@ def _primary_holds(d, lo0, hi0, orient):
 
 
 @njit(cache=True, nogil=True)
-def _join_tail(probers, side, t, task_size, step, window, conds, pairs, n_pairs, work):
+def _join_tail(probers, side, t, step, window, conds, pairs, n_pairs, work):
     """§4.1's scan of the not-yet-indexed tail, from the edge tuple to each tuple of the task,
     as a band join of sorted runs: the tail's stream-``y`` tuples lie in tasks ``u0 … t`` (the
     step's tuples before the edge are all indexed, its later ones are no predecessors), and
@@ -260,14 +337,15 @@ def _join_tail(probers, side, t, task_size, step, window, conds, pairs, n_pairs,
     ``t``: the task; ``conds``: θ; the rest as :func:`_join_tuples`."""
     gs, order, keys, n_g = probers
     y, e_ref, orient, probe_is_r = side.y, side.e_ref, side.orient, side.probe_is_r
-    tup, ypos, n_y, first_ref = step.tup, step.ypos, step.n_y, step.first_ref
+    tup, ypos, first_ref = step.tup, step.ypos, step.first_ref
     status, task_meta, pub_keys, pub_pos = step.status, step.task_meta, step.pub_keys, step.pub_pos
+    task_start = step.task_start
     attrs, store_attrs, base = step.attrs, window.attrs, window.base
     k0 = e_ref - first_ref[y]
-    if n_g == 0 or k0 >= n_y[y]:
+    # (e_ref is at most the task's first tuple's OPP: published with it, as n_y)
+    if n_g == 0 or k0 >= load_acquire(step.n_y, y):
         return pairs, n_pairs
-    u0 = ypos[y, k0] // task_size
-    b = tup.shape[1]
+    u0 = step.task_of[ypos[y, k0]]
     lo0, hi0 = conds.lo[0], conds.hi[0]
     if orient == R_PROBES:  # stored minus probing key, d, within [dlo, dhi]
         dlo, dhi = lo0, hi0
@@ -284,9 +362,9 @@ def _join_tail(probers, side, t, task_size, step, window, conds, pairs, n_pairs,
         spins = 0
         while load_acquire(status, u) == AVAILABLE:  # claimed before t: sorting, briefly
             spins = back_off(spins)  # (its thread may have lost its processor: yields too)
-        a = u * task_size
+        a = task_start[u]
         n0 = task_meta[u, M_N0]
-        ya, yb = (a, a + n0) if y == 0 else (a + n0, min(a + task_size, b))
+        ya, yb = (a, a + n0) if y == 0 else (a + n0, task_start[u + 1])
         if ya == yb:
             continue
         for i in range(n_g):
@@ -438,21 +516,24 @@ def _advance_edge(ctl, edge, indexed_flags, ypos, n_y, n_streams):
         return
     for y in range(n_streams):
         k = edge[y * PAD]
-        while k < n_y[y] and load_acquire(indexed_flags, ypos[y, k]) != 0:
+        n = load_acquire(n_y, y)
+        while k < n and load_acquire(indexed_flags, ypos[y, k]) != 0:
             k += 1
         store_release(edge, y * PAD, k)
     unlock(ctl, EDGE_LOCK * PAD)
 
 
 @njit(cache=True, nogil=True)
-def _propagate(ctl, status, task_meta, buf, out, n_tasks):
+def _propagate(ctl, status, task_meta, buf, out):
     """Result propagation (§4.1): under the propagation mutex (skipped if another thread holds
     it), move the pairs of completed tasks at the queue head into the step's output, in task
     order, until the head task is not completed. A task whose pairs spilled, or that does not
-    fit the output, stalls propagation until the step ends (:func:`gather_pairs`)."""
+    fit the output, stalls propagation until the step ends (:func:`gather_pairs`). The pair
+    count is published before the head (:func:`drain_pairs` reads them the other way)."""
     while True:
         if load_acquire(ctl, STALLED * PAD) or not try_lock(ctl, PROP_LOCK * PAD):
             return
+        n_tasks = load_acquire(ctl, PUBLISHED * PAD)
         h = ctl[HEAD * PAD]
         n = ctl[OUT_N * PAD]
         cap = out.shape[1]
@@ -464,8 +545,8 @@ def _propagate(ctl, status, task_meta, buf, out, n_tasks):
             out[:, n : n + cnt] = buf[k, :, off : off + cnt]
             n += cnt
             h += 1
-        ctl[HEAD * PAD] = h
-        ctl[OUT_N * PAD] = n
+        store_release(ctl, OUT_N * PAD, n)
+        store_release(ctl, HEAD * PAD, h)
         unlock(ctl, PROP_LOCK * PAD)
         # a task completed after the check above saw the mutex held and went on: look again
         if h >= n_tasks or load_acquire(status, h) != COMPLETED:
@@ -473,11 +554,38 @@ def _propagate(ctl, status, task_meta, buf, out, n_tasks):
 
 
 @njit(cache=True, nogil=True)
-def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
-    """One worker thread's share of a step: PIM-Tree §4.1's four steps, task after task.
+def _claim(ctl, stay, keep):
+    """Task acquisition (§4.1): the next published task, claimed with a compare-and-swap on
+    ``ctl[NEXT]`` (the paper's work queue under a mutex, here one instruction), unless no
+    more than ``keep`` are unclaimed (left to the pool's threads while the core's thread
+    fetches the next batch); ``-1`` when the step is closed and every task claimed
+    (:data:`DONE`), ``-2`` when none is published now and this thread does not ``stay`` for
+    more, or has spun ``stay`` cycle-counter ticks for them (:data:`IDLE`). A waiting thread
+    spins with ``pause``, then yields its processor
+    (:func:`~streamjoin.indexes.blocks.atomics.back_off`)."""
+    spins = 0
+    start = cycle_count()
+    while True:
+        t = load_acquire(ctl, NEXT * PAD)
+        if t + keep < load_acquire(ctl, PUBLISHED * PAD):
+            if atomic_cas(ctl, NEXT * PAD, t, t + 1) == t:
+                return t
+            continue  # another thread took it
+        if load_acquire(ctl, CLOSED * PAD) and t >= load_acquire(ctl, PUBLISHED * PAD):
+            return -1
+        if keep:
+            return -2
+        if not stay or (spins >= 64 and cycle_count() - start >= stay):
+            return -2
+        spins = back_off(spins)
 
-    1. *Task acquisition*: claim the next task with an atomic add on ``ctl[NEXT]`` (the
-       paper's work queue under a mutex, here one instruction).
+
+@njit(cache=True, nogil=True)
+def run_tasks(thread, stay, keep, sync, cfg, step, window0, window1, probing, buf, out):
+    """One thread's share of a step: PIM-Tree §4.1's four steps, task after task, for as long
+    as tasks are published (a step takes more while it runs: the module docstring).
+
+    1. *Task acquisition* (:func:`_claim`).
     2. *Result generation*: per stream in the task, read the edge tuple of the probed stream
        (``e = min(edge, OPP of the task's first tuple)``, kept for the whole task: an old
        value only costs a longer scan), probe the shared index and keep the candidates below
@@ -488,27 +596,30 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
        indexed, advance the edge tuples (test-and-set).
     4. *Result propagation* (:func:`_propagate`).
 
-    ``sync`` is the thread pool's counters (:mod:`~streamjoin.actors.shared_index.thread_pool`; empty with
-    one thread): thread 0 publishes the step there, so the other threads start as soon as it
-    runs without the GIL. ``cfg[C_DELAY] > 0`` waits a random while between the steps (a test
-    hook that forces interleavings). ``step``: the arrays the threads share (:class:`Step`);
-    ``window0``/``window1``: the windows each stream probes; ``buf``: int64
-    ``(threads, 3, cap)``, each thread's pairs; ``out``: int64 ``(3, cap)``, the step's
-    propagated pairs. Returns ``(spill, counters)``: int64 ``(3, n)`` pairs of tasks that did
-    not fit this thread's buffer (``task_meta`` locates them) and int64 ``(WORK,)``.
+    ``stay``: cycle-counter ticks to wait for a task when none is published (a pool thread:
+    ``cfg[C_IDLE_TICKS]``), or 0 to return at once (the core's own thread, which feeds the
+    step); ``keep``: tasks this thread leaves to the others (the core's thread, so that the
+    pool's threads have work while it fetches the next batch). ``sync`` is the thread pool's counters (:mod:`~streamjoin.actors.shared_index.
+    thread_pool`; empty with one thread): this kernel publishes the pool's step there, so
+    that the other threads start as soon as it runs without the GIL. ``cfg[C_DELAY] > 0``
+    waits a random while between the steps (a test hook that forces interleavings).
+    ``step``: the arrays the threads share (:class:`Step`); ``window0``/``window1``: the
+    windows each stream probes; ``buf``: int64 ``(threads, 3, cap)``, each thread's pairs;
+    ``out``: int64 ``(3, cap)``, the step's propagated pairs. Returns ``(status, spill,
+    counters)``: :data:`DONE` or :data:`IDLE`, int64 ``(3, n)`` pairs of tasks that did not fit
+    this thread's buffer (``task_meta`` locates them, counting this thread's spills of the
+    whole step) and int64 ``(WORK,)``.
     """
-    if thread == 0:  # the pool's threads may start their kernels now (GIL released)
-        publish(sync)
+    publish(sync)  # the pool's threads may start their kernels now (GIL released)
     ctl, edge, first_ref, tup, attrs = step.ctl, step.edge, step.first_ref, step.tup, step.attrs
     ypos, n_y, indexed_flags = step.ypos, step.n_y, step.flags
     status, task_meta, task_work = step.status, step.task_meta, step.task_work
-    pub_keys, pub_pos, buf_n = step.pub_keys, step.pub_pos, step.buf_n
+    pub_keys, pub_pos, buf_n, task_start = step.pub_keys, step.pub_pos, step.buf_n, step.task_start
     key_rows = probing.key_rows
-    task_size, n_tasks = cfg[C_TASK_SIZE], cfg[C_N_TASKS]
+    task_size = cfg[C_TASK_SIZE]
     self_join, indexed, ordered = cfg[C_SELF_JOIN] != 0, cfg[C_INDEXED] != 0, cfg[C_ORDERED] != 0
     max_spins = cfg[C_DELAY]
     rng = cfg[C_SEED] * 7919 + thread * 104729 + 1
-    b = tup.shape[1]
     n_streams = 1 if self_join else 2
     counters = np.zeros(WORK, dtype=np.int64)
     gs = np.empty((2, task_size), dtype=np.int64)
@@ -522,13 +633,14 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
     pairs = np.empty((5, 256), dtype=np.int64)
     spill = np.empty((3, 64), dtype=np.int64)
     n_spill = 0
+    spilled = step.spill_n[thread * PAD]  # by this thread's earlier calls in the step
     path = new_path()
     while True:
-        t = atomic_add(ctl, NEXT * PAD, 1)  # 1. task acquisition
-        if t >= n_tasks:
+        t = _claim(ctl, stay, keep)  # 1. task acquisition
+        if t < 0:
             break
         rng = _delay(rng, max_spins)
-        a0, a1 = t * task_size, min((t + 1) * task_size, b)
+        a0, a1 = task_start[t], task_start[t + 1]
         work = task_work[t]
         work[W_TUPLES] = a1 - a0
         n_g[:] = 0
@@ -568,7 +680,7 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
             )
             if indexed:
                 pairs, n_pairs = _join_tail(
-                    probers, side, t, task_size, step, window, probing.conds, pairs, n_pairs, work
+                    probers, side, t, step, window, probing.conds, pairs, n_pairs, work
                 )
         if ordered and n_pairs > 1:  # by the later tuple, then the earlier (docs/design.md §1)
             by_earlier = np.argsort(pairs[4, :n_pairs], kind="mergesort")
@@ -588,7 +700,7 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
                 spill = bigger
             spill[:, n_spill : n_spill + n_pairs] = pairs[:3, :n_pairs]
             task_meta[t, M_THREAD] = -1 - thread
-            task_meta[t, M_OFF] = n_spill
+            task_meta[t, M_OFF] = spilled + n_spill
             n_spill += n_pairs
         task_meta[t, M_CNT] = n_pairs
         store_release(status, t, COMPLETED)
@@ -608,23 +720,26 @@ def run_tasks(thread, sync, cfg, step, window0, window1, probing, buf, out):
             rng = _delay(rng, max_spins)
             _advance_edge(ctl, edge, indexed_flags, ypos, n_y, n_streams)
         rng = _delay(rng, max_spins)
-        _propagate(ctl, status, task_meta, buf, out, n_tasks)  # 4. result propagation
+        _propagate(ctl, status, task_meta, buf, out)  # 4. result propagation
         for w in range(WORK):
             counters[w] += work[w]
-    return spill[:, :n_spill], counters
+    step.spill_n[thread * PAD] = spilled + n_spill
+    return (DONE if t == -1 else IDLE), spill[:, :n_spill], counters
 
 
 @njit(cache=True, nogil=True)
-def gather_pairs(ctl, task_meta, buf, spill, spill_base, out, n_tasks):
-    """The step's pairs in task order: those propagated already (``out[:, :OUT_N]``), then
-    each later task's from its thread's buffer or from ``spill`` (the threads' spills one
-    after another; thread ``k``'s start at ``spill_base[k]``). int64 ``(3, n)``."""
-    n = ctl[OUT_N * PAD]
+def gather_pairs(ctl, task_meta, buf, spill, spill_base, out, start):
+    """The step's pairs in task order from pair ``start`` on (those before have left): those
+    propagated already (``out[:, start:OUT_N]``), then each later task's from its thread's
+    buffer or from ``spill`` (the threads' spills one after another; thread ``k``'s start at
+    ``spill_base[k]``). Once every thread ended its share. int64 ``(3, n)``."""
+    n_tasks = ctl[PUBLISHED * PAD]
+    n = ctl[OUT_N * PAD] - start
     total = n
     for t in range(ctl[HEAD * PAD], n_tasks):
         total += task_meta[t, M_CNT]
     res = np.empty((3, total), dtype=np.int64)
-    res[:, :n] = out[:, :n]
+    res[:, :n] = out[:, start : start + n]
     for t in range(ctl[HEAD * PAD], n_tasks):
         k, off, cnt = task_meta[t, M_THREAD], task_meta[t, M_OFF], task_meta[t, M_CNT]
         if k >= 0:

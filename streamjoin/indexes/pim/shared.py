@@ -234,6 +234,9 @@ class SharedPIMTree:
         Times the merging thread found a lock held while applying pending updates.
     """
 
+    #: :meth:`expire` only flags (read when a step opens): safe while a step's threads run
+    expires_in_place = True
+
     def __init__(
         self,
         name: str = "pim_tree",
@@ -396,25 +399,53 @@ class SharedPIMTree:
             **level,
         )
 
-    def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
-        """Prepare a step whose threads insert ``refs`` (keys ``keys``, both in ref order):
-        switch merge phases that are due, reserve node room; returns the step's state."""
-        n = len(refs)
-        if n:  # before a merge is installed: nothing changed
-            self._items.check_ref_span(self._coded, self.name, refs, self._first_ref, self._before)
-        self._switch_phase()
-        if n:
-            if self._first_ref is None:
-                self._first_ref = int(refs[0])
-            self._last_ref = int(refs[-1])
-        if self._phase == APPLYING and self._room < n:  # the applier must not see arrays move
+    def open_step(self, cap: int, need: int, switch: bool = True) -> tuple[SharedArrays, int]:
+        """Prepare a step whose threads will insert up to ``cap`` items, at least ``need``:
+        switch merge phases that are due (with ``switch``), reserve node room (nothing moves
+        while the step runs). Returns the step's state and the items it may take: fewer than ``cap`` when T_I
+        reaches ``m · w`` sooner (the step ends there, so that the merge starts on time) or
+        while pending updates are applied into the room reserved for them; never fewer than
+        ``need``."""
+        if switch:
+            self._switch_phase()
+        if self._phase == APPLYING and self._room < need:  # the applier must not see arrays move
             self._finish_worker()
         if self._phase == APPLYING:
+            return self.state, max(need, min(cap, self._room))
+        room = cap
+        if self._phase == STEADY:
+            room = min(cap, max(need, self._merge_size() - self._n_ti))
+        self._forest = reserve(self._forest, self._n_ti + room, room, len(self._upper))
+        return self.state, room
+
+    def add_to_step(self, keys: np.ndarray, refs: np.ndarray) -> None:
+        """Announce inserts of the open step: ``refs`` (keys ``keys``, both in ref order),
+        before the threads may insert them."""
+        n = len(refs)
+        if not n:
+            return
+        self._items.check_ref_span(self._coded, self.name, refs, self._first_ref, self._before)
+        if self._first_ref is None:
+            self._first_ref = int(refs[0])
+        self._last_ref = int(refs[-1])
+        if self._phase == APPLYING:
             self._room -= n
-        else:
-            self._forest = reserve(self._forest, self._n_ti + n, n, len(self._upper))
         self._n_ti += n
-        return self.state
+
+    def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
+        """A step of exactly these inserts (:meth:`open_step`, then :meth:`add_to_step`)."""
+        state, _ = self.open_step(len(refs), len(refs))
+        self.add_to_step(keys, refs)
+        return state
+
+    def boundary_due(self) -> bool:
+        """A merge phase ended on the merging thread: the next one starts between steps."""
+        return self._phase != STEADY and not self._merger.busy
+
+    @property
+    def phase_in_flight(self) -> bool:
+        """A nonblocking merge is in one of its phases."""
+        return self._phase != STEADY
 
     def end_step(self) -> None:
         """After a step: start a merge if T_I holds ``m · w`` items (blocking: merge now)."""
@@ -578,6 +609,8 @@ class SharedBPlusTree:
     name = "bplus_tree"
     lock_waits = merges = merged = 0
     merge_seconds = 0.0
+    #: :meth:`expire` deletes items: only between steps
+    expires_in_place = False
 
     def __init__(
         self, fanout: int = DEFAULT_SHAPE.fanout, leaf_size: int = DEFAULT_SHAPE.leaf_size
@@ -607,12 +640,26 @@ class SharedBPlusTree:
             self._empties,
         )
 
-    def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
+    def open_step(self, cap: int, need: int, switch: bool = True) -> tuple[SharedArrays, int]:
+        """As :meth:`SharedPIMTree.open_step`: node room for ``cap`` inserts."""
+        self._tree = reserve(self._tree, self._n + cap, cap)
+        return self.state, max(cap, need)
+
+    def add_to_step(self, keys: np.ndarray, refs: np.ndarray) -> None:
         if len(refs):
             self._log.append((keys.copy(), refs.copy()))
-            self._tree = reserve(self._tree, self._n + len(refs), len(refs))
             self._n += len(refs)
-        return self.state
+
+    def boundary_due(self) -> bool:
+        return False
+
+    phase_in_flight = False
+
+    def begin_step(self, keys: np.ndarray, refs: np.ndarray) -> SharedArrays:
+        """A step of exactly these inserts (:meth:`open_step`, then :meth:`add_to_step`)."""
+        state, _ = self.open_step(len(refs), len(refs))
+        self.add_to_step(keys, refs)
+        return state
 
     def end_step(self) -> None:
         pass

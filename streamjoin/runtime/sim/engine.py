@@ -137,6 +137,11 @@ class _Core:
         "split",
         "inflight",
         "pending",
+        "ready",
+        "open_steps",
+        "pool_only",
+        "pool_free",
+        "closed_seen",
         "gate",
         "marker_routes",
     )
@@ -154,6 +159,14 @@ class _Core:
         self.split: Callable[..., tuple[float, list[float]]] | None = None
         self.inflight: int | None = None
         self.pending: list = []
+        # a core whose steps stay open across batches (``step_tuples``): when each pending
+        # message's tasks end, whether only the pool runs tasks (pipelined), when each pool
+        # processor is free, and the steps it had ended when last seen
+        self.ready: list[int] = []
+        self.open_steps = False
+        self.pool_only = False
+        self.pool_free: list[float] = []
+        self.closed_seen = 0
         self.stats = SimStats(role=role)
         self.box: deque = deque()  # items waiting: (kind, port, message, sender, receive ns)
         self.idle = True  # no step due: the next message starts one (at ``free_at`` or later)
@@ -263,6 +276,17 @@ class _Simulation:
                 pipelined = pipelines_on(core.logic.threads, self.cpus or math.inf)
             if pipelined:
                 core.split = model.bind_tasks(core.logic)
+            # steps open across batches: modelled on processors of their own (with shared
+            # processors each call stays a step of its own, as charged without them)
+            if (
+                self.cpus is None
+                and getattr(core.logic, "step_tuples", 0) > 0
+                and (pipelined or core.threads > 1)
+            ):
+                core.split = model.bind_tasks(core.logic)
+                core.open_steps, core.pool_only = True, bool(pipelined)
+                pool = core.logic.threads if pipelined else core.logic.threads - 1
+                core.pool_free = [0.0] * pool
         self.cpu_wait: deque = deque()
         self._start = self._step if self.cpus is None else self._start_on_cpu
         # compute stretch by the number of steps holding processors (cpu_share)
@@ -450,7 +474,9 @@ class _Simulation:
         t = t0 + recv
         for p, m in ahead:
             t = self._send(core, p, m, t)
-        if core.split is not None:
+        if core.open_steps:
+            t = self._open_step(core, kind, msg, snap, wall, out, t)
+        elif core.split is not None:
             t = self._pipelined(core, kind, msg, snap, wall, out, t)
         else:
             t += self._compute(core, kind, msg, snap, wall)
@@ -484,10 +510,7 @@ class _Simulation:
         passed = core.gate.take(src.name, marker)
         if passed is not None:
             if core.split is not None:
-                t = self._join_tasks(core, t)
-                held, core.pending = core.pending, []
-                for p, m in held:
-                    t = self._send(core, p, m, t)
+                t = self._send_ready(core, self._join_tasks(core, t))
             logic = core.logic
             snap = logic.counters()
             self.lead = t - t0
@@ -566,6 +589,72 @@ class _Simulation:
                 t = self._send(core, p, m, t)
         return t
 
+    def _open_step(self, core: _Core, kind, msg, snap, wall, out, t: int) -> int:
+        """A call of a core whose steps stay open across batches (``step_tuples``), as the
+        core runs it (:class:`~streamjoin.actors.shared_index.core.SharedIndexCore`): if a
+        step ended during the call, its threads met first (the core's thread waits for every
+        task in flight); then the serial part (staging the batch); then its tasks go, in
+        order, to the thread free first: the pool's processors, each free when its last task
+        ends, and (not pipelined) the core's thread, whose call lasts until the last task it
+        took ends. The call's pairs leave once its tasks and every earlier call's have ended:
+        with a later call that finds them done, or in the core's idle flush. (The host ran
+        the tasks at once: the simulator decides when they run and when their pairs leave.)"""
+        assert core.split is not None  # (set with open_steps)
+        logic = core.logic
+        now = self.env.now
+        pool_end = math.ceil(max(core.pool_free, default=0.0))
+        if pool_end > core.free_at:  # the pool worked while the core's thread was away
+            core.stats.busy_ns += max(0, min(pool_end, now) - core.free_at)
+            core.free_at = now
+        closed = logic.steps_closed != core.closed_seen
+        core.closed_seen = logic.steps_closed
+        if closed:  # a step ended: the core's thread waits for every task in flight
+            t = self._send_ready(core, self._join_tasks(core, t))
+        serial, tasks = core.split(kind, msg, snap, logic.counters(), wall)
+        t += round(serial + self._idle_cost(core))
+        ready = t
+        if tasks:
+            free = [max(float(t), f) for f in core.pool_free]
+            if not core.pool_only:
+                free.insert(0, float(t))  # the core's thread takes tasks too
+            ends = []
+            for cost in tasks:
+                k = free.index(min(free))
+                free[k] += cost
+                ends.append(free[k])
+            ready = math.ceil(max(ends))
+            if core.pool_only:
+                core.pool_free = free
+            else:
+                t = math.ceil(free[0])
+                core.pool_free = free[1:]
+        if core.ready:  # pairs leave in order: after every earlier call's
+            ready = max(ready, core.ready[-1])
+        for p, m in out:
+            core.pending.append((p, m))
+            core.ready.append(ready)
+        # until every task has ended, the core holds batches (``on_idle`` waits for them)
+        end = math.ceil(max([float(ready), *core.pool_free]))
+        core.inflight = end if end > t else None
+        return self._send_ready(core, t)
+
+    def _send_ready(self, core: _Core, t: int) -> int:
+        """Send the held messages whose tasks have ended by ``t``, in order; all of them for
+        a core that holds no times (a pipelined one: its pairs are ready when it joins)."""
+        if not core.open_steps:
+            held, core.pending = core.pending, []
+            for p, m in held:
+                t = self._send(core, p, m, t)
+            return t
+        n = 0
+        while n < len(core.ready) and core.ready[n] <= t:
+            n += 1
+        held, core.pending = core.pending[:n], core.pending[n:]
+        core.ready = core.ready[n:]
+        for p, m in held:
+            t = self._send(core, p, m, t)
+        return t
+
     def _pool_for(self, core: _Core) -> int:
         """Processors a pipelined core's pool gets for a step's tasks: its ``threads`` on
         processors of their own; on shared ones as many of them as are free (none waited
@@ -599,10 +688,7 @@ class _Simulation:
     def _flush(self, core: _Core, t0: int) -> None:
         """Nothing waited for a pipelined core when its pool ended the step in flight: that
         step's pairs leave (``on_idle``)."""
-        t = self._join_tasks(core, t0)
-        held, core.pending = core.pending, []
-        for p, m in held:
-            t = self._send(core, p, m, t)
+        t = self._send_ready(core, self._join_tasks(core, t0))
         core.stats.busy_ns += t - t0
         core.free_at = t
         core.kind = _IDLE
