@@ -120,8 +120,11 @@ PAPER = {
 #: Fig. 12's simulated batch sizes and their mode labels: the default batch, and batches 8 times
 #: as large, over which the core's per-step and per-message costs spread (its serial part).
 SIM_BATCHES = {BATCH: "simulated", 8 * BATCH: "simulated, batches of 8,192"}
-#: The mode suffix of simulated rows of a shared core not pipelined (one step a batch).
-ONE_STEP = ", one step a batch"
+#: The mode suffixes of simulated rows beside the default (pipelined, steps open to many
+#: batches): the core's thread one of the workers (``pipelined=False``), and the core before
+#: steps spanned batches (pipelined, ``step_tuples=0``: its threads meet at every batch).
+WORKER = ", core's thread a worker"
+ONE_STEP = ", one batch a step"
 #: Fig. 12a's speed-ups over the one-thread join with CC (paper, two-way join), for the plot.
 PAPER_SCALING = {1: 1.0, 8: 4.6, 16: 5.7}
 PAPER_SCALING_SELF = {1: 1.0, 8: 4.0, 16: 5.0}
@@ -329,6 +332,14 @@ def part_fig10(sc, prov, bar) -> list[dict]:
     return rows
 
 
+def _sim_configs(sc, **options) -> dict:
+    """Fig. 12's simulated configurations: ``single`` and ``shared_index(t, **options)``."""
+    configs = {"single pim_tree": (0, sj.topologies.single("pim_tree"))}
+    for t in sc["sim_threads"]:
+        configs[f"shared({t})"] = (t, sj.topologies.shared_index(t, **options))
+    return configs
+
+
 def part_fig12(sc, prov, bar) -> list[dict]:
     w, rows = sc["window"], []
     for self_join in (False, True):
@@ -352,25 +363,17 @@ def part_fig12(sc, prov, bar) -> list[dict]:
         # the simulator is deterministic: one run each, at two batch sizes (SIM_BATCHES)
         # the shared core pipelined (the simulator's default with two threads or more; the
         # one-thread base too, so that every row has the core's own thread beside its
-        # workers), and with one step a batch beside it
-        sims = {"single pim_tree": (0, sj.topologies.single("pim_tree"))}
-        sims.update(
-            {
-                f"shared({t})": (t, sj.topologies.shared_index(t, pipelined=True))
-                for t in sc["sim_threads"]
-            }
-        )
-        steps = {"single pim_tree": sims["single pim_tree"]}
-        steps.update(
-            {
-                f"shared({t})": (t, sj.topologies.shared_index(t, pipelined=False))
-                for t in sc["sim_threads"]
-            }
+        # workers), beside it with the core's thread one of the workers, and with one batch
+        # a step (what steps open to many batches replaced)
+        modes = (
+            ("", _sim_configs(sc, pipelined=True)),
+            (WORKER, _sim_configs(sc, pipelined=False)),
+            (ONE_STEP, _sim_configs(sc, pipelined=True, step_tuples=0)),
         )
         runs = [
             (batch, mode + suffix, configs)
             for batch, mode in SIM_BATCHES.items()
-            for suffix, configs in (("", sims), (ONE_STEP, steps))
+            for suffix, configs in modes
         ]
         for batch, mode, configs in runs:
             for label, (threads, topo) in configs.items():
@@ -478,7 +481,7 @@ def n_units(parts: list[str], sc: dict) -> int:
     if "fig10" in parts:
         n += r * 2 * len(sc["task_sizes"])
     if "fig12" in parts:
-        n += 2 * (3 * r + 2 * len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
+        n += 2 * (3 * r + 3 * len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
     if "fig14" in parts and "fig13c" not in parts:
         n += r * 2 * len(sc["merge_windows"])
     if "latency" in parts:
@@ -515,8 +518,9 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
         "partners per probe), count window W per stream, batches of 1,024; "
         f"steady-state throughput in input tuples/s of wall time (the {FILL_WINDOWS} W tuples that fill the "
         "windows untimed). Cores (`single`, `shared(T)` = `shared_index(T)` with PIM-Tree, "
-        "default options: m = 1/8, D_I = 1, one task per thread a step) are driven "
-        "directly, outside `sj.run`; `split(2)` runs through "
+        "default options: m = 1/8, D_I = 1, one task per thread a batch, steps open to "
+        "65,536 tuples) are driven directly, outside `sj.run` (the pairs of tasks still "
+        "running at the end waited for inside the timed phase); `split(2)` runs through "
         "`sj.run(backend='local')`, where its two join cores take turns on one thread (the "
         "local executor steps every actor in this process): it is the work of round-robin "
         "partitioning on one core, not a 2-core run. Configurations in alternation, median "
@@ -604,22 +608,29 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             f"Paper: {PAPER['fig12']}.",
             "",
             f"Simulated: `sj.run(backend='sim')` with {_profile_words()}, one "
-            "simulated processor per thread. The shared core is pipelined (the default: a "
-            "batch's tasks run on its pool's threads while the core's own thread sends the "
-            "last batch's pairs and receives the next batch, then joins the tasks left); rows "
-            "marked *one step a batch* run it with `pipelined=False`, each batch one step on "
-            "all its threads, its pairs leaving when it ends. Pipelined, `shared(T)` has T "
-            "workers and the core's thread: T + 1 processors, one-thread base included "
-            "(`shared(1)` pipelined: one worker and the core's thread); one step a batch, T. "
+            "simulated processor per thread. The shared core's steps stay open to many "
+            "batches (the default: its threads meet only when a step is full, at merges and "
+            "at the end) and it is pipelined (the simulator's default with a processor per "
+            "thread: a batch's tasks run on its pool's threads while the core's own thread "
+            "stages the next batch and sends the pairs whose tasks have ended). Pipelined, "
+            "`shared(T)` has T workers and the core's thread: T + 1 processors, one-thread "
+            "base included (`shared(1)` pipelined: one worker and the core's thread). Rows "
+            "marked *core's thread a worker* run it with `pipelined=False` (T processors, the "
+            "core's thread taking tasks between batches, as on a host with fewer processors "
+            "than threads + 3); rows marked *one batch a step* with `step_tuples=0`, "
+            "pipelined: each batch a step whose threads meet when it ends (the core before "
+            "steps spanned batches). "
             "The shared core's per-unit costs are its own "
             "(the profile's `shared:pim_tree` row, calibrated on `shared_index(1)`; `single` "
             "is charged from the `pim_tree` row of the same calibration). The simulator "
             "charges each task of a step its "
             "tuples, probes (with their share of the step's descent work), candidates, pairs "
             "and inserts from those costs, hands tasks in order to the "
-            "thread that is free first, and adds the step's serial part (the per-step and "
-            "per-expired-tuple charges, and the core's share of the messages: receiving each "
-            "batch and sending its pairs, priced as the `ray` executor's). It does *not* charge lock waits (their "
+            "thread that is free first (each pool thread free when its last task ends, whatever "
+            "the batch), and puts the call's serial part on the core's thread (the per-call "
+            "and per-expired-tuple charges, and the core's share of the messages: receiving "
+            "each batch and sending its pairs, priced as the `ray` executor's); a batch's "
+            "pairs leave once its tasks and all before have ended. It does *not* charge lock waits (their "
             "count depends on the host's timing), the nonblocking merge's own thread (its "
             "time is not in the counters), memory-bandwidth or cache contention between "
             "threads, nor the longer scans past the edge tuple that concurrent tasks cause "
@@ -637,7 +648,7 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "|---|---|---|---:|---:|---:|---:|---:|",
         ]
         for join in ("two-way", "self-join"):
-            modes = [m + x for m in SIM_BATCHES.values() for x in ("", ONE_STEP)]
+            modes = [m + x for m in SIM_BATCHES.values() for x in ("", WORKER, ONE_STEP)]
             for mode in ("measured", *modes):
                 grp = [r for r in sel if r["join"] == join and r["mode"] == mode]
                 if not grp:
@@ -847,7 +858,7 @@ def plot(rows, path: str) -> None:
                         SIM_BATCHES[8 * BATCH] + ONE_STEP,
                         "core_tuples_per_s",
                         "v",
-                        "core alone, sim, 8,192, one step a batch",
+                        "core alone, sim, 8,192, one batch a step",
                     ),
                 )
                 for mode, key, marker, label in curves:

@@ -140,7 +140,7 @@ from streamjoin.query import Query
 #: Prefix of the shared core's cost key (:attr:`SharedIndexCore.cost_key`).
 SHARED_COST_PREFIX = "shared:"
 
-#: Default tuples per task: ``None``, one task per thread a step (``ceil(batch / threads)``
+#: Default tuples per task: ``None``, one task per thread a batch (``ceil(batch / threads)``
 #: tuples, :func:`task_size_of`). A task's keys are probed as one sorted run, so T_S's
 #: descents share nodes, its leaves are fetched ahead and T_I's subindexes take runs of
 #: inserts, and the tail past the edge tuple costs about the same at any task size
@@ -158,7 +158,7 @@ TASK_SIZE = None
 #: Default most tuples a step gathers across batches (:class:`SharedIndexCore`): its threads
 #: meet (a barrier) only when a step ends, at a merge's phase change or when its buffers fill.
 #: 0: one batch a step.
-STEP_TUPLES = 16384
+STEP_TUPLES = 65536
 
 
 def task_size_of(task_size: int | None, batch: int, threads: int) -> int:
@@ -350,7 +350,7 @@ class SharedIndexCore(Logic):
     index_options : dict, optional
     threads : int
     task_size : int, optional
-        Tuples per task; by default one task per thread a step (:func:`task_size_of`).
+        Tuples per task; by default one task per thread a batch (:func:`task_size_of`).
     merge : {"nonblocking", "blocking"}
     ordered : bool
         Sort each task's pairs by (later, earlier) tuple: the step's output is then in the
@@ -432,6 +432,7 @@ class SharedIndexCore(Logic):
         self._buf = np.empty((self.threads, 3, 0), dtype=np.int64)
         self._out = np.empty((3, 0), dtype=np.int64)
         run = self.threads if host_threads is None else min(self.threads, host_threads)
+        self._running = run
         if pipelined is None and host_threads is None:
             pipelined = pipelines_here(self.threads)
         #: steps overlap with what the executor does between batches; None only in the
@@ -591,7 +592,9 @@ class SharedIndexCore(Logic):
         step = new_step(cap, max_tasks, len(spec.query.attrs) * 2, first_ref, threads)
         self.cfg[C_TASK_SIZE] = task_size
         want = int(1.5 * self._pairs_per_tuple * cap) + 256
-        per_thread = int(1.5 * self._pairs_per_tuple * cap * min(1.0, 2 / threads)) + 256
+        # a thread's share of the pairs: at most twice an even share of the threads running
+        share = min(1.0, 2 / self._running)
+        per_thread = int(1.5 * self._pairs_per_tuple * cap * share) + 256
         if self._out.shape[1] < want or self._buf.shape[2] < per_thread:
             self._buf = np.empty((threads, 3, per_thread), dtype=np.int64)
             self._out = np.empty((3, want), dtype=np.int64)
