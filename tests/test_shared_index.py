@@ -148,6 +148,34 @@ def test_a_step_open_to_many_batches_is_exact_with_threads_racing(index, pipelin
         assert core.steps_closed < 2500 / 8 / 4, "steps of several batches"
 
 
+@pytest.mark.timeout(300, method="thread")  # a hang would sit in a nogil kernel
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_thread_that_fails_in_a_task_ends_the_run_with_its_error(pipelined, monkeypatch):
+    """A pool thread that fails after it claimed a task (whose pairs then never come): the
+    core's thread, waiting for that task when idle, ends the step and raises the thread's
+    error rather than waiting for ever."""
+    import streamjoin.actors.shared_index.core as core_module
+    from streamjoin.actors.shared_index.kernels import _claim
+
+    real = core_module.run_tasks
+
+    def failing(thread, stay, keep, sync, cfg, step, *rest):
+        if thread == 1 and _claim(step.ctl, 0, 0) >= 0:  # claimed a task: fail in it
+            raise MemoryError("no room for the task's pairs")
+        return real(thread, stay, keep, sync, cfg, step, *rest)
+
+    monkeypatch.setattr(core_module, "run_tasks", failing)
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(100))
+    data = sj.sources.synthetic(2000, low=0, high=300, rate=1000, seed=2)
+    core = SharedIndexCore(query, threads=3, task_size=4, pipelined=pipelined)
+    batches = [b for _, b in Emitter(query, 64).on_chunk(validate(data, query), 0)]
+    with pytest.raises(MemoryError, match="no room"):
+        for batch in batches:
+            core.on_batch("in", batch)
+            core.on_idle()
+    core.close()
+
+
 @pytest.mark.parametrize(
     "predicate, self_join, why",
     [

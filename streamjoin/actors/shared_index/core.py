@@ -104,6 +104,7 @@ from streamjoin.actors.shared_index.kernels import (
     CFG,
     CLOSED,
     DONE,
+    FAILED,
     HEAD,
     NEXT,
     OUT_N,
@@ -121,6 +122,7 @@ from streamjoin.actors.shared_index.kernels import (
     close_step,
     drain_pairs,
     gather_pairs,
+    mark_failed,
     new_step,
     publish_batch,
     run_tasks,
@@ -447,6 +449,7 @@ class SharedIndexCore(Logic):
         self._flight: _Flight | None = None
         #: steps ended so far (the simulator's model of the threads meeting)
         self.steps_closed = 0
+        self._failed = False  # a step's thread failed: its indexes lack what it announced
         # the simulator's host runs the tasks on one thread, and its virtual time must not
         # depend on the host's timing: a merge in flight ends the step at the next batch,
         # which waits for the merging thread to end both its phases (as a threaded core's
@@ -560,7 +563,7 @@ class SharedIndexCore(Logic):
     def _boundary_due(self, flight: _Flight) -> bool:
         """The open step must end before the next batch: a merge phase waits to switch, or
         propagation stalled (a task's pairs did not fit the buffers)."""
-        if flight.step.ctl[STALLED * PAD]:
+        if flight.step.ctl[STALLED * PAD] or flight.step.ctl[FAILED * PAD]:
             return True
         indexes = [i for i in self.indexes.values() if i is not None]
         if self._settles_phases:
@@ -611,14 +614,20 @@ class SharedIndexCore(Logic):
         stay = int(self.cfg[C_IDLE_TICKS])
 
         def work(k: int) -> list[np.ndarray]:
-            """A pool thread's share of the step: tasks while there are, blocking between."""
+            """A pool thread's share of the step: tasks while there are, blocking between. A
+            thread that fails marks the step failed: the other threads stop, and the core's
+            thread, which may wait for the task it held, ends the step and raises its error."""
             spills = []
-            while True:
-                status, spill, _ = run_tasks(k - first, stay if k else 0, 0, *args)
-                spills.append(spill)
-                if status == DONE:
-                    return spills
-                self._wait_for_tasks(step)
+            try:
+                while True:
+                    status, spill, _ = run_tasks(k - first, stay if k else 0, 0, *args)
+                    spills.append(spill)
+                    if status == DONE:
+                        return spills
+                    self._wait_for_tasks(step)
+            except BaseException:
+                mark_failed(step.ctl)
+                raise
 
         self._flight = _Flight(step, work, args, cap, max_tasks, task_size, sizes)
         if self._pool is not None:
@@ -679,7 +688,13 @@ class SharedIndexCore(Logic):
         not yet claimed, and returns when no more than ``keep`` are left."""
         flight = self._flight
         assert flight is not None
-        _, spill, _ = run_tasks(0, 0, keep, *flight.args)
+        try:
+            _, spill, _ = run_tasks(0, 0, keep, *flight.args)
+        except BaseException:  # the pool's threads must not wait for its task: end the step
+            mark_failed(flight.step.ctl)
+            self._failed = True
+            self.close()
+            raise
         flight.spills.append(spill)
 
     def _drain(self) -> np.ndarray:
@@ -708,7 +723,11 @@ class SharedIndexCore(Logic):
         if self._pool is None:
             spills = [flight.spills + flight.work(0)]
         else:
-            got = self._pool.finish(share=not self._overlap)
+            try:
+                got = self._pool.finish(share=not self._overlap)
+            except BaseException:  # a thread failed: the step is lost, the run ends
+                self._failed = True
+                raise
             spills = got[1:] if self._overlap else [flight.spills + got[0], *got[1:]]
         ctl = step.ctl
         n_tasks = flight.n_tasks
@@ -776,7 +795,7 @@ class SharedIndexCore(Logic):
                     self._pool.finish(share=not self._overlap)
         for index in self.indexes.values():
             if index is not None:
-                index.close()
+                index.close(settle=not self._failed)
         if self._pool is not None:
             self._pool.close()
             self._pool = None

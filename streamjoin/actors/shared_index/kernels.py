@@ -16,7 +16,9 @@ Control slots (``ctl``, each on its own cache line, :data:`~streamjoin.indexes.b
 the edge tuple and of result propagation, ``HEAD`` the first task not propagated, ``OUT_N``
 the pairs propagated, ``STALLED`` set when propagation has to wait for the step's end,
 ``PUBLISHED`` the tasks the threads may claim, ``CLOSED`` set when no more will come,
-``TUPLES`` the tuples staged (the core's thread's own count).
+``TUPLES`` the tuples staged (the core's thread's own count), ``FAILED`` set when a thread
+failed (the others stop claiming and stop waiting for its task: the step is lost, and its
+error ends the run).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ _AHEAD = 8
 #: Rows of ``tup``.
 T_SEQ, T_STREAM, T_IDX, T_LO_IDX, T_INGEST, T_OWN, T_OPP, TUP = range(8)
 #: Slots of ``ctl`` (times PAD).
-NEXT, EDGE_LOCK, PROP_LOCK, HEAD, OUT_N, STALLED, PUBLISHED, CLOSED, TUPLES, CTL = range(10)
+NEXT, EDGE_LOCK, PROP_LOCK, HEAD, OUT_N, STALLED, PUBLISHED, CLOSED, TUPLES, FAILED, CTL = range(11)
 #: What :func:`run_tasks` returns with: every task of a closed step claimed, or none to claim
 #: now (the caller's thread goes back to feed the step; a pool thread blocks until more come).
 DONE, IDLE = 0, 1
@@ -242,6 +244,12 @@ def publish_batch(step, n_y, n_tasks):
 
 
 @njit(cache=True, nogil=True)
+def mark_failed(ctl):
+    """A thread failed: the others stop claiming tasks and waiting for its."""
+    store_release(ctl, FAILED * PAD, 1)
+
+
+@njit(cache=True, nogil=True)
 def close_step(step):
     """No more tasks will come: threads that find none to claim end their share."""
     store_release(step.ctl, CLOSED * PAD, 1)
@@ -264,7 +272,7 @@ def wait_propagated(ctl, status, task_meta, buf, out):
     spins = 0
     while True:
         _propagate(ctl, status, task_meta, buf, out)
-        if load_acquire(ctl, STALLED * PAD):
+        if load_acquire(ctl, STALLED * PAD) or load_acquire(ctl, FAILED * PAD):
             return True
         if load_acquire(ctl, HEAD * PAD) >= load_acquire(ctl, PUBLISHED * PAD):
             return False
@@ -362,6 +370,8 @@ def _join_tail(probers, side, t, step, window, conds, pairs, n_pairs, work):
         spins = 0
         while load_acquire(status, u) == AVAILABLE:  # claimed before t: sorting, briefly
             spins = back_off(spins)  # (its thread may have lost its processor: yields too)
+            if load_acquire(step.ctl, FAILED * PAD):  # (its thread failed: the step is lost)
+                return pairs, n_pairs
         a = task_start[u]
         n0 = task_meta[u, M_N0]
         ya, yb = (a, a + n0) if y == 0 else (a + n0, task_start[u + 1])
@@ -566,6 +576,8 @@ def _claim(ctl, stay, keep):
     spins = 0
     start = cycle_count()
     while True:
+        if load_acquire(ctl, FAILED * PAD):
+            return -1
         t = load_acquire(ctl, NEXT * PAD)
         if t + keep < load_acquire(ctl, PUBLISHED * PAD):
             if atomic_cas(ctl, NEXT * PAD, t, t + 1) == t:

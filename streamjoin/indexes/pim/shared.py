@@ -585,10 +585,11 @@ class SharedPIMTree:
         all_refs = np.concatenate([refs, np.array(ti_refs, dtype=np.int64)])
         assert len(np.unique(all_refs)) == len(all_refs), "every item held once"
 
-    def close(self) -> None:
+    def close(self, settle: bool = True) -> None:
         """Stop background work (end of stream): finish the merge in flight (unless the merging
-        thread failed: its error was raised by the step that waited), end the thread."""
-        if not self._merger.failed:
+        thread failed: its error was raised by the step that waited; or not ``settle``: a
+        step of the join failed, and T_I lacks items it announced), end the thread."""
+        if settle and not self._merger.failed:
             self.settle()
         self._merger.close()
 
@@ -685,7 +686,8 @@ class SharedBPlusTree:
     def settle(self) -> None:
         pass
 
-    close = settle
+    def close(self, settle: bool = True) -> None:
+        pass
 
     def __len__(self) -> int:
         return self._n
