@@ -528,9 +528,9 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
         "`experiments/pim_tree_parallel.py`.",
         "",
         prov.line(),
-        "",
-        f"![parallel join](pim_tree_parallel{suffix}.png)",
     ]
+    if any(r["part"] in ("fig13c", "fig10", "fig12", "fig14") for r in rows):  # (plot's parts)
+        lines += ["", f"![parallel join](pim_tree_parallel{suffix}.png)"]
     sel = [r for r in rows if r["part"] == "fig13c"]
     if sel:
         labels = list(IMPLEMENTATIONS)
