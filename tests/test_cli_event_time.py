@@ -6,7 +6,7 @@ from streamjoin.cli import main
 
 
 def test_lateness_covering_the_disorder_checks_against_the_oracle(capsys, tmp_path):
-    argv = ["run", "-n", "20000", "--window-kind", "time", "--window", "50", "--no-progress"]
+    argv = ["run", "-n", "6000", "--window-kind", "time", "--window", "50", "--no-progress"]
     argv += ["--disorder", "20", "--lateness", "20", "--check", "-o", str(tmp_path)]
     assert main(argv) == 0
     out = capsys.readouterr().out
