@@ -224,11 +224,16 @@ def task_costs(
     return max(0.0, one - float(per_task.sum())), per_task.tolist()
 
 
-def finish_at(per_task: list[float], free: list[float]) -> float:
-    """When the last of ``per_task`` ends, taken in order by the thread free first, the
-    threads free from ``free`` (a time each; ties go to the earlier listed)."""
+def schedule(per_task: list[float], free: list[float]) -> list[float]:
+    """When each thread is free again after ``per_task`` are taken, in order, by the thread
+    free first, the threads free from ``free`` (a time each; ties go to the earlier listed)."""
     free = list(free)
     for cost in per_task:
         k = free.index(min(free))
         free[k] += cost
-    return max(free)
+    return free
+
+
+def finish_at(per_task: list[float], free: list[float]) -> float:
+    """When the last of ``per_task`` ends (:func:`schedule`)."""
+    return max(schedule(per_task, free))

@@ -84,7 +84,7 @@ from streamjoin.runtime.executor import Defaults
 from streamjoin.runtime.markers import MarkerGate, marker_step
 from streamjoin.runtime.pipeline import Progress, default_chunk_rows
 from streamjoin.runtime.sim.arrival import Arrival
-from streamjoin.runtime.sim.costs import CostModel, finish_at
+from streamjoin.runtime.sim.costs import CostModel, finish_at, schedule
 from streamjoin.runtime.sim.host_profile import as_profile
 from streamjoin.runtime.sim.profile import MachineProfile
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
@@ -617,12 +617,8 @@ class _Simulation:
             free = [max(float(t), f) for f in core.pool_free]
             if not core.pool_only:
                 free.insert(0, float(t))  # the core's thread takes tasks too
-            ends = []
-            for cost in tasks:
-                k = free.index(min(free))
-                free[k] += cost
-                ends.append(free[k])
-            ready = math.ceil(max(ends))
+            free = schedule(tasks, free)
+            ready = math.ceil(max(free))  # propagated in order: after every task before
             if core.pool_only:
                 core.pool_free = free
             else:
