@@ -20,8 +20,8 @@ time outside the kernels at W = 2^20. Then TIMED_TUPLES (default one window) are
 timed (STEP_TUPLES: the most tuples a step of the shared core gathers across batches, 0 for
 one batch a step; default the core's), and the pairs of tasks still running at the end are
 waited for inside the timed phase; prints one line ``config window tuples seconds tuples/s outside_kernel_fraction pairs
-cpu/wall kernel_s_per_thread faults``: the fraction is the step time outside the task kernels
-(store appends, index staging, merges, expiry, Python); ``faults`` the minor page faults of
+cpu/wall kernel_s_per_thread faults``: the fraction is the core's own thread's time outside
+the task kernel (store appends, staging, draining pairs, merges, expiry, Python); ``faults`` the minor page faults of
 the timed phase per 1,000 tuples (near 0 in a steady state); ``steal`` the share of the
 machine's processor time its host took during the timed phase (a virtual machine's; a run with
 a few percent of steal is not comparable with a quiet one). Run the configurations side by side
@@ -114,8 +114,9 @@ for batch in batches[k:]:
     for _, p in core.on_batch("in", batch):
         pairs += len(p)
     t1 = time.perf_counter()
-    spans = kernel_spans[mark:]
-    inside = max(e for _, _, e in spans) - min(s for _, s, _ in spans) if spans else 0.0
+    # the core's own thread (thread 0; the pool's threads run on across calls)
+    spans = [(s, e) for k, s, e in kernel_spans[mark:] if k == 0]
+    inside = sum(e - s for s, e in spans)
     outside += (t1 - t0) - inside
     tuples += len(batch)
 for _, p in core.on_idle():  # the pairs of tasks still running

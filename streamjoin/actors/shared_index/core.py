@@ -176,10 +176,10 @@ class SharedIndexConfig(IndexChoice, ActorConfig):
     """A shared-index join core node (:class:`SharedIndexCore`).
 
     ``threads`` worker threads, ``task_size`` tuples per task (``None``: one task per thread
-    a step, :func:`task_size_of`), ``merge`` (``"nonblocking"`` or
-    ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``), ``pipelined`` (a step
-    runs on the pool's threads while the executor does its work between batches; its pairs
-    leave with the next batch or when the core is idle: module docstring), ``step_tuples``
+    a batch, :func:`task_size_of`), ``merge`` (``"nonblocking"`` or
+    ``"blocking"``, PIM-Tree §4.2; for ``pim_tree`` and ``im_tree``), ``pipelined`` (the
+    pool's threads run every task while the core's thread stages batches and sends pairs:
+    module docstring), ``step_tuples``
     (the most tuples a step gathers across batches; 0: one batch a step). ``delay_spins`` and
     ``delay_seed``: a test hook that makes each thread wait a random number of spins (up to
     ``delay_spins``) between the steps of every task, forcing interleavings.
