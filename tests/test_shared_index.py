@@ -703,3 +703,19 @@ def test_a_pipelined_core_lets_its_pairs_go_when_no_batch_waits(request, backend
     res = sj.run(query, data, topology, backend=backend, pace=50, max_delay=0.001, batch_size=1)
     assert res.same_pairs(sj.oracle.join(query, data)) and len(res.pairs) > 20
     assert res.metrics["latency_ms"]["p50"] < 10, res.metrics["latency_ms"]
+
+
+def test_a_step_ends_when_an_index_has_taken_what_its_merge_allows():
+    """T_I's room before a merge is counted in its own stream's tuples: a step runs until
+    one index has taken its room (or the step is full), so each index's blocking merge costs
+    about two steps' ends (the batch that would cross the room waits for the next step).
+    Counted in both streams' tuples, the room ended steps at half of it, then half the
+    rest, and so on (264 steps' ends for 110 merges here)."""
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(4096))
+    data = sj.sources.synthetic(40_000, low=0, high=6000, seed=5)
+    core = SharedIndexCore(query, "pim_tree", {}, threads=1, merge="blocking", ordered=True)
+    r, s = pairs_in_arrival(query, data, core, 64)
+    assert as_set(r, s) == oracle_set(query, data)
+    merges = core.stats()["merges"]  # both indexes'
+    assert merges >= 10
+    assert core.steps_closed <= merges + 40_000 / STEP_TUPLES + 2

@@ -321,9 +321,13 @@ class _Flight:
         max_tasks: int,
         task_size: int,
         sizes: dict,
+        room: np.ndarray,
     ) -> None:
         self.step, self.work, self.args = step, work, args
         self.cap, self.max_tasks, self.task_size, self.sizes = cap, max_tasks, task_size, sizes
+        #: per stream, the most tuples its index takes in this step (T_I's room before its
+        #: merge is due: :meth:`~streamjoin.indexes.pim.shared.SharedPIMTree.open_step`)
+        self.room = room
         self.n_y = np.zeros(2, dtype=np.int64)  # tuples per stream staged
         self.n_tasks = 0  # tasks published
         self.tuples = 0
@@ -335,10 +339,22 @@ class _Flight:
         self.accounted = 0  # tasks counted in the core's counters
         self.spills: list[np.ndarray] = []  # the core's thread's own spills (not pipelined)
 
-    def fits(self, b: int) -> bool:
-        """Room for a batch of ``b`` tuples."""
+    def fits(self, b: int, ones: int) -> bool:
+        """Room for a batch of ``b`` tuples, ``ones`` of them of stream 1."""
         tasks = -(-b // self.task_size)
-        return self.tuples + b <= self.cap and self.n_tasks + tasks <= self.max_tasks
+        n_y, room = self.n_y, self.room
+        return (
+            self.tuples + b <= self.cap
+            and self.n_tasks + tasks <= self.max_tasks
+            and n_y[0] + b - ones <= room[0]
+            and n_y[1] + ones <= room[1]
+        )
+
+    @property
+    def full(self) -> bool:
+        """No more batches: the step's tuples, or an index's room, are used up."""
+        n_y, room = self.n_y, self.room
+        return self.tuples >= self.cap or n_y[0] >= room[0] or n_y[1] >= room[1]
 
 
 class SharedIndexCore(Logic):
@@ -493,16 +509,18 @@ class SharedIndexCore(Logic):
             for store in self.stores.values():
                 store.keep_residuals()  # the kernels read them from now on
         flight = self._flight
-        if flight is not None and (not flight.fits(b) or self._boundary_due(flight)):
+        ones = int(np.count_nonzero(batch.stream))
+        if flight is not None and (not flight.fits(b, ones) or self._boundary_due(flight)):
             out.append(self._close())
         if self._flight is None:
             self._open(b)
         self._append(batch)
         flight = self._flight
         assert flight is not None  # (opened above)
-        if flight.tuples >= flight.cap:  # full: no more tasks, the threads end with the last
+        full = flight.full
+        if full:  # no more tasks, the threads end with the last
             close_step(flight.step)
-        if not self._overlap and flight.tuples >= flight.cap:  # end it while this thread is here
+        if not self._overlap and full:  # end it while this thread is here
             self._help()
             out.append(self._close())
         elif not self._overlap and self._pool is not None:  # a task for each pool thread
@@ -580,12 +598,17 @@ class SharedIndexCore(Logic):
         task_size = task_size_of(self.task_size, b, threads)
         states = [self._dummy, self._dummy]
         sizes = {}
+        room = np.full(2, cap, dtype=np.int64)  # per stream: the step ends when one is used up
         for y in spec.streams:
             store, index = self.stores[y], self.indexes[y]
             sizes[y] = len(index) if index is not None else len(store)
             if index is not None:
-                states[y], room = index.open_step(cap, b, switch=not self._settles_phases)
-                cap = min(cap, room)
+                states[y], room[y] = index.open_step(cap, b, switch=not self._settles_phases)
+        if spec.query.self_join:  # one stream, one index
+            room[1] = room[0]
+            cap = min(cap, int(room[0]))
+        else:
+            cap = min(cap, int(room[0] + room[1]))
         for y in spec.streams:
             self.stores[y].reserve(cap)
         if spec.query.self_join:
@@ -629,7 +652,7 @@ class SharedIndexCore(Logic):
                 mark_failed(step.ctl)
                 raise
 
-        self._flight = _Flight(step, work, args, cap, max_tasks, task_size, sizes)
+        self._flight = _Flight(step, work, args, cap, max_tasks, task_size, sizes, room)
         if self._pool is not None:
             self._pool.start(work)
 
