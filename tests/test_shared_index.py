@@ -719,3 +719,27 @@ def test_a_step_ends_when_an_index_has_taken_what_its_merge_allows():
     merges = core.stats()["merges"]  # both indexes'
     assert merges >= 10
     assert core.steps_closed <= merges + 40_000 / STEP_TUPLES + 2
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_step_one_index_filled_takes_no_more_batches(pipelined):
+    """A step ends once one stream's index has taken its room (T_I at its merge size): a
+    batch of the other stream, which would still fit its own index, must open the next step
+    and not join one whose threads were told no more tasks come (it did: its tuples were
+    announced to T_I and never inserted, and the merge then found T_I inconsistent)."""
+    query = sj.Query(sj.band("x", 3), window=sj.TimeWindow(2, 4))
+    data = sj.sources.synthetic(400, low=-6, high=6, rate=1000, seed=3)
+    for merge in ("blocking", "nonblocking"):
+        core = SharedIndexCore(
+            query,
+            "pim_tree",
+            {**TINY["pim_tree"], "layout": "compact"},
+            threads=1,
+            task_size=9,
+            merge=merge,
+            ordered=True,
+            pipelined=pipelined,
+            step_tuples=64,
+        )
+        r, s = pairs_in_arrival(query, data, core, 1, idle_every=None)
+        assert as_set(r, s) == oracle_set(query, data)

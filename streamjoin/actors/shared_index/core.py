@@ -340,11 +340,13 @@ class _Flight:
         self.spills: list[np.ndarray] = []  # the core's thread's own spills (not pipelined)
 
     def fits(self, b: int, ones: int) -> bool:
-        """Room for a batch of ``b`` tuples, ``ones`` of them of stream 1."""
+        """Room for a batch of ``b`` tuples, ``ones`` of them of stream 1 (none once the step
+        is :attr:`full`: its threads were told that no more tasks come)."""
         tasks = -(-b // self.task_size)
         n_y, room = self.n_y, self.room
         return (
-            self.tuples + b <= self.cap
+            not self.full
+            and self.tuples + b <= self.cap
             and self.n_tasks + tasks <= self.max_tasks
             and n_y[0] + b - ones <= room[0]
             and n_y[1] + ones <= room[1]
