@@ -746,3 +746,23 @@ def test_a_step_one_index_filled_takes_no_more_batches(pipelined):
         )
         r, s = pairs_in_arrival(query, data, core, 1, idle_every=None)
         assert as_set(r, s) == oracle_set(query, data)
+
+
+@pytest.mark.parametrize("index", CODED)
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+def test_warming_a_core_whose_batches_leave_its_step_open_ends(index, layout):
+    """The warm-up's batches fill half a step (each index's room before a merge is counted
+    per stream); its merges are settled between steps. Settled with the step open, a phase
+    switch replaced arrays the step's threads held: the kernel read past them and spun
+    forever (an inequality, a nonblocking merge, a merge every tuple). Run on a thread, so
+    that a hang fails the test instead of the run."""
+    query = sj.Query(sj.less("x"), window=sj.CountWindow(20))
+    options = {**TINY[index], "layout": layout}
+    core = SharedIndexCore(query, index, options, threads=1, merge="nonblocking")
+    warm = threading.Thread(target=core._warm, daemon=True)
+    warm.start()
+    warm.join(timeout=300)
+    assert not warm.is_alive(), "warming the core hung"
+    data = sj.sources.synthetic(200, low=0, high=40, seed=5)
+    res = sj.run(query, data, sj.topologies.shared_index(2, index, index_options=options))
+    assert res.same_pairs(sj.oracle.join(query, data))

@@ -900,6 +900,7 @@ class SharedIndexCore(Logic):
             expire = per_stream // 2 if b >= 2 else 0
             batch = warm_batch(k, self_join, n, first=b * per_stream, horizon=expire)
             spare.on_batch("in", batch)
+            spare.end_step()  # a batch need not fill its step: settle merges between steps
             for index in spare.indexes.values():
                 if index is not None:
                     index.settle()

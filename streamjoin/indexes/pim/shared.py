@@ -532,7 +532,9 @@ class SharedPIMTree:
         self.lock_waits += apply_pending(state)
 
     def settle(self) -> None:
-        """Wait for a merge in flight to finish all its phases (end of stream, checks)."""
+        """Wait for a merge in flight to finish all its phases (end of stream, checks): between
+        steps, or at a step's end once its threads are done, never while they may run (a
+        phase's switch replaces arrays the step's state holds)."""
         while self._phase != STEADY:
             self._finish_worker()
 
