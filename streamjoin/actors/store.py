@@ -147,7 +147,7 @@ class TupleStore:
 
     def rows_from(self, idx_bound: int) -> int:
         """First live row whose ``idx >= idx_bound``. O(log n)."""
-        return _first_row(self.rows, self.head, self.tail, idx_bound)
+        return first_row(self.rows, self.head, self.tail, idx_bound)
 
     def batch(self, start: int, end: int, stream: int) -> Batch:
         """Rows ``[start, end)`` as a new Batch of ``stream`` (copies)."""
@@ -205,9 +205,11 @@ def _gather_rows(rows, ts, attrs, kept, at, src, pos):
             attrs[a, at + k] = src_attrs[a, pos[k]]
 
 
-@njit(cache=True, nogil=True)
-def _first_row(rows, start, stop, idx_bound):
-    """First row in ``[start, stop)`` with ``idx >= idx_bound`` (``idx`` is non-decreasing)."""
+@njit(cache=True, nogil=True, _nrt=False)
+def first_row(rows, start, stop, idx_bound):
+    """First row in ``[start, stop)`` with ``idx >= idx_bound`` (``idx`` is non-decreasing).
+    Allocates nothing: compiled without reference counting, so that a kernel's loop calls
+    it without an atomic increment and decrement of ``rows`` each time."""
     while start < stop:
         mid = (start + stop) >> 1
         if rows[mid, IDX] < idx_bound:

@@ -30,7 +30,7 @@ from numba import njit
 
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_oriented
 from streamjoin.actors.shared_index.thread_pool import publish
-from streamjoin.actors.store import IDX, INGEST_NS, SEQ
+from streamjoin.actors.store import IDX, INGEST_NS, SEQ, first_row
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.atomics import (
     PAD,
@@ -280,18 +280,6 @@ def wait_propagated(ctl, status, task_meta, buf, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _first_row_from(rows, start, stop, idx_bound):
-    """First row in ``[start, stop)`` whose ``idx >= idx_bound`` (idx ascends with rows)."""
-    while start < stop:
-        mid = (start + stop) >> 1
-        if rows[mid, IDX] < idx_bound:
-            start = mid + 1
-        else:
-            stop = mid
-    return start
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _delay(rng, max_spins):
     """The test hook: wait a random while (spins, sometimes a yield) if ``max_spins``; ``rng``
     is the thread's generator state (an int64 LCG, wrapping)."""
@@ -500,7 +488,7 @@ def _join_tuples(
     for a in range(n_g):  # no index: the whole window is the tail
         g = gs[a]
         end = tup[T_OPP, g]
-        start = base + _first_row_from(rows, head, end - base, tup[T_LO_IDX, g])
+        start = base + first_row(rows, head, end - base, tup[T_LO_IDX, g])
         work[W_SCANNED] += end - start
         g_seq, g_ingest = tup[T_SEQ, g], tup[T_INGEST, g]
         g_key = attrs[g_row, g]

@@ -42,7 +42,6 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from streamjoin.indexes.base import grow
 from streamjoin.indexes.blocks.key_codes import CODE_MAX, REF_MASK
 from streamjoin.indexes.blocks.sorted_runs import scan_run
 
@@ -270,14 +269,15 @@ def _bounds_on_ol(top, vlo, vhi, base, shift):
 
 def scan_on(keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n):
     """(jitted) Append ``(probe, ref)`` for each item of the sorted level ``keys[start:stop]``
-    up to the bound ``bhi`` whose ref is at least ``min_ref``, returning ``(out_p, out_r, n)``:
-    float64 keys (``refs`` beside them) are tested exactly
+    up to the bound ``bhi`` whose ref is at least ``min_ref``, returning the new count: float64
+    keys (``refs`` beside them) are tested exactly
     (:func:`~streamjoin.indexes.blocks.sorted_runs.scan_run`); compact items (refs from ``ref_base``)
-    are all candidates, which the caller refines."""
+    are all candidates, which the caller refines. As ``scan_run``, matches beyond the outputs'
+    room are counted, not written (the caller grows them and scans again)."""
     raise NotImplementedError
 
 
-@overload(scan_on, inline="always")
+@overload(scan_on, jit_options={"_nrt": False})
 def _scan_on_ol(
     keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
 ):
@@ -286,29 +286,26 @@ def _scan_on_ol(
         def scan_items(
             keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
         ):
+            room = out_p.shape[0]
             for j in range(start, stop):
                 v = keys[j]
                 if v > bhi:
                     break
                 r = item_ref(v, ref_base)
                 if r >= min_ref:
-                    if n == out_p.shape[0]:
-                        out_p = grow(out_p, n + 1)
-                        out_r = grow(out_r, n + 1)
-                    out_p[n] = probe
-                    out_r[n] = r
+                    if n < room:
+                        out_p[n] = probe
+                        out_r[n] = r
                     n += 1
-            return out_p, out_r, n
+            return n
 
         return scan_items
 
     def scan_keys(
         keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
     ):
-        out_p, out_r, n, _ = scan_run(
-            keys, refs, start, stop, key, lo, hi, bhi, min_ref, probe, out_p, out_r, n
-        )
-        return out_p, out_r, n
+        n, _ = scan_run(keys, refs, start, stop, key, lo, hi, bhi, min_ref, probe, out_p, out_r, n)
+        return n
 
     return scan_keys
 

@@ -14,18 +14,37 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from streamjoin.indexes.base import grow, in_band
+from streamjoin.indexes.base import in_band
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def lower_bound(keys, start, stop, x):
     """First position in ``[start, stop)`` with ``keys[pos] >= x`` (``stop`` if none).
 
     ``keys[start:stop]`` must be non-decreasing. O(log(stop - start)).
+
+    Small helpers like this one that take arrays are compiled without reference counting
+    (``_nrt=False``: they allocate nothing) and left for LLVM to inline, not numba
+    (``inline="always"`` binds each array argument to a variable of the caller, an atomic
+    increment and decrement per call that numba could not prune inside a probe's loop).
     """
     while start < stop:
         mid = (start + stop) >> 1
         if keys[mid] < x:
+            start = mid + 1
+        else:
+            stop = mid
+    return start
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def lower_bound_row(keys, row, start, stop, x):
+    """:func:`lower_bound` in row ``row`` of the 2-d ``keys``, read in place: a row view
+    (``keys[row]``) in a loop costs two atomic reference-count updates each time numba cannot
+    prove them redundant (a tree descent did that at every level)."""
+    while start < stop:
+        mid = (start + stop) >> 1
+        if keys[row, mid] < x:
             start = mid + 1
         else:
             stop = mid
@@ -65,14 +84,14 @@ def prefetch(typingctx, arr, i):
     return types.void(arr, i), codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def prefetch_range(arr, start, stop):
     """:func:`prefetch` the cache lines of flat elements ``[start, stop)`` of 8-byte ``arr``."""
     for i in range(start, stop, 8):
         prefetch(arr, i)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def scan_run(keys, refs, start, stop, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n):
     """Append ``(probe, ref)`` for each item of ``[start, stop)`` in the probe band.
 
@@ -81,21 +100,24 @@ def scan_run(keys, refs, start, stop, key, lo, hi, vhi, min_ref, probe, out_p, o
     exactly with :func:`~streamjoin.indexes.base.in_band`, and items with ``ref < min_ref``
     (known to be expired) are skipped. ``out_p``/``out_r`` hold ``n`` matches so far.
 
-    Returns ``(out_p, out_r, n, done)``: the (possibly regrown) outputs, the new count, and
-    whether a key above ``vhi`` ended the scan. O(stop - start).
+    Returns ``(n, done)``: the new count, and whether a key above ``vhi`` ended the scan.
+    Matches beyond the outputs' room are counted, not written: a caller whose count passed
+    ``out_p.shape[0]`` grows both and scans its probe again (:func:`~streamjoin.indexes.base.
+    grow`). The outputs are never replaced here, because an array a loop reassigns costs two
+    atomic reference-count updates per call (at every key of a probe batch, that was a third
+    of the shared PIM-Tree's probe). O(stop - start).
     """
+    room = out_p.shape[0]
     for j in range(start, stop):
         v = keys[j]
         if v > vhi:
-            return out_p, out_r, n, True
+            return n, True
         if in_band(v, key, lo, hi) and refs[j] >= min_ref:
-            if n == out_p.shape[0]:
-                out_p = grow(out_p, n + 1)
-                out_r = grow(out_r, n + 1)
-            out_p[n] = probe
-            out_r[n] = refs[j]
+            if n < room:
+                out_p[n] = probe
+                out_r[n] = refs[j]
             n += 1
-    return out_p, out_r, n, False
+    return n, False
 
 
 @njit(cache=True, nogil=True)

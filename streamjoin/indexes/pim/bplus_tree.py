@@ -40,10 +40,14 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
+from streamjoin.indexes.base import WindowIndex, grow, key_range, node_size, register
 from streamjoin.indexes.blocks.atomics import atomic_add
 from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
-from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch_range, scan_run
+from streamjoin.indexes.blocks.sorted_runs import (
+    lower_bound_row,
+    prefetch_range,
+    scan_run,
+)
 from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE
 
 # slots of BPlusArrays.meta
@@ -105,11 +109,14 @@ def new_tree(fanout: int, leaf_size: int, leaf_cap: int, inner_cap: int) -> BPlu
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _pair_lower_bound(keys, refs, start, stop, k, r):
-    """First position in ``[start, stop)`` whose ``(keys, refs)`` is not below ``(k, r)``."""
+def _pair_lower_bound(keys, refs, node, start, stop, k, r):
+    """First position in ``[start, stop)`` of node ``node`` (a row of the 2-d ``keys`` and
+    ``refs``, read in place: a row view per level cost two atomic reference-count updates)
+    whose ``(key, ref)`` is not below ``(k, r)``."""
     while start < stop:
         mid = (start + stop) >> 1
-        if keys[mid] < k or (keys[mid] == k and refs[mid] < r):
+        key = keys[node, mid]
+        if key < k or (key == k and refs[node, mid] < r):
             start = mid + 1
         else:
             stop = mid
@@ -173,7 +180,7 @@ def _insert_entry(keys, refs, child, count, inner, node, p, k, r, c):
     count[node] += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _split_insert(keys, refs, child, count, inner, node, new, p, k, r, c):
     """Insert ``(k, r, c)`` at slot ``p`` of the full ``node``, moving the upper half to ``new``.
 
@@ -249,9 +256,7 @@ def _descend(t, root, height, k, r, path_node, path_slot):
         # child j covers [sep_j, sep_{j+1}): find the first separator above (k, r), which
         # is the first one not below (k, r + 1) since refs are integers
         j = (
-            _pair_lower_bound(
-                t.inner_keys[node], t.inner_refs[node], 1, t.inner_count[node], k, r + 1
-            )
+            _pair_lower_bound(t.inner_keys, t.inner_refs, node, 1, t.inner_count[node], k, r + 1)
             - 1
         )
         path_node[level] = node
@@ -287,7 +292,7 @@ def seek_leaf(t, root, height, x):
     for _ in range(height):
         # separators compare on keys alone: children left of the first one >= x hold only
         # keys below x
-        j = lower_bound(t.inner_keys[node], 1, t.inner_count[node], x) - 1
+        j = lower_bound_row(t.inner_keys, node, 1, t.inner_count[node], x) - 1
         node = t.inner_child[node, j]
     return node
 
@@ -307,7 +312,7 @@ def _fetch_leaf(t, leaf):
     prefetch_range(t.leaf_refs, leaf * size, leaf * size + size)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def insert_into(t, top, keys, refs, path, fetched):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
 
@@ -335,7 +340,7 @@ def insert_into(t, top, keys, refs, path, fetched):
             _fetch_leaf(t, seek_leaf(t, top[0], top[1], keys[i + ahead]))
         k, r = keys[i], refs[i]
         leaf = _descend(t, top[0], top[1], k, r, path_node, path_slot)
-        p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
+        p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
         if t.leaf_count[leaf] < leaf_size:
             _insert_entry(t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, leaf, p, k, r, 0)
             continue
@@ -404,7 +409,7 @@ def delete_items(t, keys, refs):
     for i in range(keys.shape[0]):
         k, r = keys[i], refs[i]
         leaf = _descend(t, t.meta[ROOT], t.meta[HEIGHT], k, r, path_node, path_slot)
-        p = _pair_lower_bound(t.leaf_keys[leaf], t.leaf_refs[leaf], 0, t.leaf_count[leaf], k, r)
+        p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
         _shift(t.leaf_keys, t.leaf_refs, no_child, False, leaf, p + 1, t.leaf_count[leaf], -1)
         t.leaf_count[leaf] -= 1
         level = t.meta[HEIGHT] - 1
@@ -441,7 +446,7 @@ def seek(t, root, height, x):
     (or there is none). O(height · log(fanout)).
     """
     node = seek_leaf(t, root, height, x)
-    return node, lower_bound(t.leaf_keys[node], 0, t.leaf_count[node], x)
+    return node, lower_bound_row(t.leaf_keys, node, 0, t.leaf_count[node], x)
 
 
 @njit(cache=True, nogil=True)
@@ -458,26 +463,31 @@ def probe_tree(t, keys, lo, hi, min_ref=_NO_REF):
     for i in range(keys.shape[0]):
         key = keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        leaf, p = seek(t, t.meta[ROOT], t.meta[HEIGHT], vlo)
-        done = False
-        while not done and leaf >= 0:
-            out_p, out_r, n, done = scan_run(
-                t.leaf_keys[leaf],
-                t.leaf_refs[leaf],
-                p,
-                t.leaf_count[leaf],
-                key,
-                lo,
-                hi,
-                vhi,
-                min_ref,
-                i,
-                out_p,
-                out_r,
-                n,
-            )
-            leaf = t.leaf_next[leaf]
-            p = 0
+        first, p0 = seek(t, t.meta[ROOT], t.meta[HEIGHT], vlo)
+        n_key = n
+        while True:  # again into grown outputs if the key's matches did not fit
+            n, leaf, p, done = n_key, first, p0, False
+            while not done and leaf >= 0:
+                n, done = scan_run(
+                    t.leaf_keys[leaf],
+                    t.leaf_refs[leaf],
+                    p,
+                    t.leaf_count[leaf],
+                    key,
+                    lo,
+                    hi,
+                    vhi,
+                    min_ref,
+                    i,
+                    out_p,
+                    out_r,
+                    n,
+                )
+                leaf = t.leaf_next[leaf]
+                p = 0
+            if n <= out_p.shape[0]:
+                break
+            out_p, out_r = grow(out_p, n), grow(out_r, n)
     return out_p[:n], out_r[:n]
 
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import WindowIndex, key_range, node_size, register
+from streamjoin.indexes.base import WindowIndex, grow, key_range, node_size, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.item_layout import WIDE_GRID, item_layout
@@ -151,9 +151,14 @@ def search_css_tree(tree, probe_keys, lo, hi, min_ref, grid, ref_base):
         # Alg. 2 l. 10-15: find the lower bound in the leaf, then scan the leaf level up to
         # the upper bound
         p = lower_bound(keys, start, min(start + leaf_size, n), blo)
-        out_p, out_r, n_out = scan_on(
-            keys, refs, p, n, key, lo, hi, bhi, min_ref, ref_base, i, out_p, out_r, n_out
-        )
+        n_key = n_out
+        while True:  # again into grown outputs if the key's matches did not fit
+            n_out = scan_on(
+                keys, refs, p, n, key, lo, hi, bhi, min_ref, ref_base, i, out_p, out_r, n_key
+            )
+            if n_out <= out_p.shape[0]:
+                break
+            out_p, out_r = grow(out_p, n_out), grow(out_r, n_out)
     return out_p[:n_out], out_r[:n_out]
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.checks import number
-from streamjoin.indexes.base import WindowIndex, key_range, register
+from streamjoin.indexes.base import WindowIndex, grow, key_range, register
 from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.item_layout import item_layout
@@ -108,8 +108,8 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
     return depth, stride, upper
 
 
-@njit(cache=True, nogil=True)
-def insert_partitioned(ti, ts, keys, refs, routes):
+@njit(cache=True, nogil=True, _nrt=False)
+def insert_partitioned(ti, ts, keys, refs, routes, path):
     """Insert a ``(key, ref)``-sorted batch into T_I (``ti``, :class:`Partitions`) by T_S's
     inner nodes (``ts``, :class:`~streamjoin.indexes.pim.css_tree.CSSTree`) (PIM-Tree Alg. 1).
 
@@ -121,13 +121,16 @@ def insert_partitioned(ti, ts, keys, refs, routes):
     :func:`~streamjoin.indexes.pim.css_tree.descend_css_tree`). A run of items bound for the same
     subindex is inserted under one acquisition of its lock (l. 8-11): sorted, the batch visits
     the subindexes in order, and ``counts[p]`` grows by the run's length (the per-subindex
-    insert load of §5, Fig. 13a). The caller reserves node room (:func:`reserve`).
+    insert load of §5, Fig. 13a). The caller reserves node room (:func:`reserve`). ``path``:
+    scratch of :func:`~streamjoin.indexes.pim.bplus_tree.new_path`. Compiled without
+    reference counting (``_nrt=False``, as :func:`~streamjoin.indexes.pim.bplus_tree.
+    insert_into`): it allocates nothing, and each subindex's run (about one per key) would
+    pay two atomic updates for each array it passes or slices.
     O(b · (depth · log(fanout_S) + H'_I · log(fanout_I))), Eq. 6 step 3.
     """
     t, tops, locks, counts, depth = ti.forest, ti.tops, ti.locks, ti.counts, ti.depth
     inner, offsets, fanout = ts.inner, ts.offsets, ts.fanout
     b = keys.shape[0]
-    path = new_path()
     start = 0
     p = descend_css_tree(inner, offsets, fanout, routes[0], depth)
     for j in range(1, b + 1):
@@ -219,34 +222,74 @@ def probe_partitioned(ts, ti, probe_keys, lo, hi, min_ref, grid, ref_base, side_
         key = probe_keys[i]
         vlo, vhi = key_range(key, lo, hi)
         _, bhi = bounds_on(top, vlo, vhi, base, shift)
-        sub = subs[i]
-        # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
-        out_p, out_r, n_out = scan_on(
-            ts_keys,
-            ts_refs,
-            ts_at[i],
-            n,
-            key,
-            lo,
-            hi,
-            bhi,
-            min_ref,
-            ref_base,
-            i,
-            out_p,
-            out_r,
-            n_out,
-        )
-        locks[sub] += 1  # l. 16
-        # l. 17-18, located above, before the lock: fine single-threaded; with concurrent
-        # inserts (PIM-Tree §4) they would have to be repeated under the lock
-        node, pos = ti_leaf[i], ti_at[i]
-        while True:  # l. 19-38
-            out_p, out_r, n_out, done = scan_run(
-                ti_keys,
-                ti_refs,
-                pos,
-                node * size + t.leaf_count[node],
+        n_key = n_out  # this key's matches start here: scanned again if they did not fit
+        while True:
+            n_out = n_key
+            sub = subs[i]
+            # l. 10-15: scan T_S's leaf level from Range.min while keys <= Range.max
+            n_out = scan_on(
+                ts_keys,
+                ts_refs,
+                ts_at[i],
+                n,
+                key,
+                lo,
+                hi,
+                bhi,
+                min_ref,
+                ref_base,
+                i,
+                out_p,
+                out_r,
+                n_out,
+            )
+            locks[sub] += 1  # l. 16
+            # l. 17-18, located above, before the lock: fine single-threaded; with concurrent
+            # inserts (PIM-Tree §4) they would have to be repeated under the lock
+            node, pos = ti_leaf[i], ti_at[i]
+            while True:  # l. 19-38
+                n_out, done = scan_run(
+                    ti_keys,
+                    ti_refs,
+                    pos,
+                    node * size + t.leaf_count[node],
+                    key,
+                    lo,
+                    hi,
+                    vhi,
+                    min_ref,
+                    i,
+                    out_p,
+                    out_r,
+                    n_out,
+                )
+                nxt = t.leaf_next[node]
+                if done or nxt < 0:  # l. 25, 37-38
+                    break
+                if nxt < n_parts:  # l. 27: B_sub's last leaf; the next is B_{sub + 1}'s head
+                    # l. 31-33, tested before the hop: later subindexes hold keys > upper[sub]
+                    if bhi <= upper[sub]:
+                        break
+                    locks[sub + 1] += 1  # l. 28-30
+                    locks[sub] -= 1
+                    sub += 1
+                node = nxt  # l. 29, 36, 39
+                pos = node * size
+            locks[sub] -= 1  # l. 39 (the paper's second "39")
+            if n_out <= out_p.shape[0]:
+                break
+            out_p, out_r = grow(out_p, n_out), grow(out_r, n_out)
+    for i in range(m if n_side else 0):  # the few keys a compact T_S holds outside its grid
+        key = probe_keys[i]
+        vlo, vhi = key_range(key, lo, hi)
+        at = lower_bound(side_keys, 0, n_side, vlo)
+        n_key = n_out
+        while True:
+            n_out, _ = scan_run(
+                side_keys,
+                side_refs,
+                at,
+                n_side,
                 key,
                 lo,
                 hi,
@@ -255,28 +298,11 @@ def probe_partitioned(ts, ti, probe_keys, lo, hi, min_ref, grid, ref_base, side_
                 i,
                 out_p,
                 out_r,
-                n_out,
+                n_key,
             )
-            nxt = t.leaf_next[node]
-            if done or nxt < 0:  # l. 25, 37-38
+            if n_out <= out_p.shape[0]:
                 break
-            if nxt < n_parts:  # l. 27: the last leaf of B_sub; the next is B_{sub + 1}'s head
-                # l. 31-33, tested before the hop: later subindexes hold keys > upper[sub]
-                if bhi <= upper[sub]:
-                    break
-                locks[sub + 1] += 1  # l. 28-30
-                locks[sub] -= 1
-                sub += 1
-            node = nxt  # l. 29, 36, 39
-            pos = node * size
-        locks[sub] -= 1  # l. 39 (the paper's second "39")
-    for i in range(m if n_side else 0):  # the few keys a compact T_S holds outside its grid
-        key = probe_keys[i]
-        vlo, vhi = key_range(key, lo, hi)
-        at = lower_bound(side_keys, 0, n_side, vlo)
-        out_p, out_r, n_out, _ = scan_run(
-            side_keys, side_refs, at, n_side, key, lo, hi, vhi, min_ref, i, out_p, out_r, n_out
-        )
+            out_p, out_r = grow(out_p, n_out), grow(out_r, n_out)
     return out_p[:n_out], out_r[:n_out]
 
 
@@ -432,6 +458,7 @@ class PIMTreeIndex(WindowIndex):
         self._first_ref: int | None = None
         self._last_ref: int | None = None
         self._n_ti = 0
+        self._path = new_path()  # insert_partitioned's scratch
         # T_S's leaf level is a prefix of a (keys, refs) buffer pair; a merge writes into the
         # spare pair and the old one becomes the spare: fresh memory for every merge cost more
         # page faults than the merge itself
@@ -511,7 +538,9 @@ class PIMTreeIndex(WindowIndex):
         run_keys = np.ascontiguousarray(run_keys)
         routes = self._items.routes(run_keys, self._coded)
         self._forest = reserve(self._forest, self._n_ti + len(refs), len(refs), len(self._tops))
-        insert_partitioned(self._partitions(), self._css_tree(), run_keys, run_refs, routes)
+        insert_partitioned(
+            self._partitions(), self._css_tree(), run_keys, run_refs, routes, self._path
+        )
         self._n_ti += len(refs)
         if self._n_ti >= self._merge_size():
             self._merge()

@@ -46,10 +46,16 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from streamjoin.indexes.base import key_range
+from streamjoin.indexes.base import grow, key_range
 from streamjoin.indexes.blocks.atomics import PAD, load_acquire, spin_lock, store_release, unlock
 from streamjoin.indexes.blocks.grid_codes import grid_bounds, route_of, scan_on
-from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch, prefetch_range, scan_run
+from streamjoin.indexes.blocks.sorted_runs import (
+    lower_bound,
+    lower_bound_row,
+    prefetch,
+    prefetch_range,
+    scan_run,
+)
 from streamjoin.indexes.pim.bplus_tree import (
     MAX_HEIGHT,
     BPlusArrays,
@@ -165,6 +171,16 @@ def insert_shared(s, keys, refs, path):
     step. Returns how often a lock was found held (contention). O(b · (D_I · log(fanout_S) +
     H'_I · log(fanout_I))), Eq. 6 step 3.
     """
+    return _insert_runs(s, keys, refs, path, np.empty(keys.shape[0] + 1, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _insert_runs(s, keys, refs, path, parts):
+    """:func:`insert_shared` with scratch ``parts`` (int64, ``len(keys) + 1``), compiled
+    without reference counting (``_nrt=False``: it allocates nothing), as is
+    :func:`~streamjoin.indexes.pim.bplus_tree.insert_into`: with it, each subindex's run (about
+    one per key) paid two atomic updates for every array it passed or sliced, about a fifth of
+    a task's time at W = 2^20."""
     b = keys.shape[0]
     waits = 0
     if b == 0:
@@ -173,7 +189,6 @@ def insert_shared(s, keys, refs, path):
     t, tops, locks, inserts = s.t, s.tops, s.locks, s.inserts
     n_parts, fanout, depth = meta[N_PARTS], meta[CSS_FANOUT], meta[DEPTH]
     compact, base, shift = meta[COMPACT] != 0, s.grid[0], s.grid[1]
-    parts = np.empty(b + 1, dtype=np.int64)
     parts[b] = -1
     size = t.leaf_keys.shape[1]
     leaf_keys, leaf_refs = t.leaf_keys.reshape(-1), t.leaf_refs.reshape(-1)
@@ -210,25 +225,25 @@ def _peek_leaf(t, tops, sub, x):
     for _ in range(min(max(tops[sub, 1], 0), MAX_HEIGHT)):
         node = min(max(node, 0), n_inner - 1)  # an inner node's id
         count = min(max(t.inner_count[node], 1), fanout)
-        j = max(lower_bound(t.inner_keys[node], 1, count, x) - 1, 0)
+        j = max(lower_bound_row(t.inner_keys, node, 1, count, x) - 1, 0)
         node = t.inner_child[node, j]
     return min(max(node, 0), n_leaves - 1)  # a leaf's id
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n):
     """Partition ``q``'s pending items in the probe band that are not in T_I yet (called
     under ``q``'s lock, which the applier holds while it inserts a chunk of them).
-    ``pending``: ``(applied, pend_start, pend_keys, pend_refs)``."""
+    ``pending``: ``(applied, pend_start, pend_keys, pend_refs)``. Returns the new count (as
+    :func:`~streamjoin.indexes.blocks.sorted_runs.scan_run`, matches past the outputs' room
+    are counted only)."""
     applied, pend_start, pend_keys, pend_refs = pending
     a, b = pend_start[q] + load_acquire(applied, q), pend_start[q + 1]
     if a >= b:
-        return out_p, out_r, n
+        return n
     p = lower_bound(pend_keys, a, b, vlo)
-    out_p, out_r, n, _ = scan_run(
-        pend_keys, pend_refs, p, b, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
-    )
-    return out_p, out_r, n
+    n, _ = scan_run(pend_keys, pend_refs, p, b, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n)
+    return n
 
 
 class Frozen(NamedTuple):
@@ -243,11 +258,12 @@ class Frozen(NamedTuple):
     tops: np.ndarray
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _walk_frozen(frozen, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n):
     """Scan F (:class:`Frozen`), the T_I being merged, from subindex ``sub`` up to subindex
     ``last`` for one key's probe band (Alg. 2 l. 19-38 without locks: nobody writes F).
-    Returns ``(out_p, out_r, n)``."""
+    Returns the new count (matches past the outputs' room counted only, as
+    :func:`~streamjoin.indexes.blocks.sorted_runs.scan_run`)."""
     t, ti_keys, ti_refs, tops = frozen
     n_parts = tops.shape[0]
     size = t.leaf_keys.shape[1]
@@ -256,7 +272,7 @@ def _walk_frozen(frozen, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
     pos = lower_bound(ti_keys, node * size, node * size + t.leaf_count[node], vlo)
     while True:
         stop = node * size + t.leaf_count[node]
-        out_p, out_r, n, done = scan_run(
+        n, done = scan_run(
             ti_keys, ti_refs, pos, stop, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n
         )
         nxt = t.leaf_next[node]
@@ -268,7 +284,7 @@ def _walk_frozen(frozen, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n
             sub += 1
         node = nxt
         pos = node * size
-    return out_p, out_r, n
+    return n
 
 
 @njit(cache=True, nogil=True)
@@ -360,92 +376,96 @@ def probe_shared(s, keys, lo, hi, out_p, out_r, n):
             continue
         key = keys[i]
         vlo, vhi = key_range(key, lo, hi)
-        if compact:  # l. 10-15, lock-free
-            _, bhi = grid_bounds(vlo, vhi, base, shift)
-            out_p, out_r, n = scan_on(
-                ts_items,
-                ts_refs,
-                ts_at[i],
-                n_ts,
-                key,
-                lo,
-                hi,
-                bhi,
-                min_ref,
-                ref_base,
-                i,
-                out_p,
-                out_r,
-                n,
-            )
-        else:
-            out_p, out_r, n, _ = scan_run(
-                ts_keys, ts_refs, ts_at[i], n_ts, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
-            )
-        # l. 16-39 on the live T_I, written out here: a call per key with the forest's
-        # arrays as arguments cost more than the walk (measured)
-        sb = sub[i]
-        waits += spin_lock(locks, sb * PAD)  # l. 16
-        if inserts[sb] == seen[i]:  # l. 17-18 found unlocked, and B_sb is as it was then
-            node, pos = ti_leaf[i], ti_at[i]
-        else:  # another thread inserted into B_sb meanwhile: seek again, under the lock
-            node = seek_leaf(t, tops[sb, 0], tops[sb, 1], vlo)
-            pos = lower_bound(ti_keys, node * size, node * size + leaf_count[node], vlo)
-        while True:  # l. 19-38
-            out_p, out_r, n, done = scan_run(
-                ti_keys,
-                ti_refs,
-                pos,
-                node * size + leaf_count[node],
-                key,
-                lo,
-                hi,
-                vhi,
-                min_ref,
-                i,
-                out_p,
-                out_r,
-                n,
-            )
-            nxt = leaf_next[node]
-            if done or nxt < 0:  # l. 25, 37-38
-                break
-            if nxt < n_parts:  # l. 27: B_sb's last leaf; the next is B_{sb + 1}'s head
-                if sb >= last[i]:  # l. 31-33: later subindexes hold larger keys
+        n_key = n  # this key's matches start here: scanned again if they did not fit
+        while True:
+            n = n_key
+            if compact:  # l. 10-15, lock-free
+                _, bhi = grid_bounds(vlo, vhi, base, shift)
+                n = scan_on(
+                    ts_items,
+                    ts_refs,
+                    ts_at[i],
+                    n_ts,
+                    key,
+                    lo,
+                    hi,
+                    bhi,
+                    min_ref,
+                    ref_base,
+                    i,
+                    out_p,
+                    out_r,
+                    n,
+                )
+            else:
+                n, _ = scan_run(
+                    ts_keys, ts_refs, ts_at[i], n_ts, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
+                )
+            # l. 16-39 on the live T_I, written out here: a call per key with the forest's
+            # arrays as arguments cost more than the walk (measured)
+            sb = sub[i]
+            waits += spin_lock(locks, sb * PAD)  # l. 16
+            if inserts[sb] == seen[i]:  # l. 17-18 found unlocked, and B_sb is as it was then
+                node, pos = ti_leaf[i], ti_at[i]
+            else:  # another thread inserted into B_sb meanwhile: seek again, under the lock
+                node = seek_leaf(t, tops[sb, 0], tops[sb, 1], vlo)
+                pos = lower_bound(ti_keys, node * size, node * size + leaf_count[node], vlo)
+            while True:  # l. 19-38
+                n, done = scan_run(
+                    ti_keys,
+                    ti_refs,
+                    pos,
+                    node * size + leaf_count[node],
+                    key,
+                    lo,
+                    hi,
+                    vhi,
+                    min_ref,
+                    i,
+                    out_p,
+                    out_r,
+                    n,
+                )
+                nxt = leaf_next[node]
+                if done or nxt < 0:  # l. 25, 37-38
                     break
-                if applying:  # B_sb is done: its pending run too, before its lock goes
-                    out_p, out_r, n = _scan_pending(
-                        pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
-                    )
-                waits += spin_lock(locks, (sb + 1) * PAD)  # l. 28-30
-                unlock(locks, sb * PAD)
-                sb += 1
-            node = nxt
-            pos = node * size
-        if applying:
-            out_p, out_r, n = _scan_pending(
-                pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
-            )
-        unlock(locks, sb * PAD)  # l. 39
-        if phase == BUILDING:
-            out_p, out_r, n = _walk_frozen(
-                frozen,
-                last[i],
-                sub[i],
-                key,
-                lo,
-                hi,
-                min_ref,
-                i,
-                out_p,
-                out_r,
-                n,
-            )
-        if n_side:  # the few keys a compact T_S holds outside its grid, whole
-            at = lower_bound(side_keys, 0, n_side, vlo)
-            out_p, out_r, n, _ = scan_run(
-                side_keys, side_refs, at, n_side, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
-            )
+                if nxt < n_parts:  # l. 27: B_sb's last leaf; the next is B_{sb + 1}'s head
+                    if sb >= last[i]:  # l. 31-33: later subindexes hold larger keys
+                        break
+                    if applying:  # B_sb is done: its pending run too, before its lock goes
+                        n = _scan_pending(
+                            pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n
+                        )
+                    waits += spin_lock(locks, (sb + 1) * PAD)  # l. 28-30
+                    unlock(locks, sb * PAD)
+                    sb += 1
+                node = nxt
+                pos = node * size
+            if applying:
+                n = _scan_pending(pending, sb, key, lo, hi, vlo, vhi, min_ref, i, out_p, out_r, n)
+            unlock(locks, sb * PAD)  # l. 39
+            if phase == BUILDING:
+                n = _walk_frozen(
+                    frozen,
+                    last[i],
+                    sub[i],
+                    key,
+                    lo,
+                    hi,
+                    min_ref,
+                    i,
+                    out_p,
+                    out_r,
+                    n,
+                )
+            if n_side:  # the few keys a compact T_S holds outside its grid, whole
+                at = lower_bound(side_keys, 0, n_side, vlo)
+                n, _ = scan_run(
+                    side_keys, side_refs, at, n_side, key, lo, hi, vhi, min_ref, i, out_p, out_r, n
+                )
+            if n <= out_p.shape[0]:
+                break
+            out_p, out_r = grow(out_p, n), grow(out_r, n)
     return out_p, out_r, n, waits
 
 
