@@ -12,7 +12,10 @@ module:function`` in the background, which compiles each job for the types of it
 arguments into numba's disk cache. When the run reaches that kernel, numba finds it there
 (it looks in the disk cache before it compiles) instead of compiling it again; if the helper
 has not finished, the run compiles it itself, as it would have: the answer never depends on
-the helper.
+the helper. A shared-index core names the task kernel's largest callees the same way
+(:func:`~streamjoin.actors.shared_index.core.task_kernel_jobs`) and, while a helper compiles
+them, compiles its index's late kernels itself (:func:`compile_now`) before its warm-up
+reaches the task kernel: each process then compiles a part of the critical path.
 
 Once per process and target; a helper already compiling the same target (another actor of a
 Ray run) makes the next one exit at once (a lock file). ``STREAMJOIN_COMPILE_AHEAD=0`` turns
@@ -87,6 +90,14 @@ def start(target: str | None) -> subprocess.Popen | None:
         return None
     _helpers.append(helper)
     return helper
+
+
+def compile_now(target: str) -> None:
+    """Compile (or load) ``target``'s jobs in this process: what a run does first while a
+    helper compiles another target that the run reaches soon after (a kernel's callees)."""
+    for dispatcher, args in jobs_of(target):
+        if not cached(dispatcher, args):
+            dispatcher.compile(_signature(args))
 
 
 def _lock_path(target: str) -> str:

@@ -104,3 +104,25 @@ def test_shared_pim_tree_jobs_have_the_state_types_a_core_runs_with():
     assert {ix.compile_ahead() for ix in compact.indexes.values()} == {None}
     core.close()
     compact.close()
+
+
+def test_the_task_kernels_callees_are_compiled_ahead_for_the_types_a_run_calls():
+    """The shared core's task kernel loads its two largest callees from the cache only if the
+    helper compiled them for the exact types it passes: compiling the task kernel afresh (not
+    from the cache, so that its callees are typed here) for a two-way and a self-join core's
+    step leaves each job's signature among the callees' signatures, and no other."""
+    import numba
+
+    from streamjoin.actors.shared_index import kernels
+    from streamjoin.actors.shared_index.core import TASK_KERNEL_JOBS, SharedIndexCore
+
+    fresh = numba.njit(nogil=True)(kernels.run_tasks.py_func)
+    for self_join in (False, True):
+        query = sj.Query(sj.band("x", 2.0), window=sj.CountWindow(100), self_join=self_join)
+        core = SharedIndexCore(query, "pim_tree", {}, threads=1)
+        core._open(8)
+        fresh.compile(compile_ahead._signature((0, 0, 0, *core._flight.args)))
+        core.close()
+    for dispatcher, args in compile_ahead.jobs_of(TASK_KERNEL_JOBS):
+        sig = tuple(compile_ahead._signature(args))
+        assert [tuple(s) for s in dispatcher.signatures] == [sig], dispatcher.py_func.__name__

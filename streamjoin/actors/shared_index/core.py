@@ -119,6 +119,7 @@ from streamjoin.actors.shared_index.kernels import (
     Probing,
     Step,
     Window,
+    callee_jobs,
     close_step,
     drain_pairs,
     gather_pairs,
@@ -306,6 +307,24 @@ def pipelines_on(threads: int, processors: float) -> bool:
 def pipelines_here(threads: int) -> bool:
     """:func:`pipelines_on` this host's processors."""
     return pipelines_on(threads, os.cpu_count() or 1)
+
+
+#: The task kernel's callees that a first run compiles ahead (:func:`task_kernel_jobs`).
+TASK_KERNEL_JOBS = f"{__name__}:task_kernel_jobs"
+
+
+def task_kernel_jobs() -> list:
+    """The task kernel's largest callees (:func:`~streamjoin.actors.shared_index.kernels.
+    callee_jobs`) for a PIM-Tree core's steps, for a second process
+    (:mod:`streamjoin.compile_ahead`): :func:`run_tasks` then loads them from the disk
+    cache."""
+    from streamjoin.query import CountWindow, band
+
+    core = SharedIndexCore(Query(band("x", 1.0), window=CountWindow(64)), "pim_tree", threads=1)
+    core._open(8)  # a step's arrays; nothing staged
+    assert core._flight is not None
+    _, _, step, window, _, probing, _, _ = core._flight.args
+    return callee_jobs(step, window, probing)
 
 
 class _Flight:
@@ -884,9 +903,16 @@ class SharedIndexCore(Logic):
         )
         q = self.query
         key += (q.self_join, self.spec.n_keys, q.predicate.symmetric)
-        for index in self.indexes.values():  # the late kernels, meanwhile, in a second process
-            if index is not None and hasattr(index, "compile_ahead"):
-                compile_ahead.start(index.compile_ahead())
+        indexes = [i for i in self.indexes.values() if hasattr(i, "compile_ahead")]
+        late = {i.compile_ahead() for i in indexes} - {None}
+        if late and compile_ahead.start(TASK_KERNEL_JOBS) is not None:
+            # an empty cache: the task kernel's largest callees compile in a second process
+            # while this one compiles the index's late kernels (T_I's insert, the merge's),
+            # and the warm-up's first step finds them in the disk cache
+            for target in late:
+                compile_ahead.compile_now(target)
+        for target in late:  # (else the late kernels, meanwhile, in a second process)
+            compile_ahead.start(target)
         WARMED.once(key, self._warm)
 
     def _warm(self) -> None:

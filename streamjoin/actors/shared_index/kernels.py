@@ -221,7 +221,7 @@ def stage_batch(
         ypos[x, n_y[x]] = g
         keys[x, n_y[x]] = attrs[key_rows[x], i]
         n_y[x] += 1
-    step.attrs[:, b0 : b0 + b] = attrs
+    copy_cols(step.attrs, b0, attrs, 0, b)
     t = n_tasks
     for a in range(b0, b0 + b, task_size):
         step.task_start[t] = a
@@ -279,6 +279,16 @@ def wait_propagated(ctl, status, task_meta, buf, out):
         spins = back_off(spins)
 
 
+@njit(cache=True, nogil=True, _nrt=False)
+def copy_cols(dst, at, src, start, n):
+    """``dst[:, at : at + n] = src[:k, start : start + n]``, ``k`` the rows of ``dst``, written
+    out: a 2-d slice assignment compiles numpy's broadcast and its error message with the
+    shapes (about a second of a first run's compiling per dtype)."""
+    for a in range(dst.shape[0]):
+        for j in range(n):
+            dst[a, at + j] = src[a, start + j]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _delay(rng, max_spins):
     """The test hook: wait a random while (spins, sometimes a yield) if ``max_spins``; ``rng``
@@ -298,7 +308,7 @@ def _delay(rng, max_spins):
 def _emit(pairs, n, r, s, ingest, later, earlier):
     if n == pairs.shape[1]:
         bigger = np.empty((5, 2 * n + 64), dtype=np.int64)
-        bigger[:, :n] = pairs[:, :n]
+        copy_cols(bigger, 0, pairs, 0, n)
         pairs = bigger
     pairs[0, n] = r
     pairs[1, n] = s
@@ -441,7 +451,7 @@ def _join_tuples(
         # (119 → 80 ns a tuple of 2 candidates at W = 2**20)
         if n_pairs + n_c > pairs.shape[1]:
             bigger = np.empty((5, 2 * (n_pairs + n_c)), dtype=np.int64)
-            bigger[:, :n_pairs] = pairs[:, :n_pairs]
+            copy_cols(bigger, 0, pairs, 0, n_pairs)
             pairs = bigger
         seq_c, lo_c, ing_c = tup[T_SEQ], tup[T_LO_IDX], tup[T_INGEST]
         p0, p1, p2, p3, p4 = pairs[0], pairs[1], pairs[2], pairs[3], pairs[4]
@@ -540,7 +550,7 @@ def _propagate(ctl, status, task_meta, buf, out):
             if k < 0 or n + cnt > cap:
                 store_release(ctl, STALLED * PAD, 1)
                 break
-            out[:, n : n + cnt] = buf[k, :, off : off + cnt]
+            copy_cols(out, n, buf[k], off, cnt)
             n += cnt
             h += 1
         store_release(ctl, OUT_N * PAD, n)
@@ -685,20 +695,24 @@ def run_tasks(thread, stay, keep, sync, cfg, step, window0, window1, probing, bu
         if ordered and n_pairs > 1:  # by the later tuple, then the earlier (docs/design.md §1)
             by_earlier = np.argsort(pairs[4, :n_pairs], kind="mergesort")
             by_later = np.argsort(pairs[3, :n_pairs][by_earlier], kind="mergesort")
-            pairs[:3, :n_pairs] = pairs[:3, :n_pairs][:, by_earlier[by_later]]
+            perm = by_earlier[by_later]
+            held = pairs[:3, :n_pairs].copy()
+            for a in range(3):
+                for j in range(n_pairs):
+                    pairs[a, j] = held[a, perm[j]]
         work[W_PAIRS] = n_pairs
         off = buf_n[thread * PAD]
         if off + n_pairs <= buf.shape[2]:
-            buf[thread, :, off : off + n_pairs] = pairs[:3, :n_pairs]
+            copy_cols(buf[thread], off, pairs, 0, n_pairs)
             buf_n[thread * PAD] = off + n_pairs
             task_meta[t, M_THREAD] = thread
             task_meta[t, M_OFF] = off
         else:  # this thread's buffer is full: keep them here, the step's end gathers them
             while n_spill + n_pairs > spill.shape[1]:
                 bigger = np.empty((3, 2 * spill.shape[1] + n_pairs), dtype=np.int64)
-                bigger[:, :n_spill] = spill[:, :n_spill]
+                copy_cols(bigger, 0, spill, 0, n_spill)
                 spill = bigger
-            spill[:, n_spill : n_spill + n_pairs] = pairs[:3, :n_pairs]
+            copy_cols(spill, n_spill, pairs, 0, n_pairs)
             task_meta[t, M_THREAD] = -1 - thread
             task_meta[t, M_OFF] = spilled + n_spill
             n_spill += n_pairs
@@ -739,13 +753,29 @@ def gather_pairs(ctl, task_meta, buf, spill, spill_base, out, start):
     for t in range(ctl[HEAD * PAD], n_tasks):
         total += task_meta[t, M_CNT]
     res = np.empty((3, total), dtype=np.int64)
-    res[:, :n] = out[:, start : start + n]
+    copy_cols(res, 0, out, start, n)
     for t in range(ctl[HEAD * PAD], n_tasks):
         k, off, cnt = task_meta[t, M_THREAD], task_meta[t, M_OFF], task_meta[t, M_CNT]
         if k >= 0:
-            res[:, n : n + cnt] = buf[k, :, off : off + cnt]
+            copy_cols(res, n, buf[k], off, cnt)
         else:
             at = spill_base[-1 - k] + off
-            res[:, n : n + cnt] = spill[:, at : at + cnt]
+            copy_cols(res, n, spill, at, cnt)
         n += cnt
     return res
+
+
+def callee_jobs(step: Step, window: Window, probing: Probing) -> list:
+    """:func:`_join_tuples` and :func:`_join_tail` (two thirds of compiling :func:`run_tasks`)
+    with arguments of the types ``run_tasks`` passes them in a step like ``step`` over
+    ``window``: ``(dispatcher, example_args)`` pairs for :mod:`streamjoin.compile_ahead`."""
+    ints, keys = np.zeros((2, 8), dtype=np.int64), np.zeros((2, 8))
+    probers = Probers(ints[0], ints[1, :8], keys[0, :8], 8)
+    side = Side(0, 1, 0, R_PROBES, True)
+    cands = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)
+    pairs, work = np.empty((5, 256), dtype=np.int64), step.task_work[0]
+    n_pairs, t = np.int64(0), np.int64(0)
+    return [
+        (_join_tuples, (probers, side, step, window, True, probing, *cands, pairs, n_pairs, work)),
+        (_join_tail, (probers, side, t, step, window, probing.conds, pairs, n_pairs, work)),
+    ]

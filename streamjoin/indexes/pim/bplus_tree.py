@@ -501,10 +501,10 @@ def chain_items(t, leaf, n):
     refs = np.empty(n, dtype=np.int64)
     k = 0
     while k < n:
-        c = t.leaf_count[leaf]
-        keys[k : k + c] = t.leaf_keys[leaf, :c]
-        refs[k : k + c] = t.leaf_refs[leaf, :c]
-        k += c
+        for j in range(t.leaf_count[leaf]):  # (a slice assignment compiles numpy's
+            keys[k] = t.leaf_keys[leaf, j]  # broadcast and its error message: a second of
+            refs[k] = t.leaf_refs[leaf, j]  # a first run's compiling)
+            k += 1
         leaf = t.leaf_next[leaf]
     return keys, refs
 
