@@ -154,8 +154,6 @@ class Watermark:
 #: ``held / BUCKETS`` rows at a time.
 BUCKETS = 32
 
-_NIL = -1
-
 
 class ReorderBuffer:
     """Rows held until the watermark passes them, released in stable ``ts`` order with the
@@ -163,12 +161,13 @@ class ReorderBuffer:
     :class:`Watermark` in the driver took those out), so the largest ``ts`` it has seen is the
     input's.
 
-    A calendar queue: held rows' columns sit in a pool, in arrival order, and each row is
-    linked, in arrival order, into the bucket of its ``ts`` in a ring of buckets that spans the
+    A calendar queue: held rows' columns sit in a pool, in arrival order, and each row's place
+    and ``ts`` are appended, in arrival order, to the bucket of its ``ts`` in a ring of buckets
+    (two 2-d arrays, a row per bucket, widened when a bucket outgrows them) that spans the
     lateness (:data:`BUCKETS` of them, and a few more). Every row held lies above the
     watermark and at most ``lateness`` below the largest ``ts``, so the ring holds them all. A
     release walks the buckets the watermark has passed, sorts each one's rows by ``ts`` (a
-    stable sort of a bucket's list keeps arrival order among equal ``ts``), splits the
+    stable sort of a bucket's rows keeps arrival order among equal ``ts``), splits the
     watermark's own bucket, merges in the chunk's rows that are already behind the watermark,
     and gathers the released rows' columns from the pool in one copy. One numba call a chunk;
     a row is copied into the pool, out of it, and in a compaction of the pool now and then. A
@@ -177,7 +176,7 @@ class ReorderBuffer:
 
     Input in ``ts`` order skips the ring: while every row held came in ``ts`` order, the held
     rows are the pool's ``[start, used)`` in that order, a queue, and a release is its prefix
-    up to the watermark (a binary search and a copy). The first row out of order links the
+    up to the watermark (a binary search and a copy). The first row out of order puts the
     queue's rows into their buckets, in arrival order, and the ring takes over until it is
     empty again. So a lateness that in-order input never needs costs a copy in and out.
     """
@@ -189,14 +188,15 @@ class ReorderBuffer:
         self.width = max(1, (self.lateness + 1) // BUCKETS)  # ts units a bucket spans
         self.ring = (self.lateness // self.width) + 3
         self.base = _INT64_MIN // self.width  # absolute bucket of the ring's first
-        self.head = np.full(self.ring, _NIL, dtype=np.int64)
-        self.tail = np.full(self.ring, _NIL, dtype=np.int64)
+        # each bucket's rows, in arrival order: their pool places and their ts side by side
+        # (a release reads a bucket as two runs, not a list through the pool: a list's hops
+        # were dependent misses once the join had the cache)
+        self.places = np.empty((self.ring, 64), dtype=np.int64)
+        self.keys = np.empty((self.ring, 64), dtype=np.int64)
         self.size = np.zeros(self.ring, dtype=np.int64)  # rows in each bucket
         self.held = 0
         self._pool: Columns | None = None  # held rows' columns (and released rows' leftovers)
         self._arrived = np.empty(0, dtype=np.int64)
-        self._next = np.empty(0, dtype=np.int64)  # the next row of a row's bucket
-        self._spare_next = self._next  # the links a compaction in place writes
         self._used = 0
         #: the rows held came in ts order: they are the pool's [_start, _used), the ring empty
         self._queue = True
@@ -229,11 +229,10 @@ class ReorderBuffer:
             self._to_ring()
         first = self._append(cols, arrived_ns)
         assert self._pool is not None  # (_append made it)
-        out, self.base, n_drained, n_now = reorder_push(
+        out, self.base, n_drained, n_now, self.places, self.keys = reorder_push(
             self._pool.ts,
-            self._next,
-            self.head,
-            self.tail,
+            self.places,
+            self.keys,
             self.size,
             first,
             n,
@@ -274,11 +273,10 @@ class ReorderBuffer:
         self._queue = False
         if self.held:
             assert self._pool is not None
-            reorder_push(
+            _, _, _, _, self.places, self.keys = reorder_push(
                 self._pool.ts,
-                self._next,
-                self.head,
-                self.tail,
+                self.places,
+                self.keys,
                 self.size,
                 self._start,
                 self.held,
@@ -297,9 +295,7 @@ class ReorderBuffer:
             self._start, self.held = end, 0
             self.copied += end - start
             return _cols_copy(self._pool, start, end), self._arrived[start:end].copy()
-        out = reorder_flush(
-            self._pool.ts, self._next, self.head, self.tail, self.size, self.base, self.width
-        )
+        out = reorder_flush(self.places, self.keys, self.size, self.base, self.width)
         self.held = 0
         self._queue, self._start = True, self._used
         return self._gather(out)
@@ -323,7 +319,7 @@ class ReorderBuffer:
 
     def _compact(self, n: int, like: Columns) -> None:
         """Room for ``n`` more rows: the held rows moved to the pool's front bucket by bucket
-        and relinked, in place while the pool has room for twice the held rows and ``n``,
+        and renumbered, in place while the pool has room for twice the held rows and ``n``,
         else into a new pool four times that (a compaction moves every held row, so room for
         many chunks makes compactions rare when chunks are far smaller than the rows held, and
         reusing the pool spares fresh arrays their page faults)."""
@@ -337,9 +333,8 @@ class ReorderBuffer:
                 np.empty((like.attrs.shape[0], cap), dtype=like.attrs.dtype),
             )
             arrived = np.empty(cap, dtype=np.int64)
-            nxt = np.empty(cap, dtype=np.int64)
         else:
-            arrived, nxt = self._arrived, self._spare_next
+            arrived = self._arrived
         if self.held and self._queue:  # the queue's rows, to the front
             old = self._pool
             assert old is not None
@@ -353,7 +348,7 @@ class ReorderBuffer:
         elif self.held:
             old = self._pool
             assert old is not None
-            live = relink(self._next, self.head, self.tail, nxt)  # old places, new order
+            live = renumber(self.places, self.size)  # old places; the buckets' now 0, 1, …
             m = len(live)
             # (the right-hand sides are gathered first: in place is safe)
             pool.stream[:m] = old.stream[live]
@@ -361,8 +356,7 @@ class ReorderBuffer:
             pool.attrs[:, :m] = np.take(old.attrs, live, axis=1)
             arrived[:m] = self._arrived[live]
             self.copied += m
-        self._spare_next = self._next if pool is self._pool else np.empty(len(pool), np.int64)
-        self._pool, self._arrived, self._next, self._used = pool, arrived, nxt, self.held
+        self._pool, self._arrived, self._used = pool, arrived, self.held
         self._start = 0
 
     def _gather(self, at: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -425,47 +419,70 @@ def _stable_order(keys, low, width):
 
 
 @njit(cache=True, nogil=True)
-def _drain(ts, nxt, head, tail, size, k, width, watermark, whole, out, n_out):
+def _drain(places, keys, size, k, width, watermark, whole, out, n_out):
     """Bucket ``k``'s rows (absolute bucket; ``k % ring`` in the ring) at or below
-    ``watermark`` (all of them if ``whole``) appended to ``out`` sorted by ``ts`` (stable: the
-    list is in arrival order); the rest stay, relinked in order. Returns the new ``n_out``."""
-    slot = k % head.shape[0]
+    ``watermark`` (all of them if ``whole``) appended to ``out`` sorted by ``ts`` (stable: a
+    bucket is in arrival order); the rest stay, at the bucket's front in ``ts`` order (equal
+    ``ts`` in arrival order, before any row that comes later). Returns the new ``n_out``."""
+    slot = k % places.shape[0]
     m = size[slot]
     if m == 0:
         return n_out
-    places = np.empty(m, dtype=np.int64)
-    keys = np.empty(m, dtype=np.int64)
-    at = head[slot]
+    order = _stable_order(keys[slot, :m], k * width, width)
+    kept = np.empty(m, dtype=np.int64)  # (a sort's order reads the places it overwrites)
+    kept_keys = np.empty(m, dtype=np.int64)
+    n_kept = 0
     for i in range(m):
-        places[i] = at
-        keys[i] = ts[at]
-        at = nxt[at]
-    order = _stable_order(keys, k * width, width)
-    head[slot] = tail[slot] = -1
-    size[slot] = 0
-    for i in range(m):
-        p = places[order[i]]
-        if whole or keys[order[i]] <= watermark:
-            out[n_out] = p
+        j = order[i]
+        if whole or keys[slot, j] <= watermark:
+            out[n_out] = places[slot, j]
             n_out += 1
-        else:  # stays: relinked in ts order (equal ts keep arrival order)
-            nxt[p] = -1
-            if head[slot] == -1:
-                head[slot] = p
-            else:
-                nxt[tail[slot]] = p
-            tail[slot] = p
-            size[slot] += 1
+        else:
+            kept[n_kept] = places[slot, j]
+            kept_keys[n_kept] = keys[slot, j]
+            n_kept += 1
+    for i in range(n_kept):
+        places[slot, i] = kept[i]
+        keys[slot, i] = kept_keys[i]
+    size[slot] = n_kept
     return n_out
 
 
 @njit(cache=True, nogil=True)
-def reorder_push(ts, nxt, head, tail, size, first, n, base, width, watermark, can):
+def _grown(a, width):
+    """``a`` with rows ``width`` wide, its entries kept."""
+    b = np.empty((a.shape[0], width), dtype=a.dtype)
+    b[:, : a.shape[1]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _link(ts, places, keys, size, first, n, width, watermark, can, now):
+    """Rows ``first`` to ``first + n`` appended to their buckets (which have room), those
+    behind the watermark (if ``can``) to ``now`` instead; returns how many went there."""
+    ring = places.shape[0]
+    n_now = 0
+    for i in range(first, first + n):
+        if can and ts[i] <= watermark:
+            now[n_now] = i
+            n_now += 1
+        else:
+            slot = (ts[i] // width) % ring
+            at = size[slot]
+            places[slot, at] = i
+            keys[slot, at] = ts[i]
+            size[slot] = at + 1
+    return n_now
+
+
+@njit(cache=True, nogil=True)
+def reorder_push(ts, places, keys, size, first, n, base, width, watermark, can):
     """A chunk's rows (pool places ``first`` to ``first + n``) into the ring, after the
     buckets the watermark passed were drained; returns the released places in stable ``ts``
     order (the drained rows first at equal ``ts``: they came earlier), the ring's new base
-    bucket, and how many of the released rows were held before and came with the chunk."""
-    ring = head.shape[0]
+    bucket, how many of the released rows were held before and came with the chunk, and
+    the buckets' arrays (grown if a bucket outgrew them)."""
+    ring = places.shape[0]
     out = np.empty(0, dtype=np.int64)
     n_out = 0
     if can:
@@ -477,24 +494,19 @@ def reorder_push(ts, nxt, head, tail, size, first, n, base, width, watermark, ca
             count += size[k % ring]
         out = np.empty(count, dtype=np.int64)
         for k in range(base, stop + 1):
-            n_out = _drain(ts, nxt, head, tail, size, k, width, watermark, k < last, out, n_out)
+            n_out = _drain(places, keys, size, k, width, watermark, k < last, out, n_out)
         base = max(base, last)
     # this chunk: rows behind the watermark go now (stable by ts), the rest into their buckets
+    # (widened first if one would overflow: an array the loop below could replace would cost
+    # it reference counting at every row)
+    most = 0
+    for slot in range(ring):
+        most = max(most, size[slot])
+    if most + n > places.shape[1]:
+        places = _grown(places, max(most + n, 2 * places.shape[1]))
+        keys = _grown(keys, places.shape[1])
     now = np.empty(n, dtype=np.int64)
-    n_now = 0
-    for i in range(first, first + n):
-        if can and ts[i] <= watermark:
-            now[n_now] = i
-            n_now += 1
-        else:
-            slot = (ts[i] // width) % ring
-            nxt[i] = -1
-            if head[slot] == -1:
-                head[slot] = i
-            else:
-                nxt[tail[slot]] = i
-            tail[slot] = i
-            size[slot] += 1
+    n_now = _link(ts, places, keys, size, first, n, width, watermark, can, now)
     n_drained = n_out
     if n_now:
         order = np.argsort(ts[now[:n_now]], kind="mergesort")
@@ -508,42 +520,28 @@ def reorder_push(ts, nxt, head, tail, size, first, n, base, width, watermark, ca
                 merged[k] = now[order[j]]
                 j += 1
         out, n_out = merged, n_out + n_now
-    return out[:n_out], base, n_drained, n_now
+    return out[:n_out], base, n_drained, n_now, places, keys
 
 
 @njit(cache=True, nogil=True)
-def reorder_flush(ts, nxt, head, tail, size, base, width):
+def reorder_flush(places, keys, size, base, width):
     """Every held row's place, in stable ``ts`` order (the ring emptied)."""
     out = np.empty(size.sum(), dtype=np.int64)
     n_out = 0
-    for k in range(base, base + head.shape[0]):
-        n_out = _drain(ts, nxt, head, tail, size, k, width, 0, True, out, n_out)
+    for k in range(base, base + places.shape[0]):
+        n_out = _drain(places, keys, size, k, width, 0, True, out, n_out)
     return out[:n_out]
 
 
 @njit(cache=True, nogil=True)
-def relink(nxt, head, tail, new_next):
-    """The held rows' old places, bucket by bucket in list order, and the ring relinked to
-    their new places (0, 1, ... in that order) through ``new_next``."""
-    ring = head.shape[0]
-    total = 0
-    for slot in range(ring):
-        at = head[slot]
-        while at != -1:
-            total += 1
-            at = nxt[at]
-    live = np.empty(total, dtype=np.int64)
+def renumber(places, size):
+    """The held rows' old places, bucket by bucket in bucket order, and each bucket's entries
+    renumbered to their new places (0, 1, … in that order): a compaction of the pool."""
+    live = np.empty(size.sum(), dtype=np.int64)
     n = 0
-    for slot in range(ring):
-        at = head[slot]
-        if at == -1:
-            continue
-        head[slot] = n
-        while at != -1:
-            live[n] = at
-            new_next[n] = n + 1
-            tail[slot] = n
+    for slot in range(places.shape[0]):
+        for j in range(size[slot]):
+            live[n] = places[slot, j]
+            places[slot, j] = n
             n += 1
-            at = nxt[at]
-        new_next[n - 1] = -1
     return live

@@ -175,3 +175,24 @@ def test_reorder_buffer_over_many_chunks_merges_runs_and_keeps_the_order():
     got = np.concatenate(out)
     assert got.tolist() == np.sort(ts, kind="stable").tolist()
     assert buffer.copied < 5 * len(ts)
+
+
+def test_reorder_buffer_keeps_a_bucket_that_outgrows_its_room_in_order():
+    """Hundreds of rows in one bucket, a row at a time, then a burst, then a row that moves
+    the watermark past them: the bucket's arrays widen while rows sit in them, and the
+    release is still every row once, stably by ``ts``."""
+    rng = np.random.default_rng(5)
+    ts = np.concatenate([rng.integers(0, 8, 700), rng.integers(0, 8, 3000), [10_000_000]])
+    buffer = ReorderBuffer(1_000_000)
+    out, at = [], 0
+    parts = [ts[i : i + 1] for i in range(700)] + [ts[700:3700], ts[3700:]]
+    for k, part in enumerate(parts):
+        cols = _cols(part)  # each row's attribute its row number
+        released = buffer.push(Columns(cols.stream, cols.ts, cols.attrs + at), arrived_ns=k)
+        at += len(part)
+        if released is not None:
+            out.append(released[0].attrs[0])
+    assert buffer.places.shape[1] >= 3700
+    rest = buffer.flush()
+    out.append(rest[0].attrs[0])
+    assert np.concatenate(out).tolist() == np.argsort(ts, kind="stable").tolist()
