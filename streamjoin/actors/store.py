@@ -8,6 +8,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.batch import Batch
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 
 #: The int64 fields a store keeps of every tuple in one row of :attr:`TupleStore.rows`, in this
 #: order: what checking and emitting a candidate pair reads (docs/design.md §2 step 1).
@@ -205,7 +206,7 @@ def _gather_rows(rows, ts, attrs, kept, at, src, pos):
             attrs[a, at + k] = src_attrs[a, pos[k]]
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def first_row(rows, start, stop, idx_bound):
     """First row in ``[start, stop)`` with ``idx >= idx_bound`` (``idx`` is non-decreasing).
     Allocates nothing: compiled without reference counting, so that a kernel's loop calls

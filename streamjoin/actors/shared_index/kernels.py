@@ -45,6 +45,7 @@ from streamjoin.indexes.blocks.atomics import (
     yield_cpu,
 )
 from streamjoin.indexes.blocks.key_order import stable_order_into
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch
 from streamjoin.indexes.pim.bplus_tree import new_path
 from streamjoin.indexes.pim.pim_tree_shared import (
@@ -279,7 +280,7 @@ def wait_propagated(ctl, status, task_meta, buf, out):
         spins = back_off(spins)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def copy_cols(dst, at, src, start, n):
     """``dst[:, at : at + n] = src[:k, start : start + n]``, ``k`` the rows of ``dst``, written
     out: a 2-d slice assignment compiles numpy's broadcast and its error message with the

@@ -43,6 +43,7 @@ from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from streamjoin.indexes.blocks.key_codes import CODE_MAX, REF_MASK
+from streamjoin.indexes.blocks.no_refcount import NO_REFCOUNT
 from streamjoin.indexes.blocks.sorted_runs import scan_run
 
 # items as in ``key_codes``: the code above the ref's offset, one uint64
@@ -277,7 +278,7 @@ def scan_on(keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe,
     raise NotImplementedError
 
 
-@overload(scan_on, jit_options={"_nrt": False})
+@overload(scan_on, jit_options=NO_REFCOUNT)
 def _scan_on_ol(
     keys, refs, start, stop, key, lo, hi, bhi, min_ref, ref_base, probe, out_p, out_r, n
 ):

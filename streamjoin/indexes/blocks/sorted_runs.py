@@ -15,9 +15,10 @@ from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from streamjoin.indexes.base import in_band
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def lower_bound(keys, start, stop, x):
     """First position in ``[start, stop)`` with ``keys[pos] >= x`` (``stop`` if none).
 
@@ -37,7 +38,7 @@ def lower_bound(keys, start, stop, x):
     return start
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def lower_bound_row(keys, row, start, stop, x):
     """:func:`lower_bound` in row ``row`` of the 2-d ``keys``, read in place: a row view
     (``keys[row]``) in a loop costs two atomic reference-count updates each time numba cannot
@@ -84,14 +85,14 @@ def prefetch(typingctx, arr, i):
     return types.void(arr, i), codegen
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def prefetch_range(arr, start, stop):
     """:func:`prefetch` the cache lines of flat elements ``[start, stop)`` of 8-byte ``arr``."""
     for i in range(start, stop, 8):
         prefetch(arr, i)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def scan_run(keys, refs, start, stop, key, lo, hi, vhi, min_ref, probe, out_p, out_r, n):
     """Append ``(probe, ref)`` for each item of ``[start, stop)`` in the probe band.
 

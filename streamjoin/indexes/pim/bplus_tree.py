@@ -43,6 +43,7 @@ from numba import njit
 from streamjoin.indexes.base import WindowIndex, grow, key_range, node_size, register
 from streamjoin.indexes.blocks.atomics import atomic_add
 from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import (
     lower_bound_row,
     prefetch_range,
@@ -180,7 +181,7 @@ def _insert_entry(keys, refs, child, count, inner, node, p, k, r, c):
     count[node] += 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def _split_insert(keys, refs, child, count, inner, node, new, p, k, r, c):
     """Insert ``(k, r, c)`` at slot ``p`` of the full ``node``, moving the upper half to ``new``.
 
@@ -312,7 +313,7 @@ def _fetch_leaf(t, leaf):
     prefetch_range(t.leaf_refs, leaf * size, leaf * size + size)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def insert_into(t, top, keys, refs, path, fetched):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
 

@@ -38,6 +38,7 @@ from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.item_layout import item_layout
 from streamjoin.indexes.blocks.key_order import is_sorted, stable_key_order
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import (
     largest,
     lower_bound,
@@ -108,7 +109,7 @@ def partitions(keys, offsets, fanout, leaf_size, insertion_depth):
     return depth, stride, upper
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def insert_partitioned(ti, ts, keys, refs, routes, path):
     """Insert a ``(key, ref)``-sorted batch into T_I (``ti``, :class:`Partitions`) by T_S's
     inner nodes (``ts``, :class:`~streamjoin.indexes.pim.css_tree.CSSTree`) (PIM-Tree Alg. 1).

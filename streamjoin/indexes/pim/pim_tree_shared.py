@@ -49,6 +49,7 @@ from numba import njit
 from streamjoin.indexes.base import grow, key_range
 from streamjoin.indexes.blocks.atomics import PAD, load_acquire, spin_lock, store_release, unlock
 from streamjoin.indexes.blocks.grid_codes import grid_bounds, route_of, scan_on
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import (
     lower_bound,
     lower_bound_row,
@@ -174,7 +175,7 @@ def insert_shared(s, keys, refs, path):
     return _insert_runs(s, keys, refs, path, np.empty(keys.shape[0] + 1, dtype=np.int64))
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def _insert_runs(s, keys, refs, path, parts):
     """:func:`insert_shared` with scratch ``parts`` (int64, ``len(keys) + 1``), compiled
     without reference counting (``_nrt=False``: it allocates nothing), as is
@@ -230,7 +231,7 @@ def _peek_leaf(t, tops, sub, x):
     return min(max(node, 0), n_leaves - 1)  # a leaf's id
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def _scan_pending(pending, q, key, lo, hi, vlo, vhi, min_ref, probe, out_p, out_r, n):
     """Partition ``q``'s pending items in the probe band that are not in T_I yet (called
     under ``q``'s lock, which the applier holds while it inserts a chunk of them).
@@ -258,7 +259,7 @@ class Frozen(NamedTuple):
     tops: np.ndarray
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit_no_refcount
 def _walk_frozen(frozen, last, sub, key, lo, hi, min_ref, probe, out_p, out_r, n):
     """Scan F (:class:`Frozen`), the T_I being merged, from subindex ``sub`` up to subindex
     ``last`` for one key's probe band (Alg. 2 l. 19-38 without locks: nobody writes F).
