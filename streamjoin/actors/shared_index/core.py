@@ -324,6 +324,7 @@ def task_kernel_jobs() -> list:
     core._open(8)  # a step's arrays; nothing staged
     assert core._flight is not None
     _, _, step, window, _, probing, _, _ = core._flight.args
+    core.close()  # (the arrays stay: only their types matter)
     return callee_jobs(step, window, probing)
 
 
