@@ -284,7 +284,7 @@ def wait_propagated(ctl, status, task_meta, buf, out):
 def copy_cols(dst, at, src, start, n):
     """``dst[:, at : at + n] = src[:k, start : start + n]``, ``k`` the rows of ``dst``, written
     out: a 2-d slice assignment compiles numpy's broadcast and its error message with the
-    shapes (about a second of a first run's compiling per dtype)."""
+    shapes, a large part of a first run's compiling (docs/performance.md)."""
     for a in range(dst.shape[0]):
         for j in range(n):
             dst[a, at + j] = src[a, start + j]
@@ -767,7 +767,7 @@ def gather_pairs(ctl, task_meta, buf, spill, spill_base, out, start):
 
 
 def callee_jobs(step: Step, window: Window, probing: Probing) -> list:
-    """:func:`_join_tuples` and :func:`_join_tail` (two thirds of compiling :func:`run_tasks`)
+    """:func:`_join_tuples` and :func:`_join_tail` (most of compiling :func:`run_tasks`)
     with arguments of the types ``run_tasks`` passes them in a step like ``step`` over
     ``window``: ``(dispatcher, example_args)`` pairs for :mod:`streamjoin.compile_ahead`."""
     ints, keys = np.zeros((2, 8), dtype=np.int64), np.zeros((2, 8))
