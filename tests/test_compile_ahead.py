@@ -110,7 +110,8 @@ def test_the_task_kernels_callees_are_compiled_ahead_for_the_types_a_run_calls()
     """The shared core's task kernel loads its two largest callees from the cache only if the
     helper compiled them for the exact types it passes: compiling the task kernel afresh (not
     from the cache, so that its callees are typed here) for a two-way and a self-join core's
-    step leaves each job's signature among the callees' signatures, and no other."""
+    step leaves each job's signature among the callees' signatures (other tests in the same
+    process may have compiled them for other index layouts too)."""
     import numba
 
     from streamjoin.actors.shared_index import kernels
@@ -125,4 +126,4 @@ def test_the_task_kernels_callees_are_compiled_ahead_for_the_types_a_run_calls()
         core.close()
     for dispatcher, args in compile_ahead.jobs_of(TASK_KERNEL_JOBS):
         sig = tuple(compile_ahead._signature(args))
-        assert [tuple(s) for s in dispatcher.signatures] == [sig], dispatcher.py_func.__name__
+        assert sig in [tuple(s) for s in dispatcher.signatures], dispatcher.py_func.__name__

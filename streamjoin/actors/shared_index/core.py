@@ -541,7 +541,7 @@ class SharedIndexCore(Logic):
         assert flight is not None  # (opened above)
         full = flight.full
         if full:  # no more tasks, the threads end with the last
-            close_step(flight.step)
+            close_step(flight.step.ctl)
         if not self._overlap and full:  # end it while this thread is here
             self._help()
             out.append(self._close())
@@ -721,7 +721,7 @@ class SharedIndexCore(Logic):
             refs = self.stores[y].append(batch, step.ypos[y, old:new] - flight.tuples)
             if self.indexes[y] is not None:
                 self.indexes[y].add_to_step(step.keys[y, old:new], refs)
-        publish_batch(step, n_y, n_tasks)
+        publish_batch(step.ctl, step.n_y, n_y, n_tasks)
         self._wake()
         flight.n_y, flight.n_tasks = n_y, int(n_tasks)
         flight.tuples += len(batch)
@@ -763,7 +763,7 @@ class SharedIndexCore(Logic):
         self._flight = None
         self.steps_closed += 1
         step = flight.step
-        close_step(step)
+        close_step(step.ctl)
         self._wake()
         if self._pool is None:
             spills = [flight.spills + flight.work(0)]
@@ -833,7 +833,7 @@ class SharedIndexCore(Logic):
     def close(self) -> None:
         flight, self._flight = self._flight, None
         if flight is not None:  # its threads read the indexes: let them finish
-            close_step(flight.step)
+            close_step(flight.step.ctl)
             self._wake()
             if self._pool is not None:
                 with contextlib.suppress(Exception):

@@ -235,13 +235,15 @@ def stage_batch(
 
 
 @njit(cache=True, nogil=True)
-def publish_batch(step, n_y, n_tasks):
+def publish_batch(ctl, published_n_y, n_y, n_tasks):
     """Hand the tasks staged up to ``n_tasks`` to the threads (the batch's tuples are in the
-    stores and announced to the indexes by then): the stream counts first, then the task
-    count, each a release store that the threads read with acquire."""
+    stores and announced to the indexes by then): the stream counts first (into the step's
+    ``n_y``, ``published_n_y``), then the task count (``ctl``), each a release store that the
+    threads read with acquire. Takes the two arrays, not the step: a call unboxes every array
+    of a tuple it is given (a few µs for a step's, at every batch)."""
     for y in range(2):
-        store_release(step.n_y, y, n_y[y])
-    store_release(step.ctl, PUBLISHED * PAD, n_tasks)
+        store_release(published_n_y, y, n_y[y])
+    store_release(ctl, PUBLISHED * PAD, n_tasks)
 
 
 @njit(cache=True, nogil=True)
@@ -251,9 +253,10 @@ def mark_failed(ctl):
 
 
 @njit(cache=True, nogil=True)
-def close_step(step):
-    """No more tasks will come: threads that find none to claim end their share."""
-    store_release(step.ctl, CLOSED * PAD, 1)
+def close_step(ctl):
+    """No more tasks will come (the step's ``ctl``): threads that find none to claim end
+    their share."""
+    store_release(ctl, CLOSED * PAD, 1)
 
 
 @njit(cache=True, nogil=True)
