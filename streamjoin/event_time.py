@@ -28,6 +28,7 @@ import pyarrow as pa
 from numba import njit
 
 from streamjoin.batch import columns_at
+from streamjoin.indexes.base import copy_cols
 from streamjoin.validation import Columns, InputError
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
@@ -452,7 +453,7 @@ def _drain(places, keys, size, k, width, watermark, whole, out, n_out):
 def _grown(a, width):
     """``a`` with rows ``width`` wide, its entries kept."""
     b = np.empty((a.shape[0], width), dtype=a.dtype)
-    b[:, : a.shape[1]] = a
+    copy_cols(b, 0, a, 0, a.shape[1])
     return b
 
 

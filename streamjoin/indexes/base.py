@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from streamjoin.checks import number
+from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.query import Condition, Predicate
 
 # --------------------------------------------------------------------------------------------
@@ -70,6 +71,16 @@ def copy_prefix(dst, src, n):
     that cost a first run about 1.4 s of compiling (once per process)."""
     for i in range(n):
         dst[i] = src[i]
+
+
+@njit_no_refcount
+def copy_cols(dst, at, src, start, n):
+    """``dst[:, at : at + n] = src[:k, start : start + n]`` for 2-d arrays, ``k`` the rows of
+    ``dst``, written out as :func:`copy_prefix` is (and without reference counting: kernels
+    call it in their loops)."""
+    for a in range(dst.shape[0]):
+        for j in range(n):
+            dst[a, at + j] = src[a, start + j]
 
 
 @njit(cache=True, nogil=True)

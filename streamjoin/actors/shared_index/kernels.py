@@ -31,7 +31,7 @@ from numba import njit
 from streamjoin.actors.join_kernels import EITHER, R_PROBES, S_PROBES, theta_oriented
 from streamjoin.actors.shared_index.thread_pool import publish
 from streamjoin.actors.store import IDX, INGEST_NS, SEQ, first_row
-from streamjoin.indexes.base import key_range
+from streamjoin.indexes.base import copy_cols, key_range
 from streamjoin.indexes.blocks.atomics import (
     PAD,
     atomic_cas,
@@ -45,7 +45,6 @@ from streamjoin.indexes.blocks.atomics import (
     yield_cpu,
 )
 from streamjoin.indexes.blocks.key_order import stable_order_into
-from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import lower_bound, prefetch
 from streamjoin.indexes.pim.bplus_tree import new_path
 from streamjoin.indexes.pim.pim_tree_shared import (
@@ -281,16 +280,6 @@ def wait_propagated(ctl, status, task_meta, buf, out):
         if load_acquire(ctl, HEAD * PAD) >= load_acquire(ctl, PUBLISHED * PAD):
             return False
         spins = back_off(spins)
-
-
-@njit_no_refcount
-def copy_cols(dst, at, src, start, n):
-    """``dst[:, at : at + n] = src[:k, start : start + n]``, ``k`` the rows of ``dst``, written
-    out: a 2-d slice assignment compiles numpy's broadcast and its error message with the
-    shapes, a large part of a first run's compiling (docs/performance.md)."""
-    for a in range(dst.shape[0]):
-        for j in range(n):
-            dst[a, at + j] = src[a, start + j]
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -105,8 +105,8 @@ def scan_run(keys, refs, start, stop, key, lo, hi, vhi, min_ref, probe, out_p, o
     Matches beyond the outputs' room are counted, not written: a caller whose count passed
     ``out_p.shape[0]`` grows both and scans its probe again (:func:`~streamjoin.indexes.base.
     grow`). The outputs are never replaced here, because an array a loop reassigns costs two
-    atomic reference-count updates per call (at every key of a probe batch, that was a third
-    of the shared PIM-Tree's probe). O(stop - start).
+    atomic reference-count updates per call, at every key of a probe batch
+    (:mod:`~streamjoin.indexes.blocks.no_refcount`). O(stop - start).
     """
     room = out_p.shape[0]
     for j in range(start, stop):

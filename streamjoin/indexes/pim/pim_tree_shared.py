@@ -180,8 +180,8 @@ def _insert_runs(s, keys, refs, path, parts):
     """:func:`insert_shared` with scratch ``parts`` (int64, ``len(keys) + 1``), compiled
     without reference counting (``_nrt=False``: it allocates nothing), as is
     :func:`~streamjoin.indexes.pim.bplus_tree.insert_into`: with it, each subindex's run (about
-    one per key) paid two atomic updates for every array it passed or sliced, about a fifth of
-    a task's time at W = 2^20."""
+    one per key) paid two atomic updates for every array it passed or sliced (docs/performance.md,
+    reference counting)."""
     b = keys.shape[0]
     waits = 0
     if b == 0:
