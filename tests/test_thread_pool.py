@@ -171,3 +171,38 @@ def test_errors_of_several_threads_in_one_step_are_all_reported():
         assert _step(pool, runs) == [0, 1, 2]
     finally:
         pool.close()
+
+
+def test_a_worker_that_dies_outside_its_task_ends_the_step_with_its_error():
+    """A pool thread that fails outside the step's function (a kernel that failed to load
+    did so) ends the caller's wait with an error naming it, and the pool refuses later
+    steps; the caller never hangs, sharing the step's work or not."""
+    for share in (True, False):
+        pool = ThreadPool(2)
+        time.sleep(0.05)  # both workers asleep on their queues by now
+
+        class Broken:
+            def __enter__(self):
+                raise OSError("worker bookkeeping broke")
+
+            def __exit__(self, *exc):
+                return False
+
+        pool._left_lock = Broken()  # a worker fails after its task, before it reports it
+        outcome = []
+
+        def step(pool=pool, share=share, outcome=outcome):
+            pool.start(lambda k: k, publish=True)
+            try:
+                outcome.append(pool.finish(share=share))
+            except RuntimeError as e:
+                outcome.append(e)
+
+        caller = threading.Thread(target=step, daemon=True)
+        caller.start()
+        caller.join(timeout=60)
+        assert not caller.is_alive(), "the caller hung"
+        assert isinstance(outcome[0], RuntimeError)
+        assert "worker bookkeeping broke" in str(outcome[0])
+        with pytest.raises(RuntimeError, match="pool failed"):
+            pool.start(lambda k: k)

@@ -162,6 +162,13 @@ class ThreadPool:
         self.fn: Callable[[int], object] | None = None
         self.results: list = [None] * (n + 1)
         self.wakes: list[queue.SimpleQueue[int]] = [queue.SimpleQueue() for _ in range(n)]
+        #: what ended a worker thread outside ``fn`` (the pool then refuses steps)
+        self.failure: BaseException | None = None
+        # the workers' kernels, loaded here before they start: numba loading one kernel from
+        # its disk cache on two threads at once failed in one of them ("generator already
+        # executing"), and the thread died
+        idle_ticks()
+        _wait_go(new_sync(1), 0, -1, 0)  # (step 0 is past -1: returns at once)
         self.threads = [
             threading.Thread(target=self._serve, args=(k,), daemon=True, name=f"join-{k + 1}")
             for k in range(n)
@@ -175,6 +182,15 @@ class ThreadPool:
         return sum(self._sleeps)
 
     def _serve(self, k: int) -> None:
+        try:
+            self._work(k)
+        except BaseException as e:  # noqa: BLE001 (not fn's: the thread itself failed)
+            self.failure = e
+            # a caller waiting for this worker's step stops waiting, and raises it
+            self.sync[(WORKERS + 2 * k + 1) * PAD] = 1 << 62
+            self._all_done.set()
+
+    def _work(self, k: int) -> None:
         last, budget = 0, idle_ticks()
         while True:
             go = _wait_go(self.sync, k, last, budget)
@@ -215,6 +231,7 @@ class ThreadPool:
         the workers do not contend with this thread for the GIL before)."""
         if self.closed:  # its threads stopped (or will: this step must not revive them)
             raise RuntimeError("the thread pool is closed")
+        self._check()
         self.fn = fn
         self.results = [None] * (self.n + 1)
         self._left = self.n
@@ -241,12 +258,19 @@ class ThreadPool:
         self.sync[GO * PAD] = self.step  # if fn(0) failed before it published
         _wait_done(self.sync, self.n, self.step)
         self.busy = False
+        self._check()
         errors = [res for res in self.results if isinstance(res, BaseException)]
         for other in errors[1:]:
             errors[0].add_note(f"another thread failed in the same step: {other!r}")
         if errors:
             raise errors[0]
         return self.results
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise RuntimeError(
+                f"a thread of the shared-index core's pool failed: {self.failure!r}"
+            ) from self.failure
 
     def close(self) -> None:
         """Stop the threads (they exit at the next step they see)."""
