@@ -6,8 +6,9 @@ with the progress markers that let them go once no later tuple can reach them, a
 
 A full outer join, band join at about one partner per ten tuples, count window of 100 per
 stream, input paced at 10,000 tuples/s (BACKEND ``sim``: virtual time, deterministic; ``local``:
-wall time), batches of 16, on ``single``, ``grid(2, 2)``, ``panjoin(2, 4)``, ``spo(2)`` and a
-pipelined ``shared_index(2)``. Prints, per layout, p50 and p99 of the unmatched tuples'
+wall time), batches of 16, on ``single``, ``grid(2, 2)``, ``panjoin(2, 4)``, ``spo(2)``, a
+pipelined ``shared_index(2)`` and both handshake chains of 3 (the original with its default
+segments: a count window spread over the chain). Prints, per layout, p50 and p99 of the unmatched tuples'
 latency and of the pairs', markers on (the default) and off (``MARKER_ROWS`` and
 ``MARKER_NS`` out of reach), and the run's input span.
 """
@@ -27,6 +28,8 @@ LAYOUTS = {
     "panjoin(2, 4)": lambda: sj.topologies.panjoin(2, 4),
     "spo(2)": lambda: sj.topologies.spo(2),
     "shared_index(2)": lambda: sj.topologies.shared_index(2, pipelined=True),
+    "handshake(3)": lambda: sj.topologies.handshake(3),
+    "handshake(3, ll)": lambda: sj.topologies.handshake(3, low_latency=True),
 }
 
 

@@ -155,8 +155,8 @@ def concat_pairs(parts: list[PairBatch]) -> PairBatch | None:
     )
 
 
-#: The port a logic names for a :class:`Marker` it sends: executors send a marker to every
-#: successor, whatever the port.
+#: The port a logic names for a :class:`Marker` it sends: executors send a marker on it to
+#: every successor (a logic that passes markers itself names the port it sends one on).
 MARKER_PORT = "marker"
 
 

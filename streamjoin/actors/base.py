@@ -165,9 +165,17 @@ class ActorConfig:
     Subclasses set ``role`` (shown in drawings and per-actor metrics) and implement
     :meth:`build`; :meth:`check` raises ``ValueError`` before a run if the node cannot serve
     the query.
+
+    ``passes_markers``: the node's logic passes progress markers
+    (:class:`~streamjoin.batch.Marker`) on itself. Executors then hand it each marker as a
+    message (``on_batch`` with the port it came on) instead of gating it
+    (:mod:`streamjoin.runtime.markers`), and send a marker it returns on the port it names, as
+    any message; what passing a marker promises is the logic's to keep (a handshake chain,
+    whose graph has cycles that a gate would wait on for ever).
     """
 
     role: ClassVar[str]
+    passes_markers: ClassVar[bool] = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> ActorLogic:
         raise NotImplementedError

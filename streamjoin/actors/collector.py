@@ -115,11 +115,8 @@ class Collector(Logic):
         it, and the marker after it: every pair that could hold it has arrived then), and
         at the end of input for the rest. Exact on every layout, because no join actor needs
         to know whether a tuple met a partner (SplitJoin's cores, a grid's cells, PanJoin's
-        workers, SPO's stages and a handshake chain each see a part of its partners). Runs
-        without markers (a handshake chain:
-        :meth:`~streamjoin.topologies.base.Topology.marks_progress`) return every such row
-        at the end of input. The price is a byte per input row, and 24 per kept row until
-        it leaves.
+        workers, SPO's stages and a handshake chain each see a part of its partners). The
+        price is a byte per input row, and 24 per kept row until it leaves.
     residuals : tuple of Residual
         The query's :func:`~streamjoin.query.where` functions, evaluated here on the pairs
         the cores found (every other condition holds for them), before an outer join notes

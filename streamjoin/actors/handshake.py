@@ -17,6 +17,20 @@ does the same for S). At end of input a drain marker flows from each end and pus
 segment through the chain, so pairs still apart meet. The window check (the earlier of a pair
 in the later one's window) keeps the result exact whatever the segment sizes.
 
+**Progress markers** (:mod:`streamjoin.runtime.markers`: an outer join's rows without a
+partner, residual functions' columns) cannot pass a chain by the executors' gates, since a
+core would wait for its neighbours' markers and they for its. The cores pass them
+themselves (``passes_markers``), one lane per stream: a marker that came on a stream's
+input goes on along that stream once every tuple of that stream that came before it has been
+forwarded from this core (at the stream's last core: at once), and the core reports the marker
+to the collector once both lanes have passed it. That keeps the markers' promise. A pair is
+found at a core when one of its tuples arrives there; a tuple that came before a marker
+arrives at every core before the marker does (it is forwarded first, each link FIFO), so the
+pair leaves that core before the core's report. And once a marker has passed every core on
+both lanes, every R tuple before it has crossed every S tuple before it. A marker moves as
+the tuples before it do, segment by segment: a row waits for about as many tuples as the chain
+holds of its stream beyond the last core.
+
 **Self-joins** run as the stream joined with itself (``paired``, see
 :class:`~streamjoin.actors.join_spec.JoinSpec`): the emitter sends every batch in at both
 ends, as R at core 0 and as S at core n-1, numbered alike. The argument above does not look at
@@ -31,7 +45,7 @@ those meetings would not count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -39,9 +53,10 @@ from streamjoin.actors.base import ActorConfig, Clock, RunSettings
 from streamjoin.actors.handshake_ll import LowLatencyHandshakeCore
 from streamjoin.actors.join_core import IndexChoice, JoinLogic
 from streamjoin.actors.join_spec import JoinSpec, JoinWork
+from streamjoin.actors.marker_lanes import MarkerLanes
 from streamjoin.actors.router import Drain
 from streamjoin.actors.window_part import WindowPart
-from streamjoin.batch import Batch, PairBatch
+from streamjoin.batch import Batch, Marker, PairBatch
 from streamjoin.query import Query
 
 
@@ -55,6 +70,7 @@ class HandshakeConfig(IndexChoice, ActorConfig):
     n: int = 1
     segment: int | None = None
     low_latency: bool = False
+    passes_markers: ClassVar[bool] = True  # one lane per stream (see module docstrings)
 
     @property
     def role(self) -> str:  # type: ignore[override]  # per instance, not a ClassVar:
@@ -135,8 +151,14 @@ class HandshakeCore(JoinLogic):
         # R leaves the chain at the right end, S at the left
         self.last = {0: k == n - 1, 1: k == 0}
         self.from_emitter = {0: k == 0, 1: k == n - 1}
+        self.lanes = MarkerLanes((0, 1))
+        self.came_upto = [0, 0]  # tuples with idx < came_upto[x] came on x's input
 
     def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
+        if isinstance(msg, Marker):  # counts nothing
+            x = 0 if port == "r_in" else 1
+            self.lanes.came(x, msg, self.came_upto[x])
+            return self._markers()
         work = self.work
         held = {y: len(p.store) for y, p in self.parts.items()}
         if isinstance(msg, Batch):  # probe the other stream's segment, store in our own
@@ -161,6 +183,20 @@ class HandshakeCore(JoinLogic):
             elif isinstance(m, Batch):  # passed on: copied out of the store
                 work.tuples += len(m)
         work.tuples += len(msg)
+        return out + self._markers()
+
+    def _markers(self) -> list[tuple[str, object]]:
+        """The markers that may pass now: on along each lane whose tuples before them have
+        all been forwarded (see module docstring), and to the collector once both lanes
+        passed one."""
+        out: list[tuple[str, object]] = []
+        for x in (0, 1):
+            for marker in self.lanes.release(x, None if self.last[x] else self.sent_upto[x]):
+                if not self.last[x]:
+                    out.append((_OUT[x], marker))
+        reported = self.lanes.report()
+        if reported is not None:
+            out.append(("out", reported))
         return out
 
     def _step(self, port: str, msg) -> list[tuple[str, object]]:
@@ -173,6 +209,8 @@ class HandshakeCore(JoinLogic):
             self.draining[x] = True
             return [*self._forward(x), *([] if self.last[x] else [(_OUT[x], msg)])]
         batch = msg.freeze()
+        if len(batch):
+            self.came_upto[x] = int(batch.idx[-1]) + 1
         y = 1 - x
         xs = np.arange(len(batch))
         # R probes S including S in transit; S probes R excluding R in transit

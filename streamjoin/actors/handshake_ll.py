@@ -30,6 +30,16 @@ log drops it) nor a stored y below the batch's ``horizon`` (expired, as in a joi
 end of input the emitter's drain marker follows each stream through the chain: behind it no
 tuple of that stream comes, so a core drops the other stream's stored tuples and log.
 
+**Progress markers** pass the chain by the cores themselves (``passes_markers``), one lane
+per stream, since the executors' gate would wait on the chain's cycles: a core passes a marker
+on along its stream at once (as a batch, before its own step) and reports it to the collector
+once it has come on every stream the core serves
+(:class:`~streamjoin.actors.marker_lanes.MarkerLanes`). A pair is found at the earlier
+tuple's home when the later of the two reaches it, and both reach it before any marker that
+follows them (each link FIFO): so the pair leaves the home before the home reports the marker,
+and when the collector has a marker from every core, every pair of the batches before it has
+come.
+
 **Self-joins.** With one stream there is nothing to cross: it enters at core 0 only, and every
 batch passes every core in ``seq`` order (one FIFO path). So the tuples stored at a core when a
 batch reaches it are all older than the batch, and the pair (a, b), a older, is found once: at
@@ -46,9 +56,10 @@ import numpy as np
 
 from streamjoin.actors.join_core import JoinLogic
 from streamjoin.actors.join_spec import JoinSpec, JoinWork
+from streamjoin.actors.marker_lanes import MarkerLanes
 from streamjoin.actors.router import Drain
 from streamjoin.actors.window_part import WindowPart
-from streamjoin.batch import Batch, PairBatch, concat_pairs
+from streamjoin.batch import Batch, Marker, PairBatch, concat_pairs
 from streamjoin.query import Query
 
 _IN = {"r_in": 0, "s_in": 1}
@@ -103,6 +114,7 @@ class LowLatencyHandshakeCore(JoinLogic):
         self.seen = [0, 0]  # batches of each stream that passed here: they number the homes
         self.drained = [False, False]
         self.last = {0: k == n - 1, 1: k == 0}  # R leaves the chain at the right end, S left
+        self.lanes = MarkerLanes(self.spec.streams)
         self.stats = {"probes": 0, "pairs": 0, "inserted": 0, "expired": 0, "crossed": 0}
 
     def home(self, x: int, j: int) -> int:
@@ -112,6 +124,8 @@ class LowLatencyHandshakeCore(JoinLogic):
     def passes_on(self, port: str, msg) -> list[tuple[str, object]]:
         """The message on to the next core, unchanged, before this core's step (the chain's
         fast-forward): nothing at the end of the chain."""
+        if isinstance(msg, Marker) and _IN.get(port) not in self.spec.streams:
+            return []  # (a self-join's S end: nothing comes on it)
         x = self._stream_of(port)
         return [] if self.last[x] else [(_OUT[x], msg)]
 
@@ -123,7 +137,13 @@ class LowLatencyHandshakeCore(JoinLogic):
 
     def on_batch(self, port: str, msg) -> list[tuple[str, object]]:
         """Probe, store and log one batch (or end a stream on a ``Drain``); returns its pairs
-        as ``[("out", PairBatch)]``. What goes on along the chain is :meth:`passes_on`'s."""
+        as ``[("out", PairBatch)]``; a progress marker goes to the collector once it has come
+        on every stream served here. What goes on along the chain is :meth:`passes_on`'s."""
+        if isinstance(msg, Marker):  # counts nothing
+            self.lanes.came(_IN[port], msg)
+            self.lanes.release(_IN[port], None)
+            reported = self.lanes.report()
+            return [] if reported is None else [("out", reported)]
         x = self._stream_of(port)
         y = self.spec.probed(x)
         if isinstance(msg, Drain):  # no x comes after it: y here has nothing left to meet

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
-from streamjoin.batch import Marker
+from streamjoin.batch import MARKER_PORT, Marker
 from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.markers import MarkerGate, marker_step
@@ -56,7 +56,11 @@ class Local(WallClock):
         stats = {n: ActorStats(role=d["role"]) for n, d in graph.nodes(data=True)}
         routes = topology.routes()
         marker_routes = topology.marker_routes()
-        gates = {n: MarkerGate(dict.fromkeys(graph.predecessors(n))) for n in graph.nodes}
+        gates = {
+            n: MarkerGate(dict.fromkeys(graph.predecessors(n)))
+            for n in graph.nodes
+            if not topology.config(n).passes_markers  # (its logic takes them as messages)
+        }
         emitter = topology.emitter
         collector = topology.collector
         queue = _Mailboxes(self.delivery_seed)
@@ -67,9 +71,7 @@ class Local(WallClock):
             for port, msg in messages:
                 st.batches_out += 1
                 st.tuples_out += len(msg)
-                dests = (
-                    marker_routes[src] if isinstance(msg, Marker) else routes.get((src, port), ())
-                )
+                dests = marker_routes[src] if port == MARKER_PORT else routes.get((src, port), ())
                 for dst, dst_port in dests:
                     queue.push((src, dst), (dst_port, msg))
                     waiting[dst] += 1
@@ -100,7 +102,7 @@ class Local(WallClock):
                 waiting[dst] -= 1
                 if limit is not None:
                     limit -= 1
-                if isinstance(msg, Marker):
+                if isinstance(msg, Marker) and dst in gates:
                     passed = gates[dst].take(src, msg)
                     if passed is not None:
                         step(dst, marker_step, actors[dst], passed)

@@ -8,7 +8,9 @@ a pipelined shared-index core), then what :meth:`~streamjoin.actors.base.ActorLo
 returns (pairs a logic keeps beyond its steps: an SPO worker in a combining tree), then the
 marker to each successor (:func:`marker_step`). So when the collector has the marker from
 every edge, every pair of the batches the emitter sent before it has arrived (Chandy and
-Lamport's markers; Flink's watermarks travel the same way). A graph with cycles sends none
+Lamport's markers; Flink's watermarks travel the same way). On a graph with cycles a gate
+would wait for ever: there the join actors pass markers themselves (``passes_markers``:
+:mod:`streamjoin.actors.marker_lanes`), taking them as messages on the port they came on
 (:meth:`~streamjoin.topologies.base.Topology.marks_progress`).
 """
 

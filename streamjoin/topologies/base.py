@@ -83,12 +83,16 @@ class Topology:
 
     def marker_routes(self) -> dict[str, list[tuple[str, str]]]:
         """``node -> [(successor, in_port), …]``: where a node's progress markers go
-        (:class:`~streamjoin.batch.Marker`), to each successor once, on a port its edge
-        feeds."""
-        out: dict[str, dict[str, str]] = {n: {} for n in self.graph.nodes}
+        (:class:`~streamjoin.batch.Marker`, sent on the port
+        :data:`~streamjoin.batch.MARKER_PORT`): to each successor once, on a port its edge
+        feeds; to a successor that passes markers itself (``passes_markers``) on every port
+        its edges feed, since its logic tells the streams' markers apart by port."""
+        out: dict[str, dict[tuple[str, str], None]] = {n: {} for n in self.graph.nodes}
         for u, v, d in self.graph.edges(data=True):
-            out[u].setdefault(v, d["dst_port"])
-        return {n: list(dests.items()) for n, dests in out.items()}
+            port = d["dst_port"]
+            if self.config(v).passes_markers or not any(w == v for w, _ in out[u]):
+                out[u].setdefault((v, port))
+        return {n: list(dests) for n, dests in out.items()}
 
     def validate(self) -> None:
         """Raise ValueError if the graph is not a runnable topology."""
@@ -148,10 +152,14 @@ class Topology:
         Marker`): for an outer join, so that its rows without a partner leave once no later
         tuple can reach them, and for residual functions (``sj.where``), so that the collector
         forgets the columns they read once no later pair can hold their rows; on a graph
-        without cycles (:mod:`streamjoin.runtime.markers`). On a handshake chain the rows
-        leave, and the columns go, when the input ends."""
+        without cycles (:mod:`streamjoin.runtime.markers`), or one whose join actors pass
+        markers on themselves (``passes_markers``: a handshake chain)."""
         needs = query.how != "inner" or bool(query.predicate.residuals)
-        return needs and not self.cyclic
+        ends = (self.emitter, self.collector)
+        return needs and (
+            not self.cyclic
+            or all(self.config(n).passes_markers for n in self.graph if n not in ends)
+        )
 
     def to_dot(self) -> str:
         """Graphviz DOT text of the graph."""

@@ -85,6 +85,7 @@ import networkx as nx
 import ray
 
 from streamjoin.actors.base import ActorConfig, RunSettings
+from streamjoin.batch import MARKER_PORT
 from streamjoin.modes import PLACEMENTS, Placement
 from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
@@ -409,6 +410,7 @@ class _Run:
         self.input_ended = False  # the emitter has sent its last frame, its end frames too
         self.stalled: set = set()  # edges the last audit found waiting (audit)
         self.routes = topology.routes()
+        self.marker_routes = topology.marker_routes()
         cpus = _cpu_requests(self.graph, self.emitter)
         strategy = "SPREAD" if ex.placement == "spread" else "DEFAULT"
         self.hosts = {
@@ -594,6 +596,8 @@ class _Run:
 
     def _outgoing(self, node: str, addresses: dict) -> tuple[dict[str, list], dict]:
         out = {port: dests for (src, port), dests in self.routes.items() if src == node}
+        if self.marker_routes.get(node):
+            out[MARKER_PORT] = self.marker_routes[node]
         dests = {d for ds in out.values() for d, _ in ds}
         return out, {d: addresses[d] for d in dests}
 

@@ -112,8 +112,8 @@ class Node:
         self.name = name
         self.self_join = query.self_join
         self.stats = ActorStats(role=config.role)
-        self.routes: dict[str, list] = {}
-        self.marker_routes: list[tuple[str, str]] = []
+        self.routes: dict[str, list] = {}  # progress markers' under MARKER_PORT
+        self.passes_markers = config.passes_markers  # its logic takes them as messages
         self.out: dict[str, channels.Channel] = {}
         self.sealed = True
         self.lock = threading.Lock()  # guards out, broken and ended_out
@@ -148,17 +148,13 @@ class Node:
         recoverable,
         sealed: bool,
     ) -> None:
-        """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]``,
-        ``addresses[dest] = (host, port)``, proving the run's ``secret`` (and ``sealed``:
-        sealing the frames); a broken edge to a ``recoverable`` node waits for
-        :meth:`reconnect` instead of failing."""
+        """Connect to every destination: ``routes[out_port] = [(dest, dst_port), …]`` (the
+        progress markers' under :data:`~streamjoin.batch.MARKER_PORT`:
+        :meth:`~streamjoin.topologies.base.Topology.marker_routes`), ``addresses[dest] =
+        (host, port)``, proving the run's ``secret`` (and ``sealed``: sealing the frames); a
+        broken edge to a ``recoverable`` node waits for :meth:`reconnect` instead of
+        failing."""
         self.routes = routes
-        # a progress marker goes to each destination once, on a port its edge feeds
-        once: dict[str, str] = {}
-        for dests in routes.values():
-            for dest, dst_port in dests:
-                once.setdefault(dest, dst_port)
-        self.marker_routes = list(once.items())
         self.recoverable = frozenset(recoverable)
         self.sealed = sealed
         for d, a in addresses.items():
@@ -193,7 +189,7 @@ class Node:
             pairs = pairs or isinstance(msg, (PairBatch, Marker))
             self.stats.batches_out += 1
             self.stats.tuples_out += len(msg)
-            dests = self.marker_routes if isinstance(msg, Marker) else self.routes.get(port, ())
+            dests = self.routes.get(port, ())
             if dests:
                 body = channels.payload(msg)
                 for dest, dst_port in dests:
@@ -521,7 +517,11 @@ class Host(Node):
                     self._step(self.logic.on_idle)
                     continue
                 item = self.inbox.take()
-                if isinstance(item, Messages) and isinstance(item.messages[0], Marker):
+                if (
+                    isinstance(item, Messages)
+                    and isinstance(item.messages[0], Marker)
+                    and not self.passes_markers
+                ):
                     passed = self.gate.take(item.sender, item.messages[0])
                     if passed is not None:
                         self._step(marker_step, self.logic, passed)

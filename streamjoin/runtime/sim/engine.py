@@ -76,7 +76,7 @@ import simpy
 from streamjoin.actors import passes_on
 from streamjoin.actors.base import RunSettings
 from streamjoin.actors.shared_index.core import pipelines_on
-from streamjoin.batch import Marker
+from streamjoin.batch import MARKER_PORT, Marker
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
 from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
@@ -261,7 +261,8 @@ class _Simulation:
             self.cores[n].marker_routes = [
                 (self.cores[d], port, links.setdefault((n, d), [0])) for d, port in dests
             ]
-            self.cores[n].gate = MarkerGate(dict.fromkeys(graph.predecessors(n)))
+            if not topology.config(n).passes_markers:  # (else its logic takes them)
+                self.cores[n].gate = MarkerGate(dict.fromkeys(graph.predecessors(n)))
         for n, core in self.cores.items():
             core.eof_links = [
                 (self.cores[d], links.setdefault((n, d), [0]))
@@ -356,7 +357,7 @@ class _Simulation:
         st = core.stats
         st.batches_out += 1
         st.tuples_out += len(msg)
-        dests = core.marker_routes if isinstance(msg, Marker) else core.routes.get(out_port)
+        dests = core.marker_routes if out_port == MARKER_PORT else core.routes.get(out_port)
         if dests:
             env, arrive_cb = self.env, self._arrive
             send, hop, recv = self.message_ns(msg)
@@ -430,7 +431,7 @@ class _Simulation:
         logic, st = core.logic, core.stats
         ahead: Sequence[tuple[str, object]] = ()
         args: tuple
-        if kind is _BATCH and isinstance(msg, Marker):
+        if kind is _BATCH and isinstance(msg, Marker) and core.gate is not None:
             self._marker(core, msg, src, recv, t0)
             return
         if kind is _BATCH:
@@ -506,7 +507,7 @@ class _Simulation:
         step: the collector's rows without a partner), then the marker to each successor."""
         core.count(t0, -1, 0)
         t = t0 + recv
-        assert core.gate is not None  # (every core has one)
+        assert core.gate is not None  # (every core that gates markers has one)
         passed = core.gate.take(src.name, marker)
         if passed is not None:
             if core.split is not None:
