@@ -50,6 +50,8 @@ checked on every candidate. A self-join keeps the pair (a older, b newer) iff θ
 
 from __future__ import annotations
 
+import collections
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -233,6 +235,14 @@ class Residual:
                 f"where() needs columns=(...), the names fn reads, got {self.columns!r}"
             )
         object.__setattr__(self, "columns", tuple(_attr_name(c) for c in self.columns))
+        if _compiled(self.fn):
+            for c in self.columns:
+                if not c.isidentifier() or c.startswith("_"):
+                    raise ValueError(
+                        f"where() with a numba function reads its columns as attributes "
+                        f"(r.{c}): column {c!r} is not a Python name; rename it, or pass a "
+                        f"plain function, which can read r[{c!r}]"
+                    )
 
     @property
     def name(self) -> str:
@@ -259,7 +269,10 @@ class Residual:
         function when it raises or returns something else."""
         n = len(next(iter(r.values())))
         try:
-            kept = self.fn(Rows(r), Rows(s))
+            if _compiled(self.fn):  # each side's columns as a named tuple of arrays
+                kept = self.fn(_named(r), _named(s))
+            else:
+                kept = self.fn(Rows(r), Rows(s))
         except Exception as e:
             raise ResidualError(
                 f"the where() function {self.name} raised {type(e).__name__}: {e}"
@@ -271,6 +284,26 @@ class Residual:
                 f"got {kept.dtype} of shape {kept.shape}"
             )
         return kept
+
+
+def _compiled(fn) -> bool:
+    """Whether ``fn`` is a numba function (a dispatcher, which keeps the Python one)."""
+    return hasattr(fn, "py_func") and hasattr(fn, "signatures")
+
+
+@functools.cache
+def _columns_type(names: tuple[str, ...]) -> type:
+    return collections.namedtuple("Columns", names)
+
+
+def _named(columns: dict[str, np.ndarray]) -> tuple:
+    """``columns`` as a named tuple of read-only arrays, as a numba function reads them."""
+    views = []
+    for values in columns.values():
+        view = np.asarray(values).view()
+        view.flags.writeable = False
+        views.append(view)
+    return _columns_type(tuple(columns))(*views)
 
 
 class ResidualError(ValueError):
@@ -319,7 +352,10 @@ def where(fn: Callable, columns: Sequence[str]) -> Residual:
     ``columns`` names every column ``fn`` reads (numeric columns; they travel with the tuples
     as join attributes do). It is evaluated where the pairs are collected, on pairs that pass
     every other condition; an exception inside it ends the run naming it, with nothing
-    returned."""
+    returned. A plain function runs as numpy code (one vector expression is as fast as a
+    compiled loop); a numba function (``numba.njit(lambda r, s: ...)``) is called compiled,
+    with each side's columns as a named tuple of arrays (``r.k100``), and compiles on its
+    first call."""
     return Residual(fn, (columns,) if isinstance(columns, str) else tuple(columns))
 
 

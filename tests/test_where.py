@@ -4,6 +4,7 @@ against the oracle (local with interleavings, sim, Ray), with outer joins, and w
 function that raises or misbehaves does to a run."""
 
 import duckdb
+import numba
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -179,6 +180,43 @@ def test_a_function_that_raises_ends_the_run_naming_it():
     )
     with pytest.raises(ResidualError, match="must return .* booleans"):
         sj.run(wrong, data, progress=False)
+
+
+@numba.njit
+def _sum_below_ten(r, s):
+    return r.k + s.k < 10
+
+
+@numba.njit
+def _compiled_boom(r, s):
+    raise ZeroDivisionError("compiled, and no partner today")
+
+
+def test_a_numba_function_runs_compiled_with_the_same_pairs():
+    """A numba function gets each side's columns as a named tuple of arrays and runs
+    compiled: the same pairs as the plain function, on a layout and in the oracle; an
+    exception inside it ends the run naming it; a column that is no Python name is a clear
+    error before the run."""
+    table = _table(np.random.default_rng(5), 600)
+    plain = sj.Query(
+        sj.band("x", 1.0) & sj.where(lambda r, s: r.k + s.k < 10, ["k"]), sj.CountWindow(15)
+    )
+    query = sj.Query(sj.band("x", 1.0) & sj.where(_sum_below_ten, ["k"]), sj.CountWindow(15))
+    expected = sj.oracle.join(plain, table)
+    assert (
+        0
+        < len(expected)
+        < len(sj.oracle.join(sj.Query(sj.band("x", 1.0), sj.CountWindow(15)), table))
+    )
+    assert sj.oracle.same_pairs(sj.oracle.join(query, table), expected)
+    res = sj.run(query, table, sj.topologies.grid(2, 2), batch_size=8, progress=False)
+    assert res.same_pairs(expected)
+    assert _sum_below_ten.signatures  # it ran compiled
+    boom = sj.Query(sj.band("x", 1.0) & sj.where(_compiled_boom, ["k"]), sj.CountWindow(15))
+    with pytest.raises(ResidualError, match="_compiled_boom raised ZeroDivisionError"):
+        sj.run(boom, table, progress=False)
+    with pytest.raises(ValueError, match="'unit price' is not a Python name"):
+        sj.where(_sum_below_ten, ["unit price"])
 
 
 def test_bad_forms_are_clear_errors():
