@@ -13,6 +13,7 @@ from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from budget import examples
@@ -536,6 +537,26 @@ def test_results_back_to_spark_and_parquet(spark, tmp_path):
     for col in ("seq", "x", "ts"):  # the columns are those of the rows the numbers name
         assert np.array_equal(table.column(f"r_{col}").to_numpy(), ordered[col][r])
         assert np.array_equal(table.column(f"s_{col}").to_numpy(), ordered[col][s])
+
+
+def test_an_outer_joins_pairs_with_their_columns_from_a_spark_source(spark):
+    """``result.pairs_with(source)`` joins the rows' columns in Spark, as ``pairs_with`` does
+    in memory: the same table, nulls on an outer join's missing side (its row number too,
+    as in ``to_spark``, where it is -1 in memory)."""
+    data = sj.sources.synthetic(600, low=0, high=3000, seed=6)
+    data = with_seq({k: data.column(k).to_numpy() for k in data.column_names})
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(40), how="full")
+    src = sb.from_dataframe(spark_df(spark, data), tie_break="seq")
+    result = sj.run(query, src, batch_size=64)
+    got = result.pairs_with(src, ["seq", "x"]).toArrow()
+    assert got.column("r").null_count > 0
+    for side in ("r", "s"):
+        got = got.set_column(got.column_names.index(side), side, pc.fill_null(got.column(side), -1))
+    want = result.pairs_with(in_arrival_order(data), ["seq", "x"])
+    key = [("r", "ascending"), ("s", "ascending")]
+    assert got.num_rows == want.num_rows == result.count
+    assert got.column("s_x").null_count > 0 and got.column("r_x").null_count > 0
+    assert got.sort_by(key).select(want.column_names).equals(want.sort_by(key))
 
 
 # --- streaming ------------------------------------------------------------------------------

@@ -170,18 +170,22 @@ class Result:
         """Compare with another result or pair table as sets (see :func:`oracle.same_pairs`)."""
         return oracle.same_pairs(self, other)
 
-    def pairs_with(self, data, columns: Sequence[str] | None = None) -> pa.Table:
+    def pairs_with(self, data, columns: Sequence[str] | None = None):
         """The pairs with their rows' columns, as Arrow: ``r``, ``s``, ``latency_ns``, then
         ``r_<col>`` and ``s_<col>`` for each of ``columns`` (default: every column of
         ``data`` but ``stream``).
 
-        ``data`` is the in-memory input the run joined (a pyarrow Table, pandas DataFrame or
-        dict of arrays), whose row numbers the pairs hold; for a Spark source see
-        :meth:`streamjoin.spark_bridge.SparkSource.pairs_with_columns`. A row number of -1
-        (no row on that side) gives nulls.
+        ``data`` is the input the run joined, whose row numbers the pairs hold: a pyarrow
+        Table, pandas DataFrame or dict of arrays; or the run's Spark source
+        (:func:`streamjoin.spark_bridge.from_dataframe`), which gives a Spark DataFrame of
+        the same columns, joined in Spark
+        (:meth:`~streamjoin.spark_bridge.SparkSource.pairs_with_columns`). A row number of
+        -1 (an outer join's missing side) gives nulls.
         """
         if self.pairs is None:
             raise ValueError("this run used collect='count' and kept no pairs")
+        if hasattr(data, "pairs_with_columns"):  # a Spark source: joined where its rows are
+            return data.pairs_with_columns(self, columns)
         table = _as_arrow(data)
         if columns is None:
             columns = [c for c in table.column_names if c != "stream"]
