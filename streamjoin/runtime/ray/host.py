@@ -331,6 +331,7 @@ class Host(Node):
         self.edges = threading.Condition()
         self.lost: set[str] = set()  # senders whose edge broke and is not taken again yet
         self.ended: set[str] = set()  # senders whose edge ended
+        self.stepped_eof = False  # end() ran: a cyclic graph's edges may close from now on
         self.held: dict[str, list] = {}  # pairs waiting for their sender's progress
         self.progress: dict[str, tuple[int, int]] = {}  # delivered progress by sender
         self.last_seq: dict[str, int] = {}  # last seq taken on each port
@@ -395,7 +396,9 @@ class Host(Node):
         except channels.ProtocolError as e:
             raise self._refuse(sender, e) from None
         except Exception as e:
-            if sock.ended:  # closed after its end: nothing more comes
+            # closed after its end, or after this node's end-of-stream step (a cyclic graph,
+            # whose edges never end: the driver closes them once every node is done)
+            if sock.ended or self.stepped_eof:
                 selector.unregister(sock)
                 return
             if sender not in self.recoverable:
@@ -677,6 +680,7 @@ class Host(Node):
         while not finished.wait(0.05):
             self._raise()
         self._raise()
+        self.stepped_eof = True
 
     def _raise(self) -> None:
         if self.error is not None:
