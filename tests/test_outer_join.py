@@ -221,6 +221,20 @@ def test_a_handshake_chain_passes_markers_behind_the_tuples_before_them(
         assert res.metrics["markers"] > 10, seed
 
 
+def test_markers_reach_a_chain_on_every_port_and_other_nodes_once():
+    """A node that passes markers itself tells the streams' markers apart by port: the
+    emitter sends it one on each port its edges feed (a chain of one: both ends); any other
+    successor gets one, on one of its ports."""
+    routes = sj.topologies.handshake(1).marker_routes()
+    assert sorted(routes["emitter"]) == [("core0", "r_in"), ("core0", "s_in")]
+    assert routes["core0"] == [("collector", "in")]
+    grid = sj.topologies.grid(2, 2).for_query(
+        sj.Query(sj.band("x", 1.0), window=sj.CountWindow(9), how="left")
+    )
+    for node, dests in grid.marker_routes().items():
+        assert len(dests) == len({d for d, _ in dests}), node
+
+
 def test_an_inner_join_sends_no_markers():
     inner = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(100))
     for layout in ("single", "handshake", "handshake_ll", "spo_tree"):
