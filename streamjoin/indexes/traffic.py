@@ -66,13 +66,15 @@ def _result(probe: float, insert: float, upkeep: float, cold: float) -> dict[str
 def _bplus_leaf(leaf_size: int) -> tuple[int, int, int, int]:
     """``(search, moved, probe, whole)`` lines of one B+-tree leaf visit: the search of its
     keys, the lines of keys and refs a one-slot shift moves (half the items on average), a
-    probe's lines (the search and a line of refs at the matches), and all its key and ref
-    lines (what an insert into a large tree prefetches, :func:`~streamjoin.indexes.
-    bplus_tree.insert_into`)."""
+    probe's lines, and all its key and ref lines (what an insert into a large tree
+    prefetches, :func:`~streamjoin.indexes.bplus_tree.insert_into`, and what a probe
+    prefetches too, :func:`~streamjoin.indexes.bplus_tree.probe_tree`, so that a group of
+    probes' misses overlap)."""
     items = BTREE_FILL * leaf_size
     search = search_lines(items)
     moved = 2 * lines(items / 2 * 8)
-    return search, moved, search + 1, 2 * lines(leaf_size * 8)
+    whole = 2 * lines(leaf_size * 8)
+    return search, moved, whole, whole
 
 
 def bplus_tree(
@@ -81,14 +83,15 @@ def bplus_tree(
     leaf_size: int = DEFAULT_SHAPE.leaf_size,
     **_,
 ) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.pim.bplus_tree`: a probe descends to a leaf and searches it
+    """:mod:`~streamjoin.indexes.pim.bplus_tree`: a probe descends to a leaf, prefetching each
+    node (a group of probes a level at a time), and searches it
     (:func:`~streamjoin.indexes.pim.bplus_tree.probe_tree`); an insert prefetches its whole leaf,
     then shifts the items above its place one slot (written back); an expiry descends,
     searches the leaf and shifts likewise to delete the item
     (:func:`~streamjoin.indexes.pim.bplus_tree.delete_items`); the insertion log writes then reads
-    the item's key and ref (16 bytes each way). Cold: the probe's and the expiry's searched
-    lines and the insert's whole leaf, as :func:`~streamjoin.indexes.pim.pim_tree.memory_traffic`
-    counts an insert's leaf."""
+    the item's key and ref (16 bytes each way). Cold: the expiry's searched lines and the
+    probe's and the insert's whole leaves, as
+    :func:`~streamjoin.indexes.pim.pim_tree.memory_traffic` counts an insert's leaf."""
     search, moved, probe, whole = _bplus_leaf(leaf_size)
     insert = (whole + moved) * LINE + 16
     expire = (search + 2 * moved) * LINE + 16

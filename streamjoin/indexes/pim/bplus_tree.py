@@ -46,6 +46,7 @@ from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
 from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import (
     lower_bound_row,
+    prefetch,
     prefetch_range,
     scan_run,
 )
@@ -450,45 +451,83 @@ def seek(t, root, height, x):
     return node, lower_bound_row(t.leaf_keys, node, 0, t.leaf_count[node], x)
 
 
+#: Probes that :func:`probe_tree` walks down the tree together, a level at a time: each
+#: level's nodes are fetched for the whole group before any is searched, so the group's
+#: cache misses overlap instead of each probe waiting for its own (group prefetching: Chen,
+#: Ailamaki, Gibbons and Mowry, "Improving hash join performance through prefetching", ICDE
+#: 2004; Kocberber et al., "Asynchronous memory access chaining", VLDB 2015).
+PROBE_GROUP = 16
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_inner(t, node):
+    """Prefetch inner node ``node``: its count, keys and children."""
+    width = t.inner_keys.shape[1]
+    prefetch(t.inner_count, node)
+    prefetch_range(t.inner_keys, node * width, node * width + width)
+    prefetch_range(t.inner_child, node * width, node * width + width)
+
+
 @njit(cache=True, nogil=True)
 def probe_tree(t, keys, lo, hi, min_ref=_NO_REF):
     """Items of the lone tree with ``lo <= item_key - keys[i] <= hi`` and ``ref >= min_ref``.
 
     One descent to the first key ``>= key + lo`` (widened), then a walk along the leaf chain
-    (PIM-Tree §2.2.1 step 1). ``keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
+    (PIM-Tree §2.2.1 step 1). The descents go :data:`PROBE_GROUP` keys at a time, a level at a
+    time, each level's nodes prefetched for the group first; the scans then go key by key, in
+    order. ``keys`` float64 (m,). Returns ``(probe_pos, refs)`` int64.
     O(m · height · log(fanout) + items scanned).
     """
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n = 0
-    for i in range(keys.shape[0]):
-        key = keys[i]
-        vlo, vhi = key_range(key, lo, hi)
-        first, p0 = seek(t, t.meta[ROOT], t.meta[HEIGHT], vlo)
-        n_key = n
-        while True:  # again into grown outputs if the key's matches did not fit
-            n, leaf, p, done = n_key, first, p0, False
-            while not done and leaf >= 0:
-                n, done = scan_run(
-                    t.leaf_keys[leaf],
-                    t.leaf_refs[leaf],
-                    p,
-                    t.leaf_count[leaf],
-                    key,
-                    lo,
-                    hi,
-                    vhi,
-                    min_ref,
-                    i,
-                    out_p,
-                    out_r,
-                    n,
-                )
-                leaf = t.leaf_next[leaf]
-                p = 0
-            if n <= out_p.shape[0]:
-                break
-            out_p, out_r = grow(out_p, n), grow(out_r, n)
+    root, height = t.meta[ROOT], t.meta[HEIGHT]
+    at = np.empty(PROBE_GROUP, dtype=np.int64)  # each key's node on the way down
+    m = keys.shape[0]
+    for g0 in range(0, m, PROBE_GROUP):
+        gm = min(PROBE_GROUP, m - g0)
+        for g in range(gm):
+            at[g] = root
+        for _ in range(height):
+            for g in range(gm):
+                _fetch_inner(t, at[g])
+            for g in range(gm):
+                vlo, _ = key_range(keys[g0 + g], lo, hi)
+                node = at[g]
+                j = lower_bound_row(t.inner_keys, node, 1, t.inner_count[node], vlo) - 1
+                at[g] = t.inner_child[node, j]
+        for g in range(gm):
+            _fetch_leaf(t, at[g])
+        for g in range(gm):
+            i = g0 + g
+            key = keys[i]
+            vlo, vhi = key_range(key, lo, hi)
+            first = at[g]
+            p0 = lower_bound_row(t.leaf_keys, first, 0, t.leaf_count[first], vlo)
+            n_key = n
+            while True:  # again into grown outputs if the key's matches did not fit
+                n, leaf, p, done = n_key, first, p0, False
+                while not done and leaf >= 0:
+                    n, done = scan_run(
+                        t.leaf_keys[leaf],
+                        t.leaf_refs[leaf],
+                        p,
+                        t.leaf_count[leaf],
+                        key,
+                        lo,
+                        hi,
+                        vhi,
+                        min_ref,
+                        i,
+                        out_p,
+                        out_r,
+                        n,
+                    )
+                    leaf = t.leaf_next[leaf]
+                    p = 0
+                if n <= out_p.shape[0]:
+                    break
+                out_p, out_r = grow(out_p, n), grow(out_r, n)
     return out_p[:n], out_r[:n]
 
 
