@@ -86,16 +86,16 @@ def bplus_tree(
     """:mod:`~streamjoin.indexes.pim.bplus_tree`: a probe descends to a leaf, prefetching each
     node (a group of probes a level at a time), and searches it
     (:func:`~streamjoin.indexes.pim.bplus_tree.probe_tree`); an insert prefetches its whole leaf,
-    then shifts the items above its place one slot (written back); an expiry descends,
-    searches the leaf and shifts likewise to delete the item
+    then shifts the items above its place one slot (written back); an expiry likewise
+    prefetches its leaf and shifts to delete the item
     (:func:`~streamjoin.indexes.pim.bplus_tree.delete_items`); the insertion log writes then reads
-    the item's key and ref (16 bytes each way). Cold: the expiry's searched lines and the
-    probe's and the insert's whole leaves, as
-    :func:`~streamjoin.indexes.pim.pim_tree.memory_traffic` counts an insert's leaf."""
-    search, moved, probe, whole = _bplus_leaf(leaf_size)
+    the item's key and ref (16 bytes each way). Cold: the probe's, the insert's and the
+    expiry's whole leaves, as :func:`~streamjoin.indexes.pim.pim_tree.memory_traffic` counts an
+    insert's leaf."""
+    moved, probe, whole = _bplus_leaf(leaf_size)[1:]
     insert = (whole + moved) * LINE + 16
-    expire = (search + 2 * moved) * LINE + 16
-    return _result(probe * LINE, insert, expire, probe + whole + search)
+    expire = (whole + moved) * LINE + 16
+    return _result(probe * LINE, insert, expire, probe + 2 * whole)
 
 
 def css_tree(

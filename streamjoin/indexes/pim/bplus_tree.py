@@ -408,7 +408,16 @@ def delete_items(t, keys, refs):
     half_inner = (t.inner_keys.shape[1] + 1) // 2
     path_node = np.empty(MAX_HEIGHT, dtype=np.int64)
     path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
-    for i in range(keys.shape[0]):
+    b = keys.shape[0]
+    # as insert_into: fetch the leaf of the item INSERT_AHEAD places on (a hint, found on keys
+    # alone: rebalancing on the way may move it) while this one is deleted
+    leaf_size = t.leaf_keys.shape[1]
+    ahead = INSERT_AHEAD if t.meta[LEAF_HWM] * leaf_size >= PREFETCH_ITEMS else 0
+    for i in range(min(ahead, b)):
+        _fetch_leaf(t, seek_leaf(t, t.meta[ROOT], t.meta[HEIGHT], keys[i]))
+    for i in range(b):
+        if ahead and i + ahead < b:
+            _fetch_leaf(t, seek_leaf(t, t.meta[ROOT], t.meta[HEIGHT], keys[i + ahead]))
         k, r = keys[i], refs[i]
         leaf = _descend(t, t.meta[ROOT], t.meta[HEIGHT], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
