@@ -106,8 +106,9 @@ def css_tree(
     layout: Layout = "wide",
     **_,
 ) -> dict[str, float]:
-    """:mod:`~streamjoin.indexes.pim.css_tree`: a probe searches one leaf (its keys, or compact
-    items, and a line of refs beside wide keys); every insert merges its sorted batch into the
+    """:mod:`~streamjoin.indexes.pim.css_tree`: a probe fetches and searches one leaf (all its
+    keys, or compact items, as :func:`~streamjoin.indexes.pim.css_tree.search_css_tree`
+    prefetches them for a group of probes, and a line of refs beside wide keys); every insert merges its sorted batch into the
     whole leaf level (:func:`~streamjoin.indexes.blocks.sorted_runs.merge_runs_into`, or
     :meth:`~streamjoin.indexes.blocks.coded_level.CodedLevel.merge` compact), reading the old level
     and writing the new one (``window + insert_batch`` items each: expiry only moves a bound,
@@ -115,7 +116,7 @@ def css_tree(
     keys (one key per leaf)."""
     items = item_layout("css_tree", layout)
     item = items.item_bytes
-    probe = search_lines(leaf_size, 8) + items.ref_lines
+    probe = lines(leaf_size * 8) + items.ref_lines
     level = 2 * item * (window + insert_batch) + 16 * insert_batch  # old, new, the batch
     inner = 2 * 8 * (window / leaf_size) * fanout / (fanout - 1)  # leaf maxima read, written
     return _result(probe * LINE, 0.0, (level + inner) / insert_batch, probe)
@@ -144,7 +145,7 @@ def chained(
     node_bytes = 16 / BTREE_FILL
     items = item_layout("chained", layout)
     if archive == "css":
-        archived = search_lines(css_leaf_size, 8) + items.ref_lines
+        archived = lines(css_leaf_size * 8) + items.ref_lines  # the leaf, prefetched whole
         copy = node_bytes + 16 + (16 + items.item_bytes if items.packed else 0)
     else:
         archived = bplus_probe

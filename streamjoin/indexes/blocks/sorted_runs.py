@@ -85,6 +85,14 @@ def prefetch(typingctx, arr, i):
     return types.void(arr, i), codegen
 
 
+#: Probes a tree's batch probe walks down together, a level at a time: each level's nodes are
+#: fetched for the whole group before any is searched, so the group's cache misses overlap
+#: instead of each probe waiting for its own (group prefetching: Chen, Ailamaki, Gibbons and
+#: Mowry, "Improving hash join performance through prefetching", ICDE 2004; Kocberber et al.,
+#: "Asynchronous memory access chaining", VLDB 2015).
+PROBE_GROUP = 16
+
+
 @njit_no_refcount
 def prefetch_range(arr, start, stop):
     """:func:`prefetch` the cache lines of flat elements ``[start, stop)`` of 8-byte ``arr``."""

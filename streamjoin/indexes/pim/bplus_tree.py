@@ -45,6 +45,7 @@ from streamjoin.indexes.blocks.atomics import atomic_add
 from streamjoin.indexes.blocks.key_order import stable_key_order, stable_order
 from streamjoin.indexes.blocks.no_refcount import njit_no_refcount
 from streamjoin.indexes.blocks.sorted_runs import (
+    PROBE_GROUP,
     lower_bound_row,
     prefetch,
     prefetch_range,
@@ -458,14 +459,6 @@ def seek(t, root, height, x):
     """
     node = seek_leaf(t, root, height, x)
     return node, lower_bound_row(t.leaf_keys, node, 0, t.leaf_count[node], x)
-
-
-#: Probes that :func:`probe_tree` walks down the tree together, a level at a time: each
-#: level's nodes are fetched for the whole group before any is searched, so the group's
-#: cache misses overlap instead of each probe waiting for its own (group prefetching: Chen,
-#: Ailamaki, Gibbons and Mowry, "Improving hash join performance through prefetching", ICDE
-#: 2004; Kocberber et al., "Asynchronous memory access chaining", VLDB 2015).
-PROBE_GROUP = 16
 
 
 @njit(cache=True, nogil=True, inline="always")

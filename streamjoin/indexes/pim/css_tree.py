@@ -28,7 +28,7 @@ from streamjoin.indexes.blocks.coded_level import NO_REF, CodedLevel
 from streamjoin.indexes.blocks.grid_codes import bounds_on, scan_on
 from streamjoin.indexes.blocks.item_layout import WIDE_GRID, item_layout
 from streamjoin.indexes.blocks.key_order import stable_key_order
-from streamjoin.indexes.blocks.sorted_runs import largest, lower_bound
+from streamjoin.indexes.blocks.sorted_runs import PROBE_GROUP, largest, lower_bound, prefetch_range
 from streamjoin.indexes.pim.tree_shape import DEFAULT_SHAPE
 from streamjoin.modes import Layout
 
@@ -132,33 +132,58 @@ def search_css_tree(tree, probe_keys, lo, hi, min_ref, grid, ref_base):
     ``ref_base`` unused), or compact uint64 items on the grid ``(base, shift)`` with refs from
     ``ref_base`` (:mod:`~streamjoin.indexes.blocks.grid_codes`; ``refs`` unused), whose
     matches come back as a superset for the caller to refine; ``probe_keys`` float64 (m,).
-    Returns ``(probe_pos, refs)`` int64.
+    Returns ``(probe_pos, refs)`` int64. The descents go
+    :data:`~streamjoin.indexes.blocks.sorted_runs.PROBE_GROUP` keys at a time, a level at a
+    time, each level's nodes prefetched for the group first; the scans then go key by key.
     O(m · (depth · log(fanout) + log(leaf_size)) + items scanned), where the scan covers the
     widened key interval, expired items included.
     """
     keys, refs, inner, offsets, fanout, leaf_size = tree
     n = keys.shape[0]
+    m = probe_keys.shape[0]
     depth = offsets.shape[0] - 1
+    width = fanout - 1
     top, base, shift = largest(keys), grid[0], grid[1]  # scalars: calls pass no array
     out_p = np.empty(64, dtype=np.int64)
     out_r = np.empty(64, dtype=np.int64)
     n_out = 0
-    for i in range(probe_keys.shape[0]):
-        key = probe_keys[i]
-        vlo, vhi = key_range(key, lo, hi)
-        blo, bhi = bounds_on(top, vlo, vhi, base, shift)
-        start = min(descend_css_tree(inner, offsets, fanout, blo, depth) * leaf_size, n)
-        # Alg. 2 l. 10-15: find the lower bound in the leaf, then scan the leaf level up to
-        # the upper bound
-        p = lower_bound(keys, start, min(start + leaf_size, n), blo)
-        n_key = n_out
-        while True:  # again into grown outputs if the key's matches did not fit
-            n_out = scan_on(
-                keys, refs, p, n, key, lo, hi, bhi, min_ref, ref_base, i, out_p, out_r, n_key
-            )
-            if n_out <= out_p.shape[0]:
-                break
-            out_p, out_r = grow(out_p, n_out), grow(out_r, n_out)
+    at = np.empty(PROBE_GROUP, dtype=np.int64)  # each key's node on the way down
+    bound = np.empty(PROBE_GROUP, dtype=keys.dtype)  # each key's lower bound on the level
+    for g0 in range(0, m, PROBE_GROUP):
+        gm = min(PROBE_GROUP, m - g0)
+        for g in range(gm):
+            vlo, vhi = key_range(probe_keys[g0 + g], lo, hi)
+            bound[g] = bounds_on(top, vlo, vhi, base, shift)[0]
+            at[g] = 0
+        # Alg. 1 l. 1-7 for the group, a level at a time: the level's nodes fetched first
+        for d in range(depth):
+            off = offsets[d]
+            for g in range(gm):
+                node = off + at[g] * width
+                prefetch_range(inner, node, node + width)
+            for g in range(gm):
+                node = off + at[g] * width
+                at[g] = at[g] * fanout + lower_bound(inner, node, node + width, bound[g]) - node
+        for g in range(gm):
+            start = min(at[g] * leaf_size, n)
+            prefetch_range(keys, start, min(start + leaf_size, n))
+        for g in range(gm):
+            i = g0 + g
+            key = probe_keys[i]
+            vlo, vhi = key_range(key, lo, hi)
+            blo, bhi = bounds_on(top, vlo, vhi, base, shift)
+            start = min(at[g] * leaf_size, n)
+            # Alg. 2 l. 10-15: find the lower bound in the leaf, then scan the leaf level up
+            # to the upper bound
+            p = lower_bound(keys, start, min(start + leaf_size, n), blo)
+            n_key = n_out
+            while True:  # again into grown outputs if the key's matches did not fit
+                n_out = scan_on(
+                    keys, refs, p, n, key, lo, hi, bhi, min_ref, ref_base, i, out_p, out_r, n_key
+                )
+                if n_out <= out_p.shape[0]:
+                    break
+                out_p, out_r = grow(out_p, n_out), grow(out_r, n_out)
     return out_p[:n_out], out_r[:n_out]
 
 
