@@ -305,6 +305,19 @@ def test_the_cli_takes_how(tmp_path, capsys):
     assert metrics["unmatched_tuples"] > 0
 
 
+def test_a_handshake_chain_passes_markers_on_ray(ray_session, monkeypatch):
+    """The chain's cores take progress markers as messages on Ray too (their own routes, by
+    port): a left outer join on the original chain with small segments, a marker after every
+    256 rows, exact, and the markers reach the collector."""
+    monkeypatch.setattr(emitter, "MARKER_ROWS", 256)
+    data = _synthetic(4_000, seed=12)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(200), how="left")
+    res = sj.run(query, data, LAYOUTS["handshake"](), backend="ray", batch_size=64)
+    assert res.same_pairs(sj.oracle.join(query, data))
+    assert res.metrics["unmatched_tuples"] > 0
+    assert res.metrics["markers"] >= 4_000 // 256 - 1  # one is due after every 256 rows
+
+
 # -m slow: the default run meets outer joins on Ray in a grid (a left outer join with a
 # residual function, test_where) and a killed and rebuilt pipelined shared core (a full outer
 # join, test_ray_failures)
