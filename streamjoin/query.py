@@ -296,14 +296,17 @@ def _columns_type(names: tuple[str, ...]) -> type:
     return collections.namedtuple("Columns", names)
 
 
+def _read_only(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Read-only views of ``columns`` (the caller's arrays stay writeable)."""
+    views = {name: np.asarray(values).view() for name, values in columns.items()}
+    for view in views.values():
+        view.flags.writeable = False
+    return views
+
+
 def _named(columns: dict[str, np.ndarray]) -> tuple:
     """``columns`` as a named tuple of read-only arrays, as a numba function reads them."""
-    views = []
-    for values in columns.values():
-        view = np.asarray(values).view()
-        view.flags.writeable = False
-        views.append(view)
-    return _columns_type(tuple(columns))(*views)
+    return _columns_type(tuple(columns))(*_read_only(columns).values())
 
 
 class ResidualError(ValueError):
@@ -318,10 +321,7 @@ class Rows:
     _columns: dict[str, np.ndarray]
 
     def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        views = {name: np.asarray(values).view() for name, values in columns.items()}
-        for view in views.values():  # (the caller's arrays stay writeable)
-            view.flags.writeable = False
-        object.__setattr__(self, "_columns", views)
+        object.__setattr__(self, "_columns", _read_only(columns))
 
     def __getitem__(self, name: str) -> np.ndarray:
         try:
