@@ -315,6 +315,20 @@ def _fetch_leaf(t, leaf):
     prefetch_range(t.leaf_refs, leaf * size, leaf * size + size)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _ahead(t):
+    """How many items ahead of the one it works on an insert or a delete fetches the leaf
+    of: :data:`INSERT_AHEAD` in a tree with room for :data:`PREFETCH_ITEMS` items, else 0."""
+    return INSERT_AHEAD if t.meta[LEAF_HWM] * t.leaf_keys.shape[1] >= PREFETCH_ITEMS else 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_leaf_of(t, root, height, x):
+    """Prefetch the leaf where key ``x`` goes in the tree ``(root, height)`` (a hint, found
+    on keys alone: splits or rebalancing before the item's turn may move it)."""
+    _fetch_leaf(t, seek_leaf(t, root, height, x))
+
+
 @njit_no_refcount
 def insert_into(t, top, keys, refs, path, fetched):
     """Insert items one by one (PIM-Tree §2.2.1 step 3), splitting full nodes on the way up.
@@ -333,14 +347,14 @@ def insert_into(t, top, keys, refs, path, fetched):
     no_child = path[:0, :0]  # leaf entries have no child column (an empty view, not allocated)
     path_node, path_slot = path[0], path[1]
     b = keys.shape[0]
-    # leaves of a large tree are cold: fetch the leaf of the item INSERT_AHEAD places on (a
-    # hint, found on keys alone: splits on the way may move it) while this one is inserted
-    ahead = INSERT_AHEAD if t.meta[LEAF_HWM] * leaf_size >= PREFETCH_ITEMS and not fetched else 0
+    # leaves of a large tree are cold: fetch the leaf of the item some places on while this
+    # one is inserted
+    ahead = 0 if fetched else _ahead(t)
     for i in range(min(ahead, b)):
-        _fetch_leaf(t, seek_leaf(t, top[0], top[1], keys[i]))
+        _fetch_leaf_of(t, top[0], top[1], keys[i])
     for i in range(b):
         if ahead and i + ahead < b:
-            _fetch_leaf(t, seek_leaf(t, top[0], top[1], keys[i + ahead]))
+            _fetch_leaf_of(t, top[0], top[1], keys[i + ahead])
         k, r = keys[i], refs[i]
         leaf = _descend(t, top[0], top[1], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
@@ -410,15 +424,13 @@ def delete_items(t, keys, refs):
     path_node = np.empty(MAX_HEIGHT, dtype=np.int64)
     path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
     b = keys.shape[0]
-    # as insert_into: fetch the leaf of the item INSERT_AHEAD places on (a hint, found on keys
-    # alone: rebalancing on the way may move it) while this one is deleted
-    leaf_size = t.leaf_keys.shape[1]
-    ahead = INSERT_AHEAD if t.meta[LEAF_HWM] * leaf_size >= PREFETCH_ITEMS else 0
+    # as insert_into: fetch the leaf of the item some places on while this one is deleted
+    ahead = _ahead(t)
     for i in range(min(ahead, b)):
-        _fetch_leaf(t, seek_leaf(t, t.meta[ROOT], t.meta[HEIGHT], keys[i]))
+        _fetch_leaf_of(t, t.meta[ROOT], t.meta[HEIGHT], keys[i])
     for i in range(b):
         if ahead and i + ahead < b:
-            _fetch_leaf(t, seek_leaf(t, t.meta[ROOT], t.meta[HEIGHT], keys[i + ahead]))
+            _fetch_leaf_of(t, t.meta[ROOT], t.meta[HEIGHT], keys[i + ahead])
         k, r = keys[i], refs[i]
         leaf = _descend(t, t.meta[ROOT], t.meta[HEIGHT], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
