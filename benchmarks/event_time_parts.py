@@ -31,7 +31,7 @@ PARTS = {
     "join core": (join_core.JoinCore, "on_batch"),
     "emitter": (emitter.Emitter, "on_chunk"),
     "  reorder push": (ReorderBuffer, "push"),
-    "  released rows, stamped and cut": (emitter.Emitter, "_close_released"),
+    "  released rows, stamped": (emitter.Emitter, "_pend_released"),
     "collector": (collector.Collector, "on_batch"),
     "  latency histogram": (collector.LatencyHistogram, "add"),
 }

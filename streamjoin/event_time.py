@@ -150,9 +150,9 @@ class Watermark:
         )
 
 
-#: Buckets a reorder buffer's ring spans the lateness with: a bucket holds ``ts`` of one
-#: ``(lateness + 1) // BUCKETS`` wide range (at least 1), so a release sorts about
-#: ``held / BUCKETS`` rows at a time.
+#: Buckets a reorder buffer's ring spans the lateness with, at least: a bucket holds ``ts``
+#: of one range ``(lateness + 1) // BUCKETS`` wide rounded down to a power of two (at least
+#: 1), so a release sorts at most about ``2 * held / BUCKETS`` rows at a time.
 BUCKETS = 32
 
 
@@ -170,24 +170,30 @@ class ReorderBuffer:
     release walks the buckets the watermark has passed, sorts each one's rows by ``ts`` (a
     stable sort of a bucket's rows keeps arrival order among equal ``ts``), splits the
     watermark's own bucket, merges in the chunk's rows that are already behind the watermark,
-    and gathers the released rows' columns from the pool in one copy. One numba call a chunk;
-    a row is copied into the pool, out of it, and in a compaction of the pool now and then. A
-    chunk in order that the watermark passes whole, with nothing held (``lateness=0`` on input
-    in order), goes on as it is.
+    and appends the released rows' places to a queue of rows *ready* to go. One numba call a
+    chunk. The ready rows leave in multiples of ``whole`` rows (:meth:`push`; the emitter's
+    batch size), gathered from the pool in one copy: a batch is then never glued together
+    from the pieces that chunks released. A row is copied into the pool, out of it, and in a
+    compaction of the pool now and then. A chunk in order that the watermark passes whole,
+    with nothing held or ready (``lateness=0`` on input in order), goes on as it is.
 
     Input in ``ts`` order skips the ring: while every row held came in ``ts`` order, the held
     rows are the pool's ``[start, used)`` in that order, a queue, and a release is its prefix
-    up to the watermark (a binary search and a copy). The first row out of order puts the
-    queue's rows into their buckets, in arrival order, and the ring takes over until it is
-    empty again. So a lateness that in-order input never needs costs a copy in and out.
+    up to the watermark (a binary search). The first row out of order puts the queue's rows
+    into their buckets, in arrival order, and the ring takes over until it is empty again. So a
+    lateness that in-order input never needs costs a copy in and out.
     """
 
     def __init__(self, lateness: int) -> None:
         # no two int64 lie further apart: a larger bound releases nothing sooner or later
         self.lateness = min(int(lateness), 2**64 - 1)
         self.max_ts = _INT64_MIN
-        self.width = max(1, (self.lateness + 1) // BUCKETS)  # ts units a bucket spans
-        self.ring = (self.lateness // self.width) + 3
+        # ts units a bucket spans, and buckets in the ring: powers of two, so that a row's
+        # bucket and its slot in the ring are a shift and a mask (a division a row cost the
+        # push most of its time)
+        self.shift = max(0, ((self.lateness + 1) // BUCKETS).bit_length() - 1)
+        self.width = 1 << self.shift
+        self.ring = 1 << ((self.lateness >> self.shift) + 3 - 1).bit_length()
         self.base = _INT64_MIN // self.width  # absolute bucket of the ring's first
         # each bucket's rows, in arrival order: their pool places and their ts side by side
         # (a release reads a bucket as two runs, not a list through the pool: a list's hops
@@ -196,7 +202,11 @@ class ReorderBuffer:
         self.keys = np.empty((self.ring, 64), dtype=np.int64)
         self.size = np.zeros(self.ring, dtype=np.int64)  # rows in each bucket
         self.held = 0
-        self._pool: Columns | None = None  # held rows' columns (and released rows' leftovers)
+        #: the places of the rows released and not taken yet, in release order
+        self._ready = np.empty(4096, dtype=np.int64)
+        self.n_ready = 0
+        self._ready_run = True  # the ready places are consecutive (the queue released them)
+        self._pool: Columns | None = None  # held and ready rows' columns (and leftovers)
         self._arrived = np.empty(0, dtype=np.int64)
         self._used = 0
         #: the rows held came in ts order: they are the pool's [_start, _used), the ring empty
@@ -205,18 +215,28 @@ class ReorderBuffer:
         self.copied = 0  #: rows copied by sorts and gathers (the simulator's charge)
 
     def __len__(self) -> int:
+        """Rows held for the watermark (not those released and not taken yet)."""
         return self.held
 
-    def push(self, cols: Columns, arrived_ns: int) -> tuple[Columns, np.ndarray] | None:
-        """Take a chunk that arrived at ``arrived_ns``; return the rows now released (in
-        stable ``ts`` order) and the time each arrived, or None when none is."""
+    def push(
+        self, cols: Columns, arrived_ns: int, whole: int = 1
+    ) -> tuple[Columns, np.ndarray] | None:
+        """Take a chunk that arrived at ``arrived_ns``; return the rows ready to go, in stable
+        ``ts`` order, as many as a multiple of ``whole`` allows (the rest wait for the next
+        push, :meth:`take` or :meth:`flush`), and the time each arrived; None when none go."""
         n = len(cols)
         if not n:
             return None
         in_order, top = order_and_max(cols.ts)
         self.max_ts = max(self.max_ts, top)
         bound = self.max_ts - self.lateness
-        if not self.held and in_order and bound >= int(cols.ts[-1]):  # all go, as they are
+        if (
+            not self.held
+            and not self.n_ready
+            and in_order
+            and bound >= int(cols.ts[-1])
+            and n % whole == 0
+        ):  # all go, as they are
             self.base = max(self.base, bound // self.width)
             return cols, np.full(n, arrived_ns, dtype=np.int64)
         can = bound >= _INT64_MIN  # else no row is behind the watermark yet
@@ -226,32 +246,75 @@ class ReorderBuffer:
             if in_order and (
                 pool is None or not self.held or pool.ts[self._used - 1] <= cols.ts[0]
             ):
-                return self._push_queue(cols, arrived_ns, watermark, can)
+                self._push_queue(cols, arrived_ns, watermark, can)
+                return self.take(whole)
             self._to_ring()
         first = self._append(cols, arrived_ns)
         assert self._pool is not None  # (_append made it)
-        out, self.base, n_drained, n_now, self.places, self.keys = reorder_push(
+        (
+            self._ready,
+            self.n_ready,
+            self.base,
+            n_drained,
+            n_now,
+            self.places,
+            self.keys,
+        ) = reorder_push(
             self._pool.ts,
             self.places,
             self.keys,
             self.size,
+            self._ready,
+            self.n_ready,
             first,
             n,
             self.base,
-            self.width,
+            self.shift,
             watermark,
             can,
         )
         self.held += n - n_drained - n_now
+        if n_drained or n_now:
+            self._ready_run = False
         if not self.held:  # the ring is empty: in-order input may use the queue again
             self._queue, self._start = True, self._used
-        return self._gather(out) if len(out) else None
+        return self.take(whole)
 
-    def _push_queue(
-        self, cols: Columns, arrived_ns: int, watermark: int, can: bool
-    ) -> tuple[Columns, np.ndarray] | None:
+    def take(self, whole: int = 1) -> tuple[Columns, np.ndarray] | None:
+        """The rows ready to go, as many as a multiple of ``whole`` allows, and the time each
+        arrived; None when none go."""
+        m = self.n_ready - self.n_ready % whole
+        if not m:
+            return None
+        pool = self._pool
+        assert pool is not None
+        self.copied += m
+        if self._ready_run:  # slices: a copy each
+            a, b = int(self._ready[0]), int(self._ready[0]) + m
+            cols = Columns(pool.stream[a:b].copy(), pool.ts[a:b].copy(), pool.attrs[:, a:b].copy())
+            arrived = self._arrived[a:b].copy()
+        else:
+            stream, ts, attrs, arrived = gather_rows(
+                self._ready[:m], pool.stream, pool.ts, pool.attrs, self._arrived
+            )
+            cols = Columns(stream, ts, attrs)
+        rest = self.n_ready - m
+        if rest:
+            self._ready[:rest] = self._ready[m : self.n_ready].copy()
+        else:
+            self._ready_run = True
+        self.n_ready = rest
+        return cols, arrived
+
+    def oldest_ready_ns(self) -> int | None:
+        """When the ready row that has waited longest arrived; None if none is ready."""
+        if not self.n_ready:
+            return None
+        return int(self._arrived[self._ready[: self.n_ready]].min())
+
+    def _push_queue(self, cols: Columns, arrived_ns: int, watermark: int, can: bool) -> None:
         """A chunk in ``ts`` order after held rows in ``ts`` order: queued; the queue's prefix
-        at or below the watermark released."""
+        at or below the watermark made ready."""
         self._append(cols, arrived_ns)
         pool = self._pool
         assert pool is not None
@@ -262,11 +325,27 @@ class ReorderBuffer:
         else:
             stop = start
         self._start, self.held = stop, end - stop
-        if stop == start:
-            return None
-        self.copied += stop - start
-        out = _cols_copy(pool, start, stop)
-        return out, self._arrived[start:stop].copy()
+        self._ready_range(start, stop)
+
+    def _ready_range(self, start: int, stop: int) -> None:
+        """The pool's rows ``[start, stop)`` ready to go, after those ready now."""
+        if stop > start:
+            run = self._ready_run and (
+                not self.n_ready or self._ready[self.n_ready - 1] + 1 == start
+            )
+            self._make_ready(np.arange(start, stop, dtype=np.int64))
+            self._ready_run = run
+
+    def _make_ready(self, places: np.ndarray) -> None:
+        """The rows at ``places`` ready to go, after those ready now."""
+        k = len(places)
+        if self.n_ready + k > len(self._ready):
+            grown = np.empty(2 * (self.n_ready + k), dtype=np.int64)
+            grown[: self.n_ready] = self._ready[: self.n_ready]
+            self._ready = grown
+        self._ready[self.n_ready : self.n_ready + k] = places
+        self.n_ready += k
+        self._ready_run = False  # (unless _ready_range says otherwise)
 
     def _to_ring(self) -> None:
         """The queue's rows into their buckets (in arrival order: ``ts`` order), for a chunk
@@ -274,32 +353,36 @@ class ReorderBuffer:
         self._queue = False
         if self.held:
             assert self._pool is not None
-            _, _, _, _, self.places, self.keys = reorder_push(
+            *_, self.places, self.keys = reorder_push(
                 self._pool.ts,
                 self.places,
                 self.keys,
                 self.size,
+                self._ready,
+                self.n_ready,
                 self._start,
                 self.held,
                 self.base,
-                self.width,
+                self.shift,
                 _INT64_MIN,
                 False,
             )
 
     def flush(self) -> tuple[Columns, np.ndarray] | None:
-        """Every row still held (the end of input), in stable ``ts`` order; None if none."""
-        if not self.held or self._pool is None:
-            return None
-        if self._queue:
-            start, end = self._start, self._used
-            self._start, self.held = end, 0
-            self.copied += end - start
-            return _cols_copy(self._pool, start, end), self._arrived[start:end].copy()
-        out = reorder_flush(self.places, self.keys, self.size, self.base, self.width)
-        self.held = 0
-        self._queue, self._start = True, self._used
-        return self._gather(out)
+        """Every row still ready or held (the end of input), in stable ``ts`` order; None if
+        none."""
+        if self.held and self._pool is not None:
+            if self._queue:
+                start, end = self._start, self._used
+                self._start = end
+                self._ready_range(start, end)
+            else:
+                self._make_ready(
+                    reorder_flush(self.places, self.keys, self.size, self.base, self.shift)
+                )
+                self._queue, self._start = True, self._used
+            self.held = 0
+        return self.take()
 
     def _append(self, cols: Columns, arrived_ns: int) -> int:
         """Put a chunk's columns in the pool (compacting or growing it first if full); the
@@ -319,12 +402,14 @@ class ReorderBuffer:
         return first
 
     def _compact(self, n: int, like: Columns) -> None:
-        """Room for ``n`` more rows: the held rows moved to the pool's front bucket by bucket
-        and renumbered, in place while the pool has room for twice the held rows and ``n``,
-        else into a new pool four times that (a compaction moves every held row, so room for
-        many chunks makes compactions rare when chunks are far smaller than the rows held, and
-        reusing the pool spares fresh arrays their page faults)."""
-        need = self.held + n
+        """Room for ``n`` more rows: the ready rows, then the held rows, moved to the pool's
+        front (held ones bucket by bucket) and renumbered, in place while the pool has room for
+        twice them and ``n``, else into a new pool four times that (a compaction moves every
+        row ready or held, so room for many chunks makes compactions rare when chunks are far
+        smaller than the rows held, and reusing the pool spares fresh arrays their page
+        faults)."""
+        r = self.n_ready
+        need = r + self.held + n
         pool = self._pool
         if pool is None or len(pool) < 2 * need:
             cap = max(4 * need, 4096)
@@ -336,46 +421,26 @@ class ReorderBuffer:
             arrived = np.empty(cap, dtype=np.int64)
         else:
             arrived = self._arrived
-        if self.held and self._queue:  # the queue's rows, to the front
+        if r or self.held:
             old = self._pool
             assert old is not None
-            a, m = self._start, self.held
-            # (numpy copies overlapping slices through a buffer: in place is safe)
-            pool.stream[:m] = old.stream[a : a + m]
-            pool.ts[:m] = old.ts[a : a + m]
-            pool.attrs[:, :m] = old.attrs[:, a : a + m]
-            arrived[:m] = self._arrived[a : a + m]
-            self.copied += m
-        elif self.held:
-            old = self._pool
-            assert old is not None
-            live = renumber(self.places, self.size)  # old places; the buckets' now 0, 1, …
+            live = self._ready[:r].copy()
+            if self._queue:  # the queue's rows follow the ready ones
+                held = np.arange(self._start, self._start + self.held, dtype=np.int64)
+            else:  # old places; the buckets' now r, r + 1, … in bucket order
+                held = renumber(self.places, self.size, r)
+            live = np.concatenate([live, held])
             m = len(live)
             # (the right-hand sides are gathered first: in place is safe)
             pool.stream[:m] = old.stream[live]
             pool.ts[:m] = old.ts[live]
             pool.attrs[:, :m] = np.take(old.attrs, live, axis=1)
             arrived[:m] = self._arrived[live]
+            self._ready[:r] = np.arange(r, dtype=np.int64)
+            self._ready_run = True
             self.copied += m
-        self._pool, self._arrived, self._used = pool, arrived, self.held
-        self._start = 0
-
-    def _gather(self, at: np.ndarray) -> tuple[Columns, np.ndarray]:
-        """The pool's rows at places ``at``, in that order."""
-        pool = self._pool
-        assert pool is not None
-        self.copied += len(at)
-        stream, ts, attrs, arrived = gather_rows(
-            at, pool.stream, pool.ts, pool.attrs, self._arrived
-        )
-        return Columns(stream, ts, attrs), arrived
-
-
-def _cols_copy(cols: Columns, start: int, stop: int) -> Columns:
-    """Rows ``[start, stop)`` of ``cols``, copied (the pool's places are written again)."""
-    return Columns(
-        cols.stream[start:stop].copy(), cols.ts[start:stop].copy(), cols.attrs[:, start:stop].copy()
-    )
+        self._pool, self._arrived, self._used = pool, arrived, r + self.held
+        self._start = r
 
 
 @njit(cache=True, nogil=True)
@@ -420,16 +485,16 @@ def _stable_order(keys, low, width):
 
 
 @njit(cache=True, nogil=True)
-def _drain(places, keys, size, k, width, watermark, whole, out, n_out):
+def _drain(places, keys, size, k, shift, watermark, whole, out, n_out):
     """Bucket ``k``'s rows (absolute bucket; ``k % ring`` in the ring) at or below
     ``watermark`` (all of them if ``whole``) appended to ``out`` sorted by ``ts`` (stable: a
     bucket is in arrival order); the rest stay, at the bucket's front in ``ts`` order (equal
     ``ts`` in arrival order, before any row that comes later). Returns the new ``n_out``."""
-    slot = k % places.shape[0]
+    slot = k & (places.shape[0] - 1)
     m = size[slot]
     if m == 0:
         return n_out
-    order = _stable_order(keys[slot, :m], k * width, width)
+    order = _stable_order(keys[slot, :m], k << shift, 1 << shift)
     kept = np.empty(m, dtype=np.int64)  # (a sort's order reads the places it overwrites)
     kept_keys = np.empty(m, dtype=np.int64)
     n_kept = 0
@@ -458,17 +523,17 @@ def _grown(a, width):
 
 
 @njit(cache=True, nogil=True)
-def _link(ts, places, keys, size, first, n, width, watermark, can, now):
+def _link(ts, places, keys, size, first, n, shift, watermark, can, now):
     """Rows ``first`` to ``first + n`` appended to their buckets (which have room), those
     behind the watermark (if ``can``) to ``now`` instead; returns how many went there."""
-    ring = places.shape[0]
+    mask = places.shape[0] - 1
     n_now = 0
     for i in range(first, first + n):
         if can and ts[i] <= watermark:
             now[n_now] = i
             n_now += 1
         else:
-            slot = (ts[i] // width) % ring
+            slot = (ts[i] >> shift) & mask
             at = size[slot]
             places[slot, at] = i
             keys[slot, at] = ts[i]
@@ -477,72 +542,76 @@ def _link(ts, places, keys, size, first, n, width, watermark, can, now):
 
 
 @njit(cache=True, nogil=True)
-def reorder_push(ts, places, keys, size, first, n, base, width, watermark, can):
+def reorder_push(ts, places, keys, size, ready, n_ready, first, n, base, shift, watermark, can):
     """A chunk's rows (pool places ``first`` to ``first + n``) into the ring, after the
-    buckets the watermark passed were drained; returns the released places in stable ``ts``
-    order (the drained rows first at equal ``ts``: they came earlier), the ring's new base
-    bucket, how many of the released rows were held before and came with the chunk, and
-    the buckets' arrays (grown if a bucket outgrew them)."""
+    buckets the watermark passed were drained; the released places appended to ``ready``
+    (after its ``n_ready``) in stable ``ts`` order (the drained rows first at equal ``ts``:
+    they came earlier). Returns ``ready`` (grown if it lacked room) and its new count, the
+    ring's new base bucket, how many of the released rows were held before and came with the
+    chunk, and the buckets' arrays (grown if a bucket outgrew them)."""
     ring = places.shape[0]
-    out = np.empty(0, dtype=np.int64)
-    n_out = 0
+    last = watermark >> shift  # the watermark's own bucket (if ``can``)
+    stop = min(last, base + ring - 1)  # rows held before this chunk: the buckets it reached
+    count = 0
     if can:
-        last = watermark // width  # the watermark's own bucket
-        # rows held before this chunk: drain every bucket the watermark reached
-        stop = min(last, base + ring - 1)
-        count = 0
         for k in range(base, stop + 1):
-            count += size[k % ring]
-        out = np.empty(count, dtype=np.int64)
-        for k in range(base, stop + 1):
-            n_out = _drain(places, keys, size, k, width, watermark, k < last, out, n_out)
-        base = max(base, last)
-    # this chunk: rows behind the watermark go now (stable by ts), the rest into their buckets
-    # (widened first if one would overflow: an array the loop below could replace would cost
-    # it reference counting at every row)
+            count += size[k & (ring - 1)]
+    # room first (widened arrays: one the loops below could replace would cost them reference
+    # counting at every row)
+    if n_ready + count + n > ready.shape[0]:
+        grown = np.empty(2 * (n_ready + count + n), dtype=np.int64)
+        grown[:n_ready] = ready[:n_ready]
+        ready = grown
     most = 0
     for slot in range(ring):
         most = max(most, size[slot])
     if most + n > places.shape[1]:
         places = _grown(places, max(most + n, 2 * places.shape[1]))
         keys = _grown(keys, places.shape[1])
+    n_out = n_ready
+    if can:
+        for k in range(base, stop + 1):
+            n_out = _drain(places, keys, size, k, shift, watermark, k < last, ready, n_out)
+        base = max(base, last)
+    n_drained = n_out - n_ready
+    # this chunk: rows behind the watermark go now (stable by ts), the rest into their buckets
     now = np.empty(n, dtype=np.int64)
-    n_now = _link(ts, places, keys, size, first, n, width, watermark, can, now)
-    n_drained = n_out
-    if n_now:
+    n_now = _link(ts, places, keys, size, first, n, shift, watermark, can, now)
+    if n_now:  # merged from the back, in place: drained (older) first at equal ts
         order = np.argsort(ts[now[:n_now]], kind="mergesort")
-        merged = np.empty(n_out + n_now, dtype=np.int64)
-        i = j = 0
-        for k in range(n_out + n_now):  # drained (older) first at equal ts
-            if j >= n_now or (i < n_out and ts[out[i]] <= ts[now[order[j]]]):
-                merged[k] = out[i]
-                i += 1
+        i, j = n_out - 1, n_now - 1
+        for k in range(n_out + n_now - 1, n_ready - 1, -1):
+            if j < 0:
+                break  # the drained rows left are in place
+            if i >= n_ready and ts[ready[i]] > ts[now[order[j]]]:
+                ready[k] = ready[i]
+                i -= 1
             else:
-                merged[k] = now[order[j]]
-                j += 1
-        out, n_out = merged, n_out + n_now
-    return out[:n_out], base, n_drained, n_now, places, keys
+                ready[k] = now[order[j]]
+                j -= 1
+    return ready, n_out + n_now, base, n_drained, n_now, places, keys
 
 
 @njit(cache=True, nogil=True)
-def reorder_flush(places, keys, size, base, width):
+def reorder_flush(places, keys, size, base, shift):
     """Every held row's place, in stable ``ts`` order (the ring emptied)."""
     out = np.empty(size.sum(), dtype=np.int64)
     n_out = 0
     for k in range(base, base + places.shape[0]):
-        n_out = _drain(places, keys, size, k, width, 0, True, out, n_out)
+        n_out = _drain(places, keys, size, k, shift, 0, True, out, n_out)
     return out[:n_out]
 
 
 @njit(cache=True, nogil=True)
-def renumber(places, size):
+def renumber(places, size, first):
     """The held rows' old places, bucket by bucket in bucket order, and each bucket's entries
-    renumbered to their new places (0, 1, … in that order): a compaction of the pool."""
+    renumbered to their new places (``first``, ``first + 1``, … in that order): a compaction
+    of the pool."""
     live = np.empty(size.sum(), dtype=np.int64)
     n = 0
     for slot in range(places.shape[0]):
         for j in range(size[slot]):
             live[n] = places[slot, j]
-            places[slot, j] = n
+            places[slot, j] = first + n
             n += 1
     return live

@@ -102,10 +102,10 @@ def test_reorder_buffer_releases_in_stable_ts_order_only_behind_the_watermark(ts
     assert len(arrived) == len(got)
 
 
-def _release_all(ts, lateness, cuts):
+def _release_all(ts, lateness, cuts, whole=1):
     """Push ``ts`` in chunks (each row's attribute its row number, each chunk's arrival its
-    number) through a watermark and a reorder buffer; the released rows' numbers and
-    arrivals, and the watermark."""
+    number) through a watermark and a reorder buffer that releases rows ``whole`` at a time;
+    the released rows' numbers and arrivals, and the watermark."""
     mark = Watermark(lateness, "drop")
     buffer = ReorderBuffer(lateness)
     rows, arrivals, at = [], [], 0
@@ -113,9 +113,10 @@ def _release_all(ts, lateness, cuts):
         cols = _cols(part)
         cols = Columns(cols.stream, cols.ts, cols.attrs + at)
         at += len(part)
-        out = buffer.push(mark.split(cols), arrived_ns=k)
+        out = buffer.push(mark.split(cols), arrived_ns=k, whole=whole)
         if out is not None:
             assert out[0].ts.max() <= buffer.max_ts - buffer.lateness
+            assert len(out[0]) % whole == 0 and buffer.n_ready < whole
             rows.append(out[0].attrs[0])
             arrivals.append(out[1])
     rest = buffer.flush()
@@ -144,12 +145,17 @@ def mostly_in_order(draw):
     ts=mostly_in_order(),
     lateness=st.sampled_from([0, 1, 5, 20, 2**62]),
     cuts=st.lists(st.integers(0, 80)),
+    whole=st.sampled_from([1, 1, 3, 16]),
 )
-def test_reorder_buffer_releases_each_row_once_in_stable_order_with_its_arrival(ts, lateness, cuts):
+def test_reorder_buffer_releases_each_row_once_in_stable_order_with_its_arrival(
+    ts, lateness, cuts, whole
+):
     """Input in order but for a few rows, so the buffer goes from its queue (rows held in
     order) to its ring of buckets and back: exactly the on-time rows, stably by ``ts`` (ties in
-    arrival order, checked by row number), each with the arrival of its chunk."""
-    rows, arrived, mark = _release_all(ts, lateness, cuts)
+    arrival order, checked by row number), each with the arrival of its chunk; released
+    ``whole`` rows at a time (an emitter's batch) but at the end, so that rows wait ready
+    while the pool is compacted and the buffer changes between queue and ring."""
+    rows, arrived, mark = _release_all(ts, lateness, cuts, whole)
     assert rows.tolist() == mark.row_numbers().tolist()
     chunk_of = np.concatenate(
         [np.full(len(p), k) for k, p in enumerate(_chunked(ts, cuts))] or [np.empty(0, int)]
@@ -196,3 +202,69 @@ def test_reorder_buffer_keeps_a_bucket_that_outgrows_its_room_in_order():
     rest = buffer.flush()
     out.append(rest[0].attrs[0])
     assert np.concatenate(out).tolist() == np.argsort(ts, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("whole", [1, 1000, 1024])
+@pytest.mark.parametrize("lateness", [300, 5_000])
+def test_reorder_buffer_in_whole_batches_keeps_ready_rows_through_compactions(whole, lateness):
+    """Tens of thousands of rows in chunks of random size, some in order, most up to
+    ``lateness`` late, released ``whole`` at a time and now and then all that is ready (an
+    emitter's tick): rows wait ready while the pool is compacted many times, and what comes
+    out is every row once, stably by ``ts``, each with its chunk's arrival; the oldest ready
+    arrival is the one the next release shows."""
+    rng = np.random.default_rng(lateness + whole)
+    n = 150_000
+    ts = np.sort(rng.integers(0, 75_000, n))
+    late = rng.random(n) < 0.7  # the rest in order: the queue and the ring both run
+    arrival = np.argsort(ts + np.where(late, rng.integers(0, lateness, n), 0), kind="stable")
+    ts = ts[arrival]
+    buffer = ReorderBuffer(lateness)
+    rows, arrivals, at, k, compactions = [], [], 0, 0, 0
+    chunk_of = np.empty(n, dtype=np.int64)
+    compact = buffer._compact
+
+    def counted(*args):
+        nonlocal compactions
+        compactions += buffer.n_ready > 0
+        compact(*args)
+
+    buffer._compact = counted
+    while at < n:
+        m = int(rng.integers(1, 3000))
+        part = ts[at : at + m]
+        chunk_of[at : at + m] = k
+        cols = _cols(part)
+        out = buffer.push(Columns(cols.stream, cols.ts, cols.attrs + at), arrived_ns=k, whole=whole)
+        if out is not None:
+            assert len(out[0]) % whole == 0
+        if rng.random() < 0.1:  # a tick: whatever is ready goes
+            oldest = buffer.oldest_ready_ns()
+            rest = buffer.take()
+            assert (rest is None) == (oldest is None)
+            if rest is not None:
+                assert int(rest[1].min()) == oldest
+                out = rest if out is None else tuple(_concat_release(out, rest))
+        if out is not None:
+            rows.append(out[0].attrs[0])
+            arrivals.append(out[1])
+        at, k = at + len(part), k + 1
+    rest = buffer.flush()
+    if rest is not None:
+        rows.append(rest[0].attrs[0])
+        arrivals.append(rest[1])
+    got = np.concatenate(rows).astype(np.int64)
+    assert got.tolist() == np.argsort(ts, kind="stable").tolist()
+    assert np.array_equal(np.concatenate(arrivals), chunk_of[got])
+    assert compactions > 1 or whole == 1  # rows were ready while the pool was compacted
+    assert buffer.copied < 6 * n
+
+
+def _concat_release(a, b):
+    return (
+        Columns(
+            np.concatenate([a[0].stream, b[0].stream]),
+            np.concatenate([a[0].ts, b[0].ts]),
+            np.concatenate([a[0].attrs, b[0].attrs], axis=1),
+        ),
+        np.concatenate([a[1], b[1]]),
+    )

@@ -116,11 +116,6 @@ class Emitter(Logic):
         self.filters = bool(query.predicate.filters)
         self._pending: list[Batch] = []
         self._pending_n = 0
-        # rows the reorder buffer released, not stamped yet: stamped a whole batch at a time,
-        # so a batch is not glued together from stamped pieces (most of the buffer's cost
-        # when chunks are a batch long and releases are not)
-        self._released: list[tuple[Columns, np.ndarray]] = []
-        self._released_n = 0
         self.copied = 0  # tuples copied into a batch other than the chunk they came in
         # an outer join (Query.how): the tuples whose side it keeps go to the collector too,
         # as pairs (seq, -1) or (-1, seq), which it returns if no pair holds them
@@ -176,11 +171,11 @@ class Emitter(Logic):
         if ingest_ns is None:
             ingest_ns = self.clock() if self.clock else 0
         self.tuples_in += len(cols)
-        if self.reorder is not None:
+        if self.reorder is not None:  # the whole batches it releases
             copied = self.reorder.copied
-            self._release(self.reorder.push(cols, ingest_ns))
+            self._pend_released(self.reorder.push(cols, ingest_ns, self.batch_size))
             self.copied += self.reorder.copied - copied
-            return self._sent(self._close_released(full_only=True) + self._tick())
+            return self._sent(self._close(full_only=True) + self._tick())
         if len(cols):
             self._pend(self._stamp(cols, ingest_ns))
         out = self._close(full_only=True)
@@ -197,8 +192,7 @@ class Emitter(Logic):
         """Flush what is left (rows held for the watermark too), then whatever the route sends
         after the last batch."""
         if self.reorder is not None:
-            self._release(self.reorder.flush())
-            return self._sent(self._close_released(full_only=False) + self.route.eof(), eof=True)
+            self._pend_released(self.reorder.flush())
         return self._sent(self._close(full_only=False) + self.route.eof(), eof=True)
 
     def _tick(self) -> list[tuple[str, Batch]]:
@@ -207,8 +201,8 @@ class Emitter(Logic):
         oldest = self.oldest_open_ns
         if oldest is None or self.clock() - oldest < self.max_delay_ns:
             return []
-        if self.reorder is not None:
-            return self._close_released(full_only=False)
+        if self.reorder is not None:  # the rows released, a part of a batch
+            self._pend_released(self.reorder.take())
         return self._close(full_only=False)
 
     def _sent(self, out: list, eof: bool = False) -> list:
@@ -230,7 +224,7 @@ class Emitter(Logic):
     @property
     def open_tuples(self) -> int:
         """Tuples in the open batch (not those held for the watermark)."""
-        return self._pending_n + self._released_n
+        return self._pending_n + (self.reorder.n_ready if self.reorder is not None else 0)
 
     @property
     def oldest_open_ns(self) -> int | None:
@@ -240,8 +234,9 @@ class Emitter(Logic):
         if self.reorder is None:
             # arrival order: the first is the oldest
             return int(self._pending[0].ingest_ns[0]) if self._pending else None
-        times = [int(a.min()) for _, a in self._released]
-        times += [int(b.ingest_ns.min()) for b in self._pending]
+        times = [int(b.ingest_ns.min()) for b in self._pending]
+        ready = self.reorder.oldest_ready_ns()
+        times += [] if ready is None else [ready]
         return min(times) if times else None
 
     # -- stamping --------------------------------------------------------------------------------
@@ -389,43 +384,11 @@ class Emitter(Logic):
             self._pending.append(stamped)
             self._pending_n += len(stamped)
 
-    def _release(self, released: tuple[Columns, np.ndarray] | None) -> None:
-        """Queue rows the reorder buffer released (in ``ts`` order, with their arrivals)."""
-        if released is not None and len(released[0]):
-            self._released.append(released)
-            self._released_n += len(released[0])
-
-    def _close_released(self, full_only: bool) -> list[tuple[str, Batch]]:
-        """Stamp and send the released rows: the whole batches among them (``full_only``), or
-        all of them. One stamping a call, over the rows cut from the queue's pieces."""
-        n = self._released_n
-        cut = n - n % self.batch_size if full_only else n
-        if cut == 0:
-            return self._close(full_only)
-        pieces, taken = [], 0
-        while taken < cut:
-            cols, arrived = self._released[0]
-            need = cut - taken
-            if len(cols) <= need:
-                pieces.append(self._released.pop(0))
-                taken += len(cols)
-            else:  # the rest stays queued (views: nothing writes these arrays again)
-                pieces.append((_cols_slice(cols, 0, need), arrived[:need]))
-                self._released[0] = (_cols_slice(cols, need, len(cols)), arrived[need:])
-                taken = cut
-        self._released_n = n - cut
-        if len(pieces) == 1:
-            cols, arrived = pieces[0]
-        else:
-            cols = Columns(
-                np.concatenate([c.stream for c, _ in pieces]),
-                np.concatenate([c.ts for c, _ in pieces]),
-                np.concatenate([c.attrs for c, _ in pieces], axis=1),
-            )
-            arrived = np.concatenate([a for _, a in pieces])
-            self.copied += cut
-        self._pend(self._stamp(cols, arrived))  # (stamped rows a filter left pending too)
-        return self._close(full_only)
+    def _pend_released(self, released: tuple[Columns, np.ndarray] | None) -> None:
+        """Stamp rows the reorder buffer released (in ``ts`` order, with their arrivals) and
+        add them to the open batch."""
+        if released is not None:
+            self._pend(self._stamp(*released))
 
     def _close(self, full_only: bool) -> list[tuple[str, Batch]]:
         if not self._pending or (full_only and self._pending_n < self.batch_size):
@@ -563,10 +526,6 @@ def stamp_time(stream, ts, count, hist_r, hist_s, base, horizon, w_r, w_s, self_
     horizon[0], horizon[1] = hz_r, hz_s
     count[0], count[1] = c_r, c_s
     return idx, lo_idx, horizons, h_r[cut_r:], h_s[cut_s:]
-
-
-def _cols_slice(cols: Columns, start: int, stop: int) -> Columns:
-    return Columns(cols.stream[start:stop], cols.ts[start:stop], cols.attrs[:, start:stop])
 
 
 def _concat_rows(stamped: list[Batch]) -> Batch:
