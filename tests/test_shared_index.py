@@ -767,3 +767,26 @@ def test_warming_a_core_whose_batches_leave_its_step_open_ends(index, layout):
     data = sj.sources.synthetic(200, low=0, high=40, seed=5)
     res = sj.run(query, data, sj.topologies.shared_index(2, index, index_options=options))
     assert res.same_pairs(sj.oracle.join(query, data))
+
+
+def test_the_cores_count_the_merges_their_thread_ran():
+    """``merges``, a join counter the simulator charges (a merge's fixed cost on the core's
+    thread): a single PIM-Tree core counts each merge its inserts ran, the shared core each
+    one whose phases its thread switched (or, blocking, ran), as many as its indexes report."""
+    from streamjoin.actors.join_core import JoinCore
+
+    query = sj.Query(sj.band("x", 1.5), window=sj.CountWindow(64))
+    cols = validate(sj.sources.synthetic(3000, low=0, high=300, seed=8), query)
+    batches = [b for _, b in Emitter(query, 32).on_chunk(cols, 0)]
+    options = {**TINY["pim_tree"], "merge_ratio": 0.25}
+    single = JoinCore(query, "pim_tree", options)
+    for batch in batches:
+        single.on_batch("in", batch)
+    assert single.work.merges == sum(p.index.merges for p in single.parts.values()) > 20
+    for merge in ("nonblocking", "blocking"):
+        core = SharedIndexCore(query, "pim_tree", options, threads=2, merge=merge)
+        for batch in batches:
+            core.on_batch("in", batch)
+        core.on_eof()
+        assert core.work.merges == core.stats()["merges"] > 20
+        assert core.counters()[-1] == core.work.merges

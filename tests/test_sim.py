@@ -2,6 +2,7 @@
 determinism."""
 
 import dataclasses
+import importlib
 import math
 import os
 import warnings
@@ -714,6 +715,25 @@ def test_calibrate_fits_the_shared_core_on_its_own(tmp_path):
     with pytest.warns(UserWarning, match="no costs for the shared-index core over 'nested_loop'"):
         res = sj.run(q, data, topo, batch_size=16, backend="sim", machine=plain)
     assert res.metrics["sim"]["index_fallbacks"] == {"shared:nested_loop": "nested_loop"}
+
+
+def test_calibration_leaves_the_merging_threads_work_out_of_a_step():
+    """A shared-index core's thread waits for its merging thread when a merge phase must end:
+    the merge's own work (on a thread of its own), which the calibration takes out of the
+    step that waited, and out of that one only."""
+    calibration = importlib.import_module("streamjoin.runtime.sim.calibrate")  # (the module)
+
+    class Waits:  # what the recorder reads of a shared-index core
+        cost_group, cost_key, COUNTERS = "join", "shared:pim_tree", JOIN_COUNTERS
+        merge_wait_ns = 0
+
+    core = Waits()
+    charge = calibration._Recorder(_profile(), skip=0).bind(core)
+    none = (0,) * len(JOIN_COUNTERS)
+    assert charge("batch", None, none, none, 9_000) == 9_000
+    core.merge_wait_ns += 4_000
+    assert charge("batch", None, none, none, 9_000) == 5_000
+    assert charge("batch", None, none, none, 9_000) == 9_000
 
 
 def test_shared_core_is_charged_from_its_own_row():

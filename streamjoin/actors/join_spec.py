@@ -35,7 +35,10 @@ class JoinWork:
     ``tuples``: tuples of the messages handled (and those passed on); ``probes``: probing tuples
     that searched a non-empty part; ``scan``: their probes' work units
     (:meth:`~streamjoin.indexes.base.WindowIndex.probe_work`); ``candidates``: items the
-    indexes returned; ``pairs``, ``inserted``, ``expired``: tuples.
+    indexes returned; ``pairs``, ``inserted``, ``expired``: tuples; ``merges``: merges of a
+    PIM-Tree's T_I into T_S that the actor's thread ran or switched the phases of (its fixed
+    cost: a merge every ``m · w`` inserts, so at small windows a large share of the work; the
+    items it writes grow with the inserts).
     """
 
     __slots__ = JOIN_COUNTERS = (
@@ -47,6 +50,7 @@ class JoinWork:
         "pairs",
         "inserted",
         "expired",
+        "merges",
     )
     part_calls: int
     tuples: int
@@ -56,6 +60,7 @@ class JoinWork:
     pairs: int
     inserted: int
     expired: int
+    merges: int
 
     def __init__(self) -> None:
         for name in self.JOIN_COUNTERS:
@@ -80,6 +85,7 @@ class JoinWork:
             self.pairs,
             self.inserted,
             self.expired,
+            self.merges,
         )
 
 

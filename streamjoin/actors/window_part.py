@@ -100,10 +100,12 @@ class WindowPart:
             refs = self.store_rows(batch, pos)
             if keys is None:
                 keys = self.spec.keys(batch, pos, int(batch.stream[pos[0]]))
+            merges = getattr(self.index, "merges", 0)  # (a PIM-Tree merges while inserting)
             if self.index.takes_order:
                 cast(OrderedInsert, self.index).insert(keys, refs, order=order)
             else:
                 self.index.insert(keys, refs)
+            self.work.merges += getattr(self.index, "merges", 0) - merges
 
     def store_rows(self, batch: Batch, pos: np.ndarray) -> np.ndarray:
         """Store the tuples at ``pos`` (not yet indexed); returns their refs. Every tuple

@@ -465,6 +465,7 @@ class SharedIndexCore(Logic):
         self.cfg[C_DELAY] = delay_spins
         self.cfg[C_SEED] = delay_seed
         self.scanned = self.lock_waits = self.tasks = 0
+        self._merges_seen = 0  # the indexes' merges counted in ``work.merges``
         #: per task of the last step: int64 (tasks, WORK) (:mod:`~streamjoin.actors.
         #: shared_kernels` W_* columns), for the simulator's model of the threads
         self.last_tasks = self._no_tasks = np.zeros((0, WORK), dtype=np.int64)
@@ -575,7 +576,15 @@ class SharedIndexCore(Logic):
             return self._emit([self._close()])
         return self._emit([self._drain()])
 
+    def _count_merges(self) -> None:
+        """Count the merges the indexes ended since the last call (their phases switch on
+        this thread: :attr:`JoinWork.merges`)."""
+        merges = sum(i.merges for i in self.indexes.values() if i is not None)
+        self.work.merges += merges - self._merges_seen
+        self._merges_seen = merges
+
     def _emit(self, parts: list[np.ndarray]) -> list[tuple[str, PairBatch]]:
+        self._count_merges()
         if self._called:
             self.last_tasks = np.concatenate(self._called)
         parts = [p for p in parts if p.shape[1]]
@@ -828,6 +837,7 @@ class SharedIndexCore(Logic):
         self._called = []
         out = self._emit([self._close()])
         self.close()
+        self._count_merges()  # (those it settled)
         return out
 
     def close(self) -> None:
@@ -877,6 +887,13 @@ class SharedIndexCore(Logic):
             "merged": sum(i.merged for i in idx),
             "merge_seconds": sum(i.merge_seconds for i in idx),
         }
+
+    @property
+    def merge_wait_ns(self) -> int:
+        """ns this core's thread has waited for its indexes' merging threads (the merges'
+        own work, on threads of their own: the simulator's calibration leaves it out of the
+        core's steps)."""
+        return sum(i.merge_wait_ns for i in self.indexes.values() if i is not None)
 
     @property
     def nbytes(self) -> int:

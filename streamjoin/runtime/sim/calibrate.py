@@ -58,9 +58,16 @@ class _Recorder(CostModel):
             self.coefficients(logic)  # the logic counts what its cost group charges
         rows = self.rows.setdefault((logic.cost_group, logic.cost_key), [])
         seen = [0]
+        # a shared-index core's thread waits for its merging threads when a merge phase must
+        # end (the simulator's host settles merges at the next batch): their work, not the
+        # step's, and charged to no step (their own processors)
+        waited = [getattr(logic, "merge_wait_ns", 0)]
 
         def charge(kind, msg, before, after, wall_ns, threads=None):
             seen[0] += 1
+            now = getattr(logic, "merge_wait_ns", 0)
+            wall_ns -= now - waited[0]
+            waited[0] = now
             if seen[0] > self.skip and kind != "eof":
                 features = (1, *(a - b for a, b in zip(after, before, strict=True)))
                 rows.append((features, wall_ns, self.run))
