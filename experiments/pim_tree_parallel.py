@@ -611,7 +611,12 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             f"Paper: {PAPER['fig12']}.",
             "",
             f"Simulated: `sj.run(backend='sim')` with {_profile_words()}, one "
-            "simulated processor per thread. The shared core's steps stay open to many "
+            "simulated processor per thread. "
+            "The paper's 16 threads ran on 8 cores with hyper-threading; the simulator models "
+            "none: its 16 threads are 16 processors, each as fast as a thread alone on this "
+            "host, so the 16-thread rows are an upper bound for 8 cores of two hardware threads "
+            "each (a profile holds no measure of what a core's second hardware thread adds). "
+            "The shared core's steps stay open to many "
             "batches (the default: its threads meet only when a step is full, at merges and "
             "at the end) and it is pipelined (the simulator's default with a processor per "
             "thread: a batch's tasks run on its pool's threads while the core's own thread "
