@@ -249,8 +249,12 @@ class ReorderBuffer:
                 self._push_queue(cols, arrived_ns, watermark, can)
                 return self.take(whole)
             self._to_ring()
-        first = self._append(cols, arrived_ns)
-        assert self._pool is not None  # (_append made it)
+        if self._pool is None or self._used + n > len(self._pool):
+            self._compact(n, cols)
+        pool = self._pool
+        assert pool is not None  # (_compact made it)
+        first, self._used = self._used, self._used + n
+        self.copied += n
         (
             self._ready,
             self.n_ready,
@@ -259,26 +263,41 @@ class ReorderBuffer:
             n_now,
             self.places,
             self.keys,
+            out,
         ) = reorder_push(
-            self._pool.ts,
+            pool.stream,
+            pool.ts,
+            pool.attrs,
+            self._arrived,
+            cols.stream,
+            cols.ts,
+            cols.attrs,
+            arrived_ns,
+            first,
+            n,
             self.places,
             self.keys,
             self.size,
             self._ready,
             self.n_ready,
-            first,
-            n,
             self.base,
             self.shift,
             watermark,
             can,
+            whole,
         )
         self.held += n - n_drained - n_now
         if n_drained or n_now:
             self._ready_run = False
         if not self.held:  # the ring is empty: in-order input may use the queue again
             self._queue, self._start = True, self._used
-        return self.take(whole)
+        stream, ts, attrs, arrived = out
+        if not len(ts):
+            return None
+        self.copied += len(ts)
+        if not self.n_ready:
+            self._ready_run = True
+        return Columns(stream, ts, attrs), arrived
 
     def take(self, whole: int = 1) -> tuple[Columns, np.ndarray] | None:
         """The rows ready to go, as many as a multiple of ``whole`` allows, and the time each
@@ -353,19 +372,28 @@ class ReorderBuffer:
         self._queue = False
         if self.held:
             assert self._pool is not None
-            *_, self.places, self.keys = reorder_push(
-                self._pool.ts,
+            pool = self._pool
+            *_, self.places, self.keys, _ = reorder_push(
+                pool.stream,
+                pool.ts,
+                pool.attrs,
+                self._arrived,
+                pool.stream[:0],
+                pool.ts[:0],
+                pool.attrs[:, :0],
+                0,
+                self._start,
+                self.held,
                 self.places,
                 self.keys,
                 self.size,
                 self._ready,
                 self.n_ready,
-                self._start,
-                self.held,
                 self.base,
                 self.shift,
                 _INT64_MIN,
                 False,
+                self.n_ready + 1,  # (nothing gathered)
             )
 
     def flush(self) -> tuple[Columns, np.ndarray] | None:
@@ -542,13 +570,46 @@ def _link(ts, places, keys, size, first, n, shift, watermark, can, now):
 
 
 @njit(cache=True, nogil=True)
-def reorder_push(ts, places, keys, size, ready, n_ready, first, n, base, shift, watermark, can):
-    """A chunk's rows (pool places ``first`` to ``first + n``) into the ring, after the
-    buckets the watermark passed were drained; the released places appended to ``ready``
-    (after its ``n_ready``) in stable ``ts`` order (the drained rows first at equal ``ts``:
-    they came earlier). Returns ``ready`` (grown if it lacked room) and its new count, the
-    ring's new base bucket, how many of the released rows were held before and came with the
-    chunk, and the buckets' arrays (grown if a bucket outgrew them)."""
+def reorder_push(
+    stream,
+    ts,
+    attrs,
+    arrived,
+    c_stream,
+    c_ts,
+    c_attrs,
+    arrived_ns,
+    first,
+    n,
+    places,
+    keys,
+    size,
+    ready,
+    n_ready,
+    base,
+    shift,
+    watermark,
+    can,
+    whole,
+):
+    """A chunk's rows written to the pool (its columns ``stream``, ``ts``, ``attrs``,
+    ``arrived``) at places ``first`` to ``first + n`` (none written when the chunk's arrays
+    are empty: rows already there) and put into the ring, after the buckets the watermark
+    passed were drained; the released places appended to ``ready`` (after its ``n_ready``) in
+    stable ``ts`` order (the drained rows first at equal ``ts``: they came earlier); then the
+    ready rows, as many as a multiple of ``whole`` allows, gathered and taken off ``ready``.
+    One call a chunk. Returns ``ready`` (grown if it lacked room) and its new count, the ring's
+    new base bucket, how many of the released rows were held before and came with the chunk,
+    the buckets' arrays (grown if a bucket outgrew them), and the rows gathered
+    (:func:`gather_rows`)."""
+    for i in range(c_ts.shape[0]):
+        stream[first + i] = c_stream[i]
+        ts[first + i] = c_ts[i]
+        arrived[first + i] = arrived_ns
+    for a in range(c_attrs.shape[0]):
+        row, c_row = attrs[a], c_attrs[a]
+        for i in range(c_ts.shape[0]):
+            row[first + i] = c_row[i]
     ring = places.shape[0]
     last = watermark >> shift  # the watermark's own bucket (if ``can``)
     stop = min(last, base + ring - 1)  # rows held before this chunk: the buckets it reached
@@ -589,7 +650,12 @@ def reorder_push(ts, places, keys, size, ready, n_ready, first, n, base, shift, 
             else:
                 ready[k] = now[order[j]]
                 j -= 1
-    return ready, n_out + n_now, base, n_drained, n_now, places, keys
+    n_ready = n_out + n_now
+    m = n_ready - n_ready % whole
+    out = gather_rows(ready[:m], stream, ts, attrs, arrived)
+    for k in range(n_ready - m):  # (forward: the rest moves down)
+        ready[k] = ready[m + k]
+    return ready, n_ready - m, base, n_drained, n_now, places, keys, out
 
 
 @njit(cache=True, nogil=True)
