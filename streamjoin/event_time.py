@@ -255,6 +255,9 @@ class ReorderBuffer:
         assert pool is not None  # (_compact made it)
         first, self._used = self._used, self._used + n
         self.copied += n
+        # (numpy copies the attributes: a chunk's may be a view of any layout, and each layout
+        # would be a specialisation of the kernel of its own, compiled on a first run)
+        pool.attrs[:, first : first + n] = cols.attrs
         (
             self._ready,
             self.n_ready,
@@ -271,7 +274,6 @@ class ReorderBuffer:
             self._arrived,
             cols.stream,
             cols.ts,
-            cols.attrs,
             arrived_ns,
             first,
             n,
@@ -380,7 +382,6 @@ class ReorderBuffer:
                 self._arrived,
                 pool.stream[:0],
                 pool.ts[:0],
-                pool.attrs[:, :0],
                 0,
                 self._start,
                 self.held,
@@ -577,7 +578,6 @@ def reorder_push(
     arrived,
     c_stream,
     c_ts,
-    c_attrs,
     arrived_ns,
     first,
     n,
@@ -592,9 +592,9 @@ def reorder_push(
     can,
     whole,
 ):
-    """A chunk's rows written to the pool (its columns ``stream``, ``ts``, ``attrs``,
-    ``arrived``) at places ``first`` to ``first + n`` (none written when the chunk's arrays
-    are empty: rows already there) and put into the ring, after the buckets the watermark
+    """A chunk's rows written to the pool (its columns ``stream``, ``ts`` and ``arrived``; the
+    caller writes ``attrs``) at places ``first`` to ``first + n`` (none written when the
+    chunk's arrays are empty: rows already there) and put into the ring, after the buckets the watermark
     passed were drained; the released places appended to ``ready`` (after its ``n_ready``) in
     stable ``ts`` order (the drained rows first at equal ``ts``: they came earlier); then the
     ready rows, as many as a multiple of ``whole`` allows, gathered and taken off ``ready``.
@@ -606,10 +606,6 @@ def reorder_push(
         stream[first + i] = c_stream[i]
         ts[first + i] = c_ts[i]
         arrived[first + i] = arrived_ns
-    for a in range(c_attrs.shape[0]):
-        row, c_row = attrs[a], c_attrs[a]
-        for i in range(c_ts.shape[0]):
-            row[first + i] = c_row[i]
     ring = places.shape[0]
     last = watermark >> shift  # the watermark's own bucket (if ``can``)
     stop = min(last, base + ring - 1)  # rows held before this chunk: the buckets it reached
