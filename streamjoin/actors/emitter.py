@@ -162,6 +162,8 @@ class Emitter(Logic):
             attrs=np.zeros((2 * len(self.query.attrs), n)),  # images, then residuals
         )
         spare.on_chunk(cols, 0)
+        if self.reorder is not None:  # out of order too: the reorder buffer's ring
+            spare.on_chunk(Columns(cols.stream, cols.ts[::-1] + n, cols.attrs), 0)
         spare.on_eof()
 
     # -- entry points --------------------------------------------------------------------------
