@@ -2,8 +2,10 @@
 by ``Sim()`` when it is given none, the shipped one (with a warning naming the command)
 otherwise; a calibration on a busy host refused unless forced; ``calibrate --check``."""
 
+import dataclasses
 import importlib
 import json
+import os
 import warnings
 
 import pytest
@@ -170,3 +172,24 @@ def test_check_report_names_the_profile_and_the_host():
     assert "| single | 1,000 | 1,100 | 1.10 |" in text
     assert f"profile {prof.name!r} (shipped; fitted" in text and "1.5 minutes" in text
     assert host_profile.cpu_model() in text
+
+
+def test_check_report_shows_where_each_actors_time_went():
+    """Per actor of each layout: Ray's busy and CPU seconds beside the simulator's busy
+    seconds, and how much of the processors' time each fills (what a layout that misses needs
+    explained)."""
+    actors = (
+        fidelity.ActorFigures("core0", 0.2, 0.26, 0.1),
+        fidelity.ActorFigures("emitter", 0.012, None, 0.02),
+    )
+    row = fidelity.CheckRow(
+        "handshake(2)", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5, actors, 0.4, 0.25
+    )
+    text = fidelity.markdown([row], sim.default_profile(), 90.0)
+    assert "| handshake(2) | core0 | 0.200 | 0.260 | 0.100 | 0.50 | 0.50 | 0.40 |" in text
+    assert "| handshake(2) | emitter | 0.012 | – | 0.020 | 1.67 | 0.03 | 0.08 |" in text
+    cpus = os.cpu_count() or 1
+    ray_share, sim_share = 0.272 / (cpus * 0.4), 0.12 / (cpus * 0.25)
+    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} |" in text
+    bare = dataclasses.replace(row, actors=())
+    assert "Per actor" not in fidelity.markdown([bare], sim.default_profile(), 1.0)

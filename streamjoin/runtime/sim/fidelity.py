@@ -57,8 +57,22 @@ FLOOD = 1e12
 
 
 @dataclass(frozen=True)
+class ActorFigures:
+    """Where an unpaced run's time went at one actor: its busy seconds on Ray (wall time in
+    its steps, descheduled time included) and its process's CPU seconds there when the
+    backend reports them (None: the driver's, or not reported), and its busy seconds on the
+    simulator (its steps' charges, messages' receive included)."""
+
+    actor: str
+    ray_busy_s: float
+    ray_cpu_s: float | None
+    sim_busy_s: float
+
+
+@dataclass(frozen=True)
 class CheckRow:
-    """One layout's figures: Ray's (median of ``repeat`` runs) and the simulator's."""
+    """One layout's figures: Ray's (median of ``repeat`` runs) and the simulator's, and per
+    actor where the unpaced runs' time went (Ray's median run)."""
 
     layout: str
     ray_tuples_per_s: float
@@ -70,6 +84,9 @@ class CheckRow:
     sim_p99_ms: float
     cpu_share: tuple
     load_1min: float
+    actors: tuple[ActorFigures, ...] = ()
+    ray_elapsed_s: float = float("nan")
+    sim_elapsed_s: float = float("nan")
 
     @property
     def throughput_ratio(self) -> float:
@@ -109,6 +126,8 @@ def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dic
         "tuples_per_s": m["input_tuples_per_s"],
         "p50_ms": m["latency_ms"]["p50"],
         "p99_ms": m["latency_ms"]["p99"],
+        "elapsed_s": m["elapsed_s"],
+        "actors": {a: (v["busy_s"], v.get("cpu_s")) for a, v in m["actors"].items()},
     }
 
 
@@ -146,6 +165,7 @@ def check(
             for _ in range(repeat)
         ]
         ray_rate = statistics.median(r["tuples_per_s"] for r in flood)
+        middle = sorted(flood, key=lambda r: r["tuples_per_s"])[len(flood) // 2]
         sim_flood = _one(
             query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine
         )
@@ -170,6 +190,12 @@ def check(
             sim_p99_ms=sim_paced["p99_ms"],
             cpu_share=tuple(round(float(v), 2) for v in share),
             load_1min=os.getloadavg()[0],
+            actors=tuple(
+                ActorFigures(a, busy, cpu, sim_flood["actors"].get(a, (float("nan"),))[0])
+                for a, (busy, cpu) in middle["actors"].items()
+            ),
+            ray_elapsed_s=middle["elapsed_s"],
+            sim_elapsed_s=sim_flood["elapsed_s"],
         )
         rows.append(row)
         if report is not None:
@@ -247,4 +273,48 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
             f"{r.load_1min:.1f} |"
         )
     lines += ["", table(rows).splitlines()[-1], ""]
+    lines += actor_table(rows)
     return "\n".join(lines)
+
+
+def actor_table(rows: list[CheckRow]) -> list[str]:
+    """Where each layout's unpaced time went, per actor (markdown lines; none without
+    figures): what a layout that misses needs explained before any constant is fitted."""
+    rows = [r for r in rows if r.actors]
+    if not rows:
+        return []
+    lines = [
+        "Per actor, unpaced (Ray's median run and the simulator's): busy seconds (Ray: wall "
+        "time in the actor's steps, time it was descheduled included; sim: its steps' "
+        "charges, receiving its messages included) and, on Ray, its process's CPU seconds "
+        "(reader threads and the runtime included; – where not reported). `busy share` is "
+        "busy time over the run's elapsed time; the last column the processors' time the "
+        "actors' CPU (Ray) or steps (sim) fill, of what the run's elapsed time offers.",
+        "",
+        "| layout | actor | Ray busy s | Ray CPU s | sim busy s | sim / Ray busy "
+        "| busy share Ray | sim |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        for a in r.actors:
+            cpu = "–" if a.ray_cpu_s is None else f"{a.ray_cpu_s:.3f}"
+            lines.append(
+                f"| {r.layout} | {a.actor} | {a.ray_busy_s:.3f} | {cpu} | {a.sim_busy_s:.3f} | "
+                f"{a.sim_busy_s / a.ray_busy_s if a.ray_busy_s else float('nan'):.2f} | "
+                f"{a.ray_busy_s / r.ray_elapsed_s:.2f} | {a.sim_busy_s / r.sim_elapsed_s:.2f} |"
+            )
+    lines += [
+        "",
+        "| layout | Ray: actors' CPU (busy where not reported) / processors · elapsed "
+        "| sim: busy / processors · elapsed |",
+        "|---|---:|---:|",
+    ]
+    cpus = os.cpu_count() or 1
+    for r in rows:
+        ray_cpu = sum(a.ray_busy_s if a.ray_cpu_s is None else a.ray_cpu_s for a in r.actors)
+        sim_busy = sum(a.sim_busy_s for a in r.actors)
+        lines.append(
+            f"| {r.layout} | {ray_cpu / (cpus * r.ray_elapsed_s):.2f} | "
+            f"{sim_busy / (cpus * r.sim_elapsed_s):.2f} |"
+        )
+    return [*lines, ""]
