@@ -86,6 +86,28 @@ def test_out_of_order_input_on_ray(ray_session, layout):
     assert res.metrics["late_tuples"] == len(sj.oracle.late_rows(query, data)) > 0
 
 
+@pytest.mark.parametrize("backend", ["local", "sim"])
+def test_a_paced_run_sends_the_rows_ready_in_part_batches_when_they_have_waited(backend):
+    """Paced input with ``max_delay``: released rows wait in the reorder buffer for a whole
+    batch, and the emitter's tick sends what is ready once the oldest has waited (a part of
+    a batch, many times here): exact, and more batches than whole ones would make."""
+    data = sj.sources.disorder(
+        sj.sources.synthetic(2_000, low=0, high=300, rate=20_000, seed=3), 20, seed=4
+    )
+    query = _query(sj.band("x", 2), sj.CountWindow(50), False, 20)
+    res = sj.run(
+        query,
+        data,
+        sj.topologies.single(),
+        backend=backend,
+        batch_size=256,
+        pace=20_000,
+        max_delay=0.002,
+    )
+    assert res.same_pairs(sj.oracle.join(query, data))
+    assert res.metrics["actors"]["emitter"]["batches_out"] > 3 * (2_000 // 256)
+
+
 def test_lateness_covering_the_disorder_gives_the_ordered_answer():
     """Every row displaced by at most D and lateness=D: nothing is late, and the pairs are
     those of the input in order (the same rows, renumbered)."""
