@@ -249,15 +249,9 @@ class ReorderBuffer:
                 self._push_queue(cols, arrived_ns, watermark, can)
                 return self.take(whole)
             self._to_ring()
-        if self._pool is None or self._used + n > len(self._pool):
-            self._compact(n, cols)
+        first = self._append(cols)  # (the kernel writes the rest of each row)
         pool = self._pool
-        assert pool is not None  # (_compact made it)
-        first, self._used = self._used, self._used + n
-        self.copied += n
-        # (numpy copies the attributes: a chunk's may be a view of any layout, and each layout
-        # would be a specialisation of the kernel of its own, compiled on a first run)
-        pool.attrs[:, first : first + n] = cols.attrs
+        assert pool is not None  # (_append made it)
         (
             self._ready,
             self.n_ready,
@@ -413,21 +407,24 @@ class ReorderBuffer:
             self.held = 0
         return self.take()
 
-    def _append(self, cols: Columns, arrived_ns: int) -> int:
-        """Put a chunk's columns in the pool (compacting or growing it first if full); the
-        place of its first row."""
+    def _append(self, cols: Columns, arrived_ns: int | None = None) -> int:
+        """Room for a chunk's rows in the pool (compacting or growing it first if full) and
+        their attributes written, their other columns too with ``arrived_ns`` (else the ring's
+        kernel writes them); the place of its first row."""
         n = len(cols)
         if self._pool is None or self._used + n > len(self._pool):
             self._compact(n, cols)
         pool = self._pool
         assert pool is not None
-        first = self._used
-        pool.stream[first : first + n] = cols.stream
-        pool.ts[first : first + n] = cols.ts
-        pool.attrs[:, first : first + n] = cols.attrs
-        self._arrived[first : first + n] = arrived_ns
-        self._used = first + n
+        first, self._used = self._used, self._used + n
         self.copied += n
+        # (numpy writes the attributes: a chunk's come as views of either layout, and each
+        # would be a specialisation of the kernel of its own, compiled on a first run)
+        pool.attrs[:, first : first + n] = cols.attrs
+        if arrived_ns is not None:
+            pool.stream[first : first + n] = cols.stream
+            pool.ts[first : first + n] = cols.ts
+            self._arrived[first : first + n] = arrived_ns
         return first
 
     def _compact(self, n: int, like: Columns) -> None:
@@ -594,14 +591,14 @@ def reorder_push(
 ):
     """A chunk's rows written to the pool (its columns ``stream``, ``ts`` and ``arrived``; the
     caller writes ``attrs``) at places ``first`` to ``first + n`` (none written when the
-    chunk's arrays are empty: rows already there) and put into the ring, after the buckets the watermark
-    passed were drained; the released places appended to ``ready`` (after its ``n_ready``) in
-    stable ``ts`` order (the drained rows first at equal ``ts``: they came earlier); then the
-    ready rows, as many as a multiple of ``whole`` allows, gathered and taken off ``ready``.
-    One call a chunk. Returns ``ready`` (grown if it lacked room) and its new count, the ring's
-    new base bucket, how many of the released rows were held before and came with the chunk,
-    the buckets' arrays (grown if a bucket outgrew them), and the rows gathered
-    (:func:`gather_rows`)."""
+    chunk's arrays are empty: rows already there) and put into the ring, after the buckets
+    the watermark passed were drained; the released places appended to ``ready`` (after its
+    ``n_ready``) in stable ``ts`` order (the drained rows first at equal ``ts``: they came
+    earlier); then the ready rows, as many as a multiple of ``whole`` allows, gathered
+    (:func:`gather_rows`) and taken off ``ready``. One call a chunk. Returns ``ready`` (grown
+    if it lacked room) and its new count, the ring's new base bucket, how many of the released
+    rows were held before and came with the chunk, the buckets' arrays (grown if a bucket
+    outgrew them), and the rows gathered."""
     for i in range(c_ts.shape[0]):
         stream[first + i] = c_stream[i]
         ts[first + i] = c_ts[i]
