@@ -786,12 +786,15 @@ def test_calibrate_ray_messages():
     from streamjoin.runtime.sim.ray_messages import measure_messages
 
     costs, raw = measure_messages(repeat=50, sizes=(1, 1024), rounds=1, idle_calls=5)
+    assert raw["sealed"] is False  # on one machine the executor's edges are plain
     assert costs.send_ns > 0 and costs.recv_ns + costs.recv_per_byte_ns > 0
     small, large = raw["by_batch_size"]["1"], raw["by_batch_size"]["1024"]
     kept = [(r["bytes"], r["send_ns"], r["period_ns"] - r["send_ns"]) for r in (small, large)]
     np.testing.assert_allclose(costs.measured, kept, atol=0.2)  # the raw figures are rounded
     assert large["bytes"] > small["bytes"] and small["period_ns"] > small["send_ns"]
     assert small["one_way_ns"] > small["idle_recv_ns"] > 0 and small["relay_cpu_ns"] > 0
+    _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)
+    assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["send_ns"] > 0
 
 
 def test_measure_after_idle_and_cpu_share():

@@ -137,7 +137,7 @@ on_listen: Callable[[dict[str, tuple[str, int]]], None] | None = None
 on_placed: Callable[[dict[str, str]], None] | None = None
 
 
-def _one_machine() -> bool:
+def one_machine() -> bool:
     """Whether every live Ray node is the driver's: then the edges stay on loopback."""
     if ray.util.client.ray.is_connected():  # a Ray client: the driver is elsewhere
         return False
@@ -405,7 +405,7 @@ class _Run:
         self.recoverable = recoverable_nodes(topology) if ex.max_restarts else frozenset()
         self.retention = Retention(feeds(topology), query.self_join) if self.recoverable else None
         self.secret = channels.new_secret()  # this run's: actors get it through Ray only
-        self.loopback = ex.address is None and _one_machine()
+        self.loopback = ex.address is None and one_machine()
         self.sealed = not self.loopback if ex.encrypt_edges is None else ex.encrypt_edges
         self.input_ended = False  # the emitter has sent its last frame, its end frames too
         self.stalled: set = set()  # edges the last audit found waiting (audit)
