@@ -57,6 +57,23 @@ def test_latency_histogram_percentiles_are_close():
     h.add(values[50_000:])
     for q in (50, 95, 99):
         assert h.percentile(q) == pytest.approx(np.percentile(values, q), rel=0.03)
+    assert h.mean() == pytest.approx(values.mean(), rel=1e-12)
+    assert math.isnan(LatencyHistogram().mean())
+
+
+def test_the_mean_latency_of_a_counted_run_is_the_kept_pairs_mean():
+    """On the simulator latencies are virtual, so a run that counts and one that keeps its
+    pairs see the same ones: the histogram's mean is the pairs' mean."""
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(3000, low=0, high=500, seed=2)
+    kw = {"backend": "sim", "pace": 20_000.0, "batch_size": 64}
+    full = sj.run(q, data, sj.topologies.split(2), **kw)
+    counted = sj.run(q, data, sj.topologies.split(2), collect="count", **kw)
+    lat = full.latency_ns()
+    assert lat is not None and len(np.unique(lat)) > 10
+    assert full.metrics["latency_ms"]["mean"] == pytest.approx(lat.mean() / 1e6, rel=1e-12)
+    assert counted.metrics["latency_ms"]["mean"] == pytest.approx(lat.mean() / 1e6, rel=1e-9)
+    assert "mean" in counted.summary()
 
 
 def test_latency_histogram_counts_each_latency_in_its_bucket():

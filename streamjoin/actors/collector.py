@@ -27,16 +27,23 @@ class LatencyHistogram:
     def __init__(self) -> None:
         self.counts = np.zeros(64 * self.PER_OCTAVE, dtype=np.int64)
         self.max = 0
+        self.sum_ns = 0.0  # of every latency added, exact to a float's precision
         self._seen = np.zeros(2 * _REMEMBERED, dtype=np.int64)  # (_add_latencies)
 
     def add(self, latency_ns: np.ndarray) -> None:
         if len(latency_ns):
             top = _add_latencies(self.counts, latency_ns, self.PER_OCTAVE, self._seen)
             self.max = max(self.max, top)
+            self.sum_ns += float(latency_ns.sum())
 
     @property
     def total(self) -> int:
         return int(self.counts.sum())
+
+    def mean(self) -> float:
+        """Mean latency (ns) of everything added (not from the buckets: exact)."""
+        total = self.total
+        return self.sum_ns / total if total else float("nan")
 
     def percentile(self, q: float) -> float:
         """Latency (ns) at percentile ``q`` in [0, 100]: the upper edge of its bucket."""

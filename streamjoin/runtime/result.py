@@ -65,7 +65,7 @@ class Result:
         Number of result pairs (with an outer join's tuples without a partner).
     metrics : dict
         ``input_tuples``, ``output_pairs``, ``elapsed_s`` (first ingest to last result),
-        ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max),
+        ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max, mean),
         ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
         the machine; ``late_tuples`` with ``Query.lateness``; ``unmatched_tuples`` (of
         ``output_pairs``) with an outer join; ``markers``, the progress markers that reached
@@ -131,10 +131,12 @@ class Result:
                 "p95": q[1],
                 "p99": q[2],
                 "max": lat.max() / 1e6 if len(lat) else math.nan,
+                "mean": lat.mean() / 1e6 if len(lat) else math.nan,
             }
         else:
             latency = {f"p{p}": hist.percentile(p) / 1e6 for p in (50, 95, 99)}
             latency["max"] = hist.max / 1e6 if hist.total else math.nan
+            latency["mean"] = hist.mean() / 1e6
         max_delay_ns = settings.max_delay_ns
         metrics = {
             "query": str(query),
@@ -233,7 +235,7 @@ class Result:
             f"input      {m['input_tuples']:,} tuples in {m['elapsed_s']:.3f} s "
             f"= {m['input_tuples_per_s']:,.0f} tuples/s",
             f"output     {m['output_pairs']:,} pairs = {m['output_pairs_per_s']:,.0f} pairs/s",
-            "latency    " + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items() if k != "mean"),
+            "latency    " + "  ".join(f"{k} {_ms(v * 1e6)}" for k, v in lat.items()),
         ]
         if "unmatched_tuples" in m:
             lines.append(f"unmatched  {m['unmatched_tuples']:,} of them tuples without a partner")
