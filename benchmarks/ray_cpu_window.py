@@ -9,7 +9,9 @@ handshake(2), grid(2, 2)), each run once unpaced on the check's workload at twic
 (600,000 tuples, band join at match rate 2, count window 8,192, batches of 1,024), after a
 small warm-up run. A thread samples ``/proc/*/stat`` every 10 ms; the samples nearest the
 window's ends bound it (the kernel counts in ticks of ``1 / SC_CLK_TCK`` s: a few percent on
-a window of a few hundred ms). Linux only.
+a window of a few hundred ms). The sampling thread runs in the driver's process and reads
+every process's file each time, which costs about as much CPU as the driver's own work: its
+CPU (its thread's, taken with each sample) is left out of the driver's. Linux only.
 
 What the simulator's check (``streamjoin calibrate --check``) compares per actor is each
 actor's steps; this shows the CPU a layout needs beside them (the actors' reader threads and
@@ -49,11 +51,11 @@ def processes() -> dict[int, tuple[str, int]]:
     return out
 
 
-def group(name: str) -> str:
+def group(pid: int, name: str) -> str:
     if name.startswith("ray::"):
         return "actors' hosts"
-    if name.startswith("python"):
-        return "driver (python)"
+    if pid == os.getpid():
+        return "driver"
     if name in ("raylet", "gcs_server") or "ray" in name.lower() or "dashboard" in name:
         return "Ray's processes"
     return "other"
@@ -63,9 +65,9 @@ def main(names: list[str]) -> None:
     samples: list[tuple[int, dict]] = []
     done = threading.Event()
 
-    def sample() -> None:
+    def sample() -> None:  # each sample with this thread's CPU (ns) so far
         while not done.is_set():
-            samples.append((time.monotonic_ns(), processes()))
+            samples.append((time.monotonic_ns(), processes(), time.thread_time_ns()))
             time.sleep(0.01)
 
     window: dict[str, int] = {}
@@ -102,7 +104,8 @@ def main(names: list[str]) -> None:
         span = (s1[0] - s0[0]) / 1e9
         used: collections.Counter = collections.Counter()
         for pid, (proc, ticks) in s1[1].items():
-            used[group(proc)] += (ticks - s0[1].get(pid, (proc, 0))[1]) / HZ
+            used[group(pid, proc)] += (ticks - s0[1].get(pid, (proc, 0))[1]) / HZ
+        used["driver"] -= (s1[2] - s0[2]) / 1e9  # the sampling thread's own
         total = sum(used.values())
         print(
             f"{name}: {m['input_tuples_per_s']:,.0f} tuples/s, elapsed {m['elapsed_s']:.3f} s "
