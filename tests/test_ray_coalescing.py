@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 from budget import examples
-from faults import host_pids, inject
+from faults import PAUSE_S, host_pids, inject
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import predicates, tables, windows
@@ -206,6 +206,12 @@ def test_ray_coalesces_a_fast_source(ray_session):
     sent = actors["emitter"]["batches_out"]
     received = sum(actors[f"core{j}_0"]["batches_in"] for j in (0, 1))
     assert sent == 3000 and received < sent
+    # a step's wall time counts its sleep, its thread's CPU time does not
+    paused, other = actors["core0_0"], actors["core1_1"]
+    assert (
+        paused["busy_s"] >= PAUSE_S and 0 < paused["step_cpu_s"] < paused["busy_s"] - 0.8 * PAUSE_S
+    )
+    assert 0 < other["step_cpu_s"] <= other["busy_s"] * 1.05 + 0.001
 
 
 def _with_config(topo, node: str, **changes):

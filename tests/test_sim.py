@@ -155,6 +155,10 @@ def test_latency_is_service_time_at_low_rate():
     assert res.metrics["machine_profile"]["name"] == p.name
     core = res.metrics["actors"]["core"]
     assert core["peak_queue"] == 1 and core["busy_share"] < 0.5
+    # its steps' compute is its busy time less what its messages cost it
+    messaging = core["batches_in"] * p.messages.recv_ns + core["batches_out"] * p.messages.send_ns
+    assert core["step_cpu_s"] * 1e9 == pytest.approx(core["busy_s"] * 1e9 - messaging, rel=1e-6)
+    assert core["step_cpu_s"] * 1e9 >= (N - 5) * _join(p, 1) and messaging > 0
 
 
 def test_latency_adds_batching_delay():

@@ -163,6 +163,12 @@ def test_check_table_counts_the_layouts_within_bounds():
     text = fidelity.table([row, off])
     assert "1.10" in text and "2.00" in text
     assert "within 0.80-1.25 on throughput and p50: 1 of 2 layouts (single)" in text
+    # the mean latency counted apart: within on the first row, not on a row without one
+    means = dataclasses.replace(row, ray_mean_ms=3.0, sim_mean_ms=2.7)
+    text = fidelity.table([means, row, off])
+    assert "on throughput and mean latency: 1 of 3" in text
+    assert "3.00    2.70   0.90" in text
+    assert "| 3.00 | 2.70 | 0.90 |" in fidelity.markdown([means], sim.default_profile(), 1.0)
 
 
 def test_check_report_names_the_profile_and_the_host():
@@ -179,15 +185,16 @@ def test_check_report_shows_where_each_actors_time_went():
     seconds, and how much of the processors' time each fills (what a layout that misses needs
     explained)."""
     actors = (
-        fidelity.ActorFigures("core0", 0.2, 0.26, 0.1),
+        fidelity.ActorFigures("core0", 0.2, 0.26, 0.1, 0.16, 0.08),
         fidelity.ActorFigures("emitter", 0.012, None, 0.02),
     )
     row = fidelity.CheckRow(
         "handshake(2)", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5, actors, 0.4, 0.25
     )
     text = fidelity.markdown([row], sim.default_profile(), 90.0)
-    assert "| handshake(2) | core0 | 0.200 | 0.260 | 0.100 | 0.50 | 0.50 | 0.40 |" in text
-    assert "| handshake(2) | emitter | 0.012 | – | 0.020 | 1.67 | 0.03 | 0.08 |" in text
+    core0 = "| handshake(2) | core0 | 0.200 | 0.260 | 0.100 | 0.50 | 0.50 | 0.40 |"
+    assert f"{core0} 0.160 | 0.080 | 0.50 |" in text
+    assert "| handshake(2) | emitter | 0.012 | – | 0.020 | 1.67 | 0.03 | 0.08 | – | – | – |" in text
     cpus = os.cpu_count() or 1
     ray_share, sim_share = 0.272 / (cpus * 0.4), 0.12 / (cpus * 0.25)
     assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} |" in text

@@ -19,6 +19,9 @@ class ActorStats:
     #: CPU time of the actor's own process over the run (``ray`` hosts: the logic, messaging
     #: and Ray's threads), None where actors share a process
     cpu_ns: int | None = None
+    #: CPU time in the logic's steps alone, messaging left out (``ray``: the stepping
+    #: thread's CPU; ``sim``: the compute its steps were charged), None where not measured
+    step_cpu_ns: int | None = None
 
 
 @dataclass
@@ -41,5 +44,8 @@ class RunTrace:
             cpu = d.pop("cpu_ns")
             if cpu is not None:
                 d["cpu_s"] = cpu / 1e9
+            step_cpu = d.pop("step_cpu_ns")
+            if step_cpu is not None:
+                d["step_cpu_s"] = step_cpu / 1e9
             out[name] = d
         return out

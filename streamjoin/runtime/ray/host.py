@@ -111,7 +111,7 @@ class Node:
     def __init__(self, name: str, config: ActorConfig, query: Query, settings: RunSettings):
         self.name = name
         self.self_join = query.self_join
-        self.stats = ActorStats(role=config.role)
+        self.stats = ActorStats(role=config.role, step_cpu_ns=0)
         self.routes: dict[str, list] = {}  # progress markers' under MARKER_PORT
         self.passes_markers = config.passes_markers  # its logic takes them as messages
         self.out: dict[str, channels.Channel] = {}
@@ -247,12 +247,18 @@ class Node:
         for dest in dests:
             self._write(dest, [channels.end_frame()])
 
-    def _step(self, fn, *args, batch: Batch | None = None) -> None:
-        t0 = time.perf_counter_ns()
-        self.activity = ("in a step", time.monotonic())
+    def _timed(self, fn, *args):
+        """``fn(*args)`` (guarded), its wall and thread CPU time counted as the node's step."""
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         out = self._guard(fn, *args)
-        self.activity = None
         self.stats.busy_ns += time.perf_counter_ns() - t0
+        self.stats.step_cpu_ns = (self.stats.step_cpu_ns or 0) + time.thread_time_ns() - c0
+        return out
+
+    def _step(self, fn, *args, batch: Batch | None = None) -> None:
+        self.activity = ("in a step", time.monotonic())
+        out = self._timed(fn, *args)
+        self.activity = None
         if self.reports_to is not None:
             self._advance(batch)
         self._send(out, report=True)
@@ -277,17 +283,13 @@ class Node:
     def on_chunk(self, cols: Columns) -> list:
         """Stamp and send a chunk (the emitter); returns the messages it sent."""
         self.stats.tuples_in += len(cols)
-        t0 = time.perf_counter_ns()
-        out = self._guard(self.logic.on_chunk, cols)
-        self.stats.busy_ns += time.perf_counter_ns() - t0
+        out = self._timed(self.logic.on_chunk, cols)
         self._send(out)
         return out
 
     def on_eof(self, end_edges: bool) -> list:
         """The end-of-stream step; with ``end_edges`` the outgoing edges end after it."""
-        t0 = time.perf_counter_ns()
-        out = self._guard(self.logic.on_eof)
-        self.stats.busy_ns += time.perf_counter_ns() - t0
+        out = self._timed(self.logic.on_eof)
         if self.reports_to is not None:
             self._advance(None)
         self._send(out, report=True)

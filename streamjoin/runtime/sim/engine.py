@@ -546,7 +546,14 @@ class _Simulation:
         else:
             assert self.cpus is not None  # (only shared processors slow a step)
             stretch = self.slowdown[self.cpus - self.cpus_free]
-        return round((ns + self._idle_cost(core)) * stretch)
+        charged = round((ns + self._idle_cost(core)) * stretch)
+        self._count_step(core, charged)
+        return charged
+
+    @staticmethod
+    def _count_step(core: _Core, ns: float) -> None:
+        """Count ``ns`` of compute charged to the core's own thread (``step_cpu_ns``)."""
+        core.stats.step_cpu_ns += round(ns)  # type: ignore[operator]  # SimStats: an int
 
     def _idle_cost(self, core: _Core) -> float:
         """What the step costs more after the core's rest (``IdleCosts.ramp``), once."""
@@ -572,7 +579,9 @@ class _Simulation:
         t = self._join_tasks(core, t)
         held, core.pending = core.pending, []
         serial, tasks = core.split(kind, msg, snap, core.logic.counters(), wall)
-        t += round(serial + self._idle_cost(core))
+        serial = round(serial + self._idle_cost(core))
+        self._count_step(core, serial)
+        t += serial
         pool = self._pool_for(core) if tasks else 0
         if pool:  # they start now, on the pool's processors, while the held pairs are sent
             end = math.ceil(finish_at(tasks, [float(t)] * pool))
@@ -580,7 +589,9 @@ class _Simulation:
             if self.cpus is not None:  # the pool's processors are free again at its end
                 self.env.timeout(end - self.env.now, pool).callbacks.append(self._pool_done)
         elif tasks:  # no processor free for the pool: the core's thread runs them itself
-            t += math.ceil(finish_at(tasks, [0.0]))
+            own = math.ceil(finish_at(tasks, [0.0]))
+            self._count_step(core, own)
+            t += own
         for p, m in held:
             t = self._send(core, p, m, t)
         if pool:
@@ -612,7 +623,9 @@ class _Simulation:
         if closed:  # a step ended: the core's thread waits for every task in flight
             t = self._send_ready(core, self._join_tasks(core, t))
         serial, tasks = core.split(kind, msg, snap, logic.counters(), wall)
-        t += round(serial + self._idle_cost(core))
+        serial = round(serial + self._idle_cost(core))
+        self._count_step(core, serial)
+        t += serial
         ready = t
         if tasks:
             free = [max(float(t), f) for f in core.pool_free]
@@ -623,6 +636,7 @@ class _Simulation:
             if core.pool_only:
                 core.pool_free = free
             else:
+                self._count_step(core, math.ceil(free[0]) - t)  # the tasks it took, back to back
                 t = math.ceil(free[0])
                 core.pool_free = free[1:]
         if core.ready:  # pairs leave in order: after every earlier call's

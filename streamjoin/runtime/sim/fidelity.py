@@ -6,7 +6,14 @@ For each layout of :data:`CHECK_LAYOUTS`, the same join runs on the ``ray`` back
 - *unpaced*: the input handed over as fast as the join takes it (on ``sim``, all of it at
   virtual time 0); throughput is compared;
 - *paced*: the input at ``pace_share`` of Ray's unpaced throughput, a batch per
-  ``chunk_ms`` of input; p50 and p99 latency are compared.
+  ``chunk_ms`` of input; p50, p99 and mean latency are compared.
+
+The mean is there because a p50 can sit on an edge: where a layout's cores do unequal work
+for one batch (split(2)'s core that stores the batch and the one that only probes it, a grid's
+rows), its pairs' latencies fall in two or more clusters, and a few pairs more on one side
+move the p50 from one cluster to the other (on split(2), 1.0 or 2.3 ms on the simulator; Ray's
+runs move by as much from one run to the next). The mean moves with the clusters, not across
+them.
 
 The simulated machine is the profile with this host's processors shared by all actors, as
 Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), share)``, with
@@ -61,12 +68,16 @@ class ActorFigures:
     """Where an unpaced run's time went at one actor: its busy seconds on Ray (wall time in
     its steps, descheduled time included) and its process's CPU seconds there when the
     backend reports them (None: the driver's, or not reported), and its busy seconds on the
-    simulator (its steps' charges, messages' receive included)."""
+    simulator (its steps' charges, messages' receive included). The steps alone, messaging
+    left out: the CPU seconds of the thread that ran them on Ray, and their compute charges
+    on the simulator (``step_cpu_s``; None where a run did not report it)."""
 
     actor: str
     ray_busy_s: float
     ray_cpu_s: float | None
     sim_busy_s: float
+    ray_step_cpu_s: float | None = None
+    sim_step_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,8 @@ class CheckRow:
     actors: tuple[ActorFigures, ...] = ()
     ray_elapsed_s: float = float("nan")
     sim_elapsed_s: float = float("nan")
+    ray_mean_ms: float = float("nan")
+    sim_mean_ms: float = float("nan")
 
     @property
     def throughput_ratio(self) -> float:
@@ -95,6 +108,10 @@ class CheckRow:
     @property
     def p50_ratio(self) -> float:
         return self.sim_p50_ms / self.ray_p50_ms if self.ray_p50_ms else float("nan")
+
+    @property
+    def mean_ratio(self) -> float:
+        return self.sim_mean_ms / self.ray_mean_ms if self.ray_mean_ms else float("nan")
 
     @property
     def p99_ratio(self) -> float:
@@ -126,8 +143,11 @@ def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dic
         "tuples_per_s": m["input_tuples_per_s"],
         "p50_ms": m["latency_ms"]["p50"],
         "p99_ms": m["latency_ms"]["p99"],
+        "mean_ms": m["latency_ms"]["mean"],
         "elapsed_s": m["elapsed_s"],
-        "actors": {a: (v["busy_s"], v.get("cpu_s")) for a, v in m["actors"].items()},
+        "actors": {
+            a: (v["busy_s"], v.get("cpu_s"), v.get("step_cpu_s")) for a, v in m["actors"].items()
+        },
     }
 
 
@@ -188,11 +208,16 @@ def check(
             sim_p50_ms=sim_paced["p50_ms"],
             ray_p99_ms=statistics.median(r["p99_ms"] for r in paced),
             sim_p99_ms=sim_paced["p99_ms"],
+            ray_mean_ms=statistics.median(r["mean_ms"] for r in paced),
+            sim_mean_ms=sim_paced["mean_ms"],
             cpu_share=tuple(round(float(v), 2) for v in share),
             load_1min=os.getloadavg()[0],
             actors=tuple(
-                ActorFigures(a, busy, cpu, sim_flood["actors"].get(a, (float("nan"),))[0])
-                for a, (busy, cpu) in middle["actors"].items()
+                ActorFigures(a, busy, cpu, sim_busy, step, sim_step)
+                for a, (busy, cpu, step) in middle["actors"].items()
+                for sim_busy, _, sim_step in [
+                    sim_flood["actors"].get(a, (float("nan"), None, None))
+                ]
             ),
             ray_elapsed_s=middle["elapsed_s"],
             sim_elapsed_s=sim_flood["elapsed_s"],
@@ -209,7 +234,7 @@ def table(rows: list[CheckRow]) -> str:
     head = (
         f"{'layout':<26}{'ray t/s':>11}{'sim t/s':>11}{'sim/ray':>8}"
         f"{'pace':>10}{'p50 ray':>9}{'sim':>8}{'ratio':>7}{'p99 ray':>9}{'sim':>8}{'ratio':>7}"
-        f"{'share':>11}{'load':>6}"
+        f"{'mean ray':>9}{'sim':>8}{'ratio':>7}{'share':>11}{'load':>6}"
     )
     lines = [head]
     for r in rows:
@@ -217,6 +242,7 @@ def table(rows: list[CheckRow]) -> str:
             f"{r.layout:<26}{r.ray_tuples_per_s:>11,.0f}{r.sim_tuples_per_s:>11,.0f}"
             f"{r.throughput_ratio:>8.2f}{r.pace:>10,.0f}{r.ray_p50_ms:>9.2f}{r.sim_p50_ms:>8.2f}"
             f"{r.p50_ratio:>7.2f}{r.ray_p99_ms:>9.2f}{r.sim_p99_ms:>8.2f}{r.p99_ratio:>7.2f}"
+            f"{r.ray_mean_ms:>9.2f}{r.sim_mean_ms:>8.2f}{r.mean_ratio:>7.2f}"
             f"{'/'.join(f'{v:.2f}' for v in r.cpu_share):>11}{r.load_1min:>6.1f}"
         )
     if rows:
@@ -225,10 +251,16 @@ def table(rows: list[CheckRow]) -> str:
             for r in rows
             if 0.8 <= r.throughput_ratio <= 1.25 and 0.8 <= r.p50_ratio <= 1.25
         ]
+        by_mean = [
+            r.layout
+            for r in rows
+            if 0.8 <= r.throughput_ratio <= 1.25 and 0.8 <= r.mean_ratio <= 1.25
+        ]
         tp = np.array([r.throughput_ratio for r in rows])
         lines.append(
             f"within 0.80-1.25 on throughput and p50: {len(within)} of {len(rows)} layouts"
-            f"{' (' + ', '.join(within) + ')' if within else ''}; throughput ratios "
+            f"{' (' + ', '.join(within) + ')' if within else ''}; on throughput and mean "
+            f"latency: {len(by_mean)} of {len(rows)}; throughput ratios "
             f"{tp.min():.2f}-{tp.max():.2f} (a layout against another: off by up to "
             f"{tp.max() / tp.min() - 1:.0%})"
         )
@@ -261,15 +293,16 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         "Ray's unpaced rate, a batch per 10 ms of input.",
         "",
         "| layout | Ray t/s | sim t/s | sim / Ray | pace t/s | p50 Ray ms | p50 sim | ratio "
-        "| p99 Ray ms | p99 sim | ratio | CPU share | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| p99 Ray ms | p99 sim | ratio | mean Ray ms | mean sim | ratio | CPU share | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r.layout} | {r.ray_tuples_per_s:,.0f} | {r.sim_tuples_per_s:,.0f} | "
             f"{r.throughput_ratio:.2f} | {r.pace:,.0f} | {r.ray_p50_ms:.2f} | "
             f"{r.sim_p50_ms:.2f} | {r.p50_ratio:.2f} | {r.ray_p99_ms:.2f} | {r.sim_p99_ms:.2f} | "
-            f"{r.p99_ratio:.2f} | {'/'.join(f'{v:.2f}' for v in r.cpu_share)} | "
+            f"{r.p99_ratio:.2f} | {r.ray_mean_ms:.2f} | {r.sim_mean_ms:.2f} | "
+            f"{r.mean_ratio:.2f} | {'/'.join(f'{v:.2f}' for v in r.cpu_share)} | "
             f"{r.load_1min:.1f} |"
         )
     lines += ["", table(rows).splitlines()[-1], ""]
@@ -288,20 +321,33 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
         "time in the actor's steps, time it was descheduled included; sim: its steps' "
         "charges, receiving its messages included) and, on Ray, its process's CPU seconds "
         "(reader threads and the runtime included; – where not reported). `busy share` is "
-        "busy time over the run's elapsed time; the last column the processors' time the "
-        "actors' CPU (Ray) or steps (sim) fill, of what the run's elapsed time offers.",
+        "busy time over the run's elapsed time. `steps`: the steps alone, messaging left "
+        "out: on Ray the CPU seconds of the thread that ran them (a shared-index core's pool "
+        "threads not included), on the simulator the compute they were charged (the tasks "
+        "its pool ran not included). Below, the processors' time the actors' CPU (Ray) or "
+        "steps (sim) fill, of what the run's elapsed time offers.",
         "",
         "| layout | actor | Ray busy s | Ray CPU s | sim busy s | sim / Ray busy "
-        "| busy share Ray | sim |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| busy share Ray | sim | steps: Ray CPU s | sim s | sim / Ray |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def seconds(v: float | None) -> str:
+        return "–" if v is None else f"{v:.3f}"
+
     for r in rows:
         for a in r.actors:
-            cpu = "–" if a.ray_cpu_s is None else f"{a.ray_cpu_s:.3f}"
+            steps = (
+                f"{a.sim_step_s / a.ray_step_cpu_s:.2f}"
+                if a.sim_step_s is not None and a.ray_step_cpu_s
+                else "–"
+            )
             lines.append(
-                f"| {r.layout} | {a.actor} | {a.ray_busy_s:.3f} | {cpu} | {a.sim_busy_s:.3f} | "
+                f"| {r.layout} | {a.actor} | {a.ray_busy_s:.3f} | {seconds(a.ray_cpu_s)} | "
+                f"{a.sim_busy_s:.3f} | "
                 f"{a.sim_busy_s / a.ray_busy_s if a.ray_busy_s else float('nan'):.2f} | "
-                f"{a.ray_busy_s / r.ray_elapsed_s:.2f} | {a.sim_busy_s / r.sim_elapsed_s:.2f} |"
+                f"{a.ray_busy_s / r.ray_elapsed_s:.2f} | {a.sim_busy_s / r.sim_elapsed_s:.2f} | "
+                f"{seconds(a.ray_step_cpu_s)} | {seconds(a.sim_step_s)} | {steps} |"
             )
     lines += [
         "",
