@@ -172,10 +172,14 @@ class ActorConfig:
     (:mod:`streamjoin.runtime.markers`), and send a marker it returns on the port it names, as
     any message; what passing a marker promises is the logic's to keep (a handshake chain,
     whose graph has cycles that a gate would wait on for ever).
+
+    ``reports_logic``: an executor that runs the node in a process of its own hands its
+    logic object back at the end of a run (the collector's pairs and counts).
     """
 
     role: ClassVar[str]
     passes_markers: ClassVar[bool] = False
+    reports_logic: ClassVar[bool] = False
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> ActorLogic:
         raise NotImplementedError

@@ -85,6 +85,7 @@ class CollectorConfig(ActorConfig):
     """The collector node: keeps the run's pairs (or counts them, ``collect="count"``)."""
 
     role = "collector"
+    reports_logic = True
     #: The pairs arrive in order when the run is ordered (one core emits them in order: a
     #: ``single`` or ``shared_index`` layout): nothing is left to sort at the end.
     in_order: bool = False

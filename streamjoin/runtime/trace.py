@@ -16,8 +16,9 @@ class ActorStats:
     batches_out: int = 0
     tuples_out: int = 0
     peak_queue: int = 0
-    #: CPU time of the actor's own process over the run (``ray`` hosts: the logic, messaging
-    #: and Ray's threads), None where actors share a process
+    #: CPU time of the actor's own process from its first message to its end of stream
+    #: (``ray`` hosts: the logic, messaging and Ray's threads meanwhile), None where actors
+    #: share a process
     cpu_ns: int | None = None
     #: CPU time in the logic's steps alone, messaging left out (``ray``: the stepping
     #: thread's CPU; ``sim``: the compute its steps were charged), None where not measured

@@ -112,6 +112,10 @@ class Node:
         self.name = name
         self.self_join = query.self_join
         self.stats = ActorStats(role=config.role, step_cpu_ns=0)
+        self.reports_logic = config.reports_logic
+        # the process's CPU time at its first frame and after its end-of-stream step
+        self.cpu0: int | None = None
+        self.cpu_end: int | None = None
         self.routes: dict[str, list] = {}  # progress markers' under MARKER_PORT
         self.passes_markers = config.passes_markers  # its logic takes them as messages
         self.out: dict[str, channels.Channel] = {}
@@ -298,6 +302,7 @@ class Node:
             self._send([], report=True)
         if end_edges:
             self._end_edges()
+        self.cpu_end = time.process_time_ns()
         return out
 
     def shut(self) -> None:
@@ -349,7 +354,6 @@ class Host(Node):
         cycle) wait while the inbox is full. A restarted core reads its replay edge first."""
         n_in = len(wiring.senders)
         self.cyclic = wiring.cyclic
-        self.cpu0 = time.process_time_ns()
         self.bounded_senders = set(wiring.bounded)
         self.reports_to = wiring.reports_to
         if wiring.resume is not None:
@@ -393,6 +397,8 @@ class Host(Node):
         protocol ends the run (:meth:`_refuse`). An edge that has ended is read on while this
         node works, so that anything but its close is caught."""
         sender = names[sock]
+        if self.cpu0 is None:
+            self.cpu0 = time.process_time_ns()
         try:
             frame = sock.recv()
         except channels.ProtocolError as e:
@@ -689,8 +695,11 @@ class Host(Node):
             raise self.error
 
     def report(self):
-        """``(stats, logic)``: the logic object is returned for the collector only."""
+        """``(stats, logic)``: the logic object only where its config says it reports it
+        (``ActorConfig.reports_logic``: the collector's)."""
         inbox = getattr(self, "inbox", None)
         self.stats.peak_queue = inbox.peak if inbox is not None else 0
-        self.stats.cpu_ns = time.process_time_ns() - getattr(self, "cpu0", 0)
-        return self.stats, (self.logic if self.stats.role == "collector" else None)
+        now = time.process_time_ns()
+        first = now if self.cpu0 is None else self.cpu0
+        self.stats.cpu_ns = (now if self.cpu_end is None else self.cpu_end) - first
+        return self.stats, (self.logic if self.reports_logic else None)
