@@ -161,6 +161,23 @@ def test_latency_is_service_time_at_low_rate():
     assert core["step_cpu_s"] * 1e9 >= (N - 5) * _join(p, 1) and messaging > 0
 
 
+def test_a_core_woken_from_rest_pays_the_wake_up():
+    """At a low rate every message finds its receiver resting: each costs the core and the
+    collector ``wake_ns`` more, on their busy time and on every pair's latency; fed back to
+    back (all input at once) only the first message wakes anyone."""
+    p = _profile()
+    awake = p.with_messages(dataclasses.replace(p.messages, wake_ns=40_000.0))
+    base, woken = _run(1), _run(1, machine=awake)
+    for actor in ("core", "collector"):
+        a, b = base.metrics["actors"][actor], woken.metrics["actors"][actor]
+        assert b["busy_s"] - a["busy_s"] == pytest.approx(a["batches_in"] * 40e-6, rel=1e-6)
+        assert b["step_cpu_s"] == pytest.approx(a["step_cpu_s"], rel=1e-9)  # not compute
+    lat0, lat1 = base.latency_ns(), woken.latency_ns()
+    np.testing.assert_allclose(lat1 - lat0, 80_000, atol=2)
+    flood = {m: _run(1, rate=1e12, machine=m).metrics["actors"]["core"] for m in (p, awake)}
+    assert flood[awake]["busy_s"] - flood[p]["busy_s"] == pytest.approx(40e-6, rel=1e-3)
+
+
 def test_latency_adds_batching_delay():
     p = _profile()
     batch = 4

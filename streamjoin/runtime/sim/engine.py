@@ -3,7 +3,8 @@
 Every topology node becomes a simulated core with a FIFO mailbox, driven by events on a SimPy
 clock. A core takes the next message, receives it (the model's per-message receive cost: a
 ``ray`` actor reads and decodes a frame before its logic runs, so the logic reads the clock
-after it), runs the *same* logic object as ``local`` (built by
+after it; a core that had rested with nothing to do pays the profile's ``wake_ns`` more, as a
+host's process woken from its wait on its sockets does), runs the *same* logic object as ``local`` (built by
 :meth:`ActorConfig.build <streamjoin.actors.base.ActorConfig.build>`, so results stay exact), and is then busy for
 the virtual time the :class:`~streamjoin.runtime.sim.costs.CostModel` charges for what the
 step did, and more if the core had not run right before it (the profile's ``after_idle``: a
@@ -303,6 +304,7 @@ class _Simulation:
         self.quiet = None  # event the closer waits on until active == 0
         # (send, hop, receive) ns of a message, computed once per message sent
         self.message_ns = model.message_ns
+        self.wake_ns = round(model.profile.messages.wake_ns)
         self.samples: list[tuple[int, list[int]]] = []
         self.sample_every = sample_every_ns
         self.next_sample = sample_every_ns
@@ -337,6 +339,8 @@ class _Simulation:
             core.idle = False
             if now > core.free_at:
                 core.rest_ns += now - core.free_at
+                if item[0] is _BATCH and self.wake_ns:  # its process slept: waking costs it
+                    item = (*item[:4], item[4] + self.wake_ns)
             self._start(core, item)
         else:  # the core's last step is still running: wake it when that ends
             core.idle = False

@@ -5,14 +5,17 @@ feature vector per cost group (:data:`FEATURES`) dotted with the profile's coeff
 per unit. Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CPU per
 destination, travel ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy
 meanwhile), and cost the receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU
-(:class:`MessageCosts`).
+(:class:`MessageCosts`). A receiver that had nothing to do when a message reached it (its
+process asleep in a wait on its sockets) pays ``wake_ns`` of CPU more for that message: its
+thread is woken and runs the receiving code again after other processes ran (measured on
+hosts that sleep between messages against the same hosts fed back to back; some 10–20 µs on
+a 2-core EPYC VM, where a plain receive of 50 KB costs about 40).
 
 A step that follows idle time (its core had waited for a message, as every step of a paced
 stream does) costs a constant per cost group more than the same step run back to back
 (``after_idle``, :class:`IdleCosts`): the process slept, other processes ran meanwhile, and it
-wakes to cold caches. The wake-up itself is in the hop latency. On processors shared by more
-actors (``cpus``) a step that had to wait for one is charged the same: other processes ran on
-it meanwhile.
+wakes to cold caches. On processors shared by more actors (``cpus``) a step that had to wait
+for one is charged the same: other processes ran on it meanwhile.
 
 Where the actors share a few processors with other work (``cpus`` and ``cpu_share``), a step
 that starts while k steps hold processors has its compute (charge and after-idle cost)
@@ -107,7 +110,8 @@ class MessageCosts(_MessageLines):
     the copies large ones; a line fitted to all sizes undercharges the middle ones). Below
     the smallest point its costs hold; beyond the largest they grow by the lines' per-byte
     costs. The lines stay the profile's summary, and what applies when
-    ``measured`` is empty.
+    ``measured`` is empty. ``wake_ns`` is what a receiver that was asleep pays more, once per
+    message that woke it, whatever its size.
     """
 
     send_ns: float = 0.0
@@ -117,6 +121,7 @@ class MessageCosts(_MessageLines):
     recv_ns: float = 0.0
     recv_per_byte_ns: float = 0.0
     measured: tuple = ()
+    wake_ns: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -387,7 +392,8 @@ class MachineProfile:
         lines.append(
             f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
             f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
-            f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B  (µs)"
+            f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B, "
+            f"waking {m.wake_ns / 1e3:.4g}  (µs)"
             f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}"
         )
         idle = self.after_idle
