@@ -28,8 +28,8 @@ jobs come and go.
   layout's ``ray`` runs, ``sim.calibrate(indexes=[--index], ray=False)`` measures the
   index's and the roles' kernels and the after-idle costs; the ``ray``
   executor's message costs are measured once at the start as ``streamjoin calibrate`` does
-  (``sim.ray_messages.measure_messages``: driver → relay actor → sink actor over the
-  executor's TCP channels, real batches). This separates stale coefficients from what the
+  (``sim.ray_messages.measure_messages``: driver → relay host → sink host, the executor's
+  own hosts and edges, real batches). This separates stale coefficients from what the
   model leaves out.
 
 Ray and local runs are repeated ``--repeat`` times and the median is kept (the machine is
@@ -332,23 +332,23 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
     lines += [
         "",
         f"The executor's messages measured now (`sim.ray_messages.measure_messages`, load "
-        f"{raw['load_1min']:.1f}), µs per message by batch size: pipelined, the relay's "
-        "period, its send, and their difference (the receive); idle, the one-way time from "
-        "the start of the sender's write to the receiver having read the message, the "
-        "receiver's part of it from waking on the ready socket, and the driver's write; the "
-        "relay's and the sink's process CPU time per message (pipelined):",
+        f"{raw['load_1min']:.1f}), µs per message by batch size, through the executor's "
+        "hosts (a relay host and a sink host): pipelined, the relay's period and each host's "
+        "process CPU per message (the sink's is the receive, the relay's less the sink's the "
+        "send); idle, each host's CPU per message with the messages 2 and 8 ms apart, and the "
+        "one-way time from the relay's step to the sink's:",
         "",
-        "| batch (tuples) | bytes | relay period | relay send | receive | idle one-way "
-        "| idle read | driver write | relay CPU | sink CPU |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| batch (tuples) | bytes | relay period | relay CPU | sink CPU | relay asleep 2 / 8 ms "
+        "| sink asleep 2 / 8 ms | idle one-way |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, r in raw["by_batch_size"].items():
         us = {k: v / 1e3 for k, v in r.items()}
         lines.append(
-            f"| {n} | {r['bytes']:,.0f} | {us['period_ns']:.0f} | {us['send_ns']:.0f} "
-            f"| {us['period_ns'] - us['send_ns']:.0f} | {us['one_way_ns']:.0f} "
-            f"| {us['idle_recv_ns']:.0f} | {us['driver_send_ns']:.0f} "
-            f"| {us['relay_cpu_ns']:.0f} | {us['sink_cpu_ns']:.0f} |"
+            f"| {n} | {r['bytes']:,.0f} | {us['relay_period_ns']:.0f} | {us['relay_cpu_ns']:.0f} "
+            f"| {us['sink_cpu_ns']:.0f} | {us['asleep_relay_cpu_ns_2ms']:.0f} / "
+            f"{us['asleep_relay_cpu_ns_8ms']:.0f} | {us['asleep_sink_cpu_ns_2ms']:.0f} / "
+            f"{us['asleep_sink_cpu_ns_8ms']:.0f} | {us['one_way_ns']:.0f} |"
         )
     lines += [
         "",

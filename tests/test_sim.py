@@ -804,18 +804,30 @@ def test_shared_core_runs_its_tasks_on_the_processors_it_holds():
 
 @pytest.mark.slow
 def test_calibrate_ray_messages():
-    from streamjoin.runtime.sim.ray_messages import measure_messages
+    """Through the executor's own hosts: the costs are the raw figures' (the sink's CPU per
+    message the receive, the relay's less the sink's the send), the edges plain on loopback
+    unless asked to seal."""
+    from streamjoin.runtime.sim.ray_messages import IDLE_GAPS_S, measure_messages
 
-    costs, raw = measure_messages(repeat=50, sizes=(1, 1024), rounds=1, idle_calls=5)
+    costs, raw = measure_messages(repeat=50, sizes=(1, 1024), rounds=1, idle_calls=8)
     assert raw["sealed"] is False  # on one machine the executor's edges are plain
     assert costs.send_ns > 0 and costs.recv_ns + costs.recv_per_byte_ns > 0
     small, large = raw["by_batch_size"]["1"], raw["by_batch_size"]["1024"]
-    kept = [(r["bytes"], r["send_ns"], r["period_ns"] - r["send_ns"]) for r in (small, large)]
+    kept = [
+        (r["bytes"], max(0.0, r["relay_cpu_ns"] - r["sink_cpu_ns"]), r["sink_cpu_ns"])
+        for r in (small, large)
+    ]
     np.testing.assert_allclose(costs.measured, kept, atol=0.2)  # the raw figures are rounded
-    assert large["bytes"] > small["bytes"] and small["period_ns"] > small["send_ns"]
-    assert small["one_way_ns"] > small["idle_recv_ns"] > 0 and small["relay_cpu_ns"] > 0
+    assert large["bytes"] > small["bytes"] and small["relay_period_ns"] > 0
+    gaps = [f"{g * 1e3:g}ms" for g in IDLE_GAPS_S]
+    for r in (small, large):
+        assert r["one_way_ns"] > 0 and all(r[f"asleep_sink_cpu_ns_{g}"] > 0 for g in gaps)
+    assert costs.wake_ns == pytest.approx(
+        max(0.0, float(np.median(list(raw["wake_ns"].values())))), abs=1.0
+    )
+    assert set(raw["wake_ns"]) == {f"{h}:{n}" for h in ("relay", "sink") for n in (1, 1024)}
     _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)
-    assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["send_ns"] > 0
+    assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["sink_cpu_ns"] > 0
 
 
 def test_measure_after_idle_and_cpu_share():
