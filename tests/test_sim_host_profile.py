@@ -155,6 +155,14 @@ def test_cli_check_options_are_checked_first(capsys):
     assert "not a check layout" in capsys.readouterr().err
     assert cli.main(["calibrate", "--machine", "x.json"]) == 2
     assert "--machine goes with --check-only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["calibrate", "--check-only", "--tuples", "5"])
+    assert refused.value.code == 2 and "--tuples: must be an integer >= 1000" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        cli.main(["calibrate", "--help"])
+    assert f"default: {fidelity.CHECK_TUPLES:,}," in " ".join(capsys.readouterr().out.split())
 
 
 def test_check_table_counts_the_layouts_within_bounds():
@@ -177,6 +185,9 @@ def test_check_report_names_the_profile_and_the_host():
     text = fidelity.markdown([row], prof, 90.0)
     assert "| single | 1,000 | 1,100 | 1.10 |" in text
     assert f"profile {prof.name!r} (shipped; fitted" in text and "1.5 minutes" in text
+    assert f"Unpaced: {fidelity.CHECK_TUPLES:,} tuples" in text
+    shorter = fidelity.markdown([dataclasses.replace(row, tuples=300_000)], prof, 90.0)
+    assert "Unpaced: 300,000 tuples" in shorter
     assert host_profile.cpu_model() in text
 
 

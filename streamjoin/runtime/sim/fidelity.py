@@ -61,6 +61,10 @@ CHECK_LAYOUTS: dict[str, tuple[Callable[[], Topology], bool]] = {
 }
 #: Arrival rate standing for "all input at once" on the simulator (tuples/s of virtual time).
 FLOOD = 1e12
+#: Tuples of the unpaced runs: a second or so on Ray on a 2-core VM. Shorter runs carry their
+#: start-up (Ray's actors waking, the windows filling) on both sides, and not alike
+#: (``experiments/results/calibrate_check.md`` compares the two lengths).
+CHECK_TUPLES = 1_200_000
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class CheckRow:
     sim_elapsed_s: float = float("nan")
     ray_mean_ms: float = float("nan")
     sim_mean_ms: float = float("nan")
+    tuples: int = CHECK_TUPLES  # of the unpaced runs
 
     @property
     def throughput_ratio(self) -> float:
@@ -155,7 +160,7 @@ def check(
     profile: MachineProfile,
     *,
     layouts: list[str] | None = None,
-    tuples: int = 300_000,
+    tuples: int = CHECK_TUPLES,
     window: int = 2**13,
     batch: int = 1024,
     pace_share: float = 0.25,
@@ -221,6 +226,7 @@ def check(
             ),
             ray_elapsed_s=middle["elapsed_s"],
             sim_elapsed_s=sim_flood["elapsed_s"],
+            tuples=tuples,
         )
         rows.append(row)
         if report is not None:
@@ -289,7 +295,8 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         f"{seconds / 60:.1f} minutes. Each layout: a band join at match rate 2 (spo(2): "
         "`r.a < s.a AND r.b > s.b`) over a count window of 8,192 per stream; Ray's figures "
         "the median of 3 runs, then the simulator with this host's processors shared by all "
-        "actors. Unpaced: 300,000 tuples as fast as the join takes them; paced: a quarter of "
+        f"actors. Unpaced: {rows[0].tuples if rows else CHECK_TUPLES:,} tuples as fast as the "
+        "join takes them; paced: a quarter of "
         "Ray's unpaced rate, a batch per 10 ms of input.",
         "",
         "| layout | Ray t/s | sim t/s | sim / Ray | pace t/s | p50 Ray ms | p50 sim | ratio "
