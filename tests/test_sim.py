@@ -959,3 +959,24 @@ def test_the_simulator_pipelines_a_shared_core_by_default_where_each_thread_has_
     for cpus in (2, 6, None):
         assert got[cpus, None] == got[cpus, cpus != 2], cpus
     assert got[2, True] < got[2, False] and got[6, True] > got[6, False]
+
+
+def test_a_flooded_run_holds_its_backlog_at_the_source():
+    """The executor's edges that lie on no cycle are bounded (an inbox and the sockets'
+    buffers): a flooded run's backlog waits at the emitter, not in the cores' mailboxes; a
+    handshake chain (whose edges between neighbours lie on cycles and stay unbounded) keeps
+    its exact answer with its emitter's edges bounded."""
+    from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES
+
+    q = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
+    data = sj.sources.synthetic(100_000, low=0, high=250_000, seed=3)
+    machine = sim.default_profile().with_cpus(2)
+    kw = {"backend": "sim", "machine": machine, "batch_size": 256, "chunk_rows": 256}
+    flood = sim.Arrival.constant(1e12)
+    res = sj.run(q, data, sj.topologies.single(), arrival=flood, **kw)
+    core, emitter = res.metrics["actors"]["core"], res.metrics["actors"]["emitter"]
+    room = INBOX + 2 * EDGE_BUFFER_BYTES // (256 * 41)  # a batch's tuple: 41 bytes and x
+    assert core["peak_queue"] <= room < emitter["batches_out"] / 4
+    assert emitter["peak_queue"] > 100  # the chunks wait at the source
+    chain = sj.run(q, data.slice(0, 30_000), sj.topologies.handshake(2), arrival=flood, **kw)
+    assert chain.same_pairs(sj.oracle.join(q, data.slice(0, 30_000)))

@@ -10,6 +10,9 @@ from streamjoin.batch import Batch, PairBatch, concat_pairs
 INBOX = 2
 #: waiting batches are concatenated up to this many tuples (or the run's batch size, if larger)
 MERGE_TUPLES = 4096
+#: kernel buffer of each end of an edge (the ``ray`` executor's sockets, sending and receiving):
+#: beyond the inbox, what a sender may write ahead before it blocks
+EDGE_BUFFER_BYTES = 256 * 1024
 
 
 def mergeable(merges_batches: bool, group: list, msg, max_tuples: int) -> bool:

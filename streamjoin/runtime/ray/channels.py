@@ -62,6 +62,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
+from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES
 from streamjoin.runtime.ray import sealing, wire
 from streamjoin.runtime.ray.sealing import TamperedFrame
 from streamjoin.runtime.ray.wire import END, FramingError, ProtocolError, end_frame, frame, payload
@@ -89,7 +90,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: socket send and receive buffer per edge end (see :func:`_small_buffers`)
-BUFFER_BYTES = 256 * 1024
+BUFFER_BYTES = EDGE_BUFFER_BYTES
 #: seconds a receiver gives a connection to complete its handshake, from accepting it (a real
 #: sender has sent its hello by then and answers the challenge at once)
 HANDSHAKE_TIMEOUT_S = 10.0

@@ -21,9 +21,15 @@ messages of one sender for one port waiting right behind the one it takes runs t
 on their concatenation where :func:`~streamjoin.runtime.coalesce.mergeable` allows (at most
 ``INBOX`` messages, as an executor host reads no further once that many wait): one step over
 the merged batch, each message's receive charged. Under light load every batch is stepped on
-alone, under heavy load batches grow. Mailboxes are not bounded: the executor's senders block
-on a full receiver, the simulator's do not, so a flooded simulation queues its whole input
-where the executor holds it back at the source.
+alone, under heavy load batches grow. A link that lies on no cycle is bounded as the
+executor's edges are: it holds ``INBOX`` messages and what the two kernel buffers of an edge
+take (``EDGE_BUFFER_BYTES`` each) of messages that size; a sender whose message finds it full
+finishes its step (the send's CPU charged), but takes its next message only once every one it
+sent has left, each as the receiver takes the oldest on that link. So a flooded run's backlog
+waits at the source, as the executor's does, and a layout does the work it does on Ray (with
+every mailbox unbounded a handshake chain's streams skewed, and each tuple met about twice as
+many as when the chain keeps up). The links between a chain's neighbours lie on cycles and
+stay unbounded, as the executor's reader threads read them on.
 
 By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.sim.profile.MachineProfile.with_cpus>`)
@@ -71,6 +77,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, ClassVar
 
+import networkx as nx
 import numpy as np
 import simpy
 
@@ -80,14 +87,14 @@ from streamjoin.actors.shared_index.core import pipelines_on
 from streamjoin.batch import MARKER_PORT, Marker
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import Query
-from streamjoin.runtime.coalesce import INBOX, MERGE_TUPLES, merge, mergeable
+from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES, INBOX, MERGE_TUPLES, merge, mergeable
 from streamjoin.runtime.executor import Defaults
 from streamjoin.runtime.markers import MarkerGate, marker_step
 from streamjoin.runtime.pipeline import Progress, default_chunk_rows
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.costs import CostModel, finish_at, schedule
 from streamjoin.runtime.sim.host_profile import as_profile
-from streamjoin.runtime.sim.profile import MachineProfile
+from streamjoin.runtime.sim.profile import MachineProfile, message_nbytes
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
 from streamjoin.runtime.trace import RunTrace
 from streamjoin.topologies.base import Topology
@@ -145,6 +152,8 @@ class _Core:
         "closed_seen",
         "gate",
         "marker_routes",
+        "blocked",
+        "stalled",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
@@ -184,6 +193,10 @@ class _Core:
         self.eof_links: list = []  # (core, link) per successor
         # mailbox accounting: messages, tuples, time of last change, integral over time
         self.q = self.qt = self.q_since = self.q_area = 0
+        # its messages waiting for room on a bounded link, and whether it waits for them to
+        # leave before its next step (a sender blocked on a full receiver)
+        self.blocked = 0
+        self.stalled = False
 
     def count(self, now: int, dq: int, dt: int) -> None:
         self.q_area += self.q * (now - self.q_since)
@@ -251,24 +264,30 @@ class _Simulation:
         self.emitter, self.collector = self.cores[emitter], self.cores[collector]
         self.eof_order = [self.cores[n] for n in topology.eof_order()]
         # one FIFO link per (sender, receiver), shared by all ports between them: a cell
-        # holding the arrival time of its last message
+        # holding the arrival time of its last message, its messages sent and not yet taken,
+        # and, on a link that lies on no cycle (bounded, as the executor's edges are), the
+        # messages waiting for room; one beyond the cycles' (unbounded) has None there
         links: dict[tuple, list] = {}
+
+        def link(src: str, dst: str) -> list:
+            if (src, dst) not in links:
+                bounded = not nx.has_path(graph, dst, src)
+                links[src, dst] = [0, 0, deque() if bounded else None]
+            return links[src, dst]
+
         for (src, port), dests in topology.routes().items():
             self.cores[src].routes[port] = [
-                (self.cores[dst], dst_port, links.setdefault((src, dst), [0]))
-                for dst, dst_port in dests
+                (self.cores[dst], dst_port, link(src, dst)) for dst, dst_port in dests
             ]
         for n, dests in topology.marker_routes().items():
-            self.cores[n].marker_routes = [
-                (self.cores[d], port, links.setdefault((n, d), [0])) for d, port in dests
-            ]
+            self.cores[n].marker_routes = [(self.cores[d], port, link(n, d)) for d, port in dests]
             if not topology.config(n).passes_markers:  # (else its logic takes them)
                 self.cores[n].gate = MarkerGate(dict.fromkeys(graph.predecessors(n)))
         for n, core in self.cores.items():
             core.eof_links = [
-                (self.cores[d], links.setdefault((n, d), [0]))
-                for d in dict.fromkeys(graph.successors(n))
+                (self.cores[d], link(n, d)) for d in dict.fromkeys(graph.successors(n))
             ]
+        self.links = {(self.cores[a], self.cores[b]): cell for (a, b), cell in links.items()}
         # processors: one per core (None), or a shared pool steps queue for in FIFO order
         self.cpus = model.profile.cpus
         self.cpus_free = self.cpus or 0  # read only with cpus
@@ -365,15 +384,47 @@ class _Simulation:
         if dests:
             env, arrive_cb = self.env, self._arrive
             send, hop, recv = self.message_ns(msg)
+            room = None  # messages a bounded link holds, for this message's size
             for dst, dst_port, link in dests:
                 t += send
+                item = (_BATCH, dst_port, msg, core, recv)
+                waiting = link[2]
+                if waiting is not None:
+                    if room is None:
+                        room = INBOX + max(1, 2 * EDGE_BUFFER_BYTES // max(1, message_nbytes(msg)))
+                    if waiting or link[1] >= room:  # full: it leaves when the receiver takes one
+                        waiting.append((hop, dst, item))
+                        core.blocked += 1
+                        continue
                 arrive = max(t + hop, link[0])
                 link[0] = arrive
-                item = (_BATCH, dst_port, msg, core, recv)
+                link[1] += 1
                 env.timeout(arrive - env.now, (dst, item)).callbacks.append(arrive_cb)
             self.messages += len(dests)
             self.active += len(dests)
         return t
+
+    def _took(self, src: _Core, core: _Core) -> None:
+        """``core`` took a message of ``src``'s: on a bounded link the oldest message waiting
+        for room leaves now, and a sender whose last waiting message that was goes on."""
+        link = self.links[src, core]
+        link[1] -= 1
+        waiting = link[2]
+        if not waiting:
+            return
+        hop, dst, item = waiting.popleft()
+        now = self.env.now
+        arrive = max(now + hop, link[0])
+        link[0] = arrive
+        link[1] += 1
+        self.env.timeout(arrive - now, (dst, item)).callbacks.append(self._arrive)
+        src.blocked -= 1
+        if src.blocked == 0 and src.stalled:
+            src.stalled = False
+            if src.free_at > now:
+                self.env.timeout(src.free_at - now, src).callbacks.append(self._wake)
+            else:
+                self._next(src)
 
     def _coalesce(self, core: _Core, port: str, msg, src: _Core, recv: int) -> tuple:
         """``(message, receive ns)`` of the step that takes ``msg``: with the messages of the
@@ -389,6 +440,7 @@ class _Simulation:
             and mergeable(core.logic.merges_batches, group, box[0][2], self.merge_tuples)
         ):
             item = box.popleft()
+            self._took(src, core)
             group.append(item[2])
             recv += item[4]
         self.active -= len(group) - 1  # served as one; this step's own item stays counted
@@ -435,6 +487,8 @@ class _Simulation:
         logic, st = core.logic, core.stats
         ahead: Sequence[tuple[str, object]] = ()
         args: tuple
+        if kind is _BATCH:
+            self._took(src, core)
         if kind is _BATCH and isinstance(msg, Marker) and core.gate is not None:
             self._marker(core, msg, src, recv, t0)
             return
@@ -502,7 +556,10 @@ class _Simulation:
         else:  # nothing queued: no event until a message comes (see _arrive)
             if kind is not _TICK:
                 self._served()  # early, but only a cyclic graph's closer reads it
-            core.idle = True
+            if core.blocked:  # its messages wait for room: it goes on once they have left
+                core.stalled = True
+            else:
+                core.idle = True
 
     def _marker(self, core: _Core, marker: Marker, src: _Core, recv: int, t0: int) -> None:
         """Serve a progress marker (:mod:`~streamjoin.runtime.markers`): received as any
@@ -722,6 +779,9 @@ class _Simulation:
         self._next(core)
 
     def _next(self, core: _Core) -> None:
+        if core.blocked:  # a sender blocked on a full receiver (see _took)
+            core.stalled = True
+            return
         if core.box:
             self._start(core, core.box.popleft())
         elif core.inflight is not None:  # its thread sleeps (holding no processor) until
