@@ -27,8 +27,8 @@ take (``EDGE_BUFFER_BYTES`` each) of messages that size; a sender whose message 
 finishes its step (the send's CPU charged), but takes its next message only once every one it
 sent has left, each as the receiver takes the oldest on that link. So a flooded run's backlog
 waits at the source, as the executor's does, and a layout does the work it does on Ray (with
-every mailbox unbounded a handshake chain's streams skewed, and each tuple met about twice as
-many as when the chain keeps up). The links between a chain's neighbours lie on cycles and
+every mailbox unbounded a flooded handshake chain's streams skewed, and each tuple met more
+tuples than when the chain keeps up). The links between a chain's neighbours lie on cycles and
 stay unbounded, as the executor's reader threads read them on.
 
 By default every core has a processor of its own. A profile with ``cpus`` set

@@ -11,9 +11,8 @@ For each layout of :data:`CHECK_LAYOUTS`, the same join runs on the ``ray`` back
 The mean is there because a p50 can sit on an edge: where a layout's cores do unequal work
 for one batch (split(2)'s core that stores the batch and the one that only probes it, a grid's
 rows), its pairs' latencies fall in two or more clusters, and a few pairs more on one side
-move the p50 from one cluster to the other (on split(2), 1.0 or 2.3 ms on the simulator; Ray's
-runs move by as much from one run to the next). The mean moves with the clusters, not across
-them.
+move the p50 from one cluster to the other (Ray's runs move by as much from one run to the
+next). The mean moves with the clusters, not across them.
 
 The simulated machine is the profile with this host's processors shared by all actors, as
 Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), share)``, with

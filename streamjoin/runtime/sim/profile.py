@@ -8,8 +8,7 @@ meanwhile), and cost the receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU
 (:class:`MessageCosts`). A receiver that had nothing to do when a message reached it (its
 process asleep in a wait on its sockets) pays ``wake_ns`` of CPU more for that message: its
 thread is woken and runs the receiving code again after other processes ran (measured on
-hosts that sleep between messages against the same hosts fed back to back; some 10–20 µs on
-a 2-core EPYC VM, where a plain receive of 50 KB costs about 40).
+hosts that sleep between messages against the same hosts fed back to back).
 
 A step that follows idle time (its core had waited for a message, as every step of a paced
 stream does) costs a constant per cost group more than the same step run back to back

@@ -12,8 +12,8 @@ host code (:class:`~streamjoin.runtime.ray.host.Host`): the driver writes real
 each on to a sink host, over the executor's edges, sealed or not as its runs' edges are here:
 plain on loopback when every Ray node is this machine, sealed between machines
 (:mod:`~streamjoin.runtime.ray.sealing`). The two differ by more than the model's other
-errors: sealing a batch of 1,024 tuples (50 KB) costs its sender and its receiver some 15–40
-µs each on a 2-core EPYC VM, where the whole plain receive is about 60 µs.
+errors: a sealed frame costs both ends about half as much again as a plain one
+(``experiments/results/calibrate_check.md``).
 
 The relay and the sink are hosts of an acyclic graph (every layout but the handshake chain; a
 host of a cyclic graph reads in a second thread, which is not timed here). Their logics do
@@ -21,8 +21,8 @@ nothing but stamp each step with the monotonic clock and their process's CPU tim
 steps a host's process spent what a message costs it: waking on a ready socket where it had
 slept, reading the frame and building the batch, the host's bookkeeping around the step, and
 the relay's writing it on; besides, what Ray's threads in the process use meanwhile, which is
-measured apart and left out. A hand-built copy of the host's loop, timed here before, cost
-0.5–0.7 of the host's CPU per message.
+measured apart and left out. (A hand-built copy of the host's loop, timed here before, cost a
+good deal less than the host does per message.)
 """
 
 from __future__ import annotations
