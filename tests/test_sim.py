@@ -178,6 +178,24 @@ def test_a_core_woken_from_rest_pays_the_wake_up():
     assert flood[awake]["busy_s"] - flood[p]["busy_s"] == pytest.approx(40e-6, rel=1e-3)
 
 
+def test_a_cyclic_graphs_receives_pay_the_hand_over():
+    """Every receive in a cyclic graph (a handshake chain, whose hosts read in a thread of
+    their own) costs ``cyclic_recv_ns`` more; an acyclic layout's do not."""
+    p = _profile()
+    handed = p.with_messages(dataclasses.replace(p.messages, cyclic_recv_ns=30_000.0))
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(64))
+    data = sj.sources.synthetic(3_000, low=0, high=3_000, seed=5)
+    kw = {"backend": "sim", "batch_size": 32, "arrival": sim.Arrival.constant(20_000.0)}
+    for topo, extra in ((sj.topologies.handshake(2), 30e-6), (sj.topologies.single(), 0.0)):
+        base = sj.run(q, data, topo, machine=p, **kw).metrics["actors"]
+        more = sj.run(q, data, topo, machine=handed, **kw).metrics["actors"]
+        for actor, a in base.items():
+            if actor == "emitter":
+                continue
+            got = more[actor]["busy_s"] - a["busy_s"]
+            assert got == pytest.approx(a["batches_in"] * extra, abs=1e-9), (topo.name, actor)
+
+
 def test_latency_adds_batching_delay():
     p = _profile()
     batch = 4
@@ -826,6 +844,9 @@ def test_calibrate_ray_messages():
         max(0.0, float(np.median(list(raw["wake_ns"].values())))), abs=1.0
     )
     assert set(raw["wake_ns"]) == {f"{h}:{n}" for h in ("relay", "sink") for n in (1, 1024)}
+    assert set(raw["cyclic_recv_ns"]) == set(raw["wake_ns"])
+    handed = max(0.0, float(np.median(list(raw["cyclic_recv_ns"].values()))))
+    assert costs.cyclic_recv_ns == pytest.approx(handed, abs=1.0)
     _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)
     assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["sink_cpu_ns"] > 0
 

@@ -324,6 +324,8 @@ class _Simulation:
         # (send, hop, receive) ns of a message, computed once per message sent
         self.message_ns = model.message_ns
         self.wake_ns = round(model.profile.messages.wake_ns)
+        # a cyclic graph's hosts hand each frame from a reader thread to the stepping one
+        self.cyclic_recv_ns = round(model.profile.messages.cyclic_recv_ns) if self.cyclic else 0
         self.samples: list[tuple[int, list[int]]] = []
         self.sample_every = sample_every_ns
         self.next_sample = sample_every_ns
@@ -384,6 +386,7 @@ class _Simulation:
         if dests:
             env, arrive_cb = self.env, self._arrive
             send, hop, recv = self.message_ns(msg)
+            recv += self.cyclic_recv_ns
             room = None  # messages a bounded link holds, for this message's size
             for dst, dst_port, link in dests:
                 t += send

@@ -110,7 +110,9 @@ class MessageCosts(_MessageLines):
     the smallest point its costs hold; beyond the largest they grow by the lines' per-byte
     costs. The lines stay the profile's summary, and what applies when
     ``measured`` is empty. ``wake_ns`` is what a receiver that was asleep pays more, once per
-    message that woke it, whatever its size.
+    message that woke it, whatever its size; ``cyclic_recv_ns`` what every receive costs more
+    in a cyclic graph (a handshake chain), whose hosts read in a thread of their own and hand
+    each frame to the stepping thread.
     """
 
     send_ns: float = 0.0
@@ -121,6 +123,7 @@ class MessageCosts(_MessageLines):
     recv_per_byte_ns: float = 0.0
     measured: tuple = ()
     wake_ns: float = 0.0
+    cyclic_recv_ns: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -392,7 +395,7 @@ class MachineProfile:
             f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
             f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
             f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B, "
-            f"waking {m.wake_ns / 1e3:.4g}  (µs)"
+            f"waking {m.wake_ns / 1e3:.4g}, in a cycle {m.cyclic_recv_ns / 1e3:.4g} more  (µs)"
             f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}"
         )
         idle = self.after_idle

@@ -15,8 +15,9 @@ plain on loopback when every Ray node is this machine, sealed between machines
 errors: a sealed frame costs both ends about half as much again as a plain one
 (``experiments/results/calibrate_check.md``).
 
-The relay and the sink are hosts of an acyclic graph (every layout but the handshake chain; a
-host of a cyclic graph reads in a second thread, which is not timed here). Their logics do
+The relay and the sink are hosts of an acyclic graph (every layout but the handshake chain), and
+again hosts of a cyclic one, which read their edges in a second thread and hand each frame to
+the stepping thread: what that costs a message more is ``cyclic_recv_ns``. Their logics do
 nothing but stamp each step with the monotonic clock and their process's CPU time. Between two
 steps a host's process spent what a message costs it: waking on a ready socket where it had
 slept, reading the frame and building the batch, the host's bookkeeping around the step, and
@@ -119,9 +120,10 @@ def _send(sock, msg) -> None:
 
 class _Pair:
     """A relay host feeding a sink host, and the driver's edge to the relay; ``sent`` counts
-    the driver's frames (each becomes one step of each host, in order)."""
+    the driver's frames (each becomes one step of each host, in order). ``cyclic``: hosts as a
+    cyclic graph's are (a reader thread besides the stepping one)."""
 
-    def __init__(self, loopback: bool, sealed: bool) -> None:
+    def __init__(self, loopback: bool, sealed: bool, cyclic: bool = False) -> None:
         query, settings = Query(band("x", 0.0), window=CountWindow(1)), RunSettings()
         self.relay, self.sink = (
             Host.options(num_cpus=0.25).remote(name, _StampsConfig(forward), query, settings)  # type: ignore[attr-defined]  # a ray.remote class (mypy skips class decorators)
@@ -136,7 +138,7 @@ class _Pair:
                 addresses=addresses,
                 senders=[sender],
                 bounded=[sender],
-                cyclic=False,
+                cyclic=cyclic,
                 secret=secret,
                 inputs={sender: frozenset({"in"})},
                 sealed=sealed,
@@ -232,7 +234,9 @@ def measure_messages(
       batch sizes (clipped at 0). The time from the relay's step to the sink's, less the
       send, the receive and the wake, is what a message waits besides the two ends' work
       (the kernel's delivery, the sink's process being scheduled): ``hop_ns``, the median
-      over the batch sizes (clipped at 0), with no per-byte part.
+      over the batch sizes (clipped at 0), with no per-byte part;
+    - *cyclic*: the pipelined run again through hosts of a cyclic graph: what each host uses
+      more per message is ``cyclic_recv_ns`` (the median over hosts and sizes, clipped at 0).
 
     The send and receive at each size are kept as measured (``MessageCosts.measured``,
     interpolated between the sizes), and ``send_*`` and ``recv_*`` are lines fitted to them
@@ -260,18 +264,26 @@ def measure_messages(
     load0 = os.getloadavg()[0]
     try:
         loopback = one_machine()
-        pair = _Pair(loopback, not loopback if sealed is None else sealed)
+        sealed = not loopback if sealed is None else sealed
+        pair, cyclic = _Pair(loopback, sealed), _Pair(loopback, sealed, cyclic=True)
         try:
-            _pipelined(pair, _batch(256), 200)  # warm the hosts and the connections
+            for p in (pair, cyclic):
+                _pipelined(p, _batch(256), 200)  # warm the hosts and the connections
             runs: dict = {n: [] for n in sizes}
             for _ in range(rounds):
                 for n in sizes:
                     msg = _batch(n)
+                    in_cycle = _pipelined(cyclic, msg, repeat)
                     runs[n].append(
-                        {**_pipelined(pair, msg, repeat), **_idle(pair, msg, idle_calls)}
+                        {
+                            **_pipelined(pair, msg, repeat),
+                            **_idle(pair, msg, idle_calls),
+                            **{f"cyclic_{k}": v for k, v in in_cycle.items()},
+                        }
                     )
         finally:
             pair.close()
+            cyclic.close()
     finally:
         if started:
             ray.shutdown()
@@ -295,6 +307,11 @@ def measure_messages(
     send_ns, send_per_byte = _fit(nbytes, send)
     recv_ns, recv_per_byte = _fit(nbytes, recv)
     wake = max(0.0, float(np.median(list(woken.values()))))
+    handed = {
+        f"{host}:{n}": raw[n][f"cyclic_{host}_cpu_ns"] - raw[n][f"{host}_cpu_ns"]
+        for n in sizes
+        for host in ("relay", "sink")
+    }
     waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + recv + wake)
     costs = MessageCosts(
         send_ns=send_ns,
@@ -304,11 +321,13 @@ def measure_messages(
         recv_per_byte_ns=recv_per_byte,
         measured=np.column_stack([nbytes, send, recv]).tolist(),
         wake_ns=wake,
+        cyclic_recv_ns=max(0.0, float(np.median(list(handed.values())))),
     )
     loads = (round(load0, 2), round(os.getloadavg()[0], 2))
     return costs, {
         "by_batch_size": {str(n): {k: round(v, 1) for k, v in raw[n].items()} for n in sizes},
         "wake_ns": {k: round(v, 1) for k, v in woken.items()},
+        "cyclic_recv_ns": {k: round(v, 1) for k, v in handed.items()},
         "ray_threads_cpu_ns_per_s": {k: round(v, 1) for k, v in threads.items()},
         "sealed": pair.sealed,
         "load_1min": loads[1],
