@@ -391,7 +391,7 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
     now = [r for r in rat if r["machine"] == SIMULATED[2]]
     ok_now = [r for r in now if r in ok]
     by = raw["by_batch_size"]
-    cpu = [r["relay_cpu_ns"] / max(1.0, r["period_ns"]) for r in by.values()]
+    cpu = [r["relay_cpu_ns"] / max(1.0, r["relay_period_ns"]) for r in by.values()]
     nows = {lay: p for (lay, name), p in listed.items() if name == SIMULATED[2]}
     ray = {(r["layout"], r["mode"]): r for r in rows if r["backend"] == "ray"}
 
@@ -442,27 +442,27 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "(`runtime/ray/channels.py`). In each actor of an acyclic graph one thread reads the "
         "frames that are ready and runs the logic on them, so a message's receive, the step "
         "and its sends follow one another in one thread, as the simulator charges them.",
-        "- **Message costs** are timed where a join core stands: the driver writes real batches "
-        "to a relay actor built like the executor's host, which writes each on to a sink. "
-        "Pipelined, the relay receives one batch and sends one per message, so its period "
-        "less its send is the receive cost, which the simulator charges before the step "
-        "that reads the message (the collector stamps a pair's latency after it). Here the "
+        "- **Message costs** are timed where a join core stands, through the executor's own "
+        "hosts: the driver writes real batches to a relay host, which writes each on to a sink "
+        "host. Pipelined, the sink's process CPU per message is the receive, which the "
+        "simulator charges before the step that reads the message (the collector stamps a "
+        "pair's latency after it), and the relay's less the sink's the send. Here the "
         "pipelined receive is "
-        + us(lambda r: r["period_ns"] - r["send_ns"])
+        + us(lambda r: r["sink_cpu_ns"])
         + " µs and the send "
-        + us(lambda r: r["send_ns"])
+        + us(lambda r: max(0.0, r["relay_cpu_ns"] - r["sink_cpu_ns"]))
         + " µs by batch size. A profile keeps these points (`MessageCosts.measured`) and the "
         "simulator interpolates between them; the lines in the table above (a cost per "
         "message and per byte, fitted to all sizes) are the summary, and undercharge the "
         "middle sizes where the points are not kept.",
-        "- **Hop latency** is the idle one-way time (start of the sender's write to the "
-        "receiver having read the message, every actor asleep between messages) less the "
-        "send and receive costs: a wake-up, taken as the median over the batch sizes "
-        "(clipped at 0, nothing per byte). Here the idle one-way time is "
+        "- **Hop latency** is the idle one-way time (the relay's step to the sink's, every "
+        "host asleep between messages) less the send, receive and wake-up costs, taken as the "
+        "median over the batch sizes (clipped at 0, nothing per byte). Here the idle one-way "
+        "time is "
         + us(lambda r: r["one_way_ns"])
-        + " µs, of which the receiver's read after waking is "
-        + us(lambda r: r["idle_recv_ns"])
-        + " µs.",
+        + " µs, and the sink host's CPU per message asleep 8 ms before each "
+        + us(lambda r: r["asleep_sink_cpu_ns_8ms"])
+        + " µs (Ray's threads in its process included).",
         "- **Steps after idle time** are charged: a step whose core had no message waiting "
         "costs more than the back-to-back steps the kernels are fitted on, a constant per "
         "actor kind at a 5-ms gap and a measured share of it after a shorter one "
@@ -502,8 +502,8 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "- **Contention in the transport.** The relay's process CPU time is "
         + ", ".join(f"{c:.0%}" for c in cpu)
         + " of the pipeline's period: the rest is waiting for a processor that other "
-        "processes hold. Message costs are wall-clock costs measured once at the start, "
-        "with the load of that moment (see the load column).",
+        "processes hold, or for its input. Message costs are the hosts' CPU costs, measured "
+        "once at the start, with the load of that moment (see the load column).",
         "- **The emitter** is charged per call, tuple stamped, message sent and tuple "
         "copied (`Emitter.copied`: the tuples copied merging chunks into a batch or cutting "
         f"one; {copied:.0f} ns each in the shipped profile), so a chunk sent as one batch, as "
