@@ -1001,3 +1001,20 @@ def test_a_flooded_run_holds_its_backlog_at_the_source():
     assert emitter["peak_queue"] > 100  # the chunks wait at the source
     chain = sj.run(q, data.slice(0, 30_000), sj.topologies.handshake(2), arrival=flood, **kw)
     assert chain.same_pairs(sj.oracle.join(q, data.slice(0, 30_000)))
+
+
+def test_spo_stages_are_charged_with_their_own_costs():
+    """SPO-Join's mutable stage and its workers have cost keys of their own
+    (``po_join:mutable``, ``po_join:worker``); a profile without them charges ``po_join``'s."""
+    p = sim.default_profile().with_after_idle(sim.IdleCosts())
+    assert "po_join:mutable" not in p.indexes
+    doubled = {f: 2 * c for f, c in p.indexes["po_join"].items()}
+    own = dataclasses.replace(p, indexes={**p.indexes, "po_join:mutable": doubled})
+    q = sj.Query(sj.less("a") & sj.greater("b"), window=sj.CountWindow(256))
+    data = sj.sources.inequality_workload(4_000, 256, 2.0, seed=1)
+    kw = {"backend": "sim", "batch_size": 64, "arrival": sim.Arrival.constant(1e5)}
+    base = sj.run(q, data, sj.topologies.spo(2), machine=p, **kw).metrics["actors"]
+    more = sj.run(q, data, sj.topologies.spo(2), machine=own, **kw).metrics["actors"]
+    assert more["mutable"]["step_cpu_s"] == pytest.approx(2 * base["mutable"]["step_cpu_s"])
+    for worker in ("worker0", "worker1"):
+        assert more[worker]["step_cpu_s"] == pytest.approx(base[worker]["step_cpu_s"])

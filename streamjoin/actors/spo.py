@@ -268,9 +268,15 @@ class _Stage(JoinLogic):
         self.spec = JoinSpec(query, _INDEX, options, fallback=_INDEX)
         self.work = JoinWork()
 
+    #: the stage's own cost key: ``po_join:<stage>`` (the two stages do different work over
+    #: the same counters: the mutable one probes and grows its part, a worker probes its runs;
+    #: one set of coefficients for both charged one half and the other double)
+    STAGE: str = ""
+
     @property
     def cost_key(self) -> str:
-        return _INDEX  # also when po_join serves no condition (the spec's fallback is po_join)
+        # also when po_join serves no condition (the spec's fallback is po_join)
+        return f"{_INDEX}:{self.STAGE}"
 
 
 class SPOMutableStage(_Stage):
@@ -280,6 +286,8 @@ class SPOMutableStage(_Stage):
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` as a join core's; tuples
     shipped by a merge count as expired (they leave this stage).
     """
+
+    STAGE = "mutable"
 
     def __init__(
         self, query: Query, workers: int, merge: MergeSettings, index_options: dict | None = None
@@ -359,6 +367,8 @@ class SPOWorker(_Stage):
     when they leave the window; ``pairs`` counts the pairs this worker found, not those it
     passes up for the workers below it.
     """
+
+    STAGE = "worker"
 
     def __init__(
         self,

@@ -11,11 +11,11 @@ Every actor logic keeps cumulative counters of its work (``logic.COUNTERS``, rea
 
 with the coefficients (ns per unit) of the logic's cost group — ``emitter``, ``join``
 (one set per window index: ``logic.cost_key``; a shared-index core's are its own,
-``shared:<index>``), ``manager``, ``collector`` — in one code
-path for every role: a new actor is charged as soon as it counts its work. What the counters
-mean is documented beside each logic (for the join group,
-:class:`~streamjoin.actors.join_spec.JoinWork`; PIM-Tree §2.2.3 Eq. 4 charges a probe
-``H · λ`` for its descent, which the *scan* counter follows).
+``shared:<index>``, and so are SPO-Join's stages', ``po_join:mutable`` and
+``po_join:worker``), ``manager``, ``collector`` — in one code path for every role: a new
+actor is charged as soon as it counts its work. What the counters mean is documented beside
+each logic (for the join group, :class:`~streamjoin.actors.join_spec.JoinWork`; PIM-Tree
+§2.2.3 Eq. 4 charges a probe ``H · λ`` for its descent, which the *scan* counter follows).
 
 Messages and steps after idle time are charged as the profile's module docstring says
 (:mod:`streamjoin.runtime.sim.profile`).
@@ -110,6 +110,8 @@ class CostModel:
             )
             self.fallbacks[index] = self.fallbacks.get(stand_in, stand_in)
             return costs
+        if ":" in index:  # a stage's own costs (``po_join:mutable``): a profile from before
+            return self._index_costs(index.partition(":")[0])  # stages had them: the index's
         stand_in = _FALLBACK[indexes.get(index).probe_cost]
         if stand_in not in costs:
             raise ValueError(
