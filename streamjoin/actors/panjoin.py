@@ -216,6 +216,13 @@ class PanJoinWorker(JoinLogic):
         self.parts: dict[int, WindowPart] = {}
         self.work = JoinWork()
 
+    @property
+    def cost_key(self) -> str:
+        """``<index>:panjoin``: the index's kernels behind a call per subwindow, fitted on
+        their own (a row shared with single cores fitted the workers' steps poorly); a
+        profile without it charges the index's."""
+        return f"{self.spec.index_name}:panjoin"
+
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
         spec, work = self.spec, self.work
         batch = cmd.batch.freeze()

@@ -170,8 +170,9 @@ def _workload(index: str, n: int, window: int, match: float, seed: int):
 def _calibration_runs(index: str, quick: bool, seed: int):
     """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes,
     batch sizes and match rates, so every feature varies independently enough to be fitted:
-    on ``single(index)``, on PanJoin's workers (the same cost key), and for an index threads
-    can share on ``shared_index(1, index)``, whose costs are its own (``shared:<index>``)."""
+    on ``single(index)``, on PanJoin's workers (their own cost key, ``<index>:panjoin``), and
+    for an index threads can share on ``shared_index(1, index)``, whose costs are its own
+    (``shared:<index>``)."""
     windows = (256, 4096) if quick else (256, 4096, 16384)
     if index == "nested_loop":  # its probes scan the window: 4096 separates the per-row cost,
         windows = windows[:2]  # and 16384 took a sixth of a calibration
@@ -194,7 +195,7 @@ def _calibration_runs(index: str, quick: bool, seed: int):
                     yield query, data, topologies.shared_index(1, index), b, chunk
                 if b > 1 and index == "po_join":  # its stages, under the same coefficients
                     yield query, data, topologies.spo(2, merge_every=max(64, w // 4)), b, chunk
-                elif b > 1:  # workers: the same kernels behind per-subwindow calls
+                elif b > 1:  # workers: the same kernels behind per-subwindow calls, own costs
                     yield query, data, topologies.panjoin(2, 4, index), b, chunk
 
 
