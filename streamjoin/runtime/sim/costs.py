@@ -12,8 +12,8 @@ Every actor logic keeps cumulative counters of its work (``logic.COUNTERS``, rea
 with the coefficients (ns per unit) of the logic's cost group — ``emitter``, ``join``
 (one set per window index: ``logic.cost_key``; a shared-index core's are its own,
 ``shared:<index>``, and so are PanJoin's workers', ``<index>:panjoin``, and SPO-Join's
-stages', ``po_join:mutable`` and ``po_join:worker``), ``manager``, ``collector`` — in one code path for every role: a new
-actor is charged as soon as it counts its work. What the counters mean is documented beside
+stages', ``po_join:mutable`` and ``po_join:worker``), ``manager``, ``collector`` — in one
+code path for every role: a new actor is charged as soon as it counts its work. What the counters mean is documented beside
 each logic (for the join group, :class:`~streamjoin.actors.join_spec.JoinWork`; PIM-Tree
 §2.2.3 Eq. 4 charges a probe ``H · λ`` for its descent, which the *scan* counter follows).
 

@@ -4,7 +4,8 @@ Every topology node becomes a simulated core with a FIFO mailbox, driven by even
 clock. A core takes the next message, receives it (the model's per-message receive cost: a
 ``ray`` actor reads and decodes a frame before its logic runs, so the logic reads the clock
 after it; a core that had rested with nothing to do pays the profile's ``wake_ns`` more, as a
-host's process woken from its wait on its sockets does), runs the *same* logic object as ``local`` (built by
+host's process woken from its wait on its sockets does), runs the *same* logic object as
+``local`` (built by
 :meth:`ActorConfig.build <streamjoin.actors.base.ActorConfig.build>`, so results stay exact), and is then busy for
 the virtual time the :class:`~streamjoin.runtime.sim.costs.CostModel` charges for what the
 step did, and more if the core had not run right before it (the profile's ``after_idle``: a
@@ -617,7 +618,7 @@ class _Simulation:
     @staticmethod
     def _count_step(core: _Core, ns: float) -> None:
         """Count ``ns`` of compute charged to the core's own thread (``step_cpu_ns``)."""
-        core.stats.step_cpu_ns += round(ns)  # type: ignore[operator]  # SimStats: an int
+        core.stats.step_cpu_ns += round(ns)
 
     def _idle_cost(self, core: _Core) -> float:
         """What the step costs more after the core's rest (``IdleCosts.ramp``), once."""

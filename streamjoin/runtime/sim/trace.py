@@ -21,7 +21,7 @@ class SimStats(ActorStats):
     mean_queue: float = 0.0  # time-averaged mailbox length, messages
     compute_wall_ns: int = 0  # host time the logic took (model vs. host check)
     after_idle_steps: int = 0  # steps charged the profile's after-idle cost
-    step_cpu_ns: int | None = 0  # the compute its steps were charged (messages left out)
+    step_cpu_ns: int = 0  # the compute its steps were charged (messages left out)
 
 
 @dataclass
