@@ -115,8 +115,11 @@ def test_a_later_tuple_that_overtakes_is_found_by_the_crossing_log():
     assert cores[0].on_batch("r_in", r1) == []  # stored at core 0, nothing there to meet yet
     assert cores[1].passes_on("r_in", r1) == []  # the end of the chain for R
     assert _pairs(cores[1].on_batch("r_in", r1)) == []
+    tuples = cores[1].work.tuples
     out = cores[1].on_batch("s_in", s0)
     assert _pairs(out) == [(1, 0)] and cores[1].stats["crossed"] == 1
+    # what the simulator charges: s0, and s0 joined with the log (s0 and r1) as a batch
+    assert cores[1].work.tuples - tuples == 1 + 2
     # core 0 stores r1, but r1 is later than s0: found already, not again
     assert _pairs(cores[0].on_batch("s_in", s0)) == []
 

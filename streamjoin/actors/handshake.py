@@ -129,8 +129,14 @@ class HandshakeCore(JoinLogic):
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork`: a batch is one insert call
     and counts its tuples as probes whatever the segment held, a non-empty segment probed is
-    a part call more, and so is each segment that shrank; tuples passed on count as tuples.
+    a part call more, and so is each segment that shrank in its step; an acknowledgement's
+    step counts the tuples it drops as expired and no part call (it costs a tenth of a
+    batch's step: a call would charge it as one); tuples passed on count as tuples.
+    Charged ``<index>:handshake``'s cost row: forwarding and acknowledging wrap the index's
+    kernels in work of the chain's own.
     """
+
+    cost_stage = "handshake"
 
     def __init__(
         self,
@@ -172,10 +178,11 @@ class HandshakeCore(JoinLogic):
                 work.scan += len(msg) * self.spec.index_cls.probe_work(size)
             held[x] += len(msg)
         out = self._step(port, msg)
+        acked = port in _ACK.values()
         for y, part in self.parts.items():
             gone = held[y] - len(part.store)
             if gone > 0:
-                work.part_calls += 1
+                work.part_calls += 0 if acked else 1
                 work.expired += gone
         for p, m in out:
             if p == "out":

@@ -94,8 +94,13 @@ class LowLatencyHandshakeCore(JoinLogic):
         Keyword arguments for each index instance.
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` of the batches (as at a join
-    core); a drain marker's step counts nothing.
+    core); at a batch's home the join with the crossing log counts a part call and the tuples
+    it joins (the batch's and the log's) as tuples more; a drain marker's step counts what it
+    drops as expired. Charged ``<index>:handshake_ll``'s cost row:
+    the crossing log and the round-robin homes wrap the index's kernels in work of their own.
     """
+
+    cost_stage = "handshake_ll"
 
     def __init__(
         self,
@@ -148,7 +153,9 @@ class LowLatencyHandshakeCore(JoinLogic):
         y = self.spec.probed(x)
         if isinstance(msg, Drain):  # no x comes after it: y here has nothing left to meet
             self.drained[x] = True
-            self.stats["expired"] += self.parts[y].expire(_NEVER)
+            gone = self.parts[y].expire(_NEVER)
+            self.stats["expired"] += gone
+            self.work.expired += gone
             self.crossed[y].clear()
             return []
         batch = msg.freeze()
@@ -200,6 +207,10 @@ class LowLatencyHandshakeCore(JoinLogic):
         both = Batch.concat([batch, *log])
         keep = np.flatnonzero((both.stream == x) | (both.seq > first))
         both = both.take(keep[np.argsort(both.seq[keep], kind="stable")]).freeze()
+        # an in-batch join of its own, over the batch and the log (a log's tuple costs more
+        # than a passed one: the tuples coefficient of the row averages them)
+        self.work.part_calls += 1
+        self.work.tuples += len(both)
         return _later_of(self.spec.join_batch(both), 1 - x)
 
     @property

@@ -82,12 +82,19 @@ class JoinLogic(Logic):
 
     cost_group = "join"
     COUNTERS = JOIN_COUNTERS
+    #: A layout's join actor whose steps wrap the index's kernels in work of its own (a
+    #: PanJoin worker's call per subwindow, a handshake core's forwarding) is charged a cost
+    #: row of its own, ``<index>:<stage>``, fitted on that layout's steps; a profile without
+    #: the row charges the index's (:class:`~streamjoin.runtime.sim.costs.CostModel`).
+    cost_stage: ClassVar[str | None] = None
     spec: JoinSpec
     work: JoinWork
 
     @property
     def cost_key(self) -> str:
-        return self.spec.index_name
+        """The index, or ``<index>:<stage>`` for a layout's stage (``cost_stage``)."""
+        index = self.spec.index_name
+        return index if self.cost_stage is None else f"{index}:{self.cost_stage}"
 
     def counters(self) -> tuple:
         return self.work.as_tuple()

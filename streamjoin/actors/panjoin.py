@@ -209,19 +209,16 @@ class PanJoinWorker(JoinLogic):
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (a subwindow created or dropped
     is a part call; whole subwindows are dropped in O(1), so nothing counts as expired).
+    Charged ``<index>:panjoin``'s cost row (a row shared with single cores fitted the
+    workers' steps poorly).
     """
+
+    cost_stage = "panjoin"
 
     def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
         self.spec = JoinSpec(query, index, index_options)
         self.parts: dict[int, WindowPart] = {}
         self.work = JoinWork()
-
-    @property
-    def cost_key(self) -> str:
-        """``<index>:panjoin``: the index's kernels behind a call per subwindow, fitted on
-        their own (a row shared with single cores fitted the workers' steps poorly); a
-        profile without it charges the index's."""
-        return f"{self.spec.index_name}:panjoin"
 
     def on_batch(self, port: str, cmd: WorkerCommand) -> list[tuple[str, PairBatch]]:
         spec, work = self.spec, self.work
