@@ -703,8 +703,10 @@ def test_arrival_validation():
 def test_calibrate_measures_kernels(tmp_path):
     path = tmp_path / "machine.json"
     prof = sim.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here", force=True)
-    assert set(prof.indexes) == {"hash", "hash:panjoin"} and prof.name == "here"
-    assert prof.info["fit"]["index:hash:panjoin"]["steps"] > 100  # PanJoin's workers' own
+    stages = {"hash:panjoin", "hash:handshake", "hash:handshake_ll"}
+    assert set(prof.indexes) == {"hash", *stages} and prof.name == "here"
+    for key in stages:  # PanJoin's workers' own rows, and each handshake chain's cores'
+        assert prof.info["fit"][f"index:{key}"]["steps"] > 100
     assert prof.indexes["hash"]["calls"] + prof.indexes["hash"]["part_calls"] > 0
     assert all(c >= 0 for coefs in prof.roles.values() for c in coefs.values())
     assert prof.info["fit"]["index:hash"]["steps"] > 100
@@ -739,7 +741,8 @@ def test_calibrate_fits_the_shared_core_on_its_own(tmp_path):
     prof = sim.calibrate(
         indexes=["nested_loop"], quick=True, ray=False, idle_gap_s=None, force=True
     )
-    assert set(prof.indexes) == {"nested_loop", "shared:nested_loop", "nested_loop:panjoin"}
+    stages = {f"nested_loop:{s}" for s in ("panjoin", "handshake", "handshake_ll")}
+    assert set(prof.indexes) == {"nested_loop", "shared:nested_loop", *stages}
     assert prof.info["fit"]["index:shared:nested_loop"]["steps"] > 100
     assert sum(prof.indexes["shared:nested_loop"].values()) > 0
     q = sj.Query(sj.band("x", 1), window=sj.CountWindow(40))
@@ -1021,19 +1024,33 @@ def test_spo_stages_are_charged_with_their_own_costs():
         assert more[worker]["step_cpu_s"] == pytest.approx(base[worker]["step_cpu_s"])
 
 
-def test_panjoin_workers_are_charged_with_their_own_costs():
-    """PanJoin's workers have a cost key of their own (``<index>:panjoin``); a profile
-    without it charges the index's."""
+@pytest.mark.parametrize(
+    ("topo", "stage", "actors"),
+    [
+        (sj.topologies.panjoin(2, 4, "bplus_tree"), "panjoin", ("worker0", "worker1")),
+        (sj.topologies.handshake(2, "bplus_tree"), "handshake", ("core0", "core1")),
+        (
+            sj.topologies.handshake(2, "bplus_tree", low_latency=True),
+            "handshake_ll",
+            ("core0", "core1"),
+        ),
+    ],
+    ids=["panjoin", "handshake", "handshake_ll"],
+)
+def test_a_layouts_join_actors_are_charged_with_their_own_costs(topo, stage, actors):
+    """PanJoin's workers and each handshake chain's cores have a cost key of their own
+    (``<index>:<stage>``); a profile without it charges the index's."""
     p = sim.default_profile().with_after_idle(sim.IdleCosts())
-    assert "bplus_tree:panjoin" not in p.indexes
+    assert f"bplus_tree:{stage}" not in p.indexes
     doubled = {f: 2 * c for f, c in p.indexes["bplus_tree"].items()}
-    own = dataclasses.replace(p, indexes={**p.indexes, "bplus_tree:panjoin": doubled})
+    own = dataclasses.replace(p, indexes={**p.indexes, f"bplus_tree:{stage}": doubled})
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(256))
     data = sj.sources.synthetic(4_000, low=0, high=4_000, seed=1)
-    kw = {"backend": "sim", "batch_size": 64, "arrival": sim.Arrival.constant(1e5)}
-    topo = sj.topologies.panjoin(2, 4, "bplus_tree")
+    # slow enough that no core's batches wait and merge, whichever the costs
+    kw = {"backend": "sim", "batch_size": 64, "arrival": sim.Arrival.constant(2e4)}
     base = sj.run(q, data, topo, machine=p, **kw).metrics["actors"]
     more = sj.run(q, data, topo, machine=own, **kw).metrics["actors"]
-    for worker in ("worker0", "worker1"):
-        assert more[worker]["step_cpu_s"] == pytest.approx(2 * base[worker]["step_cpu_s"])
-    assert more["manager"]["step_cpu_s"] == pytest.approx(base["manager"]["step_cpu_s"])
+    for name in actors:
+        assert more[name]["step_cpu_s"] == pytest.approx(2 * base[name]["step_cpu_s"]), name
+    # (the collector's steps take what comes together: slower cores' pairs merge otherwise)
+    assert more["emitter"]["step_cpu_s"] == pytest.approx(base["emitter"]["step_cpu_s"])

@@ -170,8 +170,9 @@ def _workload(index: str, n: int, window: int, match: float, seed: int):
 def _calibration_runs(index: str, quick: bool, seed: int):
     """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes,
     batch sizes and match rates, so every feature varies independently enough to be fitted:
-    on ``single(index)``, on PanJoin's workers (their own cost key, ``<index>:panjoin``), and
-    for an index threads can share on ``shared_index(1, index)``, whose costs are its own
+    on ``single(index)``, on PanJoin's workers and both handshake chains' cores (cost keys of
+    their own: ``<index>:panjoin``, ``<index>:handshake``, ``<index>:handshake_ll``), and for
+    an index threads can share on ``shared_index(1, index)``, whose costs are its own
     (``shared:<index>``)."""
     windows = (256, 4096) if quick else (256, 4096, 16384)
     if index == "nested_loop":  # its probes scan the window: 4096 separates the per-row cost,
@@ -191,12 +192,22 @@ def _calibration_runs(index: str, quick: bool, seed: int):
                 # varied chunk sizes, so the emitter's per-chunk and per-tuple costs separate
                 chunk = max((1, 64, 1024)[(k + b + w) % 3], -(-n // steps))
                 yield query, data, topologies.single(index), b, chunk
+                if b > 1 and k == 0:
+                    # a split core probes every tuple and stores half: on single() alone the
+                    # tuples, probes and inserts move together and a fit cannot tell them apart
+                    # (one match rate: the separation needs no second, and it bounds the time)
+                    yield query, data, topologies.split(2, index), b, chunk
                 if index in SHAREABLE:  # the shared core's own costs (cost key shared:<index>)
                     yield query, data, topologies.shared_index(1, index), b, chunk
                 if b > 1 and index == "po_join":  # its stages, under the same coefficients
                     yield query, data, topologies.spo(2, merge_every=max(64, w // 4)), b, chunk
                 elif b > 1:  # workers: the same kernels behind per-subwindow calls, own costs
                     yield query, data, topologies.panjoin(2, 4, index), b, chunk
+                if b > 1 and k == 1 and index != "po_join":
+                    # chains' cores: the kernels behind forwarding and acknowledging, own
+                    # costs each variant (at the higher match rate, whose pairs vary most)
+                    yield query, data, topologies.handshake(2, index), b, chunk
+                    yield query, data, topologies.handshake(2, index, low_latency=True), b, chunk
 
 
 #: Idle gap (s) before each step when :func:`measure_after_idle` times steps after idle time:
