@@ -83,6 +83,7 @@ from dpjoin_layouts import expr5_6_ms, match_probability, simulate
 
 import streamjoin as sj
 from streamjoin.runtime import sim
+from streamjoin.runtime.sim.host_profile import profile_for_this_host
 
 SECTIONS = ("fig4", "fig5a", "table1", "fig5b", "fig7b", "measured")
 #: The paper's hit rate (§IV-A) and T⋈ (ns; Table I, 3×3, through Expr. 4).
@@ -402,7 +403,8 @@ def latency(profile, machine: str, layout: str, k: float) -> dict:
 
 def measured(args, prov: report.Provenance) -> list[dict]:
     """Layouts this machine runs for real: full-speed throughput on ``ray`` and ``local``
-    (``--repeat`` runs each, alternating, median) beside ``sim`` with the shipped profile on
+    (``--repeat`` runs each, alternating, median) beside ``sim`` with this host's profile
+    (``streamjoin calibrate``'s, else the shipped one, with a warning; each row says which) on
     this host's processors (``with_cpus(2, share)``, the share measured before each Ray run)
     and with a processor per actor. A real window: 2,100 t/s per stream, T_w = 10 s (21,000
     tuples), the paper's hit rate (eps 9), three windows of input, batches of 1,024."""
@@ -428,7 +430,7 @@ def measured(args, prov: report.Provenance) -> list[dict]:
                     )
                     runs[backend].append((res.metrics["input_tuples_per_s"], load))
             share = tuple(float(np.median([s[i] for s in shares])) for i in range(cpus))
-            base = sim.default_profile()
+            base = profile_for_this_host()
             for backend, profile in (
                 ("sim, this host (2 processors)", base.with_cpus(cpus, share)),
                 ("sim, a processor per actor", base),
@@ -445,6 +447,7 @@ def measured(args, prov: report.Provenance) -> list[dict]:
                     progress=False,
                 )
                 runs[backend] = [(res.metrics["input_tuples_per_s"], prov.loads[-1])]
+                profile_used = report.profile_note(res.metrics)
             for backend, got in runs.items():
                 tput = [t for t, _ in got]
                 rows.append(
@@ -458,6 +461,7 @@ def measured(args, prov: report.Provenance) -> list[dict]:
                         "runs": len(tput),
                         "load": statistics.median(ld for _, ld in got),
                         "cpu_share": "/".join(f"{v:.2f}" for v in share),
+                        "sim_profile": profile_used,
                     }
                 )
                 print(f"measured {layout:>5} {backend:<30} {rows[-1]['tuples_per_s']:>12,.0f} t/s")
@@ -789,8 +793,10 @@ def write_measured(rows: list[dict]) -> list[str]:
         "Full speed (the input handed over as fast as the join takes it), 2,100 t/s of event "
         "time per stream, T_w = 10 s, the paper's hit rate (eps 9), three windows, batches of "
         "1,024. `ray` and `local` measured (median of the runs, alternating); the `sim` rows "
-        "use the shipped profile on this host's 2 processors (shares measured before the Ray "
+        "use this host's profile on its 2 processors (shares measured before the Ray "
         "runs) and with a processor per actor (what the layout would do with a core each).",
+        "",
+        f"Simulated with the profile {rows[0].get('sim_profile', 'shipped (not recorded)')}.",
         "",
         "| layout | N | backend | input tuples/s | min | max | runs | load |",
         "|---|---:|---|---:|---:|---:|---:|---:|",

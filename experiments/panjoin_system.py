@@ -79,6 +79,7 @@ import streamjoin as sj
 from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime import sim
+from streamjoin.runtime.sim.host_profile import profile_for_this_host
 from streamjoin.runtime.sim.profile import message_nbytes
 
 SECTIONS = ("batch", "window", "selectivity", "baselines", "storm", "measured")
@@ -554,7 +555,9 @@ def result_share(profile, row: dict) -> float:
 def measured(args, sc: dict, prov: report.Provenance) -> list[dict]:
     """PanJoin against the nested-loop layouts where this machine runs them: 2 workers,
     W = ``measured_window``, full speed, on ``ray`` and ``local`` (``--repeat`` runs,
-    alternating, median), beside ``sim`` with the shipped profile on this host's processors."""
+    alternating, median), beside ``sim`` with this host's profile (``streamjoin
+    calibrate``'s, else the shipped one, with a warning; each row says which) on this host's
+    processors."""
     import ray
 
     w = sc["measured_window"]
@@ -592,7 +595,7 @@ def measured(args, sc: dict, prov: report.Provenance) -> list[dict]:
                 data,
                 topo,
                 backend="sim",
-                machine=sim.default_profile().with_cpus(cpus, share),
+                machine=profile_for_this_host().with_cpus(cpus, share),
                 arrival=sim.Arrival.constant(1e12),
                 batch_size=batch,
                 chunk_rows=batch,
@@ -602,6 +605,7 @@ def measured(args, sc: dict, prov: report.Provenance) -> list[dict]:
             runs["sim, this host (2 processors)"] = [
                 (res.metrics["input_tuples_per_s"], prov.loads[-1])
             ]
+            profile_used = report.profile_note(res.metrics)
             for backend, got in runs.items():
                 tput = [t for t, _ in got]
                 rows.append(
@@ -617,6 +621,7 @@ def measured(args, sc: dict, prov: report.Provenance) -> list[dict]:
                         "max": max(tput),
                         "runs": len(tput),
                         "load": statistics.median(ld for _, ld in got),
+                        "sim_profile": profile_used,
                     }
                 )
                 print(f"measured {kind} {store} {backend}: {rows[-1]['tuples_per_s']:,.0f} t/s")
@@ -863,7 +868,9 @@ def write_measured(rows: list[dict]) -> list[str]:
         f"Two workers, W = {_p2(w)} per stream, 4 W tuples handed over at full speed, S = 1 per "
         "subwindow; PanJoin with 4 subwindows per stream, batches of 8,192; the nested-loop "
         "layouts with batches of 1,024. `ray` and `local` measured (median, alternating); the "
-        "`sim` row with the shipped profile on this host's 2 processors.",
+        "`sim` row with this host's profile on its 2 processors.",
+        "",
+        f"Simulated with the profile {rows[0].get('sim_profile', 'shipped (not recorded)')}.",
         "",
         "| layout | store | backend | tuples/s | min | max | runs | load |",
         "|---|---|---|---:|---:|---:|---:|---:|",
@@ -882,6 +889,12 @@ def write_measured(rows: list[dict]) -> list[str]:
             f"- {backend}: best PanJoin ({pan['store']}) / best nested loop ({nest['layout']}) "
             f"= {pan['tuples_per_s'] / nest['tuples_per_s']:,.0f}x at W = {_p2(w)}."
         )
+    get = {(r["layout"], r["store"], r["backend"]): r["tuples_per_s"] for r in rows}
+    for layout, store in dict.fromkeys((r["layout"], r["store"]) for r in rows):
+        ray_ = get.get((layout, store, "ray"))
+        sim2 = get.get((layout, store, "sim, this host (2 processors)"))
+        if ray_ and sim2:
+            out.append(f"- {layout} ({store}): sim (2 processors) / ray = {sim2 / ray_:.2f}.")
     return out + [""]
 
 

@@ -103,6 +103,13 @@ class Provenance:
         )
 
 
+def profile_note(metrics: dict) -> str:
+    """Which machine profile a ``sim`` run used, from its metrics: its name, where it came
+    from (``shipped``, a file, this host's cache) and the day it was fitted."""
+    p = metrics["machine_profile"]
+    return f"{p['name']} ({p['source']}, fitted {p.get('info', {}).get('date', 'unknown')})"
+
+
 def save_rows(rows: list[dict], path: str) -> None:
     """Write ``rows`` as CSV at ``path`` (folders made), columns in first-seen order."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
