@@ -207,8 +207,9 @@ class LowLatencyHandshakeCore(JoinLogic):
         both = Batch.concat([batch, *log])
         keep = np.flatnonzero((both.stream == x) | (both.seq > first))
         both = both.take(keep[np.argsort(both.seq[keep], kind="stable")]).freeze()
-        # an in-batch join of its own, over the batch and the log (a log's tuple costs more
-        # than a passed one: the tuples coefficient of the row averages them)
+        # an in-batch join of its own, over the batch and the log (a logged tuple costs more
+        # than a passed one, the more the smaller its batches: the row's tuples coefficient
+        # averages them)
         self.work.part_calls += 1
         self.work.tuples += len(both)
         return _later_of(self.spec.join_batch(both), 1 - x)
