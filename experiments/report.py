@@ -107,7 +107,9 @@ def profile_note(metrics: dict) -> str:
     """Which machine profile a ``sim`` run used, from its metrics: its name, where it came
     from (``shipped``, a file, this host's cache) and the day it was fitted."""
     p = metrics["machine_profile"]
-    return f"{p['name']} ({p['source']}, fitted {p.get('info', {}).get('date', 'unknown')})"
+    source = p["source"]  # (a path names a file outside the repository: its name only)
+    source = source.split(" /")[0] if source.startswith("this host") else os.path.basename(source)
+    return f"{p['name']} ({source}, fitted {p.get('info', {}).get('date', 'unknown')})"
 
 
 def save_rows(rows: list[dict], path: str) -> None:
