@@ -178,6 +178,28 @@ def test_a_core_woken_from_rest_pays_the_wake_up():
     assert flood[awake]["busy_s"] - flood[p]["busy_s"] == pytest.approx(40e-6, rel=1e-3)
 
 
+def test_a_wake_up_costs_more_the_longer_the_core_slept():
+    """``wake_after`` points: linear from nothing at a gap of 0, the last one's beyond; a
+    core that slept ``gap`` pays ``wake_ns`` and that more on the message that woke it."""
+    wake = ((1e6, 10_000.0), (1e7, 50_000.0))
+    m = dataclasses.replace(_profile().messages, wake_ns=1_000.0, wake_after=wake)
+    assert m.wake_cost(0) == 0 and m.wake_cost(5e5) == pytest.approx(1_000 + 5_000)
+    assert m.wake_cost(5.5e6) == pytest.approx(1_000 + 30_000)
+    assert m.wake_cost(1e9) == m.wake_cost(1e7) == pytest.approx(51_000)
+    assert sim.MessageCosts(**m.to_dict()) == m
+    assert m.scaled(2).wake_after == ((1e6, 5_000.0), (1e7, 25_000.0))
+    with pytest.raises(ValueError, match="wake_after"):
+        dataclasses.replace(m, wake_after=((1e7, 1.0), (1e6, 2.0)))
+    # every message of a slow stream finds the core and the collector asleep for longer
+    # than the last point: each pays its whole cost
+    p = _profile()
+    slept = p.with_messages(dataclasses.replace(p.messages, wake_after=wake))
+    base, woken = _run(1, rate=50.0), _run(1, rate=50.0, machine=slept)
+    for actor in ("core", "collector"):
+        a, b = base.metrics["actors"][actor], woken.metrics["actors"][actor]
+        assert b["busy_s"] - a["busy_s"] == pytest.approx(a["batches_in"] * 50e-6, rel=1e-6)
+
+
 def test_a_cyclic_graphs_receives_pay_the_hand_over():
     """Every receive in a cyclic graph (a handshake chain, whose hosts read in a thread of
     their own) costs ``cyclic_recv_ns`` more; an acyclic layout's do not."""
@@ -844,11 +866,20 @@ def test_calibrate_ray_messages():
     gaps = [f"{g * 1e3:g}ms" for g in IDLE_GAPS_S]
     for r in (small, large):
         assert r["one_way_ns"] > 0 and all(r[f"asleep_sink_cpu_ns_{g}"] > 0 for g in gaps)
-    assert costs.wake_ns == pytest.approx(
-        max(0.0, float(np.median(list(raw["wake_ns"].values())))), abs=1.0
-    )
-    assert set(raw["wake_ns"]) == {f"{h}:{n}" for h in ("relay", "sink") for n in (1, 1024)}
-    assert set(raw["cyclic_recv_ns"]) == set(raw["wake_ns"])
+    # waking after each gap: the stepping thread's CPU a message, less back to back
+    woken = raw["wake_after_ns"]
+    assert set(woken) == {f"{h}:{n}" for h in ("relay", "sink") for n in (1, 1024)}
+    for host_size, after in woken.items():
+        host, n = host_size.split(":")
+        r = raw["by_batch_size"][n]
+        for w, gap in zip(after, gaps, strict=True):
+            asleep = r[f"asleep_{host}_thread_ns_{gap}"]
+            assert w == pytest.approx(asleep - r[f"{host}_thread_ns"], abs=0.2)
+    first = max(0.0, float(np.median([w[0] for w in woken.values()])))
+    assert costs.wake_ns == 0 and costs.wake_after[0][0] == IDLE_GAPS_S[0] * 1e9
+    assert costs.wake_after[0][1] == pytest.approx(first, abs=1.0)  # (the raw are rounded)
+    assert costs.wake_after[1][1] >= costs.wake_after[0][1]
+    assert set(raw["cyclic_recv_ns"]) == set(woken)
     handed = max(0.0, float(np.median(list(raw["cyclic_recv_ns"].values()))))
     assert costs.cyclic_recv_ns == pytest.approx(handed, abs=1.0)
     _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)

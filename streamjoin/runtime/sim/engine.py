@@ -3,12 +3,13 @@
 Every topology node becomes a simulated core with a FIFO mailbox, driven by events on a SimPy
 clock. A core takes the next message, receives it (the model's per-message receive cost: a
 ``ray`` actor reads and decodes a frame before its logic runs, so the logic reads the clock
-after it; a core that had rested with nothing to do pays the profile's ``wake_ns`` more, as a
-host's process woken from its wait on its sockets does), runs the *same* logic object as
-``local`` (built by
-:meth:`ActorConfig.build <streamjoin.actors.base.ActorConfig.build>`, so results stay exact), and is then busy for
-the virtual time the :class:`~streamjoin.runtime.sim.costs.CostModel` charges for what the
-step did, and more if the core had not run right before it (the profile's ``after_idle``: a
+after it; a core that had rested with nothing to do pays the profile's wake-up more, the more
+the longer it rested, as a host's process woken from its wait on its sockets does:
+:meth:`MessageCosts.wake_cost <streamjoin.runtime.sim.profile.MessageCosts.wake_cost>`), runs
+the *same* logic object as ``local`` (built by
+:meth:`ActorConfig.build <streamjoin.actors.base.ActorConfig.build>`, so results stay exact),
+and is then busy for the virtual time the :class:`~streamjoin.runtime.sim.costs.CostModel`
+charges for what the step did, and more if the core had not run right before it (the profile's ``after_idle``: a
 step that follows idle time, or a wait for a shared processor, starts with caches that other
 work has used; the longer the gap, the more, up to the calibrated cost; nothing when the
 message waited for the core). Its output messages leave one after another (each costs the
@@ -324,7 +325,9 @@ class _Simulation:
         self.quiet = None  # event the closer waits on until active == 0
         # (send, hop, receive) ns of a message, computed once per message sent
         self.message_ns = model.message_ns
-        self.wake_ns = round(model.profile.messages.wake_ns)
+        # what a core that slept pays more for the message that woke it, by how long it slept
+        self.wake_cost = model.profile.messages.wake_cost
+        self.wakes = bool(model.profile.messages.wake_ns or model.profile.messages.wake_after)
         # a cyclic graph's hosts hand each frame from a reader thread to the stepping one
         self.cyclic_recv_ns = round(model.profile.messages.cyclic_recv_ns) if self.cyclic else 0
         self.samples: list[tuple[int, list[int]]] = []
@@ -361,8 +364,9 @@ class _Simulation:
             core.idle = False
             if now > core.free_at:
                 core.rest_ns += now - core.free_at
-                if item[0] is _BATCH and self.wake_ns:  # its process slept: waking costs it
-                    item = (*item[:4], item[4] + self.wake_ns)
+                if item[0] is _BATCH and self.wakes:  # its process slept: waking costs it
+                    wake = round(self.wake_cost(now - core.free_at))
+                    item = (*item[:4], item[4] + wake)
             self._start(core, item)
         else:  # the core's last step is still running: wake it when that ends
             core.idle = False

@@ -6,9 +6,10 @@ per unit. Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CP
 destination, travel ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy
 meanwhile), and cost the receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU
 (:class:`MessageCosts`). A receiver that had nothing to do when a message reached it (its
-process asleep in a wait on its sockets) pays ``wake_ns`` of CPU more for that message: its
-thread is woken and runs the receiving code again after other processes ran (measured on
-hosts that sleep between messages against the same hosts fed back to back).
+process asleep in a wait on its sockets) pays ``wake_ns`` of CPU more for that message, and
+more the longer it had slept (``wake_after``): its thread is woken and runs the receiving code
+again after other processes ran (measured as the receiving thread's own CPU on hosts that
+sleep between messages against the same hosts fed back to back).
 
 A step that follows idle time (its core had waited for a message, as every step of a paced
 stream does) costs a constant per cost group more than the same step run back to back
@@ -95,6 +96,8 @@ class _MessageLines:
 
     _sizes: list[float]
     _lines: list[tuple[float, float, float, float]]
+    _wake_gaps: list[float]
+    _wake_lines: list[tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,13 @@ class MessageCosts(_MessageLines):
     the smallest point its costs hold; beyond the largest they grow by the lines' per-byte
     costs. The lines stay the profile's summary, and what applies when
     ``measured`` is empty. ``wake_ns`` is what a receiver that was asleep pays more, once per
-    message that woke it, whatever its size; ``cyclic_recv_ns`` what every receive costs more
-    in a cyclic graph (a handshake chain), whose hosts read in a thread of their own and hand
-    each frame to the stepping thread.
+    message that woke it, whatever its size, and ``wake_after`` holds ``(gap_ns, ns)``
+    points, ascending in gap, of what it pays more again after sleeping ``gap_ns`` (linear
+    between them from ``(0, 0)``, the last one's beyond: :meth:`wake_cost`); measured, a
+    receiving thread that slept 8 ms uses several times its back-to-back CPU on a message.
+    ``cyclic_recv_ns`` is what every receive costs more in a cyclic graph (a handshake
+    chain), whose hosts read in a thread of their own and hand each frame to the stepping
+    thread.
     """
 
     send_ns: float = 0.0
@@ -124,14 +131,26 @@ class MessageCosts(_MessageLines):
     measured: tuple = ()
     wake_ns: float = 0.0
     cyclic_recv_ns: float = 0.0
+    wake_after: tuple = ()
 
     def __post_init__(self) -> None:
         try:
             points = tuple((float(b), float(s), float(r)) for b, s, r in self.measured)
+            wake = tuple((float(g), float(c)) for g, c in self.wake_after)
         except (TypeError, ValueError):
             raise ValueError(
-                f"measured must be (bytes, send_ns, recv_ns) points, got {self.measured!r}"
+                "measured must be (bytes, send_ns, recv_ns) points and wake_after (gap_ns, "
+                f"ns) points, got {self.measured!r} and {self.wake_after!r}"
             ) from None
+        gaps = [g for g, _ in wake]
+        if any(g <= 0 or c < 0 for g, c in wake) or gaps != sorted(set(gaps)):
+            raise ValueError(
+                f"wake_after must be (gap_ns > 0, ns >= 0) points, ascending in gap: got "
+                f"{self.wake_after!r}"
+            )
+        object.__setattr__(self, "wake_after", wake)
+        object.__setattr__(self, "_wake_gaps", gaps)
+        object.__setattr__(self, "_wake_lines", _segments([(0.0, 0.0), *wake]))
         sizes = [b for b, _, _ in points]
         if sizes != sorted(set(sizes)) or any(min(p) < 0 for p in points):
             raise ValueError(
@@ -162,6 +181,19 @@ class MessageCosts(_MessageLines):
         hop = self.hop_ns + self.hop_per_byte_ns * nbytes
         return (int(round(s + s_pb * nbytes)), int(round(hop)), int(round(r + r_pb * nbytes)))
 
+    def wake_cost(self, gap_ns: float) -> float:
+        """What a receiver that slept ``gap_ns`` pays more for the message that woke it:
+        ``wake_ns``, and ``wake_after`` at that gap."""
+        if gap_ns <= 0:
+            return 0.0
+        if not self.wake_after:
+            return self.wake_ns
+        i = bisect_left(self._wake_gaps, gap_ns)
+        if i == len(self._wake_gaps):  # beyond the last point
+            return self.wake_ns + self.wake_after[-1][1]
+        base, slope = self._wake_lines[i]
+        return self.wake_ns + base + slope * gap_ns
+
     def send_recv(self, nbytes: float) -> tuple[float, float]:
         """``(send, receive)`` ns of a payload of ``nbytes``."""
         s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
@@ -170,13 +202,16 @@ class MessageCosts(_MessageLines):
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["measured"] = [list(p) for p in self.measured]
+        d["wake_after"] = [list(p) for p in self.wake_after]
         return d
 
     def scaled(self, factor: float) -> MessageCosts:
         """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
-        costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k != "measured"}
-        points = tuple((b, s / factor, r / factor) for b, s, r in self.measured)
-        return MessageCosts(**costs, measured=points)
+        points = ("measured", "wake_after")
+        costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k not in points}
+        measured = tuple((b, s / factor, r / factor) for b, s, r in self.measured)
+        wake = tuple((g, c / factor) for g, c in self.wake_after)
+        return MessageCosts(**costs, measured=measured, wake_after=wake)
 
 
 class _IdleLines:
@@ -395,7 +430,9 @@ class MachineProfile:
             f"  messages: send {m.send_ns / 1e3:.4g} + {m.send_per_byte_ns:.3g} ns/B, "
             f"hop {m.hop_ns / 1e3:.4g} + {m.hop_per_byte_ns:.3g} ns/B, "
             f"receive {m.recv_ns / 1e3:.4g} + {m.recv_per_byte_ns:.3g} ns/B, "
-            f"waking {m.wake_ns / 1e3:.4g}, in a cycle {m.cyclic_recv_ns / 1e3:.4g} more  (µs)"
+            f"waking {m.wake_ns / 1e3:.4g}"
+            + "".join(f", {c / 1e3:.4g} more after {g / 1e6:g} ms" for g, c in m.wake_after)
+            + f", in a cycle {m.cyclic_recv_ns / 1e3:.4g} more  (µs)"
             f"{f'; send and receive as measured at {len(m.measured)} sizes' if m.measured else ''}"
         )
         idle = self.after_idle
