@@ -9,10 +9,10 @@ the longer it rested, as a host's process woken from its wait on its sockets doe
 the *same* logic object as ``local`` (built by
 :meth:`ActorConfig.build <streamjoin.actors.base.ActorConfig.build>`, so results stay exact),
 and is then busy for the virtual time the :class:`~streamjoin.runtime.sim.costs.CostModel`
-charges for what the step did, and more if the core had not run right before it (the profile's ``after_idle``: a
-step that follows idle time, or a wait for a shared processor, starts with caches that other
-work has used; the longer the gap, the more, up to the calibrated cost; nothing when the
-message waited for the core). Its output messages leave one after another (each costs the
+charges for what the step did, and more if the core had not run right before it (the
+profile's ``after_idle``: a step that follows idle time, or a wait for a shared processor,
+starts with caches that other work has used; the longer the gap, the more, up to the
+calibrated cost; nothing when the message waited for the core). Its output messages leave one after another (each costs the
 sender CPU), travel a modelled hop latency, and join the destinations' mailboxes in FIFO
 order per link. What a core passes on unchanged along a chain
 (:func:`~streamjoin.actors.passes_on`; DP-Join, §III-C) leaves right after it is received,
