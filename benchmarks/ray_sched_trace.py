@@ -10,13 +10,14 @@ a small warm-up run: unpaced, 1,200,000 tuples in batches of 1,024; with ``--pac
 seconds of input at a quarter of that run's rate, a batch per 10 ms (the check's paced mode;
 an unpaced run first gives the rate). ``perf sched record -a -k monotonic`` traces the run
 (so its clock is the driver's ``time.monotonic_ns``), ``perf sched timehist`` lists every
-switch, and the window's share of each is summed by group: the threads the actors' hosts
-start (``ray::Host.start``: they read their edges, step and send; a cyclic graph's host reads
-in a thread of its own), the actors' other threads (Ray's), the driver's main thread (the emitter: it reads the input, cuts batches and sends
-them), the driver's other threads, everything else (kernel threads, Ray's daemons, other
-jobs), and idle. Per group also the wake-ups and how long they waited for a processor (the
-scheduler's delay), and how much of that wait the other processors were idle. Paced runs
-add each group's time per batch.
+switch, and the window's share of each is summed by group: the actors' processes (their
+hosts' threads, which read their edges, step and send, and Ray's threads in them; the most
+used thread names are listed, but Ray renames a thread by the task it runs, so a name does
+not tell which is which), the driver's main thread (the emitter: it reads the input, cuts
+batches and sends them), the driver's other threads, everything else (kernel threads, Ray's
+daemons, other jobs), and idle. Per group also the wake-ups and how long they waited for a
+processor (the scheduler's delay), and how much of that wait the other processors were
+idle. Paced runs add each group's time per batch.
 
 Needs ``perf`` with the ``sched`` tracepoints (root, or ``kernel.perf_event_paranoid`` at
 most 1). The trace adds some overhead of its own (a run here was about 5% slower under it).
@@ -46,18 +47,24 @@ from streamjoin.runtime.sim import fidelity
 _LINE = re.compile(r"^\s*([\d.]+)\s+\[(\d+)\]\s+(\S.*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
 
-def group(task: str, driver: int) -> str:
-    """The group of a ``perf sched timehist`` task, ``name[tid/pid]`` or ``name[pid]``."""
+def ids(task: str) -> tuple[int, int]:
+    """``(tid, pid)`` of a ``perf sched timehist`` task, ``name[tid/pid]`` or ``name[pid]``."""
+    parts = task[task.rindex("[") + 1 : -1].split("/")
+    return int(parts[0]), int(parts[-1])
+
+
+def group(task: str, driver: int, actors: set[int]) -> str:
+    """The group of a task: idle, the actors' processes (every thread of a process one of
+    whose threads is named ``ray::Host...``: Ray renames threads by the task they run, so
+    within a process names do not tell the host's threads from Ray's), the driver's main
+    thread, its other threads, or other."""
     if task == "<idle>":
         return "idle"
-    ids = task[task.rindex("[") + 1 : -1].split("/")
-    tid, pid = int(ids[0]), int(ids[-1])
-    if task.startswith("ray::Host.start"):
-        return "actors' host threads"
+    tid, pid = ids(task)
+    if pid in actors:
+        return "actors' processes"
     if pid == driver:
         return "driver (emitter)" if tid == driver else "driver's other threads"
-    if task.startswith("ray::"):
-        return "actors' other threads"
     return "other"
 
 
@@ -79,13 +86,14 @@ def report(rows, lo: float, hi: float, cpus: int, batches: int | None) -> None:
     """Sum each group's time on the processors, its wake-ups' waits and the idle time
     inside ``[lo, hi]`` (s, monotonic)."""
     driver = os.getpid()
+    actors = {ids(task)[1] for _, _, task, _, _ in rows if task.startswith("ray::Host")}
     used: collections.Counter = collections.Counter()
     tasks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     idle: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
     for t, cpu, task, _, run in rows:
         a, b = max(t - run, lo), min(t, hi)
         if b > a:
-            g = group(task, driver)
+            g = group(task, driver, actors)
             used[g] += b - a
             tasks[g][re.sub(r"\[.*", "", task)] += b - a  # by thread name
             if g == "idle":
@@ -107,7 +115,7 @@ def report(rows, lo: float, hi: float, cpus: int, batches: int | None) -> None:
     for t, cpu, task, delay, run in rows:
         start = t - run
         if delay > 0 and lo <= start <= hi:
-            w = waits[group(task, driver)]
+            w = waits[group(task, driver, actors)]
             w[0] += 1
             w[1] += delay
             w[2] += idle_elsewhere(cpu, start - delay, start)
@@ -123,7 +131,7 @@ def report(rows, lo: float, hi: float, cpus: int, batches: int | None) -> None:
             else ""
         )
         print(f"    {g:26} {v:7.3f} s  {v / span:5.3f}{per}{woke}")
-        if g in ("other", "actors' other threads"):
+        if g in ("other", "actors' processes"):
             top = ", ".join(f"{k} {x * 1e3:.0f} ms" for k, x in tasks[g].most_common(4))
             print(f"      the most: {top}")
 
