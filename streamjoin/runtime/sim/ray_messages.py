@@ -18,11 +18,11 @@ errors: a sealed frame costs both ends about half as much again as a plain one
 The relay and the sink are hosts of an acyclic graph (every layout but the handshake chain), and
 again hosts of a cyclic one, which read their edges in a second thread and hand each frame to
 the stepping thread: what that costs a message more is ``cyclic_recv_ns``. Their logics do
-nothing but stamp each step with the monotonic clock and their process's CPU time. Between two
-steps a host's process spent what a message costs it: waking on a ready socket where it had
-slept, reading the frame and building the batch, the host's bookkeeping around the step, and
-the relay's writing it on; besides, what Ray's threads in the process use meanwhile, which is
-measured apart and left out. (A hand-built copy of the host's loop, timed here before, cost a
+nothing but stamp each step with the monotonic clock, their process's CPU time and their
+stepping thread's. Between two steps a host's process spent what a message costs it: waking on
+a ready socket where it had slept, reading the frame and building the batch, the host's
+bookkeeping around the step, and the relay's writing it on; besides, what Ray's threads in the
+process use meanwhile, which the stepping thread's own CPU leaves out. (A hand-built copy of the host's loop, timed here before, cost a
 good deal less than the host does per message.)
 """
 
@@ -47,8 +47,8 @@ from streamjoin.runtime.sim.profile import MessageCosts, message_nbytes
 BATCH_SIZES = (1, 256, 1024, 16384)
 #: Share of each run's steps left out at its start (the pipeline filling, the process waking).
 WARM_SHARE = 0.1
-#: Gaps (s) between the messages of the idle runs: two, so that what Ray's threads use per
-#: second (the slope) comes apart from what a message costs a host that slept (the intercept).
+#: Gaps (s) between the messages of the idle runs: what waking costs a host that slept is
+#: measured after each (``MessageCosts.wake_after``: it grows with the gap).
 IDLE_GAPS_S = (0.002, 0.008)
 
 
