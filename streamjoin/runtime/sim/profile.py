@@ -90,6 +90,16 @@ def _segments(points: list) -> list[tuple[float, float]]:
     return out
 
 
+def _on_lines(xs: list[float], lines: list, last: float, x: float) -> float:
+    """``y`` at ``x`` on the lines of :func:`_segments` through points at ``xs`` (from ``(0,
+    0)``), ``last`` beyond the last point (``x`` may be infinite)."""
+    i = bisect_left(xs, x)
+    if i == len(xs):
+        return last
+    base, slope = lines[i]
+    return base + slope * x
+
+
 class _MessageLines:
     """What :class:`MessageCosts` derives from its fields in ``__post_init__``: attributes,
     not fields (a base that is no dataclass), so ``asdict`` and ``replace`` leave them out."""
@@ -188,11 +198,8 @@ class MessageCosts(_MessageLines):
             return 0.0
         if not self.wake_after:
             return self.wake_ns
-        i = bisect_left(self._wake_gaps, gap_ns)
-        if i == len(self._wake_gaps):  # beyond the last point
-            return self.wake_ns + self.wake_after[-1][1]
-        base, slope = self._wake_lines[i]
-        return self.wake_ns + base + slope * gap_ns
+        last = self.wake_after[-1][1]
+        return self.wake_ns + _on_lines(self._wake_gaps, self._wake_lines, last, gap_ns)
 
     def send_recv(self, nbytes: float) -> tuple[float, float]:
         """``(send, receive)`` ns of a payload of ``nbytes``."""
@@ -267,11 +274,7 @@ class IdleCosts(_IdleLines):
         """The share of :meth:`of` charged after a gap of ``gap_ns`` (see ``ramp``)."""
         if not self.ramp:
             return 1.0 if gap_ns > 0 else 0.0
-        i = bisect_left(self._gaps, gap_ns)
-        if i == len(self._gaps):  # beyond the last point (a gap may be infinite)
-            return self.ramp[-1][1]
-        base, slope = self._lines[i]
-        return base + slope * gap_ns
+        return _on_lines(self._gaps, self._lines, self.ramp[-1][1], gap_ns)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
