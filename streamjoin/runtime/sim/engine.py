@@ -12,9 +12,9 @@ and is then busy for the virtual time the :class:`~streamjoin.runtime.sim.costs.
 charges for what the step did, and more if the core had not run right before it (the
 profile's ``after_idle``: a step that follows idle time, or a wait for a shared processor,
 starts with caches that other work has used; the longer the gap, the more, up to the
-calibrated cost; nothing when the message waited for the core). Its output messages leave one after another (each costs the
-sender CPU), travel a modelled hop latency, and join the destinations' mailboxes in FIFO
-order per link. What a core passes on unchanged along a chain
+calibrated cost; nothing when the message waited for the core). Its output messages leave
+one after another (each costs the sender CPU), travel a modelled hop latency, and join the
+destinations' mailboxes in FIFO order per link. What a core passes on unchanged along a chain
 (:func:`~streamjoin.actors.passes_on`; DP-Join, §III-C) leaves right after it is received,
 before the core's own work, as every executor sends it.
 

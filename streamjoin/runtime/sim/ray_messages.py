@@ -22,8 +22,8 @@ nothing but stamp each step with the monotonic clock, their process's CPU time a
 stepping thread's. Between two steps a host's process spent what a message costs it: waking on
 a ready socket where it had slept, reading the frame and building the batch, the host's
 bookkeeping around the step, and the relay's writing it on; besides, what Ray's threads in the
-process use meanwhile, which the stepping thread's own CPU leaves out. (A hand-built copy of the host's loop, timed here before, cost a
-good deal less than the host does per message.)
+process use meanwhile, which the stepping thread's own CPU leaves out. (A hand-built copy of
+the host's loop, timed here before, cost a good deal less than the host does per message.)
 """
 
 from __future__ import annotations
