@@ -57,8 +57,9 @@ def test_the_two_thread_speedup_is_a_positive_ratio(kind):
     """Small runs only: what it measures depends on the machine and the moment."""
     ratio = two_thread_speedup(kind, nbytes=1 << 20, repeats=2, work=20_000)
     # 2.0 on two free cores; under a loaded test run the one-thread baseline can lose more to
-    # the other workers than the two threads do (3.07 seen once): a sanity bound only
-    assert math.isfinite(ratio) and 0 < ratio < 10
+    # the other workers than the two threads do, by any amount (3.07 and 10.06 seen in CI), so
+    # no upper bound holds: what must hold is a finite positive ratio
+    assert math.isfinite(ratio) and ratio > 0
     with pytest.raises(ValueError, match="'chase' or 'arith'"):
         two_thread_speedup("sleep")
 
