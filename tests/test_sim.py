@@ -163,8 +163,9 @@ def test_latency_is_service_time_at_low_rate():
 
 def test_a_core_woken_from_rest_pays_the_wake_up():
     """At a low rate every message finds its receiver resting: each costs the core and the
-    collector ``wake_ns`` more, on their busy time and on every pair's latency; fed back to
-    back (all input at once) only the first message wakes anyone."""
+    collector ``wake_ns`` more, on their busy time and on every pair's latency, and every
+    chunk the emitter (after it stamped the chunk, as the driver does); fed back to back (all
+    input at once) only the first message wakes anyone."""
     p = _profile()
     awake = p.with_messages(dataclasses.replace(p.messages, wake_ns=40_000.0))
     base, woken = _run(1), _run(1, machine=awake)
@@ -172,8 +173,10 @@ def test_a_core_woken_from_rest_pays_the_wake_up():
         a, b = base.metrics["actors"][actor], woken.metrics["actors"][actor]
         assert b["busy_s"] - a["busy_s"] == pytest.approx(a["batches_in"] * 40e-6, rel=1e-6)
         assert b["step_cpu_s"] == pytest.approx(a["step_cpu_s"], rel=1e-9)  # not compute
+    a, b = base.metrics["actors"]["emitter"], woken.metrics["actors"]["emitter"]
+    assert b["busy_s"] - a["busy_s"] == pytest.approx(N * 40e-6, rel=1e-6)  # a chunk a tuple
     lat0, lat1 = base.latency_ns(), woken.latency_ns()
-    np.testing.assert_allclose(lat1 - lat0, 80_000, atol=2)
+    np.testing.assert_allclose(lat1 - lat0, 120_000, atol=2)
     flood = {m: _run(1, rate=1e12, machine=m).metrics["actors"]["core"] for m in (p, awake)}
     assert flood[awake]["busy_s"] - flood[p]["busy_s"] == pytest.approx(40e-6, rel=1e-3)
 
@@ -198,6 +201,34 @@ def test_a_wake_up_costs_more_the_longer_the_core_slept():
     for actor in ("core", "collector"):
         a, b = base.metrics["actors"][actor], woken.metrics["actors"][actor]
         assert b["busy_s"] - a["busy_s"] == pytest.approx(a["batches_in"] * 50e-6, rel=1e-6)
+
+
+def test_a_message_to_a_core_asleep_costs_its_sender_the_rouse():
+    """``rouse_after`` points as ``wake_after``'s; a sender pays them, by how long the
+    receiver slept, for each message that finds it asleep with nothing on its way: at a low
+    rate every message, and then the pairs later too; fed back to back, about none."""
+    rouse = ((1e6, 10_000.0), (1e7, 50_000.0))
+    m = dataclasses.replace(_profile().messages, rouse_after=rouse)
+    assert m.rouse_cost(0) == 0 and m.rouse_cost(5.5e6) == pytest.approx(30_000)
+    assert m.rouse_cost(1e9) == m.rouse_cost(1e7) == pytest.approx(50_000)
+    assert dataclasses.replace(m, rouse_after=()).rouse_cost(1e9) == 0
+    assert sim.MessageCosts(**m.to_dict()) == m
+    assert m.scaled(2).rouse_after == ((1e6, 5_000.0), (1e7, 25_000.0))
+    with pytest.raises(ValueError, match="rouse_after"):
+        dataclasses.replace(m, rouse_after=((1e6, -1.0),))
+    p = _profile()
+    roused = p.with_messages(m)
+    base, more = _run(1, rate=50.0), _run(1, rate=50.0, machine=roused)
+    for actor in ("emitter", "core"):  # each message to the core, each pairs to the collector
+        a, b = base.metrics["actors"][actor], more.metrics["actors"][actor]
+        assert a["batches_out"] > 10
+        assert b["busy_s"] - a["busy_s"] == pytest.approx(a["batches_out"] * 50e-6, rel=1e-6)
+    a = base.metrics["actors"]["collector"]
+    assert more.metrics["actors"]["collector"]["busy_s"] == pytest.approx(a["busy_s"])
+    lat0, lat1 = base.latency_ns(), more.latency_ns()
+    np.testing.assert_allclose(lat1 - lat0, 100_000, atol=2)
+    flood = [_run(1, rate=1e12, machine=x).metrics["actors"]["emitter"] for x in (p, roused)]
+    assert flood[1]["busy_s"] - flood[0]["busy_s"] <= 50e-6 * 2
 
 
 def test_a_cyclic_graphs_receives_pay_the_hand_over():
@@ -875,10 +906,24 @@ def test_calibrate_ray_messages():
         for w, gap in zip(after, gaps, strict=True):
             asleep = r[f"asleep_{host}_thread_ns_{gap}"]
             assert w == pytest.approx(asleep - r[f"{host}_thread_ns"], abs=0.2)
-    first = max(0.0, float(np.median([w[0] for w in woken.values()])))
+    # the wake is the sink's (the relay's thread also rouses the sink)
+    first = max(0.0, float(np.median([w[0] for k, w in woken.items() if k.startswith("sink")])))
     assert costs.wake_ns == 0 and costs.wake_after[0][0] == IDLE_GAPS_S[0] * 1e9
     assert costs.wake_after[0][1] == pytest.approx(first, abs=1.0)  # (the raw are rounded)
     assert costs.wake_after[1][1] >= costs.wake_after[0][1]
+    # the rouse: the driver's send to a host asleep, the driver kept busy, less back to back
+    roused = raw["rouse_after_ns"]
+    assert set(roused) == {"1", "1024"} and set(raw["driver_wake_after_ns"]) == set(roused)
+    for n, after in roused.items():
+        r = raw["by_batch_size"][n]
+        assert r["driver_send_ns"] > 0
+        for w, gap in zip(after, gaps, strict=True):
+            assert w == pytest.approx(
+                r[f"busy_driver_send_ns_{gap}"] - r["driver_send_ns"], abs=0.2
+            )
+    first = max(0.0, float(np.median([w[0] for w in roused.values()])))
+    assert costs.rouse_after[0] == (IDLE_GAPS_S[0] * 1e9, pytest.approx(first, abs=1.0))
+    assert costs.rouse_after[1][1] >= costs.rouse_after[0][1]
     assert set(raw["cyclic_recv_ns"]) == set(woken)
     handed = max(0.0, float(np.median(list(raw["cyclic_recv_ns"].values()))))
     assert costs.cyclic_recv_ns == pytest.approx(handed, abs=1.0)

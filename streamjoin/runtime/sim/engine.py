@@ -13,8 +13,12 @@ charges for what the step did, and more if the core had not run right before it 
 profile's ``after_idle``: a step that follows idle time, or a wait for a shared processor,
 starts with caches that other work has used; the longer the gap, the more, up to the
 calibrated cost; nothing when the message waited for the core). Its output messages leave
-one after another (each costs the sender CPU), travel a modelled hop latency, and join the
-destinations' mailboxes in FIFO order per link. What a core passes on unchanged along a chain
+one after another (each costs the sender CPU, and more where its destination rests with
+nothing on its way to it, as the sender's step starts: the write wakes that core, the longer
+it rested the more, :meth:`MessageCosts.rouse_cost <streamjoin.runtime.sim.profile.
+MessageCosts.rouse_cost>`), travel a modelled hop latency, and join the destinations'
+mailboxes in FIFO order per link. The emitter that rested before a chunk pays the wake-up on
+it too, after stamping it (the driver stamps a chunk as its pacing sleep ends, then works). What a core passes on unchanged along a chain
 (:func:`~streamjoin.actors.passes_on`; DP-Join, §III-C) leaves right after it is received,
 before the core's own work, as every executor sends it.
 
@@ -156,6 +160,8 @@ class _Core:
         "marker_routes",
         "blocked",
         "stalled",
+        "due_ns",
+        "woke_ns",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
@@ -199,6 +205,11 @@ class _Core:
         # leave before its next step (a sender blocked on a full receiver)
         self.blocked = 0
         self.stalled = False
+        # the latest arrival scheduled for it (none in flight once that has passed), and the
+        # wake-up its next step pays after the logic read the clock (an emitter's: its chunk
+        # is stamped on arrival, as the driver stamps it before working)
+        self.due_ns = 0
+        self.woke_ns = 0
 
     def count(self, now: int, dq: int, dt: int) -> None:
         self.q_area += self.q * (now - self.q_since)
@@ -328,6 +339,9 @@ class _Simulation:
         # what a core that slept pays more for the message that woke it, by how long it slept
         self.wake_cost = model.profile.messages.wake_cost
         self.wakes = bool(model.profile.messages.wake_ns or model.profile.messages.wake_after)
+        # what a sender pays more for a message to a core that slept, by how long it slept
+        self.rouse_cost = model.profile.messages.rouse_cost
+        self.rouses = bool(model.profile.messages.rouse_after)
         # a cyclic graph's hosts hand each frame from a reader thread to the stepping one
         self.cyclic_recv_ns = round(model.profile.messages.cyclic_recv_ns) if self.cyclic else 0
         self.samples: list[tuple[int, list[int]]] = []
@@ -349,6 +363,7 @@ class _Simulation:
         # always through the event queue, even at delay 0: equal times keep scheduling order
         if item[0] is not _TICK:  # a timer left after end of input is no work in flight
             self.active += 1
+        core.due_ns = max(core.due_ns, t)
         self.env.timeout(t - self.env.now, (core, item)).callbacks.append(self._arrive)
 
     def _arrive(self, event) -> None:
@@ -367,6 +382,8 @@ class _Simulation:
                 if item[0] is _BATCH and self.wakes:  # its process slept: waking costs it
                     wake = round(self.wake_cost(now - core.free_at))
                     item = (*item[:4], item[4] + wake)
+                elif item[0] is _CHUNK and self.wakes:  # the source's thread slept too
+                    core.woke_ns = round(self.wake_cost(now - core.free_at))
             self._start(core, item)
         else:  # the core's last step is still running: wake it when that ends
             core.idle = False
@@ -395,6 +412,9 @@ class _Simulation:
             room = None  # messages a bounded link holds, for this message's size
             for dst, dst_port, link in dests:
                 t += send
+                if self.rouses and dst.idle and dst.due_ns <= env.now:
+                    # it sleeps, and nothing is on its way to it: this write wakes it
+                    t += round(self.rouse_cost(max(t, link[0]) - dst.free_at))
                 item = (_BATCH, dst_port, msg, core, recv)
                 waiting = link[2]
                 if waiting is not None:
@@ -407,6 +427,7 @@ class _Simulation:
                 arrive = max(t + hop, link[0])
                 link[0] = arrive
                 link[1] += 1
+                dst.due_ns = max(dst.due_ns, arrive)
                 env.timeout(arrive - env.now, (dst, item)).callbacks.append(arrive_cb)
             self.messages += len(dests)
             self.active += len(dests)
@@ -425,6 +446,7 @@ class _Simulation:
         arrive = max(now + hop, link[0])
         link[0] = arrive
         link[1] += 1
+        dst.due_ns = max(dst.due_ns, arrive)
         self.env.timeout(arrive - now, (dst, item)).callbacks.append(self._arrive)
         src.blocked -= 1
         if src.blocked == 0 and src.stalled:
@@ -625,11 +647,12 @@ class _Simulation:
         core.stats.step_cpu_ns += round(ns)
 
     def _idle_cost(self, core: _Core) -> float:
-        """What the step costs more after the core's rest (``IdleCosts.ramp``), once."""
-        ns = 0.0
+        """What the step costs more after the core's rest (``IdleCosts.ramp``), once, and an
+        emitter's wake-up (``MessageCosts.wake_cost``) for the chunk that woke it."""
+        ns, core.woke_ns = float(core.woke_ns), 0
         if core.rest_ns:
             if core.idle_ns:
-                ns = core.idle_ns * self.after_idle.share(core.rest_ns)
+                ns += core.idle_ns * self.after_idle.share(core.rest_ns)
                 core.stats.after_idle_steps += 1
             core.rest_ns = 0
         return ns

@@ -9,7 +9,10 @@ meanwhile), and cost the receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU
 process asleep in a wait on its sockets) pays ``wake_ns`` of CPU more for that message, and
 more the longer it had slept (``wake_after``): its thread is woken and runs the receiving code
 again after other processes ran (measured as the receiving thread's own CPU on hosts that
-sleep between messages against the same hosts fed back to back).
+sleep between messages against the same hosts fed back to back). Its sender pays more too, the
+longer the receiver had slept (``rouse_after``): the write wakes the receiver's thread (the
+kernel's wake-up and the loopback's delivery run on the sender's processor), measured as the
+driver's CPU for a send to a host asleep against one to a host fed back to back.
 
 A step that follows idle time (its core had waited for a message, as every step of a paced
 stream does) costs a constant per cost group more than the same step run back to back
@@ -100,6 +103,21 @@ def _on_lines(xs: list[float], lines: list, last: float, x: float) -> float:
     return base + slope * x
 
 
+def _gap_points(name: str, value) -> tuple:
+    """``(points, gaps, lines)`` of ``(gap_ns, ns)`` points named ``name``: validated (gaps
+    > 0 and ascending, costs >= 0) and as :func:`_segments` from ``(0, 0)``."""
+    try:
+        points = tuple((float(g), float(c)) for g, c in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be (gap_ns, ns) points, got {value!r}") from None
+    gaps = [g for g, _ in points]
+    if any(g <= 0 or c < 0 for g, c in points) or gaps != sorted(set(gaps)):
+        raise ValueError(
+            f"{name} must be (gap_ns > 0, ns >= 0) points, ascending in gap: got {value!r}"
+        )
+    return points, gaps, _segments([(0.0, 0.0), *points])
+
+
 class _MessageLines:
     """What :class:`MessageCosts` derives from its fields in ``__post_init__``: attributes,
     not fields (a base that is no dataclass), so ``asdict`` and ``replace`` leave them out."""
@@ -108,6 +126,8 @@ class _MessageLines:
     _lines: list[tuple[float, float, float, float]]
     _wake_gaps: list[float]
     _wake_lines: list[tuple[float, float]]
+    _rouse_gaps: list[float]
+    _rouse_lines: list[tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,8 @@ class MessageCosts(_MessageLines):
     points, ascending in gap, of what it pays more again after sleeping ``gap_ns`` (linear
     between them from ``(0, 0)``, the last one's beyond: :meth:`wake_cost`); measured, a
     receiving thread that slept 8 ms uses several times its back-to-back CPU on a message.
+    ``rouse_after`` holds the same kind of points for the sender of a message to a receiver
+    that slept that long (:meth:`rouse_cost`): its write wakes the receiver.
     ``cyclic_recv_ns`` is what every receive costs more in a cyclic graph (a handshake
     chain), whose hosts read in a thread of their own and hand each frame to the stepping
     thread.
@@ -142,25 +164,20 @@ class MessageCosts(_MessageLines):
     wake_ns: float = 0.0
     cyclic_recv_ns: float = 0.0
     wake_after: tuple = ()
+    rouse_after: tuple = ()
 
     def __post_init__(self) -> None:
         try:
             points = tuple((float(b), float(s), float(r)) for b, s, r in self.measured)
-            wake = tuple((float(g), float(c)) for g, c in self.wake_after)
         except (TypeError, ValueError):
             raise ValueError(
-                "measured must be (bytes, send_ns, recv_ns) points and wake_after (gap_ns, "
-                f"ns) points, got {self.measured!r} and {self.wake_after!r}"
+                f"measured must be (bytes, send_ns, recv_ns) points, got {self.measured!r}"
             ) from None
-        gaps = [g for g, _ in wake]
-        if any(g <= 0 or c < 0 for g, c in wake) or gaps != sorted(set(gaps)):
-            raise ValueError(
-                f"wake_after must be (gap_ns > 0, ns >= 0) points, ascending in gap: got "
-                f"{self.wake_after!r}"
-            )
-        object.__setattr__(self, "wake_after", wake)
-        object.__setattr__(self, "_wake_gaps", gaps)
-        object.__setattr__(self, "_wake_lines", _segments([(0.0, 0.0), *wake]))
+        for name in ("wake", "rouse"):
+            after, gaps, lines = _gap_points(f"{name}_after", getattr(self, f"{name}_after"))
+            object.__setattr__(self, f"{name}_after", after)
+            object.__setattr__(self, f"_{name}_gaps", gaps)
+            object.__setattr__(self, f"_{name}_lines", lines)
         sizes = [b for b, _, _ in points]
         if sizes != sorted(set(sizes)) or any(min(p) < 0 for p in points):
             raise ValueError(
@@ -201,6 +218,14 @@ class MessageCosts(_MessageLines):
         last = self.wake_after[-1][1]
         return self.wake_ns + _on_lines(self._wake_gaps, self._wake_lines, last, gap_ns)
 
+    def rouse_cost(self, gap_ns: float) -> float:
+        """What a sender pays more for a message to a receiver that slept ``gap_ns``
+        (``rouse_after`` at that gap; nothing without points)."""
+        if gap_ns <= 0 or not self.rouse_after:
+            return 0.0
+        last = self.rouse_after[-1][1]
+        return _on_lines(self._rouse_gaps, self._rouse_lines, last, gap_ns)
+
     def send_recv(self, nbytes: float) -> tuple[float, float]:
         """``(send, receive)`` ns of a payload of ``nbytes``."""
         s, s_pb, r, r_pb = self._lines[bisect_left(self._sizes, nbytes)]
@@ -210,15 +235,17 @@ class MessageCosts(_MessageLines):
         d = dataclasses.asdict(self)
         d["measured"] = [list(p) for p in self.measured]
         d["wake_after"] = [list(p) for p in self.wake_after]
+        d["rouse_after"] = [list(p) for p in self.rouse_after]
         return d
 
     def scaled(self, factor: float) -> MessageCosts:
         """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
-        points = ("measured", "wake_after")
+        points = ("measured", "wake_after", "rouse_after")
         costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k not in points}
         measured = tuple((b, s / factor, r / factor) for b, s, r in self.measured)
         wake = tuple((g, c / factor) for g, c in self.wake_after)
-        return MessageCosts(**costs, measured=measured, wake_after=wake)
+        rouse = tuple((g, c / factor) for g, c in self.rouse_after)
+        return MessageCosts(**costs, measured=measured, wake_after=wake, rouse_after=rouse)
 
 
 class _IdleLines:

@@ -156,17 +156,27 @@ class _Pair:
         self.sealed = self.sock.sealed
         self.sent = 0
 
-    def run(self, msg, calls: int, gap_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """Send ``calls`` messages, back to back or ``gap_s`` apart; the relay's and the sink's
-        stamps of their steps."""
-        for _ in range(calls):
-            if gap_s:
+    def run(
+        self, msg, calls: int, gap_s: float = 0.0, spin: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Send ``calls`` messages, back to back or ``gap_s`` apart (the driver asleep
+        meanwhile, or with ``spin`` busy in a loop); the relay's and the sink's stamps of their
+        steps, and the driver's thread CPU for each send (ns)."""
+        sends = np.empty(calls, dtype=np.int64)
+        for i in range(calls):
+            if gap_s and spin:
+                until = time.perf_counter() + gap_s
+                while time.perf_counter() < until:
+                    pass
+            elif gap_s:
                 time.sleep(gap_s)
+            c0 = time.thread_time_ns()
             _send(self.sock, msg)
+            sends[i] = time.thread_time_ns() - c0
         self.sent += calls
         _wait_handled(self.sink, self.sent)
         relay, sink = _log(self.relay), _log(self.sink)
-        return relay[self.sent - calls :], sink[self.sent - calls :]
+        return relay[self.sent - calls :], sink[self.sent - calls :], sends
 
     def close(self) -> None:
         self.sock.close()
@@ -177,9 +187,10 @@ class _Pair:
 def _pipelined(pair: _Pair, msg, calls: int) -> dict:
     """``calls`` messages back to back (the driver blocks once the buffers are full): each
     host's CPU per message, and the period at which the relay takes them."""
-    relay, sink = pair.run(msg, calls)
+    relay, sink, sends = pair.run(msg, calls)
     warm = int(calls * WARM_SHARE)
     return {
+        "driver_send_ns": float(np.median(sends[warm:])),
         "relay_cpu_ns": float(np.mean(_steady(relay))),
         "sink_cpu_ns": float(np.mean(_steady(sink))),
         "relay_thread_ns": float(np.mean(_steady(relay, 2))),
@@ -190,17 +201,31 @@ def _pipelined(pair: _Pair, msg, calls: int) -> dict:
 
 def _idle(pair: _Pair, msg, calls: int) -> dict:
     """``calls`` messages ``IDLE_GAPS_S`` apart (each gap in turn), so each host sleeps when a
-    frame reaches it: each host's CPU per message at each gap (the median), and the one-way
-    time from the relay's step to the sink's (the relay's write, the wait for the sink's
-    process to wake, its read) at the longer gap."""
+    frame reaches it: each host's CPU per message at each gap (the median), the driver's CPU
+    per send (asleep in the gaps, and again busy in them: a send to a host asleep, from a
+    sender that did not sleep), and the one-way time from the relay's step to the sink's (the
+    relay's write, the wait for the sink's process to wake, its read) at the longer gap."""
     out: dict = {}
+    warm = int(calls * WARM_SHARE)
     for gap in IDLE_GAPS_S:
-        relay, sink = pair.run(msg, calls, gap)
+        ms = f"{gap * 1e3:g}ms"
+        relay, sink, sends = pair.run(msg, calls, gap)
         for name, stamps in (("relay", relay), ("sink", sink)):
-            out[f"asleep_{name}_cpu_ns_{gap * 1e3:g}ms"] = float(np.median(_steady(stamps)))
-            out[f"asleep_{name}_thread_ns_{gap * 1e3:g}ms"] = float(np.median(_steady(stamps, 2)))
-        warm = int(calls * WARM_SHARE)
+            out[f"asleep_{name}_cpu_ns_{ms}"] = float(np.median(_steady(stamps)))
+            out[f"asleep_{name}_thread_ns_{ms}"] = float(np.median(_steady(stamps, 2)))
+        out[f"asleep_driver_send_ns_{ms}"] = float(np.median(sends[warm:]))
         out["one_way_ns"] = float(np.median(sink[warm:, 0] - relay[warm:, 0]))
+        out[f"busy_driver_send_ns_{ms}"] = float(
+            np.median(pair.run(msg, calls, gap, True)[2][warm:])
+        )
+    return out
+
+
+def _by_gap(figures: list[list[float]]) -> list[float]:
+    """The median at each gap of ``figures`` (one ``[at the shorter gap, at the longer]`` per
+    host or size), clipped at 0, the longer gap's no less than the shorter's."""
+    out = [max(0.0, float(np.median([f[k] for f in figures]))) for k in (0, 1)]
+    out[1] = max(out)  # (a longer sleep costs no less)
     return out
 
 
@@ -301,8 +326,16 @@ def measure_messages(
         }
         for n in sizes
     }
-    (g0, g1), woken, threads = IDLE_GAPS_S, {}, {}
+    (g0, g1), woken, threads, roused, driver_woken = IDLE_GAPS_S, {}, {}, {}, {}
     for n in sizes:
+        # a send to a host asleep from a driver that stayed busy, less back to back; and the
+        # driver's own wake: its send after sleeping less after staying busy
+        busy = [raw[n][f"busy_driver_send_ns_{g * 1e3:g}ms"] for g in (g0, g1)]
+        roused[str(n)] = [b - raw[n]["driver_send_ns"] for b in busy]
+        driver_woken[str(n)] = [
+            raw[n][f"asleep_driver_send_ns_{g * 1e3:g}ms"] - b
+            for g, b in zip((g0, g1), busy, strict=True)
+        ]
         for host in ("relay", "sink"):
             # the receiving thread's own CPU a message after each gap, less back to back
             pipelined = raw[n][f"{host}_thread_ns"]
@@ -321,15 +354,17 @@ def measure_messages(
     send = np.maximum(0.0, np.array([raw[n]["relay_cpu_ns"] for n in sizes]) - recv)
     send_ns, send_per_byte = _fit(nbytes, send)
     recv_ns, recv_per_byte = _fit(nbytes, recv)
-    after = [max(0.0, float(np.median([w[k] for w in woken.values()]))) for k in (0, 1)]
-    after[1] = max(after)  # (a longer sleep costs no less)
+    # the sink's thread only receives; the relay's also writes to the sink, asleep too, and
+    # so pays the rouse besides its own wake
+    after = _by_gap([w for k, w in woken.items() if k.startswith("sink:")])
+    rouse = _by_gap(list(roused.values()))
     handed = {
         f"{host}:{n}": raw[n][f"cyclic_{host}_cpu_ns"] - raw[n][f"{host}_cpu_ns"]
         for n in sizes
         for host in ("relay", "sink")
     }
     # the one-way time is taken at the longer gap: the sink pays the wake of that gap
-    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + recv + after[1])
+    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + rouse[1] + recv + after[1])
     costs = MessageCosts(
         send_ns=send_ns,
         send_per_byte_ns=send_per_byte,
@@ -338,12 +373,15 @@ def measure_messages(
         recv_per_byte_ns=recv_per_byte,
         measured=np.column_stack([nbytes, send, recv]).tolist(),
         wake_after=((g0 * 1e9, after[0]), (g1 * 1e9, after[1])),
+        rouse_after=((g0 * 1e9, rouse[0]), (g1 * 1e9, rouse[1])),
         cyclic_recv_ns=max(0.0, float(np.median(list(handed.values())))),
     )
     loads = (round(load0, 2), round(os.getloadavg()[0], 2))
     return costs, {
         "by_batch_size": {str(n): {k: round(v, 1) for k, v in raw[n].items()} for n in sizes},
         "wake_after_ns": {k: [round(x, 1) for x in v] for k, v in woken.items()},
+        "rouse_after_ns": {k: [round(x, 1) for x in v] for k, v in roused.items()},
+        "driver_wake_after_ns": {k: [round(x, 1) for x in v] for k, v in driver_woken.items()},
         "cyclic_recv_ns": {k: round(v, 1) for k, v in handed.items()},
         "ray_threads_cpu_ns_per_s": {k: round(v, 1) for k, v in threads.items()},
         "sealed": pair.sealed,
