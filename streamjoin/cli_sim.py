@@ -211,6 +211,12 @@ def cmd_calibrate(args) -> int:
             f"  ({q['steps']:,} steps)"
         )
     print(_conditions(profile.info["conditions"]))
+    speeds = list(profile.info["fit"]["speed"]["by_index"].values())
+    mid = profile.info["speed_probe_ns"]
+    print(
+        f"host speed: a fixed join took {min(speeds) / mid:.2f}–{max(speeds) / mid:.2f}× its "
+        "median before each index's runs (each fitted at the median)"
+    )
     if profile.source.startswith("this host"):
         print(f"stored as {profile.source}: --backend sim uses it from now on")
     else:

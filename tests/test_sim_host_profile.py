@@ -211,3 +211,46 @@ def test_check_report_shows_where_each_actors_time_went():
     assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} |" in text
     bare = dataclasses.replace(row, actors=())
     assert "Per actor" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
+
+
+def test_the_speed_probe_times_join_steps():
+    ns = calibrate_module.speed_probe(repeats=1)
+    assert 1e5 < ns < 1e10  # (about 10 ms here)
+
+
+def test_a_calibration_fits_each_workload_at_the_probes_median_speed(monkeypatch):
+    """Each index's workloads are fitted as if timed at the median of the speed probes taken
+    before each index's: a host twice as slow while one index ran does not double its row."""
+    monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: [])
+    probes = iter([1e6, 2e6, 4e6])
+    monkeypatch.setattr(calibrate_module, "speed_probe", lambda repeats: next(probes))
+    seen = []
+    real = calibrate_module._at_probed_speed
+
+    def spy(rows, by_run, reference):
+        out = real(rows, by_run, reference)
+        seen.append((rows, by_run, out))
+        return out
+
+    monkeypatch.setattr(calibrate_module, "_at_probed_speed", spy)
+    prof = sim.calibrate(
+        indexes=["hash", "chained", "nested_loop"], quick=True, ray=False, idle_gap_s=None
+    )
+    assert prof.info["speed_probe_ns"] == 2e6  # the median
+    by_index = prof.info["fit"]["speed"]["by_index"]
+    assert by_index == {"hash": 1e6, "chained": 2e6, "nested_loop": 4e6}
+    scales = set()
+    for rows, by_run, out in seen:
+        for (f, ns, run), (f2, ns2, run2) in zip(rows, out, strict=True):
+            assert f2 == f and run2 == run and ns2 == pytest.approx(ns * 2e6 / by_run[run])
+            scales.add(2e6 / by_run[run])
+    assert scales == {2.0, 1.0, 0.5}
+
+
+def test_the_check_shows_the_hosts_drift_since_the_fit():
+    row = fidelity.CheckRow("single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5)
+    drifted = dataclasses.replace(row, drift=1.23)
+    assert "  1.23   0.5" in fidelity.table([drifted])
+    text = fidelity.markdown([drifted], sim.default_profile(), 1.0)
+    assert "| 1.00 | 1.23 | 0.5 |" in text and "`drift`" in text
+    assert "| 1.00 | nan | 0.5 |" in fidelity.markdown([row], sim.default_profile(), 1.0)

@@ -392,6 +392,37 @@ def measure_cpu_share(
     }
 
 
+#: The speed probe's workload: ``(index, tuples, window, match rate, batch)``: a band join on
+#: ``single("bplus_tree")``, about 10 ms of join steps on the development VMs.
+PROBE = ("bplus_tree", 20_000, 4096, 2.0, 512)
+
+
+def speed_probe(repeats: int = 5) -> float:
+    """How fast this host runs join steps now: the ns that :data:`PROBE`'s join steps take
+    in this process (each step timed as a calibration times it, the median of ``repeats``).
+
+    A calibration probes before each index's workloads and fits every workload's steps as
+    if timed at the probes' median speed; the check probes before each layout and runs the
+    simulator with the profile's compute scaled to the host's speed then
+    (:func:`~streamjoin.runtime.sim.fidelity.check`): a shared host's speed drifts by more
+    within an hour (a fifth, here) than most effects a profile describes.
+    """
+    index, n, window, match, batch = PROBE
+    query, data = _workload(index, n, window, match, seed=1)
+    times = []
+    for _ in range(repeats):
+        recorder = _Recorder(default_profile().with_messages(MessageCosts()))
+        _recorded_run(recorder, query, data, topologies.single(index), batch, batch)
+        times.append(sum(ns for _, ns, _ in recorder.rows[("join", index)]))
+    return float(np.median(times))
+
+
+def _at_probed_speed(rows: list, probes: dict[int, float], reference: float) -> list:
+    """``rows`` (features, ns, workload) with each workload's ns scaled from the speed its
+    probe saw to ``reference`` (:func:`speed_probe`)."""
+    return [(f, ns * reference / probes[run], run) for f, ns, run in rows]
+
+
 class BusyHostError(RuntimeError):
     """A calibration saw a busy host and did not store its profile (``force=True`` stores
     it anyway); ``profile`` holds what it fitted, ``reasons`` what made the host busy."""
@@ -457,7 +488,10 @@ def calibrate(
 
     The share of a processor that one and several busy processes get
     (:func:`measure_cpu_share`) is measured first, next to the kernel timings, whose
-    conditions it describes.
+    conditions it describes. Before each index's workloads :func:`speed_probe` times a fixed
+    join, and each workload's steps are fitted as if timed at the probes' median speed (kept
+    as ``info["speed_probe_ns"]``, each index's probe in ``info["fit"]["speed"]``): a host
+    that drifts during the fit does not bend the rows fitted while it was slow.
 
     Returns
     -------
@@ -475,16 +509,24 @@ def calibrate(
         measure_cpu_share(seconds=0.2, rounds=1) if quick else measure_cpu_share()
     )
     recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
+    probes: dict[int, float] = {}  # each workload's speed probe
+    by_index = {}
     for index in names:
+        by_index[index] = probe = speed_probe(3 if quick else 5)
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
             recorder.run += 1
+            probes[recorder.run] = probe
             _recorded_run(recorder, query, data, topo, b, chunk)
-    quality = {"cpu_share": share_raw}
+    reference = float(np.median(list(by_index.values())))
+    quality = {
+        "cpu_share": share_raw,
+        "speed": {"by_index": {k: round(v) for k, v in by_index.items()}},
+    }
     roles, index_costs = {}, {}
     for (group, index), rows in sorted(recorder.rows.items(), key=str):
         if not rows:
             continue
-        coefs, q = fit_costs(rows, FEATURES[group])
+        coefs, q = fit_costs(_at_probed_speed(rows, probes, reference), FEATURES[group])
         if group == "join":
             index_costs[index] = coefs
             quality[f"index:{index}"] = q
@@ -522,6 +564,8 @@ def calibrate(
             "streamjoin": __version__,
             "quick": quick,
             "fit": quality,
+            # the host's speed the steps were fitted at (speed_probe)
+            "speed_probe_ns": round(reference),
         },
     )
     load1, steal = os.getloadavg()[0], steal_share(stolen0, cpu_times())

@@ -16,8 +16,11 @@ next). The mean moves with the clusters, not across them.
 
 The simulated machine is the profile with this host's processors shared by all actors, as
 Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), share)``, with
-``share`` the processor share busy processes got right before the layout's Ray runs). Each
-row says how loaded the host was. A layout's ``sim / ray`` ratio is the simulator's error
+``share`` the processor share busy processes got right before the layout's Ray runs), its
+compute scaled to the host's speed then: a fixed join timed before the layout's runs against
+the same at the fit (:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's
+``drift``), as a shared host's speed moves by a fifth within an hour. Each row says how
+loaded the host was. A layout's ``sim / ray`` ratio is the simulator's error
 for it on this host at this moment; the fidelity target is 0.80–1.25.
 """
 
@@ -36,7 +39,7 @@ from streamjoin import sources, topologies
 from streamjoin.query import CountWindow, Query, band, greater, less
 from streamjoin.runtime.run import run
 from streamjoin.runtime.sim.arrival import Arrival
-from streamjoin.runtime.sim.calibrate import measure_cpu_share
+from streamjoin.runtime.sim.calibrate import measure_cpu_share, speed_probe
 from streamjoin.runtime.sim.host_profile import cpu_model
 from streamjoin.runtime.sim.profile import MachineProfile
 from streamjoin.topologies.base import Topology
@@ -104,6 +107,10 @@ class CheckRow:
     ray_mean_ms: float = float("nan")
     sim_mean_ms: float = float("nan")
     tuples: int = CHECK_TUPLES  # of the unpaced runs
+    #: the speed probe before the layout's runs over the profile's (above 1: the host was
+    #: slower than when the profile was fitted; the simulator's compute was scaled by it),
+    #: nan where the profile has no probe
+    drift: float = float("nan")
 
     @property
     def throughput_ratio(self) -> float:
@@ -177,6 +184,7 @@ def check(
     if unknown:
         raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
     cpus = os.cpu_count() or 1
+    reference = profile.info.get("speed_probe_ns")
     rows = []  # the first ray run starts Ray on this machine (on loopback) for the rest
     for name in names:
         make, inequality = CHECK_LAYOUTS[name]
@@ -184,6 +192,9 @@ def check(
         query, data = workload(tuples, window, inequality)
         share = measure_cpu_share(cpus, seconds=0.3, rounds=1)[0]
         machine = profile.with_cpus(cpus, share)
+        drift = speed_probe() / reference if reference else float("nan")
+        if reference:  # the compute as fast as the host is now
+            machine = machine.scaled(cpu=1 / drift)
         flood = [
             _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
             for _ in range(repeat)
@@ -226,6 +237,7 @@ def check(
             ray_elapsed_s=middle["elapsed_s"],
             sim_elapsed_s=sim_flood["elapsed_s"],
             tuples=tuples,
+            drift=drift,
         )
         rows.append(row)
         if report is not None:
@@ -239,7 +251,7 @@ def table(rows: list[CheckRow]) -> str:
     head = (
         f"{'layout':<26}{'ray t/s':>11}{'sim t/s':>11}{'sim/ray':>8}"
         f"{'pace':>10}{'p50 ray':>9}{'sim':>8}{'ratio':>7}{'p99 ray':>9}{'sim':>8}{'ratio':>7}"
-        f"{'mean ray':>9}{'sim':>8}{'ratio':>7}{'share':>11}{'load':>6}"
+        f"{'mean ray':>9}{'sim':>8}{'ratio':>7}{'share':>11}{'drift':>6}{'load':>6}"
     )
     lines = [head]
     for r in rows:
@@ -248,7 +260,7 @@ def table(rows: list[CheckRow]) -> str:
             f"{r.throughput_ratio:>8.2f}{r.pace:>10,.0f}{r.ray_p50_ms:>9.2f}{r.sim_p50_ms:>8.2f}"
             f"{r.p50_ratio:>7.2f}{r.ray_p99_ms:>9.2f}{r.sim_p99_ms:>8.2f}{r.p99_ratio:>7.2f}"
             f"{r.ray_mean_ms:>9.2f}{r.sim_mean_ms:>8.2f}{r.mean_ratio:>7.2f}"
-            f"{'/'.join(f'{v:.2f}' for v in r.cpu_share):>11}{r.load_1min:>6.1f}"
+            f"{'/'.join(f'{v:.2f}' for v in r.cpu_share):>11}{r.drift:>6.2f}{r.load_1min:>6.1f}"
         )
     if rows:
         within = [
@@ -296,11 +308,14 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         "the median of 3 runs, then the simulator with this host's processors shared by all "
         f"actors. Unpaced: {rows[0].tuples if rows else CHECK_TUPLES:,} tuples as fast as the "
         "join takes them; paced: a quarter of "
-        "Ray's unpaced rate, a batch per 10 ms of input.",
+        "Ray's unpaced rate, a batch per 10 ms of input. `drift`: a fixed join's steps timed "
+        "before the layout's runs over the same at the fit (the simulator's compute scaled "
+        "by it).",
         "",
         "| layout | Ray t/s | sim t/s | sim / Ray | pace t/s | p50 Ray ms | p50 sim | ratio "
-        "| p99 Ray ms | p99 sim | ratio | mean Ray ms | mean sim | ratio | CPU share | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| p99 Ray ms | p99 sim | ratio | mean Ray ms | mean sim | ratio | CPU share | drift "
+        "| load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
@@ -309,7 +324,7 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
             f"{r.sim_p50_ms:.2f} | {r.p50_ratio:.2f} | {r.ray_p99_ms:.2f} | {r.sim_p99_ms:.2f} | "
             f"{r.p99_ratio:.2f} | {r.ray_mean_ms:.2f} | {r.sim_mean_ms:.2f} | "
             f"{r.mean_ratio:.2f} | {'/'.join(f'{v:.2f}' for v in r.cpu_share)} | "
-            f"{r.load_1min:.1f} |"
+            f"{r.drift:.2f} | {r.load_1min:.1f} |"
         )
     lines += ["", table(rows).splitlines()[-1], ""]
     lines += actor_table(rows)
