@@ -2,7 +2,6 @@
 in order when asked, merges in flight included."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -159,12 +158,15 @@ def test_a_thread_that_fails_in_a_task_ends_the_run_with_its_error(pipelined, mo
     from streamjoin.actors.shared_index.kernels import _claim
 
     real = core_module.run_tasks
+    failed = threading.Event()
 
     def failing(thread, stay, keep, sync, cfg, step, *rest):
         if thread == 1 and _claim(step.ctl, 0, 0) >= 0:  # claimed a task: fail in it
+            failed.set()
             raise MemoryError("no room for the task's pairs")
-        if thread == 0:  # the core's thread comes late, so that the pool's threads claim
-            time.sleep(0.002)  # tasks even on a busy host (else it may run every task)
+        if thread == 0:  # the core's thread waits for that, else on a busy host it may run
+            failed.wait(1.0)  # every task before a pool thread claims one (a 2 ms head start
+            # was not enough under a loaded test run)
         return real(thread, stay, keep, sync, cfg, step, *rest)
 
     monkeypatch.setattr(core_module, "run_tasks", failing)
