@@ -40,7 +40,6 @@ import tempfile
 import time
 
 import streamjoin as sj
-from streamjoin.runtime import result
 from streamjoin.runtime.sim import fidelity
 
 #: One line of ``perf sched timehist``: time, [cpu], task, wait, scheduler delay, run (ms).
@@ -138,14 +137,6 @@ def report(rows, lo: float, hi: float, cpus: int, batches: int | None) -> None:
 
 def traced_run(query, data, topo, *, pace: float | None, chunk: int) -> tuple:
     """Run once under ``perf sched record``; returns the metrics, the window and the rows."""
-    window: dict[str, int] = {}
-    from_trace = result.Result.from_trace.__func__
-
-    def keep_window(cls, trace, *args, **kwargs):
-        window["start"] = trace.start_ns
-        return from_trace(cls, trace, *args, **kwargs)
-
-    result.Result.from_trace = classmethod(keep_window)
     kw: dict = {"batch_size": chunk, "chunk_rows": chunk, "collect": "count", "progress": False}
     if pace is not None:
         kw |= {"pace": pace, "max_delay": 0.0}
@@ -163,10 +154,9 @@ def traced_run(query, data, topo, *, pace: float | None, chunk: int) -> tuple:
             time.sleep(0.1)
             perf.send_signal(signal.SIGINT)
             perf.wait()
-            result.Result.from_trace = classmethod(from_trace)
         rows = switches(path)
-    lo = window["start"] / 1e9
-    return m, (lo, lo + m["elapsed_s"]), rows
+    lo, hi = (t / 1e9 for t in m["window_ns"])
+    return m, (lo, hi), rows
 
 
 def main(args: list[str]) -> None:

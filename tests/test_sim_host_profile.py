@@ -6,8 +6,10 @@ import dataclasses
 import importlib
 import json
 import os
+import time
 import warnings
 
+import numpy as np
 import pytest
 
 import streamjoin as sj
@@ -208,7 +210,10 @@ def test_check_report_shows_where_each_actors_time_went():
     assert "| handshake(2) | emitter | 0.012 | – | 0.020 | 1.67 | 0.03 | 0.08 | – | – | – |" in text
     cpus = os.cpu_count() or 1
     ray_share, sim_share = 0.272 / (cpus * 0.4), 0.12 / (cpus * 0.25)
-    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} |" in text
+    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | nan | nan |" in text
+    shares = dataclasses.replace(row, ray_idle=0.061, ray_softirq=0.024)
+    text = fidelity.markdown([shares], sim.default_profile(), 90.0)
+    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | 0.06 | 0.02 |" in text
     bare = dataclasses.replace(row, actors=())
     assert "Per actor" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
 
@@ -254,3 +259,47 @@ def test_the_check_shows_the_hosts_drift_since_the_fit():
     text = fidelity.markdown([drifted], sim.default_profile(), 1.0)
     assert "| 1.00 | 1.23 | 0.5 |" in text and "`drift`" in text
     assert "| 1.00 | nan | 0.5 |" in fidelity.markdown([row], sim.default_profile(), 1.0)
+
+
+def test_proc_stat_cuts_a_window_out_of_its_samples():
+    """Counters interpolated between samples, each kind's share of what all spent."""
+    stat = fidelity.ProcStat()
+    zero = np.zeros(8)
+    stat.samples = [(0, zero), (100, np.array([10.0, 0, 10, 60, 0, 0, 20, 0]))]
+    shares = stat.shares(50, 100)  # half of every counter's growth
+    assert shares == pytest.approx(
+        {
+            "user": 0.1,
+            "nice": 0,
+            "system": 0.1,
+            "idle": 0.6,
+            "iowait": 0,
+            "irq": 0,
+            "softirq": 0.2,
+            "steal": 0,
+        }
+    )
+    assert stat.shares(50, 150) is None and stat.shares(-1, 50) is None
+    if fidelity.ProcStat.read() is None:
+        pytest.skip("no /proc/stat here")
+    with fidelity.ProcStat(every=0.005) as live:
+        t0 = time.monotonic_ns()
+        while time.monotonic_ns() - t0 < 200_000_000:  # one processor busy for 0.2 s
+            pass
+        t1 = time.monotonic_ns()
+        time.sleep(0.02)
+    got = live.shares(t0, t1)
+    assert got is not None and sum(got.values()) == pytest.approx(1.0)
+    assert got["user"] + got["nice"] + got["system"] >= 0.3
+
+
+def test_a_runs_window_is_on_its_clock():
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(50))
+    data = sj.sources.synthetic(2_000, low=0, high=500, seed=3)
+    before = time.monotonic_ns()
+    m = sj.run(q, data, sj.topologies.single(), backend="local", batch_size=64).metrics
+    lo, hi = m["window_ns"]
+    assert before <= lo < hi <= time.monotonic_ns()
+    assert (hi - lo) / 1e9 == pytest.approx(m["elapsed_s"])
+    m = sj.run(q, data, sj.topologies.single(), backend="sim", batch_size=64).metrics
+    assert (m["window_ns"][1] - m["window_ns"][0]) / 1e9 == pytest.approx(m["elapsed_s"])

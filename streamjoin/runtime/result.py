@@ -64,7 +64,9 @@ class Result:
     count : int
         Number of result pairs (with an outer join's tuples without a partner).
     metrics : dict
-        ``input_tuples``, ``output_pairs``, ``elapsed_s`` (first ingest to last result),
+        ``input_tuples``, ``output_pairs``, ``elapsed_s`` (first ingest to last result) and
+        ``window_ns``, those two instants on the run's clock (``time.monotonic_ns`` on
+        ``local`` and ``ray``, to line other measurements up with the run; virtual on ``sim``),
         ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max, mean),
         ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
         the machine; ``late_tuples`` with ``Query.lateness``; ``unmatched_tuples`` (of
@@ -158,6 +160,7 @@ class Result:
                 else {}
             ),
             "elapsed_s": elapsed_s,
+            "window_ns": [trace.start_ns, max(end, trace.start_ns + 1)],
             "input_tuples_per_s": trace.input_tuples / elapsed_s,
             "output_pairs_per_s": col.count / elapsed_s,
             "latency_ms": {k: float(v) for k, v in latency.items()},

@@ -30,6 +30,8 @@ import datetime
 import os
 import platform
 import statistics
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -111,6 +113,11 @@ class CheckRow:
     #: slower than when the profile was fitted; the simulator's compute was scaled by it),
     #: nan where the profile has no probe
     drift: float = float("nan")
+    #: the processors' idle and softirq shares in Ray's median unpaced run (``ProcStat``):
+    #: time no process used, and the kernel's delivery of loopback packets, which no
+    #: process's CPU time counts; nan where not measured
+    ray_idle: float = float("nan")
+    ray_softirq: float = float("nan")
 
     @property
     def throughput_ratio(self) -> float:
@@ -127,6 +134,67 @@ class CheckRow:
     @property
     def p99_ratio(self) -> float:
         return self.sim_p99_ms / self.ray_p99_ms if self.ray_p99_ms else float("nan")
+
+
+class ProcStat:
+    """The machine's processor time by kind (``/proc/stat``'s first line: ``user``, ``nice``,
+    ``system``, ``idle``, ``iowait``, ``irq``, ``softirq``, ``steal``) sampled every ``every``
+    seconds in a thread while the ``with`` block runs, so that a run's window can be cut out
+    afterwards (:meth:`shares`). The kernel counts in ticks (10 ms here): over a run of a
+    second on 2 processors a share is good to about 1%. Where there is no ``/proc/stat`` it
+    samples nothing and :meth:`shares` is None."""
+
+    KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+    def __init__(self, every: float = 0.01) -> None:
+        self.every = every
+        self.samples: list[tuple[int, np.ndarray]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def read() -> np.ndarray | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()
+        except OSError:
+            return None
+        return np.array([int(v) for v in fields[1:9]], dtype=np.float64)
+
+    def _sample(self) -> None:
+        while True:
+            counts = self.read()
+            if counts is None:
+                return
+            self.samples.append((time.monotonic_ns(), counts))
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> ProcStat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def shares(self, lo_ns: int, hi_ns: int) -> dict[str, float] | None:
+        """Each kind's share of the processors' time between two ``time.monotonic_ns``
+        instants (the counters interpolated linearly between samples); None without samples
+        around both."""
+        if len(self.samples) < 2 or not self.samples[0][0] <= lo_ns < hi_ns:
+            return None
+        if hi_ns > self.samples[-1][0]:
+            return None
+        t = np.array([s[0] for s in self.samples], dtype=np.float64)
+        counts = np.stack([s[1] for s in self.samples])
+        at = [
+            np.array([np.interp(x, t, counts[:, k]) for k in range(counts.shape[1])])
+            for x in (lo_ns, hi_ns)
+        ]
+        spent = at[1] - at[0]
+        total = spent.sum()
+        return dict(zip(self.KINDS, (spent / total).tolist(), strict=True)) if total > 0 else None
 
 
 def workload(n: int, window: int, inequality: bool, seed: int = 1):
@@ -151,6 +219,7 @@ def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dic
         kw["max_delay"] = 0.0  # every chunk is one batch
     m = run(query, data, topo, backend=backend, **kw).metrics
     return {
+        "window_ns": m["window_ns"],
         "tuples_per_s": m["input_tuples_per_s"],
         "p50_ms": m["latency_ms"]["p50"],
         "p99_ms": m["latency_ms"]["p99"],
@@ -195,12 +264,14 @@ def check(
         drift = speed_probe() / reference if reference else float("nan")
         if reference:  # the compute as fast as the host is now
             machine = machine.scaled(cpu=1 / drift)
-        flood = [
-            _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
-            for _ in range(repeat)
-        ]
+        with ProcStat() as stat:
+            flood = [
+                _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
+                for _ in range(repeat)
+            ]
         ray_rate = statistics.median(r["tuples_per_s"] for r in flood)
         middle = sorted(flood, key=lambda r: r["tuples_per_s"])[len(flood) // 2]
+        shares = stat.shares(*middle["window_ns"]) or {}
         sim_flood = _one(
             query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine
         )
@@ -238,6 +309,8 @@ def check(
             sim_elapsed_s=sim_flood["elapsed_s"],
             tuples=tuples,
             drift=drift,
+            ray_idle=shares.get("idle", float("nan")),
+            ray_softirq=shares.get("softirq", float("nan")),
         )
         rows.append(row)
         if report is not None:
@@ -346,7 +419,9 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
         "out: on Ray the CPU seconds of the thread that ran them (a shared-index core's pool "
         "threads not included), on the simulator the compute they were charged (the tasks "
         "its pool ran not included). Below, the processors' time the actors' CPU (Ray) or "
-        "steps (sim) fill, of what the run's elapsed time offers.",
+        "steps (sim) fill, of what the run's elapsed time offers, and on Ray what no "
+        "process used: the processors idle, and the kernel's softirq work (the loopback's "
+        "delivery of the frames, which no process's CPU time counts).",
         "",
         "| layout | actor | Ray busy s | Ray CPU s | sim busy s | sim / Ray busy "
         "| busy share Ray | sim | steps: Ray CPU s | sim s | sim / Ray |",
@@ -373,8 +448,8 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
     lines += [
         "",
         "| layout | Ray: actors' CPU (busy where not reported) / processors · elapsed "
-        "| sim: busy / processors · elapsed |",
-        "|---|---:|---:|",
+        "| sim: busy / processors · elapsed | Ray: idle | softirq |",
+        "|---|---:|---:|---:|---:|",
     ]
     cpus = os.cpu_count() or 1
     for r in rows:
@@ -382,6 +457,7 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
         sim_busy = sum(a.sim_busy_s for a in r.actors)
         lines.append(
             f"| {r.layout} | {ray_cpu / (cpus * r.ray_elapsed_s):.2f} | "
-            f"{sim_busy / (cpus * r.sim_elapsed_s):.2f} |"
+            f"{sim_busy / (cpus * r.sim_elapsed_s):.2f} | {r.ray_idle:.2f} | "
+            f"{r.ray_softirq:.2f} |"
         )
     return [*lines, ""]
