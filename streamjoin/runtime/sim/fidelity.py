@@ -177,6 +177,9 @@ class ProcStat:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        counts = self.read()  # the last: a window may end right before the block does
+        if counts is not None:
+            self.samples.append((time.monotonic_ns(), counts))
 
     def shares(self, lo_ns: int, hi_ns: int) -> dict[str, float] | None:
         """Each kind's share of the processors' time between two ``time.monotonic_ns``
