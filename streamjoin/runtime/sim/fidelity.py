@@ -161,25 +161,26 @@ class ProcStat:
             return None
         return np.array([int(v) for v in fields[1:9]], dtype=np.float64)
 
-    def _sample(self) -> None:
-        while True:
-            counts = self.read()
-            if counts is None:
-                return
+    def _take(self) -> bool:
+        counts = self.read()
+        if counts is not None:
             self.samples.append((time.monotonic_ns(), counts))
-            if self._stop.wait(self.every):
-                return
+        return counts is not None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every) and self._take():
+            pass
 
     def __enter__(self) -> ProcStat:
-        self._thread.start()
+        if self._take():  # the first and the last here: a window may span the whole block
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
-        counts = self.read()  # the last: a window may end right before the block does
-        if counts is not None:
-            self.samples.append((time.monotonic_ns(), counts))
+        if self._thread.is_alive():
+            self._thread.join()
+            self._take()
 
     def shares(self, lo_ns: int, hi_ns: int) -> dict[str, float] | None:
         """Each kind's share of the processors' time between two ``time.monotonic_ns``
