@@ -94,8 +94,9 @@ class LowLatencyHandshakeCore(JoinLogic):
         Keyword arguments for each index instance.
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` of the batches (as at a join
-    core); at a batch's home the join with the crossing log counts a part call and the tuples
-    it joins (the batch's and the log's) as tuples more; a drain marker's step counts what it
+    core); at a batch's home the join with the crossing log counts a part call, and as tuples
+    more those it concatenates (the batch's and every logged batch's it looks at: each is
+    copied, then sorted or dropped) and those it joins; a drain marker's step counts what it
     drops as expired. Charged ``<index>:handshake_ll``'s cost row:
     the crossing log and the round-robin homes wrap the index's kernels in work of their own.
     """
@@ -205,6 +206,7 @@ class LowLatencyHandshakeCore(JoinLogic):
         if not log:
             return PairBatch.empty()
         both = Batch.concat([batch, *log])
+        self.work.tuples += len(both)  # each is copied, then sorted or dropped
         keep = np.flatnonzero((both.stream == x) | (both.seq > first))
         both = both.take(keep[np.argsort(both.seq[keep], kind="stable")]).freeze()
         # an in-batch join of its own, over the batch and the log (a logged tuple costs more
