@@ -488,10 +488,11 @@ def calibrate(
 
     The share of a processor that one and several busy processes get
     (:func:`measure_cpu_share`) is measured first, next to the kernel timings, whose
-    conditions it describes. Before each index's workloads :func:`speed_probe` times a fixed
-    join, and each workload's steps are fitted as if timed at the probes' median speed (kept
-    as ``info["speed_probe_ns"]``, each index's probe in ``info["fit"]["speed"]``): a host
-    that drifts during the fit does not bend the rows fitted while it was slow.
+    conditions it describes. Before and after each index's workloads :func:`speed_probe`
+    times a fixed join, and each workload's steps are fitted as if timed at the median over
+    the indexes of the two probes' mean (kept as ``info["speed_probe_ns"]``, each index's in
+    ``info["fit"]["speed"]``): a host that drifts during the fit does not bend the rows fitted
+    while it was slow.
 
     Returns
     -------
@@ -509,14 +510,22 @@ def calibrate(
         measure_cpu_share(seconds=0.2, rounds=1) if quick else measure_cpu_share()
     )
     recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
-    probes: dict[int, float] = {}  # each workload's speed probe
-    by_index = {}
+    # the host's speed before and after each index's workloads (speed_probe; the first call
+    # loads its kernels): each workload is fitted at the mean of its index's two
+    repeats = 3 if quick else 5
+    speed_probe(1)
+    probes: dict[int, float] = {}  # each workload's speed
+    by_index, runs, before = {}, {}, speed_probe(repeats)
     for index in names:
-        by_index[index] = probe = speed_probe(3 if quick else 5)
+        runs[index] = []
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
             recorder.run += 1
-            probes[recorder.run] = probe
+            runs[index].append(recorder.run)
             _recorded_run(recorder, query, data, topo, b, chunk)
+        after = speed_probe(repeats)
+        by_index[index] = (before + after) / 2
+        probes |= dict.fromkeys(runs[index], by_index[index])
+        before = after
     reference = float(np.median(list(by_index.values())))
     quality = {
         "cpu_share": share_raw,
