@@ -456,7 +456,8 @@ def band_for_match_rate(
     if integer is None:
         integer = np.issubdtype(r.dtype, np.integer) and np.issubdtype(s.dtype, np.integer)
     rng = np.random.default_rng(0)
-    r = rng.choice(r, size=min(len(r), 20_000), replace=False).astype(np.float64)
+    # the probes sorted: numpy's searchsorted starts each search where the last one ended
+    r = np.sort(rng.choice(r, size=min(len(r), 20_000), replace=False).astype(np.float64))
     s = np.sort(rng.choice(s, size=min(len(s), 200_000), replace=False).astype(np.float64))
     target = match_rate / window
 
@@ -467,6 +468,8 @@ def band_for_match_rate(
     lo, hi = 0.0, float(s[-1] - s[0]) + 1.0
     for _ in range(100):
         mid = (lo + hi) / 2
+        if mid in (lo, hi):  # as close as floats get: the rest would change nothing
+            break
         if selectivity(mid) < target:
             lo = mid
         else:

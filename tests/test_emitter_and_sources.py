@@ -209,6 +209,46 @@ def test_band_for_match_rate_gives_that_match_rate(distribution):
     assert res.count / probes_with_full_window == pytest.approx(2, rel=0.15)
 
 
+def _eps_by_bisection(r, s, window, match_rate):
+    """The band width by bisecting the sampled selectivity a hundred times over (what
+    ``band_for_match_rate`` computes, the straightforward way)."""
+    integer = np.issubdtype(r.dtype, np.integer) and np.issubdtype(s.dtype, np.integer)
+    rng = np.random.default_rng(0)
+    r = rng.choice(r, size=min(len(r), 20_000), replace=False).astype(np.float64)
+    s = np.sort(rng.choice(s, size=min(len(s), 200_000), replace=False).astype(np.float64))
+    lo, hi = 0.0, float(s[-1] - s[0]) + 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        hits = np.searchsorted(s, r + mid, "right") - np.searchsorted(s, r - mid, "left")
+        if float(hits.mean()) / len(s) < match_rate / window:
+            lo = mid
+        else:
+            hi = mid
+    return float(np.floor(hi)) if integer else hi
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    st.sampled_from(["small ints", "large ints", "floats"]),
+    st.integers(1, 600),
+    st.integers(1, 600),
+    st.integers(1, 5000),
+    st.sampled_from([0.1, 1.0, 2.0, 16.0, 1e4]),
+    st.integers(0, 2**16),
+)
+def test_band_for_match_rate_is_the_bisections_answer(kind, n, m, window, rate, seed):
+    """Sorted probes and a bisection that stops once floats cannot get closer give the
+    answer of a hundred rounds on unsorted probes, exactly."""
+    rng = np.random.default_rng(seed)
+    if kind == "floats":
+        r, s = rng.normal(0, 1e3, n), rng.normal(5, 1e3, m)
+    else:
+        high = 50 if kind == "small ints" else 10**6
+        r, s = rng.integers(-high, high, n), rng.integers(-high, high, m)
+    eps = sj.sources.band_for_match_rate(r, s, window=window, match_rate=rate)
+    assert eps == _eps_by_bisection(r, s, window, rate)
+
+
 def test_handshake_workload_shape():
     t = sj.sources.handshake_workload(10_000, rate=2_000, seed=1)
     assert t.column_names == ["stream", "ts", "x", "y"]
