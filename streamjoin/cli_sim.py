@@ -215,7 +215,7 @@ def cmd_calibrate(args) -> int:
     mid = profile.info["speed_probe_ns"]
     print(
         f"host speed: a fixed join took {min(speeds) / mid:.2f}–{max(speeds) / mid:.2f}× its "
-        "median before each index's runs (each fitted at the median)"
+        "median around each index's runs (each fitted at the median)"
     )
     if profile.source.startswith("this host"):
         print(f"stored as {profile.source}: --backend sim uses it from now on")
