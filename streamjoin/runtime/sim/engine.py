@@ -18,9 +18,10 @@ nothing on its way to it, as the sender's step starts: the write wakes that core
 it rested the more, :meth:`MessageCosts.rouse_cost <streamjoin.runtime.sim.profile.
 MessageCosts.rouse_cost>`), travel a modelled hop latency, and join the destinations'
 mailboxes in FIFO order per link. The emitter that rested before a chunk pays the wake-up on
-it too, after stamping it (the driver stamps a chunk as its pacing sleep ends, then works). What a core passes on unchanged along a chain
-(:func:`~streamjoin.actors.passes_on`; DP-Join, §III-C) leaves right after it is received,
-before the core's own work, as every executor sends it.
+it too, after stamping it (the driver stamps a chunk as its pacing sleep ends, then works).
+What a core passes on unchanged along a chain (:func:`~streamjoin.actors.passes_on`; DP-Join,
+§III-C) leaves right after it is received, before the core's own work, as every executor
+sends it.
 
 As the ``ray`` executor's actors do (:mod:`streamjoin.runtime.coalesce`), a core that finds
 messages of one sender for one port waiting right behind the one it takes runs the logic once
