@@ -785,10 +785,12 @@ def test_the_cores_count_the_merges_their_thread_ran():
     for batch in batches:
         single.on_batch("in", batch)
     assert single.work.merges == sum(p.index.merges for p in single.parts.values()) > 20
-    for merge in ("nonblocking", "blocking"):
+    # blocking, the merges are the inserts' own; nonblocking, how many phases end depends on
+    # how far the merging threads got (17 under a loaded test run): some, all counted
+    for merge, least in (("nonblocking", 1), ("blocking", 20)):
         core = SharedIndexCore(query, "pim_tree", options, threads=2, merge=merge)
         for batch in batches:
             core.on_batch("in", batch)
         core.on_eof()
-        assert core.work.merges == core.stats()["merges"] > 20
+        assert core.work.merges == core.stats()["merges"] >= least, merge
         assert core.counters()[-1] == core.work.merges
