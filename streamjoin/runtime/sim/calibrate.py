@@ -515,7 +515,9 @@ def calibrate(
     repeats = 3 if quick else 5
     speed_probe(1)
     probes: dict[int, float] = {}  # each workload's speed
-    by_index, runs, before = {}, {}, speed_probe(repeats)
+    by_index: dict[str, float] = {}
+    runs: dict[str, list[int]] = {}
+    before = speed_probe(repeats)
     for index in names:
         runs[index] = []
         for query, data, topo, b, chunk in _calibration_runs(index, quick, seed):
