@@ -163,6 +163,14 @@ def add_calibrate_command(sub) -> None:
         help="with --check: tuples of each unpaced run (default: 1,200,000, about a second "
         "on Ray; shorter runs carry their start-up)",
     )
+    cal.add_argument(
+        "--repeat",
+        type=cli_number(integer=True, low=1),
+        default=None,
+        metavar="N",
+        help="with --check: Ray runs of each layout in each mode, the median kept (default: "
+        "3; a paced run's latency moves by a fifth to a third from run to run)",
+    )
 
 
 def cmd_calibrate(args) -> int:
@@ -183,7 +191,7 @@ def cmd_calibrate(args) -> int:
     if args.check_only:
         profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)
         print(f"checking the profile {profile.name!r} ({profile.source})", flush=True)
-        return _check(profile, args.layout, args.report, args.tuples)
+        return _check(profile, args.layout, args.report, args.tuples, args.repeat)
     if args.out is not None:
         check_out_file(args.out, args.force)  # before three minutes of measuring
     print("calibrating (about 3 minutes; --quick for a rough profile in seconds) ...", flush=True)
@@ -223,7 +231,9 @@ def cmd_calibrate(args) -> int:
         print("not stored as this host's profile (only some indexes were measured)")
     if args.out is not None:
         print(f"wrote {args.out} (for another host: --backend sim --machine {args.out})")
-    return _check(profile, args.layout, args.report, args.tuples) if args.check else 0
+    if not args.check:
+        return 0
+    return _check(profile, args.layout, args.report, args.tuples, args.repeat)
 
 
 def _conditions(c: dict) -> str:
@@ -236,7 +246,7 @@ def _conditions(c: dict) -> str:
     )
 
 
-def _check(profile, layouts, report_md: str | None, tuples: int | None) -> int:
+def _check(profile, layouts, report_md: str | None, tuples: int | None, repeat: int | None) -> int:
     import os
     import time
 
@@ -248,8 +258,12 @@ def _check(profile, layouts, report_md: str | None, tuples: int | None) -> int:
         print(table([row]).splitlines()[1], flush=True)
 
     t0 = time.perf_counter()
+    given = {"tuples": tuples, "repeat": repeat}
     rows = check(
-        profile, layouts=layouts, report=report, **({} if tuples is None else {"tuples": tuples})
+        profile,
+        layouts=layouts,
+        report=report,
+        **{k: v for k, v in given.items() if v is not None},
     )
     print(table(rows))
     if report_md is not None:

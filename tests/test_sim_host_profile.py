@@ -162,6 +162,11 @@ def test_cli_check_options_are_checked_first(capsys):
     assert refused.value.code == 2 and "--tuples: must be an integer >= 1000" in (
         capsys.readouterr().err
     )
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["calibrate", "--check-only", "--repeat", "0"])
+    assert refused.value.code == 2 and "--repeat: must be an integer >= 1" in (
+        capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):
         cli.main(["calibrate", "--help"])
     assert f"default: {fidelity.CHECK_TUPLES:,}," in " ".join(capsys.readouterr().out.split())
@@ -190,6 +195,11 @@ def test_check_report_names_the_profile_and_the_host():
     assert f"Unpaced: {fidelity.CHECK_TUPLES:,} tuples" in text
     shorter = fidelity.markdown([dataclasses.replace(row, tuples=300_000)], prof, 90.0)
     assert "Unpaced: 300,000 tuples" in shorter
+    assert "the median of 3 runs" in text
+    more = fidelity.markdown([dataclasses.replace(row, repeats=7)], prof, 90.0)
+    assert "the median of 7 runs" in more
+    once = fidelity.markdown([dataclasses.replace(row, repeats=1)], prof, 90.0)
+    assert "Ray's figures from one run," in once
     assert host_profile.cpu_model() in text
 
 

@@ -109,6 +109,7 @@ class CheckRow:
     ray_mean_ms: float = float("nan")
     sim_mean_ms: float = float("nan")
     tuples: int = CHECK_TUPLES  # of the unpaced runs
+    repeats: int = 3  # Ray runs in each mode, the median kept
     #: the speed probe before the layout's runs over the profile's (above 1: the host was
     #: slower than when the profile was fitted; the simulator's compute was scaled by it),
     #: nan where the profile has no probe
@@ -312,6 +313,7 @@ def check(
             ray_elapsed_s=middle["elapsed_s"],
             sim_elapsed_s=sim_flood["elapsed_s"],
             tuples=tuples,
+            repeats=repeat,
             drift=drift,
             ray_idle=shares.get("idle", float("nan")),
             ray_softirq=shares.get("softirq", float("nan")),
@@ -361,6 +363,10 @@ def table(rows: list[CheckRow]) -> str:
     return "\n".join(lines)
 
 
+def _runs(n: int) -> str:
+    return "from one run" if n == 1 else f"the median of {n} runs"
+
+
 def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> str:
     """A results page: the table, the profile checked (name, source, when it was fitted and
     under what load) and this host, for ``calibrate --check --report FILE``."""
@@ -382,7 +388,8 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         f"{platform.platform()}; profile {profile.name!r} ({source}; {fitted}); "
         f"{seconds / 60:.1f} minutes. Each layout: a band join at match rate 2 (spo(2): "
         "`r.a < s.a AND r.b > s.b`) over a count window of 8,192 per stream; Ray's figures "
-        "the median of 3 runs, then the simulator with this host's processors shared by all "
+        f"{_runs(rows[0].repeats if rows else 3)}, then the simulator with this "
+        "host's processors shared by all "
         f"actors. Unpaced: {rows[0].tuples if rows else CHECK_TUPLES:,} tuples as fast as the "
         "join takes them; paced: a quarter of "
         "Ray's unpaced rate, a batch per 10 ms of input. `drift`: a fixed join's steps timed "
