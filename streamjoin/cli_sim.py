@@ -169,7 +169,7 @@ def add_calibrate_command(sub) -> None:
         default=None,
         metavar="N",
         help="with --check: Ray runs of each layout in each mode, the median kept (default: "
-        "3; a paced run's latency moves by a fifth to a third from run to run)",
+        "3; on a shared host a paced run's latency varies from run to run)",
     )
 
 

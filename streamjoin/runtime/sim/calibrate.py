@@ -393,7 +393,7 @@ def measure_cpu_share(
 
 
 #: The speed probe's workload: ``(index, tuples, window, match rate, batch)``: a band join on
-#: ``single("bplus_tree")``, about 10 ms of join steps on the development VMs.
+#: ``single("bplus_tree")``, some milliseconds of join steps.
 PROBE = ("bplus_tree", 20_000, 4096, 2.0, 512)
 
 
@@ -404,8 +404,8 @@ def speed_probe(repeats: int = 5) -> float:
     A calibration probes before each index's workloads and fits every workload's steps as
     if timed at the probes' median speed; the check probes before each layout and runs the
     simulator with the profile's compute scaled to the host's speed then
-    (:func:`~streamjoin.runtime.sim.fidelity.check`): a shared host's speed drifts by more
-    within an hour (a fifth, here) than most effects a profile describes.
+    (:func:`~streamjoin.runtime.sim.fidelity.check`): a shared host's speed can drift by
+    more within an hour than most effects a profile describes.
     """
     index, n, window, match, batch = PROBE
     query, data = _workload(index, n, window, match, seed=1)
