@@ -20,8 +20,8 @@ Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), sha
 compute scaled to the host's speed then: a fixed join timed before the layout's runs against
 the same at the fit (:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's
 ``drift``), as a shared host's speed drifts within the hour. Each row says how loaded the
-host was. A layout's ``sim / ray`` ratio is the simulator's error
-for it on this host at this moment; the fidelity target is 0.80–1.25.
+host was. A layout's ``sim / ray`` ratio is the simulator's error for it on this host at this
+moment; the fidelity target is 0.80–1.25.
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ class ProcStat:
     ``system``, ``idle``, ``iowait``, ``irq``, ``softirq``, ``steal``) sampled every ``every``
     seconds in a thread while the ``with`` block runs, so that a run's window can be cut out
     afterwards (:meth:`shares`). The kernel counts in ticks (``USER_HZ``, commonly 100 a
-    second), so a share over a run of a second on two processors is good to about 1%. Where there is no ``/proc/stat`` it
-    samples nothing and :meth:`shares` is None."""
+    second), so a share over a run of a second on two processors is good to about 1%. Where
+    there is no ``/proc/stat`` it samples nothing and :meth:`shares` is None."""
 
     KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
