@@ -401,9 +401,9 @@ def speed_probe(repeats: int = 5) -> float:
     """How fast this host runs join steps now: the ns that :data:`PROBE`'s join steps take
     in this process (each step timed as a calibration times it, the median of ``repeats``).
 
-    A calibration probes before each index's workloads and fits every workload's steps as
-    if timed at the probes' median speed; the check probes before each layout and runs the
-    simulator with the profile's compute scaled to the host's speed then
+    A calibration probes before and after each index's workloads and fits every workload's
+    steps as if timed at the median speed over the indexes; the check probes before each
+    layout and runs the simulator with the profile's compute scaled to the host's speed then
     (:func:`~streamjoin.runtime.sim.fidelity.check`): a shared host's speed can drift by
     more within an hour than most effects a profile describes.
     """

@@ -257,15 +257,19 @@ def measure_messages(
     - *idle*: ``idle_calls`` batches ``IDLE_GAPS_S[0]`` apart, then as many
       ``IDLE_GAPS_S[1]`` apart, so each host sleeps when a frame reaches it. What the
       stepping thread itself (which reads the frames) uses a message more than back to back
-      is what waking after that gap costs it: ``wake_after`` holds, at each gap, the median
-      of the relay's and the sink's over the batch sizes (clipped at 0; it grows with the
-      gap, several times the back-to-back CPU at 8 ms here: the thread's caches and the
-      processor it wakes on went cold), and ``wake_ns`` is 0. What the rest of the process
-      (Ray's threads) uses a second is kept with the raw figures, and not charged. The time
-      from the relay's step to the sink's at the longer gap, less the send, the receive and
-      the wake, is what a message waits besides the two ends' work (the kernel's delivery,
-      the sink's process being scheduled): ``hop_ns``, the median over the batch sizes
-      (clipped at 0), with no per-byte part;
+      is what waking after that gap costs it: ``wake_after`` holds, at each gap, the sink's
+      median over the batch sizes (the sink's thread only receives; the relay's also writes
+      to the sink, asleep too, and so pays the rouse as well; clipped at 0; it grows with the
+      gap: the thread's caches and the processor it wakes on went cold), and ``wake_ns`` is
+      0. The driver times each send, asleep in the gaps and again busy through them: a send
+      to a host asleep from a sender that stayed busy, less a send back to back, is what
+      waking the receiver costs its sender, ``rouse_after`` (at each gap, the median over the
+      batch sizes, clipped at 0; the driver's own wake, asleep less busy, is kept with the raw
+      figures). What the rest of the process (Ray's threads) uses a second is kept with the
+      raw figures, and not charged. The time from the relay's step to the sink's at the
+      longer gap, less the send, the rouse, the receive and the wake, is what a message waits
+      besides the two ends' work (the kernel's delivery, the sink's process being scheduled):
+      ``hop_ns``, the median over the batch sizes (clipped at 0), with no per-byte part;
     - *cyclic*: the pipelined run again through hosts of a cyclic graph: what each host uses
       more per message is ``cyclic_recv_ns`` (the median over hosts and sizes, clipped at 0).
 
@@ -275,9 +279,9 @@ def measure_messages(
     are CPU times of the hosts' processes, as the simulator charges them on the processors
     its cores share. The raw figures come back as the second value: ns per message by batch
     size (the hosts' CPU, pipelined and asleep at each gap, the relay's period pipelined,
-    the one-way time), the wake at each gap and Ray's threads' CPU per second by host and
-    size, whether
-    the edges were sealed, and the load average at the start and the end.
+    the driver's sends, the one-way time), the wake at each gap by host and size, the rouse
+    and the driver's own wake at each gap by size, Ray's threads' CPU per second by host and
+    size, whether the edges were sealed, and the load average at the start and the end.
 
     Starts Ray with this host's CPUs and no dashboard if it is not running, and stops it again
     then. When every Ray node is this machine, the hosts listen on loopback, else on their
