@@ -590,6 +590,39 @@ def test_waiting_batches_are_coalesced(make, batch_size):
         assert sent / INBOX <= actors["core"]["batches_in"] < sent
 
 
+def test_a_merge_costs_its_receiver_the_copy():
+    """Batches that reach a core as one cost it the merge (``MessageCosts.merge_cost`` of the
+    merged message) besides each frame's receive; a lone batch costs none."""
+    query = sj.Query(sj.band("x", 3), window=sj.CountWindow(40))
+    data = sj.sources.synthetic(600, low=0, high=1_000, seed=7)
+    base = _profile()
+
+    def core(merge_ns: float, per_byte: float) -> dict:
+        costs = dataclasses.replace(base.messages, merge_ns=merge_ns, merge_per_byte_ns=per_byte)
+        res = sj.run(
+            query,
+            data,
+            sj.topologies.single(),
+            batch_size=20,
+            chunk_rows=20,
+            backend="sim",
+            arrival=sim.Arrival.constant(1e12),
+            machine=base.with_messages(costs),
+        )
+        assert res.same_pairs(sj.oracle.join(query, data))
+        assert res.metrics["actors"]["emitter"]["batches_out"] == 30  # 600 tuples
+        return res.metrics["actors"]["core"]
+
+    plain, fixed, by_byte = core(0.0, 0.0), core(50_000.0, 0.0), core(0.0, 2.0)
+    merged = 30 - plain["batches_in"]  # each merged step took two batches of 20
+    assert merged > 0 and fixed["batches_in"] == by_byte["batches_in"] == plain["batches_in"]
+    assert fixed["busy_s"] - plain["busy_s"] == pytest.approx(merged * 50_000e-9, rel=1e-9)
+    # per byte: each merged message's bytes (40 tuples; a band join's batches carry two
+    # attribute rows)
+    nbytes = (by_byte["busy_s"] - plain["busy_s"]) * 1e9 / (2.0 * merged)
+    assert nbytes == pytest.approx(sim.message_nbytes(_batch_of(40)))
+
+
 def test_cli_cpus_option():
     import argparse
 
@@ -927,6 +960,14 @@ def test_calibrate_ray_messages():
     assert set(raw["cyclic_recv_ns"]) == set(woken)
     handed = max(0.0, float(np.median(list(raw["cyclic_recv_ns"].values()))))
     assert costs.cyclic_recv_ns == pytest.approx(handed, abs=1.0)
+    # the hosts joined as many tuples as each batch held between messages, left out of the
+    # figures; the relay merged each batch with itself: a line over the merged bytes
+    assert all(r["work_ns"] > 0 and r["merge_ns"] > 0 for r in (small, large))
+    merges = np.polyfit(
+        [2 * small["bytes"], 2 * large["bytes"]], [small["merge_ns"], large["merge_ns"]], 1
+    )
+    assert costs.merge_per_byte_ns == pytest.approx(max(0.0, merges[0]), rel=1e-3, abs=1e-6)
+    assert costs.merge_cost(2 * large["bytes"]) == pytest.approx(large["merge_ns"], rel=0.01)
     _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)
     assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["sink_cpu_ns"] > 0
 

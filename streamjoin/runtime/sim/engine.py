@@ -27,7 +27,8 @@ As the ``ray`` executor's actors do (:mod:`streamjoin.runtime.coalesce`), a core
 messages of one sender for one port waiting right behind the one it takes runs the logic once
 on their concatenation where :func:`~streamjoin.runtime.coalesce.mergeable` allows (at most
 ``INBOX`` messages, as an executor host reads no further once that many wait): one step over
-the merged batch, each message's receive charged. Under light load every batch is stepped on
+the merged batch, each message's receive charged and the merge's copy
+(``MessageCosts.merge_cost``). Under light load every batch is stepped on
 alone, under heavy load batches grow. A link that lies on no cycle is bounded as the
 executor's edges are: it holds ``INBOX`` messages and what the two kernel buffers of an edge
 take (``EDGE_BUFFER_BYTES`` each) of messages that size; a sender whose message finds it full
@@ -342,6 +343,7 @@ class _Simulation:
         self.wakes = bool(model.profile.messages.wake_ns or model.profile.messages.wake_after)
         # what a sender pays more for a message to a core that slept, by how long it slept
         self.rouse_cost = model.profile.messages.rouse_cost
+        self.merge_cost = model.profile.messages.merge_cost
         self.rouses = bool(model.profile.messages.rouse_after)
         # a cyclic graph's hosts hand each frame from a reader thread to the stepping one
         self.cyclic_recv_ns = round(model.profile.messages.cyclic_recv_ns) if self.cyclic else 0
@@ -461,7 +463,8 @@ class _Simulation:
         """``(message, receive ns)`` of the step that takes ``msg``: with the messages of the
         same sender for the same port waiting right behind it, merged as the ``ray``
         executor merges its inbox (:func:`coalesce.mergeable`, at most ``INBOX`` messages,
-        as a host reads no further once that many wait), each frame's receive charged."""
+        as a host reads no further once that many wait), each frame's receive charged, and
+        the merge (``MessageCosts.merge_cost`` of the merged message)."""
         box, group = core.box, [msg]
         while (
             box
@@ -476,7 +479,10 @@ class _Simulation:
             recv += item[4]
         self.active -= len(group) - 1  # served as one; this step's own item stays counted
         core.count(self.env.now, -len(group), -sum([len(m) for m in group]))
-        return merge(group), recv
+        if len(group) == 1:
+            return msg, recv
+        merged = merge(group)
+        return merged, recv + round(self.merge_cost(message_nbytes(merged)))
 
     # -- processes and steps -------------------------------------------------------------
 

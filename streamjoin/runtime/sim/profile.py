@@ -151,7 +151,9 @@ class MessageCosts(_MessageLines):
     that slept that long (:meth:`rouse_cost`): its write wakes the receiver.
     ``cyclic_recv_ns`` is what every receive costs more in a cyclic graph (a handshake
     chain), whose hosts read in a thread of their own and hand each frame to the stepping
-    thread.
+    thread. ``merge_ns + merge_per_byte_ns · bytes`` is what the receiver pays to merge
+    messages that wait for it into one (``bytes``: the merged message's; :meth:`merge_cost`),
+    as the ``ray`` executor's hosts concatenate them before the step.
     """
 
     send_ns: float = 0.0
@@ -165,6 +167,8 @@ class MessageCosts(_MessageLines):
     cyclic_recv_ns: float = 0.0
     wake_after: tuple = ()
     rouse_after: tuple = ()
+    merge_ns: float = 0.0
+    merge_per_byte_ns: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -225,6 +229,10 @@ class MessageCosts(_MessageLines):
             return 0.0
         last = self.rouse_after[-1][1]
         return _on_lines(self._rouse_gaps, self._rouse_lines, last, gap_ns)
+
+    def merge_cost(self, nbytes: float) -> float:
+        """What merging waiting messages into one of ``nbytes`` costs their receiver."""
+        return self.merge_ns + self.merge_per_byte_ns * nbytes
 
     def send_recv(self, nbytes: float) -> tuple[float, float]:
         """``(send, receive)`` ns of a payload of ``nbytes``."""

@@ -17,12 +17,13 @@ errors: a sealed frame costs both ends about half as much again as a plain one
 
 The relay and the sink are hosts of an acyclic graph (every layout but the handshake chain), and
 again hosts of a cyclic one, which read their edges in a second thread and hand each frame to
-the stepping thread: what that costs a message more is ``cyclic_recv_ns``. Their logics do
-nothing but stamp each step with the monotonic clock, their process's CPU time and their
-stepping thread's. Between two steps a host's process spent what a message costs it: waking on
-a ready socket where it had slept, reading the frame and building the batch, the host's
-bookkeeping around the step, and the relay's writing it on; besides, what Ray's threads in the
-process use meanwhile, which the stepping thread's own CPU leaves out. (A hand-built copy of
+the stepping thread: what that costs a message more is ``cyclic_recv_ns``. Their logics stamp
+each step with the monotonic clock, their process's CPU time and their stepping thread's, then
+do a join core's work on as many tuples (timed, and left out). Between two steps a host's
+process spent, besides that work, what a message costs it: waking on a ready socket where it
+had slept, reading the frame and building the batch, the host's bookkeeping around the step,
+and the relay's writing it on; besides, what Ray's threads in the process use meanwhile, which
+the stepping thread's own CPU leaves out. (A hand-built copy of
 the host's loop, timed here before, cost a good deal less than the host does per message.)
 """
 
@@ -38,6 +39,7 @@ import ray
 from streamjoin.actors.base import ActorConfig, Logic, RunSettings
 from streamjoin.batch import Batch
 from streamjoin.query import CountWindow, Query, band
+from streamjoin.runtime.coalesce import merge
 from streamjoin.runtime.ray import channels
 from streamjoin.runtime.ray.executor import one_machine
 from streamjoin.runtime.ray.host import Host, Wiring
@@ -47,6 +49,11 @@ from streamjoin.runtime.sim.profile import MessageCosts, message_nbytes
 BATCH_SIZES = (1, 256, 1024, 16384)
 #: Share of each run's steps left out at its start (the pipeline filling, the process waking).
 WARM_SHARE = 0.1
+#: The join work the calibration's hosts do between their messages (:class:`_JoinWork`): a
+#: count window of this many tuples per stream (the check's), keys uniform on ``[0,
+#: WORK_KEYS)``.
+WORK_WINDOW = 8192
+WORK_KEYS = 1e9
 #: Gaps (s) between the messages of the idle runs: what waking costs a host that slept is
 #: measured after each (``MessageCosts.wake_after``: it grows with the gap).
 IDLE_GAPS_S = (0.002, 0.008)
@@ -65,18 +72,65 @@ def _batch(n: int) -> Batch:
     )
 
 
+class _JoinWork:
+    """What a join core does between its messages, for the hosts to do between theirs: a band
+    join of uniform keys over a count window of :data:`WORK_WINDOW` per stream in two
+    B+-trees, each batch's keys probed against the other stream's tree, inserted into their
+    own, and the oldest expired. Its own keys: the messages' are not looked at."""
+
+    def __init__(self) -> None:
+        from streamjoin import indexes
+
+        self.trees = [indexes.get("bplus_tree")(1) for _ in range(2)]
+        self.rng = np.random.default_rng(0)
+        self.eps = np.array([WORK_KEYS / WORK_WINDOW])  # about 2 matches a probe
+        self.next_ref = 0
+        for _ in range(2 * WORK_WINDOW // 1024):
+            self(1024)
+
+    def __call__(self, n: int) -> None:
+        """Join ``n`` new tuples, half of each stream (at least one)."""
+        for y, m in enumerate((max(1, n - n // 2), n // 2)):
+            if not m:
+                continue
+            keys = np.sort(self.rng.uniform(0, WORK_KEYS, (1, m)))
+            refs = np.arange(self.next_ref, self.next_ref + m)
+            self.next_ref += m
+            self.trees[1 - y].probe(keys, -self.eps, self.eps)
+            self.trees[y].insert(keys, refs)
+            self.trees[y].expire(self.next_ref - 2 * WORK_WINDOW)
+
+
 class _Stamps(Logic):
     """A relay's logic (``forward``: it hands each batch on) or a sink's: each step logs
-    ``(monotonic ns, process CPU ns, the stepping thread's CPU ns)``."""
+    ``(monotonic ns, process CPU ns, the stepping thread's CPU ns, the thread's CPU in join
+    work so far, the thread's CPU in merges so far)`` on entry. With ``work``, each step then
+    joins as many tuples as the batch holds (:class:`_JoinWork`), as a join core's steps
+    would between its messages: they leave the host's code and data colder for the next
+    message. A relay also times merging the batch with itself, as a host merges two
+    batches waiting for a core (``coalesce.merge``), and drops the copy."""
 
     cost_group = "relay"  # (no simulated actor: never charged)
 
-    def __init__(self, forward: bool) -> None:
+    def __init__(self, forward: bool, work: bool) -> None:
         self.forward = forward
-        self.log: list[tuple[int, int, int]] = []
+        self.work = _JoinWork() if work else None
+        self.work_ns = self.merge_ns = 0
+        self.log: list[tuple[int, int, int, int, int]] = []
 
     def on_batch(self, port: str, message) -> list:
-        self.log.append((time.monotonic_ns(), time.process_time_ns(), time.thread_time_ns()))
+        c0 = time.thread_time_ns()
+        self.log.append(
+            (time.monotonic_ns(), time.process_time_ns(), c0, self.work_ns, self.merge_ns)
+        )
+        if self.work is not None:
+            self.work(len(message))
+            c1 = time.thread_time_ns()
+            self.work_ns += c1 - c0
+            c0 = c1
+        if self.forward:
+            merge([message, message])
+            self.merge_ns += time.thread_time_ns() - c0
         return [("out", message)] if self.forward else []
 
     def counters(self) -> tuple[float, ...]:
@@ -88,14 +142,15 @@ class _StampsConfig(ActorConfig):
     role = "relay"
     reports_logic = True  # the host hands the logic, with its log, back
     forward: bool = True
+    work: bool = True
 
     def build(self, query, settings, clock) -> _Stamps:
-        return _Stamps(self.forward)
+        return _Stamps(self.forward, self.work)
 
 
 def _log(host) -> np.ndarray:
-    """The host's step stamps so far, as an ``(n, 3)`` int64 array."""
-    return np.array(ray.get(host.report.remote())[1].log, dtype=np.int64).reshape(-1, 3)
+    """The host's step stamps so far, as an ``(n, 5)`` int64 array."""
+    return np.array(ray.get(host.report.remote())[1].log, dtype=np.int64).reshape(-1, 5)
 
 
 def _wait_handled(host, n: int) -> None:
@@ -108,7 +163,13 @@ def _wait_handled(host, n: int) -> None:
 
 def _steady(stamps: np.ndarray, column: int = 1) -> np.ndarray:
     """Per step after the first ``WARM_SHARE``: the CPU the process (``column`` 1) or the
-    stepping thread (2) used since the step before (ns)."""
+    stepping thread (2) used since the step before (ns), less the step's join work and
+    merge (:class:`_Stamps`)."""
+    return _per_step(stamps, column) - _per_step(stamps, 3) - _per_step(stamps, 4)
+
+
+def _per_step(stamps: np.ndarray, column: int) -> np.ndarray:
+    """Per step after the first ``WARM_SHARE``: what ``column`` of the stamps grew by."""
     cpu = np.diff(stamps[:, column])
     return cpu[int(len(cpu) * WARM_SHARE) :]
 
@@ -123,10 +184,12 @@ class _Pair:
     the driver's frames (each becomes one step of each host, in order). ``cyclic``: hosts as a
     cyclic graph's are (a reader thread besides the stepping one)."""
 
-    def __init__(self, loopback: bool, sealed: bool, cyclic: bool = False) -> None:
+    def __init__(
+        self, loopback: bool, sealed: bool, cyclic: bool = False, work: bool = True
+    ) -> None:
         query, settings = Query(band("x", 0.0), window=CountWindow(1)), RunSettings()
         self.relay, self.sink = (
-            Host.options(num_cpus=0.25).remote(name, _StampsConfig(forward), query, settings)  # type: ignore[attr-defined]  # a ray.remote class (mypy skips class decorators)
+            Host.options(num_cpus=0.25).remote(name, _StampsConfig(forward, work), query, settings)  # type: ignore[attr-defined]  # a ray.remote class (mypy skips class decorators)
             for name, forward in (("relay", True), ("sink", False))
         )
         relay_at, sink_at = ray.get([h.listen.remote(loopback) for h in (self.relay, self.sink)])
@@ -196,6 +259,8 @@ def _pipelined(pair: _Pair, msg, calls: int) -> dict:
         "relay_thread_ns": float(np.mean(_steady(relay, 2))),
         "sink_thread_ns": float(np.mean(_steady(sink, 2))),
         "relay_period_ns": float((relay[-1, 0] - relay[warm, 0]) / (calls - 1 - warm)),
+        "work_ns": float(np.mean(_per_step(relay, 3))),
+        "merge_ns": float(np.mean(_per_step(relay, 4))),
     }
 
 
@@ -214,7 +279,11 @@ def _idle(pair: _Pair, msg, calls: int) -> dict:
             out[f"asleep_{name}_cpu_ns_{ms}"] = float(np.median(_steady(stamps)))
             out[f"asleep_{name}_thread_ns_{ms}"] = float(np.median(_steady(stamps, 2)))
         out[f"asleep_driver_send_ns_{ms}"] = float(np.median(sends[warm:]))
-        out["one_way_ns"] = float(np.median(sink[warm:, 0] - relay[warm:, 0]))
+        # from the relay's step to the sink's, less the relay's work and merge in between
+        # (each step's, from its stamps to the next step's; the last one's is not known)
+        done = np.diff(relay[:, 3]) + np.diff(relay[:, 4])
+        one_way = sink[:-1, 0] - relay[:-1, 0] - done
+        out["one_way_ns"] = float(np.median(one_way[warm:]))
         out[f"busy_driver_send_ns_{ms}"] = float(
             np.median(pair.run(msg, calls, gap, True)[2][warm:])
         )
@@ -244,12 +313,17 @@ def measure_messages(
     rounds: int = 3,
     idle_calls: int = 40,
     sealed: bool | None = None,
+    work: bool = True,
 ) -> tuple[MessageCosts, dict]:
     """Time the executor's messages through a relay host and turn them into
     :class:`MessageCosts` (module docstring).
 
     For each batch size in ``sizes`` (tuples), ``rounds`` times, the sizes interleaved (the
-    host is shared: each figure is the median over rounds):
+    host is shared: each figure is the median over rounds). With ``work`` (the default) each
+    host joins as many tuples as a batch holds between its messages, as a join core does
+    (:class:`_JoinWork`), and that work's CPU is left out of every figure: between steps that
+    do nothing, the same receives and sends cost the hosts 15–45% less (their code and data
+    stay in cache), which undercharged every core's messages.
 
     - *pipelined*: ``repeat`` batches driver → relay → sink back to back. The sink's CPU per
       message is the receive (the frame read, the batch built, the host's bookkeeping around
@@ -271,7 +345,10 @@ def measure_messages(
       besides the two ends' work (the kernel's delivery, the sink's process being scheduled):
       ``hop_ns``, the median over the batch sizes (clipped at 0), with no per-byte part;
     - *cyclic*: the pipelined run again through hosts of a cyclic graph: what each host uses
-      more per message is ``cyclic_recv_ns`` (the median over hosts and sizes, clipped at 0).
+      more per message is ``cyclic_recv_ns`` (the median over hosts and sizes, clipped at 0);
+    - *merge*: in the pipelined runs the relay also merges each batch with itself as a host
+      merges two batches waiting for a core (``coalesce.merge``), and drops the copy; a line
+      over the merged bytes is ``merge_ns`` and ``merge_per_byte_ns``.
 
     The send and receive at each size are kept as measured (``MessageCosts.measured``,
     interpolated between the sizes), and ``send_*`` and ``recv_*`` are lines fitted to them
@@ -279,9 +356,10 @@ def measure_messages(
     are CPU times of the hosts' processes, as the simulator charges them on the processors
     its cores share. The raw figures come back as the second value: ns per message by batch
     size (the hosts' CPU, pipelined and asleep at each gap, the relay's period pipelined,
-    the driver's sends, the one-way time), the wake at each gap by host and size, the rouse
-    and the driver's own wake at each gap by size, Ray's threads' CPU per second by host and
-    size, whether the edges were sealed, and the load average at the start and the end.
+    the driver's sends, the one-way time, the join work between messages and the merge), the
+    wake at each gap by host and size, the rouse and the driver's own wake at each gap by
+    size, Ray's threads' CPU per second by host and size, whether the edges were sealed, and
+    the load average at the start and the end.
 
     Starts Ray with this host's CPUs and no dashboard if it is not running, and stops it again
     then. When every Ray node is this machine, the hosts listen on loopback, else on their
@@ -301,7 +379,8 @@ def measure_messages(
     try:
         loopback = one_machine()
         sealed = not loopback if sealed is None else sealed
-        pair, cyclic = _Pair(loopback, sealed), _Pair(loopback, sealed, cyclic=True)
+        pair = _Pair(loopback, sealed, work=work)
+        cyclic = _Pair(loopback, sealed, cyclic=True, work=work)
         try:
             for p in (pair, cyclic):
                 _pipelined(p, _batch(256), 200)  # warm the hosts and the connections
@@ -358,6 +437,8 @@ def measure_messages(
     send = np.maximum(0.0, np.array([raw[n]["relay_cpu_ns"] for n in sizes]) - recv)
     send_ns, send_per_byte = _fit(nbytes, send)
     recv_ns, recv_per_byte = _fit(nbytes, recv)
+    # the relay merged each batch with itself: a merged message of twice the bytes
+    merge_ns, merge_per_byte = _fit(2 * nbytes, np.array([raw[n]["merge_ns"] for n in sizes]))
     # the sink's thread only receives; the relay's also writes to the sink, asleep too, and
     # so pays the rouse besides its own wake
     after = _by_gap([w for k, w in woken.items() if k.startswith("sink:")])
@@ -379,6 +460,8 @@ def measure_messages(
         wake_after=((g0 * 1e9, after[0]), (g1 * 1e9, after[1])),
         rouse_after=((g0 * 1e9, rouse[0]), (g1 * 1e9, rouse[1])),
         cyclic_recv_ns=max(0.0, float(np.median(list(handed.values())))),
+        merge_ns=merge_ns,
+        merge_per_byte_ns=merge_per_byte,
     )
     loads = (round(load0, 2), round(os.getloadavg()[0], 2))
     return costs, {
