@@ -216,8 +216,11 @@ def test_check_report_shows_where_each_actors_time_went():
     )
     text = fidelity.markdown([row], sim.default_profile(), 90.0)
     core0 = "| handshake(2) | core0 | 0.200 | 0.260 | 0.100 | 0.50 | 0.50 | 0.40 |"
-    assert f"{core0} 0.160 | 0.080 | 0.50 |" in text
-    assert "| handshake(2) | emitter | 0.012 | – | 0.020 | 1.67 | 0.03 | 0.08 | – | – | – |" in text
+    # messaging: Ray's process CPU beyond the steps (0.26 - 0.16) against the simulator's
+    # busy time beyond its steps' compute (0.1 - 0.08)
+    assert f"{core0} 0.160 | 0.080 | 0.50 | 0.100 | 0.020 | 0.20 |" in text
+    emitter = "| handshake(2) | emitter | 0.012 | – | 0.020 | 1.67 | 0.03 | 0.08 | – | – | – |"
+    assert f"{emitter} – | – | – |" in text
     cpus = os.cpu_count() or 1
     ray_share, sim_share = 0.272 / (cpus * 0.4), 0.12 / (cpus * 0.25)
     assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | nan | nan |" in text

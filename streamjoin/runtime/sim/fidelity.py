@@ -429,14 +429,18 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
         "busy time over the run's elapsed time. `steps`: the steps alone, messaging left "
         "out: on Ray the CPU seconds of the thread that ran them (a shared-index core's pool "
         "threads not included), on the simulator the compute they were charged (the tasks "
-        "its pool ran not included). Below, the processors' time the actors' CPU (Ray) or "
+        "its pool ran not included). `messaging`: the rest, on Ray the process's CPU beyond its "
+        "steps (receiving, merging and sending; the runtime's threads, and a shared-index "
+        "core's pool threads, besides), on the simulator its busy time beyond its steps' "
+        "compute. Below, the processors' time the actors' CPU (Ray) or "
         "steps (sim) fill, of what the run's elapsed time offers, and on Ray what no "
         "process used: the processors idle, and the kernel's softirq work (the loopback's "
         "delivery of the frames, which no process's CPU time counts).",
         "",
         "| layout | actor | Ray busy s | Ray CPU s | sim busy s | sim / Ray busy "
-        "| busy share Ray | sim | steps: Ray CPU s | sim s | sim / Ray |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| busy share Ray | sim | steps: Ray CPU s | sim s | sim / Ray "
+        "| messaging: Ray CPU s | sim s | sim / Ray |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def seconds(v: float | None) -> str:
@@ -449,12 +453,23 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
                 if a.sim_step_s is not None and a.ray_step_cpu_s
                 else "–"
             )
+            ray_msg = sim_msg = None
+            if (
+                a.ray_cpu_s is not None
+                and a.ray_step_cpu_s is not None
+                and a.sim_step_s is not None
+            ):
+                ray_msg, sim_msg = a.ray_cpu_s - a.ray_step_cpu_s, a.sim_busy_s - a.sim_step_s
+            messaging = f"{seconds(ray_msg)} | {seconds(sim_msg)} | " + (
+                f"{sim_msg / ray_msg:.2f}" if ray_msg and sim_msg is not None else "–"
+            )
             lines.append(
                 f"| {r.layout} | {a.actor} | {a.ray_busy_s:.3f} | {seconds(a.ray_cpu_s)} | "
                 f"{a.sim_busy_s:.3f} | "
                 f"{a.sim_busy_s / a.ray_busy_s if a.ray_busy_s else float('nan'):.2f} | "
                 f"{a.ray_busy_s / r.ray_elapsed_s:.2f} | {a.sim_busy_s / r.sim_elapsed_s:.2f} | "
-                f"{seconds(a.ray_step_cpu_s)} | {seconds(a.sim_step_s)} | {steps} |"
+                f"{seconds(a.ray_step_cpu_s)} | {seconds(a.sim_step_s)} | {steps} | "
+                f"{messaging} |"
             )
     lines += [
         "",
