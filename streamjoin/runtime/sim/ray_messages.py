@@ -119,18 +119,23 @@ class _Stamps(Logic):
         self.log: list[tuple[int, int, int, int, int]] = []
 
     def on_batch(self, port: str, message) -> list:
-        c0 = time.thread_time_ns()
         self.log.append(
-            (time.monotonic_ns(), time.process_time_ns(), c0, self.work_ns, self.merge_ns)
+            (
+                time.monotonic_ns(),
+                time.process_time_ns(),
+                time.thread_time_ns(),
+                self.work_ns,
+                self.merge_ns,
+            )
         )
+        c0 = time.thread_time_ns()
         if self.work is not None:
             self.work(len(message))
-            c1 = time.thread_time_ns()
-            self.work_ns += c1 - c0
-            c0 = c1
+        c1 = time.thread_time_ns()
+        self.work_ns += c1 - c0
         if self.forward:
             merge([message, message])
-            self.merge_ns += time.thread_time_ns() - c0
+            self.merge_ns += time.thread_time_ns() - c1
         return [("out", message)] if self.forward else []
 
     def counters(self) -> tuple[float, ...]:
