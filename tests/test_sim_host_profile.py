@@ -231,6 +231,31 @@ def test_check_report_shows_where_each_actors_time_went():
     assert "Per actor" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
 
 
+def test_each_topologys_first_workload_runs_untimed_before_an_index_is_timed(monkeypatch):
+    """A process's first runs of a topology load its kernels (and a shared core's threads):
+    the calibration runs each topology's first workload ``WARM_RUNS`` times untimed, and
+    records every workload once, after."""
+    calls = []
+    monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: [])
+    monkeypatch.setattr(calibrate_module, "speed_probe", lambda repeats: 1e6)
+    monkeypatch.setattr(
+        calibrate_module,
+        "_recorded_run",
+        lambda recorder, q, d, topo, b, c: calls.append((topo.name, b, len(d), recorder.run)),
+    )
+    workloads = list(calibrate_module._calibration_runs("hash", True, 0))
+    sim.calibrate(indexes=["hash"], quick=True, ray=False, idle_gap_s=None, cache=False)
+    names = list(dict.fromkeys(topo.name for _, _, topo, _, _ in workloads))
+    first = {}
+    for _, d, topo, b, _ in workloads:
+        first.setdefault(topo.name, (b, len(d)))
+    warm = [(n, *first[n], 0) for n in names for _ in range(calibrate_module.WARM_RUNS)]
+    assert calls[: len(warm)] == warm  # untimed: before any workload is numbered
+    timed = [(topo.name, b, len(d)) for _, d, topo, b, _ in workloads]
+    assert [c[:3] for c in calls[len(warm) :]] == timed
+    assert [c[3] for c in calls[len(warm) :]] == list(range(1, len(timed) + 1))
+
+
 def test_the_speed_probe_times_join_steps():
     ns = calibrate_module.speed_probe(repeats=1)
     assert 1e5 < ns < 1e10  # (about 10 ms here)
