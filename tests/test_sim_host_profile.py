@@ -184,6 +184,16 @@ def test_check_table_counts_the_layouts_within_bounds():
     assert "on throughput and mean latency: 1 of 3" in text
     assert "3.00    2.70   0.90" in text
     assert "| 3.00 | 2.70 | 0.90 |" in fidelity.markdown([means], sim.default_profile(), 1.0)
+    # Ray's own run-to-run spread over its repeats, when measured
+    assert "Ray's own runs" not in text
+    spread = [
+        dataclasses.replace(row, ray_tp_spread=1.1, ray_p50_spread=1.3),
+        dataclasses.replace(off, ray_tp_spread=1.05, ray_p50_spread=1.2),
+    ]
+    line = "Ray's own runs (max / min over 3 a layout): throughput 1.05-1.10, p50 1.20-1.30"
+    assert line in fidelity.table(spread)
+    assert line in fidelity.markdown(spread, sim.default_profile(), 1.0)
+    assert fidelity._spread([2.0, 3.0, 2.5]) == 1.5
 
 
 def test_check_report_names_the_profile_and_the_host():

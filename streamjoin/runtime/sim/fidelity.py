@@ -119,6 +119,10 @@ class CheckRow:
     #: process's CPU time counts; nan where not measured
     ray_idle: float = float("nan")
     ray_softirq: float = float("nan")
+    #: Ray's own spread over its ``repeats`` runs, max / min: unpaced throughput and paced
+    #: p50 (nan where not measured): how far a layout's Ray figure moves from run to run
+    ray_tp_spread: float = float("nan")
+    ray_p50_spread: float = float("nan")
 
     @property
     def throughput_ratio(self) -> float:
@@ -317,11 +321,19 @@ def check(
             drift=drift,
             ray_idle=shares.get("idle", float("nan")),
             ray_softirq=shares.get("softirq", float("nan")),
+            ray_tp_spread=_spread([r["tuples_per_s"] for r in flood]),
+            ray_p50_spread=_spread([r["p50_ms"] for r in paced]),
         )
         rows.append(row)
         if report is not None:
             report(row)
     return rows
+
+
+def _spread(values: list[float]) -> float:
+    """max / min of ``values`` (nan where there is nothing to compare)."""
+    low = min(values, default=0.0)
+    return max(values) / low if low > 0 else float("nan")
 
 
 def table(rows: list[CheckRow]) -> str:
@@ -360,6 +372,13 @@ def table(rows: list[CheckRow]) -> str:
             f"{tp.min():.2f}-{tp.max():.2f} (a layout against another: off by up to "
             f"{tp.max() / tp.min() - 1:.0%})"
         )
+        spreads = [(r.ray_tp_spread, r.ray_p50_spread) for r in rows if r.repeats > 1]
+        if spreads and not np.isnan(spreads[0][0]):
+            lines.append(
+                f"Ray's own runs (max / min over {rows[0].repeats} a layout): throughput "
+                f"{min(t for t, _ in spreads):.2f}-{max(t for t, _ in spreads):.2f}, "
+                f"p50 {min(p for _, p in spreads):.2f}-{max(p for _, p in spreads):.2f}"
+            )
     return "\n".join(lines)
 
 
@@ -410,7 +429,8 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
             f"{r.mean_ratio:.2f} | {'/'.join(f'{v:.2f}' for v in r.cpu_share)} | "
             f"{r.drift:.2f} | {r.load_1min:.1f} |"
         )
-    lines += ["", table(rows).splitlines()[-1], ""]
+    summary = table(rows).splitlines()
+    lines += ["", *[line for line in summary if line.startswith(("within", "Ray's own"))], ""]
     lines += actor_table(rows)
     return "\n".join(lines)
 
