@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
+from streamjoin import indexes
 from streamjoin.actors.base import ActorConfig, Logic, RunSettings
 from streamjoin.batch import Batch
 from streamjoin.query import CountWindow, Query, band
@@ -79,8 +80,6 @@ class _JoinWork:
     own, and the oldest expired. Its own keys: the messages' are not looked at."""
 
     def __init__(self) -> None:
-        from streamjoin import indexes
-
         self.trees = [indexes.get("bplus_tree")(1) for _ in range(2)]
         self.rng = np.random.default_rng(0)
         self.eps = np.array([WORK_KEYS / WORK_WINDOW])  # about 2 matches a probe
