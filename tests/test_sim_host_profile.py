@@ -193,6 +193,9 @@ def test_check_table_counts_the_layouts_within_bounds():
     line = "Ray's own runs (max / min over 3 a layout): throughput 1.05-1.10, p50 1.20-1.30"
     assert line in fidelity.table(spread)
     assert line in fidelity.markdown(spread, sim.default_profile(), 1.0)
+    each = "each layout, max / min (throughput, p50): single 1.10, 1.30; grid(2, 2) 1.05, 1.20"
+    assert each in fidelity.markdown(spread, sim.default_profile(), 1.0)
+    assert "each layout, max / min" not in fidelity.markdown([row], sim.default_profile(), 1.0)
     assert fidelity._spread([2.0, 3.0, 2.5]) == 1.5
 
 

@@ -431,6 +431,12 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         )
     summary = table(rows).splitlines()
     lines += ["", *[line for line in summary if line.startswith(("within", "Ray's own"))], ""]
+    if any(not np.isnan(r.ray_tp_spread) for r in rows):
+        lines += [
+            "Ray's own runs of each layout, max / min (throughput, p50): "
+            + "; ".join(f"{r.layout} {r.ray_tp_spread:.2f}, {r.ray_p50_spread:.2f}" for r in rows),
+            "",
+        ]
     lines += actor_table(rows)
     return "\n".join(lines)
 
