@@ -85,8 +85,9 @@ def _warm(workloads: list) -> None:
     """Run the first workload of each topology in ``workloads`` :data:`WARM_RUNS` times,
     untimed. A process's first runs of a topology load its kernels as their steps first call
     them (an expiry's once the window has filled, a merge's at the first merge), and a
-    shared-index core's also start its threads: its first two runs of the first workload
-    took 16 and 8 times a warm run's time here, spread over steps the recorder keeps."""
+    shared-index core's also start its threads: its first two runs take several times a warm
+    run's time, spread over steps the recorder keeps
+    (``experiments/results/calibrate_check.md``)."""
     seen: set[str] = set()
     for query, data, topo, b, chunk in workloads:
         if topo.name in seen:

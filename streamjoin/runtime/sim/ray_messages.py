@@ -326,8 +326,9 @@ def measure_messages(
     host is shared: each figure is the median over rounds). With ``work`` (the default) each
     host joins as many tuples as a batch holds between its messages, as a join core does
     (:class:`_JoinWork`), and that work's CPU is left out of every figure: between steps that
-    do nothing, the same receives and sends cost the hosts 15–45% less (their code and data
-    stay in cache), which undercharged every core's messages.
+    do nothing, the same receives and sends cost the hosts markedly less (their code and data
+    stay in cache; ``experiments/results/calibrate_check.md``), which undercharged every
+    core's messages.
 
     - *pipelined*: ``repeat`` batches driver → relay → sink back to back. The sink's CPU per
       message is the receive (the frame read, the batch built, the host's bookkeeping around
