@@ -1171,3 +1171,16 @@ def test_a_layouts_join_actors_are_charged_with_their_own_costs(topo, stage, act
         assert more[name]["step_cpu_s"] == pytest.approx(2 * base[name]["step_cpu_s"]), name
     # (the collector's steps take what comes together: slower cores' pairs merge otherwise)
     assert more["emitter"]["step_cpu_s"] == pytest.approx(base["emitter"]["step_cpu_s"])
+
+
+@pytest.mark.parametrize("index", ["pim_tree", "nested_loop"])
+def test_a_shared_cores_scan_counts_the_rows_its_tasks_scanned(index):
+    """A shared-index core's ``scan`` is the rows its tasks scanned one by one (past the edge
+    tuple, or the whole window without an index), as its ``stats()`` report them: what its
+    cost rows are fitted on."""
+    query = sj.Query(sj.band("x", 5), window=sj.CountWindow(64))
+    data = sj.sources.synthetic(900, low=0, high=1_000, seed=3)
+    logics, _ = _drive(sj.topologies.shared_index(1, index), query, data, 32)
+    core = next(lg for lg in logics.values() if lg.cost_group == "join")
+    scan = core.counters()[JOIN_COUNTERS.index("scan")]
+    assert scan == core.stats()["scanned"] > 0

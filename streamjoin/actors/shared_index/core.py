@@ -410,9 +410,10 @@ class SharedIndexCore(Logic):
 
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (``part_calls``: a probe and
     an insert per stream the step holds tuples of, as at a :class:`JoinCore`, since the tasks
-    run inside one kernel call; ``scan`` the probes' descents, or for ``nested_loop`` the rows scanned). What the
-    simulator needs to model the threads is :attr:`last_tasks`; :meth:`stats` adds the
-    tail's candidates past the edge tuple (``scanned``), lock waits and merges.
+    run inside one kernel call; ``scan`` the rows the tasks scanned one by one: the tail past
+    the edge tuple, or for ``nested_loop`` the window). What the simulator needs to model the
+    threads is :attr:`last_tasks`; :meth:`stats` adds the rows scanned (``scanned``, as
+    ``scan``), lock waits and merges.
     """
 
     cost_group = "join"
@@ -817,11 +818,9 @@ class SharedIndexCore(Logic):
         total = task_work.sum(axis=0).tolist()
         work = self.work
         work.probes += total[W_PROBES]
-        size = max(flight.sizes.values())
-        if self.indexed:
-            work.scan += total[W_PROBES] * self.spec.index_cls.probe_work(size)
-        else:
-            work.scan += float(total[W_SCANNED])
+        # the rows the tasks scanned one by one: past the edge tuple (an index's tail), or
+        # the window (nested_loop): what the index's descents leave to the core
+        work.scan += float(total[W_SCANNED])
         work.candidates += total[W_CANDIDATES]
         work.inserted += total[W_INSERTED]
         self.scanned += total[W_SCANNED]
@@ -874,7 +873,7 @@ class SharedIndexCore(Logic):
         return SHARED_COST_PREFIX + self.index_name
 
     def stats(self) -> dict:
-        """What the counters do not hold: rows scanned past the edge tuple, times a lock was
+        """Besides the counters: rows scanned past the edge tuple (``scan``'s), times a lock was
         found held (workers and merging thread), tasks, merges and their thread time."""
         idx = [i for i in self.indexes.values() if i is not None]
         return {
