@@ -18,7 +18,7 @@ expire. Prints per index, in ns a probe:
   waits for were hidden (a ceiling on what prefetching or interleaving more probes can buy).
   Where a batch's probes touch more lines than the L2 holds (1,024 probes into a tree of 2^20
   items can), the warm probe still waits on the L3 and the ceiling is higher: a batch of 256
-  gives a tighter one;
+  gives a tighter one where a call's fixed cost weighs little (not BI-Sort's);
 - ``waits``: ``cold - warm`` in dependent misses (:func:`streamjoin.roofline.dependent_load_ns`,
   measured first): the misses' time the probe does not overlap with its work;
 - ``lines``: the probe's cache lines in the index's traffic model
