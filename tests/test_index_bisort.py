@@ -178,11 +178,13 @@ def store_pairs(store, probes, lo, hi, min_ref, key_of):
 
 def brute_pairs(keys, refs, probes, lo, hi, min_ref):
     """Every (probe, item) pair tested, a few hundred probes at a time (a 5,000 × 20,000
-    difference matrix would take gigabytes)."""
+    difference matrix would take gigabytes). A difference that is NaN (``inf - inf``) is in no
+    band."""
     found_i, found_ref = [], []
     live = refs >= min_ref
     for start in range(0, len(probes), 256):
-        d = keys[None, :] - probes[start : start + 256, None]
+        with np.errstate(over="ignore", invalid="ignore"):  # inf - inf is no pair
+            d = keys[None, :] - probes[start : start + 256, None]
         i, j = np.nonzero((d >= lo) & (d <= hi) & live[None, :])
         found_i.append(i + start)
         found_ref.append(refs[j])
@@ -235,6 +237,70 @@ def test_store_probe_sweeps_and_searches_exactly(
     min_ref = int(rng.integers(0, items + 1))
     got = store_pairs(store, probe_keys, lo, hi, min_ref, keys)
     np.testing.assert_array_equal(got, brute_pairs(keys, refs, probe_keys, lo, hi, min_ref))
+
+
+def _spread_keys(rng, kind: str, n: int) -> np.ndarray:
+    """``n`` keys spread as ``kind``: even, skewed over thirty orders of magnitude, in a few
+    tight clusters far apart, or mixed with the float64 extremes (both infinities, the
+    largest finite magnitudes, signed zeros, subnormals)."""
+    if kind == "even":
+        return rng.uniform(0, 1e6, n)
+    if kind == "skewed":
+        return np.exp(rng.uniform(0, 70, n))
+    if kind == "clustered":
+        return rng.integers(0, 4, n) * 1e5 + rng.integers(0, 50, n)
+    extremes = np.array([-np.inf, np.inf, -1.7e308, 1.7e308, -0.0, 0.0, 5e-324, -5e-324])
+    return np.where(rng.random(n) < 0.3, rng.choice(extremes, n), rng.uniform(-1e3, 1e3, n))
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    kind=st.sampled_from(["even", "skewed", "clustered", "extremes"]),
+    seed=st.integers(0, 2**32 - 1),
+    items=st.integers(1000, 6000),
+    partitions=st.integers(1, 64),
+    band=st.sampled_from([(0.0, 0.0), (-1.0, 1.0), (-1e4, 50.0), (-np.inf, 0.0)]),
+    full=st.booleans(),
+)
+def test_sparse_probes_search_from_interpolated_guesses_exactly(
+    layout, kind, seed, items, partitions, band, full
+):
+    """A sparse batch (more than ``_SWEEP_GAP`` items per probe) searches each partition from
+    a position interpolated between its two samples: wherever the keys make that guess wrong
+    -- skewed, clustered, infinite or equal samples, keys at float64's limits -- the ranges and
+    pairs are exactly the brute-force ones (starts left of the guess, past the keys read at it,
+    ends past them)."""
+    rng = np.random.default_rng(seed)
+    keys = _spread_keys(rng, kind, items)
+    refs = rng.permutation(items).astype(np.int64)
+    order = np.lexsort((refs, keys))
+    keys, refs = keys[order], refs[order]
+    if layout == "compact" and not np.isfinite(keys).all():
+        keys = np.clip(keys, -1e300, 1e300)  # a packed subwindow codes finite keys only
+        order = np.lexsort((refs, keys))
+        keys, refs = keys[order], refs[order]
+    store = BISort(items + (not full), partitions=partitions, buffer_size=0, layout=layout)
+    store.insert(keys, refs)
+    store.check()
+    probes = max(1, items // (2 * _SWEEP_GAP))
+    probe_keys = np.sort(
+        np.concatenate(
+            [_spread_keys(rng, kind, probes // 2), rng.choice(keys, probes - probes // 2)]
+        )
+    )
+    key_of = np.empty(items)
+    key_of[refs] = keys
+    lo, hi = band
+    got = store_pairs(store, probe_keys, lo, hi, 0, key_of)
+    np.testing.assert_array_equal(got, brute_pairs(keys, refs, probe_keys, lo, hi, 0))
+    vlo, vhi = band_bounds(probe_keys, lo, hi)
+    starts, ends = store.ranges(vlo, vhi)
+    main = store._t.keys[:items]
+    if store.packed:  # the items whose codes are those of keys in the interval
+        vlo, vhi = item_bounds(vlo, vhi, *store._t.coder)
+    assert np.array_equal(starts, np.searchsorted(main, vlo, "left"))
+    assert np.array_equal(ends, np.maximum(starts, np.searchsorted(main, vhi, "right")))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

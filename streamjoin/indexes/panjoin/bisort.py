@@ -24,10 +24,15 @@ array, those in its widened key interval ``[vlo, vhi]``: the ``<id_start, id_end
 §III-D, which BI-Sort copies out (an exact test drops the rounding-margin items at the ends).
 How it finds the starts depends on the batch's density (:func:`_locate_group`):
 
-- a *sparse* batch (more than ``_SWEEP_GAP`` items per probe) searches the index array for the
-  partition, then inside the partition, without branches for a group of probes at a time with
-  prefetches, from where the previous group ended (the rebounding search of §III-E): O(log)
-  per probe, with the group's cache misses overlapped;
+- a *sparse* batch (more than ``_SWEEP_GAP`` items per probe) finds each probe's partition in
+  the index array, counted forward from the previous probe's (the index stays in cache), and
+  inside it reads a few lines at the position interpolated between the partition's two
+  samples, for a group of probes at a time: the group's lines are prefetched before any is
+  read, so their cache misses overlap. The interpolation is the piecewise-linear model of
+  the keys' distribution that the samples are (as learned indexes use one: Kraska, Beutel,
+  Chi, Dean and Polyzotis, *The Case for Learned Index Structures*, SIGMOD 2018, §3); where
+  it guesses wrong (skewed keys), a rebounding search (§III-E) goes on from the lines read.
+  O(1) per probe on smooth keys, O(log(stride)) at worst;
 - a *dense* batch sweeps the run merge-like (§III-E's batch mode): each start is counted
   forward from the previous one among the next ``_SWEEP_AHEAD`` items, vectorised and
   without branches, with a rebounding search only past them (:func:`_forward`): O(M + m) for
@@ -73,7 +78,6 @@ from streamjoin.indexes.panjoin.subwindows import (
     SubwindowStore,
     int_option,
     left_of,
-    pick,
     rebound_search,
 )
 from streamjoin.modes import Layout
@@ -179,8 +183,16 @@ def insert_bisort(t, keys, refs):
     t.meta[STRIDE] = stride
 
 
-#: Probes whose searches run interleaved, one binary-search level of all of them at a time.
-_GROUP = 32
+#: Probes whose searches run interleaved: each one's lines are prefetched before any of them
+#: is read (on 2**20 items, 128 took 0.90-0.95x the time of 32; a lag of 8-64 probes between
+#: a probe's prefetch and its read, instead of groups, was no faster).
+_GROUP = 128
+#: Items a probe of a searched run reads at its interpolated position, from ``_GUESS_BACK``
+#: before it.
+_GUESS_AHEAD = 16
+#: Samples after the previous probe's in which a probe counts its partition first.
+_INDEX_AHEAD = 16
+_GUESS_BACK = 8
 #: Items per probe up to which a run is swept (:func:`_forward`) rather than searched: on 2**20
 #: uniform items the sweep took 0.7x the search's time at 32 items per probe, about the same
 #: at 64, 1.4x at 128.
@@ -196,53 +208,73 @@ _BUFFER_STRIDE = 64
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _group_starts(keys, m, index, samples, stride, x, low, base, count):
+def _group_starts(keys, m, index, samples, stride, x, y, low, base, count, ends):
     """Set ``base[g]`` to the first position of ``keys[:m]`` with key ``>= x[g]``, for the
-    ascending ``x`` (at most ``_GROUP``) whose partitions are ``>= low``; returns the last one's.
+    ascending ``x`` (at most ``_GROUP``) whose partitions are ``>= low``; ``ends[g]`` to the
+    first with key ``> y[g]`` where the search read it, else -1. Returns the last probe's
+    partition.
 
-    §III-D's two searches -- the index array for the partition, then inside the partition --
-    as binary searches without branches on the keys
-    (:func:`~streamjoin.indexes.panjoin.subwindows.pick`), run for the whole group one level after the
-    other, each level prefetching the next level's keys: the group's cache misses overlap
-    instead of forming one chain per probe (a sparse batch misses at almost every level of a
-    partition). The index search covers only the
-    partitions from ``low``, the previous group's last, to this group's last, found by a
-    rebounding search (§III-E). ``count`` is scratch. O(size · (log(span) + log(stride))).
+    §III-D's two searches -- the index array for the partition, then inside the partition.
+    Each probe's partition is counted forward from the previous probe's in the index array
+    (:func:`_forward`; a rebounding search, §III-E, past ``_INDEX_AHEAD`` samples). Inside it,
+    the start is guessed by interpolating between the partition's two samples (in cache), and
+    the ``_GUESS_AHEAD`` keys from ``_GUESS_BACK`` before the guess are prefetched for the whole
+    group before any probe reads them (:func:`_from_guess`): the group's cache misses overlap,
+    two or three lines a probe, where a binary search of the partition waited on a line at each
+    of its first levels (on 2^20 uniform keys in partitions of 128, the guess's keys held the
+    start for 92% of the probes). ``count`` is scratch. O(size · (1 + span / size)) on smooth
+    keys, O(size · (log(span) + log(stride))) at worst.
     """
     size = x.shape[0]
-    high = rebound_search(index, low, samples, low, x[size - 1], False)
-    base[:size] = low
-    n = min(high + 1, samples) - low
-    while n > 1:  # the partition: the first sample >= x, every probe the same levels
-        half = n >> 1
-        for g in range(size):
-            b = base[g]
-            base[g] = pick(index[np.uint64(b + half)] < x[g], b + half, b)
-        n -= half
-    widest = 1
+    j = low
     for g in range(size):
-        j = base[g] + (index[np.uint64(base[g])] < x[g]) if n > 0 else low
+        j = _forward(index, samples, j, x[g], False, _INDEX_AHEAD)  # the first sample >= x
         # keys[(j-1)·stride] < x <= keys[j·stride]: the start is in ((j-1)·stride, j·stride];
         # searching from (j-1)·stride keeps every range non-empty and in [0, m)
         b = max(j - 1, 0) * stride
-        c = min(j * stride, m) - b if j > 0 else 1
-        base[g] = b
-        count[g] = c
-        widest = max(widest, c)
-        prefetch(keys, b + (c >> 1))
-    while widest > 1:  # inside the partitions, level by level
-        for g in range(size):
-            b, c = base[g], count[g]
-            half = c >> 1
-            b = pick(keys[np.uint64(b + half)] < x[g], b + half, b)
-            c -= half
-            base[g] = b
-            count[g] = c
-            prefetch(keys, b + (c >> 1))
-        widest -= widest >> 1
+        e = min(j * stride, m) if j > 0 else 0
+        guess = b
+        if 0 < j < samples:  # both ends sampled (in cache): interpolate between them
+            left, right = float(index[np.uint64(j - 1)]), float(index[np.uint64(j)])
+            frac = (float(x[g]) - left) / (right - left)
+            if frac > 0.0 and frac < 1.0:  # False for NaN (equal or infinite ends)
+                guess = b + int(frac * (e - b))
+        s = max(b, guess - _GUESS_BACK)
+        base[g] = s
+        count[g] = b
+        for i in range(s, min(s + _GUESS_AHEAD, m), 8):  # 2-3 lines
+            prefetch(keys, i)
+        prefetch(keys, min(s + _GUESS_AHEAD, m) - 1)
     for g in range(size):
-        base[g] += keys[np.uint64(base[g])] < x[g]
-    return high
+        b = count[g]
+        base[g], ends[g] = _from_guess(keys, m, b, base[g], min(b + stride, m), x[g], y[g])
+    return j
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _from_guess(keys, m, b, s, e, x, y):
+    """``(start, end)``: the first position in ``[b, e]`` with key ``>= x``, where ``keys[b]
+    < x`` or ``b`` is 0 (then ``e > 0``), and ``keys[e] >= x`` or ``e`` is ``m``, the end of the
+    run, from ``s`` in ``[b, e]``: the interpolated guess less a margin; and the first
+    position with key ``> y`` (``y >= x``) if it lies among the keys read, else -1.
+
+    The keys left of ``x`` and those not right of ``y`` among the ``_GUESS_AHEAD`` at ``s``
+    are counted without branches, as in :func:`_forward`; a rebounding search (§III-E) takes
+    over where the start lies outside them."""
+    if s > b and not keys[np.uint64(s)] < x:
+        return rebound_search(keys, b, s, s, x, False), -1
+    c = 0
+    d = 0
+    stop = min(s + _GUESS_AHEAD, e)
+    for i in range(s, stop):
+        v = keys[np.uint64(i)]
+        c += v < x
+        d += v <= y
+    # every key before s is < x <= y: the counts are offsets from s
+    end = s + d if s + d < stop or stop == m else -1
+    if s + c < stop or stop == e:
+        return s + c, end
+    return rebound_search(keys, stop, e, stop, x, False), end
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -296,10 +328,10 @@ def _locate_group(run, vlo, vhi, g0, sweep, low, start, end, base, count, ends):
 
     Starts are swept from the previous start (:func:`_forward`) if ``sweep`` -- a dense batch,
     whose consecutive starts are a few items apart -- else searched by :func:`_group_starts`
-    from partition ``low`` on. Each end is counted forward from the previous one (ends only
-    move forward; equal probe keys find their range again, §III-E), and the refs line of each
-    start is prefetched for the copy that follows (without that prefetch a dense batch took
-    1.6x as long).
+    from partition ``low`` on, which also counts the ends among the keys it read. Any other end
+    is counted forward from the previous one (ends only move forward; equal probe keys find
+    their range again, §III-E), and the refs line of each start is prefetched for the copy that
+    follows (without that prefetch a dense batch took 1.6x as long).
     """
     keys, refs, m, index, samples, stride = run
     size = min(_GROUP, vlo.shape[0] - g0)
@@ -307,12 +339,26 @@ def _locate_group(run, vlo, vhi, g0, sweep, low, start, end, base, count, ends):
         for g in range(size):
             start = _forward(keys, m, start, vlo[g0 + g], False, _SWEEP_AHEAD)
             base[g] = start
+        ends[:size] = -1
     else:
-        low = _group_starts(keys, m, index, samples, stride, vlo[g0 : g0 + size], low, base, count)
+        low = _group_starts(
+            keys,
+            m,
+            index,
+            samples,
+            stride,
+            vlo[g0 : g0 + size],
+            vhi[g0 : g0 + size],
+            low,
+            base,
+            count,
+            ends,
+        )
     for g in range(size):
         prefetch(refs, base[g])
-        end = _forward(keys, m, max(end, base[g]), vhi[g0 + g], True, _END_AHEAD)
-        ends[g] = end
+        if ends[g] < 0:  # not among the keys its start's search read
+            ends[g] = _forward(keys, m, max(end, base[g]), vhi[g0 + g], True, _END_AHEAD)
+        end = ends[g]
     return low, start, end
 
 
@@ -482,16 +528,17 @@ _ITEM, _COMPACT_ITEM, _LINE = 16, 8, 64
 def _run_bytes(m: int, probes: int, stride: int, compact: bool = False) -> int:
     """Bytes a probe batch of ``probes`` sorted keys moves through one sorted run of ``m``
     items, as :func:`probe_run` does it: a swept run is read whole (its keys) with a line of
-    refs near each start; a searched one costs, per probe, the lines of the binary search
-    inside its partition of ``stride`` items (the index array stays in cache) and its refs
+    refs near each start; a searched one costs, per probe, the lines of the ``_GUESS_AHEAD``
+    keys it reads at its interpolated position inside its partition of ``stride`` items (the
+    index array stays in cache; a guess that misses reads more, not counted) and its refs
     line. A compact run's items hold their refs: no refs lines. Writes of the pairs are counted
     by the caller."""
     if m == 0:
         return 0
     if m <= _SWEEP_GAP * probes:
         return 8 * m + (0 if compact else min(8 * m, _LINE * probes))
-    levels = max(1, int(np.ceil(np.log2(max(2, stride * 8 // _LINE)))))
-    return probes * _LINE * (levels + (0 if compact else 1))
+    lines = -(-(8 * min(stride, _GUESS_AHEAD) + _LINE - 8) // _LINE)  # at any offset in a line
+    return probes * _LINE * (lines + (0 if compact else 1))
 
 
 def stream_bytes(

@@ -24,8 +24,7 @@ from collections import deque
 from typing import ClassVar
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from streamjoin.checks import number
 from streamjoin.indexes.base import WindowIndex, key_range
@@ -39,20 +38,6 @@ NO_REF = np.iinfo(np.int64).min
 # --------------------------------------------------------------------------------------------
 # Kernels shared by the stores
 # --------------------------------------------------------------------------------------------
-
-
-@intrinsic
-def pick(typingctx, cond, a, b):
-    """``a if cond else b`` for int64 ``a``, ``b``, as a conditional move: the select carries
-    LLVM's ``!unpredictable`` mark, without which LLVM turns a select that depends on a load
-    inside a loop back into a branch, and a binary search pays a misprediction per step."""
-
-    def codegen(context, builder, sig, args):
-        v = builder.select(args[0], args[1], args[2])
-        v.set_metadata("unpredictable", builder.module.add_metadata([]))
-        return v
-
-    return types.int64(types.boolean, types.int64, types.int64), codegen
 
 
 @njit(cache=True, nogil=True, inline="always")
