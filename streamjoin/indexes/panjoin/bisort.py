@@ -33,14 +33,14 @@ How it finds the starts depends on the batch's density (:func:`_locate_group`):
   Chi, Dean and Polyzotis, *The Case for Learned Index Structures*, SIGMOD 2018, §3); where
   it guesses wrong (skewed keys), a rebounding search (§III-E) goes on from the lines read.
   O(1) per probe on smooth keys, O(log(stride)) at worst;
-- a *dense* batch sweeps the run merge-like (§III-E's batch mode): each start is counted
-  forward from the previous one among the next ``_SWEEP_AHEAD`` items, vectorised and
-  without branches, with a rebounding search only past them (:func:`_forward`): O(M + m) for
-  M items and m probes, a sequential pass the hardware prefetches, where a search would wait
-  on a dependent cache miss per level.
+- a *dense* batch sweeps the run merge-like (§III-E's batch mode): each start, and its end
+  with it, is counted forward from the previous start among the next ``_SWEEP_AHEAD`` items,
+  vectorised and without branches, with a rebounding search only past them
+  (:func:`_sweep_step`): O(M + m) for M items and m probes, a sequential pass the hardware
+  prefetches, where a search would wait on a dependent cache miss per level.
 
-Ends only move forward and are counted from the previous one; equal probe keys find their
-range again (§III-E). All subwindows of a window append to one pair of outputs.
+An end not found among the keys its start's search read is counted forward from the previous
+end (ends only move forward); equal probe keys find their range again (§III-E). All subwindows of a window append to one pair of outputs.
 
 Why one file of ~620 lines: the insert (merge-back), locate and probe kernels all read one
 array layout (sorted run, group index, samples and stride, :class:`BISortArrays`), and the two
@@ -271,7 +271,7 @@ def _from_guess(keys, m, b, s, e, x, y):
         c += v < x
         d += v <= y
     # every key before s is < x <= y: the counts are offsets from s
-    end = s + d if s + d < stop or stop == m else -1
+    end = s + max(c, d) if s + d < stop or stop == m else -1
     if s + c < stop or stop == e:
         return s + c, end
     return rebound_search(keys, stop, e, stop, x, False), end
@@ -296,6 +296,28 @@ def _forward(keys, m, pos, x, upper, ahead):
             return pos + c
         pos += ahead
     return rebound_search(keys, pos, m, pos, x, upper)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sweep_step(keys, m, pos, x, y):
+    """``(start, end)`` of a dense batch's probe in ``keys[:m]``: the first position ``>= pos``
+    with key ``>= x``, where every key before ``pos`` is left of ``x`` (the previous probe's
+    start), and the first with key ``> y`` (``y >= x``) if it lies among the
+    ``_SWEEP_AHEAD`` keys at ``pos``, else -1.
+
+    :func:`_forward` for both bounds at once: one pass over the keys, and one chain of
+    dependent steps through the batch instead of two."""
+    if pos + _SWEEP_AHEAD <= m:
+        c = 0
+        d = 0
+        for j in range(_SWEEP_AHEAD):
+            v = keys[np.uint64(pos + j)]
+            c += v < x
+            d += v <= y
+        if c < _SWEEP_AHEAD:
+            return pos + c, pos + max(c, d) if d < _SWEEP_AHEAD else -1
+        pos += _SWEEP_AHEAD
+    return rebound_search(keys, pos, m, pos, x, False), -1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -337,9 +359,8 @@ def _locate_group(run, vlo, vhi, g0, sweep, low, start, end, base, count, ends):
     size = min(_GROUP, vlo.shape[0] - g0)
     if sweep:
         for g in range(size):
-            start = _forward(keys, m, start, vlo[g0 + g], False, _SWEEP_AHEAD)
+            start, ends[g] = _sweep_step(keys, m, start, vlo[g0 + g], vhi[g0 + g])
             base[g] = start
-        ends[:size] = -1
     else:
         low = _group_starts(
             keys,
