@@ -21,6 +21,7 @@ from window_index_oracle import (
 import streamjoin as sj
 import streamjoin.indexes.panjoin.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
+from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.key_codes import item_bounds
 from streamjoin.indexes.panjoin.bisort import (
     _SWEEP_GAP,
@@ -237,6 +238,38 @@ def test_store_probe_sweeps_and_searches_exactly(
     min_ref = int(rng.integers(0, items + 1))
     got = store_pairs(store, probe_keys, lo, hi, min_ref, keys)
     np.testing.assert_array_equal(got, brute_pairs(keys, refs, probe_keys, lo, hi, min_ref))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(0, 300),
+    band=st.sampled_from([(0.0, 0.0), (-2.5, 1e300), (-np.inf, 0.0), (1.0, np.inf)]),
+    specials=st.booleans(),
+)
+def test_band_bounds_are_the_widened_intervals_made_monotone(seed, n, band, specials):
+    """The subwindow indexes' widened intervals: each probe's ``key_range``, NaN made unbounded,
+    then a suffix minimum / prefix maximum, so both are non-decreasing (the sweeps rely on it)
+    -- whether or not any step back occurs (NaN keys, sorted last, and infinite ones make
+    them)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.uniform(-1e6, 1e6, n)
+    if specials and n:
+        keys[rng.random(n) < 0.2] = rng.choice([np.nan, np.inf, -np.inf, 1.7e308, -0.0])
+    keys = np.sort(keys)  # NaNs last
+    lo, hi = band
+    vlo, vhi = band_bounds(keys, lo, hi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want_lo, want_hi = [], []
+        for k in keys:
+            a, b = key_range(k, lo, hi)
+            want_lo.append(-np.inf if np.isnan(a) else a)
+            want_hi.append(np.inf if np.isnan(b) else b)
+    want_lo = np.minimum.accumulate(np.array(want_lo)[::-1])[::-1]
+    want_hi = np.maximum.accumulate(np.array(want_hi))
+    np.testing.assert_array_equal(vlo, want_lo)
+    np.testing.assert_array_equal(vhi, want_hi)
+    assert np.all(vlo <= vhi)
 
 
 def _spread_keys(rng, kind: str, n: int) -> np.ndarray:
