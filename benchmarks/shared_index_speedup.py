@@ -6,7 +6,8 @@ share of a step spent outside the task kernels (Python orchestration, expiry, me
 CONFIG: ``single``, ``shared1``, ``shared2`` (threads), ``shared2b`` (blocking merge),
 ``shared2c`` (T_S in 8-byte items, ``layout="compact"``; ``shared1c``, ``shared2bc`` too);
 ``compact`` (``single`` with PIM-Tree's ``layout="compact"``) and ``bplus`` (``single`` with
-a B+-tree) for the one-thread comparisons of the compact items issue. ``ceiling`` joins nothing:
+a B+-tree) for one-thread comparisons with the compact layout; ``bisort`` (``single``
+with BI-Sort, a band join's default index, its default options). ``ceiling`` joins nothing:
 it prints what two threads at once deliver on this machine against one
 (:func:`streamjoin.roofline.two_thread_speedup`, dependent misses and arithmetic), the bound of
 ``shared2 / shared1``; alternate it with the configurations, since it varies on a shared host.
@@ -66,6 +67,8 @@ elif config == "compact":  # one thread, T_S in 8-byte items
     core = JoinCore(query, "pim_tree", {"layout": "compact"})
 elif config == "bplus":
     core = JoinCore(query, "bplus_tree")
+elif config == "bisort":  # a band join's default index, with its defaults
+    core = JoinCore(query, "bisort")
 else:
     threads = int(config[len("shared")])
     merge = "blocking" if "b" in config[len("shared") :] else "nonblocking"
