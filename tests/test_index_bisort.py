@@ -393,6 +393,53 @@ def test_rejects_bad_options(options, message):
         bisort(**options)
 
 
+@pytest.mark.parametrize(
+    ("window", "options", "size", "partitions"),
+    [
+        (sj.CountWindow(2**20), {}, 2**19, 2**12),
+        (sj.CountWindow(2**18, 2**21), {}, None, None),  # per stream: checked below
+        (sj.CountWindow(2**10), {}, 2**16, 2**9),
+        (sj.CountWindow(2**40), {}, 2**22, 2**15),
+        (sj.CountWindow(2**20), {"partitions": 64}, 2**16, 64),  # the user's, as given
+        (sj.CountWindow(2**20), {"subwindow_size": 2**17}, 2**17, 512),
+        (sj.TimeWindow(1000), {}, 2**16, 512),  # no count known
+    ],
+)
+def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, size, partitions):
+    """A join core over a count window of W tuples a stream gives BI-Sort subwindows of W / 2
+    (between 2^16 and 2^22) and partitions of 128 items, unless the user set either option."""
+    from streamjoin.actors.join_core import JoinCore
+
+    query = sj.Query(sj.band("x", 1.0), window=window)
+    core = JoinCore(query, "bisort", options)
+    for y, part in core.parts.items():
+        index = part.index
+        want = size if size is not None else min(max(window.size(y) // 2, 2**16), 2**22)
+        assert index.subwindow_size == want
+        store = index._subwindows[-1]
+        assert store.partitions == (partitions if partitions is not None else want // 128)
+
+
+def test_a_join_over_sized_subwindows_matches_another_index():
+    """The join core's sized subwindows (2^17 items here, many probes searching each) return
+    the pairs of the B+-tree's join and of BI-Sort's own with the default 2^16 (both checked
+    against the oracle on smaller inputs; the oracle takes minutes at this size)."""
+    w = 2**18
+    data = sj.sources.synthetic(w + 40_000, low=0, high=3 * w, seed=3)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
+    runs = [
+        sj.run(query, data, sj.topologies.single(index, **options), batch_size=1024)
+        for index, options in [
+            ("bisort", {}),
+            ("bisort", {"subwindow_size": 2**16}),
+            ("bplus_tree", {}),
+        ]
+    ]
+    assert runs[0].count > 50_000
+    for other in runs[1:]:
+        assert runs[0].same_pairs(other)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("batch_size", [1, 3, 64])
 @pytest.mark.parametrize("window", JOIN_WINDOWS)

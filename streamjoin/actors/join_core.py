@@ -170,7 +170,11 @@ class JoinCore(JoinLogic):
         self.spec = JoinSpec(query, index, index_options, paired)
         self.index_name = self.spec.index_name
         self.work = JoinWork()
-        self.parts = {y: WindowPart(self.spec, self.work) for y in self.spec.streams}
+        window = query.window
+        self.parts = {
+            y: WindowPart(self.spec, self.work, window.size(y) if window.kind == "count" else None)
+            for y in self.spec.streams
+        }
         self.ports = {"in": (0, 1)} if ports is None else {p: tuple(v) for p, v in ports.items()}
         if self.spec.paired and any(len(v) > 1 for v in self.ports.values()):
             raise ValueError(

@@ -267,12 +267,19 @@ class JoinSpec:
             return np.zeros((1, len(pos)))
         return np.ascontiguousarray(batch.attrs[self.key_rows[x]][:, pos])
 
-    def new_index(self) -> WindowIndex:
+    def new_index(self, items: int | None = None) -> WindowIndex:
         """An empty window index as the plan says: one of :attr:`index_cls`, or one per OR
-        term (:class:`PerTermIndex`)."""
+        term (:class:`PerTermIndex`). ``items``: about how many tuples it will hold (a count
+        window's size), for the index's :meth:`~streamjoin.indexes.base.WindowIndex.
+        window_options` where the user set none of them."""
+        options = self.index_options
+        if items is not None:
+            fit = self.index_cls.window_options(items)
+            if not set(fit) & set(options):
+                options = {**fit, **options}
         if self.groups:
-            return PerTermIndex(self.index_cls, self.groups, **self.index_options)
-        return self.index_cls(self.n_keys, **self.index_options)
+            return PerTermIndex(self.index_cls, self.groups, **options)
+        return self.index_cls(self.n_keys, **options)
 
     def in_key_order(self, batch: Batch, x: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(xs, keys, order)`` of the batch's stream-``x`` tuples: their positions in arrival

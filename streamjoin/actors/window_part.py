@@ -27,10 +27,14 @@ class WindowPart:
     ``probe`` is docs/design.md §2 step 1 against this part; ``insert`` and ``expire`` step 3.
     """
 
-    def __init__(self, spec: JoinSpec, work: JoinWork | None = None) -> None:
+    def __init__(
+        self, spec: JoinSpec, work: JoinWork | None = None, items: int | None = None
+    ) -> None:
+        """``items``: about how many tuples the part will hold, if known (a join core over a
+        count window), to size its index (:meth:`JoinSpec.new_index`)."""
         self.spec = spec
         self.store = TupleStore(2 * len(spec.query.attrs))
-        self.index = spec.new_index()
+        self.index = spec.new_index(items)
         self.work = JoinWork() if work is None else work
 
     def __len__(self) -> int:

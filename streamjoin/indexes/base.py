@@ -150,6 +150,13 @@ class WindowIndex(ABC):
     serves_terms: ClassVar[bool] = True
 
     @classmethod
+    def window_options(cls, items: int) -> dict:
+        """Options that suit an index over a window of about ``items`` tuples (a join core over
+        a count window knows it); the join core uses them only where the user set none of
+        them. None by default."""
+        return {}
+
+    @classmethod
     def probe_work(cls, size: int) -> float:
         """Work units of one probe into ``size`` held items (see ``probe_cost``)."""
         if cls.probe_cost == "linear":
