@@ -19,6 +19,7 @@ from window_index_oracle import (
     random_actions,
 )
 
+import streamjoin as sj
 import streamjoin.indexes.panjoin.wib_tree  # noqa: F401  (registers "wib_tree")
 from streamjoin import indexes
 from streamjoin.indexes.panjoin.llat import chain_entries
@@ -162,3 +163,38 @@ def test_compact_refs_spanning_2_32_are_refused_before_anything_changes():
         store.insert(np.array([3.0]), np.array([4]))
     assert len(store) == 2
     store.check()
+
+
+@pytest.mark.parametrize(
+    ("window", "options", "size"),
+    [
+        (sj.CountWindow(2**20), {}, 2**20),
+        (sj.CountWindow(2**10), {}, 2**16),
+        (sj.CountWindow(2**40), {}, 2**22),
+        (sj.CountWindow(2**20), {"subwindow_size": 2**17}, 2**17),  # the user's, as given
+        (sj.CountWindow(2**20), {"leaf_width": 64}, 2**20),  # another option: still sized
+        (sj.TimeWindow(1000), {}, 2**16),  # no count known
+    ],
+)
+def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, size):
+    """A join core over a count window of W tuples a stream gives WiB+-Tree subwindows of W
+    (between 2^16 and 2^22), unless the user set their size."""
+    from streamjoin.actors.join_core import JoinCore
+
+    core = JoinCore(sj.Query(sj.band("x", 1.0), window=window), "wib_tree", options)
+    assert [part.index.subwindow_size for part in core.parts.values()] == [size, size]
+
+
+def test_a_join_over_sized_subwindows_matches_another_index():
+    """The join core's sized subwindows (2^17 items at W = 2^17) return the pairs of the
+    B+-tree's join (both checked against the oracle on smaller inputs; the oracle takes
+    minutes at this size)."""
+    w = 2**17
+    data = sj.sources.synthetic(w + 30_000, low=0, high=3 * w, seed=4)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
+    wib, bplus = (
+        sj.run(query, data, sj.topologies.single(index), batch_size=1024)
+        for index in ("wib_tree", "bplus_tree")
+    )
+    assert wib.count > 20_000
+    assert wib.same_pairs(bplus)
