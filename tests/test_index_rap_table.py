@@ -22,7 +22,6 @@ from window_index_oracle import (
     random_actions,
 )
 
-import streamjoin as sj
 import streamjoin.indexes.panjoin.rap_table  # noqa: F401  (registers "rap_table")
 from streamjoin import indexes
 from streamjoin.indexes.blocks.key_codes import CODE_MAX, encode
@@ -225,40 +224,3 @@ def test_compact_refs_below_the_subwindows_first_are_refused():
         store.insert(np.array([3.0]), np.array([5]))
     assert len(store) == 2
     store.check()
-
-
-@pytest.mark.parametrize(
-    ("window", "options", "size", "partitions"),
-    [
-        (sj.CountWindow(2**20), {}, 2**20, 2**13),
-        (sj.CountWindow(2**10), {}, 2**16, 2**9),
-        (sj.CountWindow(2**40), {}, 2**22, 2**15),
-        (sj.CountWindow(2**20), {"partitions": 64}, 2**16, 64),  # the user's, as given
-        (sj.CountWindow(2**20), {"sigma": 1.5}, 2**20, 2**13),  # another option: still sized
-        (sj.TimeWindow(1000), {}, 2**16, 512),  # no count known
-    ],
-)
-def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, size, partitions):
-    """A join core over a count window of W tuples a stream gives RaP-Table subwindows of W
-    (between 2^16 and 2^22) and partitions of 128 items, unless the user set either."""
-    from streamjoin.actors.join_core import JoinCore
-
-    core = JoinCore(sj.Query(sj.band("x", 1.0), window=window), "rap_table", options)
-    for part in core.parts.values():
-        assert part.index.subwindow_size == size
-        assert part.index._subwindows[-1].partitions == partitions
-
-
-def test_a_join_over_sized_subwindows_matches_another_index():
-    """The join core's sized subwindows (2^17 items at W = 2^17) return the pairs of the
-    B+-tree's join (both checked against the oracle on smaller inputs; the oracle takes
-    minutes at this size)."""
-    w = 2**17
-    data = sj.sources.synthetic(w + 30_000, low=0, high=3 * w, seed=5)
-    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
-    rap, bplus = (
-        sj.run(query, data, sj.topologies.single(index), batch_size=1024)
-        for index in ("rap_table", "bplus_tree")
-    )
-    assert rap.count > 20_000
-    assert rap.same_pairs(bplus)

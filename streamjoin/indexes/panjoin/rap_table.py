@@ -348,9 +348,7 @@ class RaPTableIndex(SubwindowIndex):
     n_keys : int
         Must be 1.
     subwindow_size : int
-        Items per subwindow ``N_Sub``, >= 1. A join core over a count window of ``W`` tuples a
-        stream, given neither this nor ``partitions``, uses ``W`` (between 2^16 and 2^22) and
-        partitions of 128 items (:meth:`window_options`).
+        Items per subwindow ``N_Sub``, >= 1.
     partitions : int
         Partition count ``P``, >= 1.
     sigma : float
@@ -386,13 +384,3 @@ class RaPTableIndex(SubwindowIndex):
             layout=layout,
         )
         self.exact = item_layout(self.name, layout).exact
-
-    @classmethod
-    def window_options(cls, items: int) -> dict:
-        """Subwindows of the window's size (between 2^16, the default, and 2^22) and
-        partitions of 128 items, as the defaults have: a probe scans an unsorted partition in
-        every subwindow. ``single("rap_table")``, W = 2^20 a stream, one core (band join,
-        match rate 2, batches of 1,024): 2.3 µs a tuple against 11.3 with subwindows of 2^16;
-        at W = 2^18, 2.0 against 3.3 (2.4 with W / 2)."""
-        size = min(max(items, 2**16), 2**22)
-        return {"subwindow_size": size, "partitions": size // 128}
