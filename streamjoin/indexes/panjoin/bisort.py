@@ -40,7 +40,8 @@ How it finds the starts depends on the batch's density (:func:`_locate_group`):
   prefetches, where a search would wait on a dependent cache miss per level.
 
 An end not found among the keys its start's search read is counted forward from the previous
-end (ends only move forward); equal probe keys find their range again (§III-E). All subwindows of a window append to one pair of outputs.
+end (ends only move forward); equal probe keys find their range again (§III-E). All
+subwindows of a window append to one pair of outputs.
 
 Why one file of ~620 lines: the insert (merge-back), locate and probe kernels all read one
 array layout (sorted run, group index, samples and stride, :class:`BISortArrays`), and the two
@@ -190,9 +191,9 @@ _GROUP = 128
 #: Items a probe of a searched run reads at its interpolated position, from ``_GUESS_BACK``
 #: before it.
 _GUESS_AHEAD = 16
+_GUESS_BACK = 8
 #: Samples after the previous probe's in which a probe counts its partition first.
 _INDEX_AHEAD = 16
-_GUESS_BACK = 8
 #: Items per probe up to which a run is swept (:func:`_forward`) rather than searched: on 2**20
 #: uniform items the sweep took 0.7x the search's time at 32 items per probe, about the same
 #: at 64, 1.4x at 128.
@@ -211,8 +212,8 @@ _BUFFER_STRIDE = 64
 def _search(arr, start, stop, hint, x, upper):
     """:func:`~streamjoin.indexes.panjoin.subwindows.rebound_search`, called rather than
     inlined: the searches' rare way on where the keys read at a guess or ahead did not hold
-    the answer. numba types an inlined function again at each call site (the probe's first
-    compile took 5.5 s with the four inlined here, against 3.2 before them)."""
+    the answer. numba types an inlined function again at each call site, and four inlined
+    copies made a first run's compile of the probe far longer (docs/performance.md)."""
     return rebound_search(arr, start, stop, hint, x, upper)
 
 
@@ -858,9 +859,8 @@ class BISortIndex(SubwindowIndex):
     def window_options(cls, items: int) -> dict:
         """Subwindows of half the window (between 2^16, the default, and 2^22), partitions of
         128 items as the defaults have: a probe batch visits every subwindow, so many small
-        ones cost it a search each. ``single("bisort")``, W = 2^20 a stream, one core: 390 ns a
-        tuple against 762 with subwindows of 2^16 (its probe 153 against 523); of 2^20 (W):
-        400; at W = 2^18, 347 against 401 (see docs/performance.md)."""
+        ones cost it a search each, and larger ones cost the merges more (measured on the
+        performance page: at W = 2^20 this halves a tuple's time)."""
         size = min(max(items // 2, 2**16), 2**22)
         return {"subwindow_size": size, "partitions": size // 128}
 
