@@ -21,6 +21,7 @@ from window_index_oracle import (
 import streamjoin as sj
 import streamjoin.indexes.panjoin.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
+from streamjoin.actors.join_core import JoinCore
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.key_codes import item_bounds
 from streamjoin.indexes.panjoin.bisort import (
@@ -408,8 +409,6 @@ def test_rejects_bad_options(options, message):
 def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, size, partitions):
     """A join core over a count window of W tuples a stream gives BI-Sort subwindows of W / 2
     (between 2^16 and 2^22) and partitions of 128 items, unless the user set either option."""
-    from streamjoin.actors.join_core import JoinCore
-
     query = sj.Query(sj.band("x", 1.0), window=window)
     core = JoinCore(query, "bisort", options)
     for y, part in core.parts.items():

@@ -22,6 +22,7 @@ from window_index_oracle import (
 import streamjoin as sj
 import streamjoin.indexes.panjoin.wib_tree  # noqa: F401  (registers "wib_tree")
 from streamjoin import indexes
+from streamjoin.actors.join_core import JoinCore
 from streamjoin.indexes.panjoin.llat import chain_entries
 from streamjoin.indexes.panjoin.wib_tree import HEIGHT, LEAVES, WiBTree
 
@@ -179,8 +180,6 @@ def test_compact_refs_spanning_2_32_are_refused_before_anything_changes():
 def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, size):
     """A join core over a count window of W tuples a stream gives WiB+-Tree subwindows of W
     (between 2^16 and 2^22), unless the user set their size."""
-    from streamjoin.actors.join_core import JoinCore
-
     core = JoinCore(sj.Query(sj.band("x", 1.0), window=window), "wib_tree", options)
     assert [part.index.subwindow_size for part in core.parts.values()] == [size, size]
 
