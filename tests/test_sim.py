@@ -799,6 +799,9 @@ def test_calibrate_measures_kernels(tmp_path):
     # steps after idle time (on the index measured) and the processors' share
     assert prof.after_idle.join_ns >= 0 and prof.info["fit"]["after_idle"]["index"] == "hash"
     assert len(prof.cpu_share) == os.cpu_count() and all(0 < v <= 1 for v in prof.cpu_share)
+    # what the fitted costs miss past the fitted windows (a quick fit: one larger window)
+    assert [h for h, _, _ in prof.windows["hash"].points] == [2**15, 2**16]
+    assert prof.info["fit"]["window_growth"]["windows"] == [2**15]
     assert sim.MachineProfile.load(path).to_dict() == prof.to_dict()
     q = sj.Query(sj.equal("x"), window=sj.CountWindow(20))
     data = sj.sources.synthetic(300, low=0, high=20, seed=2)

@@ -99,6 +99,12 @@ class JoinLogic(Logic):
     def counters(self) -> tuple:
         return self.work.as_tuple()
 
+    def held_items(self) -> int | None:
+        """Tuples this actor's window parts hold, both streams (what its steps' working set
+        grows with), or None for an actor whose state is not window parts."""
+        parts = getattr(self, "parts", None)
+        return None if parts is None else sum(len(p) for p in parts.values())
+
     def warm(self) -> None:
         JoinCore(self.spec.query, self.spec.index_name, self.spec.index_options).warm()
 

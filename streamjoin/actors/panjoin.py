@@ -252,6 +252,12 @@ class PanJoinWorker(JoinLogic):
         work.pairs += len(out)
         return [("out", out)]
 
+    def held_items(self) -> None:
+        """None: a probe here searches several subwindows, each counted a probe, so the
+        window costs a join core's probe is measured with (the items of both streams'
+        windows) do not apply."""
+        return None
+
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts.values())

@@ -17,7 +17,8 @@ by a calibrated machine profile (docs/design.md §3, "Executors").
 - :mod:`~streamjoin.runtime.sim.calibrate`: measuring this host into a profile
   (``streamjoin calibrate``), with the Ray message timing in
   :mod:`~streamjoin.runtime.sim.ray_messages` (the one module here that imports Ray, and only
-  when calibration times messages).
+  when calibration times messages), and what the fitted costs miss on windows past the caches
+  in :mod:`~streamjoin.runtime.sim.window_growth`.
 """
 
 from streamjoin.runtime.sim.arrival import Arrival
@@ -45,10 +46,12 @@ from streamjoin.runtime.sim.profile import (
     IdleCosts,
     MachineProfile,
     MessageCosts,
+    WindowCosts,
     default_profile,
     message_nbytes,
 )
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
+from streamjoin.runtime.sim.window_growth import measure_window_growth
 
 __all__ = [
     "FEATURES",
@@ -63,6 +66,7 @@ __all__ = [
     "Sim",
     "SimStats",
     "SimTrace",
+    "WindowCosts",
     "as_profile",
     "busy_reasons",
     "cached_profile_path",
@@ -73,6 +77,7 @@ __all__ = [
     "max_sustainable_rate",
     "measure_after_idle",
     "measure_cpu_share",
+    "measure_window_growth",
     "message_nbytes",
     "nnls",
     "profile_for_this_host",

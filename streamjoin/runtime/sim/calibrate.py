@@ -4,8 +4,9 @@
 busy processes get (:func:`measure_cpu_share`), runs the join kernels through the simulator
 with a recording cost model that times every step, fits the coefficients by non-negative
 least squares on relative error (:func:`fit_costs`), times the same kind of steps after an
-idle gap for the after-idle costs (:func:`measure_after_idle`), times the ``ray`` executor's
-messages (framed batches over TCP between actors,
+idle gap for the after-idle costs (:func:`measure_after_idle`), measures what the fitted
+costs miss on windows past the caches (:mod:`~streamjoin.runtime.sim.window_growth`), times
+the ``ray`` executor's messages (framed batches over TCP between actors,
 :mod:`streamjoin.runtime.sim.ray_messages`) for the message costs, and writes a profile JSON.
 """
 
@@ -39,6 +40,13 @@ from streamjoin.runtime.sim.profile import (
     MachineProfile,
     MessageCosts,
     default_profile,
+)
+from streamjoin.runtime.sim.window_growth import (
+    QUICK_WINDOWS,
+    SECONDS,
+    WINDOWS,
+    measurable,
+    measure_window_growth,
 )
 
 
@@ -470,6 +478,7 @@ def calibrate(
     idle_gap_s: float | None = IDLE_GAP_S,
     cache: bool = True,
     force: bool = False,
+    window_growth: bool = True,
 ) -> MachineProfile:
     """Measure this machine and return its :class:`MachineProfile`, stored as this host's
     (:mod:`~streamjoin.runtime.sim.host_profile`) and optionally written to ``path``.
@@ -499,6 +508,12 @@ def calibrate(
         one).
     force : bool
         Store (and write) the profile even if the host was busy.
+    window_growth : bool
+        Measure what each index's fitted costs miss on windows past the caches
+        (:func:`~streamjoin.runtime.sim.window_growth.measure_window_growth`: 2^16 to 2^20
+        tuples a stream, 25 s for every index here; 2^15 when ``quick``); False keeps the
+        profile without (its cores then charged as at the fitted windows, whatever their
+        size).
 
     Raises
     ------
@@ -580,6 +595,19 @@ def calibrate(
             after_idle, quality["after_idle"] = measure_after_idle(
                 index, gap_s=idle_gap_s, seed=seed
             )
+    windows = {}
+    if window_growth:  # what the costs just fitted miss on windows past the caches
+        grown = QUICK_WINDOWS if quick else WINDOWS
+        t_grow = time.perf_counter()
+        for index in names:
+            if measurable(index) and index in index_costs:
+                windows[index] = measure_window_growth(
+                    index, index_costs[index], grown, seed, seconds=1.0 if quick else SECONDS
+                )
+        quality["window_growth"] = {
+            "windows": list(grown),
+            "seconds": round(time.perf_counter() - t_grow, 1),
+        }
     messages = base.messages
     if ray:
         from streamjoin.runtime.sim.ray_messages import measure_messages  # imports Ray
@@ -591,6 +619,7 @@ def calibrate(
         indexes=index_costs,
         messages=messages,
         after_idle=after_idle,
+        windows=windows,
         cpu_share=cpu_share,
         info={
             "machine": machine_info(),

@@ -37,7 +37,12 @@ from streamjoin.actors.shared_index.kernels import (
     W_SCANNED,
     W_TUPLES,
 )
-from streamjoin.runtime.sim.profile import FEATURES, MachineProfile, message_nbytes
+from streamjoin.runtime.sim.profile import (
+    FEATURES,
+    FITTED_HELD,
+    MachineProfile,
+    message_nbytes,
+)
 
 #: Index whose coefficients stand in for an index the profile has not measured, by how its
 #: probes' work grows (``WindowIndex.probe_cost``).
@@ -72,6 +77,8 @@ class CostModel:
         )
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}
+        #: indexes whose cores outgrew the fitted windows without :class:`WindowCosts`
+        self.unfitted_windows: set[str] = set()
 
     def coefficients(self, logic: ActorLogic) -> tuple:
         """``(calls, *per counter)`` coefficients (ns) of ``logic``'s cost group (and index)."""
@@ -132,9 +139,11 @@ class CostModel:
         charged as ``threads`` processors (:func:`threads_charge`), or as the processors the
         engine says its step holds (the charge's ``threads`` argument)."""
         c_call, *per_unit = self.coefficients(logic)
+        growth = self._window_growth(logic)
 
         def charge(kind, msg, before, after, wall_ns, threads=None) -> float:
-            return _dot(c_call, per_unit, before, after)
+            ns = _dot(c_call, per_unit, before, after)
+            return ns if growth is None else ns + growth(before, after)
 
         if getattr(logic, "threads", 1) > 1 and hasattr(logic, "last_tasks"):
             coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))
@@ -145,6 +154,44 @@ class CostModel:
 
             return charge_threads
         return charge
+
+    def _window_growth(self, logic: ActorLogic):
+        """``growth(before, after) -> ns`` that a join actor's step costs more for the size
+        of its window (the profile's :class:`~streamjoin.runtime.sim.profile.WindowCosts` of
+        its index, at the items it holds after the step), or None: not a join actor holding
+        window parts, or no such costs (then a warning once it holds more than the windows
+        the costs were fitted on)."""
+        if logic.cost_group != "join" or getattr(logic, "held_items", lambda: None)() is None:
+            return None
+        index = logic.spec.index_name  # type: ignore[attr-defined]
+        costs = self.profile.windows.get(index)
+        at = {n: i for i, n in enumerate(logic.COUNTERS)}
+        p, i, e = at["probes"], at["inserted"], at["expired"]
+        held = logic.held_items  # type: ignore[attr-defined]
+        if costs is not None:
+
+            def growth(before: tuple, after: tuple) -> float:
+                stored = after[i] - before[i] + after[e] - before[e]
+                return costs.charge(held(), after[p] - before[p], stored)
+
+            return growth
+        if index in self.unfitted_windows:
+            return None
+
+        def watch(before: tuple, after: tuple) -> float:
+            if index not in self.unfitted_windows and held() > 2 * FITTED_HELD:
+                self.unfitted_windows.add(index)
+                warnings.warn(
+                    f"machine profile {self.profile.name!r} has no costs for windows past "
+                    f"{FITTED_HELD:,} items a core over {index!r}, and a core holds "
+                    f"{held():,}: its steps are charged as if its window fit the caches "
+                    "(at 2**20 tuples a stream they take about twice that on a host); "
+                    "`streamjoin calibrate` measures them",
+                    stacklevel=2,
+                )
+            return 0.0
+
+        return watch
 
     def bind_tasks(self, logic: ActorLogic):
         """For a core that reports its tasks (``last_tasks``): ``split(kind, msg, before,

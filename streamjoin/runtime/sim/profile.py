@@ -35,8 +35,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -323,6 +324,70 @@ class IdleCosts(_IdleLines):
         return IdleCosts(**costs, ramp=self.ramp)
 
 
+#: Items a core held at most in the calibration's workloads (two streams' windows of 16,384):
+#: the join costs were fitted there, and :class:`WindowCosts` says what they miss beyond.
+FITTED_HELD = 2 * 16384
+
+
+@dataclass(frozen=True)
+class WindowCosts:
+    """What a join core's steps over one index cost more once its window outgrows the
+    windows its costs were fitted on (:data:`FITTED_HELD` items), measured by
+    :func:`~streamjoin.runtime.sim.window_growth.measure_window_growth`.
+
+    ``points`` holds ``(held, probe_ns, store_ns)``, ascending in ``held`` (the items the
+    core's window parts hold, both streams): at that size a probe costs ``probe_ns`` more,
+    and a tuple stored ``store_ns`` more, half charged when it is inserted and half when it
+    expires. Linear in ``log2(held)`` between points, nothing below the first, the last
+    point's beyond it (past the last cache a miss costs what it costs; the probes' descent
+    still grows with the fitted ``scan`` cost).
+    """
+
+    points: tuple = ()
+
+    def __post_init__(self) -> None:
+        try:
+            points = tuple((float(h), float(p), float(s)) for h, p, s in self.points)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"window costs must be (held, probe_ns, store_ns) points, got {self.points!r}"
+            ) from None
+        held = [h for h, _, _ in points]
+        if any(h < 1 or p < 0 or s < 0 for h, p, s in points) or held != sorted(set(held)):
+            raise ValueError(
+                "window costs must be (held >= 1, probe_ns >= 0, store_ns >= 0) points, "
+                f"ascending in held: got {self.points!r}"
+            )
+        object.__setattr__(self, "points", points)
+
+    def at(self, held: float) -> tuple[float, float]:
+        """``(probe_ns, store_ns)`` more at ``held`` items."""
+        points = self.points
+        if not points or held < points[0][0]:
+            return 0.0, 0.0
+        if held >= points[-1][0]:
+            return points[-1][1:]
+        i = bisect_right([h for h, _, _ in points], held)
+        (h0, p0, s0), (h1, p1, s1) = points[i - 1], points[i]
+        f = (math.log2(held) - math.log2(h0)) / (math.log2(h1) - math.log2(h0))
+        return p0 + f * (p1 - p0), s0 + f * (s1 - s0)
+
+    def charge(self, held: float, probes: float, stored: float) -> float:
+        """ns more for ``probes`` probes and ``stored`` inserts and expiries (a tuple stored
+        counts one of each) at ``held`` items."""
+        if not probes and not stored:
+            return 0.0
+        probe_ns, store_ns = self.at(held)
+        return probe_ns * probes + store_ns / 2 * stored
+
+    def to_list(self) -> list:
+        return [list(p) for p in self.points]
+
+    def scaled(self, factor: float) -> WindowCosts:
+        """Every cost divided by ``factor``."""
+        return WindowCosts(tuple((h, p / factor, s / factor) for h, p, s in self.points))
+
+
 @dataclass(frozen=True, eq=False)
 class MachineProfile:
     """Cost coefficients of one machine, in ns per feature unit (:data:`FEATURES`).
@@ -337,6 +402,10 @@ class MachineProfile:
     messages : MessageCosts
     after_idle : IdleCosts
         Extra compute of a step that follows idle time.
+    windows : dict
+        Window index name -> :class:`WindowCosts`: what a join core's steps over it cost
+        more once its window outgrows those the index's costs were fitted on (none: nothing
+        more, and the simulator warns when a core holds more than :data:`FITTED_HELD` items).
     cpu_scale, net_scale : float
         Speed-ups applied by :meth:`scaled` since calibration (recorded, not re-applied).
     cpus : int, optional
@@ -363,6 +432,7 @@ class MachineProfile:
     indexes: dict
     messages: MessageCosts = field(default_factory=MessageCosts)
     after_idle: IdleCosts = field(default_factory=IdleCosts)
+    windows: dict = field(default_factory=dict)
     cpu_scale: float = 1.0
     net_scale: float = 1.0
     cpus: int | None = None
@@ -401,6 +471,7 @@ class MachineProfile:
                 "indexes": self.indexes,
                 "messages": self.messages.to_dict(),
                 "after_idle": self.after_idle.to_dict(),
+                "windows": {k: w.to_list() for k, w in self.windows.items()},
                 "info": self.info,
             }
         )
@@ -421,12 +492,17 @@ class MachineProfile:
             after_idle = IdleCosts(**d.get("after_idle", {}))
         except (TypeError, ValueError) as e:
             raise ValueError(f"bad 'after_idle' in machine profile: {e}") from None
+        try:
+            windows = {k: WindowCosts(tuple(v)) for k, v in d.get("windows", {}).items()}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad 'windows' in machine profile: {e}") from None
         return cls(
             name=str(d.get("name", "unnamed")),
             roles=roles,
             indexes=idx,
             messages=messages,
             after_idle=after_idle,
+            windows=windows,
             cpu_scale=float(d.get("cpu_scale", 1.0)),
             net_scale=float(d.get("net_scale", 1.0)),
             cpus=d.get("cpus"),
@@ -479,6 +555,11 @@ class MachineProfile:
         lines.append(
             f"  after idle (µs per step): {cells}{f'  (shorter gaps: {ramp})' if ramp else ''}"
         )
+        for key, costs in sorted(self.windows.items()):
+            cells = ", ".join(
+                f"{p / 1e3:.3g} / {s / 1e3:.3g} at {h:,.0f}" for h, p, s in costs.points[1:]
+            )
+            lines.append(f"  past the fitted windows, {key}: per probe / stored (µs) {cells}")
         return "\n".join(lines)
 
     # -- variants ------------------------------------------------------------------------------
@@ -500,6 +581,7 @@ class MachineProfile:
             indexes=div(self.indexes),
             messages=self.messages.scaled(net),
             after_idle=self.after_idle.scaled(cpu),
+            windows={k: w.scaled(cpu) for k, w in self.windows.items()},
             cpu_scale=self.cpu_scale * cpu,
             net_scale=self.net_scale * net,
         )

@@ -1,0 +1,186 @@
+"""What a join core's steps cost more once its window outgrows the caches, measured for a
+machine profile (:class:`~streamjoin.runtime.sim.profile.WindowCosts`).
+
+A profile's join costs are fitted on windows of at most
+:data:`~streamjoin.runtime.sim.profile.FITTED_HELD` items a core, which fit this machine's
+caches; they charge a probe, an insert and an expiry the same however large the window.
+They are not: at W = 2^20 tuples a stream a probe's leaves, an insert's and an expiry's, and
+the rows of the tuple store its candidates are checked against are misses, and a core's step
+takes about twice as long as at W = 2^14 (``experiments/results/calibrate_check.md``).
+
+:func:`measure_window_growth` measures it for one index: a :class:`~streamjoin.actors.
+join_core.JoinCore` over a count window of ``W`` tuples a stream is filled, then fed
+batches that probe and store (probe, insert, expire) alternating with batches that only probe
+(as a split join's core receives them); each step's host time less what the fitted
+coefficients charge it is its residual, per probe on the probing steps, per stored tuple
+(less the probes' part) on the others. The same at the largest fitted window is subtracted,
+so the points say what the coefficients miss at each size, 0 where they were fitted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from streamjoin import indexes as registry
+from streamjoin.actors.join_core import JoinCore
+from streamjoin.batch import Batch
+from streamjoin.query import CountWindow, Query, band, equal
+from streamjoin.runtime.sim.profile import FEATURES, FITTED_HELD, WindowCosts
+
+#: Count windows (tuples a stream) :func:`measure_window_growth` measures past the fitted
+#: ones: a core then holds twice as many items.
+WINDOWS = (2**16, 2**18, 2**20)
+#: Those of a quick calibration (seconds, not a profile to plan large windows with).
+QUICK_WINDOWS = (2**15,)
+#: Tuples a batch when measuring (the default batch size) and when filling a window.
+BATCH, FILL_BATCH = 1024, 8192
+#: Steps a core runs in turn before the next size's core: the host's speed drifts (1.5x
+#: within minutes here), so every size is measured in every stretch of time; the first step
+#: of a turn finds the other cores' data in the caches and is not kept.
+TURN = 8
+#: Probing steps timed at each window.
+PROBES = 48
+#: Seconds of turns after which the storing steps' span may be cut short.
+SECONDS = 3.0
+#: A storing step that merged nothing and took this many times the median one is taken as the
+#: host's stall, not the index's work (a stall of 13-175 ms in a step of 0.5 ms, once in a
+#: few hundred steps, here).
+HICCUP = 30
+
+
+def measurable(index: str) -> bool:
+    """Whether :func:`measure_window_growth` measures ``index``: not one whose probes scan
+    the window (a window of 2^20 would take minutes) nor SPO-Join's stages (their own
+    layout)."""
+    cls = registry.get(index)
+    return cls.probe_cost != "linear" and index != "po_join"
+
+
+def measure_window_growth(
+    index: str,
+    coefs: dict,
+    windows: tuple[int, ...] = WINDOWS,
+    seed: int = 0,
+    seconds: float = SECONDS,
+) -> WindowCosts:
+    """The extra ns a probe and a stored tuple cost a core over ``index`` at each of
+    ``windows`` (tuples a stream), past what ``coefs`` (its fitted join costs,
+    ``{feature: ns}``) charge, less the same at the largest fitted window.
+
+    Each size's core stores a quarter of its largest window a stream (so that periodic work,
+    a PIM-Tree's merge every eighth of a window or BI-Sort's buffer merges, is in the mean)
+    and probes :data:`PROBES` times, all sizes' cores taking turns of :data:`TURN` steps;
+    after ``seconds`` of turns, each stops once it has stored :data:`PROBES` times (an index
+    whose probes take microseconds, RaP-Table's over unsized subwindows)."""
+    cores = [_Core(index, coefs, w, seed) for w in (FITTED_HELD // 2, *windows)]
+    stores = max(PROBES, max(windows, default=0) // 2 // BATCH)
+    deadline = time.perf_counter() + seconds
+    while any(len(c.store_rows) < stores for c in cores):
+        if time.perf_counter() > deadline and all(len(c.store_rows) >= PROBES for c in cores):
+            break  # a slow index's probes: its storing steps' span cut short
+        for core in cores:
+            core.turn(stores)
+    (p0, s0), *rest = (core.residuals() for core in cores)
+    points = [(float(FITTED_HELD), 0.0, 0.0)]
+    for w, (probe, store) in zip(windows, rest, strict=True):
+        points.append((float(2 * w), max(0.0, probe - p0), max(0.0, store - s0)))
+    return WindowCosts(points=tuple(points))
+
+
+class _Core:
+    """A join core over ``index`` whose count window of ``window`` tuples a stream is full,
+    and its steps' host time less their charge (``coefs``)."""
+
+    def __init__(self, index: str, coefs: dict, window: int, seed: int) -> None:
+        query, keys = _workload(index, window)
+        self.core = JoinCore(query, index)
+        self.core.warm()
+        self.feed = _Feed(window, np.random.default_rng(seed), keys)
+        while self.feed.count < 2 * window:  # both streams' windows filled, unprobed
+            batch = self.feed.batch(FILL_BATCH)
+            for y, part in self.core.parts.items():
+                part.insert(batch, np.flatnonzero(batch.stream == y))
+        names = FEATURES["join"]
+        self.names = names[1:]
+        self.calls = coefs.get("calls", 0.0)
+        self.weights = np.array([coefs.get(f, 0.0) for f in self.names])
+        self.probe_rows: list[float] = []
+        self.store_rows: list[tuple] = []
+
+    def turn(self, stores: int) -> None:
+        """:data:`TURN` steps, probing and storing in turn until :data:`PROBES` probing
+        steps are kept, then storing, up to ``stores`` storing steps kept."""
+        for k in range(TURN):
+            store = len(self.probe_rows) >= PROBES or k % 2 == 1
+            if store and len(self.store_rows) >= stores:
+                return
+            ns, residual, work = self._step(self.feed.batch(BATCH, store=store))
+            if k == 0:
+                continue
+            if store:
+                self.store_rows.append(
+                    (ns, residual, work["probes"], work["inserted"], work["merges"])
+                )
+            else:
+                self.probe_rows.append(residual / max(1.0, work["probes"]))
+
+    def _step(self, batch: Batch) -> tuple[int, float, dict]:
+        before = np.array(self.core.counters(), dtype=float)
+        t0 = time.perf_counter_ns()
+        self.core.on_batch("in", batch)
+        ns = time.perf_counter_ns() - t0
+        delta = np.array(self.core.counters(), dtype=float) - before
+        residual = ns - self.calls - float(self.weights @ delta)
+        return ns, residual, dict(zip(self.names, delta, strict=True))
+
+    def residuals(self) -> tuple[float, float]:
+        """``(per probe, per stored tuple)``: the probing steps' median (each alike); the
+        storing steps' mean (a merge is rare) less their probes, without a stall
+        (:data:`HICCUP`)."""
+        per_probe = float(np.median(self.probe_rows))
+        rows = np.array(self.store_rows)
+        typical = np.median(rows[:, 0])
+        rows = rows[(rows[:, 0] <= HICCUP * typical) | (rows[:, 4] > 0)]
+        _, residual, probes, stored, _ = rows.sum(axis=0)
+        return per_probe, float((residual - per_probe * probes) / max(1.0, stored))
+
+
+def _workload(index: str, window: int) -> tuple[Query, str]:
+    """A join at a match rate of about 2 over a count window of ``window``: a band join of
+    width 1 over keys spread evenly over ``[0, window)``, or an equi-join over
+    ``window / 2`` integer keys for an index without range probes."""
+    cls = registry.get(index)
+    query = Query(band("x", 1.0), window=CountWindow(window))
+    if cls.unsupported(query.predicate) is None:
+        return query, "band"
+    return Query(equal("x"), window=CountWindow(window)), "equal"
+
+
+class _Feed:
+    """Batches of a two-way join's input, streams alternating, each probing the last
+    ``window`` tuples of the other stream; a batch that only probes takes no tuple numbers
+    (a split join's core receives other cores' tuples so)."""
+
+    def __init__(self, window: int, rng, keys: str) -> None:
+        self.window, self.rng, self.keys = window, rng, keys
+        self.count = 0  # tuples stored, both streams
+
+    def batch(self, n: int, store: bool = True) -> Batch:
+        first = self.count
+        seq = first + np.arange(n, dtype=np.int64)
+        stream = (seq % 2).astype(np.int8)
+        idx = seq // 2
+        lo_idx = np.maximum(0, (seq + stream) // 2 - self.window)  # the other stream's
+        if self.keys == "band":
+            x = self.rng.random(n) * self.window
+        else:
+            x = self.rng.integers(0, max(1, self.window // 2), n).astype(np.float64)
+        attrs = np.stack([x, np.full(n, np.nan)])  # a float column's image, then residual
+        end = first + n if store else first
+        horizon = np.full(2, max(0, end // 2 - self.window), dtype=np.int64)
+        if store:
+            self.count = end
+        z = np.zeros(n, dtype=np.int64)
+        return Batch(seq, stream, idx, z, z.copy(), lo_idx, attrs, horizon, store=store)
