@@ -61,15 +61,17 @@ def test_a_core_is_charged_its_window_costs_by_the_items_it_holds():
     grown = CostModel(_profile(bplus_tree=FLAT)).bind(core)
     plain = CostModel(_profile()).bind(core)
     other = CostModel(_profile(hash=FLAT)).bind(core)
-    feed = window_growth._Feed(window, np.random.default_rng(1), "band")
+    feed = window_growth._Feed(query, 4 * window, np.random.default_rng(1), batch=32)
     names = core.COUNTERS
     charged = 0
     for k in range(12):
         before = core.counters()
-        core.on_batch("in", feed.batch(32, store=k % 3 != 2))
+        core.on_batch("in", feed.batch(store=k % 3 != 2))
         after = core.counters()
         d = dict(zip(names, np.subtract(after, before), strict=True))
         stored = min(feed.count // 2, window)  # a stream's tuples in the window
+        if k % 3 == 2:  # a batch that only probes stores and expires nothing
+            assert d["inserted"] == d["expired"] == 0 and d["probes"] > 0
         assert core.held_items() == 2 * stored
         extra = grown("batch", None, before, after, 0) - plain("batch", None, before, after, 0)
         assert extra == pytest.approx(1_000 * d["probes"] + 400 * (d["inserted"] + d["expired"]))
@@ -135,19 +137,19 @@ def test_the_measurements_feed_is_a_join_input_the_oracle_agrees_with():
     """The batches the measurement times join as the oracle says (so it times a join's
     real work): those that store, read as one input; those that only probe join the window
     as it stands."""
-    window, n = 100, 24
-    query = sj.Query(sj.band("x", 2.0), window=sj.CountWindow(window))
-    feed = window_growth._Feed(window, np.random.default_rng(3), "band")
+    window = 100
+    query = sj.Query(sj.band("x", 2), window=sj.CountWindow(window))
+    feed = window_growth._Feed(query, 300, np.random.default_rng(3), batch=24)
     core = JoinCore(query, "bplus_tree")
     stored, pairs = [], []
     for k in range(30):
-        batch = feed.batch(n, store=k % 4 != 3)
+        batch = feed.batch(store=k % 4 != 3)
         out = core.on_batch("in", batch)
         if batch.store:
             stored.append(batch)
             pairs += [(r, s) for _, p in out for r, s in zip(p.r, p.s, strict=True)]
     streams = np.concatenate([b.stream for b in stored])
-    x = np.concatenate([b.attrs[0] for b in stored])
+    x = np.concatenate([b.attrs[0] for b in stored]).astype(np.int64)  # integer keys
     table = pa.table({"stream": streams, "ts": np.zeros(len(x), dtype=np.int64), "x": x})
     expected = sj.oracle.join(query, table)
     assert sorted(pairs) == sorted(

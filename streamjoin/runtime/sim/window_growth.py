@@ -6,12 +6,13 @@ A profile's join costs are fitted on windows of at most
 caches; they charge a probe, an insert and an expiry the same however large the window.
 They are not: at W = 2^20 tuples a stream a probe's leaves, an insert's and an expiry's, and
 the rows of the tuple store its candidates are checked against are misses, and a core's step
-takes about twice as long as at W = 2^14 (``experiments/results/calibrate_check.md``).
+takes about twice as long as at W = 2^14 (``experiments/results/sim_windows.md``).
 
 :func:`measure_window_growth` measures it for one index: a :class:`~streamjoin.actors.
-join_core.JoinCore` over a count window of ``W`` tuples a stream is filled, then fed
-batches that probe and store (probe, insert, expire) alternating with batches that only probe
-(as a split join's core receives them); each step's host time less what the fitted
+join_core.JoinCore` over a count window of ``W`` tuples a stream is filled, then fed the
+emitter's batches of a band join (or an equi-join) at a match rate of about 2, batches that
+probe and store (probe, insert, expire) alternating with batches that only probe (as a split
+join's core receives them); each step's host time less what the fitted
 coefficients charge it is its residual, per probe on the probing steps, per stored tuple
 (less the probes' part) on the others. The same at the largest fitted window is subtracted,
 so the points say what the coefficients miss at each size, 0 where they were fitted.
@@ -19,27 +20,36 @@ so the points say what the coefficients miss at each size, 0 where they were fit
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import deque
 
 import numpy as np
+import pyarrow as pa
 
 from streamjoin import indexes as registry
+from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.batch import Batch
 from streamjoin.query import CountWindow, Query, band, equal
 from streamjoin.runtime.sim.profile import FEATURES, FITTED_HELD, WindowCosts
+from streamjoin.validation import validate
 
 #: Count windows (tuples a stream) :func:`measure_window_growth` measures past the fitted
 #: ones: a core then holds twice as many items.
 WINDOWS = (2**16, 2**18, 2**20)
 #: Those of a quick calibration (seconds, not a profile to plan large windows with).
 QUICK_WINDOWS = (2**15,)
-#: Tuples a batch when measuring (the default batch size) and when filling a window.
-BATCH, FILL_BATCH = 1024, 8192
+#: Tuples a batch (the default batch size).
+BATCH = 1024
+#: Width of the band join measured (keys in ``[0, 4 W)``: about 2 matches a probe).
+BAND = 4
 #: Steps a core runs in turn before the next size's core: the host's speed drifts (1.5x
-#: within minutes here), so every size is measured in every stretch of time; the first step
-#: of a turn finds the other cores' data in the caches and is not kept.
-TURN = 8
+#: within minutes here), so every size is measured in every stretch of time.
+TURN = 32
+#: Steps at the start of a turn not kept: they find the other cores' data in the caches (a
+#: core that runs alone has its own there; turns of 8 keeping 7 read 5-15% higher).
+SKIP = 4
 #: Probing steps timed at each window.
 PROBES = 48
 #: Seconds of turns after which the storing steps' span may be cut short.
@@ -97,9 +107,9 @@ class _Core:
         query, keys = _workload(index, window)
         self.core = JoinCore(query, index)
         self.core.warm()
-        self.feed = _Feed(window, np.random.default_rng(seed), keys)
+        self.feed = _Feed(query, keys, np.random.default_rng(seed))
         while self.feed.count < 2 * window:  # both streams' windows filled, unprobed
-            batch = self.feed.batch(FILL_BATCH)
+            batch = self.feed.batch()
             for y, part in self.core.parts.items():
                 part.insert(batch, np.flatnonzero(batch.stream == y))
         names = FEATURES["join"]
@@ -116,8 +126,8 @@ class _Core:
             store = len(self.probe_rows) >= PROBES or k % 2 == 1
             if store and len(self.store_rows) >= stores:
                 return
-            ns, residual, work = self._step(self.feed.batch(BATCH, store=store))
-            if k == 0:
+            ns, residual, work = self._step(self.feed.batch(store=store))
+            if k < SKIP:
                 continue
             if store:
                 self.store_rows.append(
@@ -147,40 +157,49 @@ class _Core:
         return per_probe, float((residual - per_probe * probes) / max(1.0, stored))
 
 
-def _workload(index: str, window: int) -> tuple[Query, str]:
-    """A join at a match rate of about 2 over a count window of ``window``: a band join of
-    width 1 over keys spread evenly over ``[0, window)``, or an equi-join over
-    ``window / 2`` integer keys for an index without range probes."""
-    cls = registry.get(index)
-    query = Query(band("x", 1.0), window=CountWindow(window))
-    if cls.unsupported(query.predicate) is None:
-        return query, "band"
-    return Query(equal("x"), window=CountWindow(window)), "equal"
+def _workload(index: str, window: int) -> tuple[Query, int]:
+    """``(query, keys)``: a join at a match rate of about 2 over a count window of
+    ``window`` and integer keys in ``[0, keys)`` (as the calibration's workloads): a band join
+    of width :data:`BAND` over ``4 window`` keys, or an equi-join over ``window / 2`` keys for
+    an index without range probes."""
+    query = Query(band("x", BAND), window=CountWindow(window))
+    if registry.get(index).unsupported(query.predicate) is None:
+        return query, 4 * window
+    return Query(equal("x"), window=CountWindow(window)), max(1, window // 2)
 
 
 class _Feed:
-    """Batches of a two-way join's input, streams alternating, each probing the last
-    ``window`` tuples of the other stream; a batch that only probes takes no tuple numbers
-    (a split join's core receives other cores' tuples so)."""
+    """The batches of a two-way join's input (streams alternating, integer keys uniform in
+    ``[0, keys)``) as the emitter stamps them; a batch that only probes (:meth:`batch` with
+    ``store=False``) is the next one to be stored, probing the window as it stands, as a split
+    join's core receives another core's tuples."""
 
-    def __init__(self, window: int, rng, keys: str) -> None:
-        self.window, self.rng, self.keys = window, rng, keys
+    def __init__(self, query: Query, keys: int, rng, batch: int = BATCH) -> None:
+        self.query, self.keys, self.rng = query, keys, rng
+        self.emitter = Emitter(query, batch)
+        self.waiting: deque[Batch] = deque()
         self.count = 0  # tuples stored, both streams
+        self.horizon = np.zeros(2, dtype=np.int64)  # of the last batch stored
 
-    def batch(self, n: int, store: bool = True) -> Batch:
-        first = self.count
-        seq = first + np.arange(n, dtype=np.int64)
-        stream = (seq % 2).astype(np.int8)
-        idx = seq // 2
-        lo_idx = np.maximum(0, (seq + stream) // 2 - self.window)  # the other stream's
-        if self.keys == "band":
-            x = self.rng.random(n) * self.window
-        else:
-            x = self.rng.integers(0, max(1, self.window // 2), n).astype(np.float64)
-        attrs = np.stack([x, np.full(n, np.nan)])  # a float column's image, then residual
-        end = first + n if store else first
-        horizon = np.full(2, max(0, end // 2 - self.window), dtype=np.int64)
-        if store:
-            self.count = end
-        z = np.zeros(n, dtype=np.int64)
-        return Batch(seq, stream, idx, z, z.copy(), lo_idx, attrs, horizon, store=store)
+    def batch(self, store: bool = True) -> Batch:
+        if not self.waiting:
+            self._more()
+        batch = self.waiting[0]
+        if not store:  # it expires nothing: the batch stored next does
+            return dataclasses.replace(batch, store=False, horizon=self.horizon.copy())
+        self.waiting.popleft()
+        self.count += len(batch)
+        self.horizon = batch.horizon
+        return batch
+
+    def _more(self, n: int = 64 * BATCH) -> None:
+        """Stamp ``n`` more tuples into batches."""
+        table = pa.table(
+            {
+                "stream": (np.arange(n) % 2).astype(np.int8),
+                "ts": np.zeros(n, dtype=np.int64),
+                "x": self.rng.integers(0, self.keys, n),
+            }
+        )
+        cols = validate(table, self.query)
+        self.waiting.extend(b for _, b in self.emitter.on_chunk(cols, 0))
