@@ -128,6 +128,7 @@ GALLERY = [
     Experiment(
         "sim_fidelity", "sim_fidelity.py", "our simulator against Ray", 4, 2, starts_ray=True
     ),
+    Experiment("sim_windows", "sim_windows.py", "our simulator on windows past the caches", 3, 0.5),
     Experiment(
         "topologies", "topologies.py", "every topology on local and Ray", 2, 1, starts_ray=True
     ),

@@ -36,6 +36,7 @@ from streamjoin.runtime.sim.engine import Sim
 from streamjoin.runtime.sim.host_profile import busy_reasons, store, with_source
 from streamjoin.runtime.sim.profile import (
     FEATURES,
+    FITTED_HELD,
     IdleCosts,
     MachineProfile,
     MessageCosts,
@@ -203,7 +204,7 @@ def _calibration_runs(index: str, quick: bool, seed: int):
     their own: ``<index>:panjoin``, ``<index>:handshake``, ``<index>:handshake_ll``), and for
     an index threads can share on ``shared_index(1, index)``, whose costs are its own
     (``shared:<index>``)."""
-    windows = (256, 4096) if quick else (256, 4096, 16384)
+    windows = (256, 4096) if quick else (256, 4096, FITTED_HELD // 2)
     if index == "nested_loop":  # its probes scan the window: 4096 separates the per-row cost,
         windows = windows[:2]  # and 16384 took a sixth of a calibration
     # batches past the default batch size (1024): a fit extrapolated to it predicts the

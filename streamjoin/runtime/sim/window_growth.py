@@ -52,6 +52,8 @@ TURN = 32
 SKIP = 4
 #: Probing steps timed at each window.
 PROBES = 48
+#: Stretches of the storing steps whose means' median is kept (:meth:`_Core.residuals`).
+BLOCKS = 4
 #: Seconds of turns after which the storing steps' span may be cut short.
 SECONDS = 3.0
 #: A storing step that merged nothing and took this many times the median one is taken as the
@@ -146,15 +148,21 @@ class _Core:
         return ns, residual, dict(zip(self.names, delta, strict=True))
 
     def residuals(self) -> tuple[float, float]:
-        """``(per probe, per stored tuple)``: the probing steps' median (each alike); the
-        storing steps' mean (a merge is rare) less their probes, without a stall
-        (:data:`HICCUP`)."""
+        """``(per probe, per stored tuple)``: the probing steps' median (each alike); for the
+        storing steps the median over :data:`BLOCKS` stretches of them of their mean (a merge
+        is rare; a stretch of the host's noise is one of several) less their probes, without
+        a stall (:data:`HICCUP`)."""
         per_probe = float(np.median(self.probe_rows))
         rows = np.array(self.store_rows)
         typical = np.median(rows[:, 0])
-        rows = rows[(rows[:, 0] <= HICCUP * typical) | (rows[:, 4] > 0)]
-        _, residual, probes, stored, _ = rows.sum(axis=0)
-        return per_probe, float((residual - per_probe * probes) / max(1.0, stored))
+        kept = (rows[:, 0] <= HICCUP * typical) | (rows[:, 4] > 0)
+        per_stored = []
+        for block, keep in zip(
+            np.array_split(rows, BLOCKS), np.array_split(kept, BLOCKS), strict=True
+        ):
+            _, residual, probes, stored, _ = block[keep].sum(axis=0)
+            per_stored.append((residual - per_probe * probes) / max(1.0, stored))
+        return per_probe, float(np.median(per_stored))
 
 
 def _workload(index: str, window: int) -> tuple[Query, int]:
