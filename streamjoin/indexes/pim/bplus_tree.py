@@ -309,8 +309,10 @@ PREFETCH_ITEMS = 2**16
 
 @njit(cache=True, nogil=True, inline="always")
 def _fetch_leaf(t, leaf):
-    """Prefetch the keys and refs of ``leaf``."""
+    """Prefetch the count, keys and refs of ``leaf`` (its count too: an insert's or a
+    delete's first read, a miss of its own in a tree of 2^20 items)."""
     size = t.leaf_keys.shape[1]
+    prefetch(t.leaf_count, leaf)
     prefetch_range(t.leaf_keys, leaf * size, leaf * size + size)
     prefetch_range(t.leaf_refs, leaf * size, leaf * size + size)
 
