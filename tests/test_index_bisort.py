@@ -21,6 +21,8 @@ from window_index_oracle import (
 import streamjoin as sj
 import streamjoin.indexes.panjoin.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
+from streamjoin.actors.base import RunSettings
+from streamjoin.actors.handshake import HandshakeConfig
 from streamjoin.actors.join_core import JoinCore
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.key_codes import item_bounds
@@ -417,6 +419,24 @@ def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, s
         assert index.subwindow_size == want
         store = index._subwindows[-1]
         assert store.partitions == (partitions if partitions is not None else want // 128)
+
+
+@pytest.mark.parametrize(
+    ("window", "segment", "size"),
+    [
+        (sj.CountWindow(2**20), None, 2**18),  # a segment of W / 2 a core
+        (sj.CountWindow(2**20), 2**21, 2**20),  # the segment given
+        (sj.TimeWindow(1000), None, 2**16),  # no count known: BI-Sort's default
+    ],
+)
+def test_a_handshake_core_sizes_its_subwindows_by_its_segment(window, segment, size):
+    """The original handshake chain's cores size BI-Sort's subwindows by the segment of each
+    window a core keeps, as a join core does by its window."""
+    query = sj.Query(sj.band("x", 1.0), window=window)
+    config = HandshakeConfig(k=0, n=2, segment=segment, index="bisort")
+    core = config.build(query, RunSettings(), None)
+    for part in core.parts.values():
+        assert part.index.subwindow_size == size
 
 
 def test_a_join_over_sized_subwindows_matches_another_index():

@@ -151,7 +151,11 @@ class HandshakeCore(JoinLogic):
         self.k, self.n = k, n
         self.capacity = capacity
         self.work = JoinWork()
-        self.parts = {y: WindowPart(self.spec, self.work) for y in (0, 1)}
+        # a count window's segment sizes the indexes (BI-Sort's subwindows, as a join core's)
+        sized = query.window.kind == "count"
+        self.parts = {
+            y: WindowPart(self.spec, self.work, capacity[y] if sized else None) for y in (0, 1)
+        }
         self.sent_upto = [0, 0]  # tuples with idx < sent_upto[y] were forwarded
         self.draining = [False, False]
         # R leaves the chain at the right end, S at the left
