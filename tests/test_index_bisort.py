@@ -422,21 +422,25 @@ def test_a_join_core_sizes_its_subwindows_by_its_count_window(window, options, s
 
 
 @pytest.mark.parametrize(
-    ("window", "segment", "size"),
+    ("window", "segment", "low_latency", "size"),
     [
-        (sj.CountWindow(2**20), None, 2**18),  # a segment of W / 2 a core
-        (sj.CountWindow(2**20), 2**21, 2**20),  # the segment given
-        (sj.TimeWindow(1000), None, 2**16),  # no count known: BI-Sort's default
+        (sj.CountWindow(2**20), None, False, 2**18),  # a segment of W / 2 a core
+        (sj.CountWindow(2**20), 2**21, False, 2**20),  # the segment given
+        (sj.CountWindow(2**20), None, True, 2**18),  # home to every second batch
+        (sj.CountWindow(2**20, 2**22), None, True, None),  # per stream: below
+        (sj.TimeWindow(1000), None, False, 2**16),  # no count known: BI-Sort's default
+        (sj.TimeWindow(1000), None, True, 2**16),
     ],
 )
-def test_a_handshake_core_sizes_its_subwindows_by_its_segment(window, segment, size):
-    """The original handshake chain's cores size BI-Sort's subwindows by the segment of each
-    window a core keeps, as a join core does by its window."""
+def test_a_handshake_core_sizes_its_subwindows_by_its_segment(window, segment, low_latency, size):
+    """Both handshake chains' cores size BI-Sort's subwindows by the part of each count
+    window a core keeps (W / n), as a join core does by its window."""
     query = sj.Query(sj.band("x", 1.0), window=window)
-    config = HandshakeConfig(k=0, n=2, segment=segment, index="bisort")
+    config = HandshakeConfig(k=0, n=2, segment=segment, low_latency=low_latency, index="bisort")
     core = config.build(query, RunSettings(), None)
-    for part in core.parts.values():
-        assert part.index.subwindow_size == size
+    for y, part in core.parts.items():
+        want = size if size is not None else window.size(y) // 2 // 2
+        assert part.index.subwindow_size == want
 
 
 def test_a_join_over_sized_subwindows_matches_another_index():

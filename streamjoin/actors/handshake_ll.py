@@ -115,7 +115,15 @@ class LowLatencyHandshakeCore(JoinLogic):
         self.index_name = self.spec.index_name
         self.k, self.n = k, n
         self.work = JoinWork()
-        self.parts = {y: WindowPart(self.spec, self.work) for y in self.spec.streams}  # home
+        # home to every n-th batch: about a window's n-th part of each stream, which sizes
+        # the indexes (BI-Sort's subwindows, as a join core's) where the window is a count
+        window = query.window
+        self.parts = {
+            y: WindowPart(
+                self.spec, self.work, -(-window.size(y) // n) if window.kind == "count" else None
+            )
+            for y in self.spec.streams
+        }
         self.crossed: dict[int, deque[Batch]] = {0: deque(), 1: deque()}  # the crossing log
         self.seen = [0, 0]  # batches of each stream that passed here: they number the homes
         self.drained = [False, False]
