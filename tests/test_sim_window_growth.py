@@ -125,7 +125,7 @@ def test_a_core_outgrowing_the_fitted_windows_without_window_costs_warns_once():
     with pytest.warns(UserWarning, match="no costs for windows past") as caught:
         sj.run(q, data, sj.topologies.single("hash"), machine=_profile(), **kw)
     assert sum("no costs for windows past" in str(w.message) for w in caught) == 1
-    assert "'hash'" in str(caught[0].message)
+    assert "'hash'" in str(caught[0].message) and "streamjoin calibrate" in str(caught[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # with window costs, or a window within, none
         sj.run(q, data, sj.topologies.single("hash"), machine=_profile(hash=FLAT), **kw)

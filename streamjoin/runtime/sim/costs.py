@@ -43,6 +43,7 @@ from streamjoin.runtime.sim.profile import (
     MachineProfile,
     message_nbytes,
 )
+from streamjoin.runtime.sim.window_growth import measurable
 
 #: Index whose coefficients stand in for an index the profile has not measured, by how its
 #: probes' work grows (``WindowIndex.probe_cost``).
@@ -178,6 +179,12 @@ class CostModel:
         if index in self.unfitted_windows:
             return None
 
+        remedy = (
+            "`streamjoin calibrate` measures them"
+            if measurable(index)
+            else "no calibration measures them for an index whose probes scan the window"
+        )
+
         def watch(before: tuple, after: tuple) -> float:
             if index not in self.unfitted_windows and held() > 2 * FITTED_HELD:
                 self.unfitted_windows.add(index)
@@ -185,8 +192,8 @@ class CostModel:
                     f"machine profile {self.profile.name!r} has no costs for windows past "
                     f"{FITTED_HELD:,} items a core over {index!r}, and a core holds "
                     f"{held():,}: its steps are charged as if its window fit the caches "
-                    "(at 2**20 tuples a stream they take about twice that on a host); "
-                    "`streamjoin calibrate` measures them",
+                    "(a core at 2**20 tuples a stream took up to twice its charge on the "
+                    f"development VM); {remedy}",
                     stacklevel=2,
                 )
             return 0.0

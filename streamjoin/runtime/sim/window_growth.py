@@ -81,9 +81,9 @@ def measure_window_growth(
     ``windows`` (tuples a stream), past what ``coefs`` (its fitted join costs,
     ``{feature: ns}``) charge, less the same at the largest fitted window.
 
-    Each size's core stores a quarter of its largest window a stream (so that periodic work,
-    a PIM-Tree's merge every eighth of a window or BI-Sort's buffer merges, is in the mean)
-    and probes :data:`PROBES` times, all sizes' cores taking turns of :data:`TURN` steps;
+    Every size's core stores as many tuples as a quarter of the largest window holds a
+    stream (so that periodic work, a PIM-Tree's merge every eighth of a window or BI-Sort's
+    buffer merges, is in the mean) and probes :data:`PROBES` times, all sizes' cores taking turns of :data:`TURN` steps;
     after ``seconds`` of turns, each stops once it has stored :data:`PROBES` times (an index
     whose probes take microseconds, RaP-Table's over unsized subwindows)."""
     cores = [_Core(index, coefs, w, seed) for w in (FITTED_HELD // 2, *windows)]
