@@ -78,11 +78,14 @@ def test_join_matches_oracle(predicate, window, self_join, batch_size):
     assert res.same_pairs(sj.oracle.join(q, data))
 
 
-def test_large_tree_prefetching_inserts():
-    """Trees with room for PREFETCH_ITEMS items or more fetch leaves ahead while inserting
-    (a hint only): the items and probes must be the same as without."""
+@pytest.mark.parametrize("options", [{}, {"fanout": 3, "leaf_size": 3}, {"leaf_size": 5}])
+def test_large_tree_prefetching_inserts(options):
+    """Trees with room for PREFETCH_ITEMS items or more descend for the item a few places on
+    while inserting or deleting one, and use that descent at the item's turn unless a split,
+    merge or borrow came between: the items and probes must be the same as without. Tiny
+    nodes split, merge and borrow within almost every lookahead."""
     rng = np.random.default_rng(11)
-    index = indexes.get("bplus_tree")(1)
+    index = indexes.get("bplus_tree")(1, **options)
     oracle = SortedOracle()
     n = 0
     while n < 2 * PREFETCH_ITEMS:

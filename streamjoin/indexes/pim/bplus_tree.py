@@ -282,8 +282,9 @@ def insert_items(t, keys, refs):
 
 @njit(cache=True, nogil=True)
 def new_path():
-    """Scratch for :func:`insert_into`: the inner nodes and child slots of a descent."""
-    return np.empty((2, MAX_HEIGHT), dtype=np.int64)
+    """Scratch for :func:`insert_into`: the inner nodes and child slots of a descent (rows 0
+    and 1), and the ring of descents made ahead (:func:`_descend_ahead`)."""
+    return np.empty((RING_ROWS, MAX_HEIGHT), dtype=np.int64)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -305,6 +306,9 @@ def seek_leaf(t, root, height, x):
 #: descent would cost more than it saves: measured 10% slower in cache, 20% faster out of it).
 INSERT_AHEAD = 4
 PREFETCH_ITEMS = 2**16
+#: Rows of :func:`new_path`'s scratch: the path (2), each descent ahead's path (2 each), and
+#: each descent ahead's leaf and the tree's version when it was made (:func:`_descend_ahead`).
+RING_ROWS = 2 + 2 * INSERT_AHEAD + 2
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -325,10 +329,28 @@ def _ahead(t):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fetch_leaf_of(t, root, height, x):
-    """Prefetch the leaf where key ``x`` goes in the tree ``(root, height)`` (a hint, found
-    on keys alone: splits or rebalancing before the item's turn may move it)."""
-    _fetch_leaf(t, seek_leaf(t, root, height, x))
+def _descend_ahead(t, root, height, k, r, scratch, slot, version):
+    """Descend to the leaf of ``(k, r)`` for an item some places on, keep the leaf and the
+    path in ring ``slot`` of ``scratch`` (:func:`new_path`) with the tree's ``version``, and
+    prefetch the leaf: when the item's turn comes and nothing split, merged or borrowed
+    since (the version is the same), its descent is this one."""
+    leaf = _descend(t, root, height, k, r, scratch[2 + 2 * slot], scratch[3 + 2 * slot])
+    scratch[RING_ROWS - 2, slot] = leaf
+    scratch[RING_ROWS - 1, slot] = version
+    _fetch_leaf(t, leaf)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _take_ahead(t, root, height, k, r, scratch, slot, version):
+    """The leaf of ``(k, r)``, its path in rows 0 and 1 of ``scratch``: the descent made
+    ahead in ring ``slot`` if the tree's ``version`` is still the one it was made at (its
+    separators, hence the leaf and the path, are then the same), else a descent now."""
+    if scratch[RING_ROWS - 1, slot] == version:
+        for level in range(height):
+            scratch[0, level] = scratch[2 + 2 * slot, level]
+            scratch[1, level] = scratch[3 + 2 * slot, level]
+        return scratch[RING_ROWS - 2, slot]
+    return _descend(t, root, height, k, r, scratch[0], scratch[1])
 
 
 @njit_no_refcount
@@ -349,20 +371,27 @@ def insert_into(t, top, keys, refs, path, fetched):
     no_child = path[:0, :0]  # leaf entries have no child column (an empty view, not allocated)
     path_node, path_slot = path[0], path[1]
     b = keys.shape[0]
-    # leaves of a large tree are cold: fetch the leaf of the item some places on while this
-    # one is inserted
+    # leaves of a large tree are cold: descend for the item some places on and fetch its
+    # leaf while this one is inserted; that descent is the item's own when its turn comes,
+    # unless a split came between (``version`` counts them)
     ahead = 0 if fetched else _ahead(t)
+    version = 0
     for i in range(min(ahead, b)):
-        _fetch_leaf_of(t, top[0], top[1], keys[i])
+        _descend_ahead(t, top[0], top[1], keys[i], refs[i], path, i, version)
     for i in range(b):
-        if ahead and i + ahead < b:
-            _fetch_leaf_of(t, top[0], top[1], keys[i + ahead])
         k, r = keys[i], refs[i]
-        leaf = _descend(t, top[0], top[1], k, r, path_node, path_slot)
+        if ahead:
+            leaf = _take_ahead(t, top[0], top[1], k, r, path, i % ahead, version)
+            if i + ahead < b:
+                j = i + ahead
+                _descend_ahead(t, top[0], top[1], keys[j], refs[j], path, i % ahead, version)
+        else:
+            leaf = _descend(t, top[0], top[1], k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
         if t.leaf_count[leaf] < leaf_size:
             _insert_entry(t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, leaf, p, k, r, 0)
             continue
+        version += 1  # a split: separators move, the descents made ahead are stale
         new = _alloc(t.meta, LEAF_FREE, LEAF_HWM, t.leaf_next)
         _split_insert(
             t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, leaf, new, p, k, r, 0
@@ -423,24 +452,32 @@ def delete_items(t, keys, refs):
     no_child = np.empty((0, 0), dtype=np.int64)
     half_leaf = (t.leaf_keys.shape[1] + 1) // 2
     half_inner = (t.inner_keys.shape[1] + 1) // 2
-    path_node = np.empty(MAX_HEIGHT, dtype=np.int64)
-    path_slot = np.empty(MAX_HEIGHT, dtype=np.int64)
+    path = new_path()
+    path_node, path_slot = path[0], path[1]
     b = keys.shape[0]
-    # as insert_into: fetch the leaf of the item some places on while this one is deleted
+    # as insert_into: descend for the item some places on and fetch its leaf while this one
+    # is deleted; that descent is the item's own unless a rebalance came between
     ahead = _ahead(t)
+    version = 0
     for i in range(min(ahead, b)):
-        _fetch_leaf_of(t, t.meta[ROOT], t.meta[HEIGHT], keys[i])
+        _descend_ahead(t, t.meta[ROOT], t.meta[HEIGHT], keys[i], refs[i], path, i, version)
     for i in range(b):
-        if ahead and i + ahead < b:
-            _fetch_leaf_of(t, t.meta[ROOT], t.meta[HEIGHT], keys[i + ahead])
         k, r = keys[i], refs[i]
-        leaf = _descend(t, t.meta[ROOT], t.meta[HEIGHT], k, r, path_node, path_slot)
+        root, height = t.meta[ROOT], t.meta[HEIGHT]
+        if ahead:
+            leaf = _take_ahead(t, root, height, k, r, path, i % ahead, version)
+            if i + ahead < b:
+                j = i + ahead
+                _descend_ahead(t, root, height, keys[j], refs[j], path, i % ahead, version)
+        else:
+            leaf = _descend(t, root, height, k, r, path_node, path_slot)
         p = _pair_lower_bound(t.leaf_keys, t.leaf_refs, leaf, 0, t.leaf_count[leaf], k, r)
         _shift(t.leaf_keys, t.leaf_refs, no_child, False, leaf, p + 1, t.leaf_count[leaf], -1)
         t.leaf_count[leaf] -= 1
         level = t.meta[HEIGHT] - 1
         if level < 0 or t.leaf_count[leaf] >= half_leaf:
             continue
+        version += 1  # a borrow or a merge: separators move, the descents ahead are stale
         parent, j = path_node[level], path_slot[level]
         gone = _rebalance(t, t.leaf_keys, t.leaf_refs, no_child, t.leaf_count, False, parent, j)
         if gone < 0:
