@@ -512,7 +512,7 @@ def calibrate(
     window_growth : bool
         Measure what each index's fitted costs miss on windows past the caches
         (:func:`~streamjoin.runtime.sim.window_growth.measure_window_growth`: 2^16 to 2^20
-        tuples a stream, 25 s for every index here; 2^15 when ``quick``); False keeps the
+        tuples a stream, a few seconds an index; 2^15 when ``quick``); False keeps the
         profile without (its cores then charged as at the fitted windows, whatever their
         size).
 

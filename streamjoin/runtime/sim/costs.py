@@ -191,9 +191,9 @@ class CostModel:
                 warnings.warn(
                     f"machine profile {self.profile.name!r} has no costs for windows past "
                     f"{FITTED_HELD:,} items a core over {index!r}, and a core holds "
-                    f"{held():,}: its steps are charged as if its window fit the caches "
-                    "(a core at 2**20 tuples a stream took up to twice its charge on the "
-                    f"development VM); {remedy}",
+                    f"{held():,}: its steps are charged as if its window fit the caches, "
+                    'though past them they take longer (docs/simulator.md, "How a step is '
+                    f'charged"); {remedy}',
                     stacklevel=2,
                 )
             return 0.0

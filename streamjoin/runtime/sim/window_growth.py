@@ -4,9 +4,9 @@ machine profile (:class:`~streamjoin.runtime.sim.profile.WindowCosts`).
 A profile's join costs are fitted on windows of at most
 :data:`~streamjoin.runtime.sim.profile.FITTED_HELD` items a core, which fit this machine's
 caches; they charge a probe, an insert and an expiry the same however large the window.
-They are not: at W = 2^20 tuples a stream a probe's leaves, an insert's and an expiry's, and
-the rows of the tuple store its candidates are checked against are misses, and a core's step
-takes about twice as long as at W = 2^14 (``experiments/results/sim_windows.md``).
+They are not: on large windows a probe's leaves, an insert's and an expiry's, and the rows of
+the tuple store its candidates are checked against are misses, and a core's steps take
+longer (``experiments/results/sim_windows.md`` has the figures).
 
 :func:`measure_window_growth` measures it for one index: a :class:`~streamjoin.actors.
 join_core.JoinCore` over a count window of ``W`` tuples a stream is filled, then fed the
@@ -44,11 +44,11 @@ QUICK_WINDOWS = (2**15,)
 BATCH = 1024
 #: Width of the band join measured (keys in ``[0, 4 W)``: about 2 matches a probe).
 BAND = 4
-#: Steps a core runs in turn before the next size's core: the host's speed drifts (1.5x
-#: within minutes here), so every size is measured in every stretch of time.
+#: Steps a core runs in turn before the next size's core: a shared host's speed drifts
+#: within minutes, so every size is measured in every stretch of time.
 TURN = 32
 #: Steps at the start of a turn not kept: they find the other cores' data in the caches (a
-#: core that runs alone has its own there; turns of 8 keeping 7 read 5-15% higher).
+#: core that runs alone has its own there; shorter turns read higher).
 SKIP = 4
 #: Probing steps timed at each window.
 PROBES = 48
@@ -57,8 +57,8 @@ BLOCKS = 4
 #: Seconds of turns after which the storing steps' span may be cut short.
 SECONDS = 3.0
 #: A storing step that merged nothing and took this many times the median one is taken as the
-#: host's stall, not the index's work (a stall of 13-175 ms in a step of 0.5 ms, once in a
-#: few hundred steps, here).
+#: host's stall, not the index's work (stalls of tens of milliseconds in steps of half of one
+#: come once in a few hundred steps on a shared host).
 HICCUP = 30
 
 
