@@ -121,6 +121,26 @@ def test_pairs_of_earlier_batches_do_not_wait_behind_later_ones(how):
     assert res.same_pairs(sj.oracle.join(query, table))
 
 
+@pytest.mark.parametrize("how", ["full", "right"])
+def test_a_batch_of_pairs_before_and_after_a_marker_is_taken_pair_by_pair(how):
+    """A handshake core's batch of pairs can hold a pair of rows before a progress marker and
+    one of a row after it (its tuples wait in segments): the first must not wait for the
+    columns of the second's rows, or the marker calls its row unmatched (found by the
+    property test: S row 45 reported alone beside its pair with R row 46)."""
+    n = 52
+    ts = np.zeros(n, dtype=np.int64)
+    ts[47:51] = 2  # R's time moves on: S row 45 leaves every later R tuple's reach
+    x = np.zeros(n, dtype=np.int64)
+    x[46] = 1
+    stream = np.zeros(n, dtype=np.int8)
+    stream[[45, 51]] = 1
+    table = pa.table({"ts": ts, "x": x, "y": np.zeros(n, dtype=np.int64), "stream": stream})
+    keep = sj.where(FUNCTIONS[0], columns=("x", "y"))
+    query = sj.Query(sj.not_equal("x") & keep, window=sj.TimeWindow(1), how=how)
+    res = run_layout(query, table, "handshake", "local", 16, delivery_seed=2, marker_rows=3)
+    assert res.same_pairs(sj.oracle.join(query, table))
+
+
 def test_the_collector_forgets_columns_no_later_pair_can_hold():
     """With progress markers, the residual functions' columns at the collector cover the
     rows still within reach (about two windows and a marker interval), not the whole run."""

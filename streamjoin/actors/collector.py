@@ -352,23 +352,26 @@ class ResidualColumns:
             self._values[:, rows.seq - self._base] = rows.attrs
             self._top = max(self._top, top)
         out: list[PairBatch] = []
-        waiting: list[PairBatch] = []
-        for pairs in self._waiting:
-            (out if self._last(pairs) <= self._top else waiting).append(pairs)
-        self._waiting = waiting
+        waiting, self._waiting = self._waiting, []
+        for pairs in waiting:
+            out += self.ready(pairs)
         return out
 
     def ready(self, pairs: PairBatch) -> list[PairBatch]:
-        """``pairs`` if their rows have come, else none (they wait).
+        """The pairs of ``pairs`` whose rows have come; the others wait.
 
+        Pair by pair, not the batch as a whole: a batch may hold pairs of rows before a
+        progress marker and of rows after it (a handshake core's, whose tuples wait in
+        segments), and once the marker has passed, the first must have been taken.
         Not behind pairs that wait: those may be of later batches (from another core) whose
         rows have not come, and a progress marker that has passed needs every pair of the
         batches before it taken. From one core (the only layouts whose pairs come in order)
         pairs wait in the order they came, as a later pair's rows come no earlier."""
-        if self._last(pairs) > self._top:
-            self._waiting.append(pairs)
-            return []
-        return [pairs]
+        if self._last(pairs) <= self._top:
+            return [pairs]
+        now = np.maximum(pairs.r, pairs.s) <= self._top
+        self._waiting.append(_pairs_at(pairs, ~now))
+        return [_pairs_at(pairs, now)] if now.any() else []
 
     def forget_below(self, seq: int) -> None:
         """No pair still to come holds a row below ``seq``: drop their columns (and those of
@@ -414,3 +417,8 @@ class ResidualColumns:
         if kept.all():
             return pairs
         return PairBatch(pairs.r[kept], pairs.s[kept], pairs.ingest_ns[kept])
+
+
+def _pairs_at(pairs: PairBatch, mask: np.ndarray) -> PairBatch:
+    """The pairs of ``pairs`` where ``mask`` holds."""
+    return PairBatch(pairs.r[mask], pairs.s[mask], pairs.ingest_ns[mask])
