@@ -329,8 +329,15 @@ class IdleCosts(_IdleLines):
 FITTED_HELD = 2 * 16384
 
 
+class _WindowHeld:
+    """What :class:`WindowCosts` derives from its points in ``__post_init__`` (as
+    :class:`_MessageLines`)."""
+
+    _held: list[float]
+
+
 @dataclass(frozen=True)
-class WindowCosts:
+class WindowCosts(_WindowHeld):
     """What a join core's steps over one index cost more once its window outgrows the
     windows its costs were fitted on (:data:`FITTED_HELD` items), measured by
     :func:`~streamjoin.runtime.sim.window_growth.measure_window_growth`.
@@ -359,6 +366,7 @@ class WindowCosts:
                 f"ascending in held: got {self.points!r}"
             )
         object.__setattr__(self, "points", points)
+        object.__setattr__(self, "_held", held)
 
     def at(self, held: float) -> tuple[float, float]:
         """``(probe_ns, store_ns)`` more at ``held`` items."""
@@ -367,7 +375,7 @@ class WindowCosts:
             return 0.0, 0.0
         if held >= points[-1][0]:
             return points[-1][1:]
-        i = bisect_right([h for h, _, _ in points], held)
+        i = bisect_right(self._held, held)
         (h0, p0, s0), (h1, p1, s1) = points[i - 1], points[i]
         f = (math.log2(held) - math.log2(h0)) / (math.log2(h1) - math.log2(h0))
         return p0 + f * (p1 - p0), s0 + f * (s1 - s0)
