@@ -25,7 +25,9 @@ cpu/wall kernel_s_per_thread faults``: the fraction is the core's own thread's t
 the task kernel (store appends, staging, draining pairs, merges, expiry, Python); ``faults`` the minor page faults of
 the timed phase per 1,000 tuples (near 0 in a steady state); ``steal`` the share of the
 machine's processor time its host took during the timed phase (a virtual machine's; a run with
-a few percent of steal is not comparable with a quiet one). Run the configurations side by side
+a few percent of steal is not comparable with a quiet one). A one-core configuration then prints
+the nanoseconds a tuple its window parts spent probing (the index's search and the candidates'
+refinement), inserting and expiring. Run the configurations side by side
 (A B A B) and quote ratios with the load.
 """
 
@@ -39,6 +41,7 @@ import streamjoin as sj
 import streamjoin.actors.shared_index.core as si
 from streamjoin.actors.emitter import Emitter
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.window_part import WindowPart
 from streamjoin.roofline import cpu_times, steal_share
 from streamjoin.validation import validate
 
@@ -98,6 +101,28 @@ def timed_run_tasks(k, *args):
 
 
 si.run_tasks = timed_run_tasks
+
+# one core's phases (single, compact, bplus, bisort): seconds inside its window parts' probes
+# (the index's search and the candidates' refinement), inserts and expiries, timed phase only
+phases = {"probe": 0.0, "insert": 0.0, "expire": 0.0}
+timing = [False]
+
+
+def timed_phase(name):
+    real = getattr(WindowPart, name)
+
+    def timed(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = real(self, *args, **kwargs)
+        if timing[0]:
+            phases[name] += time.perf_counter() - t0
+        return out
+
+    return timed
+
+
+for name in phases:
+    setattr(WindowPart, name, timed_phase(name))
 filled = 0
 k = 0
 while filled < n_fill:
@@ -106,6 +131,7 @@ while filled < n_fill:
     k += 1
 core.on_idle()  # the fill's pairs still held
 kernel_spans.clear()
+timing[0] = True
 pairs = tuples = 0
 outside = 0.0
 faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -135,6 +161,8 @@ print(
     f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy} "
     f"faults={1000 * faults / tuples:.2f} steal={stolen:.1%}"
 )
+if isinstance(core, JoinCore):
+    print(" ".join(f"{name}_ns_per_tuple={1e9 * t / tuples:.0f}" for name, t in phases.items()))
 # the window indexes' memory per item they hold
 if isinstance(core, JoinCore):
     held = [p.index for p in core.parts.values()]

@@ -9,9 +9,11 @@ core holds. This script shows what that buys, for each index and count window W 
 (a band join at match rate 2 over uniform keys, batches of 1,024, 4 W tuples: the windows
 fill over the first half):
 
-- ``single``: the input tuples/s of ``local`` (the join in this process; the median of three
-  runs, two before the simulated ones and one after) against the simulator's with the whole input arriving
-  at once, with the profile as it is and with its window costs removed;
+- one core, ``single`` and ``shared_index(1)`` (PIM-Tree §4's core on one thread, charged
+  its index's window costs in a plain core): the input tuples/s of ``local`` (the join in
+  this process; the median of three runs, two before the simulated ones and one after)
+  against the simulator's with the whole input arriving at once, with the profile as it is
+  and with its window costs removed;
 - every layout of ``--layouts``: each join core's charged step time on the simulator against
   the host time the same steps took in that run (the simulator runs the real logic and times
   it: ``metrics["actors"][core]["compute_wall_ns"]``), with and without window costs. On
@@ -55,13 +57,17 @@ SCALES = {
     "full": {
         "indexes": ["bplus_tree", "pim_tree", "bisort"],
         "windows": [2**14, 2**16, 2**18, 2**20],
-        "layouts": ["single", "split(2)", "grid(2, 2)", "handshake(2)"],
+        "layouts": ["single", "shared_index(1)", "split(2)", "grid(2, 2)", "handshake(2)"],
     },
     "quick": {"indexes": ["bplus_tree"], "windows": [2**12, 2**16], "layouts": ["single"]},
 }
 #: Arrival of the simulated runs: the whole input at once (unpaced).
 FLOOD = Arrival.constant(1e12)
 BATCH = 1024
+#: Layouts of one core, measured on ``local`` too.
+ONE_CORE = ("single", "shared_index(1)")
+#: Indexes a shared-index core takes (of those measured here).
+SHARED = ("bplus_tree", "pim_tree")
 
 
 def topology(layout: str, index: str):
@@ -129,15 +135,17 @@ def main() -> None:
         for window in sc["windows"]:
             query, data = workload(window)
             for layout in sc["layouts"]:
+                if layout.startswith("shared_index") and index not in SHARED:
+                    continue
                 topo = topology(layout, index)
                 row = {"index": index, "window": window, "layout": layout}
-                if layout == "single":
+                if layout in ONE_CORE:
                     measured = [local_ns(query, data, topo) for _ in range(2)]
                 runs = {
                     k: simulate(query, data, topo, p)
                     for k, p in (("with", profile), ("without", without))
                 }
-                if layout == "single":
+                if layout in ONE_CORE:
                     measured.append(local_ns(query, data, topo))
                     row["local_ns_per_tuple"] = statistics.median(measured)
                 for k, run in runs.items():
@@ -179,12 +187,12 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
         "",
         "## One core: simulated against measured throughput",
         "",
-        "| index | W | local ns / tuple | sim without | sim with | sim / local without "
+        "| index | layout | W | local ns / tuple | sim without | sim with | sim / local without "
         "| sim / local with |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        if r["layout"] != "single":
+        if r["layout"] not in ONE_CORE:
             continue
         local, a, b = (
             r["local_ns_per_tuple"],
@@ -193,7 +201,8 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
         )
         # throughput ratio: sim tuples/s over local tuples/s
         lines.append(
-            f"| {r['index']} | 2^{int(np.log2(r['window']))} | {local:,.0f} | {a:,.0f} | "
+            f"| {r['index']} | {r['layout']} | 2^{int(np.log2(r['window']))} | {local:,.0f} | "
+            f"{a:,.0f} | "
             f"{b:,.0f} | {local / a:.2f} | {local / b:.2f} |"
         )
     lines += [
@@ -212,7 +221,7 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
             f"{r['charged_over_host_with_min']:.2f}–{r['charged_over_host_with_max']:.2f} |"
         )
     largest = max(r["window"] for r in rows)
-    single = [r for r in rows if r["layout"] == "single" and r["window"] == largest]
+    single = [r for r in rows if r["layout"] in ONE_CORE and r["window"] == largest]
     cores = [r for r in rows if r["window"] == largest]
 
     def span(rs, key) -> str:
@@ -222,7 +231,7 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
         "",
         "## Findings",
         "",
-        f"- One core at W = 2^{int(np.log2(largest))}: sim / local "
+        f"- One core (single, shared_index(1)) at W = 2^{int(np.log2(largest))}: sim / local "
         f"{span(single, lambda r: r['local_ns_per_tuple'] / r['sim_ns_per_tuple_without'])} "
         "without window costs, "
         f"{span(single, lambda r: r['local_ns_per_tuple'] / r['sim_ns_per_tuple_with'])} with.",
@@ -242,16 +251,17 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
 
 
 def plot(rows: list[dict], path: str) -> None:
-    single = [r for r in rows if r["layout"] == "single"]
-    indexes = list(dict.fromkeys(r["index"] for r in single))
+    single = [r for r in rows if r["layout"] in ONE_CORE]
+    lines = list(dict.fromkeys((r["index"], r["layout"]) for r in single))
 
     def panel(ax, _):
-        for k, index in enumerate(indexes):
-            mine = [r for r in single if r["index"] == index]
+        for k, (index, layout) in enumerate(lines):
+            mine = [r for r in single if (r["index"], r["layout"]) == (index, layout)]
             w = [r["window"] for r in mine]
             for key, style in (("without", "--"), ("with", "-")):
                 ratio = [r["local_ns_per_tuple"] / r[f"sim_ns_per_tuple_{key}"] for r in mine]
-                label = f"{index}, {key} window costs"
+                name = index if layout == "single" else f"{layout}, {index}"
+                label = f"{name}, {key} window costs"
                 ax.plot(w, ratio, style, marker="o", color=f"C{k}", label=label)
         ax.axhspan(0.8, 1.25, color="0.9", zorder=0)
         ax.axhline(1.0, color="0.5", linewidth=0.8)

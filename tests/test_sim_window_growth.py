@@ -1,6 +1,7 @@
 """What a join core's steps cost more past the windows its profile was fitted on: a profile's
 ``WindowCosts`` (interpolated in the items held, stored in JSON, scaled), charged to every
-join actor that holds window parts by what it holds after the step, a warning where a core
+join actor that holds window parts or a shared core's windows by what it holds after the
+step (a shared core's with the tasks that probe and insert), a warning where a core
 outgrows the fitted windows without them, and the measurement that calibration runs."""
 
 import dataclasses
@@ -13,6 +14,8 @@ import pytest
 
 import streamjoin as sj
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.shared_index.core import SharedIndexCore
+from streamjoin.actors.shared_index.kernels import W_INSERTED, W_PROBES
 from streamjoin.runtime import sim
 from streamjoin.runtime.sim import window_growth
 from streamjoin.runtime.sim.costs import CostModel
@@ -88,8 +91,9 @@ def test_a_core_is_charged_its_window_costs_by_the_items_it_holds():
         (sj.topologies.grid(2, 2, "bplus_tree"), ("core0_0", "core1_1")),
         (sj.topologies.handshake(2, "bplus_tree"), ("core0", "core1")),
         (sj.topologies.panjoin(2, 4, "bplus_tree"), ()),  # workers hold subwindows, not parts
+        (sj.topologies.shared_index(2, "bplus_tree"), ("core",)),  # its index's plain costs
     ],
-    ids=["single", "split", "grid", "handshake", "panjoin"],
+    ids=["single", "split", "grid", "handshake", "panjoin", "shared_index"],
 )
 def test_a_layouts_join_cores_are_charged_for_their_windows(topo, grown):
     """The simulated run stays exact and deterministic; the cores that hold window parts
@@ -115,6 +119,34 @@ def test_a_layouts_join_cores_are_charged_for_their_windows(topo, grown):
             assert more > 1e-3 * before[name]["step_cpu_s"], name
         else:
             assert more == pytest.approx(0.0, abs=1e-12), name
+
+
+@pytest.mark.parametrize("windows", ["bplus_tree", "shared:bplus_tree"])
+def test_a_shared_core_charges_its_window_costs_with_the_tasks_that_incur_them(windows):
+    """A shared-index core's probes and inserts cost ``FLAT`` more in the tasks that make
+    them (its threads share those), its expiries in the step's serial part; its cost key's
+    window costs, else its index's in a plain core."""
+    window = 64
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(window))
+    core = SharedIndexCore(query, "bplus_tree", threads=1)
+    grown = CostModel(_profile(**{windows: FLAT})).bind_tasks(core)
+    plain = CostModel(_profile()).bind_tasks(core)
+    feed = window_growth._Feed(query, 4 * window, np.random.default_rng(2), batch=32)
+    for _ in range(10):
+        before = core.counters()
+        core.on_batch("in", feed.batch())
+        after = core.counters()
+        d = dict(zip(core.COUNTERS, np.subtract(after, before), strict=True))
+        tasks = core.last_tasks
+        assert tasks[:, W_PROBES].sum() == d["probes"] > 0  # every task of the step is here
+        (serial, per_task), (serial0, per_task0) = (
+            f("batch", None, before, after, 0) for f in (grown, plain)
+        )
+        more = 1_000 * tasks[:, W_PROBES] + 400 * tasks[:, W_INSERTED]
+        assert np.subtract(per_task, per_task0) == pytest.approx(more)
+        assert serial - serial0 == pytest.approx(400 * d["expired"], abs=1e-6)
+    assert core.work.expired > 0
+    core.close()
 
 
 def test_a_core_outgrowing_the_fitted_windows_without_window_costs_warns_once():

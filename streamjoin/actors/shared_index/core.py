@@ -872,6 +872,11 @@ class SharedIndexCore(Logic):
         (:func:`~streamjoin.runtime.sim.calibrate.calibrate`)."""
         return SHARED_COST_PREFIX + self.index_name
 
+    def held_items(self) -> int:
+        """Tuples its windows hold, both streams (what its steps' working set grows with, as
+        a :class:`~streamjoin.actors.join_core.JoinCore`'s)."""
+        return sum(len(store) for store in self.stores.values())
+
     def stats(self) -> dict:
         """Besides the counters: rows scanned past the edge tuple (``scan``'s), times a lock was
         found held (workers and merging thread), tasks, merges and their thread time."""

@@ -41,6 +41,7 @@ from streamjoin.runtime.sim.profile import (
     FEATURES,
     FITTED_HELD,
     MachineProfile,
+    WindowCosts,
     message_nbytes,
 )
 from streamjoin.runtime.sim.window_growth import measurable
@@ -151,31 +152,29 @@ class CostModel:
 
             def charge_threads(kind, msg, before, after, wall_ns, threads=None) -> float:
                 one = charge(kind, msg, before, after, wall_ns)
-                return threads_charge(one, logic, coefs, before, after, threads)
+                rates = _rates(growth)
+                return threads_charge(one, logic, coefs, before, after, threads, rates)
 
             return charge_threads
         return charge
 
     def _window_growth(self, logic: ActorLogic):
         """``growth(before, after) -> ns`` that a join actor's step costs more for the size
-        of its window (the profile's :class:`~streamjoin.runtime.sim.profile.WindowCosts` of
-        its index, at the items it holds after the step), or None: not a join actor holding
-        window parts, or no such costs (then a warning once it holds more than the windows
-        the costs were fitted on)."""
+        of its window (the profile's :class:`~streamjoin.runtime.sim.profile.WindowCosts`
+        at the items it holds after the step: its cost key's, or for a shared-index core
+        without its own those of its index in a plain core, whose probes and inserts
+        descend the same kind of nodes), or None: not a join actor holding window parts or
+        windows, or no such costs (then a warning once it holds more than the windows the
+        costs were fitted on)."""
         if logic.cost_group != "join" or getattr(logic, "held_items", lambda: None)() is None:
             return None
         index = logic.spec.index_name  # type: ignore[attr-defined]
-        costs = self.profile.windows.get(index)
+        windows = self.profile.windows
+        costs = windows.get(logic.cost_key or index, windows.get(index))
         at = {n: i for i, n in enumerate(logic.COUNTERS)}
-        p, i, e = at["probes"], at["inserted"], at["expired"]
         held = logic.held_items  # type: ignore[attr-defined]
         if costs is not None:
-
-            def growth(before: tuple, after: tuple) -> float:
-                stored = after[i] - before[i] + after[e] - before[e]
-                return costs.charge(held(), after[p] - before[p], stored)
-
-            return growth
+            return _WindowGrowth(costs, held, at["probes"], at["inserted"], at["expired"])
         if index in self.unfitted_windows:
             return None
 
@@ -208,10 +207,13 @@ class CostModel:
             return None
         c_call, *per_unit = self.coefficients(logic)
         coefs = dict(zip(logic.COUNTERS, per_unit, strict=True))
+        growth = self._window_growth(logic)
 
         def split(kind, msg, before, after, wall_ns) -> tuple[float, list[float]]:
             one = _dot(c_call, per_unit, before, after)
-            return task_costs(one, logic, coefs, before, after)
+            if growth is not None:
+                one += growth(before, after)
+            return task_costs(one, logic, coefs, before, after, _rates(growth))
 
         return split
 
@@ -228,6 +230,31 @@ class CostModel:
         return self._msg_const
 
 
+class _WindowGrowth:
+    """What a join actor's steps cost more for its window: ``costs`` at the items it holds
+    (``held()``), per probe and per tuple inserted or expired (their counters' positions)."""
+
+    def __init__(self, costs: WindowCosts, held, probes: int, inserted: int, expired: int):
+        self.costs, self.held = costs, held
+        self.probes, self.inserted, self.expired = probes, inserted, expired
+
+    def __call__(self, before: tuple, after: tuple) -> float:
+        p, i, e = self.probes, self.inserted, self.expired
+        stored = after[i] - before[i] + after[e] - before[e]
+        return self.costs.charge(self.held(), after[p] - before[p], stored)
+
+    def rates(self) -> tuple[float, float]:
+        """``(ns more a probe, ns more a tuple inserted)`` at the items held now."""
+        probe_ns, store_ns = self.costs.at(self.held())
+        return probe_ns, store_ns / 2
+
+
+def _rates(growth) -> tuple[float, float]:
+    """A threaded core's window costs a probe and an insert (:meth:`_WindowGrowth.rates`),
+    charged with its tasks; ``(0, 0)`` without."""
+    return growth.rates() if isinstance(growth, _WindowGrowth) else (0.0, 0.0)
+
+
 def _dot(c_call: float, per_unit: list, before: tuple, after: tuple) -> float:
     """A step's charge on one processor: the call, and each counter's growth at its cost."""
     ns = c_call
@@ -237,29 +264,42 @@ def _dot(c_call: float, per_unit: list, before: tuple, after: tuple) -> float:
 
 
 def threads_charge(
-    one: float, logic, coefs: dict, before: tuple, after: tuple, threads: int | None = None
+    one: float,
+    logic,
+    coefs: dict,
+    before: tuple,
+    after: tuple,
+    threads: int | None = None,
+    rates: tuple[float, float] = (0.0, 0.0),
 ) -> float:
     """A step of a core whose ``logic.threads`` threads share its tasks (PIM-Tree §4.1) on
     ``threads`` processors (default ``logic.threads``; fewer where the host has no more free),
-    from ``one``, its charge on one processor (:func:`task_costs`): tasks go in order to the
-    thread that is free first, and the step costs what is not task work plus the last
-    thread's finish. Lock waits are not charged: their count depends on the host's timing,
-    and virtual time must not."""
-    serial, per_task = task_costs(one, logic, coefs, before, after)
+    from ``one``, its charge on one processor (:func:`task_costs`, ``rates`` its window
+    costs): tasks go in order to the thread that is free first, and the step costs what is
+    not task work plus the last thread's finish. Lock waits are not charged: their count
+    depends on the host's timing, and virtual time must not."""
+    serial, per_task = task_costs(one, logic, coefs, before, after, rates)
     if not per_task:
         return one
     return serial + finish_at(per_task, [0.0] * (threads or logic.threads))
 
 
 def task_costs(
-    one: float, logic, coefs: dict, before: tuple, after: tuple
+    one: float,
+    logic,
+    coefs: dict,
+    before: tuple,
+    after: tuple,
+    rates: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[float, list[float]]:
     """A threaded core's step charged ``one`` on one processor, split into what is not task
     work (the call and the window-part calls, staging, gathering, expiry) and each task's
     cost (``logic.last_tasks``, the W_* columns of
     :mod:`~streamjoin.actors.shared_index.kernels`): its tuples, probes (and their share of
     the step's descent work), candidates, pairs, inserts and the rows it scanned past the
-    edge tuple. ``(one, [])`` for a step without tasks."""
+    edge tuple, and what its probes and inserts cost more for the window (``rates``: ns a
+    probe, ns an insert; ``one`` holds them, and the expiries' part stays serial).
+    ``(one, [])`` for a step without tasks."""
     tasks = logic.last_tasks
     if len(tasks) == 0:
         return one, []
@@ -275,7 +315,8 @@ def task_costs(
         + coefs["scan"] * scan
         + coefs["candidates"] * tasks[:, W_CANDIDATES]
         + coefs["pairs"] * tasks[:, W_PAIRS]
-        + coefs["inserted"] * tasks[:, W_INSERTED]
+        + (coefs["inserted"] + rates[1]) * tasks[:, W_INSERTED]
+        + rates[0] * probes
     )
     return max(0.0, one - float(per_task.sum())), per_task.tolist()
 
