@@ -14,7 +14,9 @@ fill over the first half):
   this process; the median of three runs, two before the simulated ones and one after)
   against the simulator's with the whole input arriving at once, with the profile as it is
   and with its window costs removed;
-- every layout of ``--layouts``: each join core's charged step time on the simulator against
+- every layout (those two, split(2), grid(2, 2), handshake(2) and panjoin(2, 4), whose
+  workers are charged window costs over tree indexes only): each join core's or worker's
+  charged step time on the simulator against
   the host time the same steps took in that run (the simulator runs the real logic and times
   it: ``metrics["actors"][core]["compute_wall_ns"]``), with and without window costs. On
   this host the cores' steps run one after another in one process, so a core with others'
@@ -23,7 +25,11 @@ fill over the first half):
 
 The profile is this host's (``streamjoin calibrate``), else the shipped one, or ``--machine
 FILE``; where it has no window costs for an index, they are measured first, against its
-coefficients, as ``calibrate`` measures them.
+coefficients, as ``calibrate`` measures them. A shared host's speed drifts within the hour
+(1.5× here): before each index and window a fixed join is timed against the same at the fit
+(``speed_probe``, as ``calibrate --check`` does) and the simulated runs use the profile's
+compute scaled to the host's speed then (the row's ``drift``; the windows of 2^14, inside
+the fitted ones, are the control).
 
 Writes ``experiments/results/sim_windows.{csv,md,png}`` (``_quick`` with ``--quick``).
 
@@ -51,13 +57,21 @@ from streamjoin.runtime.sim import (
     measure_window_growth,
     profile_for_this_host,
 )
+from streamjoin.runtime.sim.calibrate import speed_probe
 from streamjoin.runtime.sim.window_growth import WINDOWS
 
 SCALES = {
     "full": {
         "indexes": ["bplus_tree", "pim_tree", "bisort"],
         "windows": [2**14, 2**16, 2**18, 2**20],
-        "layouts": ["single", "shared_index(1)", "split(2)", "grid(2, 2)", "handshake(2)"],
+        "layouts": [
+            "single",
+            "shared_index(1)",
+            "split(2)",
+            "grid(2, 2)",
+            "handshake(2)",
+            "panjoin(2, 4)",
+        ],
     },
     "quick": {"indexes": ["bplus_tree"], "windows": [2**12, 2**16], "layouts": ["single"]},
 }
@@ -128,22 +142,25 @@ def main() -> None:
         grown = (2**15,) if args.quick else WINDOWS
         measured = {i: measure_window_growth(i, profile.indexes[i], grown) for i in missing}
         profile = dataclasses.replace(profile, windows={**profile.windows, **measured})
-    without = dataclasses.replace(profile, windows={})
+    reference = profile.info.get("speed_probe_ns")
     prov = report.Provenance()
     rows = []
     for index in sc["indexes"]:
         for window in sc["windows"]:
             query, data = workload(window)
+            drift = speed_probe() / reference if reference else 1.0
+            machine = profile.scaled(cpu=1 / drift)  # compute as fast as the host is now
+            without = dataclasses.replace(machine, windows={})
             for layout in sc["layouts"]:
                 if layout.startswith("shared_index") and index not in SHARED:
                     continue
                 topo = topology(layout, index)
-                row = {"index": index, "window": window, "layout": layout}
+                row = {"index": index, "window": window, "layout": layout, "drift": drift}
                 if layout in ONE_CORE:
                     measured = [local_ns(query, data, topo) for _ in range(2)]
                 runs = {
                     k: simulate(query, data, topo, p)
-                    for k, p in (("with", profile), ("without", without))
+                    for k, p in (("with", machine), ("without", without))
                 }
                 if layout in ONE_CORE:
                     measured.append(local_ns(query, data, topo))
@@ -179,7 +196,9 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
         "Band join at match rate 2, batches of 1,024, 4 W tuples (see the docstring of "
         "`experiments/sim_windows.py`). Profile "
         f"{profile.name!r} ({profile.source.split(' /')[0]}, fitted {date}); *without*: the "
-        "same profile with its window costs removed (what every profile charged before).",
+        "same profile with its window costs removed (what every profile charged before). "
+        "*drift*: a fixed join's steps timed before the row against the same at the fit; the "
+        "simulated runs use the profile's compute scaled by it.",
         "",
         prov.line(),
         "",
@@ -187,9 +206,9 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
         "",
         "## One core: simulated against measured throughput",
         "",
-        "| index | layout | W | local ns / tuple | sim without | sim with | sim / local without "
-        "| sim / local with |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| index | layout | W | drift | local ns / tuple | sim without | sim with "
+        "| sim / local without | sim / local with |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r["layout"] not in ONE_CORE:
@@ -201,7 +220,8 @@ def write(rows: list[dict], prov: report.Provenance, profile, suffix: str) -> No
         )
         # throughput ratio: sim tuples/s over local tuples/s
         lines.append(
-            f"| {r['index']} | {r['layout']} | 2^{int(np.log2(r['window']))} | {local:,.0f} | "
+            f"| {r['index']} | {r['layout']} | 2^{int(np.log2(r['window']))} | {r['drift']:.2f} | "
+            f"{local:,.0f} | "
             f"{a:,.0f} | "
             f"{b:,.0f} | {local / a:.2f} | {local / b:.2f} |"
         )

@@ -14,6 +14,7 @@ import pytest
 
 import streamjoin as sj
 from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.panjoin import PanJoinWorker
 from streamjoin.actors.shared_index.core import SharedIndexCore
 from streamjoin.actors.shared_index.kernels import W_INSERTED, W_PROBES
 from streamjoin.runtime import sim
@@ -90,14 +91,15 @@ def test_a_core_is_charged_its_window_costs_by_the_items_it_holds():
         (sj.topologies.split(2, "bplus_tree"), ("core0", "core1")),
         (sj.topologies.grid(2, 2, "bplus_tree"), ("core0_0", "core1_1")),
         (sj.topologies.handshake(2, "bplus_tree"), ("core0", "core1")),
-        (sj.topologies.panjoin(2, 4, "bplus_tree"), ()),  # workers hold subwindows, not parts
+        (sj.topologies.panjoin(2, 4, "bplus_tree"), ("worker0", "worker1")),  # subwindows
         (sj.topologies.shared_index(2, "bplus_tree"), ("core",)),  # its index's plain costs
     ],
     ids=["single", "split", "grid", "handshake", "panjoin", "shared_index"],
 )
 def test_a_layouts_join_cores_are_charged_for_their_windows(topo, grown):
     """The simulated run stays exact and deterministic; the cores that hold window parts
-    are charged more with window costs (the emitter the same), a PanJoin's workers not."""
+    (or subwindows, or a shared core's windows) are charged more with window costs, the
+    emitter the same."""
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(256))
     data = sj.sources.synthetic(3_000, low=0, high=3_000, seed=1)
     kw = {"backend": "sim", "batch_size": 64, "arrival": sim.Arrival.constant(2e4)}
@@ -119,6 +121,19 @@ def test_a_layouts_join_cores_are_charged_for_their_windows(topo, grown):
             assert more > 1e-3 * before[name]["step_cpu_s"], name
         else:
             assert more == pytest.approx(0.0, abs=1e-12), name
+
+
+@pytest.mark.parametrize(("index", "charged"), [("bplus_tree", True), ("bisort", False)])
+def test_a_panjoin_worker_is_charged_by_all_its_subwindows_hold_but_over_subwindow_indexes(
+    index, charged
+):
+    """A tree's probe of a subwindow is charged at all the worker holds; an index with
+    subwindows of its own (its probe searches as many runs as its sizing makes) not."""
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(256))
+    worker = PanJoinWorker(q, index)
+    growth = CostModel(_profile(**{index: FLAT}))._window_growth(worker)
+    assert (growth is not None) == charged
+    assert worker.held_items() == (0 if charged else None)
 
 
 @pytest.mark.parametrize("windows", ["bplus_tree", "shared:bplus_tree"])

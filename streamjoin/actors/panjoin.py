@@ -21,11 +21,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from streamjoin import indexes
 from streamjoin.actors.base import WARMED, ActorConfig, Clock, Logic, RunSettings
 from streamjoin.actors.join_core import IndexChoice, JoinLogic, warm_batch
 from streamjoin.actors.join_spec import JoinSpec, JoinWork
 from streamjoin.actors.window_part import WindowPart
 from streamjoin.batch import Batch, PairBatch, concat_pairs
+from streamjoin.indexes.panjoin.subwindows import SubwindowIndex
 from streamjoin.query import Query
 
 
@@ -252,11 +254,17 @@ class PanJoinWorker(JoinLogic):
         work.pairs += len(out)
         return [("out", out)]
 
-    def held_items(self) -> None:
-        """None: a probe here searches several subwindows, each counted a probe, so the
-        window costs a join core's probe is measured with (the items of both streams'
-        windows) do not apply."""
-        return None
+    def held_items(self) -> int | None:
+        """Tuples its subwindows hold, both streams; None over an index with subwindows of
+        its own (BI-Sort, RaP-Table, WiB+-Tree: a counted probe searches as many runs as
+        the index's own sizing makes, which a join core's window costs do not describe). A
+        probe batch here searches several subwindows, each counted a probe; a tree's probe
+        of one subwindow misses about as often as a join core's probe of a window as large
+        as all of them, since the subwindows share the caches (what the smaller trees lack
+        are upper levels, which stay cached)."""
+        if issubclass(indexes.get(self.spec.index_name), SubwindowIndex):
+            return None
+        return sum(len(p) for p in self.parts.values())
 
     @property
     def nbytes(self) -> int:
