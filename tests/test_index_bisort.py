@@ -23,7 +23,8 @@ import streamjoin.indexes.panjoin.bisort  # noqa: F401  (registers "bisort")
 from streamjoin import indexes
 from streamjoin.actors.base import RunSettings
 from streamjoin.actors.handshake import HandshakeConfig
-from streamjoin.actors.join_core import JoinCore
+from streamjoin.actors.join_core import JoinCore, warm_batch
+from streamjoin.actors.panjoin import WorkerCommand
 from streamjoin.indexes.base import key_range
 from streamjoin.indexes.blocks.key_codes import item_bounds
 from streamjoin.indexes.panjoin.bisort import (
@@ -441,6 +442,43 @@ def test_a_handshake_core_sizes_its_subwindows_by_its_segment(window, segment, l
     for y, part in core.parts.items():
         want = size if size is not None else window.size(y) // 2 // 2
         assert part.index.subwindow_size == want
+
+
+@pytest.mark.parametrize(
+    ("window", "subwindows", "subwindow_size", "options", "size"),
+    [
+        (sj.CountWindow(2**20), 4, None, {}, 2**17),  # subwindows of 2^18: runs of half
+        (sj.CountWindow(2**20), 64, None, {}, 2**16),  # of 2^14: BI-Sort's least
+        (sj.CountWindow(2**20), 4, 2**20, {}, 2**19),  # the manager's size given
+        (sj.CountWindow(2**20), 4, None, {"subwindow_size": 2**16}, 2**16),  # the user's
+        (sj.TimeWindow(1000), 4, None, {}, 2**16),  # 4,096 a subwindow
+    ],
+)
+def test_a_panjoin_worker_sizes_its_subwindows_indexes_by_the_managers_subwindows(
+    window, subwindows, subwindow_size, options, size
+):
+    """A PanJoin worker sizes the BI-Sort in each of its subwindows by the tuples the
+    manager puts in one, as a join core does by its window, unless the user set options."""
+    query = sj.Query(sj.band("x", 1.0), window=window)
+    topo = sj.topologies.panjoin(
+        2, subwindows, "bisort", subwindow_size, index_options=options or None
+    )
+    worker = topo.graph.nodes["worker0"]["config"].build(query, RunSettings(), None)
+    worker.on_batch("in", WorkerCommand(warm_batch(1, False), create=[7]))
+    assert worker.parts[7].index.subwindow_size == size
+
+
+def test_a_panjoin_over_sized_subwindows_matches_another_index():
+    """PanJoin's subwindows of a whole window (2^18 tuples: BI-Sort's runs of 2^17 in each)
+    return the pairs of the B+-tree's (both checked against the oracle on smaller inputs)."""
+    w = 2**18
+    data = sj.sources.synthetic(w + 40_000, low=0, high=3 * w, seed=4)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(w))
+    runs = [
+        sj.run(query, data, sj.topologies.panjoin(2, 1, index), batch_size=1024)
+        for index in ("bisort", "bplus_tree")
+    ]
+    assert runs[0].count > 50_000 and runs[0].same_pairs(runs[1])
 
 
 def test_a_join_over_sized_subwindows_matches_another_index():

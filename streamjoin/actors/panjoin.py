@@ -55,6 +55,17 @@ class _Subwindow:
     last_idx: int = -1
 
 
+def subwindow_sizes(query: Query, subwindows: int, subwindow_size: int | None) -> dict[int, int]:
+    """Tuples a PanJoin subwindow of each stream holds: ``subwindow_size`` if given, else for
+    a count window of ``w`` tuples ``ceil(w / subwindows)``, else (time windows) 4096."""
+    if subwindow_size is not None:
+        return {y: subwindow_size for y in (0, 1)}
+    if query.window.kind == "count":
+        # ceil(w / subwindows) in integers: exact for windows up to 2**63 - 1
+        return {y: -(-query.window_size(y) // subwindows) for y in (0, 1)}
+    return {y: 4096 for y in (0, 1)}
+
+
 @dataclass(frozen=True)
 class ManagerConfig(ActorConfig):
     """PanJoin's manager node: ``workers`` workers, each window cut into ``subwindows``
@@ -78,12 +89,16 @@ class ManagerConfig(ActorConfig):
 
 @dataclass(frozen=True)
 class WorkerConfig(IndexChoice, ActorConfig):
-    """A PanJoin worker node: the index (and its options) inside each of its subwindows."""
+    """A PanJoin worker node: the index (and its options) inside each of its subwindows, sized
+    by the manager's subwindows (``subwindows``, ``subwindow_size``: :class:`ManagerConfig`'s)."""
 
     role = "worker"
+    subwindows: int = 4
+    subwindow_size: int | None = None
 
     def build(self, query: Query, settings: RunSettings, clock: Clock | None) -> PanJoinWorker:
-        worker = PanJoinWorker(query, self.index, self.index_options)
+        items = max(subwindow_sizes(query, self.subwindows, self.subwindow_size).values())
+        worker = PanJoinWorker(query, self.index, self.index_options, items)
         worker.warm()
         return worker
 
@@ -121,13 +136,7 @@ class PanJoinManager(Logic):
     ) -> None:
         self.spec = JoinSpec(query, index)
         self.workers = workers
-        if subwindow_size is not None:
-            self.size = {y: subwindow_size for y in (0, 1)}
-        elif query.window.kind == "count":
-            # ceil(w / subwindows) in integers: exact for windows up to 2**63 - 1
-            self.size = {y: -(-query.window_size(y) // subwindows) for y in (0, 1)}
-        else:
-            self.size = {y: 4096 for y in (0, 1)}
+        self.size = subwindow_sizes(query, subwindows, subwindow_size)
         self.chains: dict[int, deque[_Subwindow]] = {y: deque() for y in self.spec.streams}
         self.next_id = 0
         self.placed = {y: y for y in self.spec.streams}  # streams start on different workers
@@ -209,6 +218,11 @@ class PanJoinWorker(JoinLogic):
     """Holds subwindows (one :class:`WindowPart` each) and carries out the manager's commands
     (PanJoin §III-A Step 4).
 
+    ``subwindow_items``: about how many tuples a subwindow holds (the manager's size), which
+    sizes the index inside it as a join core's window sizes its index
+    (:meth:`~streamjoin.indexes.base.WindowIndex.window_options`, where the user set none of
+    its options; BI-Sort's own runs then grow with the subwindow instead of staying 2^16).
+
     Counters: :class:`~streamjoin.actors.join_spec.JoinWork` (a subwindow created or dropped
     is a part call; whole subwindows are dropped in O(1), so nothing counts as expired).
     Charged ``<index>:panjoin``'s cost row (a row shared with single cores fitted the
@@ -217,8 +231,15 @@ class PanJoinWorker(JoinLogic):
 
     cost_stage = "panjoin"
 
-    def __init__(self, query: Query, index: str | None = None, index_options: dict | None = None):
+    def __init__(
+        self,
+        query: Query,
+        index: str | None = None,
+        index_options: dict | None = None,
+        subwindow_items: int | None = None,
+    ):
         self.spec = JoinSpec(query, index, index_options)
+        self.subwindow_items = subwindow_items
         self.parts: dict[int, WindowPart] = {}
         self.work = JoinWork()
 
@@ -228,7 +249,7 @@ class PanJoinWorker(JoinLogic):
         work.tuples += len(batch)
         work.part_calls += len(cmd.insert) + len(cmd.create) + len(cmd.expire)
         for sub in cmd.create:
-            self.parts[sub] = WindowPart(spec, work)
+            self.parts[sub] = WindowPart(spec, work, self.subwindow_items)
         # each stream's tuples in key order, once per command: the subwindows are probed with
         # sorted keys (no index sorts them again), and an insert of all of a stream's tuples
         # takes the order along

@@ -60,7 +60,7 @@ def panjoin(
     add_actor(g, "collector", CollectorConfig(), pos=(mid + 1.2, -0.8), label="collector")
     g.add_edge("emitter", "manager", src_port="out", dst_port="in", label="R+S")
     g.add_edge("manager", "collector", src_port="out", dst_port="in", label="pairs")
-    worker = WorkerConfig(index, opts)
+    worker = WorkerConfig(index, opts, subwindows=subwindows, subwindow_size=subwindow_size)
     for w in range(workers):
         name = f"worker{w}"
         add_actor(g, name, worker, pos=(w, 0), label=f"worker {w}\n{index or 'auto'}")
