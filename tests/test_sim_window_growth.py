@@ -19,7 +19,7 @@ from streamjoin.actors.shared_index.core import SharedIndexCore
 from streamjoin.actors.shared_index.kernels import W_INSERTED, W_PROBES
 from streamjoin.runtime import sim
 from streamjoin.runtime.sim import window_growth
-from streamjoin.runtime.sim.costs import CostModel
+from streamjoin.runtime.sim.costs import CostModel, _WindowGrowth
 from streamjoin.runtime.sim.profile import FITTED_HELD
 
 #: 1,000 ns more a probe and 800 a stored tuple (400 at its insert, 400 at its expiry) from
@@ -128,12 +128,24 @@ def test_a_panjoin_worker_is_charged_by_all_its_subwindows_hold_but_over_subwind
     index, charged
 ):
     """A tree's probe of a subwindow is charged at all the worker holds; an index with
-    subwindows of its own (its probe searches as many runs as its sizing makes) not."""
+    subwindows of its own (its probe searches as many runs as its sizing makes) not, with
+    the warning a core without window costs gets once it outgrows the fitted windows."""
     q = sj.Query(sj.band("x", 2), window=sj.CountWindow(256))
     worker = PanJoinWorker(q, index)
+    assert worker.held_items() == 0 and worker.window_costs_apply == charged
+    worker.held_items = lambda: 2 * FITTED_HELD + 1  # type: ignore[method-assign]
     growth = CostModel(_profile(**{index: FLAT}))._window_growth(worker)
-    assert (growth is not None) == charged
-    assert worker.held_items() == (0 if charged else None)
+    assert isinstance(growth, _WindowGrowth) == charged
+    counters = worker.counters()
+    if charged:
+        assert growth(counters, counters) == 0.0  # nothing probed or stored
+        return
+    with pytest.warns(UserWarning, match=f"'{index}:panjoin', and a core holds") as caught:
+        assert growth(counters, counters) == 0.0
+        assert growth(counters, counters) == 0.0  # once
+    assert len(caught) == 1 and "no calibration measures them for this actor" in str(
+        caught[0].message
+    )
 
 
 @pytest.mark.parametrize("windows", ["bplus_tree", "shared:bplus_tree"])

@@ -275,17 +275,20 @@ class PanJoinWorker(JoinLogic):
         work.pairs += len(out)
         return [("out", out)]
 
-    def held_items(self) -> int | None:
-        """Tuples its subwindows hold, both streams; None over an index with subwindows of
-        its own (BI-Sort, RaP-Table, WiB+-Tree: a counted probe searches as many runs as
-        the index's own sizing makes, which a join core's window costs do not describe). A
-        probe batch here searches several subwindows, each counted a probe; a tree's probe
-        of one subwindow misses about as often as a join core's probe of a window as large
-        as all of them, since the subwindows share the caches (what the smaller trees lack
-        are upper levels, which stay cached)."""
-        if issubclass(indexes.get(self.spec.index_name), SubwindowIndex):
-            return None
+    def held_items(self) -> int:
+        """Tuples its subwindows hold, both streams. A probe batch here searches several
+        subwindows, each counted a probe; a tree's probe of one subwindow misses about as
+        often as a join core's probe of a window as large as all of them, since the
+        subwindows share the caches (what the smaller trees lack are upper levels, which
+        stay cached)."""
         return sum(len(p) for p in self.parts.values())
+
+    @property
+    def window_costs_apply(self) -> bool:
+        """Whether a join core's window costs describe its probes: not over an index with
+        subwindows of its own (BI-Sort, RaP-Table, WiB+-Tree: a counted probe searches as
+        many runs as the index's own sizing makes)."""
+        return not issubclass(indexes.get(self.spec.index_name), SubwindowIndex)
 
     @property
     def nbytes(self) -> int:

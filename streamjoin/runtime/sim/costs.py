@@ -164,8 +164,9 @@ class CostModel:
         at the items it holds after the step: its cost key's, or for a shared-index core
         without its own those of its index in a plain core, whose probes and inserts
         descend the same kind of nodes), or None: not a join actor holding window parts or
-        windows, or no such costs (then a warning once it holds more than the windows the
-        costs were fitted on)."""
+        windows, or no such costs, or costs that do not describe the actor
+        (``window_costs_apply`` false: PanJoin's workers over an index with subwindows of its
+        own); then a warning once it holds more than the windows the costs were fitted on."""
         if logic.cost_group != "join" or getattr(logic, "held_items", lambda: None)() is None:
             return None
         index = logic.spec.index_name  # type: ignore[attr-defined]
@@ -173,23 +174,26 @@ class CostModel:
         costs = windows.get(logic.cost_key or index, windows.get(index))
         at = {n: i for i, n in enumerate(logic.COUNTERS)}
         held = logic.held_items  # type: ignore[attr-defined]
-        if costs is not None:
+        applies = getattr(logic, "window_costs_apply", True)
+        if costs is not None and applies:
             return _WindowGrowth(costs, held, at["probes"], at["inserted"], at["expired"])
-        if index in self.unfitted_windows:
+        key = index if applies else (logic.cost_key or index)
+        if key in self.unfitted_windows:
             return None
 
-        remedy = (
-            "`streamjoin calibrate` measures them"
-            if measurable(index)
-            else "no calibration measures them for an index whose probes scan the window"
-        )
+        if not applies:
+            remedy = "no calibration measures them for this actor (docs/simulator.md)"
+        elif measurable(index):
+            remedy = "`streamjoin calibrate` measures them"
+        else:
+            remedy = "no calibration measures them for an index whose probes scan the window"
 
         def watch(before: tuple, after: tuple) -> float:
-            if index not in self.unfitted_windows and held() > 2 * FITTED_HELD:
-                self.unfitted_windows.add(index)
+            if key not in self.unfitted_windows and held() > 2 * FITTED_HELD:
+                self.unfitted_windows.add(key)
                 warnings.warn(
                     f"machine profile {self.profile.name!r} has no costs for windows past "
-                    f"{FITTED_HELD:,} items a core over {index!r}, and a core holds "
+                    f"{FITTED_HELD:,} items a core over {key!r}, and a core holds "
                     f"{held():,}: its steps are charged as if its window fit the caches, "
                     'though past them they take longer (docs/simulator.md, "How a step is '
                     f'charged"); {remedy}',
