@@ -161,10 +161,9 @@ print(
     f"cpu/wall={cpu / elapsed:.2f} kernel_s_per_thread={busy} "
     f"faults={1000 * faults / tuples:.2f} steal={stolen:.1%}"
 )
+# the window parts' phases (one core), and the window indexes' memory per item they hold
 if isinstance(core, JoinCore):
     print(" ".join(f"{name}_ns_per_tuple={1e9 * t / tuples:.0f}" for name, t in phases.items()))
-# the window indexes' memory per item they hold
-if isinstance(core, JoinCore):
     held = [p.index for p in core.parts.values()]
 else:
     held = [ix for ix in core.indexes.values() if ix is not None]
