@@ -154,3 +154,32 @@ def test_source_failing_mid_run_on_ray_returns_nothing(ray_session):
     with pytest.raises(sj.sources.SourceError, match="after 3 rows: ConnectionResetError") as e:
         sj.run(q, Failing(), backend="ray", batch_size=1)
     assert isinstance(e.value.__cause__, ConnectionResetError)
+
+
+def test_a_paced_runs_steps_say_when_they_began_and_ended_after_the_tuples_arrival(backend):
+    """Each batch goes along emitter → core → collector: every actor's steps began and ended
+    after the newest tuple they handled arrived, each no earlier than the one before it on
+    the path, and the collector's begin at about the latency its pairs are stamped with (a
+    median over steps, not over pairs)."""
+    q = sj.Query(sj.band("x", 5), window=sj.CountWindow(200))
+    data = sj.sources.synthetic(4000, low=0, high=20_000, seed=3)
+    from streamjoin.runtime.sim import Arrival
+
+    kw = {"pace": 20_000} if backend != "sim" else {"arrival": Arrival.constant(2e4)}
+    res = sj.run(
+        q,
+        data,
+        sj.topologies.single(),
+        backend=backend,
+        batch_size=100,
+        chunk_rows=100,
+        max_delay=0.0,
+        progress=False,
+        **kw,
+    )
+    lag = {a: v["lag_ms"] for a, v in res.metrics["actors"].items()}
+    assert lag["emitter"]["steps"] == lag["core"]["steps"] == 40
+    path = [lag[a][k] for a in ("emitter", "core", "collector") for k in ("start_p50", "end_p50")]
+    assert path[0] == 0 and path == sorted(path)
+    latency = np.median(res.latency_ns()) / 1e6
+    assert lag["collector"]["start_p50"] == pytest.approx(latency, rel=0.1)

@@ -161,6 +161,26 @@ def test_latency_is_service_time_at_low_rate():
     assert core["step_cpu_s"] * 1e9 >= (N - 5) * _join(p, 1) and messaging > 0
 
 
+def test_each_actors_steps_say_when_they_began_and_ended_after_the_tuples_arrival():
+    """At a low rate each batch goes alone along the path: the emitter's step begins as its
+    chunk arrives and ends after its charge, the core's begins once the batch is sent, on
+    the wire and received, and lasts its join; the collector's begins at the latency its
+    pairs are stamped with."""
+    p = _profile()
+    m, em = p.messages, p.roles["emitter"]
+    res = _run(1)
+    lags = {a: v["lag_ms"] for a, v in res.metrics["actors"].items()}
+    emitter = _cost(em, calls=1, tuples_in=1, msgs_out=1, tuples_out=1)
+    assert lags["emitter"]["start_p50"] == 0
+    assert lags["emitter"]["end_p50"] * 1e6 == pytest.approx(emitter, abs=1)
+    core_start = emitter + m.send_ns + m.hop_ns + m.recv_ns
+    assert lags["core"]["start_p50"] * 1e6 == pytest.approx(core_start, abs=1)
+    assert lags["core"]["end_p50"] * 1e6 == pytest.approx(core_start + _join(p, 1), abs=1)
+    latency = np.median(res.pairs.column("latency_ns").to_numpy()[4:])
+    assert lags["collector"]["start_p50"] * 1e6 == pytest.approx(latency, abs=1)
+    assert lags["collector"]["steps"] == res.metrics["actors"]["collector"]["batches_in"]
+
+
 def test_a_core_woken_from_rest_pays_the_wake_up():
     """At a low rate every message finds its receiver resting: each costs the core and the
     collector ``wake_ns`` more, on their busy time and on every pair's latency, and every

@@ -5,6 +5,7 @@ otherwise; a calibration on a busy host refused unless forced; ``calibrate --che
 import dataclasses
 import importlib
 import json
+import math
 import os
 import time
 import warnings
@@ -242,6 +243,33 @@ def test_check_report_shows_where_each_actors_time_went():
     assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | 0.06 | 0.02 |" in text
     bare = dataclasses.replace(row, actors=())
     assert "Per actor" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
+
+
+def test_check_report_shows_where_each_actors_paced_latency_went():
+    """Per actor of each layout: when its paced steps began and ended on Ray and on the
+    simulator, and by how much the simulator is early or late; an actor one run did not
+    report is nan, not a made-up figure."""
+    ray = {
+        "actors": {"emitter": 0, "core": 0, "collector": 0},
+        "lags": {
+            "emitter": {"start_p50": 0.0, "end_p50": 0.3},
+            "core": {"start_p50": 0.9, "end_p50": 2.4},
+            "collector": {"start_p50": 3.1, "end_p50": 3.2},
+        },
+    }
+    sim_run = {"lags": {"emitter": {"start_p50": 0.0, "end_p50": 0.4}}}
+    sim_run["lags"]["core"] = {"start_p50": 0.7, "end_p50": 2.0}
+    figures = fidelity._paced_figures(ray, sim_run)
+    assert [f.actor for f in figures] == ["emitter", "core", "collector"]
+    assert math.isnan(figures[2].sim_start_ms) and figures[2].ray_start_ms == 3.1
+    row = fidelity.CheckRow(
+        "single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5, paced_actors=figures
+    )
+    text = fidelity.markdown([row], sim.default_profile(), 90.0)
+    assert "| single | core | 0.90 | 0.70 | -0.20 | 2.40 | 2.00 | -0.40 | 1.50 | 1.30 |" in text
+    assert "| single | collector | 3.10 | – | – | 3.20 | – | – | 0.10 | – |" in text
+    bare = dataclasses.replace(row, paced_actors=())
+    assert "Per actor, paced" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
 
 
 def test_each_topologys_first_workload_runs_untimed_before_an_index_is_timed(monkeypatch):

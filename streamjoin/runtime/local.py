@@ -16,9 +16,12 @@ from streamjoin.query import Query
 from streamjoin.runtime.executor import RunTimeout, WallClock
 from streamjoin.runtime.markers import MarkerGate, marker_step
 from streamjoin.runtime.pipeline import Progress
-from streamjoin.runtime.trace import ActorStats, RunTrace
+from streamjoin.runtime.trace import ActorStats, RunTrace, newest_ingest
 from streamjoin.topologies.base import Topology
 from streamjoin.validation import Columns
+
+#: a step's ``lag_of`` for a chunk: handed over as the step begins
+CHUNK = object()
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,10 @@ class Local(WallClock):
 
         deadline = None if settings.timeout is None else time.monotonic() + settings.timeout
 
-        def step(node: str, call, *args) -> None:
+        def step(node: str, call, *args, lag_of=None) -> None:
+            """``call(*args)`` as ``node``'s step; ``lag_of``: the message whose tuples its
+            lags count from (``ActorStats.lag``), or ``CHUNK`` for one handed over as it
+            begins."""
             if deadline is not None and time.monotonic() > deadline:
                 busy = [f"{node!r} ({stats[node].role}: about to step)"] + [
                     f"{n!r} ({stats[n].role}: {k} messages waiting)"
@@ -92,8 +98,12 @@ class Local(WallClock):
                     + ", ".join(busy)
                 )
             t0 = time.perf_counter_ns()
+            start = clock()
             out = call(*args)
             stats[node].busy_ns += time.perf_counter_ns() - t0
+            if lag_of is not None:
+                newest = start if lag_of is CHUNK else newest_ingest(lag_of)
+                stats[node].lag(newest, start, clock())
             deliver(node, out)
 
         def drain(limit: int | None = None) -> None:
@@ -111,7 +121,7 @@ class Local(WallClock):
                 st.batches_in += 1
                 st.tuples_in += len(msg)
                 deliver(dst, passes_on(actors[dst], port, msg))  # before the step (§III-C)
-                step(dst, actors[dst].on_batch, port, msg)
+                step(dst, actors[dst].on_batch, port, msg, lag_of=msg)
                 if not waiting[dst] and actors[dst].held_batches:  # nothing waits: flush
                     step(dst, actors[dst].on_idle)
 
@@ -121,7 +131,7 @@ class Local(WallClock):
             if start_ns is None:
                 start_ns = clock()
             stats[emitter].tuples_in += len(cols)
-            step(emitter, actors[emitter].on_chunk, cols)
+            step(emitter, actors[emitter].on_chunk, cols, lag_of=CHUNK)
             drain(queue.some())
             n_in += len(cols)
             progress.update(len(cols))

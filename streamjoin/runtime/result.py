@@ -68,7 +68,10 @@ class Result:
         ``window_ns``, those two instants on the run's clock (``time.monotonic_ns`` on
         ``local`` and ``ray``, to line other measurements up with the run; virtual on ``sim``),
         ``input_tuples_per_s``, ``output_pairs_per_s``, ``latency_ms`` (p50, p95, p99, max, mean),
-        ``actors`` (per-actor busy time, batches and tuples in/out), the run's settings and
+        ``actors`` (per-actor busy time, batches and tuples in/out, and ``lag_ms``: when its
+        steps began and when their logic ended, ms after the newest tuple each handled
+        arrived, the medians over its last steps: where a batch's latency goes), the run's
+        settings and
         the machine; ``late_tuples`` with ``Query.lateness``; ``unmatched_tuples`` (of
         ``output_pairs``) with an outer join; ``markers``, the progress markers that reached
         the collector from every edge, with an outer join or residual functions (0 on a
@@ -232,6 +235,7 @@ class Result:
         m = self.metrics
         lat = m["latency_ms"]
         cpu = any("cpu_s" in a for a in m["actors"].values())
+        lag = any("lag_ms" in a for a in m["actors"].values())
         lines = [
             f"query      {m['query']}",
             f"topology   {m['topology']} on {m['backend']}, batch {m['settings']['batch_size']}",
@@ -250,13 +254,16 @@ class Result:
             "",
             f"{'actor':<16}{'role':<12}{'busy s':>9}{'busy %':>8}{'batches in':>12}"
             f"{'tuples in':>12}{'batches out':>13}{'peak queue':>12}"
-            + (f"{'cpu s':>9}" if cpu else ""),
+            + (f"{'cpu s':>9}" if cpu else "")
+            + (f"{'begins ms':>11}{'ends ms':>9}" if lag else ""),
         ]
         for name, a in m["actors"].items():
             lines.append(
                 f"{name:<16}{a['role']:<12}{a['busy_s']:>9.3f}{100 * a['busy_share']:>7.1f}%"
                 f"{a['batches_in']:>12,}{a['tuples_in']:>12,}{a['batches_out']:>13,}"
-                f"{a['peak_queue']:>12,}" + (f"{a['cpu_s']:>9.3f}" if "cpu_s" in a else "")
+                f"{a['peak_queue']:>12,}"
+                + (f"{a['cpu_s']:>9.3f}" if "cpu_s" in a else (" " * 9 if cpu else ""))
+                + _lag_columns(a.get("lag_ms"), lag)
             )
         if cpu:
             lines.append(
@@ -264,6 +271,11 @@ class Result:
                 "messaging, Ray's threads)"
             )
         lines.append("peak queue: most messages waiting for the actor at once")
+        if lag:
+            lines.append(
+                "begins / ends: its steps' median start and end, after the newest tuple each "
+                "handled arrived"
+            )
         return "\n".join(lines)
 
     def plot_latency(self, path: str | os.PathLike) -> None:
@@ -305,3 +317,12 @@ def _nulls_for_missing(pairs: pa.Table) -> pa.Table:
         if len(rows) and rows.min() < 0:
             pairs = pairs.set_column(at, side, pa.array(rows, mask=rows < 0))
     return pairs
+
+
+def _lag_columns(lag: dict | None, shown: bool) -> str:
+    """An actor's ``begins ms`` and ``ends ms`` columns of :meth:`Result.summary`."""
+    if not shown:
+        return ""
+    if lag is None:
+        return f"{'–':>11}{'–':>9}"
+    return f"{lag['start_p50']:>11.3f}{lag['end_p50']:>9.3f}"

@@ -4,7 +4,25 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from streamjoin.actors.collector import Collector
+
+#: Batch steps whose lags an actor keeps (the last ones, at least this many): enough for a
+#: median, bounded on a long run.
+LAG_SAMPLES = 4096
+
+
+def newest_ingest(*messages) -> int | None:
+    """When the newest tuple among ``messages`` arrived (their ``ingest_ns``), None where they
+    carry no tuple (a progress marker, an empty batch)."""
+    newest = None
+    for msg in messages:
+        ingest = getattr(msg, "ingest_ns", None)
+        if ingest is not None and len(ingest):
+            top = int(ingest.max())
+            newest = top if newest is None else max(newest, top)
+    return newest
 
 
 @dataclass
@@ -23,6 +41,18 @@ class ActorStats:
     #: CPU time in the logic's steps alone, messaging left out (``ray``: the stepping
     #: thread's CPU; ``sim``: the compute its steps were charged), None where not measured
     step_cpu_ns: int | None = None
+    #: per step that handled tuples (the last ``LAG_SAMPLES`` or more): when its logic began
+    #: and when it ended, ns after the newest tuple it handled arrived: where a batch's latency
+    #: goes, actor by actor (``ray`` and ``sim``; the emitter's steps from the chunk's arrival)
+    lags_ns: list[tuple[int, int]] = field(default_factory=list)
+
+    def lag(self, newest_ns: int | None, start_ns: int, end_ns: int) -> None:
+        """Keep a step's lags (nothing for a step without tuples: ``newest_ns`` None)."""
+        if newest_ns is None:
+            return
+        if len(self.lags_ns) >= 2 * LAG_SAMPLES:
+            del self.lags_ns[:LAG_SAMPLES]
+        self.lags_ns.append((start_ns - newest_ns, end_ns - newest_ns))
 
 
 @dataclass
@@ -48,5 +78,9 @@ class RunTrace:
             step_cpu = d.pop("step_cpu_ns")
             if step_cpu is not None:
                 d["step_cpu_s"] = step_cpu / 1e9
+            lags = d.pop("lags_ns")
+            if lags:
+                start, end = np.median(np.asarray(lags, dtype=np.float64), axis=0) / 1e6
+                d["lag_ms"] = {"start_p50": float(start), "end_p50": float(end), "steps": len(lags)}
             out[name] = d
         return out

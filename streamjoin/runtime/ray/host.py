@@ -40,7 +40,7 @@ from streamjoin.runtime.ray.inbox import (
     ThreadFailed,
 )
 from streamjoin.runtime.ray.recovery import PROGRESS_PORT, REPLAY, Progress
-from streamjoin.runtime.trace import ActorStats
+from streamjoin.runtime.trace import ActorStats, newest_ingest
 from streamjoin.validation import Columns
 
 #: a recoverable core reports its progress at least every this many steps without pairs
@@ -259,9 +259,15 @@ class Node:
         self.stats.step_cpu_ns = (self.stats.step_cpu_ns or 0) + time.thread_time_ns() - c0
         return out
 
-    def _step(self, fn, *args, batch: Batch | None = None) -> None:
+    def _step(self, fn, *args, batch: Batch | None = None, lag_of=None) -> None:
+        """Run ``fn(*args)`` as a step and send its output; ``batch``: the batch it handles
+        (its progress), ``lag_of``: the message whose tuples the step's lags are counted
+        from (``ActorStats.lag``)."""
         self.activity = ("in a step", time.monotonic())
+        start = time.monotonic_ns()  # the clock the emitter stamps tuples with
         out = self._timed(fn, *args)
+        if lag_of is not None:
+            self.stats.lag(newest_ingest(lag_of), start, time.monotonic_ns())
         self.activity = None
         if self.reports_to is not None:
             self._advance(batch)
@@ -287,7 +293,9 @@ class Node:
     def on_chunk(self, cols: Columns) -> list:
         """Stamp and send a chunk (the emitter); returns the messages it sent."""
         self.stats.tuples_in += len(cols)
+        start = time.monotonic_ns()
         out = self._timed(self.logic.on_chunk, cols)
+        self.stats.lag(start, start, time.monotonic_ns())  # handed over as the step begins
         self._send(out)
         return out
 
@@ -547,7 +555,7 @@ class Host(Node):
                         # on it while this one works (DP-Join, §III-C)
                         self._send(self._guard(passes_on, self.logic, port, msg))
                         batch = msg if isinstance(msg, Batch) else None
-                        self._step(self.logic.on_batch, port, msg, batch=batch)
+                        self._step(self.logic.on_batch, port, msg, batch=batch, lag_of=msg)
                     self.frames_handled += len(group)
                 elif isinstance(item, EdgeEnded):
                     ended += 1

@@ -104,7 +104,7 @@ from streamjoin.runtime.sim.costs import CostModel, finish_at, schedule
 from streamjoin.runtime.sim.host_profile import as_profile
 from streamjoin.runtime.sim.profile import MachineProfile, message_nbytes
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
-from streamjoin.runtime.trace import RunTrace
+from streamjoin.runtime.trace import RunTrace, newest_ingest
 from streamjoin.topologies.base import Topology
 from streamjoin.validation import Columns
 
@@ -570,14 +570,20 @@ class _Simulation:
         t = t0 + recv
         for p, m in ahead:
             t = self._send(core, p, m, t)
+        start = t  # its logic begins (a shared-index core's step ends as its thread's part does)
         if core.open_steps:
-            t = self._open_step(core, kind, msg, snap, wall, out, t)
+            t = end = self._open_step(core, kind, msg, snap, wall, out, t)
         elif core.split is not None:
-            t = self._pipelined(core, kind, msg, snap, wall, out, t)
+            t = end = self._pipelined(core, kind, msg, snap, wall, out, t)
         else:
             t += self._compute(core, kind, msg, snap, wall)
+            end = t
             for p, m in out:
                 t = self._send(core, p, m, t)
+        if kind is _BATCH:
+            st.lag(newest_ingest(msg), start, end)
+        elif kind is _CHUNK:
+            st.lag(port, start, end)  # (the port slot: the chunk's arrival)
         if core is self.emitter and kind is not _EOF and self.max_delay is not None:
             self._arm_tick(logic)
         if kind is _EOF and not self.cyclic:

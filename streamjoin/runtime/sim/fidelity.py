@@ -27,6 +27,7 @@ moment; the fidelity target is 0.80–1.25.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -89,6 +90,20 @@ class ActorFigures:
 
 
 @dataclass(frozen=True)
+class PacedFigures:
+    """Where a paced batch's latency went at one actor: when its steps began and when they
+    ended, ms after the newest tuple each handled arrived (medians over its steps,
+    :meth:`ActorStats.lag <streamjoin.runtime.trace.ActorStats.lag>`), in Ray's run of
+    median p50 and on the simulator (nan where a run reported none)."""
+
+    actor: str
+    ray_start_ms: float
+    ray_end_ms: float
+    sim_start_ms: float
+    sim_end_ms: float
+
+
+@dataclass(frozen=True)
 class CheckRow:
     """One layout's figures: Ray's (median of ``repeat`` runs) and the simulator's, and per
     actor where the unpaced runs' time went (Ray's median run)."""
@@ -123,6 +138,8 @@ class CheckRow:
     #: p50 (nan where not measured): how far a layout's Ray figure moves from run to run
     ray_tp_spread: float = float("nan")
     ray_p50_spread: float = float("nan")
+    #: per actor, where the paced runs' latency went
+    paced_actors: tuple[PacedFigures, ...] = ()
 
     @property
     def throughput_ratio(self) -> float:
@@ -237,7 +254,19 @@ def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dic
         "actors": {
             a: (v["busy_s"], v.get("cpu_s"), v.get("step_cpu_s")) for a, v in m["actors"].items()
         },
+        "lags": {a: v["lag_ms"] for a, v in m["actors"].items() if "lag_ms" in v},
     }
+
+
+def _paced_figures(ray: dict, sim: dict) -> tuple[PacedFigures, ...]:
+    """Per actor of Ray's paced run ``ray`` and the simulator's ``sim`` (``_one``'s), their
+    steps' median lags."""
+    nan = {"start_p50": float("nan"), "end_p50": float("nan")}
+    return tuple(
+        PacedFigures(a, r["start_p50"], r["end_p50"], s["start_p50"], s["end_p50"])
+        for a in ray["actors"]
+        for r, s in [(ray["lags"].get(a, nan), sim["lags"].get(a, nan))]
+    )
 
 
 def check(
@@ -323,6 +352,9 @@ def check(
             ray_softirq=shares.get("softirq", float("nan")),
             ray_tp_spread=_spread([r["tuples_per_s"] for r in flood]),
             ray_p50_spread=_spread([r["p50_ms"] for r in paced]),
+            paced_actors=_paced_figures(
+                sorted(paced, key=lambda r: r["p50_ms"])[len(paced) // 2], sim_paced
+            ),
         )
         rows.append(row)
         if report is not None:
@@ -438,7 +470,42 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
             "",
         ]
     lines += actor_table(rows)
+    lines += lag_table(rows)
     return "\n".join(lines)
+
+
+def lag_table(rows: list[CheckRow]) -> list[str]:
+    """Where each layout's paced latency went, per actor (markdown lines; none without
+    figures): the stage at which the simulator's path to the collector parts from Ray's."""
+    rows = [r for r in rows if r.paced_actors]
+    if not rows:
+        return []
+    lines = [
+        "Per actor, paced (Ray's run of median p50 and the simulator's): when its steps "
+        "began and when their logic ended, ms after the newest tuple each step handled "
+        "arrived (the median over its steps; the emitter's from the chunk's arrival). A "
+        "step's begin counts its message's way there (sending, the wire, waking and "
+        "receiving) and its wait behind earlier steps; the collector's begin is about the "
+        "latency of the pairs it receives. `sim − Ray`: how much earlier (negative) or later "
+        "the simulator has the step begin and end.",
+        "",
+        "| layout | actor | begins: Ray ms | sim | sim − Ray | ends: Ray ms | sim | sim − Ray "
+        "| step: Ray ms | sim |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def ms(v: float, sign: str = "") -> str:
+        return "–" if math.isnan(v) else f"{v:{sign}.2f}"
+
+    for r in rows:
+        for a in r.paced_actors:
+            lines.append(
+                f"| {r.layout} | {a.actor} | {ms(a.ray_start_ms)} | {ms(a.sim_start_ms)} | "
+                f"{ms(a.sim_start_ms - a.ray_start_ms, '+')} | {ms(a.ray_end_ms)} | "
+                f"{ms(a.sim_end_ms)} | {ms(a.sim_end_ms - a.ray_end_ms, '+')} | "
+                f"{ms(a.ray_end_ms - a.ray_start_ms)} | {ms(a.sim_end_ms - a.sim_start_ms)} |"
+            )
+    return [*lines, ""]
 
 
 def actor_table(rows: list[CheckRow]) -> list[str]:
