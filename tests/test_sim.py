@@ -12,6 +12,7 @@ import pytest
 from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from layouts import LAYOUTS as EVERY_LAYOUT
 from strategies import predicates, tables, windows
 
 import streamjoin as sj
@@ -176,6 +177,7 @@ def test_each_actors_steps_say_when_they_began_and_ended_after_the_tuples_arriva
     core_start = emitter + m.send_ns + m.hop_ns + m.recv_ns
     assert lags["core"]["start_p50"] * 1e6 == pytest.approx(core_start, abs=1)
     assert lags["core"]["end_p50"] * 1e6 == pytest.approx(core_start + _join(p, 1), abs=1)
+    assert lags["core"]["cpu_p50"] * 1e6 == pytest.approx(_join(p, 1), abs=1)
     latency = np.median(res.pairs.column("latency_ns").to_numpy()[4:])
     assert lags["collector"]["start_p50"] * 1e6 == pytest.approx(latency, abs=1)
     assert lags["collector"]["steps"] == res.metrics["actors"]["collector"]["batches_in"]
@@ -1207,3 +1209,18 @@ def test_a_shared_cores_scan_counts_the_rows_its_tasks_scanned(index):
     core = next(lg for lg in logics.values() if lg.cost_group == "join")
     scan = core.counters()[JOIN_COUNTERS.index("scan")]
     assert scan == core.stats()["scanned"] > 0
+
+
+@pytest.mark.parametrize("layout", list(EVERY_LAYOUT))
+def test_every_actor_that_handles_tuples_says_when_its_steps_began_and_ended(layout):
+    """Whatever messages a layout's actors pass (batches, pairs, PanJoin's worker commands,
+    SPO's runs and merges), each actor that handled tuples keeps its steps' lags: a begin
+    after the tuples' arrival, an end no earlier, a charge within the two."""
+    q = sj.Query(sj.band("x", 3), window=sj.CountWindow(60))
+    data = sj.sources.synthetic(600, low=0, high=2000, seed=5)
+    res = sj.run(q, data, EVERY_LAYOUT[layout](), backend="sim", arrival=sim.Arrival.constant(1e5))
+    for name, actor in res.metrics["actors"].items():
+        if actor["tuples_in"]:
+            lag = actor["lag_ms"]
+            assert lag["steps"] > 0 and 0 <= lag["start_p50"] <= lag["end_p50"], name
+            assert 0 <= lag["cpu_p50"] <= lag["end_p50"], name

@@ -45,6 +45,11 @@ class WorkerCommand:
     def __len__(self) -> int:
         return len(self.batch)
 
+    @property
+    def ingest_ns(self) -> np.ndarray:
+        """When the batch's tuples arrived."""
+        return self.batch.ingest_ns
+
 
 @dataclass
 class _Subwindow:

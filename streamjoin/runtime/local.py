@@ -97,13 +97,12 @@ class Local(WallClock):
                     f"the run did not end within timeout={settings.timeout} s; still busy: "
                     + ", ".join(busy)
                 )
-            t0 = time.perf_counter_ns()
-            start = clock()
+            t0, start, c0 = time.perf_counter_ns(), clock(), time.thread_time_ns()
             out = call(*args)
             stats[node].busy_ns += time.perf_counter_ns() - t0
             if lag_of is not None:
                 newest = start if lag_of is CHUNK else newest_ingest(lag_of)
-                stats[node].lag(newest, start, clock())
+                stats[node].lag(newest, start, clock(), time.thread_time_ns() - c0)
             deliver(node, out)
 
         def drain(limit: int | None = None) -> None:

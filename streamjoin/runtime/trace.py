@@ -42,17 +42,18 @@ class ActorStats:
     #: thread's CPU; ``sim``: the compute its steps were charged), None where not measured
     step_cpu_ns: int | None = None
     #: per step that handled tuples (the last ``LAG_SAMPLES`` or more): when its logic began
-    #: and when it ended, ns after the newest tuple it handled arrived: where a batch's latency
-    #: goes, actor by actor (``ray`` and ``sim``; the emitter's steps from the chunk's arrival)
-    lags_ns: list[tuple[int, int]] = field(default_factory=list)
+    #: and when it ended, ns after the newest tuple it handled arrived (the emitter's steps:
+    #: after the chunk's arrival), and the CPU its logic took (``ray``, ``local``: the
+    #: thread's; ``sim``: its charge): where a batch's latency goes, actor by actor
+    lags_ns: list[tuple[int, int, int]] = field(default_factory=list)
 
-    def lag(self, newest_ns: int | None, start_ns: int, end_ns: int) -> None:
+    def lag(self, newest_ns: int | None, start_ns: int, end_ns: int, cpu_ns: int) -> None:
         """Keep a step's lags (nothing for a step without tuples: ``newest_ns`` None)."""
         if newest_ns is None:
             return
         if len(self.lags_ns) >= 2 * LAG_SAMPLES:
             del self.lags_ns[:LAG_SAMPLES]
-        self.lags_ns.append((start_ns - newest_ns, end_ns - newest_ns))
+        self.lags_ns.append((start_ns - newest_ns, end_ns - newest_ns, cpu_ns))
 
 
 @dataclass
@@ -80,7 +81,12 @@ class RunTrace:
                 d["step_cpu_s"] = step_cpu / 1e9
             lags = d.pop("lags_ns")
             if lags:
-                start, end = np.median(np.asarray(lags, dtype=np.float64), axis=0) / 1e6
-                d["lag_ms"] = {"start_p50": float(start), "end_p50": float(end), "steps": len(lags)}
+                start, end, cpu = np.median(np.asarray(lags, dtype=np.float64), axis=0) / 1e6
+                d["lag_ms"] = {
+                    "start_p50": float(start),
+                    "end_p50": float(end),
+                    "cpu_p50": float(cpu),
+                    "steps": len(lags),
+                }
             out[name] = d
         return out

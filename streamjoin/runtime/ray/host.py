@@ -126,6 +126,7 @@ class Node:
         self.recoverable: frozenset = frozenset()
         self.frames_sent = 0
         self.frames_handled = 0
+        self.step_cpu = 0  # the last step's thread CPU, ns
         self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)
         self.activity: tuple[str, float] | None = None  # what it does, since when
         # a recoverable core: its progress, where it reports it, what its last life delivered
@@ -252,11 +253,13 @@ class Node:
             self._write(dest, [channels.end_frame()])
 
     def _timed(self, fn, *args):
-        """``fn(*args)`` (guarded), its wall and thread CPU time counted as the node's step."""
+        """``fn(*args)`` (guarded), its wall and thread CPU time counted as the node's step
+        (the CPU also kept as ``step_cpu``)."""
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         out = self._guard(fn, *args)
         self.stats.busy_ns += time.perf_counter_ns() - t0
-        self.stats.step_cpu_ns = (self.stats.step_cpu_ns or 0) + time.thread_time_ns() - c0
+        self.step_cpu = time.thread_time_ns() - c0
+        self.stats.step_cpu_ns = (self.stats.step_cpu_ns or 0) + self.step_cpu
         return out
 
     def _step(self, fn, *args, batch: Batch | None = None, lag_of=None) -> None:
@@ -267,7 +270,7 @@ class Node:
         start = time.monotonic_ns()  # the clock the emitter stamps tuples with
         out = self._timed(fn, *args)
         if lag_of is not None:
-            self.stats.lag(newest_ingest(lag_of), start, time.monotonic_ns())
+            self.stats.lag(newest_ingest(lag_of), start, time.monotonic_ns(), self.step_cpu)
         self.activity = None
         if self.reports_to is not None:
             self._advance(batch)
@@ -295,7 +298,8 @@ class Node:
         self.stats.tuples_in += len(cols)
         start = time.monotonic_ns()
         out = self._timed(self.logic.on_chunk, cols)
-        self.stats.lag(start, start, time.monotonic_ns())  # handed over as the step begins
+        # handed over as the step begins
+        self.stats.lag(start, start, time.monotonic_ns(), self.step_cpu)
         self._send(out)
         return out
 

@@ -581,9 +581,9 @@ class _Simulation:
             for p, m in out:
                 t = self._send(core, p, m, t)
         if kind is _BATCH:
-            st.lag(newest_ingest(msg), start, end)
+            st.lag(newest_ingest(msg), start, end, end - start)
         elif kind is _CHUNK:
-            st.lag(port, start, end)  # (the port slot: the chunk's arrival)
+            st.lag(port, start, end, end - start)  # (the port slot: the chunk's arrival)
         if core is self.emitter and kind is not _EOF and self.max_delay is not None:
             self._arm_tick(logic)
         if kind is _EOF and not self.cyclic:

@@ -92,7 +92,8 @@ class ActorFigures:
 @dataclass(frozen=True)
 class PacedFigures:
     """Where a paced batch's latency went at one actor: when its steps began and when they
-    ended, ms after the newest tuple each handled arrived (medians over its steps,
+    ended, ms after the newest tuple each handled arrived, and on Ray the CPU its thread
+    took in a step (medians over its steps,
     :meth:`ActorStats.lag <streamjoin.runtime.trace.ActorStats.lag>`), in Ray's run of
     median p50 and on the simulator (nan where a run reported none)."""
 
@@ -101,6 +102,7 @@ class PacedFigures:
     ray_end_ms: float
     sim_start_ms: float
     sim_end_ms: float
+    ray_cpu_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -261,9 +263,9 @@ def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dic
 def _paced_figures(ray: dict, sim: dict) -> tuple[PacedFigures, ...]:
     """Per actor of Ray's paced run ``ray`` and the simulator's ``sim`` (``_one``'s), their
     steps' median lags."""
-    nan = {"start_p50": float("nan"), "end_p50": float("nan")}
+    nan = dict.fromkeys(("start_p50", "end_p50", "cpu_p50"), float("nan"))
     return tuple(
-        PacedFigures(a, r["start_p50"], r["end_p50"], s["start_p50"], s["end_p50"])
+        PacedFigures(a, r["start_p50"], r["end_p50"], s["start_p50"], s["end_p50"], r["cpu_p50"])
         for a in ray["actors"]
         for r, s in [(ray["lags"].get(a, nan), sim["lags"].get(a, nan))]
     )
@@ -487,11 +489,13 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
         "step's begin counts its message's way there (sending, the wire, waking and "
         "receiving) and its wait behind earlier steps; the collector's begin is about the "
         "latency of the pairs it receives. `sim − Ray`: how much earlier (negative) or later "
-        "the simulator has the step begin and end.",
+        "the simulator has the step begin and end. `step`: from its begin to its end (the "
+        "medians' difference), and on Ray the CPU its thread took (a step's wall time beyond "
+        "it: the thread waited for a processor).",
         "",
         "| layout | actor | begins: Ray ms | sim | sim − Ray | ends: Ray ms | sim | sim − Ray "
-        "| step: Ray ms | sim |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step: Ray ms | Ray CPU | sim |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def ms(v: float, sign: str = "") -> str:
@@ -503,7 +507,8 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
                 f"| {r.layout} | {a.actor} | {ms(a.ray_start_ms)} | {ms(a.sim_start_ms)} | "
                 f"{ms(a.sim_start_ms - a.ray_start_ms, '+')} | {ms(a.ray_end_ms)} | "
                 f"{ms(a.sim_end_ms)} | {ms(a.sim_end_ms - a.ray_end_ms, '+')} | "
-                f"{ms(a.ray_end_ms - a.ray_start_ms)} | {ms(a.sim_end_ms - a.sim_start_ms)} |"
+                f"{ms(a.ray_end_ms - a.ray_start_ms)} | {ms(a.ray_cpu_ms)} | "
+                f"{ms(a.sim_end_ms - a.sim_start_ms)} |"
             )
     return [*lines, ""]
 
