@@ -5,12 +5,14 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 import streamjoin as sj
 from streamjoin.cli import main
+from streamjoin.runtime.trace import run_queue_reader
 
 
 def test_result_metrics_summary_and_plot(tmp_path):
@@ -316,3 +318,39 @@ def test_paced_run_takes_the_input_time():
     assert time.perf_counter() - t0 >= 0.45  # 4000 tuples at 8000/s
     assert res.metrics["input_tuples_per_s"] == pytest.approx(8000, rel=0.2)
     assert res.same_pairs(sj.oracle.join(q, data))
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or run_queue_reader() is None,
+    reason="Linux's per-thread scheduler statistics",
+)
+def test_the_run_queue_reader_counts_a_threads_wait_for_a_busy_processor():
+    """This thread and a spinning process on one processor: the thread waits for it, runnable,
+    about as long as it runs (half the time); without it, less (another test's process may
+    share the processor)."""
+    waited = run_queue_reader()
+    assert waited is not None
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    os.sched_setaffinity(0, {cpu})
+    try:
+        alone = _spin_wait(waited, 0.2)
+        child = subprocess.Popen([sys.executable, "-c", spin])
+        try:
+            time.sleep(0.2)  # (its start-up)
+            shared = _spin_wait(waited, 0.3)
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        os.sched_setaffinity(0, before)
+    assert shared > 0.05e9 and alone < shared
+
+
+def _spin_wait(waited, seconds: float) -> int:
+    """Spin for ``seconds`` of wall time; the run-queue wait meanwhile (ns)."""
+    w0, end = waited(), time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return waited() - w0

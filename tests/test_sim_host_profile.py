@@ -253,7 +253,7 @@ def test_check_report_shows_where_each_actors_paced_latency_went():
         "actors": {"emitter": 0, "core": 0, "collector": 0},
         "lags": {
             "emitter": {"start_p50": 0.0, "end_p50": 0.3, "cpu_p50": 0.3},
-            "core": {"start_p50": 0.9, "end_p50": 2.4, "cpu_p50": 1.2},
+            "core": {"start_p50": 0.9, "end_p50": 2.4, "cpu_p50": 1.2, "wait_mean": 0.21},
             "collector": {"start_p50": 3.1, "end_p50": 3.2, "cpu_p50": 0.05},
         },
     }
@@ -266,9 +266,11 @@ def test_check_report_shows_where_each_actors_paced_latency_went():
         "single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5, paced_actors=figures
     )
     text = fidelity.markdown([row], sim.default_profile(), 90.0)
-    core = "| single | core | 0.90 | 0.70 | -0.20 | 2.40 | 2.00 | -0.40 | 1.50 | 1.20 | 1.30 |"
+    core = (
+        "| single | core | 0.90 | 0.70 | -0.20 | 2.40 | 2.00 | -0.40 | 1.50 | 1.20 | 0.21 | 1.30 |"
+    )
     assert core in text
-    assert "| single | collector | 3.10 | – | – | 3.20 | – | – | 0.10 | 0.05 | – |" in text
+    assert "| single | collector | 3.10 | – | – | 3.20 | – | – | 0.10 | 0.05 | – | – |" in text
     bare = dataclasses.replace(row, paced_actors=())
     assert "Per actor, paced" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
 

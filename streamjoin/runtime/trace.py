@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -25,6 +27,26 @@ def newest_ingest(*messages) -> int | None:
     return newest
 
 
+def run_queue_reader() -> Callable[[], int] | None:
+    """A reader of the calling thread's time so far runnable but waiting for a processor (ns,
+    Linux's ``/proc/thread-self/schedstat``: the thread descheduled while others ran), None
+    where the system keeps no such count. Read by the thread that made it."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return None
+
+    def waited() -> int:
+        return int(os.pread(fd, 128, 0).split()[1])
+
+    try:
+        waited()
+    except (OSError, ValueError, IndexError):
+        os.close(fd)
+        return None
+    return waited
+
+
 @dataclass
 class ActorStats:
     role: str
@@ -43,17 +65,20 @@ class ActorStats:
     step_cpu_ns: int | None = None
     #: per step that handled tuples (the last ``LAG_SAMPLES`` or more): when its logic began
     #: and when it ended, ns after the newest tuple it handled arrived (the emitter's steps:
-    #: after the chunk's arrival), and the CPU its logic took (``ray``, ``local``: the
-    #: thread's; ``sim``: its charge): where a batch's latency goes, actor by actor
-    lags_ns: list[tuple[int, int, int]] = field(default_factory=list)
+    #: after the chunk's arrival), the CPU its logic took (``ray``, ``local``: the thread's;
+    #: ``sim``: its charge), and on ``ray`` how long its thread waited for a processor
+    #: meanwhile (-1 where not measured): where a batch's latency goes, actor by actor
+    lags_ns: list[tuple[int, int, int, int]] = field(default_factory=list)
 
-    def lag(self, newest_ns: int | None, start_ns: int, end_ns: int, cpu_ns: int) -> None:
+    def lag(
+        self, newest_ns: int | None, start_ns: int, end_ns: int, cpu_ns: int, wait_ns: int = -1
+    ) -> None:
         """Keep a step's lags (nothing for a step without tuples: ``newest_ns`` None)."""
         if newest_ns is None:
             return
         if len(self.lags_ns) >= 2 * LAG_SAMPLES:
             del self.lags_ns[:LAG_SAMPLES]
-        self.lags_ns.append((start_ns - newest_ns, end_ns - newest_ns, cpu_ns))
+        self.lags_ns.append((start_ns - newest_ns, end_ns - newest_ns, cpu_ns, wait_ns))
 
 
 @dataclass
@@ -81,12 +106,15 @@ class RunTrace:
                 d["step_cpu_s"] = step_cpu / 1e9
             lags = d.pop("lags_ns")
             if lags:
-                start, end, cpu = np.median(np.asarray(lags, dtype=np.float64), axis=0) / 1e6
+                a = np.asarray(lags, dtype=np.float64)
+                start, end, cpu = np.median(a[:, :3], axis=0) / 1e6
                 d["lag_ms"] = {
                     "start_p50": float(start),
                     "end_p50": float(end),
                     "cpu_p50": float(cpu),
                     "steps": len(lags),
                 }
+                if (a[:, 3] >= 0).all():  # the mean: most steps wait for nothing
+                    d["lag_ms"]["wait_mean"] = float(a[:, 3].mean() / 1e6)
             out[name] = d
         return out

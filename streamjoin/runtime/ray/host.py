@@ -40,7 +40,7 @@ from streamjoin.runtime.ray.inbox import (
     ThreadFailed,
 )
 from streamjoin.runtime.ray.recovery import PROGRESS_PORT, REPLAY, Progress
-from streamjoin.runtime.trace import ActorStats, newest_ingest
+from streamjoin.runtime.trace import ActorStats, newest_ingest, run_queue_reader
 from streamjoin.validation import Columns
 
 #: a recoverable core reports its progress at least every this many steps without pairs
@@ -126,7 +126,8 @@ class Node:
         self.recoverable: frozenset = frozenset()
         self.frames_sent = 0
         self.frames_handled = 0
-        self.step_cpu = 0  # the last step's thread CPU, ns
+        self.step_cpu = self.step_wait = 0  # the last step's thread CPU and wait, ns
+        self.waited: Callable[[], int] | None = None  # the stepping thread's run-queue wait
         self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)
         self.activity: tuple[str, float] | None = None  # what it does, since when
         # a recoverable core: its progress, where it reports it, what its last life delivered
@@ -254,11 +255,15 @@ class Node:
 
     def _timed(self, fn, *args):
         """``fn(*args)`` (guarded), its wall and thread CPU time counted as the node's step
-        (the CPU also kept as ``step_cpu``)."""
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        (the CPU also kept as ``step_cpu``, the thread's wait for a processor as
+        ``step_wait``: -1 where not measured)."""
+        if self.waited is None:  # (made by the thread that steps)
+            self.waited = run_queue_reader() or (lambda: -1)
+        t0, c0, w0 = time.perf_counter_ns(), time.thread_time_ns(), self.waited()
         out = self._guard(fn, *args)
         self.stats.busy_ns += time.perf_counter_ns() - t0
         self.step_cpu = time.thread_time_ns() - c0
+        self.step_wait = self.waited() - w0 if w0 >= 0 else -1
         self.stats.step_cpu_ns = (self.stats.step_cpu_ns or 0) + self.step_cpu
         return out
 
@@ -270,7 +275,8 @@ class Node:
         start = time.monotonic_ns()  # the clock the emitter stamps tuples with
         out = self._timed(fn, *args)
         if lag_of is not None:
-            self.stats.lag(newest_ingest(lag_of), start, time.monotonic_ns(), self.step_cpu)
+            end = time.monotonic_ns()
+            self.stats.lag(newest_ingest(lag_of), start, end, self.step_cpu, self.step_wait)
         self.activity = None
         if self.reports_to is not None:
             self._advance(batch)
@@ -299,7 +305,7 @@ class Node:
         start = time.monotonic_ns()
         out = self._timed(self.logic.on_chunk, cols)
         # handed over as the step begins
-        self.stats.lag(start, start, time.monotonic_ns(), self.step_cpu)
+        self.stats.lag(start, start, time.monotonic_ns(), self.step_cpu, self.step_wait)
         self._send(out)
         return out
 

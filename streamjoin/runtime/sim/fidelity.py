@@ -93,7 +93,8 @@ class ActorFigures:
 class PacedFigures:
     """Where a paced batch's latency went at one actor: when its steps began and when they
     ended, ms after the newest tuple each handled arrived, and on Ray the CPU its thread
-    took in a step (medians over its steps,
+    took in a step (medians over its steps) and how long it waited for a processor in a
+    step (the mean: most wait for none;
     :meth:`ActorStats.lag <streamjoin.runtime.trace.ActorStats.lag>`), in Ray's run of
     median p50 and on the simulator (nan where a run reported none)."""
 
@@ -103,6 +104,7 @@ class PacedFigures:
     sim_start_ms: float
     sim_end_ms: float
     ray_cpu_ms: float = float("nan")
+    ray_wait_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,15 @@ def _paced_figures(ray: dict, sim: dict) -> tuple[PacedFigures, ...]:
     steps' median lags."""
     nan = dict.fromkeys(("start_p50", "end_p50", "cpu_p50"), float("nan"))
     return tuple(
-        PacedFigures(a, r["start_p50"], r["end_p50"], s["start_p50"], s["end_p50"], r["cpu_p50"])
+        PacedFigures(
+            a,
+            r["start_p50"],
+            r["end_p50"],
+            s["start_p50"],
+            s["end_p50"],
+            r["cpu_p50"],
+            r.get("wait_mean", float("nan")),
+        )
         for a in ray["actors"]
         for r, s in [(ray["lags"].get(a, nan), sim["lags"].get(a, nan))]
     )
@@ -490,12 +500,15 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
         "receiving) and its wait behind earlier steps; the collector's begin is about the "
         "latency of the pairs it receives. `sim − Ray`: how much earlier (negative) or later "
         "the simulator has the step begin and end. `step`: from its begin to its end (the "
-        "medians' difference), and on Ray the CPU its thread took (a step's wall time beyond "
-        "it: the thread waited for a processor).",
+        "medians' difference), on Ray the CPU its thread took (the median) and how long the "
+        "thread waited for a processor in a step, runnable while others ran (the mean over "
+        "its steps, from Linux's scheduler statistics; – elsewhere): the operating system's "
+        "placement of woken processes, which the simulator does not model (a step holds a "
+        "free processor from its start to its end).",
         "",
         "| layout | actor | begins: Ray ms | sim | sim − Ray | ends: Ray ms | sim | sim − Ray "
-        "| step: Ray ms | Ray CPU | sim |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step: Ray ms | Ray CPU | Ray waited | sim |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def ms(v: float, sign: str = "") -> str:
@@ -508,7 +521,7 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
                 f"{ms(a.sim_start_ms - a.ray_start_ms, '+')} | {ms(a.ray_end_ms)} | "
                 f"{ms(a.sim_end_ms)} | {ms(a.sim_end_ms - a.ray_end_ms, '+')} | "
                 f"{ms(a.ray_end_ms - a.ray_start_ms)} | {ms(a.ray_cpu_ms)} | "
-                f"{ms(a.sim_end_ms - a.sim_start_ms)} |"
+                f"{ms(a.ray_wait_ms)} | {ms(a.sim_end_ms - a.sim_start_ms)} |"
             )
     return [*lines, ""]
 
