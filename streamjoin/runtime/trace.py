@@ -66,8 +66,9 @@ class ActorStats:
     #: per step that handled tuples (the last ``LAG_SAMPLES`` or more): when its logic began
     #: and when it ended, ns after the newest tuple it handled arrived (the emitter's steps:
     #: after the chunk's arrival), the CPU its logic took (``ray``, ``local``: the thread's;
-    #: ``sim``: its charge), and on ``ray`` how long its thread waited for a processor
-    #: meanwhile (-1 where not measured): where a batch's latency goes, actor by actor
+    #: ``sim``: its charge), and on ``ray`` how long its thread waited for a processor since
+    #: its previous step ended (its sends, its wake-up for this step's message, the step; -1
+    #: where not measured): where a batch's latency goes, actor by actor
     lags_ns: list[tuple[int, int, int, int]] = field(default_factory=list)
 
     def lag(

@@ -126,7 +126,7 @@ class Node:
         self.recoverable: frozenset = frozenset()
         self.frames_sent = 0
         self.frames_handled = 0
-        self.step_cpu = self.step_wait = 0  # the last step's thread CPU and wait, ns
+        self.step_cpu = self.step_wait = self.wait_seen = 0  # (see _timed), ns
         self.waited: Callable[[], int] | None = None  # the stepping thread's run-queue wait
         self.merge_tuples = max(settings.batch_size, MERGE_TUPLES)
         self.activity: tuple[str, float] | None = None  # what it does, since when
@@ -255,15 +255,18 @@ class Node:
 
     def _timed(self, fn, *args):
         """``fn(*args)`` (guarded), its wall and thread CPU time counted as the node's step
-        (the CPU also kept as ``step_cpu``, the thread's wait for a processor as
-        ``step_wait``: -1 where not measured)."""
+        (the CPU also kept as ``step_cpu``; as ``step_wait`` how long the thread waited for a
+        processor since its previous step ended: its sends, its wake-up for this message and
+        this step; -1 where not measured: one read a step, not two)."""
         if self.waited is None:  # (made by the thread that steps)
             self.waited = run_queue_reader() or (lambda: -1)
-        t0, c0, w0 = time.perf_counter_ns(), time.thread_time_ns(), self.waited()
+            self.wait_seen = self.waited()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         out = self._guard(fn, *args)
         self.stats.busy_ns += time.perf_counter_ns() - t0
         self.step_cpu = time.thread_time_ns() - c0
-        self.step_wait = self.waited() - w0 if w0 >= 0 else -1
+        seen, self.wait_seen = self.wait_seen, self.waited()
+        self.step_wait = self.wait_seen - seen if seen >= 0 else -1
         self.stats.step_cpu_ns = (self.stats.step_cpu_ns or 0) + self.step_cpu
         return out
 

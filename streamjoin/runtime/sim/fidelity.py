@@ -93,8 +93,8 @@ class ActorFigures:
 class PacedFigures:
     """Where a paced batch's latency went at one actor: when its steps began and when they
     ended, ms after the newest tuple each handled arrived, and on Ray the CPU its thread
-    took in a step (medians over its steps) and how long it waited for a processor in a
-    step (the mean: most wait for none;
+    took in a step (medians over its steps) and how long it waited for a processor from
+    its previous step's end to this one's (the mean: most wait for none;
     :meth:`ActorStats.lag <streamjoin.runtime.trace.ActorStats.lag>`), in Ray's run of
     median p50 and on the simulator (nan where a run reported none)."""
 
@@ -501,10 +501,11 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
         "latency of the pairs it receives. `sim − Ray`: how much earlier (negative) or later "
         "the simulator has the step begin and end. `step`: from its begin to its end (the "
         "medians' difference), on Ray the CPU its thread took (the median) and how long the "
-        "thread waited for a processor in a step, runnable while others ran (the mean over "
-        "its steps, from Linux's scheduler statistics; – elsewhere): the operating system's "
-        "placement of woken processes, which the simulator does not model (a step holds a "
-        "free processor from its start to its end).",
+        "thread waited for a processor, runnable while others ran, from its previous step's "
+        "end to this one's: its sends, its wake-up for the step's message and the step (the "
+        "mean over its steps, from Linux's scheduler statistics; – elsewhere): the operating "
+        "system's placement of woken processes, which the simulator does not model (a step "
+        "takes a free processor as it starts and holds it to its end).",
         "",
         "| layout | actor | begins: Ray ms | sim | sim − Ray | ends: Ray ms | sim | sim − Ray "
         "| step: Ray ms | Ray CPU | Ray waited | sim |",
