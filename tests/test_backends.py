@@ -9,6 +9,7 @@ import pytest
 from layouts import LAYOUTS
 
 import streamjoin as sj
+from streamjoin.runtime.sim import Arrival
 
 
 @pytest.fixture(params=sj.runtime.BACKENDS)
@@ -163,8 +164,6 @@ def test_a_paced_runs_steps_say_when_they_began_and_ended_after_the_tuples_arriv
     median over steps, not over pairs)."""
     q = sj.Query(sj.band("x", 5), window=sj.CountWindow(200))
     data = sj.sources.synthetic(4000, low=0, high=20_000, seed=3)
-    from streamjoin.runtime.sim import Arrival
-
     kw = {"pace": 20_000} if backend != "sim" else {"arrival": Arrival.constant(2e4)}
     res = sj.run(
         q,
@@ -178,7 +177,9 @@ def test_a_paced_runs_steps_say_when_they_began_and_ended_after_the_tuples_arriv
         **kw,
     )
     lag = {a: v["lag_ms"] for a, v in res.metrics["actors"].items()}
-    assert lag["emitter"]["steps"] == lag["core"]["steps"] == 40
+    assert lag["emitter"]["steps"] == 40
+    # a step a batch; on Ray a core that fell behind (a busy host) merges the batches waiting
+    assert lag["core"]["steps"] == 40 if backend != "ray" else 0 < lag["core"]["steps"] <= 40
     path = [lag[a][k] for a in ("emitter", "core", "collector") for k in ("start_p50", "end_p50")]
     assert path[0] == 0 and path == sorted(path)
     # a step's CPU is within its wall time (the thread's, on local and Ray)

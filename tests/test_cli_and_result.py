@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -346,6 +347,25 @@ def test_the_run_queue_reader_counts_a_threads_wait_for_a_busy_processor():
     finally:
         os.sched_setaffinity(0, before)
     assert shared > 0.05e9 and alone < shared
+
+
+def test_the_run_queue_reader_opens_one_file_a_thread():
+    """Runs ask for a reader each (an actor's thread, the driver's for its emitter): a
+    thread's readers share one open file, and a thread's file closes when the thread ends."""
+    if run_queue_reader() is None:
+        pytest.skip("Linux's per-thread scheduler statistics")
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_files()
+    readers = [run_queue_reader() for _ in range(50)]
+    assert open_files() == before and all(r() >= 0 for r in readers)
+    threads = [threading.Thread(target=run_queue_reader) for _ in range(20)]
+    for t in threads:
+        t.start()
+        t.join()
+    assert open_files() == before
 
 
 def _spin_wait(waited, seconds: float) -> int:

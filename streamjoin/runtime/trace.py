@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -15,36 +16,44 @@ from streamjoin.actors.collector import Collector
 LAG_SAMPLES = 4096
 
 
-def newest_ingest(*messages) -> int | None:
-    """When the newest tuple among ``messages`` arrived (their ``ingest_ns``), None where they
-    carry no tuple (a progress marker, an empty batch)."""
-    newest = None
-    for msg in messages:
-        ingest = getattr(msg, "ingest_ns", None)
-        if ingest is not None and len(ingest):
-            top = int(ingest.max())
-            newest = top if newest is None else max(newest, top)
-    return newest
+def newest_ingest(msg) -> int | None:
+    """When the newest tuple of ``msg`` arrived (its ``ingest_ns``), None where it carries no
+    tuple (a progress marker, an empty batch)."""
+    ingest = getattr(msg, "ingest_ns", None)
+    return int(ingest.max()) if ingest is not None and len(ingest) else None
+
+
+class _Schedstat:
+    """The opening thread's ``/proc/thread-self/schedstat``, open while that thread lives (a
+    thread's own: :data:`_THREADS` holds one a thread, closed with the thread's locals)."""
+
+    def __init__(self) -> None:
+        self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+
+    def waited(self) -> int:
+        return int(os.pread(self.fd, 128, 0).split()[1])
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
+_THREADS = threading.local()
 
 
 def run_queue_reader() -> Callable[[], int] | None:
     """A reader of the calling thread's time so far runnable but waiting for a processor (ns,
     Linux's ``/proc/thread-self/schedstat``: the thread descheduled while others ran), None
-    where the system keeps no such count. Read by the thread that made it."""
-    try:
-        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-    except OSError:
-        return None
-
-    def waited() -> int:
-        return int(os.pread(fd, 128, 0).split()[1])
-
-    try:
-        waited()
-    except (OSError, ValueError, IndexError):
-        os.close(fd)
-        return None
-    return waited
+    where the system keeps no such count. Read by the thread that made it; one file a
+    thread, however many runs ask."""
+    stat = getattr(_THREADS, "schedstat", None)
+    if stat is None:
+        try:
+            stat = _Schedstat()
+            stat.waited()
+        except (OSError, ValueError, IndexError):
+            return None
+        _THREADS.schedstat = stat
+    return stat.waited
 
 
 @dataclass
