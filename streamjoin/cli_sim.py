@@ -122,6 +122,14 @@ def add_calibrate_command(sub) -> None:
         "(2^16 to 2^20 tuples a stream, about 25 s); the simulator then charges a large "
         "window's steps as a small one's",
     )
+    cal.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="time N indexes' kernels at once, each in a process of its own (default: one per "
+        "processor; 1 for one at a time)",
+    )
     cal.add_argument("--name", default=None, help="profile name (default: the host name)")
     cal.add_argument(
         "--idle-gap-ms",
@@ -213,6 +221,8 @@ def cmd_calibrate(args) -> int:
             idle_gap_s=gap,
             force=args.force,
             window_growth=not args.no_window_growth,
+            progress=lambda phase, seconds: print(f"  {phase}: {seconds:.0f} s", flush=True),
+            jobs=args.jobs,
         )
     except BusyHostError as e:
         print(e.profile.summary())

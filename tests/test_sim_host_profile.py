@@ -133,7 +133,7 @@ def test_a_full_calibration_is_stored_as_this_hosts(cache, monkeypatch):
         "_calibration_runs",
         lambda index, quick, seed: real(index, quick, seed) if index == "hash" else iter(()),
     )
-    prof = sim.calibrate(quick=True, ray=False, idle_gap_s=None, name="fitted-here")
+    prof = sim.calibrate(quick=True, ray=False, idle_gap_s=None, name="fitted-here", jobs=1)
     assert prof.source == f"this host's cache {sim.cached_profile_path()}"
     assert sim.profile_for_this_host().name == "fitted-here"
     assert prof.info["conditions"]["busy"] == [] and prof.info["conditions"]["seconds"] > 0
@@ -151,6 +151,61 @@ def test_cli_calibrate_refuses_a_busy_fit(cache, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "stored anyway: --force" in printed and "not stored as this host's" in printed
     assert out.exists()
+
+
+def test_worker_processes_time_the_indexes_at_once(monkeypatch):
+    """With ``jobs=2`` each index's kernels are timed in a worker process of their own, and
+    the fit numbers every workload once across them: each index's rows are fitted at its
+    own probes' speed, as when they are timed one after another in this process."""
+    monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: [])
+    seen = {}
+    real = calibrate_module._at_probed_speed
+
+    def spy(rows, by_run, reference):
+        seen[id(rows)] = (rows, by_run)
+        return real(rows, by_run, reference)
+
+    monkeypatch.setattr(calibrate_module, "_at_probed_speed", spy)
+    phases = []
+    names = ["hash", "chained", "nested_loop"]
+    prof = sim.calibrate(
+        indexes=names,
+        quick=True,
+        ray=False,
+        idle_gap_s=None,
+        window_growth=False,
+        jobs=2,
+        progress=lambda phase, seconds: phases.append((phase, seconds)),
+    )
+    kernels = prof.info["fit"]["kernels"]
+    assert kernels["jobs"] == 2 and list(kernels["seconds"]) == names
+    assert set(prof.indexes) == {
+        f"{i}{s}" for i in names for s in ("", ":panjoin", ":handshake", ":handshake_ll")
+    } | {"shared:nested_loop"}
+    by_run = next(iter(seen.values()))[1]
+    counts = [
+        int(p.split("(")[1].split()[0]) for p, _ in phases if "kernels (" in p and " runs)" in p
+    ]
+    assert sorted(by_run) == list(range(1, sum(counts) + 1))  # every workload once
+    speed = prof.info["fit"]["speed"]["by_index"]
+    start = 1
+    for index, count in zip(names, counts, strict=True):
+        assert {round(by_run[r]) for r in range(start, start + count)} == {speed[index]}
+        start += count
+    for rows, _ in seen.values():  # the rows of each workload of an index
+        assert {r for _, _, r in rows} <= set(by_run)
+    assert [p for p, _ in phases][-2:] == ["kernels (2 indexes at once)", "the fit"]
+    assert "kernels (2 indexes at once)" in prof.info["conditions"]["phases"]
+
+
+def test_a_worker_process_that_fails_ends_the_calibration_naming_it(monkeypatch):
+    monkeypatch.setattr(calibrate_module, "measure_cpu_share", lambda **kw: ((1.0, 1.0), {}))
+    monkeypatch.setattr(calibrate_module.sys, "executable", "/bin/false")  # exits at once
+    with pytest.raises(RuntimeError, match="timing the kernels of index '(hash|chained)'") as e:
+        sim.calibrate(indexes=["hash", "chained"], quick=True, ray=False, idle_gap_s=None, jobs=2)
+    assert "exit code 1" in str(e.value.__cause__)
+    with pytest.raises(ValueError, match="jobs=0"):
+        sim.calibrate(indexes=["hash"], quick=True, ray=False, jobs=0)
 
 
 def test_cli_check_options_are_checked_first(capsys):
@@ -310,7 +365,7 @@ def test_a_calibration_fits_each_workload_at_the_probes_median_speed(monkeypatch
     mean of the speed probes before and after them: a host twice as slow while one index ran
     does not double its row. (The first probe only loads the probe's kernels.)"""
     monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: [])
-    probes = iter([99.0, 1e6, 1e6, 3e6, 5e6])
+    probes = iter([99.0, 1e6, 1e6, 1e6, 3e6, 3e6, 5e6])
     monkeypatch.setattr(calibrate_module, "speed_probe", lambda repeats: next(probes))
     seen = []
     real = calibrate_module._at_probed_speed
@@ -322,7 +377,7 @@ def test_a_calibration_fits_each_workload_at_the_probes_median_speed(monkeypatch
 
     monkeypatch.setattr(calibrate_module, "_at_probed_speed", spy)
     prof = sim.calibrate(
-        indexes=["hash", "chained", "nested_loop"], quick=True, ray=False, idle_gap_s=None
+        indexes=["hash", "chained", "nested_loop"], quick=True, ray=False, idle_gap_s=None, jobs=1
     )
     assert prof.info["speed_probe_ns"] == 2e6  # the median
     by_index = prof.info["fit"]["speed"]["by_index"]

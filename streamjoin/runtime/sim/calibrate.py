@@ -13,12 +13,18 @@ the ``ray`` executor's messages (framed batches over TCP between actors,
 from __future__ import annotations
 
 import datetime
+import functools
+import json
 import os
+import queue
 import random
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -453,6 +459,119 @@ def _at_probed_speed(rows: list, probes: dict[int, float], reference: float) -> 
     return [(f, ns * reference / probes[run], run) for f, ns, run in rows]
 
 
+def index_rows(index: str, quick: bool, seed: int, repeats: int) -> tuple[dict, float, int, float]:
+    """Time one index's calibration workloads in this process: ``(rows, speed, count,
+    seconds)``, the recorder's rows per cost group (``(features, ns, workload)``, the
+    workloads numbered from 1), the mean of :func:`speed_probe` before and after them, how
+    many there were and the seconds it all took."""
+    t0 = time.perf_counter()
+    recorder = _Recorder(default_profile().with_messages(MessageCosts()))  # host time only
+    workloads = list(_calibration_runs(index, quick, seed))
+    before = speed_probe(repeats)
+    _warm(workloads)
+    for query, data, topo, b, chunk in workloads:
+        recorder.run += 1
+        _recorded_run(recorder, query, data, topo, b, chunk)
+    after = speed_probe(repeats)
+    return recorder.rows, (before + after) / 2, len(workloads), time.perf_counter() - t0
+
+
+def _time_indexes(names: list[str], quick: bool, seed: int, repeats: int, jobs: int):
+    """Yield ``(index, index_rows(index, ...))`` for each of ``names``, in order: in this
+    process with one job, else each in one of ``jobs`` worker processes
+    (:mod:`~streamjoin.runtime.sim.calibrate_worker`), fed an index as each finishes one."""
+    if jobs <= 1:
+        speed_probe(1)  # loads the probe's kernels
+        for index in names:
+            yield index, index_rows(index, quick, seed, repeats)
+        return
+    todo: queue.Queue = queue.Queue()
+    for index in names:
+        todo.put(index)
+    done: dict[str, tuple | BaseException] = {}
+    ready = threading.Condition()
+
+    def answer(index: str, result: tuple | BaseException) -> None:
+        with ready:
+            done[index] = result
+            ready.notify_all()
+
+    def feed() -> None:  # one worker process, fed from ``todo`` until it is empty
+        index = "(none yet)"
+        try:
+            with tempfile.TemporaryFile("w+") as err:
+                args = [sys.executable, "-m", "streamjoin.runtime.sim.calibrate_worker"]
+                worker = subprocess.Popen(
+                    [*args, str(int(quick)), str(seed), str(repeats)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                )
+                to_worker, from_worker = worker.stdin, worker.stdout
+                assert to_worker is not None and from_worker is not None
+                with worker:
+                    while True:
+                        try:
+                            index = todo.get_nowait()
+                        except queue.Empty:
+                            break
+                        to_worker.write(index + "\n")
+                        to_worker.flush()
+                        line = from_worker.readline()
+                        if not line:
+                            to_worker.close()
+                            err.seek(0)
+                            raise RuntimeError(
+                                f"the calibration's worker process ended (exit code "
+                                f"{worker.wait()}) without its timings:\n{err.read()[-2000:]}"
+                            )
+                        answer(index, _rows_from_json(line))
+                    to_worker.close()
+        except BaseException as e:  # noqa: BLE001 (handed to the caller's thread)
+            answer(index, e)
+
+    threads = [threading.Thread(target=feed, daemon=True) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+
+    def failure() -> tuple[str, BaseException] | None:
+        for i, r in done.items():
+            if isinstance(r, BaseException):
+                return i, r
+        return None
+
+    def settled(index: str) -> bool:
+        return index in done or failure() is not None
+
+    for index in names:
+        with ready:
+            ready.wait_for(functools.partial(settled, index))
+            failed = failure()
+            if failed is not None:
+                while not todo.empty():  # the workers take no further index
+                    todo.get_nowait()
+                which, error = failed
+                raise RuntimeError(f"timing the kernels of index {which!r} failed") from error
+            result = done.pop(index)
+            assert not isinstance(result, BaseException)
+        yield index, result
+    for t in threads:
+        t.join()
+
+
+def rows_to_json(rows: dict, speed: float, count: int, seconds: float) -> str:
+    """One line of JSON for :func:`index_rows`' result (a worker process's answer)."""
+    groups = [[group, key, found] for (group, key), found in rows.items()]
+    return json.dumps({"rows": groups, "speed": speed, "count": count, "seconds": seconds})
+
+
+def _rows_from_json(line: str) -> tuple[dict, float, int, float]:
+    d = json.loads(line)
+    rows = {(g, k): [(tuple(f), ns, run) for f, ns, run in found] for g, k, found in d["rows"]}
+    return rows, float(d["speed"]), int(d["count"]), float(d["seconds"])
+
+
 class BusyHostError(RuntimeError):
     """A calibration saw a busy host and did not store its profile (``force=True`` stores
     it anyway); ``profile`` holds what it fitted, ``reasons`` what made the host busy."""
@@ -480,6 +599,8 @@ def calibrate(
     cache: bool = True,
     force: bool = False,
     window_growth: bool = True,
+    progress: Callable[[str, float], None] | None = None,
+    jobs: int | None = None,
 ) -> MachineProfile:
     """Measure this machine and return its :class:`MachineProfile`, stored as this host's
     (:mod:`~streamjoin.runtime.sim.host_profile`) and optionally written to ``path``.
@@ -515,6 +636,17 @@ def calibrate(
         tuples a stream, a few seconds an index; 2^15 when ``quick``); False keeps the
         profile without (its cores then charged as at the fitted windows, whatever their
         size).
+    progress : callable, optional
+        Called as ``progress(phase, seconds)`` when each phase ends (the processor share,
+        each index's kernels, the after-idle costs, the window costs, the messages), with the
+        seconds it took; the same figures go to ``info["conditions"]["phases"]``.
+    jobs : int, optional
+        How many indexes' kernels are timed at once, each in a process of its own (default:
+        one per processor, at most one per index; 1 times them in this process). A join
+        core's steps run on one processor, and two of them at once on the development VM's
+        two ran each as fast as alone (their data fits the caches); the window costs, the
+        after-idle costs and the messages are measured one at a time, on a host otherwise
+        idle.
 
     Raises
     ------
@@ -540,43 +672,55 @@ def calibrate(
     names = list(indexes) if indexes is not None else registry.names()
     for n in names:
         registry.get(n)
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs={jobs!r}: the processes that time kernels at once, at least 1")
     t0, load0, stolen0 = time.perf_counter(), os.getloadavg()[0], cpu_times()
+    phases: dict[str, float] = {}
+    mark = [t0]
+
+    def done(phase: str, seconds: float | None = None) -> None:
+        """A phase ended: its seconds (by default, since the previous phase ended)."""
+        now = time.perf_counter()
+        if seconds is None:
+            seconds, mark[0] = now - mark[0], now
+            phases[phase] = round(seconds, 1)
+        if progress is not None:
+            progress(phase, seconds)
+
     base = default_profile()
     # the share of a processor the timed steps get, and what several busy processes get
     cpu_share, share_raw = (
         measure_cpu_share(seconds=0.2, rounds=1) if quick else measure_cpu_share()
     )
-    recorder = _Recorder(base.with_messages(MessageCosts()))  # steps cost host time only
-    # the host's speed before and after each index's workloads (speed_probe; the first call
-    # loads its kernels): each workload is fitted at the mean of its index's two
-    repeats = 3 if quick else 5
-    speed_probe(1)
+    done("processor share")
+    # each index's workloads timed in a process of their own, ``jobs`` at once (the
+    # speed probe before and after them): a join core's step runs on one processor
+    rows: dict[tuple, list] = {}
     probes: dict[int, float] = {}  # each workload's speed
     by_index: dict[str, float] = {}
-    runs: dict[str, list[int]] = {}
-    before = speed_probe(repeats)
-    for index in names:
-        runs[index] = []
-        workloads = list(_calibration_runs(index, quick, seed))
-        _warm(workloads)
-        for query, data, topo, b, chunk in workloads:
-            recorder.run += 1
-            runs[index].append(recorder.run)
-            _recorded_run(recorder, query, data, topo, b, chunk)
-        after = speed_probe(repeats)
-        by_index[index] = (before + after) / 2
-        probes |= dict.fromkeys(runs[index], by_index[index])
-        before = after
+    repeats = 3 if quick else 5
+    jobs = min(jobs or os.cpu_count() or 1, len(names))
+    own: dict[str, float] = {}  # each index's own seconds
+    for index, (found, speed, count, seconds) in _time_indexes(names, quick, seed, repeats, jobs):
+        offset = len(probes)  # number the workloads across the indexes
+        for key, timed in found.items():
+            rows.setdefault(key, []).extend((f, ns, run + offset) for f, ns, run in timed)
+        by_index[index] = speed
+        probes |= dict.fromkeys(range(offset + 1, offset + count + 1), speed)
+        own[index] = round(seconds, 1)
+        done(f"{index} kernels ({count} runs)", seconds)
+    done(f"kernels ({jobs} {'index' if jobs == 1 else 'indexes'} at once)")
     reference = float(np.median(list(by_index.values())))
     quality = {
         "cpu_share": share_raw,
         "speed": {"by_index": {k: round(v) for k, v in by_index.items()}},
+        "kernels": {"jobs": jobs, "seconds": own},
     }
     roles, index_costs = {}, {}
-    for (group, index), rows in sorted(recorder.rows.items(), key=str):
-        if not rows:
+    for (group, index), found in sorted(rows.items(), key=str):
+        if not found:
             continue
-        coefs, q = fit_costs(_at_probed_speed(rows, probes, reference), FEATURES[group])
+        coefs, q = fit_costs(_at_probed_speed(found, probes, reference), FEATURES[group])
         if group == "join":
             index_costs[index] = coefs
             quality[f"index:{index}"] = q
@@ -585,6 +729,7 @@ def calibrate(
             quality[group] = q
     for group in ("emitter", "manager", "collector"):
         roles.setdefault(group, base.roles[group])
+    done("the fit")
     after_idle = base.after_idle
     if idle_gap_s is not None:
         index = "bplus_tree" if "bplus_tree" in names else names[0]
@@ -596,6 +741,7 @@ def calibrate(
             after_idle, quality["after_idle"] = measure_after_idle(
                 index, gap_s=idle_gap_s, seed=seed
             )
+        done("after-idle costs")
     windows = {}
     if window_growth:  # what the costs just fitted miss on windows past the caches
         grown = QUICK_WINDOWS if quick else WINDOWS
@@ -609,11 +755,13 @@ def calibrate(
             "windows": list(grown),
             "seconds": round(time.perf_counter() - t_grow, 1),
         }
+        done("window costs")
     messages = base.messages
     if ray:
         from streamjoin.runtime.sim.ray_messages import measure_messages  # imports Ray
 
         messages, quality["messages"] = measure_messages()
+        done("Ray's messages")
     profile = MachineProfile(
         name=name or os.uname().nodename,
         roles=roles,
@@ -641,6 +789,7 @@ def calibrate(
         "cpu_share": list(cpu_share),
         "busy": reasons,
         "forced": bool(reasons) and force,
+        "phases": phases,
     }
     if reasons and not force:
         raise BusyHostError(reasons, profile)
