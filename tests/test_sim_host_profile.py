@@ -390,6 +390,46 @@ def test_a_calibration_fits_each_workload_at_the_probes_median_speed(monkeypatch
     assert scales == {2.0, 1.0, 0.5}
 
 
+def test_the_check_scales_the_simulator_by_the_median_of_three_probes(monkeypatch):
+    """The speed probe runs before, between and after a layout's Ray runs; the simulator's
+    compute is scaled by the median of the three over the fit's, and the row keeps the lowest
+    and the highest. (Ray's runs are stubbed: what is checked is the scaling.)"""
+    profile = sim.default_profile()
+    profile = dataclasses.replace(profile, info={**profile.info, "speed_probe_ns": 1e6})
+    probes = iter([1.0e6, 2.0e6, 1.2e6])
+    monkeypatch.setattr(fidelity, "speed_probe", lambda: next(probes))
+    monkeypatch.setattr(fidelity, "measure_cpu_share", lambda *a, **k: ((1.0, 1.0), {}))
+    machines = []
+    real = fidelity._one
+
+    def one(query, data, topo, backend, **kw):
+        if backend == "sim":
+            machines.append(kw["machine"])
+            return real(query, data, topo, backend, **kw)
+        now = time.monotonic_ns()
+        return {
+            "window_ns": (now, now + 1),
+            "tuples_per_s": 50_000.0,
+            "p50_ms": 1.0,
+            "p99_ms": 2.0,
+            "mean_ms": 1.0,
+            "elapsed_s": 0.1,
+            "actors": {},
+            "lags": {},
+        }
+
+    monkeypatch.setattr(fidelity, "_one", one)
+    (row,) = fidelity.check(profile, layouts=["single"], tuples=3_000, repeat=1)
+    assert row.drift == pytest.approx(1.2) and row.drift_range == pytest.approx((1.0, 2.0))
+    assert len(machines) == 2  # unpaced and paced, both on the scaled profile
+    for m in machines:
+        assert m.indexes["bplus_tree"] == pytest.approx(
+            {f: c * 1.2 for f, c in profile.indexes["bplus_tree"].items()}  # a slower host
+        )
+    text = fidelity.markdown([row], profile, 1.0)
+    assert "| 1.20 (1.00–2.00) |" in text
+
+
 def test_the_check_shows_the_hosts_drift_since_the_fit():
     row = fidelity.CheckRow("single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5)
     drifted = dataclasses.replace(row, drift=1.23)

@@ -17,9 +17,11 @@ next). The mean moves with the clusters, not across them.
 The simulated machine is the profile with this host's processors shared by all actors, as
 Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), share)``, with
 ``share`` the processor share busy processes got right before the layout's Ray runs), its
-compute scaled to the host's speed then: a fixed join timed before the layout's runs against
-the same at the fit (:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's
-``drift``), as a shared host's speed drifts within the hour. Each row says how loaded the
+compute scaled to the host's speed meanwhile: a fixed join timed before, between and after
+the layout's runs on Ray against the same at the fit, the median of the three
+(:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's ``drift``), as a shared
+host's speed drifts within the hour, and a probe of some 70 ms can meet a slow spell of a
+second. Each row says how loaded the
 host was. A layout's ``sim / ray`` ratio is the simulator's error for it on this host at this
 moment; the fidelity target is 0.80–1.25.
 """
@@ -129,10 +131,13 @@ class CheckRow:
     sim_mean_ms: float = float("nan")
     tuples: int = CHECK_TUPLES  # of the unpaced runs
     repeats: int = 3  # Ray runs in each mode, the median kept
-    #: the speed probe before the layout's runs over the profile's (above 1: the host was
-    #: slower than when the profile was fitted; the simulator's compute was scaled by it),
-    #: nan where the profile has no probe
+    #: the speed probe over the profile's, the median of three probes: before the layout's
+    #: unpaced runs on Ray, between them and the paced ones, and after those (above 1: the
+    #: host was slower than when the profile was fitted; the simulator's compute was scaled
+    #: by it), nan where the profile has no probe
     drift: float = float("nan")
+    #: the lowest and the highest of the three probes over the profile's
+    drift_range: tuple[float, float] = (float("nan"), float("nan"))
     #: the processors' idle and softirq shares in Ray's median unpaced run (``ProcStat``):
     #: time no process used, and the kernel's delivery of loopback packets, which no
     #: process's CPU time counts; nan where not measured
@@ -311,9 +316,9 @@ def check(
         query, data = workload(tuples, window, inequality)
         share = measure_cpu_share(cpus, seconds=0.3, rounds=1)[0]
         machine = profile.with_cpus(cpus, share)
-        drift = speed_probe() / reference if reference else float("nan")
-        if reference:  # the compute as fast as the host is now
-            machine = machine.scaled(cpu=1 / drift)
+        # the host's speed before, between and after the layout's Ray runs (a probe takes
+        # some 70 ms; a slow spell of a second or two must not scale the whole layout)
+        probes = [speed_probe()]
         with ProcStat() as stat:
             flood = [
                 _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
@@ -322,9 +327,7 @@ def check(
         ray_rate = statistics.median(r["tuples_per_s"] for r in flood)
         middle = sorted(flood, key=lambda r: r["tuples_per_s"])[len(flood) // 2]
         shares = stat.shares(*middle["window_ns"]) or {}
-        sim_flood = _one(
-            query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine
-        )
+        probes.append(speed_probe())
         pace = float(max(100.0, round(pace_share * ray_rate, -2)))
         chunk = max(1, int(pace * chunk_ms / 1000))
         paced_data = data.slice(0, min(len(data), max(20 * chunk, int(pace * paced_seconds))))
@@ -332,6 +335,14 @@ def check(
             _one(query, paced_data, topo, "ray", batch=chunk, chunk=chunk, pace=pace)
             for _ in range(repeat)
         ]
+        probes.append(speed_probe())
+        drifts = [p / reference if reference else float("nan") for p in probes]
+        drift = statistics.median(drifts)
+        if reference:  # the compute as fast as the host was meanwhile
+            machine = machine.scaled(cpu=1 / drift)
+        sim_flood = _one(
+            query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine
+        )
         sim_paced = _one(
             query, paced_data, topo, "sim", batch=chunk, chunk=chunk, pace=pace, machine=machine
         )
@@ -360,6 +371,7 @@ def check(
             tuples=tuples,
             repeats=repeat,
             drift=drift,
+            drift_range=(min(drifts), max(drifts)),
             ray_idle=shares.get("idle", float("nan")),
             ray_softirq=shares.get("softirq", float("nan")),
             ray_tp_spread=_spread([r["tuples_per_s"] for r in flood]),
@@ -426,6 +438,11 @@ def table(rows: list[CheckRow]) -> str:
     return "\n".join(lines)
 
 
+def _range(low_high: tuple[float, float]) -> str:
+    low, high = low_high
+    return "" if np.isnan(low) else f" ({low:.2f}–{high:.2f})"
+
+
 def _runs(n: int) -> str:
     return "from one run" if n == 1 else f"the median of {n} runs"
 
@@ -456,8 +473,9 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         f"actors. Unpaced: {rows[0].tuples if rows else CHECK_TUPLES:,} tuples as fast as the "
         "join takes them; paced: a quarter of "
         "Ray's unpaced rate, a batch per 10 ms of input. `drift`: a fixed join's steps timed "
-        "before the layout's runs over the same at the fit (the simulator's compute scaled "
-        "by it).",
+        "before, between and after the layout's runs on Ray over the same at the fit, the "
+        "median of the three (the simulator's compute scaled by it) and, in brackets, the "
+        "lowest and the highest.",
         "",
         "| layout | Ray t/s | sim t/s | sim / Ray | pace t/s | p50 Ray ms | p50 sim | ratio "
         "| p99 Ray ms | p99 sim | ratio | mean Ray ms | mean sim | ratio | CPU share | drift "
@@ -471,7 +489,7 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
             f"{r.sim_p50_ms:.2f} | {r.p50_ratio:.2f} | {r.ray_p99_ms:.2f} | {r.sim_p99_ms:.2f} | "
             f"{r.p99_ratio:.2f} | {r.ray_mean_ms:.2f} | {r.sim_mean_ms:.2f} | "
             f"{r.mean_ratio:.2f} | {'/'.join(f'{v:.2f}' for v in r.cpu_share)} | "
-            f"{r.drift:.2f} | {r.load_1min:.1f} |"
+            f"{r.drift:.2f}{_range(r.drift_range)} | {r.load_1min:.1f} |"
         )
     summary = table(rows).splitlines()
     lines += ["", *[line for line in summary if line.startswith(("within", "Ray's own"))], ""]
