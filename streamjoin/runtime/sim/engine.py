@@ -16,7 +16,8 @@ calibrated cost; nothing when the message waited for the core). Its output messa
 one after another (each costs the sender CPU, and more where its destination rests with
 nothing on its way to it, as the sender's step starts: the write wakes that core, the longer
 it rested the more, :meth:`MessageCosts.rouse_cost <streamjoin.runtime.sim.profile.
-MessageCosts.rouse_cost>`), travel a modelled hop latency, and join the destinations'
+MessageCosts.rouse_cost>`, paid after the message left, since the receiver wakes while the
+sender is still in the write), travel a modelled hop latency, and join the destinations'
 mailboxes in FIFO order per link. The emitter that rested before a chunk pays the wake-up on
 it too, after stamping it (the driver stamps a chunk as its pacing sleep ends, then works).
 What a core passes on unchanged along a chain (:func:`~streamjoin.actors.passes_on`; DP-Join,
@@ -415,9 +416,13 @@ class _Simulation:
             room = None  # messages a bounded link holds, for this message's size
             for dst, dst_port, link in dests:
                 t += send
+                rouse = 0
                 if self.rouses and dst.idle and dst.due_ns <= env.now:
-                    # it sleeps, and nothing is on its way to it: this write wakes it
-                    t += round(self.rouse_cost(max(t, link[0]) - dst.free_at))
+                    # it sleeps, and nothing is on its way to it: this write wakes it. The
+                    # sender pays for that after the message left: the kernel wakes the
+                    # receiver as the write queues the data, and it wakes while the sender
+                    # is still in the write
+                    rouse = round(self.rouse_cost(max(t, link[0]) - dst.free_at))
                 item = (_BATCH, dst_port, msg, core, recv)
                 waiting = link[2]
                 if waiting is not None:
@@ -426,12 +431,14 @@ class _Simulation:
                     if waiting or link[1] >= room:  # full: it leaves when the receiver takes one
                         waiting.append((hop, dst, item))
                         core.blocked += 1
+                        t += rouse
                         continue
                 arrive = max(t + hop, link[0])
                 link[0] = arrive
                 link[1] += 1
                 dst.due_ns = max(dst.due_ns, arrive)
                 env.timeout(arrive - env.now, (dst, item)).callbacks.append(arrive_cb)
+                t += rouse
             self.messages += len(dests)
             self.active += len(dests)
         return t
