@@ -225,6 +225,30 @@ def test_a_wake_up_costs_more_the_longer_the_core_slept():
         assert b["busy_s"] - a["busy_s"] == pytest.approx(a["batches_in"] * 50e-6, rel=1e-6)
 
 
+def test_the_source_pays_the_drivers_wake_not_a_receivers():
+    """``driver_wake_after`` points are what the source pays after resting between the
+    chunks of a paced stream (its timer woke it, not a frame); the receivers keep paying
+    ``wake_after``; a profile without them charges the source a receiver's wake."""
+    wake, driver = ((1e6, 10_000.0), (1e7, 50_000.0)), ((1e6, 2_000.0), (1e7, 8_000.0))
+    m = dataclasses.replace(_profile().messages, wake_after=wake, driver_wake_after=driver)
+    assert m.driver_wake_cost(0) == 0 and m.driver_wake_cost(5.5e6) == pytest.approx(5_000)
+    assert m.driver_wake_cost(1e9) == pytest.approx(8_000)
+    assert dataclasses.replace(m, driver_wake_after=()).driver_wake_cost(1e9) == m.wake_cost(1e9)
+    assert sim.MessageCosts(**m.to_dict()) == m
+    assert m.scaled(2).driver_wake_after == ((1e6, 1_000.0), (1e7, 4_000.0))
+    with pytest.raises(ValueError, match="driver_wake_after"):
+        dataclasses.replace(m, driver_wake_after=((1e6, -1.0),))
+    p = _profile()
+    slept = p.with_messages(dataclasses.replace(p.messages, wake_after=wake))
+    both = p.with_messages(m)
+    runs = [_run(1, rate=50.0, machine=x).metrics["actors"] for x in (p, slept, both)]
+    chunks = runs[0]["emitter"]["batches_out"]
+    emitter = [r["emitter"]["busy_s"] for r in runs]
+    assert emitter[1] - emitter[0] == pytest.approx(chunks * 50e-6, rel=1e-6)
+    assert emitter[2] - emitter[0] == pytest.approx(chunks * 8e-6, rel=1e-6)
+    assert runs[2]["core"]["busy_s"] == pytest.approx(runs[1]["core"]["busy_s"], rel=1e-9)
+
+
 def test_a_message_to_a_core_asleep_costs_its_sender_the_rouse():
     """``rouse_after`` points as ``wake_after``'s; a sender pays them, by how long the
     receiver slept, for each message that finds it asleep with nothing on its way, after the
@@ -269,6 +293,38 @@ def test_a_message_to_a_core_asleep_costs_its_sender_the_rouse():
         begins.append([actors[c]["lag_ms"]["start_p50"] for c in ("core0", "core1")])
     assert begins[1][0] == pytest.approx(begins[0][0], abs=1e-6)
     assert begins[1][1] - begins[0][1] == pytest.approx(0.05, abs=1e-6)
+
+
+def test_on_shared_processors_a_write_rouses_as_many_receivers_as_processors_idle():
+    """The rouse is the sender's cost of waking an idle processor for a resting receiver:
+    with a processor per core the emitter of split(2) pays it for both cores each chunk; on
+    two shared processors, one of them its own, for the first core only (the kernel queues
+    the second on a busy processor)."""
+    p = _profile()
+    roused = p.with_messages(
+        dataclasses.replace(p.messages, rouse_after=((1e6, 50_000.0), (1e7, 50_000.0)))
+    )
+    extra = {}
+    for cpus in (None, 2, 3):
+        busy = []
+        for machine in (p, roused):
+            machine = machine if cpus is None else machine.with_cpus(cpus)
+            res = sj.run(
+                QUERY,
+                _chain_input(N),
+                sj.topologies.split(2, "nested_loop"),
+                batch_size=1,
+                chunk_rows=1,
+                backend="sim",
+                machine=machine,
+                arrival=sim.Arrival.constant(50.0),
+            )
+            busy.append(res.metrics["actors"]["emitter"])
+        extra[cpus] = (busy[1]["busy_s"] - busy[0]["busy_s"]) / busy[0]["batches_out"] * 2
+    # (batches_out counts each message: two a chunk)
+    assert extra[None] == pytest.approx(100e-6, rel=1e-3)  # both cores, each chunk
+    assert extra[2] == pytest.approx(50e-6, rel=1e-3)  # one processor idle: one core
+    assert extra[3] == pytest.approx(100e-6, rel=1e-3)  # two idle: both
 
 
 def test_a_cyclic_graphs_receives_pay_the_hand_over():
@@ -987,6 +1043,14 @@ def test_calibrate_ray_messages():
     assert costs.wake_ns == 0 and costs.wake_after[0][0] == IDLE_GAPS_S[0] * 1e9
     assert costs.wake_after[0][1] == pytest.approx(first, abs=1.0)  # (the raw are rounded)
     assert costs.wake_after[1][1] >= costs.wake_after[0][1]
+    # the driver's own wake: its send asleep, less busy (the median over the sizes)
+    driven = raw["driver_wake_after_ns"]
+    for k in (0, 1):
+        expect = max(0.0, float(np.median([w[k] for w in driven.values()])))
+        assert costs.driver_wake_after[k][1] >= expect - 1.0
+    assert costs.driver_wake_after[0][1] == pytest.approx(
+        max(0.0, float(np.median([w[0] for w in driven.values()]))), abs=1.0
+    )
     # the rouse: the driver's send to a host asleep, the driver kept busy, less back to back
     roused = raw["rouse_after_ns"]
     assert set(roused) == {"1", "1024"} and set(raw["driver_wake_after_ns"]) == set(roused)

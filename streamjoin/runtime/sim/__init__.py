@@ -15,7 +15,8 @@ by a calibrated machine profile (docs/design.md §3, "Executors").
   did;
 - :mod:`~streamjoin.runtime.sim.capacity`: :func:`max_sustainable_rate`;
 - :mod:`~streamjoin.runtime.sim.calibrate`: measuring this host into a profile
-  (``streamjoin calibrate``), with the Ray message timing in
+  (``streamjoin calibrate``; the indexes' kernels timed in worker processes of
+  :mod:`~streamjoin.runtime.sim.calibrate_worker`), with the Ray message timing in
   :mod:`~streamjoin.runtime.sim.ray_messages` (the one module here that imports Ray, and only
   when calibration times messages), and what the fitted costs miss on windows past the caches
   in :mod:`~streamjoin.runtime.sim.window_growth`.

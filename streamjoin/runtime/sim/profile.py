@@ -129,6 +129,8 @@ class _MessageLines:
     _wake_lines: list[tuple[float, float]]
     _rouse_gaps: list[float]
     _rouse_lines: list[tuple[float, float]]
+    _driver_wake_gaps: list[float]
+    _driver_wake_lines: list[tuple[float, float]]
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,10 @@ class MessageCosts(_MessageLines):
     receiving thread that slept 8 ms uses several times its back-to-back CPU on a message.
     ``rouse_after`` holds the same kind of points for the sender of a message to a receiver
     that slept that long (:meth:`rouse_cost`): its write wakes the receiver.
+    ``driver_wake_after`` holds them for the source (the driver's thread, woken by its timer
+    after resting between the chunks of a paced stream, not by a frame: measured, its send
+    after sleeping less after staying busy; :meth:`driver_wake_cost`); a profile without
+    them charges the source a receiver's wake.
     ``cyclic_recv_ns`` is what every receive costs more in a cyclic graph (a handshake
     chain), whose hosts read in a thread of their own and hand each frame to the stepping
     thread. ``merge_ns + merge_per_byte_ns · bytes`` is what the receiver pays to merge
@@ -168,6 +174,7 @@ class MessageCosts(_MessageLines):
     cyclic_recv_ns: float = 0.0
     wake_after: tuple = ()
     rouse_after: tuple = ()
+    driver_wake_after: tuple = ()
     merge_ns: float = 0.0
     merge_per_byte_ns: float = 0.0
 
@@ -178,7 +185,7 @@ class MessageCosts(_MessageLines):
             raise ValueError(
                 f"measured must be (bytes, send_ns, recv_ns) points, got {self.measured!r}"
             ) from None
-        for name in ("wake", "rouse"):
+        for name in ("wake", "rouse", "driver_wake"):
             after, gaps, lines = _gap_points(f"{name}_after", getattr(self, f"{name}_after"))
             object.__setattr__(self, f"{name}_after", after)
             object.__setattr__(self, f"_{name}_gaps", gaps)
@@ -223,6 +230,16 @@ class MessageCosts(_MessageLines):
         last = self.wake_after[-1][1]
         return self.wake_ns + _on_lines(self._wake_gaps, self._wake_lines, last, gap_ns)
 
+    def driver_wake_cost(self, gap_ns: float) -> float:
+        """What the source pays more for its first step after resting ``gap_ns``
+        (``driver_wake_after`` at that gap; :meth:`wake_cost` without points)."""
+        if not self.driver_wake_after:
+            return self.wake_cost(gap_ns)
+        if gap_ns <= 0:
+            return 0.0
+        last = self.driver_wake_after[-1][1]
+        return _on_lines(self._driver_wake_gaps, self._driver_wake_lines, last, gap_ns)
+
     def rouse_cost(self, gap_ns: float) -> float:
         """What a sender pays more for a message to a receiver that slept ``gap_ns``
         (``rouse_after`` at that gap; nothing without points)."""
@@ -245,16 +262,24 @@ class MessageCosts(_MessageLines):
         d["measured"] = [list(p) for p in self.measured]
         d["wake_after"] = [list(p) for p in self.wake_after]
         d["rouse_after"] = [list(p) for p in self.rouse_after]
+        d["driver_wake_after"] = [list(p) for p in self.driver_wake_after]
         return d
 
     def scaled(self, factor: float) -> MessageCosts:
         """Every cost divided by ``factor`` (a transport ``factor`` times faster)."""
-        points = ("measured", "wake_after", "rouse_after")
+        points = ("measured", "wake_after", "rouse_after", "driver_wake_after")
         costs = {k: v / factor for k, v in dataclasses.asdict(self).items() if k not in points}
         measured = tuple((b, s / factor, r / factor) for b, s, r in self.measured)
-        wake = tuple((g, c / factor) for g, c in self.wake_after)
-        rouse = tuple((g, c / factor) for g, c in self.rouse_after)
-        return MessageCosts(**costs, measured=measured, wake_after=wake, rouse_after=rouse)
+        wake, rouse, driver = (
+            tuple((g, c / factor) for g, c in getattr(self, k)) for k in points[1:]
+        )
+        return MessageCosts(
+            **costs,
+            measured=measured,
+            wake_after=wake,
+            rouse_after=rouse,
+            driver_wake_after=driver,
+        )
 
 
 class _IdleLines:

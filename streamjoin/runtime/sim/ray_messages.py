@@ -343,10 +343,12 @@ def measure_messages(
       0. The driver times each send, asleep in the gaps and again busy through them: a send
       to a host asleep from a sender that stayed busy, less a send back to back, is what
       waking the receiver costs its sender, ``rouse_after`` (at each gap, the median over the
-      batch sizes, clipped at 0; the driver's own wake, asleep less busy, is kept with the raw
-      figures). What the rest of the process (Ray's threads) uses a second is kept with the
+      batch sizes, clipped at 0); the driver's own wake, asleep less busy, is
+      ``driver_wake_after`` (the same median, what a paced stream's source pays after its
+      rest). What the rest of the process (Ray's threads) uses a second is kept with the
       raw figures, and not charged. The time from the relay's step to the sink's at the
-      longer gap, less the send, the rouse, the receive and the wake, is what a message waits
+      longer gap, less the send, the receive and the wake (the rouse is paid after the frame
+      left, while the sink wakes), is what a message waits
       besides the two ends' work (the kernel's delivery, the sink's process being scheduled):
       ``hop_ns``, the median over the batch sizes (clipped at 0), with no per-byte part;
     - *cyclic*: the pipelined run again through hosts of a cyclic graph: what each host uses
@@ -448,13 +450,15 @@ def measure_messages(
     # so pays the rouse besides its own wake
     after = _by_gap([w for k, w in woken.items() if k.startswith("sink:")])
     rouse = _by_gap(list(roused.values()))
+    driver = _by_gap(list(driver_woken.values()))
     handed = {
         f"{host}:{n}": raw[n][f"cyclic_{host}_cpu_ns"] - raw[n][f"{host}_cpu_ns"]
         for n in sizes
         for host in ("relay", "sink")
     }
-    # the one-way time is taken at the longer gap: the sink pays the wake of that gap
-    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + rouse[1] + recv + after[1])
+    # the one-way time is taken at the longer gap: the sink pays the wake of that gap (the
+    # driver's rouse is paid after its frame left, while the sink wakes)
+    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + recv + after[1])
     costs = MessageCosts(
         send_ns=send_ns,
         send_per_byte_ns=send_per_byte,
@@ -464,6 +468,7 @@ def measure_messages(
         measured=np.column_stack([nbytes, send, recv]).tolist(),
         wake_after=((g0 * 1e9, after[0]), (g1 * 1e9, after[1])),
         rouse_after=((g0 * 1e9, rouse[0]), (g1 * 1e9, rouse[1])),
+        driver_wake_after=((g0 * 1e9, driver[0]), (g1 * 1e9, driver[1])),
         cyclic_recv_ns=max(0.0, float(np.median(list(handed.values())))),
         merge_ns=merge_ns,
         merge_per_byte_ns=merge_per_byte,
