@@ -249,6 +249,22 @@ def test_the_source_pays_the_drivers_wake_not_a_receivers():
     assert runs[2]["core"]["busy_s"] == pytest.approx(runs[1]["core"]["busy_s"], rel=1e-9)
 
 
+def _split_slowly(machine) -> dict:
+    """The actors' metrics of split(2) fed a tuple every 20 ms: every message finds its
+    receiver resting."""
+    res = sj.run(
+        QUERY,
+        _chain_input(N),
+        sj.topologies.split(2, "nested_loop"),
+        batch_size=1,
+        chunk_rows=1,
+        backend="sim",
+        machine=machine,
+        arrival=sim.Arrival.constant(50.0),
+    )
+    return res.metrics["actors"]
+
+
 def test_a_message_to_a_core_asleep_costs_its_sender_the_rouse():
     """``rouse_after`` points as ``wake_after``'s; a sender pays them, by how long the
     receiver slept, for each message that finds it asleep with nothing on its way, after the
@@ -279,17 +295,7 @@ def test_a_message_to_a_core_asleep_costs_its_sender_the_rouse():
     # a sender's next message leaves after the rouse of the one before
     begins = []
     for machine in (p, roused):
-        res = sj.run(
-            QUERY,
-            _chain_input(N),
-            sj.topologies.split(2, "nested_loop"),
-            batch_size=1,
-            chunk_rows=1,
-            backend="sim",
-            machine=machine,
-            arrival=sim.Arrival.constant(50.0),
-        )
-        actors = res.metrics["actors"]
+        actors = _split_slowly(machine)
         begins.append([actors[c]["lag_ms"]["start_p50"] for c in ("core0", "core1")])
     assert begins[1][0] == pytest.approx(begins[0][0], abs=1e-6)
     assert begins[1][1] - begins[0][1] == pytest.approx(0.05, abs=1e-6)
@@ -309,17 +315,7 @@ def test_on_shared_processors_a_write_rouses_as_many_receivers_as_processors_idl
         busy = []
         for machine in (p, roused):
             machine = machine if cpus is None else machine.with_cpus(cpus)
-            res = sj.run(
-                QUERY,
-                _chain_input(N),
-                sj.topologies.split(2, "nested_loop"),
-                batch_size=1,
-                chunk_rows=1,
-                backend="sim",
-                machine=machine,
-                arrival=sim.Arrival.constant(50.0),
-            )
-            busy.append(res.metrics["actors"]["emitter"])
+            busy.append(_split_slowly(machine)["emitter"])
         extra[cpus] = (busy[1]["busy_s"] - busy[0]["busy_s"]) / busy[0]["batches_out"] * 2
     # (batches_out counts each message: two a chunk)
     assert extra[None] == pytest.approx(100e-6, rel=1e-3)  # both cores, each chunk

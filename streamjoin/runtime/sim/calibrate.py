@@ -12,6 +12,7 @@ the ``ray`` executor's messages (framed batches over TCP between actors,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -516,11 +517,15 @@ def _time_indexes(names: list[str], quick: bool, seed: int, repeats: int, jobs: 
                             index = todo.get_nowait()
                         except queue.Empty:
                             break
-                        to_worker.write(index + "\n")
-                        to_worker.flush()
-                        line = from_worker.readline()
+                        try:
+                            to_worker.write(index + "\n")
+                            to_worker.flush()
+                            line = from_worker.readline()
+                        except BrokenPipeError:  # it ended before it read the name
+                            line = ""
                         if not line:
-                            to_worker.close()
+                            with contextlib.suppress(BrokenPipeError):
+                                to_worker.close()  # (what it did not read)
                             err.seek(0)
                             raise RuntimeError(
                                 f"the calibration's worker process ended (exit code "
