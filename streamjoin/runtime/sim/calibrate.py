@@ -648,8 +648,8 @@ def calibrate(
     jobs : int, optional
         How many indexes' kernels are timed at once, each in a process of its own (default:
         one per processor, at most one per index; 1 times them in this process). A join
-        core's steps run on one processor, and two of them at once on the development VM's
-        two ran each as fast as alone (their data fits the caches); the window costs, the
+        core's steps run on one processor and their data fits the caches, so one a
+        processor they run as fast as alone (docs/simulator.md); the window costs, the
         after-idle costs and the messages are measured one at a time, on a host otherwise
         idle.
 

@@ -454,8 +454,7 @@ class _Simulation:
         as a write that wakes a host asleep while a processor idles). With a processor per
         core, always; on shared processors, for as many receivers as processors were idle as
         the sender's step began: the kernel queues the rest on busy processors, which costs
-        the sender no wake-up of an idle one (split(2)'s two cores began their paced steps
-        within 0.02 ms of one another on Ray, on two processors)."""
+        the sender no wake-up of an idle one (docs/simulator.md)."""
         if self.cpus is None:
             return True
         who, now, left = self.rousing
