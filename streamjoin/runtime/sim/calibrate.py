@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import json
 import os
-import queue
 import random
 import subprocess
 import sys
@@ -26,6 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -479,90 +478,61 @@ def index_rows(index: str, quick: bool, seed: int, repeats: int) -> tuple[dict, 
 
 def _time_indexes(names: list[str], quick: bool, seed: int, repeats: int, jobs: int):
     """Yield ``(index, index_rows(index, ...))`` for each of ``names``, in order: in this
-    process with one job, else each in one of ``jobs`` worker processes
-    (:mod:`~streamjoin.runtime.sim.calibrate_worker`), fed an index as each finishes one."""
+    process with one job, else in ``jobs`` worker processes
+    (:mod:`~streamjoin.runtime.sim.calibrate_worker`), one a thread of a pool, each given an
+    index as it finishes one."""
     if jobs <= 1:
         speed_probe(1)  # loads the probe's kernels
         for index in names:
             yield index, index_rows(index, quick, seed, repeats)
         return
-    todo: queue.Queue = queue.Queue()
-    for index in names:
-        todo.put(index)
-    done: dict[str, tuple | BaseException] = {}
-    ready = threading.Condition()
+    mine = threading.local()  # each pool thread's worker process and its error output
+    workers: list[subprocess.Popen] = []
 
-    def answer(index: str, result: tuple | BaseException) -> None:
-        with ready:
-            done[index] = result
-            ready.notify_all()
-
-    def feed() -> None:  # one worker process, fed from ``todo`` until it is empty
-        index = "(none yet)"
+    def in_worker(index: str) -> tuple[dict, float, int, float]:
+        if not hasattr(mine, "worker"):
+            err = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with ``files``)
+            mine.err = files.enter_context(err)
+            mine.worker = subprocess.Popen(
+                [sys.executable, "-m", "streamjoin.runtime.sim.calibrate_worker"]
+                + [str(int(quick)), str(seed), str(repeats)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=mine.err,
+                text=True,
+            )
+            workers.append(mine.worker)
+        worker, err = mine.worker, mine.err
         try:
-            with tempfile.TemporaryFile("w+") as err:
-                args = [sys.executable, "-m", "streamjoin.runtime.sim.calibrate_worker"]
-                worker = subprocess.Popen(
-                    [*args, str(int(quick)), str(seed), str(repeats)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    text=True,
-                )
-                to_worker, from_worker = worker.stdin, worker.stdout
-                assert to_worker is not None and from_worker is not None
-                with worker:
-                    while True:
-                        try:
-                            index = todo.get_nowait()
-                        except queue.Empty:
-                            break
-                        try:
-                            to_worker.write(index + "\n")
-                            to_worker.flush()
-                            line = from_worker.readline()
-                        except BrokenPipeError:  # it ended before it read the name
-                            line = ""
-                        if not line:
-                            with contextlib.suppress(BrokenPipeError):
-                                to_worker.close()  # (what it did not read)
-                            err.seek(0)
-                            raise RuntimeError(
-                                f"the calibration's worker process ended (exit code "
-                                f"{worker.wait()}) without its timings:\n{err.read()[-2000:]}"
-                            )
-                        answer(index, _rows_from_json(line))
-                    to_worker.close()
-        except BaseException as e:  # noqa: BLE001 (handed to the caller's thread)
-            answer(index, e)
+            worker.stdin.write(index + "\n")
+            worker.stdin.flush()
+            line = worker.stdout.readline()
+        except BrokenPipeError:  # it ended before it read the name
+            line = ""
+        if not line:
+            err.seek(0)
+            raise RuntimeError(
+                f"the calibration's worker process ended (exit code {worker.wait()}) without "
+                f"its timings:\n{err.read()[-2000:]}"
+            )
+        return _rows_from_json(line)
 
-    threads = [threading.Thread(target=feed, daemon=True) for _ in range(jobs)]
-    for t in threads:
-        t.start()
-
-    def failure() -> tuple[str, BaseException] | None:
-        for i, r in done.items():
-            if isinstance(r, BaseException):
-                return i, r
-        return None
-
-    def settled(index: str) -> bool:
-        return index in done or failure() is not None
-
-    for index in names:
-        with ready:
-            ready.wait_for(functools.partial(settled, index))
-            failed = failure()
-            if failed is not None:
-                while not todo.empty():  # the workers take no further index
-                    todo.get_nowait()
-                which, error = failed
-                raise RuntimeError(f"timing the kernels of index {which!r} failed") from error
-            result = done.pop(index)
-            assert not isinstance(result, BaseException)
-        yield index, result
-    for t in threads:
-        t.join()
+    files = contextlib.ExitStack()  # the workers' error outputs
+    pool = ThreadPoolExecutor(jobs)
+    try:
+        futures = [pool.submit(in_worker, index) for index in names]
+        for index, future in zip(names, futures, strict=True):
+            try:
+                result = future.result()
+            except Exception as e:
+                raise RuntimeError(f"timing the kernels of index {index!r} failed") from e
+            yield index, result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for worker in workers:  # each ends with its input
+            with contextlib.suppress(BrokenPipeError), worker:
+                pass
+        files.close()
 
 
 def rows_to_json(rows: dict, speed: float, count: int, seconds: float) -> str:
