@@ -17,9 +17,10 @@ one after another (each costs the sender CPU, and more where its destination res
 nothing on its way to it, as the sender's step starts: the write wakes that core, the longer
 it rested the more, :meth:`MessageCosts.rouse_cost <streamjoin.runtime.sim.profile.
 MessageCosts.rouse_cost>`, paid after the message left, since the receiver wakes while the
-sender is still in the write), travel a modelled hop latency, and join the destinations'
-mailboxes in FIFO order per link. The emitter that rested before a chunk pays the wake-up on
-it too, after stamping it (the driver stamps a chunk as its pacing sleep ends, then works).
+sender is still in the write; on shared processors only for as many resting destinations as
+processors were idle), travel a modelled hop latency, and join the destinations' mailboxes in
+FIFO order per link. The emitter that rested before a chunk pays the driver's wake-up on it,
+after stamping it (the driver stamps a chunk as its pacing sleep ends, then works).
 What a core passes on unchanged along a chain (:func:`~streamjoin.actors.passes_on`; DP-Join,
 §III-C) leaves right after it is received, before the core's own work, as every executor
 sends it.

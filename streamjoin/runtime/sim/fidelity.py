@@ -21,9 +21,8 @@ compute scaled to the host's speed meanwhile: a fixed join timed before, between
 the layout's runs on Ray against the same at the fit, the median of the three
 (:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's ``drift``), as a shared
 host's speed drifts within the hour, and a probe of some 70 ms can meet a slow spell of a
-second. Each row says how loaded the
-host was. A layout's ``sim / ray`` ratio is the simulator's error for it on this host at this
-moment; the fidelity target is 0.80–1.25.
+second. Each row says how loaded the host was. A layout's ``sim / ray`` ratio is the
+simulator's error for it on this host at this moment; the fidelity target is 0.80–1.25.
 """
 
 from __future__ import annotations
