@@ -55,6 +55,31 @@ def test_copied_counts_tuples_merged_or_cut_into_batches():
     assert last.seq.tolist() == [8, 9]
 
 
+@pytest.mark.parametrize(
+    ("route", "copies"),
+    [
+        (sj.actors.router.SingleRoute(), 0),
+        (sj.actors.router.SplitRoute(2), 0),
+        (sj.actors.router.GridRoute(2, 2), 6),
+        (sj.actors.router.HandshakeRoute(), 6),
+        (sj.actors.router.BroadcastRoute(("a", "b")), 0),
+    ],
+)
+def test_copied_counts_the_tuples_a_route_splits_off(route, copies):
+    """A route that splits a batch's R from its S copies every tuple into a part of its own
+    (a grid's, a chain's), which the simulator charges as the emitter's copies; one that
+    passes a batch on whole, to one core or several, copies none. A batch of one stream goes
+    as it is."""
+    q = sj.Query(sj.band("x", 1), window=sj.CountWindow(3))
+    em = Emitter(q, batch_size=6, route=route)
+    out = em.on_chunk(validate({"stream": np.arange(6) % 2, "x": np.zeros(6)}, q))
+    assert em.copied == copies
+    if copies:  # R's tuples in one part, S's in the other
+        assert sorted(b.seq.tolist() for _, b in out) == [[0, 2, 4], [1, 3, 5]]
+    em.on_chunk(validate({"stream": np.zeros(6, int), "x": np.zeros(6)}, q, row_offset=6))
+    assert em.copied == copies
+
+
 def test_pending_rows_are_taken_with_their_own_horizons():
     """Rows taken from an emitter's pending rows carry only their own per-row horizons: the
     whole ``(2, n)`` array went along with every batch cut from a chunk once (a copy of all

@@ -81,8 +81,9 @@ class Emitter(Logic):
     order, and latency counts the wait.
 
     Counters (``COUNTERS``): tuples taken in, messages and tuples sent, and tuples copied to
-    merge chunks into batches or cut them, or by the reorder buffer's sorts and merges (a cost
-    the simulator charges apart from the tuples sent).
+    merge chunks into batches or cut them, by the route into the parts of a batch it splits
+    (a grid's or a handshake chain's R and S), or by the reorder buffer's sorts and merges (a
+    cost the simulator charges apart from the tuples sent).
     """
 
     cost_group = "emitter"
@@ -415,7 +416,9 @@ class Emitter(Logic):
             part.horizon = stamped.horizon[:, end - 1].copy()
             self._sent_horizon = part.horizon
             self._unmarked += end - start
+            taken = self.route.copied
             out.extend(self.route(part))
+            self.copied += self.route.copied - taken  # a route's parts of a batch
         if n > cut:
             rest = stamped.take(slice(cut, n))
             rest.horizon = stamped.horizon[:, cut:]

@@ -24,7 +24,11 @@ class Drain:
 
 class Router:
     """Sends every batch to port ``out`` (one join core); subclasses spread batches over
-    several. Stateful (it counts what it sent): one per emitter, made by a route spec."""
+    several. Stateful (it counts what it sent): one per emitter, made by a route spec.
+    ``copied`` counts the tuples it copied into parts of their own (the emitter counts them
+    with its copies: the simulator charges them)."""
+
+    copied: int = 0
 
     def __call__(self, batch: Batch) -> list[tuple[str, Batch]]:
         return [("out", batch)]
@@ -55,7 +59,11 @@ class _GridRouter(Router):
         for stream, prefix, ways in ((0, "row", self.m), (1, "col", self.n)):
             pos = np.flatnonzero(batch.stream == stream)
             if len(pos):
-                part = batch if len(pos) == len(batch) else batch.take(pos)
+                if len(pos) == len(batch):
+                    part = batch
+                else:
+                    part = batch.take(pos)
+                    self.copied += len(pos)
                 out.append((f"{prefix}{self.sent[stream] % ways}", part))
                 self.sent[stream] += 1
         return out
@@ -77,6 +85,10 @@ class _PairedRouter(Router):
 
     def __init__(self, router: Router) -> None:
         self.router = router
+
+    @property
+    def copied(self) -> int:  # type: ignore[override]
+        return self.router.copied
 
     def __call__(self, batch):
         horizon = np.full(2, batch.horizon[0], dtype=np.int64)
