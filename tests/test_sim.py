@@ -178,6 +178,7 @@ def test_each_actors_steps_say_when_they_began_and_ended_after_the_tuples_arriva
     assert lags["core"]["start_p50"] * 1e6 == pytest.approx(core_start, abs=1)
     assert lags["core"]["end_p50"] * 1e6 == pytest.approx(core_start + _join(p, 1), abs=1)
     assert lags["core"]["cpu_p50"] * 1e6 == pytest.approx(_join(p, 1), abs=1)
+    assert lags["core"]["step_p50"] * 1e6 == pytest.approx(_join(p, 1), abs=1)
     latency = np.median(res.pairs.column("latency_ns").to_numpy()[4:])
     assert lags["collector"]["start_p50"] * 1e6 == pytest.approx(latency, abs=1)
     assert lags["collector"]["steps"] == res.metrics["actors"]["collector"]["batches_in"]
@@ -1075,6 +1076,34 @@ def test_calibrate_ray_messages():
     assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["sink_cpu_ns"] > 0
 
 
+def test_steps_after_idle_are_timed_in_blocks_of_one_gap(monkeypatch):
+    """The after-idle recorder holds a gap for a block of steps and keeps the block's later
+    half: every step kept followed steps that all had the same gap before them (a gapless
+    one runs hot, as the fitted kernels' steps do), and it sleeps before each step of a
+    block with a gap."""
+    calibrate = importlib.import_module("streamjoin.runtime.sim.calibrate")
+    slept = []
+    monkeypatch.setattr(calibrate.time, "sleep", slept.append)
+    block = calibrate.GAP_BLOCK
+    rec = calibrate._GapRecorder(sj.runtime.sim.default_profile(), -1, (0.0, 0.005), seed=3)
+    charge = rec.bind(dataclasses.make_dataclass("Logic", [("cost_group", str)])("join"))
+    n = 1 + 12 * block
+    for i in range(n):
+        charge("batch", None, (), (), i)
+    kept = rec.times["join"]
+    gaps = {}  # each block's gap, from what was kept (its steps 1 + block * k ... )
+    for gap, walls in kept.items():
+        for w in walls:
+            assert (w - 1) % block >= block // 2  # the later half of its block
+            gaps.setdefault((w - 1) // block, set()).add(gap)
+    assert set(gaps) == set(range(12)) and all(len(g) == 1 for g in gaps.values())
+    assert sum(map(len, kept.values())) == 12 * block // 2
+    assert set(kept) == {0.0, 0.005} and all(kept.values())  # (seed 3 draws both)
+    expected = [gap for b in range(12) for gap in gaps[b] for _ in range(block) if gap]
+    # before every step of a block with a gap (the last step drew the next block's)
+    assert slept[: len(expected)] == expected and len(slept) - len(expected) <= 1
+
+
 def test_measure_after_idle_and_cpu_share():
     costs, raw = sim.measure_after_idle(
         "nested_loop", gap_s=0.002, window=256, batches=(8, 64), steps=8, rounds=1
@@ -1302,3 +1331,4 @@ def test_every_actor_that_handles_tuples_says_when_its_steps_began_and_ended(lay
             lag = actor["lag_ms"]
             assert lag["steps"] > 0 and 0 <= lag["start_p50"] <= lag["end_p50"], name
             assert 0 <= lag["cpu_p50"] <= lag["end_p50"], name
+            assert 0 <= lag["step_p50"] <= lag["end_p50"], name

@@ -183,18 +183,24 @@ def test_worker_processes_time_the_indexes_at_once(monkeypatch):
         f"{i}{s}" for i in names for s in ("", ":panjoin", ":handshake", ":handshake_ll")
     } | {"shared:nested_loop"}
     by_run = next(iter(seen.values()))[1]
-    counts = [
-        int(p.split("(")[1].split()[0]) for p, _ in phases if "kernels (" in p and " runs)" in p
-    ]
-    assert sorted(by_run) == list(range(1, sum(counts) + 1))  # every workload once
+    counts = [int(p.split("(")[1].split()[0]) for p, _ in phases if " runs)" in p]
+    # every workload once: the indexes', then the emitter's own
+    assert sorted(by_run) == list(range(1, sum(counts) + 1))
+    assert len(counts) == len(names) + 1 and counts[-1] == len(
+        list(calibrate_module._route_runs(True, 0))
+    )
     speed = prof.info["fit"]["speed"]["by_index"]
     start = 1
-    for index, count in zip(names, counts, strict=True):
+    for index, count in zip(names, counts[:-1], strict=True):
         assert {round(by_run[r]) for r in range(start, start + count)} == {speed[index]}
         start += count
     for rows, _ in seen.values():  # the rows of each workload of an index
         assert {r for _, _, r in rows} <= set(by_run)
-    assert [p for p, _ in phases][-2:] == ["kernels (2 indexes at once)", "the fit"]
+    assert [p for p, _ in phases][-3:] == [
+        "kernels (2 indexes at once)",
+        f"the emitter's routes ({counts[-1]} runs)",
+        "the fit",
+    ]
     assert "kernels (2 indexes at once)" in prof.info["conditions"]["phases"]
 
 
@@ -308,12 +314,19 @@ def test_check_report_shows_where_each_actors_paced_latency_went():
         "actors": {"emitter": 0, "core": 0, "collector": 0},
         "lags": {
             "emitter": {"start_p50": 0.0, "end_p50": 0.3, "cpu_p50": 0.3},
-            "core": {"start_p50": 0.9, "end_p50": 2.4, "cpu_p50": 1.2, "wait_mean": 0.21},
-            "collector": {"start_p50": 3.1, "end_p50": 3.2, "cpu_p50": 0.05},
+            # a step's own median, not the medians' difference (steps of two kinds)
+            "core": {
+                "start_p50": 0.9,
+                "end_p50": 2.4,
+                "step_p50": 1.35,
+                "cpu_p50": 1.2,
+                "wait_mean": 0.21,
+            },
+            "collector": {"start_p50": 3.1, "end_p50": 3.2, "step_p50": 0.1, "cpu_p50": 0.05},
         },
     }
     sim_run = {"lags": {"emitter": {"start_p50": 0.0, "end_p50": 0.4, "cpu_p50": 0.4}}}
-    sim_run["lags"]["core"] = {"start_p50": 0.7, "end_p50": 2.0, "cpu_p50": 1.3}
+    sim_run["lags"]["core"] = {"start_p50": 0.7, "end_p50": 2.0, "step_p50": 1.3, "cpu_p50": 1.3}
     figures = fidelity._paced_figures(ray, sim_run)
     assert [f.actor for f in figures] == ["emitter", "core", "collector"]
     assert math.isnan(figures[2].sim_start_ms) and figures[2].ray_start_ms == 3.1
@@ -322,7 +335,7 @@ def test_check_report_shows_where_each_actors_paced_latency_went():
     )
     text = fidelity.markdown([row], sim.default_profile(), 90.0)
     core = (
-        "| single | core | 0.90 | 0.70 | -0.20 | 2.40 | 2.00 | -0.40 | 1.50 | 1.20 | 0.21 | 1.30 |"
+        "| single | core | 0.90 | 0.70 | -0.20 | 2.40 | 2.00 | -0.40 | 1.35 | 1.20 | 0.21 | 1.30 |"
     )
     assert core in text
     assert "| single | collector | 3.10 | – | – | 3.20 | – | – | 0.10 | 0.05 | – | – |" in text
@@ -351,8 +364,36 @@ def test_each_topologys_first_workload_runs_untimed_before_an_index_is_timed(mon
     warm = [(n, *first[n], 0) for n in names for _ in range(calibrate_module.WARM_RUNS)]
     assert calls[: len(warm)] == warm  # untimed: before any workload is numbered
     timed = [(topo.name, b, len(d)) for _, d, topo, b, _ in workloads]
-    assert [c[:3] for c in calls[len(warm) :]] == timed
-    assert [c[3] for c in calls[len(warm) :]] == list(range(1, len(timed) + 1))
+    assert [c[:3] for c in calls[len(warm) : len(warm) + len(timed)]] == timed
+    assert [c[3] for c in calls[len(warm) : len(warm) + len(timed)]] == list(
+        range(1, len(timed) + 1)
+    )
+    # then the emitter's own workloads, warmed and numbered the same way
+    routes = list(calibrate_module._route_runs(True, 0))
+    rest = calls[len(warm) + len(timed) :]
+    assert [c[:3] for c in rest[-len(routes) :]] == [
+        (topo.name, b, len(d)) for _, d, topo, b, _ in routes
+    ]
+    assert [c[3] for c in rest[-len(routes) :]] == list(range(1, len(routes) + 1))
+
+
+def test_the_emitter_is_fitted_on_every_route_at_a_runs_chunk_sizes():
+    """The index workloads' chunks hold at most 64 tuples; the emitter's own workloads give
+    it chunks of a run's batch (1,024) and a paced stream's (4,096), one batch each and cut
+    into four, on each route a topology gives it; only its rows are kept."""
+    runs = list(calibrate_module._route_runs(False, 0))
+    routes = {type(topo.graph.nodes["emitter"]["config"].route).__name__ for *_, topo, _, _ in runs}
+    assert routes == {"SingleRoute", "SplitRoute", "GridRoute", "HandshakeRoute", "BroadcastRoute"}
+    shapes = {(chunk, b) for *_, b, chunk in runs}
+    assert {(c, c) for c in calibrate_module.ROUTE_CHUNKS} | {(4096, 1024)} == shapes
+    for _, data, _, _, chunk in runs:
+        assert len(data) // chunk >= 40  # steps enough for a median
+    rows, speed, count, seconds = calibrate_module.route_rows(True, 0, 1)
+    assert count == len(list(calibrate_module._route_runs(True, 0))) and speed > 0
+    assert {group for group, _ in rows} == {"emitter"}
+    ((_, emitter),) = rows.items()
+    features = np.array([f for f, _, _ in emitter])
+    assert features[:, 1].max() >= 1024  # tuples in a step
 
 
 def test_the_speed_probe_times_join_steps():
@@ -365,7 +406,7 @@ def test_a_calibration_fits_each_workload_at_the_probes_median_speed(monkeypatch
     mean of the speed probes before and after them: a host twice as slow while one index ran
     does not double its row. (The first probe only loads the probe's kernels.)"""
     monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: [])
-    probes = iter([99.0, 1e6, 1e6, 1e6, 3e6, 3e6, 5e6])
+    probes = iter([99.0, 1e6, 1e6, 1e6, 3e6, 3e6, 5e6, 2e6, 2e6])  # (the emitter's last)
     monkeypatch.setattr(calibrate_module, "speed_probe", lambda repeats: next(probes))
     seen = []
     real = calibrate_module._at_probed_speed

@@ -1,9 +1,10 @@
 """Calibration: measure this host into a :class:`~streamjoin.runtime.sim.profile.MachineProfile`.
 
 :func:`calibrate` (``streamjoin calibrate``) measures the processors' share one and several
-busy processes get (:func:`measure_cpu_share`), runs the join kernels through the simulator
-with a recording cost model that times every step, fits the coefficients by non-negative
-least squares on relative error (:func:`fit_costs`), times the same kind of steps after an
+busy processes get (:func:`measure_cpu_share`), runs the join kernels (and the emitter on
+every route at a run's chunk sizes, :func:`route_rows`) through the simulator with a
+recording cost model that times every step, fits the coefficients by non-negative least
+squares on relative error (:func:`fit_costs`), times the same kind of steps after an
 idle gap for the after-idle costs (:func:`measure_after_idle`), measures what the fitted
 costs miss on windows past the caches (:mod:`~streamjoin.runtime.sim.window_growth`), times
 the ``ray`` executor's messages (framed batches over TCP between actors,
@@ -255,37 +256,45 @@ IDLE_GAP_S = 0.005
 RAMP_GAPS_S = (0.0002, 0.001)
 
 
+#: :class:`_GapRecorder` holds a gap for this many steps in a row and keeps the later half:
+#: a step right after another actor's step that followed a gap starts colder than one in a
+#: run of steps without any (drawn step by step, the gapless steps read 1.3–1.6× their hot
+#: time here, and the after-idle costs half of what a paced run pays).
+GAP_BLOCK = 8
+
+
 class _GapRecorder(CostModel):
-    """Charges each step its host time; once ``warm_rows`` input rows are in, sleeps after
-    every step for a gap of ``gaps`` drawn at random (so the next step, of whichever actor,
-    follows that idle time: this process asleep, others free to run; drawn, not in turn,
-    so that no actor's steps keep meeting the same gap) and keeps each step's host time per
-    cost group and the gap before it."""
+    """Charges each step its host time; once ``warm_rows`` input rows are in, sleeps before
+    every step for a gap of ``gaps`` drawn at random for a block of :data:`GAP_BLOCK` steps
+    (of whichever actors: this process asleep, others free to run; drawn, not in turn, so
+    that no actor's steps keep meeting the same gap) and keeps the host time of each step in
+    a block's later half per cost group and the block's gap: every step before it in the
+    block followed the same gap, so a step without one runs hot, as the fitted kernels' steps
+    do, and a step after one as a paced stream's do."""
 
     def __init__(self, profile: MachineProfile, warm_rows: int, gaps: tuple, seed: int) -> None:
         super().__init__(profile)
         self.warm_rows, self.gaps = warm_rows, gaps
         self.rows_in = 0
         self.rng = random.Random(seed)
-        self.before: float | None = None  # the gap before the coming step (None: warming)
+        self.gap: float | None = None  # the gap of the block under way (None: warming)
+        self.at = 0  # steps of the block so far
         self.times: dict[str, dict[float, list]] = {}
 
     def bind(self, logic):
         times = self.times.setdefault(logic.cost_group, {g: [] for g in self.gaps})
-        seen = [0]
 
         def charge(kind, msg, before, after, wall_ns, threads=None):
             if kind == "chunk":
                 self.rows_in += len(msg)
             if self.rows_in > self.warm_rows and kind != "eof":
-                seen[0] += 1
-                # the first steps after the warm-up follow no gap
-                if self.before is not None and seen[0] > 3:
-                    times[self.before].append(wall_ns)
-                gap = self.rng.choice(self.gaps)
-                if gap:
-                    time.sleep(gap)
-                self.before = gap
+                if self.gap is not None and self.at >= GAP_BLOCK // 2:
+                    times[self.gap].append(wall_ns)
+                self.at += 1
+                if self.gap is None or self.at == GAP_BLOCK:
+                    self.gap, self.at = self.rng.choice(self.gaps), 0
+                if self.gap:
+                    time.sleep(self.gap)  # before the coming step
             return wall_ns
 
         return charge
@@ -299,16 +308,17 @@ def measure_after_idle(
     window: int = 16384,
     batches: tuple[int, ...] = (64, 512, 4096),
     steps: int = 40,
-    rounds: int = 3,
+    rounds: int = 2,
     seed: int = 0,
 ) -> tuple[IdleCosts, dict]:
     """Time steps after idle time against the same steps back to back: :class:`IdleCosts`.
 
     A band join at match rate 2 over a count ``window`` runs on ``single(index)`` for each
     batch size in ``batches`` and on ``panjoin(2, 4, index)`` for the middle one; once the
-    windows are full, chunks of one batch each are stepped through every actor, each step
-    after a gap drawn from no gap, ``gap_s`` and the shorter gaps of ``ramp_gaps_s`` (about
-    ``steps`` steps of each actor after each gap; one run fills the windows for every gap). Per cost group and workload the medians give a step's
+    windows are full, chunks of one batch each are stepped through every actor, in blocks of
+    steps after a gap drawn from no gap, ``gap_s`` and the shorter gaps of ``ramp_gaps_s``
+    (:class:`_GapRecorder`: about ``steps`` steps of each actor kept after each gap; one run
+    fills the windows for every gap). Per cost group and workload the medians give a step's
     host time hot and after each gap; a group's after-idle cost is the median of its
     differences over its workloads at ``gap_s`` (clipped at 0), and the ramp's share at a
     shorter gap is the median over groups and workloads of the difference there against the
@@ -327,7 +337,8 @@ def measure_after_idle(
     for _ in range(rounds):
         for name, topo, b in layouts:
             warm = 2 * window + 2 * b
-            chunks = (steps + 4) * len(gaps)  # about steps + 4 after each gap
+            # about ``steps`` kept after each gap: each block keeps its later half
+            chunks = (2 * steps + 4) * len(gaps)
             workload = _workload(index, warm + chunks * b, window, 2.0, seed)
             if workload is None:
                 raise ValueError(f"index {index!r} supports neither a band nor an equi-join")
@@ -464,9 +475,47 @@ def index_rows(index: str, quick: bool, seed: int, repeats: int) -> tuple[dict, 
     seconds)``, the recorder's rows per cost group (``(features, ns, workload)``, the
     workloads numbered from 1), the mean of :func:`speed_probe` before and after them, how
     many there were and the seconds it all took."""
+    return _timed_rows(list(_calibration_runs(index, quick, seed)), repeats)
+
+
+#: Chunk sizes of the emitter's own workloads (:func:`route_rows`), each one batch: a run's
+#: default batch (1,024) and a paced stream's chunks of a few thousand tuples.
+ROUTE_CHUNKS = (256, 1024, 4096)
+
+
+def _route_runs(quick: bool, seed: int):
+    """Workloads for the emitter's steps on every route a topology gives it (one core, a
+    split's, a grid's and the chains' splits of R from S, SPO-Join's broadcast) at chunks of
+    :data:`ROUTE_CHUNKS`, one batch each, and a chunk cut into four batches: the index
+    workloads' chunks hold at most 64 tuples, and the emitter's per-tuple costs (stamping,
+    a route's copies) are what a run's chunks of a thousand or more tuples cost."""
+    window, steps = (512, 8) if quick else (4096, 40)
+    shapes = [(1024, 1024)] if quick else [(c, c) for c in ROUTE_CHUNKS] + [(4096, 1024)]
+    layouts = [
+        ("bplus_tree", topologies.single("bplus_tree")),
+        ("bplus_tree", topologies.split(2, "bplus_tree")),
+        ("bplus_tree", topologies.grid(2, 2, "bplus_tree")),
+        ("bplus_tree", topologies.handshake(2, "bplus_tree")),
+        ("bplus_tree", topologies.handshake(2, "bplus_tree", low_latency=True)),
+        ("po_join", topologies.spo(2, merge_every=window // 4)),
+    ]
+    for index, topo in layouts:
+        for chunk, batch in shapes:
+            workload = _workload(index, 2 * window + steps * chunk, window, 2.0, seed)
+            if workload is not None:
+                yield (*workload, topo, batch, chunk)
+
+
+def route_rows(quick: bool, seed: int, repeats: int) -> tuple[dict, float, int, float]:
+    """:func:`index_rows` for the emitter's own workloads (:func:`_route_runs`): its rows
+    only (the join cores' steps there are the index fit's business)."""
+    rows, speed, count, seconds = _timed_rows(list(_route_runs(quick, seed)), repeats)
+    return {k: v for k, v in rows.items() if k[0] == "emitter"}, speed, count, seconds
+
+
+def _timed_rows(workloads: list, repeats: int) -> tuple[dict, float, int, float]:
     t0 = time.perf_counter()
     recorder = _Recorder(default_profile().with_messages(MessageCosts()))  # host time only
-    workloads = list(_calibration_runs(index, quick, seed))
     before = speed_probe(repeats)
     _warm(workloads)
     for query, data, topo, b, chunk in workloads:
@@ -613,8 +662,9 @@ def calibrate(
         size).
     progress : callable, optional
         Called as ``progress(phase, seconds)`` when each phase ends (the processor share,
-        each index's kernels, the after-idle costs, the window costs, the messages), with the
-        seconds it took; the same figures go to ``info["conditions"]["phases"]``.
+        each index's kernels, the emitter's routes, the fit, the after-idle costs, the window
+        costs, the messages), with the seconds it took; the same figures go to
+        ``info["conditions"]["phases"]``.
     jobs : int, optional
         How many indexes' kernels are timed at once, each in a process of its own (default:
         one per processor, at most one per index; 1 times them in this process). A join
@@ -685,6 +735,13 @@ def calibrate(
         own[index] = round(seconds, 1)
         done(f"{index} kernels ({count} runs)", seconds)
     done(f"kernels ({jobs} {'index' if jobs == 1 else 'indexes'} at once)")
+    # the emitter's steps at a run's chunk sizes, on every route (one process: few seconds)
+    found, speed, count, seconds = route_rows(quick, seed, repeats)
+    offset = len(probes)
+    for key, timed in found.items():
+        rows.setdefault(key, []).extend((f, ns, run + offset) for f, ns, run in timed)
+    probes |= dict.fromkeys(range(offset + 1, offset + count + 1), speed)
+    done(f"the emitter's routes ({count} runs)")
     reference = float(np.median(list(by_index.values())))
     quality = {
         "cpu_share": share_raw,
