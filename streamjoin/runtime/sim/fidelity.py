@@ -93,9 +93,9 @@ class ActorFigures:
 @dataclass(frozen=True)
 class PacedFigures:
     """Where a paced batch's latency went at one actor: when its steps began and when they
-    ended, ms after the newest tuple each handled arrived, and on Ray the CPU its thread
-    took in a step (medians over its steps) and how long it waited for a processor from
-    its previous step's end to this one's (the mean: most wait for none;
+    ended, ms after the newest tuple each handled arrived, how long a step took, and on Ray
+    the CPU its thread took in a step (medians over its steps) and how long it waited for a
+    processor from its previous step's end to this one's (the mean: most wait for none;
     :meth:`ActorStats.lag <streamjoin.runtime.trace.ActorStats.lag>`), in Ray's run of
     median p50 and on the simulator (nan where a run reported none)."""
 
@@ -106,6 +106,8 @@ class PacedFigures:
     sim_end_ms: float
     ray_cpu_ms: float = float("nan")
     ray_wait_ms: float = float("nan")
+    ray_step_ms: float = float("nan")
+    sim_step_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,8 @@ def _paced_figures(ray: dict, sim: dict) -> tuple[PacedFigures, ...]:
             s["end_p50"],
             r["cpu_p50"],
             r.get("wait_mean", float("nan")),
+            r.get("step_p50", float("nan")),
+            s.get("step_p50", float("nan")),
         )
         for a in ray["actors"]
         for r, s in [(ray["lags"].get(a, nan), sim["lags"].get(a, nan))]
@@ -517,7 +521,7 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
         "receiving) and its wait behind earlier steps; the collector's begin is about the "
         "latency of the pairs it receives. `sim − Ray`: how much earlier (negative) or later "
         "the simulator has the step begin and end. `step`: from its begin to its end (the "
-        "medians' difference), on Ray the CPU its thread took (the median) and how long the "
+        "median over its steps), on Ray the CPU its thread took (the median) and how long the "
         "thread waited for a processor, runnable while others ran, from its previous step's "
         "end to this one's: its sends, its wake-up for the step's message and the step (the "
         "mean over its steps, from Linux's scheduler statistics; – elsewhere): the operating "
@@ -538,8 +542,8 @@ def lag_table(rows: list[CheckRow]) -> list[str]:
                 f"| {r.layout} | {a.actor} | {ms(a.ray_start_ms)} | {ms(a.sim_start_ms)} | "
                 f"{ms(a.sim_start_ms - a.ray_start_ms, '+')} | {ms(a.ray_end_ms)} | "
                 f"{ms(a.sim_end_ms)} | {ms(a.sim_end_ms - a.ray_end_ms, '+')} | "
-                f"{ms(a.ray_end_ms - a.ray_start_ms)} | {ms(a.ray_cpu_ms)} | "
-                f"{ms(a.ray_wait_ms)} | {ms(a.sim_end_ms - a.sim_start_ms)} |"
+                f"{ms(a.ray_step_ms)} | {ms(a.ray_cpu_ms)} | "
+                f"{ms(a.ray_wait_ms)} | {ms(a.sim_step_ms)} |"
             )
     return [*lines, ""]
 
