@@ -259,7 +259,7 @@ RAMP_GAPS_S = (0.0002, 0.001)
 #: :class:`_GapRecorder` holds a gap for this many steps in a row and keeps the later half:
 #: a step right after another actor's step that followed a gap starts colder than one in a
 #: run of steps without any (drawn step by step, the gapless steps read 1.3–1.6× their hot
-#: time here, and the after-idle costs half of what a paced run pays).
+#: time here, and the after-idle costs came out at about half).
 GAP_BLOCK = 8
 
 
