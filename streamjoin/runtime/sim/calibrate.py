@@ -514,6 +514,8 @@ def route_rows(quick: bool, seed: int, repeats: int) -> tuple[dict, float, int, 
 
 
 def _timed_rows(workloads: list, repeats: int) -> tuple[dict, float, int, float]:
+    """Time ``workloads`` in this process (:func:`index_rows`'s answer), after warming
+    each topology's first one untimed."""
     t0 = time.perf_counter()
     recorder = _Recorder(default_profile().with_messages(MessageCosts()))  # host time only
     before = speed_probe(repeats)
@@ -726,21 +728,23 @@ def calibrate(
     repeats = 3 if quick else 5
     jobs = min(jobs or os.cpu_count() or 1, len(names))
     own: dict[str, float] = {}  # each index's own seconds
-    for index, (found, speed, count, seconds) in _time_indexes(names, quick, seed, repeats, jobs):
-        offset = len(probes)  # number the workloads across the indexes
+
+    def take(found: dict, speed: float, count: int) -> None:
+        """One process's rows, their workloads numbered on from those taken before."""
+        offset = len(probes)
         for key, timed in found.items():
             rows.setdefault(key, []).extend((f, ns, run + offset) for f, ns, run in timed)
+        probes.update(dict.fromkeys(range(offset + 1, offset + count + 1), speed))
+
+    for index, (found, speed, count, seconds) in _time_indexes(names, quick, seed, repeats, jobs):
+        take(found, speed, count)
         by_index[index] = speed
-        probes |= dict.fromkeys(range(offset + 1, offset + count + 1), speed)
         own[index] = round(seconds, 1)
         done(f"{index} kernels ({count} runs)", seconds)
     done(f"kernels ({jobs} {'index' if jobs == 1 else 'indexes'} at once)")
     # the emitter's steps at a run's chunk sizes, on every route (one process: few seconds)
-    found, speed, count, seconds = route_rows(quick, seed, repeats)
-    offset = len(probes)
-    for key, timed in found.items():
-        rows.setdefault(key, []).extend((f, ns, run + offset) for f, ns, run in timed)
-    probes |= dict.fromkeys(range(offset + 1, offset + count + 1), speed)
+    found, speed, count, _ = route_rows(quick, seed, repeats)
+    take(found, speed, count)
     done(f"the emitter's routes ({count} runs)")
     reference = float(np.median(list(by_index.values())))
     quality = {
