@@ -881,7 +881,9 @@ def test_arrival_validation():
 
 def test_calibrate_measures_kernels(tmp_path):
     path = tmp_path / "machine.json"
-    prof = sim.calibrate(path, indexes=["hash"], quick=True, ray=False, name="here", force=True)
+    prof = sim.calibrate(
+        path, indexes=["hash"], quick=True, ray=False, name="here", force=True, idle_gap_s=0.002
+    )
     stages = {"hash:panjoin", "hash:handshake", "hash:handshake_ll"}
     assert set(prof.indexes) == {"hash", *stages} and prof.name == "here"
     for key in stages:  # PanJoin's workers' own rows, and each handshake chain's cores'
@@ -891,6 +893,7 @@ def test_calibrate_measures_kernels(tmp_path):
     assert prof.info["fit"]["index:hash"]["steps"] > 100
     # steps after idle time (on the index measured) and the processors' share
     assert prof.after_idle.join_ns >= 0 and prof.info["fit"]["after_idle"]["index"] == "hash"
+    assert prof.info["fit"]["after_idle"]["gap_s"] == 0.002 == prof.after_idle.ramp[-1][0] / 1e9
     assert len(prof.cpu_share) == os.cpu_count() and all(0 < v <= 1 for v in prof.cpu_share)
     # what the fitted costs miss past the fitted windows (a quick fit: one larger window)
     assert [h for h, _, _ in prof.windows["hash"].points] == [2**15, 2**16]
@@ -1104,15 +1107,59 @@ def test_steps_after_idle_are_timed_in_blocks_of_one_gap(monkeypatch):
     assert slept[: len(expected)] == expected and len(slept) - len(expected) <= 1
 
 
+def test_the_emitters_rest_comes_right_before_its_logic(monkeypatch):
+    """In the emitter's own runs the after-idle recorder rests right before the emitter's
+    logic (a paced source's driver calls it as its pacing sleep ends) and keeps the time of
+    the logic alone; its blocks count the emitter's steps, and the other actors' steps
+    neither rest nor are kept."""
+    calibrate = importlib.import_module("streamjoin.runtime.sim.calibrate")
+    events = []
+    monkeypatch.setattr(calibrate.time, "sleep", lambda s: events.append(("rest", s)))
+
+    class Emitter:
+        cost_group = "emitter"
+
+        def on_chunk(self, cols, ingest_ns=None):
+            events.append(("logic", len(cols)))
+            return []
+
+    block = calibrate.GAP_BLOCK
+    rec = calibrate._GapRecorder(sj.runtime.sim.default_profile(), -1, (0.0, 0.005), 3, True)
+    emitter = Emitter()
+    emitter_charge = rec.bind(emitter)
+    join_charge = rec.bind(dataclasses.make_dataclass("Logic", [("cost_group", str)])("join"))
+    n = 1 + 12 * block  # the first step starts the first block
+    for _ in range(n):
+        emitter.on_chunk([0] * 4)  # what the simulator calls: the logic's attribute
+        wall = 10**9  # the simulator's wall time around the call, its rest within
+        assert emitter_charge("chunk", [0] * 4, (), (), wall) < wall  # the logic's own
+        for _ in range(3):
+            assert join_charge("batch", None, (), (), 5) == 5
+    assert events.count(("logic", 4)) == n
+    rests = [k for k, e in enumerate(events) if e[0] == "rest"]
+    assert rests and all(events[k + 1][0] == "logic" for k in rests)
+    kept = rec.times["emitter"]
+    assert sum(map(len, kept.values())) == 12 * block // 2 and all(kept.values())
+    assert all(0 <= ns < wall for walls in kept.values() for ns in walls)
+    assert not any(rec.times["join"].values())
+    # a block's gap before each of its steps: the rests come in runs of whole blocks
+    assert len(rests) % block == 0 and {events[k][1] for k in rests} == {0.005}
+
+
 def test_measure_after_idle_and_cpu_share():
     costs, raw = sim.measure_after_idle(
-        "nested_loop", gap_s=0.002, window=256, batches=(8, 64), steps=8, rounds=1
+        "nested_loop",
+        gap_s=0.002,
+        window=256,
+        batches=(8, 64),
+        steps=8,
+        rounds=1,
+        emitter_chunks=(32,),
     )
+    # the emitter's figures from its own runs, its rest right before its logic
     assert set(raw["steps"]) == {
-        f"{g}:{w}"
-        for g in ("emitter", "join", "collector")
-        for w in ("single:8", "single:64", "panjoin:64")
-    } | {"manager:panjoin:64"}
+        f"{g}:{w}" for g in ("join", "collector") for w in ("single:8", "single:64", "panjoin:64")
+    } | {"manager:panjoin:64", "emitter:single:32", "emitter:grid:32"}
     for group in ("emitter", "join", "manager", "collector"):
         assert costs.of(group) >= 0
     assert all(r["hot_ns"] > 0 and r["after_idle_ns"] > 0 for r in raw["steps"].values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -105,7 +105,8 @@ class RunTrace:
         elapsed = max(1, self.end_ns - self.start_ns)
         out = {}
         for name, st in self.actors.items():
-            d = asdict(st)
+            # (shallow: asdict deep-copied every step's lags, 3% of a calibration's time)
+            d = {f.name: getattr(st, f.name) for f in fields(st)}
             d["busy_s"] = d.pop("busy_ns") / 1e9
             d["busy_share"] = st.busy_ns / elapsed
             cpu = d.pop("cpu_ns")

@@ -248,8 +248,10 @@ def _calibration_runs(index: str, quick: bool, seed: int):
 
 
 #: Idle gap (s) before each step when :func:`measure_after_idle` times steps after idle time:
-#: a paced stream's gap between chunks of a few milliseconds of input.
-IDLE_GAP_S = 0.005
+#: a paced stream's gap between chunks of ten milliseconds of input (the check's). The costs
+#: still grow there: after 10 ms against after 5 ms, a join core's step cost 1.1–1.3 times as
+#: much more and the emitter's twice as much, and a longer gap is charged as this one.
+IDLE_GAP_S = 0.010
 #: Shorter gaps at which :func:`measure_after_idle` measures how much of the after-idle cost
 #: they already cost (``IdleCosts.ramp``): steps that waited a moment for a shared processor,
 #: or a fast paced stream's gaps.
@@ -270,30 +272,59 @@ class _GapRecorder(CostModel):
     that no actor's steps keep meeting the same gap) and keeps the host time of each step in
     a block's later half per cost group and the block's gap: every step before it in the
     block followed the same gap, so a step without one runs hot, as the fitted kernels' steps
-    do, and a step after one as a paced stream's do."""
+    do, and a step after one as a paced stream's do.
 
-    def __init__(self, profile: MachineProfile, warm_rows: int, gaps: tuple, seed: int) -> None:
+    With ``emitter`` the blocks are the emitter's steps alone, its rest comes right before
+    its logic is called and only its steps are kept: a paced stream's driver calls the
+    emitter as its pacing sleep ends, whereas a core on Ray first receives its message (a
+    cost of its own), as a step here follows the simulator's own work after the sleep. (The
+    emitter's logic after a rest right before it took about twice as much more here.)"""
+
+    def __init__(
+        self, profile: MachineProfile, warm_rows: int, gaps: tuple, seed: int, emitter=False
+    ) -> None:
         super().__init__(profile)
-        self.warm_rows, self.gaps = warm_rows, gaps
+        self.warm_rows, self.gaps, self.emitter = warm_rows, gaps, emitter
         self.rows_in = 0
         self.rng = random.Random(seed)
         self.gap: float | None = None  # the gap of the block under way (None: warming)
         self.at = 0  # steps of the block so far
+        self.rest = 0.0  # (``emitter``) the rest before the emitter's coming step
         self.times: dict[str, dict[float, list]] = {}
 
     def bind(self, logic):
-        times = self.times.setdefault(logic.cost_group, {g: [] for g in self.gaps})
+        group = logic.cost_group
+        times = self.times.setdefault(group, {g: [] for g in self.gaps})
+        if self.emitter and group != "emitter":
+            return lambda kind, msg, before, after, wall_ns, threads=None: wall_ns
+        timed = [0]
+        if self.emitter:  # its rest right before its logic, which it times itself
+            on_chunk = logic.on_chunk
+
+            def rested(*args):
+                if self.rest:
+                    time.sleep(self.rest)
+                t0 = time.perf_counter_ns()
+                out = on_chunk(*args)
+                timed[0] = time.perf_counter_ns() - t0
+                return out
+
+            logic.on_chunk = rested
 
         def charge(kind, msg, before, after, wall_ns, threads=None):
             if kind == "chunk":
                 self.rows_in += len(msg)
             if self.rows_in > self.warm_rows and kind != "eof":
+                if self.emitter:
+                    wall_ns = timed[0]
                 if self.gap is not None and self.at >= GAP_BLOCK // 2:
                     times[self.gap].append(wall_ns)
                 self.at += 1
                 if self.gap is None or self.at == GAP_BLOCK:
                     self.gap, self.at = self.rng.choice(self.gaps), 0
-                if self.gap:
+                if self.emitter:
+                    self.rest = self.gap
+                elif self.gap:
                     time.sleep(self.gap)  # before the coming step
             return wall_ns
 
@@ -307,9 +338,10 @@ def measure_after_idle(
     ramp_gaps_s: tuple[float, ...] = RAMP_GAPS_S,
     window: int = 16384,
     batches: tuple[int, ...] = (64, 512, 4096),
-    steps: int = 40,
+    steps: int = 30,
     rounds: int = 2,
     seed: int = 0,
+    emitter_chunks: tuple[int, ...] = (2048,),
 ) -> tuple[IdleCosts, dict]:
     """Time steps after idle time against the same steps back to back: :class:`IdleCosts`.
 
@@ -318,7 +350,10 @@ def measure_after_idle(
     windows are full, chunks of one batch each are stepped through every actor, in blocks of
     steps after a gap drawn from no gap, ``gap_s`` and the shorter gaps of ``ramp_gaps_s``
     (:class:`_GapRecorder`: about ``steps`` steps of each actor kept after each gap; one run
-    fills the windows for every gap). Per cost group and workload the medians give a step's
+    fills the windows for every gap). The emitter's steps come from runs of their own, on
+    ``single(index)`` and ``grid(2, 2, index)`` at chunks of each of ``emitter_chunks``
+    tuples, whose blocks are its steps alone, each rest right before its logic as a paced
+    source's. Per cost group and workload the medians give a step's
     host time hot and after each gap; a group's after-idle cost is the median of its
     differences over its workloads at ``gap_s`` (clipped at 0), and the ramp's share at a
     shorter gap is the median over groups and workloads of the difference there against the
@@ -329,13 +364,18 @@ def measure_after_idle(
     """
     gaps = (0.0, *sorted(g for g in ramp_gaps_s if 0 < g < gap_s), gap_s)
     base = default_profile().with_messages(MessageCosts())
-    layouts = [(f"single:{b}", topologies.single(index), b) for b in batches]
+    layouts = [(f"single:{b}", topologies.single(index), b, False) for b in batches]
     mid = batches[len(batches) // 2]
-    layouts.append((f"panjoin:{mid}", topologies.panjoin(2, 4, index), mid))
+    layouts.append((f"panjoin:{mid}", topologies.panjoin(2, 4, index), mid, False))
+    # the emitter's own runs, its rest right before its logic: at a paced stream's chunks,
+    # on one core's route and on a grid's, which copies every tuple into its part for R or S
+    for c in emitter_chunks:
+        layouts.append((f"single:{c}", topologies.single(index), c, True))
+        layouts.append((f"grid:{c}", topologies.grid(2, 2, index), c, True))
     points: dict[tuple, list] = {}  # (group, workload) -> per round, the medians by gap
     load0 = os.getloadavg()[0]
     for _ in range(rounds):
-        for name, topo, b in layouts:
+        for name, topo, b, rested in layouts:
             warm = 2 * window + 2 * b
             # about ``steps`` kept after each gap: each block keeps its later half
             chunks = (2 * steps + 4) * len(gaps)
@@ -344,11 +384,12 @@ def measure_after_idle(
                 raise ValueError(f"index {index!r} supports neither a band nor an equi-join")
             query, data = workload
             # every gap in turn within one run: the windows are filled once, not per gap
-            rec = _GapRecorder(base, warm, gaps, seed)
+            rec = _GapRecorder(base, warm, gaps, seed, emitter=rested)
             _recorded_run(rec, query, data, topo, b, b)
+            # the emitter's steps from its own runs, the others' from the rest
+            found = {g: t for g, t in rec.times.items() if (g == "emitter") == rested}
             medians = [
-                {g: float(np.median(t[gap] or [np.nan])) for g, t in rec.times.items()}
-                for gap in gaps
+                {g: float(np.median(t[gap] or [np.nan])) for g, t in found.items()} for gap in gaps
             ]
             for g in medians[0]:
                 points.setdefault((g, name), []).append([m[g] for m in medians])
@@ -771,7 +812,13 @@ def calibrate(
         index = "bplus_tree" if "bplus_tree" in names else names[0]
         if quick:
             after_idle, quality["after_idle"] = measure_after_idle(
-                index, gap_s=idle_gap_s, seed=seed, window=4096, rounds=1, steps=20
+                index,
+                gap_s=idle_gap_s,
+                seed=seed,
+                window=4096,
+                rounds=1,
+                steps=20,
+                emitter_chunks=(512,),
             )
         else:
             after_idle, quality["after_idle"] = measure_after_idle(
