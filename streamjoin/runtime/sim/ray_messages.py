@@ -323,7 +323,8 @@ def measure_messages(
     :class:`MessageCosts` (module docstring).
 
     For each batch size in ``sizes`` (tuples), ``rounds`` times, the sizes interleaved (the
-    host is shared: each figure is the median over rounds). With ``work`` (the default) each
+    host is shared: each figure is the median over rounds), each round on hosts of its own:
+    where the kernel places a pair's processes sets what its messages cost. With ``work`` (the default) each
     host joins as many tuples as a batch holds between its messages, as a join core does
     (:class:`_JoinWork`), and that work's CPU is left out of every figure: between steps that
     do nothing, the same receives and sends cost the hosts markedly less (their code and data
@@ -386,13 +387,17 @@ def measure_messages(
     try:
         loopback = one_machine()
         sealed = not loopback if sealed is None else sealed
-        pair = _Pair(loopback, sealed, work=work)
-        cyclic = _Pair(loopback, sealed, cyclic=True, work=work)
-        try:
-            for p in (pair, cyclic):
-                _pipelined(p, _batch(256), 200)  # warm the hosts and the connections
-            runs: dict = {n: [] for n in sizes}
-            for _ in range(rounds):
+        runs: dict = {n: [] for n in sizes}
+        for _ in range(rounds):
+            # fresh hosts each round: where the kernel places a pair's two processes sets
+            # what its messages cost (one pair's 1,024-tuple message took 149-258 us of CPU
+            # from one pair to the next, started back to back), so the median over rounds
+            # is one over placements too
+            pair = _Pair(loopback, sealed, work=work)
+            cyclic = _Pair(loopback, sealed, cyclic=True, work=work)
+            try:
+                for p in (pair, cyclic):
+                    _pipelined(p, _batch(256), 200)  # warm the hosts and the connections
                 for n in sizes:
                     msg = _batch(n)
                     in_cycle = _pipelined(cyclic, msg, repeat)
@@ -403,9 +408,9 @@ def measure_messages(
                             **{f"cyclic_{k}": v for k, v in in_cycle.items()},
                         }
                     )
-        finally:
-            pair.close()
-            cyclic.close()
+            finally:
+                pair.close()
+                cyclic.close()
     finally:
         if started:
             ray.shutdown()
