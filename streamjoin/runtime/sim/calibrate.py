@@ -316,7 +316,7 @@ class _GapRecorder(CostModel):
             if kind == "chunk":
                 self.rows_in += len(msg)
             if self.rows_in > self.warm_rows and kind != "eof":
-                if self.emitter:
+                if self.emitter and kind == "chunk":  # (its logic alone, the rest left out)
                     wall_ns = timed[0]
                 if self.gap is not None and self.at >= GAP_BLOCK // 2:
                     times[self.gap].append(wall_ns)
@@ -354,8 +354,8 @@ def measure_after_idle(
     fills the windows for every gap). The emitter's steps come from runs of their own, on
     ``single(index)`` and ``grid(2, 2, index)`` at chunks of each of ``emitter_chunks``
     tuples, whose blocks are its steps alone, each rest right before its logic as a paced
-    source's. Per cost group and workload the medians give a step's
-    host time hot and after each gap; a group's after-idle cost is the median of its
+    source's. Per cost group and workload the medians give a step's host time hot and
+    after each gap; a group's after-idle cost is the median of its
     differences over its workloads at ``gap_s`` (clipped at 0), and the ramp's share at a
     shorter gap is the median over groups and workloads of the difference there against the
     one at ``gap_s`` (clipped to [0, 1]). The runs alternate ``rounds`` times (the host is

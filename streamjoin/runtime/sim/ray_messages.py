@@ -324,12 +324,12 @@ def measure_messages(
 
     For each batch size in ``sizes`` (tuples), ``rounds`` times, the sizes interleaved (the
     host is shared: each figure is the median over rounds), each round on hosts of its own:
-    where the kernel places a pair's processes sets what its messages cost. With ``work`` (the default) each
-    host joins as many tuples as a batch holds between its messages, as a join core does
-    (:class:`_JoinWork`), and that work's CPU is left out of every figure: between steps that
-    do nothing, the same receives and sends cost the hosts markedly less (their code and data
-    stay in cache; ``experiments/results/calibrate_check.md``), which undercharged every
-    core's messages.
+    where the kernel places a pair's processes sets what its messages cost. With ``work``
+    (the default) each host joins as many tuples as a batch holds between its messages, as
+    a join core does (:class:`_JoinWork`), and that work's CPU is left out of every figure:
+    between steps that do nothing, the same receives and sends cost the hosts markedly less
+    (their code and data stay in cache; ``experiments/results/calibrate_check.md``), which
+    undercharged every core's messages.
 
     - *pipelined*: ``repeat`` batches driver → relay → sink back to back. The sink's CPU per
       message is the receive (the frame read, the batch built, the host's bookkeeping around
