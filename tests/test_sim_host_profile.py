@@ -276,6 +276,11 @@ def test_check_report_names_the_profile_and_the_host():
     once = fidelity.markdown([dataclasses.replace(row, repeats=1)], prof, 90.0)
     assert "Ray's figures from one run," in once
     assert host_profile.cpu_model() in text
+    # the spread of steps and messages the simulator drew from, or that it had none
+    assert "; no spread);" in text
+    spread = sim.Variability(step=(0.5,) * 8 + (1.0,) * 9)
+    with_spread = fidelity.markdown([row], prof.with_variability(spread), 90.0)
+    assert "spread: step p10/p50/p90/p99 0.50/1.00/1.00/1.00 (seed 0)" in with_spread
 
 
 def test_check_report_shows_where_each_actors_time_went():

@@ -13,6 +13,8 @@ by a calibrated machine profile (docs/design.md §3, "Executors").
   fingerprint of the host), the one a run uses when it names none;
 - :mod:`~streamjoin.runtime.sim.costs`: :class:`CostModel`, charging each step from what it
   did;
+- :mod:`~streamjoin.runtime.sim.variability`: :class:`Variability`, how much steps and
+  messages vary from one to the next on the profile's machine (seeded draws);
 - :mod:`~streamjoin.runtime.sim.capacity`: :func:`max_sustainable_rate`;
 - :mod:`~streamjoin.runtime.sim.calibrate`: measuring this host into a profile
   (``streamjoin calibrate``; the indexes' kernels timed in worker processes of
@@ -52,6 +54,7 @@ from streamjoin.runtime.sim.profile import (
     message_nbytes,
 )
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
+from streamjoin.runtime.sim.variability import Variability
 from streamjoin.runtime.sim.window_growth import measure_window_growth
 
 __all__ = [
@@ -67,6 +70,7 @@ __all__ = [
     "Sim",
     "SimStats",
     "SimTrace",
+    "Variability",
     "WindowCosts",
     "as_profile",
     "busy_reasons",

@@ -49,6 +49,7 @@ from streamjoin.runtime.sim.profile import (
     MessageCosts,
     default_profile,
 )
+from streamjoin.runtime.sim.variability import Variability
 from streamjoin.runtime.sim.window_growth import (
     QUICK_WINDOWS,
     SECONDS,
@@ -680,9 +681,11 @@ def calibrate(
     indexes : list of str, optional
         Window indexes to measure (default: every registered index).
     ray : bool
-        Time the ``ray`` executor's messages for the message costs (starts a Ray instance with
-        this host's CPUs if none is running); with False the message costs of
-        :func:`default_profile` are kept.
+        Time the ``ray`` executor's messages for the message costs, and the spread of its
+        hosts' steps and messages for the profile's ``variability``
+        (:mod:`~streamjoin.runtime.sim.variability`) (starts a Ray instance with this host's
+        CPUs if none is running); with False the message costs of :func:`default_profile`
+        are kept, and the profile has no spread.
     quick : bool
         Fewer and smaller workloads (a few seconds per index; coarser fit).
     seed : int
@@ -840,11 +843,13 @@ def calibrate(
             "seconds": round(time.perf_counter() - t_grow, 1),
         }
         done("window costs")
-    messages = base.messages
+    messages, variability = base.messages, Variability()
     if ray:
         from streamjoin.runtime.sim.ray_messages import measure_messages  # imports Ray
 
         messages, quality["messages"] = measure_messages()
+        spread = quality["messages"]["spread"]
+        variability = Variability(step=spread["step"], message=spread["message"])
         done("Ray's messages")
     profile = MachineProfile(
         name=name or os.uname().nodename,
@@ -854,6 +859,7 @@ def calibrate(
         after_idle=after_idle,
         windows=windows,
         cpu_share=cpu_share,
+        variability=variability,
         info={
             "machine": machine_info(),
             "date": datetime.date.today().isoformat(),

@@ -59,10 +59,18 @@ that starts while k steps hold processors (itself included) by
 :meth:`MachineProfile.slowdown(k) <streamjoin.runtime.sim.profile.MachineProfile.slowdown>`,
 fixed when the step starts.
 
+Where the profile has a spread (``variability``: :mod:`~streamjoin.runtime.sim.variability`),
+each step's compute is multiplied by a factor drawn for it (the after-idle cost included; a
+threaded core's serial part and its tasks by the same one), and each message's time in flight
+grows or shrinks by its own factor less one times its way (send, hop, receive and a wake
+after the longest rest measured: the way the spread was measured over), never below zero
+and never past a message sent before it on the link. Each core draws from a generator of its
+own, seeded by the profile and its name.
+
 The virtual clock (int ns) is what the emitter stamps as ingest time (the chunk's arrival) and
 what the collector reads, so every latency, throughput and busy time in the result is virtual
 and deterministic: it depends on the input, the topology, the arrival process and the machine
-profile, not on this host's load.
+profile (its spread's draws seeded), not on this host's load.
 
 Input chunks arrive by an :class:`~streamjoin.runtime.sim.arrival.Arrival` process. End of
 stream follows the data through every link, so a core ends after all its inputs have. Per
@@ -106,6 +114,7 @@ from streamjoin.runtime.sim.costs import CostModel, finish_at, schedule
 from streamjoin.runtime.sim.host_profile import as_profile
 from streamjoin.runtime.sim.profile import MachineProfile, message_nbytes
 from streamjoin.runtime.sim.trace import SimStats, SimTrace
+from streamjoin.runtime.sim.variability import Draws
 from streamjoin.runtime.trace import RunTrace, newest_ingest
 from streamjoin.topologies.base import Topology
 from streamjoin.validation import Columns
@@ -166,6 +175,7 @@ class _Core:
         "stalled",
         "due_ns",
         "woke_ns",
+        "draws",
     )
 
     def __init__(self, name: str, role: str, logic, n_inputs: int, model: CostModel) -> None:
@@ -214,6 +224,8 @@ class _Core:
         # is stamped on arrival, as the driver stamps it before working)
         self.due_ns = 0
         self.woke_ns = 0
+        # its steps' and messages' factors (the profile's ``variability``; None: none)
+        self.draws: Draws | None = None
 
     def count(self, now: int, dq: int, dt: int) -> None:
         self.q_area += self.q * (now - self.q_since)
@@ -279,6 +291,10 @@ class _Simulation:
             for n, d in graph.nodes(data=True)
         }
         self.emitter, self.collector = self.cores[emitter], self.cores[collector]
+        variability = model.profile.variability
+        if variability:  # each core draws its own factors, seeded by its name
+            for name, core in self.cores.items():
+                core.draws = variability.draws(name)
         self.eof_order = [self.cores[n] for n in topology.eof_order()]
         # one FIFO link per (sender, receiver), shared by all ports between them: a cell
         # holding the arrival time of its last message, its messages sent and not yet taken,
@@ -343,6 +359,10 @@ class _Simulation:
         # what a core that slept pays more for the message that woke it, by how long it slept
         self.wake_cost = model.profile.messages.wake_cost
         self.wakes = bool(model.profile.messages.wake_ns or model.profile.messages.wake_after)
+        # a receiver's wake after the longest rest measured: part of a message's way where
+        # the spread of messages was measured (``Variability``)
+        wake_after = model.profile.messages.wake_after
+        self.asleep_ns = round(self.wake_cost(wake_after[-1][0] if wake_after else 1.0))
         self.driver_wake_cost = model.profile.messages.driver_wake_cost
         self.driver_wakes = self.wakes or bool(model.profile.messages.driver_wake_after)
         # what a sender pays more for a message to a core that slept, by how long it slept
@@ -419,9 +439,16 @@ class _Simulation:
             env, arrive_cb = self.env, self._arrive
             send, hop, recv = self.message_ns(msg)
             recv += self.cyclic_recv_ns
+            hop_ns = hop
             room = None  # messages a bounded link holds, for this message's size
+            # a spread's factor lengthens or shortens its hop by the factor less one times
+            # the message's way (as measured: to a receiver that slept)
+            way = send + hop + recv + self.asleep_ns
+            draws = core.draws
             for dst, dst_port, link in dests:
                 t += send
+                if draws is not None:
+                    hop = max(0, round(hop_ns + (draws.message() - 1.0) * way))
                 rouse = 0
                 if self.rouses and dst.idle and dst.due_ns <= env.now and self._idle_to_rouse(core):
                     # it sleeps, and nothing is on its way to it: this write wakes it. The
@@ -678,9 +705,22 @@ class _Simulation:
         else:
             assert self.cpus is not None  # (only shared processors slow a step)
             stretch = self.slowdown[self.cpus - self.cpus_free]
+        if core.draws is not None:
+            stretch *= core.draws.step()
         charged = round((ns + self._idle_cost(core)) * stretch)
         self._count_step(core, charged)
         return charged
+
+    def _split(self, core: _Core, kind, msg, snap, wall) -> tuple[int, list[float]]:
+        """A threaded core's step: its serial part (the after-idle cost included) and its
+        tasks, each times the step's factor where the profile has a spread."""
+        assert core.split is not None  # (only threaded cores come here)
+        serial, tasks = core.split(kind, msg, snap, core.logic.counters(), wall)
+        serial += self._idle_cost(core)
+        if core.draws is not None:
+            f = core.draws.step()
+            serial, tasks = serial * f, [x * f for x in tasks]
+        return round(serial), tasks
 
     @staticmethod
     def _count_step(core: _Core, ns: float) -> None:
@@ -711,8 +751,7 @@ class _Simulation:
         assert core.split is not None  # (only a pipelined core comes here)
         t = self._join_tasks(core, t)
         held, core.pending = core.pending, []
-        serial, tasks = core.split(kind, msg, snap, core.logic.counters(), wall)
-        serial = round(serial + self._idle_cost(core))
+        serial, tasks = self._split(core, kind, msg, snap, wall)
         self._count_step(core, serial)
         t += serial
         pool = self._pool_for(core) if tasks else 0
@@ -755,8 +794,7 @@ class _Simulation:
         core.closed_seen = logic.steps_closed
         if closed:  # a step ended: the core's thread waits for every task in flight
             t = self._send_ready(core, self._join_tasks(core, t))
-        serial, tasks = core.split(kind, msg, snap, logic.counters(), wall)
-        serial = round(serial + self._idle_cost(core))
+        serial, tasks = self._split(core, kind, msg, snap, wall)
         self._count_step(core, serial)
         t += serial
         ready = t

@@ -468,7 +468,8 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         "# The simulator against Ray on this host (`streamjoin calibrate --check`)",
         "",
         f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} processors ({cpu}), "
-        f"{platform.platform()}; profile {profile.name!r} ({source}; {fitted}); "
+        f"{platform.platform()}; profile {profile.name!r} ({source}; {fitted}; "
+        f"{profile.variability.summary().strip() if profile.variability else 'no spread'}); "
         f"{seconds / 60:.1f} minutes. Each layout: a band join at match rate 2 (spo(2): "
         "`r.a < s.a AND r.b > s.b`) over a count window of 8,192 per stream; Ray's figures "
         f"{_runs(rows[0].repeats if rows else 3)}, then the simulator with this "

@@ -25,6 +25,11 @@ that starts while k steps hold processors has its compute (charge and after-idle
 stretched by ``cpu_share[0] / cpu_share[k - 1]``: the share of a processor each of k busy
 processes gets, against the one busy process that the compute costs were measured with.
 
+Steps and messages of the same kind vary from one to the next on a real host; a profile's
+``variability`` (:class:`~streamjoin.runtime.sim.variability.Variability`, measured with the
+message costs) says by how much, and the simulator draws each step's and each message's
+factor from it, seeded; without one, every step and message costs its expected time.
+
 A profile is an editable JSON file (:meth:`MachineProfile.save`); ``streamjoin calibrate``
 (:func:`streamjoin.runtime.sim.calibrate`) measures one for this host, and
 :func:`default_profile` is the one shipped in ``default_profile.json``.
@@ -48,6 +53,7 @@ from streamjoin.actors.panjoin import PanJoinManager, WorkerCommand
 from streamjoin.actors.spo import MergedRun, SubtreePairs
 from streamjoin.batch import Batch, PairBatch
 from streamjoin.checks import positive_int, positive_number
+from streamjoin.runtime.sim.variability import Variability
 
 #: Feature names per cost group; a profile holds one coefficient (ns) per feature: a step's
 #: call, then the counters the group's actor logic keeps (``COUNTERS``, :mod:`streamjoin.actors.
@@ -453,6 +459,9 @@ class MachineProfile:
         process, so a step that starts while k steps run (itself included) has its compute
         stretched by ``cpu_share[0] / cpu_share[k - 1]`` (the last share for larger k).
         Empty: no stretch.
+    variability : Variability
+        How much steps and messages vary from one to the next (none: each costs its
+        expected time, and a paced run's latencies have no spread).
     info : dict
         Where and how it was measured (machine, date, fit quality).
     source : str
@@ -470,6 +479,7 @@ class MachineProfile:
     net_scale: float = 1.0
     cpus: int | None = None
     cpu_share: tuple = ()
+    variability: Variability = field(default_factory=Variability)
     info: dict = field(default_factory=dict)
     source: str = "given"
 
@@ -505,6 +515,7 @@ class MachineProfile:
                 "messages": self.messages.to_dict(),
                 "after_idle": self.after_idle.to_dict(),
                 "windows": {k: w.to_list() for k, w in self.windows.items()},
+                "variability": self.variability.to_dict(),
                 "info": self.info,
             }
         )
@@ -529,6 +540,10 @@ class MachineProfile:
             windows = {k: WindowCosts(tuple(v)) for k, v in d.get("windows", {}).items()}
         except (TypeError, ValueError) as e:
             raise ValueError(f"bad 'windows' in machine profile: {e}") from None
+        try:
+            variability = Variability(**d.get("variability", {}))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad 'variability' in machine profile: {e}") from None
         return cls(
             name=str(d.get("name", "unnamed")),
             roles=roles,
@@ -540,6 +555,7 @@ class MachineProfile:
             net_scale=float(d.get("net_scale", 1.0)),
             cpus=d.get("cpus"),
             cpu_share=tuple(d.get("cpu_share", ())),
+            variability=variability,
             info=dict(d.get("info", {})),
         )
 
@@ -593,6 +609,8 @@ class MachineProfile:
                 f"{p / 1e3:.3g} / {s / 1e3:.3g} at {h:,.0f}" for h, p, s in costs.points[1:]
             )
             lines.append(f"  past the fitted windows, {key}: per probe / stored (µs) {cells}")
+        if self.variability:
+            lines.append(self.variability.summary())
         return "\n".join(lines)
 
     # -- variants ------------------------------------------------------------------------------
@@ -627,6 +645,11 @@ class MachineProfile:
         """The same costs with another charge for steps after idle time (``IdleCosts()``:
         none)."""
         return dataclasses.replace(self, after_idle=after_idle)
+
+    def with_variability(self, variability: Variability) -> MachineProfile:
+        """The same costs with another spread of steps and messages (``Variability()``:
+        none, every step and message costs its expected time)."""
+        return dataclasses.replace(self, variability=variability)
 
     def with_cpus(self, cpus: int | None, cpu_share: tuple | None = None) -> MachineProfile:
         """The same costs with ``cpus`` processors shared by all actors (None: one each), and

@@ -45,6 +45,7 @@ from streamjoin.runtime.ray import channels
 from streamjoin.runtime.ray.executor import one_machine
 from streamjoin.runtime.ray.host import Host, Wiring
 from streamjoin.runtime.sim.profile import MessageCosts, message_nbytes
+from streamjoin.runtime.sim.variability import spread_table
 
 #: Batch sizes (tuples) of the payloads timed: one tuple up to a large batch (~800 KB).
 BATCH_SIZES = (1, 256, 1024, 16384)
@@ -58,6 +59,10 @@ WORK_KEYS = 1e9
 #: Gaps (s) between the messages of the idle runs: what waking costs a host that slept is
 #: measured after each (``MessageCosts.wake_after``: it grows with the gap).
 IDLE_GAPS_S = (0.002, 0.008)
+#: Batch sizes (tuples, inclusive) whose join work between idle messages gives the spread of a
+#: step's compute (``Variability.step``): a paced run's batches; a one-tuple step is mostly
+#: the clock's own granularity, and a long one averages its spread away.
+STEP_SPREAD_SIZES = (256, 4096)
 
 
 def _batch(n: int) -> Batch:
@@ -268,14 +273,18 @@ def _pipelined(pair: _Pair, msg, calls: int) -> dict:
     }
 
 
-def _idle(pair: _Pair, msg, calls: int) -> dict:
+def _idle(pair: _Pair, msg, calls: int, spread: dict[str, list] | None = None) -> dict:
     """``calls`` messages ``IDLE_GAPS_S`` apart (each gap in turn), so each host sleeps when a
     frame reaches it: each host's CPU per message at each gap (the median), the driver's CPU
     per send (asleep in the gaps, and again busy in them: a send to a host asleep, from a
     sender that did not sleep), and the one-way time from the relay's step to the sink's (the
-    relay's write, the wait for the sink's process to wake, its read) at the longer gap."""
+    relay's write, the wait for the sink's process to wake, its read) at the longer gap.
+    ``spread`` gains each step's join work over the median of this size's at each gap
+    (``"step"``, for sizes within :data:`STEP_SPREAD_SIZES`) and each one-way time over
+    their median at the longer gap (``"message"``)."""
     out: dict = {}
     warm = int(calls * WARM_SHARE)
+    lo, hi = STEP_SPREAD_SIZES
     for gap in IDLE_GAPS_S:
         ms = f"{gap * 1e3:g}ms"
         relay, sink, sends = pair.run(msg, calls, gap)
@@ -288,6 +297,12 @@ def _idle(pair: _Pair, msg, calls: int) -> dict:
         done = np.diff(relay[:, 3]) + np.diff(relay[:, 4])
         one_way = sink[:-1, 0] - relay[:-1, 0] - done
         out["one_way_ns"] = float(np.median(one_way[warm:]))
+        if spread is not None:
+            work = _per_step(relay, 3).astype(np.float64)
+            if lo <= len(msg) <= hi and np.median(work) > 0:
+                spread["step"].extend(work / np.median(work))
+            if gap == IDLE_GAPS_S[-1] and np.median(one_way[warm:]) > 0:
+                spread["message"].extend(one_way[warm:] / np.median(one_way[warm:]))
         out[f"busy_driver_send_ns_{ms}"] = float(
             np.median(pair.run(msg, calls, gap, True)[2][warm:])
         )
@@ -366,8 +381,12 @@ def measure_messages(
     size (the hosts' CPU, pipelined and asleep at each gap, the relay's period pipelined,
     the driver's sends, the one-way time, the join work between messages and the merge), the
     wake at each gap by host and size, the rouse and the driver's own wake at each gap by
-    size, Ray's threads' CPU per second by host and size, whether the edges were sealed, and
-    the load average at the start and the end.
+    size, Ray's threads' CPU per second by host and size, the spread of steps and messages
+    (``"spread"``: tables for :class:`~streamjoin.runtime.sim.variability.Variability`, from
+    the idle runs: the relay's join work at sizes within :data:`STEP_SPREAD_SIZES` over the
+    median of its size and gap, made mean 1, and the one-way times at the longer gap over
+    their median, pooled over sizes and rounds; and how many samples each), whether the
+    edges were sealed, and the load average at the start and the end.
 
     Starts Ray with this host's CPUs and no dashboard if it is not running, and stops it again
     then. When every Ray node is this machine, the hosts listen on loopback, else on their
@@ -388,6 +407,7 @@ def measure_messages(
         loopback = one_machine()
         sealed = not loopback if sealed is None else sealed
         runs: dict = {n: [] for n in sizes}
+        spread: dict[str, list] = {"step": [], "message": []}
         for _ in range(rounds):
             # fresh hosts each round: where the kernel places a pair's two processes sets
             # what its messages cost (one pair's 1,024-tuple message took 149-258 us of CPU
@@ -404,7 +424,7 @@ def measure_messages(
                     runs[n].append(
                         {
                             **_pipelined(pair, msg, repeat),
-                            **_idle(pair, msg, idle_calls),
+                            **_idle(pair, msg, idle_calls, spread),
                             **{f"cyclic_{k}": v for k, v in in_cycle.items()},
                         }
                     )
@@ -486,6 +506,11 @@ def measure_messages(
         "driver_wake_after_ns": {k: [round(x, 1) for x in v] for k, v in driver_woken.items()},
         "cyclic_recv_ns": {k: round(v, 1) for k, v in handed.items()},
         "ray_threads_cpu_ns_per_s": {k: round(v, 1) for k, v in threads.items()},
+        "spread": {
+            "step": spread_table(spread["step"], mean_one=True),
+            "message": spread_table(spread["message"], mean_one=False),
+            "samples": {k: len(v) for k, v in spread.items()},
+        },
         "sealed": pair.sealed,
         "load_1min": loads[1],
         "load_1min_start_end": loads,
