@@ -29,8 +29,8 @@ jobs come and go.
   index's and the roles' kernels and the after-idle costs; the ``ray``
   executor's message costs are measured once at the start as ``streamjoin calibrate`` does
   (``sim.ray_messages.measure_messages``: driver → relay host → sink host, the executor's
-  own hosts and edges, real batches). This separates stale coefficients from what the
-  model leaves out.
+  own hosts and edges, real batches), and with them the spread of steps and messages
+  (``sim.Variability``). This separates stale coefficients from what the model leaves out.
 
 Ray and local runs are repeated ``--repeat`` times and the median is kept (the machine is
 shared: see the load average recorded with every row); a simulated run is deterministic and
@@ -158,6 +158,7 @@ def main() -> None:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     cpus = os.cpu_count()
     messages_now, raw = measure_messages()
+    spread_now = sim.Variability(raw["spread"]["step"], raw["spread"]["message"])
     fixed = {SIMULATED[0]: sim.default_profile()}
     if os.path.exists(args.machine):
         fixed[SIMULATED[1]] = sim.MachineProfile.load(args.machine)
@@ -206,9 +207,11 @@ def main() -> None:
     for layout, make in LAYOUTS.items():
         topo = make(args.index)
         b = args.batch
-        now = sim.calibrate(
-            indexes=[args.index], ray=False, quick=args.quick, name="now"
-        ).with_messages(messages_now)
+        now = (
+            sim.calibrate(indexes=[args.index], ray=False, quick=args.quick, name="now")
+            .with_messages(messages_now)
+            .with_variability(spread_now)
+        )
         machines[layout] = {**fixed, SIMULATED[2]: now}
         for mode in ("unpaced", "paced"):
             if mode == "unpaced":
@@ -426,6 +429,11 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         f"{lay} " + " / ".join(f"{f:.2f}" for _, f in p.after_idle.ramp[:-1])
         for lay, p in nows.items()
     )
+    gap = f"{sim.IDLE_GAP_S * 1e3:g}"
+    ramp = ", ".join(f"{g * 1e3:g}" for g in sim.RAMP_GAPS_S)
+    # measured once, with the messages: the same for every layout
+    measured = next((p.variability for p in nows.values() if p.variability), None)
+    spreads = measured.summary().strip().removeprefix("spread: ") if measured else ""
     shares = "; ".join(
         f"{lay} {ray[(lay, 'unpaced')]['cpu_share']} unpaced, "
         f"{ray[(lay, 'paced')]['cpu_share']} paced"
@@ -465,16 +473,23 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         + " µs (Ray's threads in its process included).",
         "- **Steps after idle time** are charged: a step whose core had no message waiting "
         "costs more than the back-to-back steps the kernels are fitted on, a constant per "
-        "actor kind at a 5-ms gap and a measured share of it after a shorter one "
+        f"actor kind at a {gap}-ms gap and a measured share of it after a shorter one "
         "(`MachineProfile.after_idle`). `sim.measure_after_idle` times the same steps "
-        "back to back and with the process asleep 0.2, 1 and 5 ms before each (the window "
+        f"back to back and with the process asleep {ramp} and {gap} ms before each (the window "
         "full, batches of 64 to 4,096): the difference hardly grows with the step, as a cache "
         "refill would not once the working set is back, and grows with the gap. Measured "
-        f"before each layout (µs at 5 ms, emitter, join core, collector): {idle}; the share "
-        f"after 0.2 / 1 ms: {ramps}. Paced, every step follows idle time; "
+        f"before each layout (µs at {gap} ms, emitter, join core, collector): {idle}; the "
+        f"share after {ramp.replace(', ', ' / ')} ms: {ramps}. Paced, every step follows idle "
+        "time; "
         "unpaced, the busiest actor never does, but on processors shared by more actors "
         "a step that waited for one starts colder (other processes ran on it), and is "
         "charged by the length of its wait in the same way.",
+        "- **Spread.** A step's compute and a message's way vary from one to the next "
+        "(`MachineProfile.variability`): measured with the messages, the relay's join work "
+        "per step over its mean and the one-way times over their median, both as quantile "
+        "tables, from which the simulator draws a factor per step and per message (seeded "
+        f"per core). Measured now ({spreads or 'none'}). The shipped profile has none: its "
+        "paced p99 is about its p50.",
         "- **Processors.** The simulated actors share the host's 2 processors, first come, "
         "first served: a step holds one until it ends. Processor sharing (every runnable "
         "step progressing at 2/n of a processor, as Linux's scheduler shares them over time) "
