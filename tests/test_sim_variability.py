@@ -60,6 +60,9 @@ def test_bad_variability_is_refused_naming_the_problem():
         Variability(step=(-1.0, *good[1:]))
     with pytest.raises(ValueError, match="seed"):
         Variability(step=good, seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        Variability(step=good, seed=1.5)
+    assert Variability(step=good, seed=np.int64(3)).to_dict()["seed"] == 3  # JSON-ready
     d = sim.default_profile().to_dict()
     d["variability"] = {"step": [1.0, 2.0]}
     with pytest.raises(ValueError, match="bad 'variability' in machine profile"):

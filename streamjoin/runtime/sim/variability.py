@@ -111,8 +111,10 @@ class Variability:
     def __post_init__(self) -> None:
         object.__setattr__(self, "step", _check_table("step", self.step))
         object.__setattr__(self, "message", _check_table("message", self.message))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"variability seed must be an int >= 0, got {self.seed!r}")
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"variability seed must be an int >= 0, got {seed!r}")
+        object.__setattr__(self, "seed", int(seed))
 
     def __bool__(self) -> bool:
         return bool(self.step or self.message)
