@@ -240,6 +240,9 @@ def test_check_table_counts_the_layouts_within_bounds():
     text = fidelity.table([row, off])
     assert "1.10" in text and "2.00" in text
     assert "within 0.80-1.25 on throughput and p50: 1 of 2 layouts (single)" in text
+    # the p99 counted apart: a tail within on one row, far short on the other
+    short_tail = dataclasses.replace(off, sim_p99_ms=2.0)
+    assert "; p99 within on 1 of 2 (0.40-0.80)" in fidelity.table([row, short_tail])
     # the mean latency counted apart: within on the first row, not on a row without one
     means = dataclasses.replace(row, ray_mean_ms=3.0, sim_mean_ms=2.7)
     text = fidelity.table([means, row, off])

@@ -424,12 +424,15 @@ def table(rows: list[CheckRow]) -> str:
             if 0.8 <= r.throughput_ratio <= 1.25 and 0.8 <= r.mean_ratio <= 1.25
         ]
         tp = np.array([r.throughput_ratio for r in rows])
+        p99 = np.array([r.p99_ratio for r in rows])
+        tails = int(np.sum((p99 >= 0.8) & (p99 <= 1.25)))
         lines.append(
             f"within 0.80-1.25 on throughput and p50: {len(within)} of {len(rows)} layouts"
             f"{' (' + ', '.join(within) + ')' if within else ''}; on throughput and mean "
             f"latency: {len(by_mean)} of {len(rows)}; throughput ratios "
             f"{tp.min():.2f}-{tp.max():.2f} (a layout against another: off by up to "
-            f"{tp.max() / tp.min() - 1:.0%})"
+            f"{tp.max() / tp.min() - 1:.0%}); p99 within on {tails} of {len(rows)} "
+            f"({np.nanmin(p99):.2f}-{np.nanmax(p99):.2f})"
         )
         spreads = [(r.ray_tp_spread, r.ray_p50_spread) for r in rows if r.repeats > 1]
         if spreads and not np.isnan(spreads[0][0]):
