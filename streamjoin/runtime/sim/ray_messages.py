@@ -59,6 +59,11 @@ WORK_KEYS = 1e9
 #: Gaps (s) between the messages of the idle runs: what waking costs a host that slept is
 #: measured after each (``MessageCosts.wake_after``: it grows with the gap).
 IDLE_GAPS_S = (0.002, 0.008)
+#: Batches past this many tuples are sent back to back fewer times, in proportion (at least
+#: :data:`MIN_PIPELINED`): a 16,384-tuple batch takes the pair some 7-10 ms, and 300 of them,
+#: on both pairs in three rounds, took about a third of the message phase for one mean each.
+PIPELINED_TUPLES = 1024
+MIN_PIPELINED = 100
 #: Batch sizes (tuples, inclusive) whose join work between idle messages gives the spread of a
 #: step's compute (``Variability.step``): a paced run's batches; a one-tuple step is mostly
 #: the clock's own granularity, and a long one averages its spread away.
@@ -256,6 +261,14 @@ class _Pair:
         ray.kill(self.sink)
 
 
+def _pipelined_calls(repeat: int, n: int) -> int:
+    """How many ``n``-tuple batches a pipelined run sends: ``repeat``, fewer in proportion
+    past :data:`PIPELINED_TUPLES` tuples, at least :data:`MIN_PIPELINED` (or ``repeat``)."""
+    if n <= PIPELINED_TUPLES:
+        return repeat
+    return min(repeat, max(MIN_PIPELINED, repeat * PIPELINED_TUPLES // n))
+
+
 def _pipelined(pair: _Pair, msg, calls: int) -> dict:
     """``calls`` messages back to back (the driver blocks once the buffers are full): each
     host's CPU per message, and the period at which the relay takes them."""
@@ -346,7 +359,9 @@ def measure_messages(
     (their code and data stay in cache; ``experiments/results/calibrate_check.md``), which
     undercharged every core's messages.
 
-    - *pipelined*: ``repeat`` batches driver → relay → sink back to back. The sink's CPU per
+    - *pipelined*: ``repeat`` batches driver → relay → sink back to back (fewer of a batch past
+      :data:`PIPELINED_TUPLES` tuples, in proportion, at least :data:`MIN_PIPELINED`: a
+      mean over tens of long messages is as steady as over hundreds). The sink's CPU per
       message is the receive (the frame read, the batch built, the host's bookkeeping around
       a step); the relay's, which also writes each batch on, less the sink's is the send;
     - *idle*: ``idle_calls`` batches ``IDLE_GAPS_S[0]`` apart, then as many
@@ -420,10 +435,11 @@ def measure_messages(
                     _pipelined(p, _batch(256), 200)  # warm the hosts and the connections
                 for n in sizes:
                     msg = _batch(n)
-                    in_cycle = _pipelined(cyclic, msg, repeat)
+                    calls = _pipelined_calls(repeat, n)
+                    in_cycle = _pipelined(cyclic, msg, calls)
                     runs[n].append(
                         {
-                            **_pipelined(pair, msg, repeat),
+                            **_pipelined(pair, msg, calls),
                             **_idle(pair, msg, idle_calls, spread),
                             **{f"cyclic_{k}": v for k, v in in_cycle.items()},
                         }
