@@ -308,14 +308,14 @@ def _idle(pair: _Pair, msg, calls: int, spread: dict[str, list] | None = None) -
         # from the relay's step to the sink's, less the relay's work and merge in between
         # (each step's, from its stamps to the next step's; the last one's is not known)
         done = np.diff(relay[:, 3]) + np.diff(relay[:, 4])
-        one_way = sink[:-1, 0] - relay[:-1, 0] - done
-        out["one_way_ns"] = float(np.median(one_way[warm:]))
+        one_way = (sink[:-1, 0] - relay[:-1, 0] - done)[warm:]
+        out["one_way_ns"] = median = float(np.median(one_way))
         if spread is not None:
             work = _per_step(relay, 3).astype(np.float64)
             if lo <= len(msg) <= hi and np.median(work) > 0:
                 spread["step"].extend(work / np.median(work))
-            if gap == IDLE_GAPS_S[-1] and np.median(one_way[warm:]) > 0:
-                spread["message"].extend(one_way[warm:] / np.median(one_way[warm:]))
+            if gap == IDLE_GAPS_S[-1] and median > 0:
+                spread["message"].extend(one_way / median)
         out[f"busy_driver_send_ns_{ms}"] = float(
             np.median(pair.run(msg, calls, gap, True)[2][warm:])
         )
@@ -360,8 +360,10 @@ def measure_messages(
     undercharged every core's messages.
 
     - *pipelined*: ``repeat`` batches driver → relay → sink back to back (fewer of a batch past
-      :data:`PIPELINED_TUPLES` tuples, in proportion, at least :data:`MIN_PIPELINED`: a
-      mean over tens of long messages is as steady as over hundreds). The sink's CPU per
+      :data:`PIPELINED_TUPLES` tuples, in proportion, at least :data:`MIN_PIPELINED`: the
+      largest batch's figures feed only the per-byte lines beyond the middle sizes, and the
+      host moves them between runs more than a hundred messages against three hundred
+      does). The sink's CPU per
       message is the receive (the frame read, the batch built, the host's bookkeeping around
       a step); the relay's, which also writes each batch on, less the sink's is the send;
     - *idle*: ``idle_calls`` batches ``IDLE_GAPS_S[0]`` apart, then as many
