@@ -123,6 +123,28 @@ def test_a_busy_calibration_stores_nothing_unless_forced(cache, tmp_path, monkey
     assert not cache.exists()  # one index measured: never stored as this host's
 
 
+def test_the_ray_phases_own_load_does_not_make_the_host_busy(cache, tmp_path, monkeypatch):
+    """The end load is read before Ray's phase, whose own processes raise it: a load that
+    rises only there is not the host's, one already high before it is."""
+    from streamjoin.runtime.sim import ray_messages
+
+    load = [0.5]
+    monkeypatch.setattr(calibrate_module.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+
+    def messages():  # Ray's processes: the load past the limit on two processors
+        load[0] = 9.0
+        return sim.default_profile().messages, {"spread": {"step": (), "message": ()}}
+
+    monkeypatch.setattr(ray_messages, "measure_messages", messages)
+    kw = {**_quick_kw(), "ray": True}
+    prof = sim.calibrate(tmp_path / "m.json", **kw)
+    assert prof.info["conditions"]["busy"] == []
+    assert prof.info["conditions"]["load_1min_start_end"] == [0.5, 0.5]
+    load[0] = 3.5  # busy before Ray's phase began: refused
+    with pytest.raises(calibrate_module.BusyHostError, match="load average 3.50"):
+        sim.calibrate(tmp_path / "m.json", **kw)
+
+
 def test_a_full_calibration_is_stored_as_this_hosts(cache, monkeypatch):
     """Every registered index measured: the profile becomes this host's (the kernel timings
     are stubbed to one cheap index, so the test stays fast)."""
