@@ -143,7 +143,8 @@ def add_calibrate_command(sub) -> None:
         "--check",
         action="store_true",
         help="after fitting, run the check layouts on Ray and the simulator and print sim / "
-        "ray (about 6 minutes more on a 2-core machine)",
+        "ray, and the first layout again at the end: how far a layout moves from itself "
+        "meanwhile (about 6 minutes more on a 2-core machine)",
     )
     cal.add_argument(
         "--check-only",
@@ -268,7 +269,7 @@ def _check(profile, layouts, report_md: str | None, tuples: int | None, repeat: 
     import os
     import time
 
-    from streamjoin.runtime.sim.fidelity import check, markdown, table
+    from streamjoin.runtime.sim.fidelity import CHECK_REPEAT, CHECK_TUPLES, check, markdown, table
 
     print(f"check: each layout on Ray, then on the simulator ({os.cpu_count()} processors shared)")
 
@@ -276,12 +277,12 @@ def _check(profile, layouts, report_md: str | None, tuples: int | None, repeat: 
         print(table([row]).splitlines()[1], flush=True)
 
     t0 = time.perf_counter()
-    given = {"tuples": tuples, "repeat": repeat}
     rows = check(
         profile,
         layouts=layouts,
         report=report,
-        **{k: v for k, v in given.items() if v is not None},
+        tuples=CHECK_TUPLES if tuples is None else tuples,
+        repeat=CHECK_REPEAT if repeat is None else repeat,
     )
     print(table(rows))
     if report_md is not None:

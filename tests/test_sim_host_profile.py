@@ -286,6 +286,26 @@ def test_check_table_counts_the_layouts_within_bounds():
     assert fidelity._spread([2.0, 3.0, 2.5]) == 1.5
 
 
+def test_the_first_layout_again_is_how_far_a_layout_moves_from_itself():
+    row = fidelity.CheckRow("single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5)
+    off = fidelity.CheckRow("grid(2, 2)", 1000.0, 2000.0, 250.0, 2.0, 1.0, 5.0, 4.0, (1.0,), 0.5)
+    again = dataclasses.replace(
+        row, layout="single, again", ray_tuples_per_s=800.0, sim_p50_ms=1.8, again=True
+    )
+    text = fidelity.table([row, off, again])
+    # printed as a row, but not counted as a layout of its own
+    assert "single, again" in text
+    assert "within 0.80-1.25 on throughput and p50: 1 of 2 layouts (single)" in text
+    assert "throughput ratios 1.10-2.00" in text
+    line = (
+        "Again at the end, single: sim / Ray throughput 1.10 then 1.38, p50 1.10 then 0.90 "
+        "(a layout against itself minutes later: off by 25%; Ray's throughput 0.80x the first)"
+    )
+    assert line in text
+    assert line in fidelity.markdown([row, off, again], sim.default_profile(), 1.0)
+    assert "Again" not in fidelity.table([row, off])
+
+
 def test_check_report_names_the_profile_and_the_host():
     row = fidelity.CheckRow("single", 1000.0, 1100.0, 250.0, 2.0, 2.2, 5.0, 4.0, (1.0,), 0.5)
     prof = sim.default_profile()

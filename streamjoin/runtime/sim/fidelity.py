@@ -71,6 +71,8 @@ FLOOD = 1e12
 #: start-up (Ray's actors waking, the windows filling) on both sides, and not alike
 #: (``experiments/results/calibrate_check.md`` compares the two lengths).
 CHECK_TUPLES = 1_200_000
+#: Ray runs of each layout in each mode (the median kept).
+CHECK_REPEAT = 3
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,9 @@ class CheckRow:
     ray_p50_spread: float = float("nan")
     #: per actor, where the paced runs' latency went
     paced_actors: tuple[PacedFigures, ...] = ()
+    #: the check's first layout run again after the others (:func:`check`'s ``again``): not
+    #: a layout of its own, but how far the same layout moves within one check
+    again: bool = False
 
     @property
     def throughput_ratio(self) -> float:
@@ -299,13 +304,18 @@ def check(
     pace_share: float = 0.25,
     chunk_ms: float = 10.0,
     paced_seconds: float = 2.0,
-    repeat: int = 3,
+    repeat: int = CHECK_REPEAT,
     report: Callable[[CheckRow], None] | None = None,
+    again: bool = True,
 ) -> list[CheckRow]:
     """Run each layout on Ray (``repeat`` times each mode, the median kept: Ray's figures vary
     by a third from run to run here) and once on the simulator with ``profile`` (module
     docstring); returns a :class:`CheckRow` per layout, each passed to ``report`` as it is
-    measured. The first Ray run starts Ray on this host's processors if none is running."""
+    measured. The first Ray run starts Ray on this host's processors if none is running.
+
+    With ``again`` and two layouts or more, the first runs once more after the others, as a
+    row with ``again`` set: the same layout's ``sim / ray`` minutes apart, the precision a
+    layout's ratio against another's can be known with in one check (:func:`table`)."""
     names = list(CHECK_LAYOUTS) if layouts is None else layouts
     unknown = [n for n in names if n not in CHECK_LAYOUTS]
     if unknown:
@@ -313,7 +323,10 @@ def check(
     cpus = os.cpu_count() or 1
     reference = profile.info.get("speed_probe_ns")
     rows = []  # the first ray run starts Ray on this machine (on loopback) for the rest
-    for name in names:
+    runs = [(name, False) for name in names]
+    if again and len(names) > 1:
+        runs.append((names[0], True))
+    for name, repeated in runs:
         make, inequality = CHECK_LAYOUTS[name]
         topo = make()
         query, data = workload(tuples, window, inequality)
@@ -350,7 +363,7 @@ def check(
             query, paced_data, topo, "sim", batch=chunk, chunk=chunk, pace=pace, machine=machine
         )
         row = CheckRow(
-            layout=name,
+            layout=f"{name}, again" if repeated else name,
             ray_tuples_per_s=ray_rate,
             sim_tuples_per_s=sim_flood["tuples_per_s"],
             pace=pace,
@@ -382,6 +395,7 @@ def check(
             paced_actors=_paced_figures(
                 sorted(paced, key=lambda r: r["p50_ms"])[len(paced) // 2], sim_paced
             ),
+            again=repeated,
         )
         rows.append(row)
         if report is not None:
@@ -397,7 +411,8 @@ def _spread(values: list[float]) -> float:
 
 def table(rows: list[CheckRow]) -> str:
     """The rows as a text table, with how many are within 0.80–1.25 and the spread of the
-    layouts' throughput ratios against one another."""
+    layouts' throughput ratios against one another; with a row run ``again``, how far that
+    layout's ratios moved from its first run (the same comparison with itself)."""
     head = (
         f"{'layout':<26}{'ray t/s':>11}{'sim t/s':>11}{'sim/ray':>8}"
         f"{'pace':>10}{'p50 ray':>9}{'sim':>8}{'ratio':>7}{'p99 ray':>9}{'sim':>8}{'ratio':>7}"
@@ -412,6 +427,8 @@ def table(rows: list[CheckRow]) -> str:
             f"{r.ray_mean_ms:>9.2f}{r.sim_mean_ms:>8.2f}{r.mean_ratio:>7.2f}"
             f"{'/'.join(f'{v:.2f}' for v in r.cpu_share):>11}{r.drift:>6.2f}{r.load_1min:>6.1f}"
         )
+    repeated = [r for r in rows if r.again]
+    rows = [r for r in rows if not r.again]
     if rows:
         within = [
             r.layout
@@ -440,6 +457,16 @@ def table(rows: list[CheckRow]) -> str:
                 f"Ray's own runs (max / min over {rows[0].repeats} a layout): throughput "
                 f"{min(t for t, _ in spreads):.2f}-{max(t for t, _ in spreads):.2f}, "
                 f"p50 {min(p for _, p in spreads):.2f}-{max(p for _, p in spreads):.2f}"
+            )
+    for last in repeated:
+        first = next((r for r in rows if r.layout == last.layout.removesuffix(", again")), None)
+        if first is not None:
+            pair = first.throughput_ratio, last.throughput_ratio
+            lines.append(
+                f"Again at the end, {first.layout}: sim / Ray throughput {pair[0]:.2f} then "
+                f"{pair[1]:.2f}, p50 {first.p50_ratio:.2f} then {last.p50_ratio:.2f} (a layout "
+                f"against itself minutes later: off by {max(pair) / min(pair) - 1:.0%}; Ray's "
+                f"throughput {last.ray_tuples_per_s / first.ray_tuples_per_s:.2f}x the first)"
             )
     return "\n".join(lines)
 
@@ -499,7 +526,11 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
             f"{r.drift:.2f}{_range(r.drift_range)} | {r.load_1min:.1f} |"
         )
     summary = table(rows).splitlines()
-    lines += ["", *[line for line in summary if line.startswith(("within", "Ray's own"))], ""]
+    lines += [
+        "",
+        *[line for line in summary if line.startswith(("within", "Ray's own", "Again"))],
+        "",
+    ]
     if any(not np.isnan(r.ray_tp_spread) for r in rows):
         lines += [
             "Ray's own runs of each layout, max / min (throughput, p50): "
