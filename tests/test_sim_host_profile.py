@@ -108,7 +108,13 @@ def test_busy_reasons():
 
 
 def _quick_kw():
-    return {"indexes": ["hash"], "quick": True, "ray": False, "idle_gap_s": None}
+    return {
+        "indexes": ["hash"],
+        "quick": True,
+        "ray": False,
+        "idle_gap_s": None,
+        "window_growth": False,
+    }
 
 
 def test_a_busy_calibration_stores_nothing_unless_forced(cache, tmp_path, monkeypatch):
@@ -165,6 +171,7 @@ def test_cli_calibrate_refuses_a_busy_fit(cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: ["load average 9.00"])
     out = tmp_path / "m.json"
     args = ["calibrate", "--index", "hash", "--quick", "--no-ray", "--idle-gap-ms", "0"]
+    args += ["--no-window-growth"]
     assert cli.main([*args, "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "machine was busy" in err and "load average 9.00" in err and "--force" in err
@@ -468,7 +475,12 @@ def test_a_calibration_fits_each_workload_at_the_probes_median_speed(monkeypatch
 
     monkeypatch.setattr(calibrate_module, "_at_probed_speed", spy)
     prof = sim.calibrate(
-        indexes=["hash", "chained", "nested_loop"], quick=True, ray=False, idle_gap_s=None, jobs=1
+        indexes=["hash", "chained", "nested_loop"],
+        quick=True,
+        ray=False,
+        idle_gap_s=None,
+        window_growth=False,
+        jobs=1,
     )
     assert prof.info["speed_probe_ns"] == 2e6  # the median
     by_index = prof.info["fit"]["speed"]["by_index"]

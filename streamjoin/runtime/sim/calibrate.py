@@ -205,6 +205,19 @@ def _workload(index: str, n: int, window: int, match: float, seed: int):
     return None if cls.unsupported(query.predicate) is not None else (query, data)
 
 
+#: Steps of a calibration workload, at most (the batches of one actor's input): bounds the
+#: small batches' runs, whose windows would otherwise fill a batch of 1 or 32 tuples at a time
+#: (a third of an index's time, at 1,200, went to batches of 32 on the largest window). Every
+#: workload weighs the same in the fit (:func:`fit_costs`), whatever its steps: fitted from
+#: workloads of 800 steps, ``bisort``'s costs met the steps of a 1,200-step recording as
+#: closely as a second 1,200-step recording's did (median relative error 0.10–0.18 against
+#: 0.15–0.20 over its four cost keys) in 70% of the time
+#: (``experiments/results/calibrate_check.md``, 2026-12-01).
+STEPS = 800
+#: Those of a quick calibration.
+QUICK_STEPS = 300
+
+
 def _calibration_runs(index: str, quick: bool, seed: int):
     """``(query, data, topology, batch_size, chunk_rows)`` workloads spanning window sizes,
     batch sizes and match rates, so every feature varies independently enough to be fitted:
@@ -221,7 +234,7 @@ def _calibration_runs(index: str, quick: bool, seed: int):
     for w in windows:
         for b in batches:
             for k, match in enumerate((0.5, 16.0)):
-                steps = 300 if quick else 1_200  # per actor: bounds the run time
+                steps = QUICK_STEPS if quick else STEPS  # per actor: bounds the run time
                 n = int(min(3 * w + 4 * b, steps * b))
                 workload = _workload(index, n, w, match, seed)
                 if workload is None:
