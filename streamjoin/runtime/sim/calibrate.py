@@ -206,13 +206,11 @@ def _workload(index: str, n: int, window: int, match: float, seed: int):
 
 
 #: Steps of a calibration workload, at most (the batches of one actor's input): bounds the
-#: small batches' runs, whose windows would otherwise fill a batch of 1 or 32 tuples at a time
-#: (a third of an index's time, at 1,200, went to batches of 32 on the largest window). Every
-#: workload weighs the same in the fit (:func:`fit_costs`), whatever its steps: fitted from
-#: workloads of 800 steps, ``bisort``'s costs met the steps of a 1,200-step recording as
-#: closely as a second 1,200-step recording's did (median relative error 0.10–0.18 against
-#: 0.15–0.20 over its four cost keys) in 70% of the time
-#: (``experiments/results/calibrate_check.md``, 2026-12-01).
+#: small batches' runs, whose windows would otherwise fill a batch of 1 or 32 tuples at a time.
+#: Every workload weighs the same in the fit (:func:`fit_costs`), whatever its steps: fits
+#: from workloads of 800 steps met a 1,200-step recording's steps as closely as a second
+#: 1,200-step recording's fit did, in two thirds of the time
+#: (``experiments/results/calibrate_check.md``).
 STEPS = 800
 #: Those of a quick calibration.
 QUICK_STEPS = 300
