@@ -28,7 +28,9 @@ Parts (``--only`` takes a comma-separated list):
   control) and ``shared_index(1)``, ``shared_index(2)`` measured; ``shared_index(1, 2, 4, 8,
   16)`` and ``single`` simulated (``backend="sim"``, input arriving faster than any
   configuration takes it, steady state from two runs as above), at batches of 1,024 and
-  8,192, with the core's own throughput beside the end-to-end one (:func:`via_run`);
+  8,192, with the core's own throughput beside the end-to-end one (:func:`via_run`), and
+  again with the batches received free (:data:`FREE`: as the paper's threads take tuples
+  from memory);
 - ``fig14``: merge cost per window and merge mode: the shared indexes' ``merges``,
   ``merged``, ``merge_seconds`` (thread time), ``lock_waits`` over the timed phase, and
   throughput blocking against nonblocking (taken from ``fig13c``'s runs when both run);
@@ -51,6 +53,7 @@ and the parallel join's speed targets) is a third of it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import statistics
@@ -125,6 +128,11 @@ SIM_BATCHES = {BATCH: "simulated", 8 * BATCH: "simulated, batches of 8,192"}
 #: steps spanned batches (pipelined, ``step_tuples=0``: its threads meet at every batch).
 WORKER = ", core's thread a worker"
 ONE_STEP = ", one batch a step"
+#: The mode suffix of pipelined rows whose batches cost the core's thread nothing to receive:
+#: the profile's receive costs set to zero (:func:`receiving_free`), as the paper's threads
+#: take their tuples from memory. The ``ray`` executor receives a batch on the thread that
+#: then runs the step, and that is what the other simulated rows charge.
+FREE = ", receiving free"
 #: Fig. 12a's speed-ups over the one-thread join with CC (paper, two-way join), for the plot.
 PAPER_SCALING = {1: 1.0, 8: 4.6, 16: 5.7}
 PAPER_SCALING_SELF = {1: 1.0, 8: 4.0, 16: 5.0}
@@ -231,18 +239,41 @@ def _run_seconds(q, data, topo, backend: str, batch: int, **kw) -> tuple[float, 
     return res.metrics["elapsed_s"], res.count, busy
 
 
+def receiving_free(profile):
+    """``profile`` with every message's receive charged nothing (its sends as they were)."""
+    m = profile.messages
+    return profile.with_messages(
+        dataclasses.replace(
+            m,
+            measured=tuple((b, send, 0.0) for b, send, _ in m.measured),
+            recv_ns=0.0,
+            recv_per_byte_ns=0.0,
+            cyclic_recv_ns=0.0,
+        )
+    )
+
+
 def via_run(
-    topo, window: int, min_timed: int, backend: str = "local", self_join=False, batch=BATCH
+    topo,
+    window: int,
+    min_timed: int,
+    backend: str = "local",
+    self_join=False,
+    batch=BATCH,
+    machine=None,
 ) -> dict:
     """Steady-state throughput of ``topo`` through ``sj.run``: a run of the fill and a run of
     the whole input, throughput = timed tuples / the difference. On ``sim`` the input arrives
     far faster than any configuration takes it (virtual time), in chunks of at most 16
     batches so that the emitter and the core overlap; ``core_tuples_per_s`` is then the core
     alone (timed tuples / the difference of its busy time), what the paper measures without
-    an emitter in front of the join."""
+    an emitter in front of the join. ``machine``: the simulated machine (default: the profile
+    a ``sim`` run finds)."""
     data, q, _, _ = workload(window, min_timed, self_join)
     n_fill = FILL_WINDOWS * window
-    kw = {"pace": 1e12} if backend == "sim" else {}
+    kw: dict = {"pace": 1e12} if backend == "sim" else {}
+    if machine is not None:
+        kw["machine"] = machine
     t_fill, _, busy_fill = _run_seconds(q, data.slice(0, n_fill), topo, backend, batch, **kw)
     t_all, count, busy_all = _run_seconds(q, data, topo, backend, batch, **kw)
     tuples = len(data) - n_fill
@@ -368,19 +399,23 @@ def part_fig12(sc, prov, bar) -> list[dict]:
         # one-thread base too, so that every row has the core's own thread beside its
         # workers), beside it with the core's thread one of the workers, and with one batch
         # a step (what steps open to many batches replaced)
+        # and pipelined with the batches received free (FREE)
+        pipelined = _sim_configs(sc, pipelined=True)
+        free = receiving_free(as_profile(None))
         modes = (
-            ("", _sim_configs(sc, pipelined=True)),
-            (WORKER, _sim_configs(sc, pipelined=False)),
-            (ONE_STEP, _sim_configs(sc, pipelined=True, step_tuples=0)),
+            ("", pipelined, None),
+            (WORKER, _sim_configs(sc, pipelined=False), None),
+            (ONE_STEP, _sim_configs(sc, pipelined=True, step_tuples=0), None),
+            (FREE, pipelined, free),
         )
         runs = [
-            (batch, mode + suffix, configs)
+            (batch, mode + suffix, configs, machine)
             for batch, mode in SIM_BATCHES.items()
-            for suffix, configs in modes
+            for suffix, configs, machine in modes
         ]
-        for batch, mode, configs in runs:
+        for batch, mode, configs, machine in runs:
             for label, (threads, topo) in configs.items():
-                r = via_run(topo, w, sc["min_timed"], "sim", self_join, batch)
+                r = via_run(topo, w, sc["min_timed"], "sim", self_join, batch, machine)
                 r["load"] = prov.note()
                 bar.update(1)
                 rows.append(
@@ -484,7 +519,7 @@ def n_units(parts: list[str], sc: dict) -> int:
     if "fig10" in parts:
         n += r * 2 * len(sc["task_sizes"])
     if "fig12" in parts:
-        n += 2 * (3 * r + 3 * len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
+        n += 2 * (3 * r + 4 * len(SIM_BATCHES) * (1 + len(sc["sim_threads"])))
     if "fig14" in parts and "fig13c" not in parts:
         n += r * 2 * len(sc["merge_windows"])
     if "latency" in parts:
@@ -627,7 +662,11 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "core's thread taking tasks between batches, as on a host with fewer processors "
             "than threads + 3); rows marked *one batch a step* with `step_tuples=0`, "
             "pipelined: each batch a step whose threads meet when it ends (the core before "
-            "steps spanned batches). "
+            "steps spanned batches); rows marked *receiving free*, pipelined, with the "
+            "profile's receive costs set to zero: the core's thread pays nothing to take a "
+            "batch, as the paper's threads take theirs from memory (the `ray` executor "
+            "receives a batch on the thread that then runs the step, as the other rows "
+            "charge). "
             "The shared core's per-unit costs are its own "
             "(the profile's `shared:pim_tree` row, calibrated on `shared_index(1)`; `single` "
             "is charged from the `pim_tree` row of the same calibration). The simulator "
@@ -660,7 +699,7 @@ def write(rows, cdfs, prov, suffix: str, parts: list[str]) -> None:
             "|---|---|---|---:|---:|---:|---:|---:|",
         ]
         for join in ("two-way", "self-join"):
-            modes = [m + x for m in SIM_BATCHES.values() for x in ("", WORKER, ONE_STEP)]
+            modes = [m + x for m in SIM_BATCHES.values() for x in ("", WORKER, ONE_STEP, FREE)]
             for mode in ("measured", *modes):
                 grp = [r for r in sel if r["join"] == join and r["mode"] == mode]
                 if not grp:
@@ -792,12 +831,12 @@ def _profile_words() -> str:
 
 def _amdahl(sel: list[dict]) -> list[str]:
     """What caps the simulated speed-up: per batch size (pipelined, steps open to many
-    batches), the speed-ups at 8 and 16 threads beside the paper's and the serial fraction an
+    batches; and with the batches received free), the speed-ups at 8 and 16 threads beside the paper's and the serial fraction an
     Amdahl fit of the curve gives, then the profile's per-step and per-tuple charges of the
     core."""
     out = []
     for join, paper in (("two-way", PAPER_SCALING), ("self-join", PAPER_SCALING_SELF)):
-        for mode in SIM_BATCHES.values():
+        for mode in [m + x for m in SIM_BATCHES.values() for x in ("", FREE)]:
             sim = {
                 r["threads"]: r["tuples_per_s"]
                 for r in sel
@@ -884,6 +923,12 @@ def plot(rows, path: str) -> None:
                         "core_tuples_per_s",
                         "v",
                         "core alone, sim, 8,192, one batch a step",
+                    ),
+                    (
+                        SIM_BATCHES[8 * BATCH] + FREE,
+                        "core_tuples_per_s",
+                        "D",
+                        "core alone, sim, 8,192, receiving free",
                     ),
                 )
                 for mode, key, marker, label in curves:
