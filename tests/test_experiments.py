@@ -112,6 +112,37 @@ def test_quick_run_of_the_parallel_join_experiment(tmp_path):
     assert (tmp_path / "pim_tree_parallel_fig14_quick.png").exists()
 
 
+@pytest.mark.slow  # about 20 s
+def test_quick_fig12_simulates_the_batches_received_free(tmp_path):
+    """``pim_tree_parallel.py --quick --only fig12``: beside each batch size's pipelined rows,
+    the same configurations with the batches received free, the same join (the same pairs a
+    tuple: a cost changes no result), and an Amdahl line for each."""
+    proc = subprocess.run(
+        [sys.executable, "pim_tree_parallel.py", "--quick", "--only", "fig12", "--rounds", "1"],
+        cwd=EXPERIMENTS,
+        env={**os.environ, "STREAMJOIN_RESULTS": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "pim_tree_parallel_fig12_quick.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    by = {(r["join"], r["mode"], r["config"]): r for r in rows}
+    md = (tmp_path / "pim_tree_parallel_fig12_quick.md").read_text()
+    for mode in ("simulated", "simulated, batches of 8,192"):
+        for join in ("two-way", "self-join"):
+            mine = {c for j, m, c in by if (j, m) == (join, mode)}
+            free = {c for j, m, c in by if (j, m) == (join, mode + ", receiving free")}
+            assert mine and free == mine
+            for config in mine:
+                pairs = {
+                    by[(join, m, config)]["pairs_per_tuple"]
+                    for m in (mode, mode + ", receiving free")
+                }
+                assert len(pairs) == 1, (join, mode, config, pairs)
+            assert f"- {mode.capitalize()}, receiving free, {join}: " in md
+
+
 def test_steady_state_of_a_split_join_smaller_than_its_batches():
     """``panjoin_system``'s steady throughput of ``split(16)`` with nested loops at a window of
     2^10 tuples and batches of 512 (each worker holds a stored batch at most now and then):
