@@ -82,18 +82,24 @@ def test_quick_run_of_a_system_experiment(tmp_path, name):
     assert (tmp_path / f"{name}_quick.png").exists()
 
 
-def test_quick_run_of_the_parallel_join_experiment(tmp_path):
-    """``pim_tree_parallel.py --quick --only fig14``: both merge modes of ``shared_index(2)``
-    find the same pairs (at match rate 2), merges are counted and timed, and the markdown says
-    where the figures came from."""
+def run_parallel_quick(part: str, tmp_path) -> None:
+    """``pim_tree_parallel.py --quick --only PART --rounds 1`` into ``tmp_path``, which must
+    succeed."""
     proc = subprocess.run(
-        [sys.executable, "pim_tree_parallel.py", "--quick", "--only", "fig14", "--rounds", "1"],
+        [sys.executable, "pim_tree_parallel.py", "--quick", "--only", part, "--rounds", "1"],
         cwd=EXPERIMENTS,
         env={**os.environ, "STREAMJOIN_RESULTS": str(tmp_path)},
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_quick_run_of_the_parallel_join_experiment(tmp_path):
+    """``pim_tree_parallel.py --quick --only fig14``: both merge modes of ``shared_index(2)``
+    find the same pairs (at match rate 2), merges are counted and timed, and the markdown says
+    where the figures came from."""
+    run_parallel_quick("fig14", tmp_path)
     with open(tmp_path / "pim_tree_parallel_fig14_quick.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     by_window: dict = {}
@@ -117,14 +123,7 @@ def test_quick_fig12_simulates_the_batches_received_free(tmp_path):
     """``pim_tree_parallel.py --quick --only fig12``: beside each batch size's pipelined rows,
     the same configurations with the batches received free, the same join (the same pairs a
     tuple: a cost changes no result), and an Amdahl line for each."""
-    proc = subprocess.run(
-        [sys.executable, "pim_tree_parallel.py", "--quick", "--only", "fig12", "--rounds", "1"],
-        cwd=EXPERIMENTS,
-        env={**os.environ, "STREAMJOIN_RESULTS": str(tmp_path)},
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_parallel_quick("fig12", tmp_path)
     with open(tmp_path / "pim_tree_parallel_fig12_quick.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     by = {(r["join"], r["mode"], r["config"]): r for r in rows}
