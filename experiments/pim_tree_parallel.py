@@ -398,8 +398,8 @@ def part_fig12(sc, prov, bar) -> list[dict]:
         # the shared core pipelined (the simulator's default with two threads or more; the
         # one-thread base too, so that every row has the core's own thread beside its
         # workers), beside it with the core's thread one of the workers, and with one batch
-        # a step (what steps open to many batches replaced)
-        # and pipelined with the batches received free (FREE)
+        # a step (what steps open to many batches replaced), and pipelined with the batches
+        # received free (FREE)
         pipelined = _sim_configs(sc, pipelined=True)
         free = receiving_free(as_profile(None))
         modes = (
@@ -831,9 +831,9 @@ def _profile_words() -> str:
 
 def _amdahl(sel: list[dict]) -> list[str]:
     """What caps the simulated speed-up: per batch size (pipelined, steps open to many
-    batches; and with the batches received free), the speed-ups at 8 and 16 threads beside the paper's and the serial fraction an
-    Amdahl fit of the curve gives, then the profile's per-step and per-tuple charges of the
-    core."""
+    batches; and with the batches received free), the speed-ups at 8 and 16 threads beside
+    the paper's and the serial fraction an Amdahl fit of the curve gives, then the profile's
+    per-step and per-tuple charges of the core."""
     out = []
     for join, paper in (("two-way", PAPER_SCALING), ("self-join", PAPER_SCALING_SELF)):
         for mode in [m + x for m in SIM_BATCHES.values() for x in ("", FREE)]:
