@@ -9,6 +9,12 @@ follows the experiments' expected durations; each child's output goes to ``<resu
 An experiment is one :class:`Experiment` in :data:`GALLERY`. An entry whose script is not in
 this checkout yet is listed as *being built* and skipped: when it lands, it runs.
 
+``--simulated`` runs only the simulated sections (every figure that comes from
+``backend="sim"`` and the simulator's checks against real runs) on this host's machine profile,
+which every simulated machine of the gallery is built on and every result names;
+``--calibrate`` fits that profile first (``streamjoin calibrate``), so that
+``--simulated --calibrate`` re-runs the simulated gallery on a profile fitted the same day.
+
 Experiments that start Ray run under ``flock <lock>`` when ``--ray-lock`` (or
 ``$STREAMJOIN_RAY_LOCK``) names a lock file, so that they never share the machine with another
 Ray session.
@@ -18,11 +24,13 @@ Examples::
     python -m experiments.all --list
     python -m experiments.all --quick
     python -m experiments.all --only dpjoin_system,panjoin_system --ray-lock ray.lock
+    python -m experiments.all --simulated --calibrate
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import subprocess
 import sys
@@ -58,6 +66,11 @@ class Experiment:
         Extra arguments of a full run.
     quick_args : tuple of str or None
         Arguments of its ``--quick`` run; None: it has none and ``--quick`` leaves it out.
+    simulated_args : tuple of str or None
+        Arguments that run its simulated sections alone (with ``--quick``, its quick
+        arguments follow); None: it has none and ``--simulated`` leaves it out.
+    simulated_minutes : float
+        Expected wall time of those sections, full.
     """
 
     name: str
@@ -68,6 +81,8 @@ class Experiment:
     starts_ray: bool = False
     args: tuple[str, ...] = ()
     quick_args: tuple[str, ...] | None = ("--quick",)
+    simulated_args: tuple[str, ...] | None = None
+    simulated_minutes: float = 0.0
 
     @property
     def path(self) -> str:
@@ -81,7 +96,13 @@ class Experiment:
 
 GALLERY = [
     Experiment(
-        "dpjoin_layouts", "dpjoin_layouts.py", "DP-Join Fig. 6a, 6b, 7a, Expr. 3, 5-7", 45, 5
+        "dpjoin_layouts",
+        "dpjoin_layouts.py",
+        "DP-Join Fig. 6a, 6b, 7a, Expr. 3, 5-7",
+        45,
+        5,
+        simulated_args=(),
+        simulated_minutes=35,
     ),
     Experiment(
         "dpjoin_system",
@@ -90,6 +111,8 @@ GALLERY = [
         150,
         12,
         starts_ray=True,
+        simulated_args=("--only", "fig4,fig5a,table1,fig5b,fig7b"),
+        simulated_minutes=145,
     ),
     Experiment("panjoin_paper", "panjoin_paper.py", "PanJoin Fig. 10-13 (§V-A)", 15, 3),
     Experiment(
@@ -99,6 +122,8 @@ GALLERY = [
         120,
         8,
         starts_ray=True,
+        simulated_args=("--only", "batch,window,selectivity,baselines,storm"),
+        simulated_minutes=115,
     ),
     Experiment(
         "pim_tree_paper",
@@ -114,8 +139,19 @@ GALLERY = [
         "PIM-Tree §4: Fig. 10c, 12a, 12c, 13c, 14 and latency with blocking vs nonblocking merge",
         35,
         0.5,
+        simulated_args=("--only", "fig12"),
+        simulated_minutes=17,
     ),
-    Experiment("spo_paper", "spo_paper.py", "SPO-Join §6, Fig. 7-15", 60, 5, starts_ray=True),
+    Experiment(
+        "spo_paper",
+        "spo_paper.py",
+        "SPO-Join §6, Fig. 7-15",
+        60,
+        5,
+        starts_ray=True,
+        simulated_args=("--only", "latency,scale"),
+        simulated_minutes=25,
+    ),
     Experiment(
         "peers",
         "peers.py",
@@ -126,9 +162,24 @@ GALLERY = [
     ),
     # measured 2026-11-27 on a quiet machine: 3 and 1.8 minutes
     Experiment(
-        "sim_fidelity", "sim_fidelity.py", "our simulator against Ray", 4, 2, starts_ray=True
+        "sim_fidelity",
+        "sim_fidelity.py",
+        "our simulator against Ray",
+        4,
+        2,
+        starts_ray=True,
+        simulated_args=("--repeat", "5"),
+        simulated_minutes=7,
     ),
-    Experiment("sim_windows", "sim_windows.py", "our simulator on windows past the caches", 3, 0.5),
+    Experiment(
+        "sim_windows",
+        "sim_windows.py",
+        "our simulator on windows past the caches",
+        3,
+        0.5,
+        simulated_args=(),
+        simulated_minutes=6,
+    ),
     Experiment(
         "topologies", "topologies.py", "every topology on local and Ray", 2, 1, starts_ray=True
     ),
@@ -140,6 +191,8 @@ GALLERY = [
         0,
         starts_ray=True,
         quick_args=None,
+        simulated_args=(),
+        simulated_minutes=1,
     ),
     Experiment(
         "long_runs",
@@ -169,21 +222,70 @@ GALLERY = [
 ]
 
 
-def command(exp: Experiment, quick: bool, ray_lock: str | None) -> list[str]:
+def command(
+    exp: Experiment, quick: bool, ray_lock: str | None, simulated: bool = False
+) -> list[str]:
     """The child's command line."""
-    cmd = [sys.executable, exp.path, *((exp.quick_args or ()) if quick else exp.args)]
+    if simulated:
+        args = (*(exp.simulated_args or ()), *((exp.quick_args or ()) if quick else ()))
+    else:
+        args = (exp.quick_args or ()) if quick else exp.args
+    cmd = [sys.executable, exp.path, *args]
     if exp.starts_ray and ray_lock:
         cmd = ["flock", ray_lock, *cmd]
     return cmd
 
 
-def run(exp: Experiment, quick: bool, ray_lock: str | None, out: str, bar: tqdm) -> dict:
+def expected_minutes(exp: Experiment, quick: bool, simulated: bool) -> float:
+    """Its expected wall time (the progress bar's share)."""
+    if quick:
+        return exp.quick_minutes
+    return exp.simulated_minutes if simulated else exp.minutes
+
+
+def calibrate(out: str) -> int:
+    """Fit this host's profile (``streamjoin calibrate``) in a child, its output to
+    ``<out>/logs/calibrate.log``; its exit status."""
+    logs = os.path.join(out, "logs")
+    os.makedirs(logs, exist_ok=True)
+    log = os.path.join(logs, "calibrate.log")
+    print(f"fitting this host's profile (streamjoin calibrate, about 3 minutes; log {log})")
+    with open(log, "w") as f:
+        return subprocess.run(
+            [sys.executable, "-m", "streamjoin", "calibrate"],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        ).returncode
+
+
+def profile_line() -> str:
+    """Which profile this host's simulated runs take, and when it was fitted (a warning when
+    that was not today)."""
+    from streamjoin.runtime.sim.host_profile import profile_for_this_host
+
+    profile = profile_for_this_host(warn=False)
+    fitted = profile.info.get("date", "unknown")
+    line = f"simulating on the profile {profile.name!r} ({profile.source}, fitted {fitted})"
+    if fitted != datetime.date.today().isoformat():
+        line += "; not fitted today: --calibrate fits it first"
+    return line
+
+
+def run(
+    exp: Experiment,
+    quick: bool,
+    ray_lock: str | None,
+    out: str,
+    bar: tqdm,
+    simulated: bool = False,
+) -> dict:
     """Run one experiment, its output to ``<out>/logs/<name>.log``; the bar advances with the
     experiment's expected time while it runs and settles on its share when it ends."""
     logs = os.path.join(out, "logs")
     os.makedirs(logs, exist_ok=True)
-    log = os.path.join(logs, f"{exp.name}{'_quick' if quick else ''}.log")
-    expected = exp.quick_minutes if quick else exp.minutes
+    tag = ("_simulated" if simulated else "") + ("_quick" if quick else "")
+    log = os.path.join(logs, f"{exp.name}{tag}.log")
+    expected = expected_minutes(exp, quick, simulated)
     start, done = time.time(), threading.Event()
     base = bar.n
 
@@ -196,7 +298,7 @@ def run(exp: Experiment, quick: bool, ray_lock: str | None, out: str, bar: tqdm)
     ticker.start()
     with open(log, "w") as f:
         proc = subprocess.run(
-            command(exp, quick, ray_lock),
+            command(exp, quick, ray_lock, simulated),
             stdout=f,
             stderr=subprocess.STDOUT,
             env={**os.environ, RESULTS_ENV: out},
@@ -221,6 +323,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="comma-separated experiment names to leave out")
     ap.add_argument("--list", action="store_true", help="list the gallery and exit")
     ap.add_argument(
+        "--simulated",
+        action="store_true",
+        help="only the simulated sections, on this host's machine profile",
+    )
+    ap.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="fit this host's profile first (streamjoin calibrate, about 3 minutes)",
+    )
+    ap.add_argument(
         "--out",
         help="results folder (default: experiments/results, with --quick experiments/results/quick)",
     )
@@ -240,24 +352,34 @@ def main(argv: list[str] | None = None) -> int:
         for e in GALLERY:
             state = "ready" if e.ready else "being built"
             ray = ", Ray" if e.starts_ray else ""
+            simulated = (
+                f", simulated ~{e.simulated_minutes:.0f}" if e.simulated_args is not None else ""
+            )
             print(
                 f"{e.name:<18} {state:<12} ~{e.minutes:>4.0f} min (quick ~{e.quick_minutes:.0f}"
-                f"{ray})  {e.script}: {e.reproduces}"
+                f"{simulated}{ray})  {e.script}: {e.reproduces}"
             )
         return 0
     out = os.path.abspath(
         args.out or os.path.join(HERE, "results", *(("quick",) if args.quick else ()))
     )
     todo = [e for e in GALLERY if e.name in chosen]
+    if args.simulated:  # (an experiment without simulated sections is left out silently)
+        todo = [e for e in todo if e.simulated_args is not None]
     pending = [e for e in todo if not e.ready]
     no_quick = [e for e in todo if args.quick and e.quick_args is None]
     todo = [e for e in todo if e.ready and e not in no_quick]
-    total = sum(e.quick_minutes if args.quick else e.minutes for e in todo)
+    total = sum(expected_minutes(e, args.quick, args.simulated) for e in todo)
+    if args.calibrate and calibrate(out) != 0:
+        print(f"the fit failed or found the machine busy: see {out}/logs/calibrate.log")
+        return 1
+    if args.simulated or args.calibrate:
+        print(profile_line())
     results = []
     with tqdm(total=total, unit="min", bar_format="{l_bar}{bar}| {n:.1f}/{total:.0f} min") as bar:
         for exp in todo:
             bar.set_description(exp.name)
-            results.append(run(exp, args.quick, args.ray_lock, out, bar))
+            results.append(run(exp, args.quick, args.ray_lock, out, bar, args.simulated))
             bar.write(
                 f"{exp.name}: {results[-1]['status']} in {results[-1]['minutes']:.1f} min "
                 f"(log {results[-1]['log']})"

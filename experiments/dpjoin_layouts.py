@@ -30,8 +30,8 @@ and queue behind each other at the core they share):
 The simulator runs the real joins, so windows are scaled: ``T_w`` is 6 s instead of 300 s
 and every scanned tuple is charged ``--scale`` (50) times the calibrated nested-loop cost, so
 a probe costs what a probe of the paper's 300 s window would (T⋈ × 50 × 6,000 tuples =
-T⋈ × 300,000 tuples). Two machines, both built from the shipped (calibrated) profile in that
-way, both with shared-memory messaging (assumed: 0.5 µs to send, 1 µs in flight, 0.5 µs to
+T⋈ × 300,000 tuples). Two machines, both built in that way from this host's profile
+(``streamjoin calibrate``'s, else the shipped one; the results name it), both with shared-memory messaging (assumed: 0.5 µs to send, 1 µs in flight, 0.5 µs to
 receive, the order of a lock-free queue hand-off between cores, cf. FastFlow; not measured):
 
 - ``python``: per-call and per-tuple overheads of this Python implementation as calibrated
@@ -75,11 +75,13 @@ SYMMETRIC = [(4, 4), (2, 8), (1, 16)]
 ASYMMETRIC = [(4, 4), (3, 5), (5, 3), (2, 8), (8, 2), (1, 16)]
 
 
-def machines(scan_scale: float, native_factor: float = 50.0) -> dict:
-    """The two machine profiles of the module docstring."""
+def machines(scan_scale: float, native_factor: float = 50.0, base=None) -> dict:
+    """The two machine profiles of the module docstring, built on ``base`` (by default
+    :func:`report.host_profile`)."""
     # DP-Join's model charges the work alone: no after-idle charge (that term measures how
     # this host's processes warm up again after sleeping)
-    base = sim.default_profile().with_messages(SHARED_MEMORY).with_after_idle(sim.IdleCosts())
+    base = base or report.host_profile()
+    base = base.with_messages(SHARED_MEMORY).with_after_idle(sim.IdleCosts())
 
     def edit(table: dict, overhead: float) -> dict:
         return {
@@ -227,7 +229,8 @@ def main() -> None:
     sym = [(4, 4), (2, 8), (1, 16)]
     asym = [(4, 4), (3, 5), (2, 8)] if args.quick else ASYMMETRIC
     p = match_probability(args.band)
-    profiles = machines(scale)
+    host = report.host_profile()
+    profiles = machines(scale, base=host)
     grids = lambda layouts: [f"{m}x{n}" for m, n in layouts]  # noqa: E731
     # (machine, scenario, rate_r, rate_s, layouts, run length and tail in windows)
     plan = [
@@ -265,6 +268,7 @@ def main() -> None:
                 "model_end_of_probe_ms": end_of_probe,
                 "expr3_bmax": 2 * lx * ly * window * p,
                 **out,
+                "profile": report.profile_of(host),
             }
             rows.append(row)
             print(
@@ -293,7 +297,8 @@ def write(rows: list[dict], profiles: dict, prov: report.Provenance, suffix: str
         "",
         "Simulated (virtual time: the figures do not depend on this host's load). "
         f"Window {window:g} s, batch 1, Poisson arrivals, band {rows[0]['band']}; total "
-        f"simulator wall time {sum(r['wall_s'] for r in rows):.0f} s.",
+        f"simulator wall time {sum(r['wall_s'] for r in rows):.0f} s. Both machines are built "
+        f"on the profile {rows[0].get('profile', 'shipped (not recorded)')}.",
         prov.line(),
         "",
     ]

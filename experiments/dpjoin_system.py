@@ -47,8 +47,8 @@ backend). ``k`` = 300 (T_w / k = 1 s) for throughput, 50 for the latency of ``fi
   step, 10 ns per tuple handled or stored. 32 processors (SMT threads) of which 16 are cores:
   with k > 16 threads busy each runs at ``(14.4 + 0.1 k) / k`` of a core (two threads on a core
   yield 1.1 of it; assumed). No after-idle cost (busy-waiting workers, as FastFlow's).
-- ``calibrated``: this machine's shipped profile (``sim.default_profile()``: the numba kernels
-  and the Ray executor's TCP messages as ``streamjoin calibrate`` measured them here), a
+- ``calibrated``: this host's profile (``streamjoin calibrate``'s, else the shipped one: the
+  numba kernels and the Ray executor's TCP messages as measured here; each row names it), a
   processor per actor, scan charged ``k`` times as above. Throughput sections run it with
   batches of up to 256 tuples closing after 1 ms (tuple at a time, this transport's 0.2–0.3
   ms per message would bound every layout); ``fig7b`` tuple at a time, as the paper.
@@ -189,8 +189,9 @@ def paper_machine(k: float) -> sim.MachineProfile:
 
 
 def calibrated_machine(k: float) -> sim.MachineProfile:
-    """The shipped profile (this machine), a processor per actor, scan charged ``k`` times."""
-    base = sim.default_profile()
+    """This host's profile (:func:`report.host_profile`), a processor per actor, scan charged
+    ``k`` times."""
+    base = report.host_profile()
     nested = {**base.indexes["nested_loop"]}
     nested["scan"] *= k
     return sim.MachineProfile.from_dict(
@@ -476,8 +477,10 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
     k = SCALE * (3 if quick else 1)
     profs = machines(k)
     rows: list[dict] = []
+    host = report.profile_of(report.host_profile())
 
     def note(row: dict) -> None:
+        row["profile"] = host  # what the `calibrated` machine is built on
         rows.append(row)
         prov.note()
         # the section so far, so that an interrupted run (fig5b takes an hour) keeps its points
@@ -577,8 +580,8 @@ def render(quick: bool, prov: report.Provenance) -> None:
         "scanned tuple charged k times and the hit rate k p: see the docstring of "
         "`experiments/dpjoin_system.py`. Machines: `paper` = DP-Join's 16-core Xeon as a "
         f"profile (T⋈ = {T_JOIN_NS:.2f} ns from Table I, FastFlow-like messages of 50 + 200 + "
-        "50 ns, 16 cores / 32 SMT threads); `calibrated` = this machine's shipped profile "
-        "(numba kernels, Ray TCP messages) with a processor per actor, batches of up to 256 "
+        "50 ns, 16 cores / 32 SMT threads); `calibrated` = this host's profile "
+        "(numba kernels, Ray TCP messages; each section names it) with a processor per actor, batches of up to 256 "
         "tuples closing after 1 ms in the throughput figures.",
         "",
         "Each section's CSV records the commit, machine and load it ran with; this page was "
@@ -602,7 +605,8 @@ def _header(title: str, section: str, rows: list[dict]) -> list[str]:
         f"Paper: {PAPER[section]}.",
         "",
         f"Ran at commit `{r.get('commit', '?')}`, load average {r.get('load_start', 0):.1f} "
-        f"(max {r.get('load_max', 0):.1f}).",
+        f"(max {r.get('load_max', 0):.1f}); `calibrated` built on the profile "
+        f"{r.get('profile', 'shipped (not recorded)')}.",
         "",
     ]
 

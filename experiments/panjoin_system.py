@@ -37,8 +37,8 @@ Sections, each with the paper's figure:
 Machines: ``cluster``, the paper's network (100 Gb/s: 0.08 ns per byte to send and to receive,
 1 µs per message each way and 2 µs in flight; assumed, the paper gives the bandwidth only) with
 this machine's calibrated kernels, one thread per node (the paper probes with 8), no after-idle
-cost; ``calibrated``, this machine's shipped profile as is (Ray TCP messages), a processor per
-actor.
+cost; ``calibrated``, this host's profile as is (``streamjoin calibrate``'s, else the shipped
+one; Ray TCP messages), a processor per actor. Each section names the profile.
 
 **How far the simulator goes, and the model beyond.** The simulator runs the real joins: a
 window of 2^27 tuples per stream needs the ~10 GB and the hours one takes on this machine
@@ -149,8 +149,9 @@ NESTED = ("split", "handshake_ll")
 
 
 def cluster_machine() -> sim.MachineProfile:
-    """This machine's kernels on the paper's network (module docstring)."""
-    base = sim.default_profile()
+    """This host's kernels (:func:`report.host_profile`) on the paper's network (module
+    docstring)."""
+    base = report.host_profile()
     return sim.MachineProfile.from_dict(
         {
             **base.to_dict(),
@@ -162,7 +163,7 @@ def cluster_machine() -> sim.MachineProfile:
 
 
 def machines() -> dict:
-    return {"cluster": cluster_machine(), "calibrated": sim.default_profile()}
+    return {"cluster": cluster_machine(), "calibrated": report.host_profile()}
 
 
 def scaled_scan(profile: sim.MachineProfile, k: float) -> sim.MachineProfile:
@@ -402,6 +403,7 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
     sc = SCALES["quick" if args.quick else "full"]
     profs = machines()
     rows: list[dict] = []
+    host = report.profile_of(report.host_profile())  # what both machines are built on
 
     def point(machine, prof, store, window, workers, subwindows, batch, s, **extra) -> dict:
         kind = extra.pop("kind", "panjoin")
@@ -416,6 +418,7 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
             "batch": batch,
             "selectivity": s,
             "source": "simulated",
+            "profile": host,
             **extra,
         }
         out = steady_throughput(
@@ -458,6 +461,7 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
                 "batch": batch,
                 "selectivity": s,
                 "source": "modelled",
+                "profile": host,
                 "tuples_per_s": tput,
                 "model_tuples_per_s": tput,
                 "model_bound": bound,
@@ -688,8 +692,8 @@ def render(quick: bool, prov: report.Provenance) -> None:
         "`model()` in `experiments/panjoin_system.py`; checked against every simulated point "
         "in the `model` column) or *measured* (`local`, `ray`). Input tuples/s, both streams; "
         "M = million. Machines: `cluster` = this machine's kernels on the paper's 100 Gb/s "
-        "network, one thread per worker node; `calibrated` = this machine's shipped profile "
-        "(Ray TCP messages).",
+        "network, one thread per worker node; `calibrated` = this host's profile (Ray TCP "
+        "messages). Each section names the profile both are built on.",
         "",
         "Each section's CSV records the commit, machine and load it ran with; this page was "
         "rendered by: " + prov.line(),
@@ -712,7 +716,8 @@ def _head(title: str, section: str, rows: list[dict]) -> list[str]:
         f"Paper: {PAPER[section]}.",
         "",
         f"Ran at commit `{r.get('commit', '?')}`, load average {r.get('load_start', 0):.1f} "
-        f"(max {r.get('load_max', 0):.1f}).",
+        f"(max {r.get('load_max', 0):.1f}); built on the profile "
+        f"{r.get('profile', 'shipped (not recorded)')}.",
         "",
     ]
 

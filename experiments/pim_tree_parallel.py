@@ -822,11 +822,7 @@ def _profile_words() -> str:
     prof = as_profile(None)
     cond = prof.info.get("conditions", {})
     load = "–".join(str(v) for v in cond.get("load_1min_start_end", []))
-    where = "this host's profile" if prof.source.startswith("this host") else "the shipped profile"
-    return (
-        f"{where} (`streamjoin calibrate`, {prof.info.get('date', 'undated')}"
-        f"{f', load {load}' if load else ''})"
-    )
+    return f"the profile {report.profile_of(prof)}{f', fitted at load {load}' if load else ''}"
 
 
 def _amdahl(sel: list[dict]) -> list[str]:

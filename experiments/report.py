@@ -10,6 +10,8 @@ import sys
 import time
 
 from streamjoin.runtime.result import machine_info
+from streamjoin.runtime.sim.host_profile import profile_for_this_host
+from streamjoin.runtime.sim.profile import MachineProfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 #: Environment variable naming another folder for the results (the gallery's quick runs and
@@ -103,13 +105,29 @@ class Provenance:
         )
 
 
+def host_profile() -> MachineProfile:
+    """The profile every simulated machine of the gallery is built on: this host's, as
+    ``streamjoin calibrate`` fitted it, else the shipped one (with a warning that names the
+    command); ``STREAMJOIN_MACHINE_PROFILE`` chooses another."""
+    return profile_for_this_host()
+
+
+def profile_of(profile: MachineProfile) -> str:
+    """A profile as a result records it: its name, where it came from (``shipped``, a file,
+    this host's cache) and the day it was fitted."""
+    return _described(profile.name, profile.source, profile.info)
+
+
 def profile_note(metrics: dict) -> str:
-    """Which machine profile a ``sim`` run used, from its metrics: its name, where it came
-    from (``shipped``, a file, this host's cache) and the day it was fitted."""
+    """Which machine profile a ``sim`` run used, from its metrics (as :func:`profile_of`)."""
     p = metrics["machine_profile"]
-    source = p["source"]  # (a path names a file outside the repository: its name only)
+    return _described(p["name"], p["source"], p.get("info", {}))
+
+
+def _described(name: str, source: str, info: dict) -> str:
+    # (a path names a file outside the repository: its name only)
     source = source.split(" /")[0] if source.startswith("this host") else os.path.basename(source)
-    return f"{p['name']} ({source}, fitted {p.get('info', {}).get('date', 'unknown')})"
+    return f"{name} ({source}, fitted {info.get('date', 'unknown')})"
 
 
 def save_rows(rows: list[dict], path: str) -> None:

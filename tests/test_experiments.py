@@ -53,6 +53,98 @@ def test_readme_links_the_gallery_which_shows_two_pictures():
             assert (page.parent / path).exists(), path
 
 
+def experiment(name: str):
+    """The module ``experiments/<name>.py``, imported as the scripts import one another."""
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+
+
+def test_every_simulated_section_is_in_the_gallerys_simulated_run():
+    """``--simulated`` runs each experiment that simulates (``backend="sim"`` or a machine
+    profile in its runs) with the arguments that choose its simulated sections, sections the
+    script has; ``--quick`` adds its quick arguments."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from experiments import all as gallery_run
+    finally:
+        sys.path.remove(str(ROOT))
+    for e in gallery():
+        text = Path(e.path).read_text()
+        simulates = 'backend="sim"' in text or "machine=prof" in text
+        assert (e.simulated_args is not None) == simulates, e.name
+        if e.simulated_args is None:
+            continue
+        cmd = gallery_run.command(e, False, None, simulated=True)
+        assert cmd == [sys.executable, e.path, *e.simulated_args]
+        if e.quick_args is not None:
+            quick = gallery_run.command(e, True, None, simulated=True)
+            assert quick == [*cmd, *e.quick_args]
+        if "--only" in e.simulated_args:
+            sections = e.simulated_args[e.simulated_args.index("--only") + 1]
+            for section in sections.split(","):
+                assert f'"{section}"' in text, (e.name, section)
+        assert e.simulated_minutes > 0
+
+
+def test_the_gallerys_simulated_machines_are_built_on_this_hosts_profile(tmp_path, monkeypatch):
+    """The DP-Join and PanJoin experiments build their machines on this host's profile (the
+    one ``STREAMJOIN_MACHINE_PROFILE`` names here), not the shipped one, and name it."""
+    from streamjoin.runtime import sim
+    from streamjoin.runtime.sim.host_profile import PROFILE_ENV
+
+    shipped = sim.default_profile()
+    d = shipped.to_dict()
+    d["name"] = "probe host"
+    d["info"] = {"date": "2026-01-02"}
+    d["indexes"]["nested_loop"]["scan"] = 3 * shipped.indexes["nested_loop"]["scan"]
+    path = tmp_path / "probe.json"
+    sim.MachineProfile.from_dict(d).save(path)
+    monkeypatch.setenv(PROFILE_ENV, str(path))
+    report, layouts = experiment("report"), experiment("dpjoin_layouts")
+    system, panjoin = experiment("dpjoin_system"), experiment("panjoin_system")
+    named = report.profile_of(report.host_profile())
+    assert named.startswith("probe host (probe.json") and named.endswith("fitted 2026-01-02)")
+    scan = 3 * shipped.indexes["nested_loop"]["scan"]
+    python = layouts.machines(50.0)["python"]
+    assert python.name.startswith("probe host") and python.indexes["nested_loop"]["scan"] == (
+        pytest.approx(50 * scan)
+    )
+    calibrated = system.calibrated_machine(10.0)
+    assert calibrated.indexes["nested_loop"]["scan"] == pytest.approx(10 * scan)
+    machines = panjoin.machines()
+    assert machines["calibrated"].name == "probe host"
+    assert machines["cluster"].indexes["nested_loop"]["scan"] == pytest.approx(scan)
+
+
+@pytest.mark.slow  # about 30 s
+def test_the_simulated_gallery_runs_on_this_hosts_profile_and_says_which(tmp_path):
+    """``--simulated --quick``: the simulated sections' smoke run, which says the profile it
+    simulates on and that it was not fitted today, and whose result names it."""
+    from streamjoin.runtime import sim
+
+    d = sim.default_profile().to_dict()
+    d["name"], d["info"] = "probe host", {"date": "2026-01-02"}
+    path = tmp_path / "probe.json"
+    sim.MachineProfile.from_dict(d).save(path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.all", "--simulated", "--quick"]
+        + ["--only", "pim_tree_parallel", "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        env={**os.environ, "STREAMJOIN_MACHINE_PROFILE": str(path)},
+        capture_output=True,
+        text=True,
+    )
+    log = tmp_path / "out" / "logs" / "pim_tree_parallel_simulated_quick.log"
+    assert proc.returncode == 0, log.read_text()
+    assert "simulating on the profile 'probe host'" in proc.stdout
+    assert "fitted 2026-01-02; not fitted today" in proc.stdout
+    md = (tmp_path / "out" / "pim_tree_parallel_fig12_quick.md").read_text()
+    assert "probe host" in md
+
+
 def run_quick(name: str, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "experiments.all", "--quick", "--only", name, "--out", str(out)],
