@@ -140,7 +140,7 @@ def test_the_simulated_gallery_runs_on_this_hosts_profile_and_says_which(tmp_pat
     log = tmp_path / "out" / "logs" / "pim_tree_parallel_simulated_quick.log"
     assert proc.returncode == 0, log.read_text()
     assert "simulating on the profile 'probe host'" in proc.stdout
-    assert "fitted 2026-01-02; not fitted today" in proc.stdout
+    assert "fitted 2026-01-02); not fitted today" in proc.stdout
     md = (tmp_path / "out" / "pim_tree_parallel_fig12_quick.md").read_text()
     assert "probe host" in md
 
