@@ -1071,6 +1071,9 @@ def test_calibrate_ray_messages():
     # the hosts joined as many tuples as each batch held between messages, left out of the
     # figures; the relay merged each batch with itself: a line over the merged bytes
     assert all(r["work_ns"] > 0 and r["merge_ns"] > 0 for r in (small, large))
+    # and the join work right after each gap, beside its median back to back (raw only)
+    for r in (small, large):
+        assert r["work_median_ns"] > 0 and all(r[f"asleep_work_ns_{g}"] > 0 for g in gaps)
     merges = np.polyfit(
         [2 * small["bytes"], 2 * large["bytes"]], [small["merge_ns"], large["merge_ns"]], 1
     )

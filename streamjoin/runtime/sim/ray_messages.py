@@ -282,6 +282,7 @@ def _pipelined(pair: _Pair, msg, calls: int) -> dict:
         "sink_thread_ns": float(np.mean(_steady(sink, 2))),
         "relay_period_ns": float((relay[-1, 0] - relay[warm, 0]) / (calls - 1 - warm)),
         "work_ns": float(np.mean(_per_step(relay, 3))),
+        "work_median_ns": float(np.median(_per_step(relay, 3))),
         "merge_ns": float(np.mean(_per_step(relay, 4))),
     }
 
@@ -304,6 +305,9 @@ def _idle(pair: _Pair, msg, calls: int, spread: dict[str, list] | None = None) -
         for name, stamps in (("relay", relay), ("sink", sink)):
             out[f"asleep_{name}_cpu_ns_{ms}"] = float(np.median(_steady(stamps)))
             out[f"asleep_{name}_thread_ns_{ms}"] = float(np.median(_steady(stamps, 2)))
+        # the join work right after the wake: less ``work_median_ns`` (back to back), what a
+        # core's step costs more after that gap in a process of its own (raw figures only)
+        out[f"asleep_work_ns_{ms}"] = float(np.median(_per_step(relay, 3)))
         out[f"asleep_driver_send_ns_{ms}"] = float(np.median(sends[warm:]))
         # from the relay's step to the sink's, less the relay's work and merge in between
         # (each step's, from its stamps to the next step's; the last one's is not known)
@@ -396,7 +400,10 @@ def measure_messages(
     are CPU times of the hosts' processes, as the simulator charges them on the processors
     its cores share. The raw figures come back as the second value: ns per message by batch
     size (the hosts' CPU, pipelined and asleep at each gap, the relay's period pipelined,
-    the driver's sends, the one-way time, the join work between messages and the merge), the
+    the driver's sends, the one-way time, the join work between messages back to back and
+    after each gap (what a core's step costs more after idle time in a process of its own, as
+    a Ray actor's; not charged: the profile's after-idle costs come from one process), and the
+    merge), the
     wake at each gap by host and size, the rouse and the driver's own wake at each gap by
     size, Ray's threads' CPU per second by host and size, the spread of steps and messages
     (``"spread"``: tables for :class:`~streamjoin.runtime.sim.variability.Variability`, from
