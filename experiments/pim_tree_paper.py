@@ -45,7 +45,6 @@ import argparse
 import csv
 import functools
 import os
-import sys
 import time
 
 import numpy as np
@@ -586,7 +585,7 @@ def _preamble(title: str, what: str, load: tuple[float, float]) -> list[str]:
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
         f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (other processes "
         f"share the 2 cores: figures are noisy, compare within a table); commit "
-        f"{report.commit()}; {time.strftime('%Y-%m-%d')}; `python {' '.join(sys.argv)}`.",
+        f"{report.commit()}; {time.strftime('%Y-%m-%d')}; `{report.command_line()}`.",
     ]
 
 
@@ -1024,7 +1023,7 @@ def write(rows: list[dict], args, load: tuple[float, float]) -> None:
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
         f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (other processes "
         f"share the 2 cores: figures are noisy); commit {commit} plus the working tree; "
-        f"`python {' '.join(sys.argv)}`.",
+        f"`{report.command_line()}`.",
     ]
     for exp in dict.fromkeys(r["experiment"] for r in rows):
         sel = [r for r in rows if r["experiment"] == exp]

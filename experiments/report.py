@@ -19,6 +19,13 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 RESULTS_ENV = "STREAMJOIN_RESULTS"
 
 
+def command_line() -> str:
+    """How this script was run, as ``python experiments/<script> <args>`` (its path from the
+    repository's root, whichever folder it ran from)."""
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), os.path.abspath(ROOT))
+    return " ".join(["python", script, *sys.argv[1:]])
+
+
 def results_dir() -> str:
     """The folder an experiment writes into: ``$STREAMJOIN_RESULTS``, else
     ``experiments/results``."""
@@ -100,7 +107,7 @@ class Provenance:
             f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python "
             f"{m['python']}; load average {loads[0]:.1f} at the start, {end:.1f} at the end"
             f"{between} (other jobs share the cores); commit `{self.commit}`{tree}; "
-            f"{time.strftime('%Y-%m-%d %H:%M')}; `python {' '.join(sys.argv)}`; "
+            f"{time.strftime('%Y-%m-%d %H:%M')}; `{command_line()}`; "
             f"{(time.time() - self.t0) / 60:.1f} minutes."
         )
 

@@ -51,7 +51,6 @@ import argparse
 import csv
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -291,7 +290,7 @@ def write(rows: list[dict], args, machines: dict, raw: dict) -> None:
         f"of {args.repeat} runs.",
         f"Machine: {m['cpus']} CPUs, {m['processor']}, {m['platform']}, Python {m['python']}; "
         f"commit `{report.commit()}` (working tree may differ); 1-minute load average during the "
-        f"runs {min(loads):.1f}–{max(loads):.1f}; `python {' '.join(sys.argv)}`.",
+        f"runs {min(loads):.1f}–{max(loads):.1f}; `{report.command_line()}`.",
         "",
         "Simulated machines (message costs in µs, per-byte in ns/B; every one with its actors "
         f"sharing this host's {m['cpus']} processors):",

@@ -90,7 +90,6 @@ import csv
 import datetime
 import os
 import shutil
-import sys
 import tempfile
 import time
 
@@ -596,7 +595,7 @@ def write(rows: list[dict], info: dict, loads: tuple[float, float], name: str) -
         f"{duckdb.__version__}; load average (1 min) {loads[0]:.1f} at the start, "
         f"{loads[1]:.1f} at the end, per run in the table (other processes share the 2 cores: "
         f"compare within this table); {time.strftime('%Y-%m-%d %H:%M')}; commit "
-        f"{commit()} plus the working tree; `python {' '.join(sys.argv)}`.",
+        f"{commit()} plus the working tree; `{report.command_line()}`.",
         "",
         f"Exact reference: DuckDB, {info['expected']:,} pairs; equal to "
         f"`streamjoin.oracle.join` on the first {info['oracle_rows']:,} rows "
