@@ -102,7 +102,7 @@ GALLERY = [
         45,
         5,
         simulated_args=(),
-        simulated_minutes=35,
+        simulated_minutes=20,  # 14.7 minutes on 2026-12-01, load 0.9-4.5
     ),
     Experiment(
         "dpjoin_system",
