@@ -716,8 +716,8 @@ def _head(title: str, section: str, rows: list[dict]) -> list[str]:
         f"Paper: {PAPER[section]}.",
         "",
         f"Ran at commit `{r.get('commit', '?')}`, load average {r.get('load_start', 0):.1f} "
-        f"(max {r.get('load_max', 0):.1f}); built on the profile "
-        f"{r.get('profile', 'shipped (not recorded)')}.",
+        f"(max {r.get('load_max', 0):.1f})"
+        + (f"; built on the profile {r['profile']}." if "profile" in r else "."),
         "",
     ]
 
