@@ -170,16 +170,15 @@ def scaled_scan(profile: sim.MachineProfile, k: float) -> sim.MachineProfile:
     """``profile`` with the nested loop's scan charged ``k`` times (a window ``k`` times the
     simulated one)."""
     d = profile.to_dict()
-    nested = {**d["indexes"]["nested_loop"]}
-    nested["scan"] *= k
-    d["indexes"] = {**d["indexes"], "nested_loop": nested}
+    for key in report.cost_keys(profile, "nested_loop"):  # every core's (a chain's too)
+        d["indexes"][key] = {**d["indexes"][key], "scan": d["indexes"][key]["scan"] * k}
     return sim.MachineProfile.from_dict(d)
 
 
 def empty_workers(profile: sim.MachineProfile, store: str) -> sim.MachineProfile:
     """``profile`` whose ``store`` workers cost nothing but their messages."""
     d = profile.to_dict()
-    d["indexes"] = {**d["indexes"], store: {}}
+    d["indexes"] = {**d["indexes"], **dict.fromkeys(report.cost_keys(profile, store), {})}
     return sim.MachineProfile.from_dict(d)
 
 

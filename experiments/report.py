@@ -119,6 +119,13 @@ def host_profile() -> MachineProfile:
     return profile_for_this_host()
 
 
+def cost_keys(profile: MachineProfile, index: str) -> list[str]:
+    """The profile's cost keys of ``index``: its own and those of its topologies' cores
+    (``nested_loop:handshake``, ``bisort:panjoin``, ...), which a fitted profile charges
+    apart and a core of that kind takes before the index's own."""
+    return [k for k in profile.indexes if k == index or k.startswith(index + ":")]
+
+
 def profile_of(profile: MachineProfile) -> str:
     """A profile as a result records it: its name, where it came from (``shipped``, a file,
     this host's cache) and the day it was fitted."""

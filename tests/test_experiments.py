@@ -100,6 +100,9 @@ def test_the_gallerys_simulated_machines_are_built_on_this_hosts_profile(tmp_pat
     d["name"] = "probe host"
     d["info"] = {"date": "2026-01-02"}
     d["indexes"]["nested_loop"]["scan"] = 3 * shipped.indexes["nested_loop"]["scan"]
+    # a fitted profile's own costs for a chain's cores and PanJoin's workers
+    d["indexes"]["nested_loop:handshake"] = {**d["indexes"]["nested_loop"]}
+    d["indexes"]["bisort:panjoin"] = {**d["indexes"]["bisort"]}
     path = tmp_path / "probe.json"
     sim.MachineProfile.from_dict(d).save(path)
     monkeypatch.setenv(PROFILE_ENV, str(path))
@@ -113,10 +116,16 @@ def test_the_gallerys_simulated_machines_are_built_on_this_hosts_profile(tmp_pat
         pytest.approx(50 * scan)
     )
     calibrated = system.calibrated_machine(10.0)
-    assert calibrated.indexes["nested_loop"]["scan"] == pytest.approx(10 * scan)
+    for key in ("nested_loop", "nested_loop:handshake"):  # every core's scan scaled
+        assert calibrated.indexes[key]["scan"] == pytest.approx(10 * scan)
+        assert panjoin.scaled_scan(calibrated, 2.0).indexes[key]["scan"] == pytest.approx(
+            20 * scan
+        )
     machines = panjoin.machines()
     assert machines["calibrated"].name == "probe host"
     assert machines["cluster"].indexes["nested_loop"]["scan"] == pytest.approx(scan)
+    empty = panjoin.empty_workers(machines["cluster"], "bisort")
+    assert not any(any(empty.indexes[k].values()) for k in ("bisort", "bisort:panjoin"))
 
 
 @pytest.mark.slow  # about 30 s
