@@ -118,9 +118,7 @@ def test_the_gallerys_simulated_machines_are_built_on_this_hosts_profile(tmp_pat
     calibrated = system.calibrated_machine(10.0)
     for key in ("nested_loop", "nested_loop:handshake"):  # every core's scan scaled
         assert calibrated.indexes[key]["scan"] == pytest.approx(10 * scan)
-        assert panjoin.scaled_scan(calibrated, 2.0).indexes[key]["scan"] == pytest.approx(
-            20 * scan
-        )
+        assert panjoin.scaled_scan(calibrated, 2.0).indexes[key]["scan"] == pytest.approx(20 * scan)
     machines = panjoin.machines()
     assert machines["calibrated"].name == "probe host"
     assert machines["cluster"].indexes["nested_loop"]["scan"] == pytest.approx(scan)
