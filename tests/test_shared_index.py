@@ -616,8 +616,9 @@ def test_compact_t_s_is_exact_with_threads_racing(case, merge):
     assert len(expected) > 200
     assert as_set(r, s) == expected and len(r) == len(expected), "a pair missed or doubled"
     assert_in_order(r, s)
-    # (how many depends on timing when merges do not block: one in flight defers the next)
-    assert index.merges > 20 and index.layout == "compact"
+    # (how many depends on timing when merges do not block: one in flight defers the next;
+    # 74-97 on a quiet host, 20 once in a loaded test run, against 137-157 blocking)
+    assert index.merges > (20 if merge == "blocking" else 5) and index.layout == "compact"
     if case == "drift_and_outliers":
         assert max(sides) > 0, "outliers waited in the side run"
     if case in ("colliding_codes", "two_boxes"):
