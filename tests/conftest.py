@@ -110,14 +110,12 @@ def pytest_xdist_make_scheduler(config, log):
     """The default run has a worker per core, up to four (``-n``, pytest-xdist): one takes
     every test that starts Ray or Spark, in order, so two Ray clusters or two JVMs never
     share the machine and the session-scoped ``ray_session`` and ``spark`` start once; the
-    rest are spread over all a file at a time, so that a file's kernels compile in one
-    worker, not in two at once (a fresh clone's run, whose numba cache is empty: 502 s
-    against 519 test by test). (xdist's own ``--dist loadgroup`` would do this from marks,
+    rest are spread over all. (xdist's own ``--dist loadgroup`` would do this from marks,
     but it does not group under pytest 9.2.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ServicesOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "services" if _starts_services(nodeid) else nodeid.partition("::")[0]
+            return "services" if _starts_services(nodeid) else nodeid
 
     return ServicesOnOneWorker(config, log)
