@@ -192,16 +192,7 @@ def calibrated_machine(k: float) -> sim.MachineProfile:
     """This host's profile (:func:`report.host_profile`), a processor per actor, scan charged
     ``k`` times."""
     base = report.host_profile()
-    indexes = {**base.indexes}
-    for key in report.cost_keys(base, "nested_loop"):  # a handshake chain's cores' too
-        indexes[key] = {**indexes[key], "scan": indexes[key]["scan"] * k}
-    return sim.MachineProfile.from_dict(
-        {
-            **base.to_dict(),
-            "name": f"{base.name} (this machine, calibrated), scan x{k:g}",
-            "indexes": indexes,
-        }
-    )
+    return report.scaled_scan(base, k, f"{base.name} (this machine, calibrated), scan x{k:g}")
 
 
 MACHINES = ("paper", "calibrated")

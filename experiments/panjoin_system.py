@@ -166,15 +166,6 @@ def machines() -> dict:
     return {"cluster": cluster_machine(), "calibrated": report.host_profile()}
 
 
-def scaled_scan(profile: sim.MachineProfile, k: float) -> sim.MachineProfile:
-    """``profile`` with the nested loop's scan charged ``k`` times (a window ``k`` times the
-    simulated one)."""
-    d = profile.to_dict()
-    for key in report.cost_keys(profile, "nested_loop"):  # every core's (a chain's too)
-        d["indexes"][key] = {**d["indexes"][key], "scan": d["indexes"][key]["scan"] * k}
-    return sim.MachineProfile.from_dict(d)
-
-
 def empty_workers(profile: sim.MachineProfile, store: str) -> sim.MachineProfile:
     """``profile`` whose ``store`` workers cost nothing but their messages."""
     d = profile.to_dict()
@@ -510,7 +501,7 @@ def run_section(section: str, args, prov: report.Provenance) -> list[dict]:
                     k = window / nl
                     point(  # the PanJoin rows' match rate: 15 subwindows at S = 1
                         machine,
-                        scaled_scan(prof, k),
+                        report.scaled_scan(prof, k),
                         "nested_loop",
                         window,
                         16,

@@ -126,6 +126,18 @@ def cost_keys(profile: MachineProfile, index: str) -> list[str]:
     return [k for k in profile.indexes if k == index or k.startswith(index + ":")]
 
 
+def scaled_scan(profile: MachineProfile, k: float, name: str | None = None) -> MachineProfile:
+    """``profile`` with the nested loop's scan charged ``k`` times under each of its cost
+    keys (:func:`cost_keys`: a chain's cores and PanJoin's workers too), as a window ``k``
+    times the simulated one costs; named ``name`` if given."""
+    d = profile.to_dict()
+    for key in cost_keys(profile, "nested_loop"):
+        d["indexes"][key] = {**d["indexes"][key], "scan": d["indexes"][key]["scan"] * k}
+    if name is not None:
+        d["name"] = name
+    return MachineProfile.from_dict(d)
+
+
 def profile_of(profile: MachineProfile) -> str:
     """A profile as a result records it: its name, where it came from (``shipped``, a file,
     this host's cache) and the day it was fitted."""

@@ -118,7 +118,7 @@ def test_the_gallerys_simulated_machines_are_built_on_this_hosts_profile(tmp_pat
     calibrated = system.calibrated_machine(10.0)
     for key in ("nested_loop", "nested_loop:handshake"):  # every core's scan scaled
         assert calibrated.indexes[key]["scan"] == pytest.approx(10 * scan)
-        assert panjoin.scaled_scan(calibrated, 2.0).indexes[key]["scan"] == pytest.approx(20 * scan)
+        assert report.scaled_scan(calibrated, 2.0).indexes[key]["scan"] == pytest.approx(20 * scan)
     machines = panjoin.machines()
     assert machines["calibrated"].name == "probe host"
     assert machines["cluster"].indexes["nested_loop"]["scan"] == pytest.approx(scan)
@@ -255,7 +255,7 @@ def test_steady_state_of_a_split_join_smaller_than_its_batches():
     assert ps.run_lengths("panjoin", 2**18, 16, 2**15) == (3 * 2**18, 4 * 2**18)
     first, second = ps.run_lengths("split", 2**10, 16, 512)
     assert first >= 2 * 2**10 + 2 * 16 * 512 and (second - first) % (16 * 512) == 0
-    prof = ps.scaled_scan(ps.machines()["cluster"], 2**13)
+    prof = ps.report.scaled_scan(ps.machines()["cluster"], 2**13)
     out = ps.steady_throughput(prof, ("split", "nested_loop", 16, 1), 2**23, 15, 512, 2**10)
     model = ps.nested_model(prof, "split", 2**10, 16, 512)
     assert 0.95 < out["tuples_per_s"] / model < 1.05
