@@ -12,8 +12,8 @@ from streamjoin.runtime import BACKENDS
 
 
 def add_sim_options(group) -> None:
-    """``--machine``, ``--arrival`` and ``--cpus`` for the `run` and `compare` jobs
-    (``--backend sim``)."""
+    """``--machine``, ``--arrival``, ``--cpus`` and ``--sharing`` for the `run` and `compare`
+    jobs (``--backend sim``)."""
     group.add_argument(
         "--machine",
         default=None,
@@ -36,15 +36,24 @@ def add_sim_options(group) -> None:
         help="sim: processors the actors share, e.g. this host's to compare with --backend ray, "
         "with the profile's cpu_share (default: the profile's, normally one per actor)",
     )
+    group.add_argument(
+        "--sharing",
+        choices=("fcfs", "ps"),  # (MachineProfile.sharing: its module would load SimPy here)
+        default=None,
+        help="sim, with shared processors: fcfs (a step waits for a free processor and holds "
+        "it to its end) or ps (processor sharing: every runnable step runs, at processors / "
+        "runnable speed, as a host's scheduler time-slices) (default: the profile's, fcfs)",
+    )
 
 
 def sim_run_kwargs(args) -> dict:
     """Keyword arguments of :func:`streamjoin.run` for the sim options in ``args``: the
     ``machine`` and ``arrival`` options of the backend that takes them."""
+    sharing = getattr(args, "sharing", None)
     if not _takes_sim_options(args.backend):
-        if args.machine or args.arrival or args.cpus is not None:
+        if args.machine or args.arrival or args.cpus is not None or sharing is not None:
             takers = " or ".join(b for b in BACKENDS if _takes_sim_options(b))
-            raise ValueError(f"--machine, --arrival and --cpus need --backend {takers}")
+            raise ValueError(f"--machine, --arrival, --cpus and --sharing need --backend {takers}")
         return {}
     from streamjoin.runtime.sim import Arrival, as_profile  # SimPy: only for a sim run
 
@@ -65,8 +74,14 @@ def sim_run_kwargs(args) -> dict:
             else Arrival.poisson(args.pace, seed=args.seed)
         )
     machine = args.machine
-    if args.cpus is not None:
-        machine = as_profile(machine).with_cpus(args.cpus)
+    if args.cpus is not None or sharing is not None:
+        profile = as_profile(machine)
+        cpus = profile.cpus if args.cpus is None else args.cpus
+        if cpus is None:
+            raise ValueError(
+                "--sharing needs --cpus N: with a processor per actor no step shares one"
+            )
+        machine = profile.with_cpus(cpus, sharing=sharing)
     return {"machine": machine, "arrival": arrival}
 
 

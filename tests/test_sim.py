@@ -656,6 +656,120 @@ def test_shared_processors(make):
         _profile().with_cpus(0)
 
 
+SHARED_LAYOUTS = [
+    *LAYOUTS,
+    lambda: sj.topologies.shared_index(2, task_size=8, pipelined=False, step_tuples=0),
+    lambda: sj.topologies.shared_index(2, task_size=8, pipelined=True),
+    lambda: sj.topologies.handshake(2, low_latency=True),
+]
+
+
+@pytest.mark.parametrize("make", SHARED_LAYOUTS)
+@settings(max_examples=examples(10), deadline=None)
+@given(data=st.data())
+def test_processor_sharing_equals_oracle(make, data):
+    """Under processor sharing (every runnable step runs, its messages leaving as its work
+    reaches them) every layout stays exact, on one processor, a few, and more than it has
+    threads (a pipelined core's pool then takes its own)."""
+    topo = make()
+    self_join = data.draw(st.booleans()) and topo.graph.graph["self_join"]
+    table = data.draw(tables(self_join, max_rows=60))
+    query = sj.Query(data.draw(predicates()), window=data.draw(windows()), self_join=self_join)
+    cpus = data.draw(st.sampled_from([1, 2, 3, 6]))
+    machine = sim.default_profile().with_cpus(cpus, sharing="ps")
+    expected = sj.oracle.join(query, table)
+    for batch_size in (1, 16):
+        res = sj.run(
+            query,
+            table,
+            topo,
+            batch_size=batch_size,
+            backend="sim",
+            arrival=data.draw(ARRIVALS),
+            machine=machine,
+        )
+        assert res.same_pairs(expected), f"{topo.name}, batch {batch_size}, {cpus} processors"
+        assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
+
+
+def test_processor_sharing_runs_the_steps_one_message_wakes_together():
+    """split(2) on one processor, a tuple every 20 ms: the emitter's message wakes both
+    cores. First come, first served, the second core's step begins once the first's has
+    ended; under processor sharing both run at once at half speed, the first ends later
+    than it would alone and the last at the same instant (the same work on one processor),
+    and each step's work is what it was."""
+    fcfs, ps = (_split_slowly(_profile().with_cpus(1, sharing=s)) for s in ("fcfs", "ps"))
+    again = _split_slowly(_profile().with_cpus(1, sharing="ps"))
+    for name, actor in ps.items():  # deterministic
+        assert (actor["busy_s"], actor.get("lag_ms")) == (
+            again[name]["busy_s"],
+            again[name].get("lag_ms"),
+        )
+
+    def lag(actors, core, what):
+        return actors[core]["lag_ms"][what]
+
+    assert lag(fcfs, "core1", "start_p50") >= lag(fcfs, "core0", "end_p50")
+    assert lag(ps, "core1", "start_p50") < lag(ps, "core0", "end_p50")
+    assert lag(ps, "core0", "end_p50") > lag(fcfs, "core0", "end_p50") + 0.03
+    assert lag(ps, "core1", "end_p50") == pytest.approx(lag(fcfs, "core1", "end_p50"), abs=1e-5)
+    for core in ("core0", "core1"):
+        assert lag(ps, core, "cpu_p50") == pytest.approx(lag(fcfs, core, "cpu_p50"), rel=1e-6)
+        assert lag(ps, core, "step_p50") > 1.5 * lag(ps, core, "cpu_p50")  # at half speed
+    # with a processor each nothing is shared: the policy changes nothing
+    own = [_split_slowly(dataclasses.replace(_profile(), sharing=s)) for s in ("fcfs", "ps")]
+    for name, actor in own[0].items():
+        assert (actor["busy_s"], actor.get("lag_ms")) == (
+            own[1][name]["busy_s"],
+            own[1][name].get("lag_ms"),
+        )
+
+
+def test_processor_sharing_does_the_same_work_on_one_processor():
+    """Flooded on one processor, with neither policy charging more for a wait (no after-idle
+    or wake-up costs), both do the same steps one processor's work apart: the same
+    throughput, within rounding, and the compute fits in the run's time. The emitter's
+    links fill, so senders stall and go on as their receivers take messages (a step staged
+    while another is)."""
+    from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES
+
+    p = _profile()
+    p = p.with_messages(dataclasses.replace(p.messages, wake_ns=0.0, wake_after=(), rouse_after=()))
+    query = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
+    data = sj.sources.synthetic(40_000, low=0, high=100_000, seed=3)
+    runs = {}
+    for sharing in ("fcfs", "ps"):
+        res = sj.run(
+            query,
+            data,
+            sj.topologies.split(2),
+            batch_size=256,
+            chunk_rows=256,
+            backend="sim",
+            arrival=sim.Arrival.constant(1e12),
+            machine=p.with_cpus(1, sharing=sharing),
+        )
+        assert res.same_pairs(sj.oracle.join(query, data))
+        actors = res.metrics["actors"]
+        compute = sum(a["step_cpu_s"] for a in actors.values())
+        assert compute <= res.metrics["elapsed_s"] * (1 + 1e-9)
+        assert actors["emitter"]["peak_queue"] > 10  # its links were full: it stalled
+        runs[sharing] = res.metrics["input_tuples_per_s"]
+    assert runs["ps"] == pytest.approx(runs["fcfs"], rel=5e-3)
+    assert INBOX + 2 * EDGE_BUFFER_BYTES // (256 * 41) < 40_000 / 256
+
+
+def test_sharing_is_checked_and_kept_in_json(tmp_path):
+    p = _profile().with_cpus(2, sharing="ps")
+    assert p.sharing == "ps" and p.with_cpus(3).sharing == "ps"
+    p.save(tmp_path / "p.json")
+    assert sim.MachineProfile.load(tmp_path / "p.json").sharing == "ps"
+    assert "processor sharing" in p.summary()
+    assert sim.MachineProfile.from_dict({"name": "x"}).sharing == "fcfs"  # older profiles
+    with pytest.raises(ValueError, match="sharing must be one of"):
+        p.with_cpus(2, sharing="round robin")
+
+
 @pytest.mark.parametrize("make", LAYOUTS)
 @pytest.mark.parametrize("batch_size", [1, 5])
 def test_waiting_batches_are_coalesced(make, batch_size):
@@ -723,6 +837,12 @@ def test_cli_cpus_option():
 
     args = argparse.Namespace(backend="sim", machine=None, arrival=None, pace=None, seed=1, cpus=2)
     assert cli_sim.sim_run_kwargs(args)["machine"].cpus == 2
+    args.sharing = "ps"
+    machine = cli_sim.sim_run_kwargs(args)["machine"]
+    assert (machine.cpus, machine.sharing) == (2, "ps")
+    args.cpus = None
+    with pytest.raises(ValueError, match="--sharing needs --cpus"):
+        cli_sim.sim_run_kwargs(args)
     args.backend = "local"
     with pytest.raises(ValueError, match="need --backend sim"):
         cli_sim.sim_run_kwargs(args)

@@ -45,7 +45,11 @@ By default every core has a processor of its own. A profile with ``cpus`` set
 (:meth:`MachineProfile.with_cpus <streamjoin.runtime.sim.profile.MachineProfile.with_cpus>`)
 makes the cores share that many: a step waits for a free processor, first come first served,
 and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CPU machine);
-a step that waited for one starts colder, by the length of its wait, as after idle time. A
+a step that waited for one starts colder, by the length of its wait, as after idle time.
+Under the profile's processor sharing (``sharing="ps"``) no step waits: every step that can
+run does, at ``cpus / runnable`` of its speed while more steps than processors run, as a
+host's scheduler time-slices; a step is staged as on a processor of its own, and each of its
+messages leaves as its work reaches the instant staged for it (:meth:`_Simulation._shared`). A
 shared-index core's step also takes as many more free processors as its threads can use, and
 its tasks are charged as run on those it holds (on one, when no other is free).
 A pipelined shared-index core runs a batch's tasks on ``threads`` pool processors while its
@@ -239,6 +243,25 @@ class _Core:
             st.peak_queue_tuples = self.qt
 
 
+#: how close (ns of work) a running step must be to an instant to have reached it (rounding)
+_REACHED = 1e-3
+
+
+class _Job:
+    """A step running under processor sharing: the instants staged for it (ns of its work
+    from its start, each with what happens then: a message leaves, or None: a stamp), the
+    work done, the processors' worth it runs on, when it started, its stamps' times and
+    what runs at its end (:meth:`_Simulation._shared`)."""
+
+    __slots__ = ("core", "kind", "marks", "done", "weight", "t0", "at", "then")
+
+    def __init__(self, core: _Core, kind, marks: deque, weight: int, t0: int, then) -> None:
+        self.core, self.kind, self.marks, self.weight, self.t0 = core, kind, marks, weight, t0
+        self.then = then
+        self.done = 0.0
+        self.at: list[int] = []
+
+
 class _Simulation:
     """One run: the cores, their mailboxes and the links between them.
 
@@ -342,7 +365,22 @@ class _Simulation:
                 pool = core.logic.threads if pipelined else core.logic.threads - 1
                 core.pool_free = [0.0] * pool
         self.cpu_wait: deque = deque()
-        self._start = self._step if self.cpus is None else self._start_on_cpu
+        # processor sharing (``MachineProfile.sharing``): the steps running, the processors
+        # pipelined pools hold, the speed each step runs at since ``shared_since``, the
+        # instants a step being staged sends at (None: not staging a shared step), and the
+        # generation of the event due at the next instant a running step reaches
+        self.sharing = self.cpus is not None and model.profile.sharing == "ps"
+        self.jobs: list[_Job] = []
+        self.reserved = 0
+        self.rate = 1.0
+        self.shared_since = 0
+        self.marks: list | None = None
+        self.generation = 0
+        self.in_tick = False
+        if self.cpus is None:
+            self._start = self._step
+        else:
+            self._start = self._start_shared if self.sharing else self._start_on_cpu
         # compute stretch by the number of steps holding processors (cpu_share)
         self.slowdown: list[float] | None = [
             model.profile.slowdown(k) for k in range(1 + (self.cpus or 0))
@@ -430,17 +468,19 @@ class _Simulation:
             event.succeed()
 
     def _send(self, core: _Core, out_port: str, msg, t: int) -> int:
-        """Send ``msg`` on ``out_port`` starting at ``t``; returns when the sender is done."""
+        """Send ``msg`` on ``out_port`` starting at ``t``; returns when the sender is done.
+        Under processor sharing each copy joins its link when the step's work reaches the
+        instant it leaves (:meth:`_shared`), else at once, at ``t``."""
         st = core.stats
         st.batches_out += 1
         st.tuples_out += len(msg)
         dests = core.marker_routes if out_port == MARKER_PORT else core.routes.get(out_port)
         if dests:
-            env, arrive_cb = self.env, self._arrive
+            env, marks = self.env, self.marks
             send, hop, recv = self.message_ns(msg)
             recv += self.cyclic_recv_ns
             hop_ns = hop
-            room = None  # messages a bounded link holds, for this message's size
+            room = 0  # messages a bounded link holds, for this message's size (0: not yet known)
             # a spread's factor lengthens or shortens its hop by the factor less one times
             # the message's way (as measured: to a receiver that slept)
             way = send + hop + recv + self.asleep_ns
@@ -456,25 +496,32 @@ class _Simulation:
                     # receiver as the write queues the data, and it wakes while the sender
                     # is still in the write
                     rouse = round(self.rouse_cost(max(t, link[0]) - dst.free_at))
+                if link[2] is not None and not room:
+                    room = INBOX + max(1, 2 * EDGE_BUFFER_BYTES // max(1, message_nbytes(msg)))
                 item = (_BATCH, dst_port, msg, core, recv)
-                waiting = link[2]
-                if waiting is not None:
-                    if room is None:
-                        room = INBOX + max(1, 2 * EDGE_BUFFER_BYTES // max(1, message_nbytes(msg)))
-                    if waiting or link[1] >= room:  # full: it leaves when the receiver takes one
-                        waiting.append((hop, dst, item))
-                        core.blocked += 1
-                        t += rouse
-                        continue
-                arrive = max(t + hop, link[0])
-                link[0] = arrive
-                link[1] += 1
-                dst.due_ns = max(dst.due_ns, arrive)
-                env.timeout(arrive - env.now, (dst, item)).callbacks.append(arrive_cb)
+                if marks is None:
+                    self._place(core, dst, item, link, hop, room, t)
+                else:
+                    marks.append((t, self._place, (core, dst, item, link, hop, room)))
                 t += rouse
             self.messages += len(dests)
             self.active += len(dests)
         return t
+
+    def _place(self, core: _Core, dst: _Core, item, link: list, hop: int, room: int, t: int):
+        """``core``'s message ``item`` leaves at ``t`` on ``link`` to ``dst``: it arrives a
+        ``hop`` later, after every earlier message on the link; on a bounded link that holds
+        ``room`` messages already, it waits for room and its sender stalls (see _took)."""
+        waiting = link[2]
+        if waiting is not None and (waiting or link[1] >= room):
+            waiting.append((hop, dst, item))  # full: it leaves when the receiver takes one
+            core.blocked += 1
+            return
+        arrive = max(t + hop, link[0])
+        link[0] = arrive
+        link[1] += 1
+        dst.due_ns = max(dst.due_ns, arrive)
+        self.env.timeout(arrive - self.env.now, (dst, item)).callbacks.append(self._arrive)
 
     def _idle_to_rouse(self, sender: _Core) -> bool:
         """Whether a resting receiver that ``sender`` writes to now has an idle processor to
@@ -635,17 +682,22 @@ class _Simulation:
             end = t
             for p, m in out:
                 t = self._send(core, p, m, t)
-        if kind is _BATCH:
-            st.lag(newest_ingest(msg), start, end, end - start)
-        elif kind is _CHUNK:
-            st.lag(port, start, end, end - start)  # (the port slot: the chunk's arrival)
+        if self.marks is not None:  # processor sharing: it ends when its work is done
+            if core is self.emitter and kind is not _EOF and self.max_delay is not None:
+                self._arm_tick(logic)
+
+            def then(at: list[int], now: int) -> None:  # its start and end, now its end
+                self._lag(core, kind, msg, port, at[0], at[1], end - start)
+                if kind is _EOF:
+                    self._eof_out(core, now)
+
+            self._shared(core, kind, t0, t, (start, end), then)
+            return
+        self._lag(core, kind, msg, port, start, end, end - start)
         if core is self.emitter and kind is not _EOF and self.max_delay is not None:
             self._arm_tick(logic)
-        if kind is _EOF and not self.cyclic:
-            for dst, link in core.eof_links:  # after all data on every link
-                arrive = max(t, link[0])
-                link[0] = arrive
-                self._deliver_at(arrive, dst, (_EOF, None, None, None, 0))
+        if kind is _EOF:
+            self._eof_out(core, t)
         st.busy_ns += t - t0
         core.free_at = t
         if core.box or kind is _EOF or self.end_events or core.inflight is not None:
@@ -658,6 +710,24 @@ class _Simulation:
                 core.stalled = True
             else:
                 core.idle = True
+
+    @staticmethod
+    def _lag(core: _Core, kind, msg, port, start: int, end: int, cpu: int) -> None:
+        """Record how far behind its input the step's logic ran, from ``start`` to ``end``,
+        its work ``cpu`` ns."""
+        if kind is _BATCH:
+            core.stats.lag(newest_ingest(msg), start, end, cpu)
+        elif kind is _CHUNK:
+            core.stats.lag(port, start, end, cpu)  # (the port slot: the chunk's arrival)
+
+    def _eof_out(self, core: _Core, t: int) -> None:
+        """End of stream leaves ``core`` at ``t`` along every link of a DAG, after all data."""
+        if self.cyclic:
+            return
+        for dst, link in core.eof_links:
+            arrive = max(t, link[0])
+            link[0] = arrive
+            self._deliver_at(arrive, dst, (_EOF, None, None, None, 0))
 
     def _marker(self, core: _Core, marker: Marker, src: _Core, recv: int, t0: int) -> None:
         """Serve a progress marker (:mod:`~streamjoin.runtime.markers`): received as any
@@ -682,6 +752,9 @@ class _Simulation:
                 t += self._compute(core, _BATCH, marker, snap, wall)
             for p, m in out:
                 t = self._send(core, p, m, t)
+        if self.marks is not None:
+            self._shared(core, _BATCH, t0, t)
+            return
         core.stats.busy_ns += t - t0
         core.free_at = t
         if core.box or self.end_events or core.inflight is not None:
@@ -845,6 +918,8 @@ class _Simulation:
             return core.logic.threads
         pool = min(core.logic.threads, self.cpus_free)
         self.cpus_free -= pool
+        if self.sharing:
+            self.reserved += pool
         return pool
 
     def _tasks_done(self, event) -> None:
@@ -871,13 +946,19 @@ class _Simulation:
         """Nothing waited for a pipelined core when its pool ended the step in flight: that
         step's pairs leave (``on_idle``)."""
         t = self._send_ready(core, self._join_tasks(core, t0))
+        if self.marks is not None:
+            self._shared(core, _IDLE, t0, t)
+            return
         core.stats.busy_ns += t - t0
         core.free_at = t
         core.kind = _IDLE
         self.env.timeout(t - t0, core).callbacks.append(self._step_done)
 
     def _step_done(self, event) -> None:
-        core = event.value
+        self._done(event.value)
+
+    def _done(self, core: _Core) -> None:
+        """``core``'s step ended: it takes its next message."""
         if self.cpus is not None:
             self._release(core)
         if core.kind is not _TICK and core.kind is not _IDLE:
@@ -925,12 +1006,19 @@ class _Simulation:
 
     def _release(self, core: _Core) -> None:
         """``core``'s step ended: each processor it held goes to the step that has waited
-        longest."""
+        longest (under processor sharing its step's end gave them back, :meth:`_shared`)."""
         held, core.held = core.held, 0
-        self._give(held)
+        if not self.sharing:
+            self._give(held)
 
     def _give(self, n: int) -> None:
-        """``n`` processors are free: each goes to the step that has waited longest."""
+        """``n`` processors are free: each goes to the step that has waited longest (under
+        processor sharing: a pool's, and the steps running share them from now on)."""
+        if self.sharing:
+            self._advance()
+            self.reserved -= n
+            self._reschedule()
+            return
         for _ in range(n):
             if self.cpu_wait:
                 waiter, item = self.cpu_wait.popleft()
@@ -938,6 +1026,111 @@ class _Simulation:
                 self._run_on_cpu(waiter, item)
             else:
                 self.cpus_free += 1
+
+    # -- processor sharing (MachineProfile.sharing == "ps") -----------------------------------
+
+    def _start_shared(self, core: _Core, item) -> None:
+        """Start the step now, sharing the processors with the steps running: it is staged
+        as on a processor of its own (:meth:`_step`, its sends collected in ``marks``), then
+        runs as a :class:`_Job` (:meth:`_shared`). A threaded core's step runs on as many
+        processors as its threads can use, a pipelined core's on one (its pool takes its own,
+        :meth:`_pool_for`)."""
+        self._advance()
+        assert self.cpus is not None  # (sharing needs shared processors)
+        room = self.cpus - self.reserved
+        core.held = 1 if core.split is not None else min(core.threads, max(1, room))
+        # a step staged while another is (a sender its receive let go on) stages on its own
+        outer = self.marks, self.cpus_free
+        # the processors idle beside it (its charge's stretch, the writes that wake a core)
+        self.cpus_free = max(0, room - sum(j.weight for j in self.jobs) - core.held)
+        self.marks = []
+        try:
+            self._step(core, item)
+        finally:
+            self.marks, self.cpus_free = outer
+
+    def _shared(self, core: _Core, kind, t0: int, t: int, at=(), then=None) -> None:
+        """``core``'s step, staged from ``t0`` to ``t`` as if on processors of its own, runs
+        from now on under processor sharing: each message it sends leaves when its work
+        reaches the instant staged for it, the instants ``at`` are stamped as reached, and
+        at its end ``then(stamps, now)`` runs and the core takes its next message."""
+        assert self.marks is not None  # (staged by _start_shared)
+        marks = [(x - t0, f, a) for x, f, a in self.marks]
+        marks += [(x - t0, None, ()) for x in at]
+        marks.sort(key=lambda m: m[0])  # (stable: sends in the order staged)
+        marks.append((t - t0, None, ()))
+        self._advance()
+        self.jobs.append(_Job(core, kind, deque(marks), core.held, t0, then))
+        self._reschedule()
+
+    def _advance(self) -> None:
+        """Bring every running step's work up to now, at the speed they ran at since."""
+        now = self.env.now
+        if now != self.shared_since:
+            work = (now - self.shared_since) * self.rate
+            for job in self.jobs:
+                job.done += work
+            self.shared_since = now
+
+    def _reschedule(self) -> None:
+        """The speed the running steps share from now on, and an event at the next instant
+        one of them reaches (an earlier one is void): with ``W`` processors' worth of steps
+        running on ``cpus`` less those pools hold, each runs at ``min(1, room / W)`` of its
+        speed."""
+        if self.in_tick:  # the tick reschedules once it is through
+            return
+        assert self.cpus is not None  # (sharing needs shared processors)
+        room = max(0, self.cpus - self.reserved)
+        width = sum(j.weight for j in self.jobs)
+        self.rate = 1.0 if width <= room else room / width
+        self.cpus_free = max(0, room - width)
+        self.generation += 1
+        if not self.jobs:
+            return
+        due = min(j.marks[0][0] - j.done for j in self.jobs)
+        if due <= _REACHED:
+            delay = 0
+        elif self.rate > 0:
+            delay = math.ceil(due / self.rate)
+        else:  # every processor held by pools: the steps wait for one to end
+            return
+        self.env.timeout(delay, self.generation).callbacks.append(self._tick)
+
+    def _tick(self, event) -> None:
+        """A running step reached an instant: what was staged for it happens now (a message
+        leaves, a stamp), and a step whose work is done ends."""
+        if event.value != self.generation:
+            return
+        self._advance()
+        now = self.env.now
+        self.in_tick = True
+        try:
+            while True:
+                job = next((j for j in self.jobs if j.marks[0][0] - j.done <= _REACHED), None)
+                if job is None:
+                    break
+                _, action, args = job.marks.popleft()
+                if action is None:
+                    job.at.append(now)
+                else:
+                    action(*args, now)
+                if not job.marks:
+                    self._job_done(job)
+        finally:
+            self.in_tick = False
+        self._reschedule()
+
+    def _job_done(self, job: _Job) -> None:
+        """``job``'s work is done: its step ends now."""
+        self.jobs.remove(job)
+        core, now = job.core, self.env.now
+        core.stats.busy_ns += now - job.t0
+        core.free_at = now
+        core.held = 0
+        if job.then is not None:
+            job.then(job.at, now)
+        core.kind = job.kind
+        self._done(core)
 
     def _arm_tick(self, emitter) -> None:
         """Wake the emitter when its oldest open tuple has waited ``max_delay``."""

@@ -359,6 +359,10 @@ class IdleCosts(_IdleLines):
 #: the join costs were fitted there, and :class:`WindowCosts` says what they miss beyond.
 FITTED_HELD = 2 * 16384
 
+#: How steps share a profile's ``cpus`` (``MachineProfile.sharing``): first come, first served
+#: or processor sharing.
+SHARING = ("fcfs", "ps")
+
 
 class _WindowHeld:
     """What :class:`WindowCosts` derives from its points in ``__post_init__`` (as
@@ -459,6 +463,12 @@ class MachineProfile:
         process, so a step that starts while k steps run (itself included) has its compute
         stretched by ``cpu_share[0] / cpu_share[k - 1]`` (the last share for larger k).
         Empty: no stretch.
+    sharing : {"fcfs", "ps"}
+        With ``cpus`` set, how the steps share the processors. ``"fcfs"`` (first come,
+        first served): a step waits for a free processor and holds it until it ends.
+        ``"ps"`` (processor sharing): every step that can run does, each at
+        ``cpus / runnable`` of a processor's speed while more steps than processors run, as
+        a host's scheduler time-slices its runnable processes; no step waits.
     variability : Variability
         How much steps and messages vary from one to the next (none: each costs its
         expected time, and a paced run's latencies have no spread).
@@ -479,6 +489,7 @@ class MachineProfile:
     net_scale: float = 1.0
     cpus: int | None = None
     cpu_share: tuple = ()
+    sharing: str = "fcfs"
     variability: Variability = field(default_factory=Variability)
     info: dict = field(default_factory=dict)
     source: str = "given"
@@ -490,6 +501,8 @@ class MachineProfile:
         if not all(isinstance(v, int | float) and 0 < v <= 1 for v in share):
             raise ValueError(f"cpu_share must hold shares of a processor in (0, 1], got {share!r}")
         object.__setattr__(self, "cpu_share", tuple(float(v) for v in share))
+        if self.sharing not in SHARING:
+            raise ValueError(f"sharing must be one of {SHARING}, got {self.sharing!r}")
 
     def slowdown(self, busy: int) -> float:
         """How much longer a step's compute takes while ``busy`` steps share the processors
@@ -510,6 +523,7 @@ class MachineProfile:
                 "net_scale": self.net_scale,
                 "cpus": self.cpus,
                 "cpu_share": list(self.cpu_share),
+                "sharing": self.sharing,
                 "roles": self.roles,
                 "indexes": self.indexes,
                 "messages": self.messages.to_dict(),
@@ -555,6 +569,7 @@ class MachineProfile:
             net_scale=float(d.get("net_scale", 1.0)),
             cpus=d.get("cpus"),
             cpu_share=tuple(d.get("cpu_share", ())),
+            sharing=str(d.get("sharing", "fcfs")),
             variability=variability,
             info=dict(d.get("info", {})),
         )
@@ -582,7 +597,8 @@ class MachineProfile:
         lines = [
             f"machine profile {self.name!r} (cpu x{self.cpu_scale:g}, net x{self.net_scale:g}, "
             f"{self.cpus or 'a processor per actor'}{' processors' if self.cpus else ''}"
-            f"{f', shares {share} by busy processes' if share else ''})"
+            f"{f', shares {share} by busy processes' if share else ''}"
+            f"{', processor sharing' if self.cpus and self.sharing == 'ps' else ''})"
         ]
         for title, table in (("role", self.roles), ("index", self.indexes)):
             for key, coefs in sorted(table.items()):
@@ -651,12 +667,18 @@ class MachineProfile:
         none, every step and message costs its expected time)."""
         return dataclasses.replace(self, variability=variability)
 
-    def with_cpus(self, cpus: int | None, cpu_share: tuple | None = None) -> MachineProfile:
+    def with_cpus(
+        self, cpus: int | None, cpu_share: tuple | None = None, sharing: str | None = None
+    ) -> MachineProfile:
         """The same costs with ``cpus`` processors shared by all actors (None: one each), and
-        ``cpu_share`` if given (see the class docstring; ``()``: whole processors)."""
-        if cpu_share is None:
-            return dataclasses.replace(self, cpus=cpus)
-        return dataclasses.replace(self, cpus=cpus, cpu_share=tuple(cpu_share))
+        ``cpu_share`` and ``sharing`` if given (see the class docstring; ``cpu_share=()``:
+        whole processors)."""
+        changes: dict = {"cpus": cpus}
+        if cpu_share is not None:
+            changes["cpu_share"] = tuple(cpu_share)
+        if sharing is not None:
+            changes["sharing"] = sharing
+        return dataclasses.replace(self, **changes)
 
 
 def _coefficients(group: str, coefs: dict) -> dict:
