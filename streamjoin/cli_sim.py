@@ -168,16 +168,34 @@ def add_calibrate_command(sub) -> None:
         "the shipped one; or --machine FILE)",
     )
     cal.add_argument(
+        "--replay",
+        default=None,
+        metavar="ROWS_JSON",
+        help="fit nothing and run nothing on Ray: simulate the layouts of a past check again "
+        "(the rows --report saved beside its Markdown) on the profile in use now (or "
+        "--machine FILE), against the Ray figures it recorded; for trying another profile "
+        "or --sharing on the same Ray runs, in seconds",
+    )
+    cal.add_argument(
         "--machine",
         default=None,
         metavar="PROFILE_JSON",
-        help="with --check-only: the profile to check",
+        help="with --check-only or --replay: the profile to check",
+    )
+    cal.add_argument(
+        "--sharing",
+        choices=("fcfs", "ps"),  # (MachineProfile.sharing)
+        default=None,
+        help="with --check or --replay: how the simulated actors share the host's "
+        "processors: fcfs (first come, first served) or ps (processor sharing) (default: "
+        "the profile's, fcfs)",
     )
     cal.add_argument(
         "--report",
         default=None,
         metavar="FILE_MD",
-        help="with --check: also write the table, the profile and the host as Markdown",
+        help="with --check or --replay: also write the table, the profile and the host as "
+        "Markdown, and the rows as JSON beside it (FILE.json, for --replay)",
     )
     cal.add_argument(
         "--layout",
@@ -217,10 +235,17 @@ def cmd_calibrate(args) -> int:
             )
     if args.report is not None:
         check_out_file(args.report, force=True)  # a folder that exists, before the runs
-    if args.machine is not None and not args.check_only:
-        raise ValueError("--machine goes with --check-only (a fit measures this machine)")
+    if args.machine is not None and not (args.check_only or args.replay):
+        raise ValueError(
+            "--machine goes with --check-only or --replay (a fit measures this machine)"
+        )
+    if args.sharing is not None and not (args.check or args.check_only or args.replay):
+        raise ValueError("--sharing goes with --check, --check-only or --replay")
+    if args.replay is not None:
+        return _replay(args)
     if args.check_only:
         profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)
+        profile = _shared_as(profile, args.sharing)
         print(f"checking the profile {profile.name!r} ({profile.source})", flush=True)
         return _check(profile, args.layout, args.report, args.tuples, args.repeat)
     if args.out is not None:
@@ -267,7 +292,50 @@ def cmd_calibrate(args) -> int:
         print(f"wrote {args.out} (for another host: --backend sim --machine {args.out})")
     if not args.check:
         return 0
+    profile = _shared_as(profile, args.sharing)
     return _check(profile, args.layout, args.report, args.tuples, args.repeat)
+
+
+def _shared_as(profile, sharing: str | None):
+    """``profile`` with its processors shared as ``sharing`` says (None: as it says)."""
+    return profile if sharing is None else profile.with_cpus(profile.cpus, sharing=sharing)
+
+
+def _replay(args) -> int:
+    import time
+
+    from streamjoin.runtime.sim import as_profile, profile_for_this_host
+    from streamjoin.runtime.sim.fidelity import load_rows, replay, table
+
+    rows, meta = load_rows(args.replay)
+    if args.layout:
+        rows = [r for r in rows if r.layout.removesuffix(", again") in args.layout]
+    profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)
+    profile = _shared_as(profile, args.sharing)
+    print(
+        f"replaying the check of {meta.get('date', '?')} (profile {meta.get('profile')!r}, "
+        f"{meta['cpus']} processors) on the profile {profile.name!r} ({profile.source})"
+        f"{', processor sharing' if profile.sharing == 'ps' else ''}: Ray's figures as "
+        "recorded, the simulator's again",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    new = replay(rows, profile, reference_ns=meta.get("reference_ns"), cpus=meta["cpus"])
+    print(table(new))
+    if args.report is not None:
+        _write_report(args.report, new, profile, time.perf_counter() - t0, meta.get("date", "?"))
+    return 0
+
+
+def _write_report(report_md: str, rows, profile, seconds: float, replayed=None) -> None:
+    """The Markdown report and, beside it, the rows as JSON (for ``--replay``)."""
+    from streamjoin.runtime.sim.fidelity import markdown, save_rows
+
+    with open(report_md, "w") as f:
+        f.write(markdown(rows, profile, seconds, replayed))
+    rows_json = os.path.splitext(report_md)[0] + ".json"
+    save_rows(rows_json, rows, profile)
+    print(f"wrote {report_md} and {rows_json}")
 
 
 def _conditions(c: dict) -> str:
@@ -284,7 +352,7 @@ def _check(profile, layouts, report_md: str | None, tuples: int | None, repeat: 
     import os
     import time
 
-    from streamjoin.runtime.sim.fidelity import CHECK_REPEAT, CHECK_TUPLES, check, markdown, table
+    from streamjoin.runtime.sim.fidelity import CHECK_REPEAT, CHECK_TUPLES, check, table
 
     print(f"check: each layout on Ray, then on the simulator ({os.cpu_count()} processors shared)")
 
@@ -301,7 +369,5 @@ def _check(profile, layouts, report_md: str | None, tuples: int | None, repeat: 
     )
     print(table(rows))
     if report_md is not None:
-        with open(report_md, "w") as f:
-            f.write(markdown(rows, profile, time.perf_counter() - t0))
-        print(f"wrote {report_md}")
+        _write_report(report_md, rows, profile, time.perf_counter() - t0)
     return 0

@@ -247,7 +247,7 @@ def test_cli_check_options_are_checked_first(capsys):
     assert cli.main(["calibrate", "--check-only", "--layout", "mesh(9)"]) == 2
     assert "not a check layout" in capsys.readouterr().err
     assert cli.main(["calibrate", "--machine", "x.json"]) == 2
-    assert "--machine goes with --check-only" in capsys.readouterr().err
+    assert "--machine goes with --check-only or --replay" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         cli.main(["calibrate", "--check-only", "--tuples", "5"])
     assert refused.value.code == 2 and "--tuples: must be an integer >= 1000" in (
@@ -311,6 +311,57 @@ def test_the_first_layout_again_is_how_far_a_layout_moves_from_itself():
     assert line in text
     assert line in fidelity.markdown([row, off, again], sim.default_profile(), 1.0)
     assert "Again" not in fidelity.table([row, off])
+
+
+def test_a_check_is_replayed_on_another_profile_without_ray(tmp_path, capsys):
+    """A check's rows saved beside its report simulate again on any profile (``--replay``):
+    Ray's figures as recorded, the simulator's the same as a fresh simulation at the pace,
+    share and host speed recorded, the speed re-referred to the new profile's probe."""
+    rows = [
+        fidelity.CheckRow(name, 1e6, 1e6, 20_000.0, 3.0, 3.0, 5.0, 5.0, (1.0, 0.9), 0.5)
+        for name in ("single", "grid(2, 2)")
+    ]
+    rows = [dataclasses.replace(r, tuples=20_000, drift=1.2) for r in rows]
+    prof = sim.default_profile()
+    prof = dataclasses.replace(prof, info={**prof.info, "speed_probe_ns": 100.0})
+    path = tmp_path / "check.json"
+    fidelity.save_rows(path, rows, prof)
+    loaded, meta = fidelity.load_rows(path)
+    assert fidelity.table(loaded) == fidelity.table(rows)
+    assert (meta["cpus"], meta["reference_ns"]) == (os.cpu_count(), 100.0)
+    new = fidelity.replay(loaded, prof, reference_ns=100.0, cpus=2)
+    make, inequality = fidelity.CHECK_LAYOUTS["grid(2, 2)"]
+    query, data = fidelity.workload(20_000, 2**13, inequality)
+    machine = prof.with_cpus(2, (1.0, 0.9)).scaled(cpu=1 / 1.2)
+    chunk = 200  # 10 ms of input at the pace
+    flood, paced = fidelity._simulated(
+        query, data, data.slice(0, 40_000), make(), machine, 1024, chunk, 20_000.0
+    )
+    assert new[1].sim_tuples_per_s == flood["tuples_per_s"]
+    assert new[1].sim_p50_ms == paced["p50_ms"] and new[1].ray_p50_ms == 3.0
+    # a profile whose probe ran 1.2 times as long: the host was as fast as it
+    slower = dataclasses.replace(prof, info={**prof.info, "speed_probe_ns": 120.0})
+    same = fidelity.replay(loaded, slower, reference_ns=100.0, cpus=2)
+    assert same[1].drift == pytest.approx(1.0)
+    unscaled = fidelity.replay(loaded, prof, reference_ns=None, cpus=2)  # no probe: no drift
+    assert same[1].sim_tuples_per_s == pytest.approx(unscaled[1].sim_tuples_per_s, rel=1e-6)
+    shared = fidelity.replay(loaded, prof.with_cpus(None, sharing="ps"), reference_ns=100, cpus=2)
+    assert shared[1].sim_tuples_per_s != new[1].sim_tuples_per_s
+    # the command: another profile, processor sharing, a report and its rows
+    prof.save(tmp_path / "prof.json")
+    out = tmp_path / "again.md"
+    argv = ["calibrate", "--replay", str(path), "--machine", str(tmp_path / "prof.json")]
+    assert cli.main([*argv, "--sharing", "ps", "--layout", "grid(2, 2)", "--report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "processor sharing" in printed and "grid(2, 2)" in printed and "single " not in printed
+    assert "Replayed: Ray's figures are those of the check of" in out.read_text()
+    again, meta = fidelity.load_rows(tmp_path / "again.json")
+    assert meta["sharing"] == "ps" and [r.layout for r in again] == ["grid(2, 2)"]
+    (tmp_path / "bad.json").write_text('{"rows": [{"layout": "single"}]}')
+    assert cli.main(["calibrate", "--replay", str(tmp_path / "bad.json")]) == 2
+    assert "bad.json: not the rows of a check" in capsys.readouterr().err
+    assert cli.main(["calibrate", "--sharing", "ps"]) == 2
+    assert "--sharing goes with --check" in capsys.readouterr().err
 
 
 def test_check_report_names_the_profile_and_the_host():

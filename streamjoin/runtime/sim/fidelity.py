@@ -27,7 +27,9 @@ simulator's error for it on this host at this moment; the fidelity target is 0.8
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import json
 import math
 import os
 import platform
@@ -356,11 +358,8 @@ def check(
         drift = statistics.median(drifts)
         if reference:  # the compute as fast as the host was meanwhile
             machine = machine.scaled(cpu=1 / drift)
-        sim_flood = _one(
-            query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine
-        )
-        sim_paced = _one(
-            query, paced_data, topo, "sim", batch=chunk, chunk=chunk, pace=pace, machine=machine
+        sim_flood, sim_paced = _simulated(
+            query, data, paced_data, topo, machine, batch, chunk, pace
         )
         row = CheckRow(
             layout=f"{name}, again" if repeated else name,
@@ -401,6 +400,125 @@ def check(
         if report is not None:
             report(row)
     return rows
+
+
+def _simulated(query, data, paced_data, topo, machine, batch, chunk, pace) -> tuple[dict, dict]:
+    """The simulator's unpaced and paced runs of a check layout (``_one``'s figures)."""
+    flood = _one(query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine)
+    paced = _one(
+        query, paced_data, topo, "sim", batch=chunk, chunk=chunk, pace=pace, machine=machine
+    )
+    return flood, paced
+
+
+def replay(
+    rows: list[CheckRow],
+    profile: MachineProfile,
+    *,
+    reference_ns: float | None,
+    cpus: int,
+    window: int = 2**13,
+    batch: int = 1024,
+    chunk_ms: float = 10.0,
+    paced_seconds: float = 2.0,
+    report: Callable[[CheckRow], None] | None = None,
+) -> list[CheckRow]:
+    """The rows of a past check with the simulator's side run again on ``profile``: its Ray
+    figures as they were, each layout simulated at the pace, processor share and host speed
+    recorded (``drift`` against ``reference_ns``, the checked profile's speed probe,
+    re-referred to ``profile``'s own), on the ``cpus`` of the host checked. No Ray run: a
+    model or profile change is tried against the same Ray runs, deterministically."""
+    new_reference = profile.info.get("speed_probe_ns")
+    out = []
+    for row in rows:
+        make, inequality = CHECK_LAYOUTS[row.layout.removesuffix(", again")]
+        topo = make()
+        query, data = workload(row.tuples, window, inequality)
+        chunk = max(1, int(row.pace * chunk_ms / 1000))
+        paced_data = data.slice(0, min(len(data), max(20 * chunk, int(row.pace * paced_seconds))))
+        machine = profile.with_cpus(cpus, row.cpu_share)
+        drift = row.drift
+        if reference_ns and new_reference and not math.isnan(drift):
+            drift = drift * reference_ns / new_reference  # the host's speed over this profile's
+            machine = machine.scaled(cpu=1 / drift)
+        flood, paced = _simulated(query, data, paced_data, topo, machine, batch, chunk, row.pace)
+        new = dataclasses.replace(
+            row,
+            sim_tuples_per_s=flood["tuples_per_s"],
+            sim_p50_ms=paced["p50_ms"],
+            sim_p99_ms=paced["p99_ms"],
+            sim_mean_ms=paced["mean_ms"],
+            sim_elapsed_s=flood["elapsed_s"],
+            drift=drift,
+            actors=tuple(
+                dataclasses.replace(
+                    a,
+                    sim_busy_s=flood["actors"].get(a.actor, (float("nan"), None, None))[0],
+                    sim_step_s=flood["actors"].get(a.actor, (float("nan"), None, None))[2],
+                )
+                for a in row.actors
+            ),
+            paced_actors=tuple(
+                dataclasses.replace(
+                    a,
+                    sim_start_ms=lag.get("start_p50", float("nan")),
+                    sim_end_ms=lag.get("end_p50", float("nan")),
+                    sim_step_ms=lag.get("step_p50", float("nan")),
+                )
+                for a in row.paced_actors
+                for lag in [paced["lags"].get(a.actor, {})]
+            ),
+        )
+        out.append(new)
+        if report is not None:
+            report(new)
+    return out
+
+
+def save_rows(path: str | os.PathLike, rows: list[CheckRow], profile: MachineProfile) -> None:
+    """Write a check's rows as JSON, with what :func:`replay` needs to simulate them again:
+    the host's processors and the checked profile's speed probe."""
+    with open(path, "w") as f:
+        json.dump(
+            {
+                "cpus": os.cpu_count() or 1,
+                "reference_ns": profile.info.get("speed_probe_ns"),
+                "profile": profile.name,
+                "sharing": profile.sharing,
+                "date": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
+                "rows": [dataclasses.asdict(r) for r in rows],
+            },
+            f,
+            indent=1,
+        )
+        f.write("\n")
+
+
+def load_rows(path: str | os.PathLike) -> tuple[list[CheckRow], dict]:
+    """The rows :func:`save_rows` wrote, and the rest of what it wrote (``cpus``,
+    ``reference_ns``, ``profile``, ``date``); a ``ValueError`` naming the file if it holds
+    no check."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        rows = [
+            CheckRow(
+                **{
+                    **r,
+                    "cpu_share": tuple(r["cpu_share"]),
+                    "drift_range": tuple(r["drift_range"]),
+                    "actors": tuple(ActorFigures(**a) for a in r["actors"]),
+                    "paced_actors": tuple(PacedFigures(**a) for a in r["paced_actors"]),
+                }
+            )
+            for r in d["rows"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{os.fspath(path)}: not the rows of a check ({e})") from None
+    unknown = {r.layout.removesuffix(", again") for r in rows} - set(CHECK_LAYOUTS)
+    if unknown:
+        raise ValueError(f"{os.fspath(path)}: unknown layout(s) {sorted(unknown)}")
+    return rows, {k: v for k, v in d.items() if k != "rows"}
 
 
 def _spread(values: list[float]) -> float:
@@ -480,9 +598,12 @@ def _runs(n: int) -> str:
     return "from one run" if n == 1 else f"the median of {n} runs"
 
 
-def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> str:
+def markdown(
+    rows: list[CheckRow], profile: MachineProfile, seconds: float, replayed: str | None = None
+) -> str:
     """A results page: the table, the profile checked (name, source, when it was fitted and
-    under what load) and this host, for ``calibrate --check --report FILE``."""
+    under what load) and this host, for ``calibrate --check --report FILE``; ``replayed``:
+    the check whose Ray figures the rows took (:func:`replay`)."""
     info = profile.info
     cond = info.get("conditions", {})
     fitted = (
@@ -509,7 +630,13 @@ def markdown(rows: list[CheckRow], profile: MachineProfile, seconds: float) -> s
         "Ray's unpaced rate, a batch per 10 ms of input. `drift`: a fixed join's steps timed "
         "before, between and after the layout's runs on Ray over the same at the fit, the "
         "median of the three (the simulator's compute scaled by it) and, in brackets, the "
-        "lowest and the highest.",
+        "lowest and the highest."
+        + (
+            f" Replayed: Ray's figures are those of the check of {replayed}, the simulator's "
+            "were run again on this profile at the pace, share and drift recorded."
+            if replayed
+            else ""
+        ),
         "",
         "| layout | Ray t/s | sim t/s | sim / Ray | pace t/s | p50 Ray ms | p50 sim | ratio "
         "| p99 Ray ms | p99 sim | ratio | mean Ray ms | mean sim | ratio | CPU share | drift "
