@@ -242,6 +242,11 @@ def cmd_calibrate(args) -> int:
     if args.sharing is not None and not (args.check or args.check_only or args.replay):
         raise ValueError("--sharing goes with --check, --check-only or --replay")
     if args.replay is not None:
+        if args.check or args.check_only or args.tuples or args.repeat:
+            raise ValueError(
+                "--replay runs nothing on Ray: it goes without --check, --check-only, "
+                "--tuples and --repeat"
+            )
         return _replay(args)
     if args.check_only:
         profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)

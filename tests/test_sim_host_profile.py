@@ -360,6 +360,13 @@ def test_a_check_is_replayed_on_another_profile_without_ray(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"rows": [{"layout": "single"}]}')
     assert cli.main(["calibrate", "--replay", str(tmp_path / "bad.json")]) == 2
     assert "bad.json: not the rows of a check" in capsys.readouterr().err
+    broken = json.loads(path.read_text())
+    broken["rows"][0]["pace"] = -5
+    (tmp_path / "bad.json").write_text(json.dumps(broken))
+    assert cli.main(["calibrate", "--replay", str(tmp_path / "bad.json")]) == 2
+    assert "pace must be a" in capsys.readouterr().err
+    assert cli.main(["calibrate", "--replay", str(path), "--check-only"]) == 2
+    assert "--replay runs nothing on Ray" in capsys.readouterr().err
     assert cli.main(["calibrate", "--sharing", "ps"]) == 2
     assert "--sharing goes with --check" in capsys.readouterr().err
 

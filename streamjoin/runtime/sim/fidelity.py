@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamjoin import sources, topologies
+from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import CountWindow, Query, band, greater, less
 from streamjoin.runtime.run import run
 from streamjoin.runtime.sim.arrival import Arrival
@@ -513,6 +514,12 @@ def load_rows(path: str | os.PathLike) -> tuple[list[CheckRow], dict]:
             )
             for r in d["rows"]
         ]
+        for r in rows:  # what the simulator's runs are built from
+            positive_int("tuples", r.tuples)
+            positive_number("pace", r.pace, "rate in tuples/s")
+            for share in r.cpu_share:
+                positive_number("cpu_share", share)
+        positive_int("cpus", d["cpus"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{os.fspath(path)}: not the rows of a check ({e})") from None
     unknown = {r.layout.removesuffix(", again") for r in rows} - set(CHECK_LAYOUTS)
