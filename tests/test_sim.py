@@ -736,7 +736,7 @@ def test_processor_sharing_does_the_same_work_on_one_processor():
     p = _profile()
     p = p.with_messages(dataclasses.replace(p.messages, wake_ns=0.0, wake_after=(), rouse_after=()))
     query = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
-    data = sj.sources.synthetic(40_000, low=0, high=100_000, seed=3)
+    data = sj.sources.synthetic(24_000, low=0, high=60_000, seed=3)
     runs = {}
     for sharing in ("fcfs", "ps"):
         res = sj.run(
@@ -756,7 +756,7 @@ def test_processor_sharing_does_the_same_work_on_one_processor():
         assert actors["emitter"]["peak_queue"] > 10  # its links were full: it stalled
         runs[sharing] = res.metrics["input_tuples_per_s"]
     assert runs["ps"] == pytest.approx(runs["fcfs"], rel=5e-3)
-    assert INBOX + 2 * EDGE_BUFFER_BYTES // (256 * 41) < 40_000 / 256
+    assert INBOX + 2 * EDGE_BUFFER_BYTES // (256 * 41) < 24_000 / 256
 
 
 def test_sharing_is_checked_and_kept_in_json(tmp_path):
@@ -1424,7 +1424,7 @@ def test_a_flooded_run_holds_its_backlog_at_the_source():
     from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES
 
     q = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
-    data = sj.sources.synthetic(100_000, low=0, high=250_000, seed=3)
+    data = sj.sources.synthetic(24_000, low=0, high=60_000, seed=3)
     machine = sim.default_profile().with_cpus(2)
     kw = {"backend": "sim", "machine": machine, "batch_size": 256, "chunk_rows": 256}
     flood = sim.Arrival.constant(1e12)
@@ -1492,7 +1492,7 @@ def test_a_shared_cores_scan_counts_the_rows_its_tasks_scanned(index):
     tuple, or the whole window without an index), as its ``stats()`` report them: what its
     cost rows are fitted on."""
     query = sj.Query(sj.band("x", 5), window=sj.CountWindow(64))
-    data = sj.sources.synthetic(900, low=0, high=1_000, seed=3)
+    data = sj.sources.synthetic(24_000, low=0, high=60_000, seed=3)
     logics, _ = _drive(sj.topologies.shared_index(1, index), query, data, 32)
     core = next(lg for lg in logics.values() if lg.cost_group == "join")
     scan = core.counters()[JOIN_COUNTERS.index("scan")]
