@@ -1424,7 +1424,7 @@ def test_a_flooded_run_holds_its_backlog_at_the_source():
     from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES
 
     q = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
-    data = sj.sources.synthetic(24_000, low=0, high=60_000, seed=3)
+    data = sj.sources.synthetic(100_000, low=0, high=250_000, seed=3)
     machine = sim.default_profile().with_cpus(2)
     kw = {"backend": "sim", "machine": machine, "batch_size": 256, "chunk_rows": 256}
     flood = sim.Arrival.constant(1e12)
@@ -1492,7 +1492,7 @@ def test_a_shared_cores_scan_counts_the_rows_its_tasks_scanned(index):
     tuple, or the whole window without an index), as its ``stats()`` report them: what its
     cost rows are fitted on."""
     query = sj.Query(sj.band("x", 5), window=sj.CountWindow(64))
-    data = sj.sources.synthetic(24_000, low=0, high=60_000, seed=3)
+    data = sj.sources.synthetic(900, low=0, high=1_000, seed=3)
     logics, _ = _drive(sj.topologies.shared_index(1, index), query, data, 32)
     core = next(lg for lg in logics.values() if lg.cost_group == "join")
     scan = core.counters()[JOIN_COUNTERS.index("scan")]
