@@ -692,6 +692,24 @@ def test_processor_sharing_equals_oracle(make, data):
         assert np.all(res.pairs.column("latency_ns").to_numpy() >= 0)
 
 
+@pytest.mark.parametrize("cpus", [1, 2, 6])
+def test_processor_sharing_passes_progress_markers_exactly(cpus):
+    """A full outer join's progress markers (:mod:`streamjoin.runtime.markers`) under
+    processor sharing: each layout's rows without a partner leave exactly once."""
+    data = sj.sources.synthetic(3_000, low=0, high=6_000, attrs=("x",), seed=3)
+    query = sj.Query(sj.band("x", 1.0), window=sj.CountWindow(100), how="full")
+    expected = sj.oracle.join(query, data)
+    machine = sim.default_profile().with_cpus(cpus, sharing="ps")
+    for topo in (
+        sj.topologies.grid(2, 2),
+        sj.topologies.handshake(2),
+        sj.topologies.shared_index(2, pipelined=True),
+    ):
+        assert topo.marks_progress(query)
+        res = sj.run(query, data, topo, backend="sim", machine=machine, pace=10_000, batch_size=16)
+        assert res.same_pairs(expected), (topo.name, cpus)
+
+
 def test_processor_sharing_runs_the_steps_one_message_wakes_together():
     """split(2) on one processor, a tuple every 20 ms: the emitter's message wakes both
     cores. First come, first served, the second core's step begins once the first's has
