@@ -777,6 +777,44 @@ def test_processor_sharing_does_the_same_work_on_one_processor():
     assert INBOX + 2 * EDGE_BUFFER_BYTES // (256 * 41) < 24_000 / 256
 
 
+def test_processor_sharing_charges_the_time_a_step_lacked_a_processor_as_a_wait():
+    """A step that ran slower than alone for lack of a processor pays, at its end, the
+    after-idle cost of that time as a step that waited for a processor does first come,
+    first served (beyond what its rest before cost): flooded on one processor, the cores'
+    steps, of which only the first followed a rest, are charged many steps' worth of it; at
+    a low rate, where every step follows a long rest and pays all of it already, nothing
+    more (the same charge under both policies)."""
+    p = _profile()
+    p = p.with_messages(dataclasses.replace(p.messages, wake_ns=0.0, wake_after=(), rouse_after=()))
+    query = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
+    data = sj.sources.synthetic(12_000, low=0, high=30_000, seed=3)
+    idle = dataclasses.replace(IDLE, ramp=((1e6, 1.0),))  # all of it after 1 ms
+    cores = {}
+    for prof in (p, p.with_after_idle(idle)):
+        res = sj.run(
+            query,
+            data,
+            sj.topologies.split(2),
+            batch_size=256,
+            chunk_rows=256,
+            backend="sim",
+            arrival=sim.Arrival.constant(1e12),
+            machine=prof.with_cpus(1, sharing="ps"),
+        )
+        assert res.same_pairs(sj.oracle.join(query, data))
+        cores[prof is p] = res.metrics["actors"]["core0"]
+    assert cores[False]["after_idle_steps"] == 1  # only its first step followed a rest
+    more = cores[False]["step_cpu_s"] - cores[True]["step_cpu_s"]
+    assert more > 15 * IDLE.join_ns * 1e-9
+    fcfs, ps = (
+        _split_slowly(_profile().with_after_idle(IDLE).with_cpus(1, sharing=s))
+        for s in ("fcfs", "ps")
+    )
+    for core in ("core0", "core1"):
+        assert ps[core]["lag_ms"]["cpu_p50"] == pytest.approx(fcfs[core]["lag_ms"]["cpu_p50"])
+        assert ps[core]["step_cpu_s"] == pytest.approx(fcfs[core]["step_cpu_s"], rel=1e-6)
+
+
 def test_sharing_is_checked_and_kept_in_json(tmp_path):
     p = _profile().with_cpus(2, sharing="ps")
     assert p.sharing == "ps" and p.with_cpus(3).sharing == "ps"

@@ -48,8 +48,9 @@ and holds it until it ends (actors of a small host, e.g. Ray actors on this 2-CP
 a step that waited for one starts colder, by the length of its wait, as after idle time.
 Under the profile's processor sharing (``sharing="ps"``) no step waits: every step that can
 run does, at ``cpus / runnable`` of its speed while more steps than processors run, as a
-host's scheduler time-slices; a step is staged as on a processor of its own, and each of its
-messages leaves as its work reaches the instant staged for it (:meth:`_Simulation._shared`). A
+host's scheduler time-slices; a step is staged as on a processor of its own, each of its
+messages leaves as its work reaches the instant staged for it (:meth:`_Simulation._shared`),
+and the time it lacked a processor costs it at its end what a wait would have at its start. A
 shared-index core's step also takes as many more free processors as its threads can use, and
 its tasks are charged as run on those it holds (on one, when no other is free).
 A pipelined shared-index core runs a batch's tasks on ``threads`` pool processors while its
@@ -253,11 +254,28 @@ class _Job:
     work done, the processors' worth it runs on, when it started, its stamps' times and
     what runs at its end (:meth:`_Simulation._shared`)."""
 
-    __slots__ = ("core", "kind", "marks", "done", "weight", "t0", "at", "then")
+    __slots__ = (
+        "core",
+        "kind",
+        "marks",
+        "done",
+        "weight",
+        "t0",
+        "at",
+        "then",
+        "work",
+        "rest",
+        "cold",
+    )
 
-    def __init__(self, core: _Core, kind, marks: deque, weight: int, t0: int, then) -> None:
+    def __init__(
+        self, core: _Core, kind, marks: deque, weight: int, t0: int, then, rest: float
+    ) -> None:
         self.core, self.kind, self.marks, self.weight, self.t0 = core, kind, marks, weight, t0
         self.then = then
+        self.work = marks[-1][0]  # its staged work, ns
+        self.rest = rest  # the core's rest before it (its after-idle cost was charged for it)
+        self.cold = False  # charged for the time it ran slower than alone
         self.done = 0.0
         self.at: list[int] = []
 
@@ -375,6 +393,7 @@ class _Simulation:
         self.rate = 1.0
         self.shared_since = 0
         self.marks: list | None = None
+        self.staged_rest = 0.0
         self.generation = 0
         self.in_tick = False
         if self.cpus is None:
@@ -1040,14 +1059,15 @@ class _Simulation:
         room = self.cpus - self.reserved
         core.held = 1 if core.split is not None else min(core.threads, max(1, room))
         # a step staged while another is (a sender its receive let go on) stages on its own
-        outer = self.marks, self.cpus_free
+        outer = self.marks, self.cpus_free, self.staged_rest
         # the processors idle beside it (its charge's stretch, the writes that wake a core)
         self.cpus_free = max(0, room - sum(j.weight for j in self.jobs) - core.held)
+        self.staged_rest = core.rest_ns  # (its step's after-idle charge resets it)
         self.marks = []
         try:
             self._step(core, item)
         finally:
-            self.marks, self.cpus_free = outer
+            self.marks, self.cpus_free, self.staged_rest = outer
 
     def _shared(self, core: _Core, kind, t0: int, t: int, at=(), then=None) -> None:
         """``core``'s step, staged from ``t0`` to ``t`` as if on processors of its own, runs
@@ -1060,7 +1080,7 @@ class _Simulation:
         marks.sort(key=lambda m: m[0])  # (stable: sends in the order staged)
         marks.append((t - t0, None, ()))
         self._advance()
-        self.jobs.append(_Job(core, kind, deque(marks), core.held, t0, then))
+        self.jobs.append(_Job(core, kind, deque(marks), core.held, t0, then, self.staged_rest))
         self._reschedule()
 
     def _advance(self) -> None:
@@ -1121,9 +1141,18 @@ class _Simulation:
         self._reschedule()
 
     def _job_done(self, job: _Job) -> None:
-        """``job``'s work is done: its step ends now."""
-        self.jobs.remove(job)
+        """``job``'s work is done: its step ends now, or, the first time, after what the
+        time it ran slower than alone costs more (:meth:`_slowed_cost`)."""
         core, now = job.core, self.env.now
+        if not job.cold:
+            job.cold = True
+            extra = self._slowed_cost(job, now)
+            if extra:
+                self._count_step(core, extra)
+                job.work += extra
+                job.marks.append((job.work, None, ()))
+                return
+        self.jobs.remove(job)
         core.stats.busy_ns += now - job.t0
         core.free_at = now
         core.held = 0
@@ -1131,6 +1160,19 @@ class _Simulation:
             job.then(job.at, now)
         core.kind = job.kind
         self._done(core)
+
+    def _slowed_cost(self, job: _Job, now: int) -> int:
+        """What a step that ran slower than alone for lack of a processor costs more, at its
+        end: the time it lacked one counts as a wait does first come, first served (the
+        after-idle cost of the rest before it and that time, less what the rest alone
+        cost): a time slice's caches are another's when it comes back."""
+        core = job.core
+        lacked = now - job.t0 - job.work
+        if lacked <= 0 or not core.idle_ns:
+            return 0
+        share = self.after_idle.share
+        more = share(job.rest + lacked) - (share(job.rest) if job.rest else 0.0)
+        return round(core.idle_ns * more)
 
     def _arm_tick(self, emitter) -> None:
         """Wake the emitter when its oldest open tuple has waited ``max_delay``."""

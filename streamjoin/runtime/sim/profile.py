@@ -468,7 +468,9 @@ class MachineProfile:
         first served): a step waits for a free processor and holds it until it ends.
         ``"ps"`` (processor sharing): every step that can run does, each at
         ``cpus / runnable`` of a processor's speed while more steps than processors run, as
-        a host's scheduler time-slices its runnable processes; no step waits.
+        a host's scheduler time-slices its runnable processes; no step waits, and a step
+        that ran slower than alone pays, at its end, the after-idle cost of the time it
+        lacked a processor, as a step that waited for one does.
     variability : Variability
         How much steps and messages vary from one to the next (none: each costs its
         expected time, and a paced run's latencies have no spread).
