@@ -270,8 +270,10 @@ def test_a_delayed_frame_changes_nothing(ray_session, monkeypatch, relays):
     ("relay", "says"),
     [
         (  # the premature end frame: the core ends early, a short result unless caught
+            # (under load the driver may first see the frames the edge then lost)
             ("emitter", "core0", "end", 5),
-            "ended before the emitter ended its input|a frame after the end of the edge",
+            "ended before the emitter ended its input|a frame after the end of the edge"
+            "|the edge from 'emitter' to 'core0' lost frames",
         ),
         (  # two pairs the core never found
             ("core1", "collector", "pairs", 3),
