@@ -743,6 +743,29 @@ def test_processor_sharing_runs_the_steps_one_message_wakes_together():
         )
 
 
+def _flooded_split_on_one_processor(n: int, sharing: str, after_idle=None):
+    """split(2) flooded with ``n`` tuples on one processor shared as ``sharing``, priced
+    without wake-ups (and with ``after_idle``, if given): its result, checked exact."""
+    p = _profile()
+    p = p.with_messages(dataclasses.replace(p.messages, wake_ns=0.0, wake_after=(), rouse_after=()))
+    if after_idle is not None:
+        p = p.with_after_idle(after_idle)
+    query = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
+    data = sj.sources.synthetic(n, low=0, high=n * 5 // 2, seed=3)
+    res = sj.run(
+        query,
+        data,
+        sj.topologies.split(2),
+        batch_size=256,
+        chunk_rows=256,
+        backend="sim",
+        arrival=sim.Arrival.constant(1e12),
+        machine=p.with_cpus(1, sharing=sharing),
+    )
+    assert res.same_pairs(sj.oracle.join(query, data))
+    return res
+
+
 def test_processor_sharing_does_the_same_work_on_one_processor():
     """Flooded on one processor, with neither policy charging more for a wait (no after-idle
     or wake-up costs), both do the same steps one processor's work apart: the same
@@ -751,23 +774,9 @@ def test_processor_sharing_does_the_same_work_on_one_processor():
     while another is)."""
     from streamjoin.runtime.coalesce import EDGE_BUFFER_BYTES
 
-    p = _profile()
-    p = p.with_messages(dataclasses.replace(p.messages, wake_ns=0.0, wake_after=(), rouse_after=()))
-    query = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
-    data = sj.sources.synthetic(24_000, low=0, high=60_000, seed=3)
     runs = {}
     for sharing in ("fcfs", "ps"):
-        res = sj.run(
-            query,
-            data,
-            sj.topologies.split(2),
-            batch_size=256,
-            chunk_rows=256,
-            backend="sim",
-            arrival=sim.Arrival.constant(1e12),
-            machine=p.with_cpus(1, sharing=sharing),
-        )
-        assert res.same_pairs(sj.oracle.join(query, data))
+        res = _flooded_split_on_one_processor(24_000, sharing)
         actors = res.metrics["actors"]
         compute = sum(a["step_cpu_s"] for a in actors.values())
         assert compute <= res.metrics["elapsed_s"] * (1 + 1e-9)
@@ -784,25 +793,11 @@ def test_processor_sharing_charges_the_time_a_step_lacked_a_processor_as_a_wait(
     steps, of which only the first followed a rest, are charged many steps' worth of it; at
     a low rate, where every step follows a long rest and pays all of it already, nothing
     more (the same charge under both policies)."""
-    p = _profile()
-    p = p.with_messages(dataclasses.replace(p.messages, wake_ns=0.0, wake_after=(), rouse_after=()))
-    query = sj.Query(sj.band("x", 5), window=sj.CountWindow(2048))
-    data = sj.sources.synthetic(12_000, low=0, high=30_000, seed=3)
     idle = dataclasses.replace(IDLE, ramp=((1e6, 1.0),))  # all of it after 1 ms
     cores = {}
-    for prof in (p, p.with_after_idle(idle)):
-        res = sj.run(
-            query,
-            data,
-            sj.topologies.split(2),
-            batch_size=256,
-            chunk_rows=256,
-            backend="sim",
-            arrival=sim.Arrival.constant(1e12),
-            machine=prof.with_cpus(1, sharing="ps"),
-        )
-        assert res.same_pairs(sj.oracle.join(query, data))
-        cores[prof is p] = res.metrics["actors"]["core0"]
+    for charged in (None, idle):
+        res = _flooded_split_on_one_processor(12_000, "ps", charged)
+        cores[charged is None] = res.metrics["actors"]["core0"]
     assert cores[False]["after_idle_steps"] == 1  # only its first step followed a rest
     more = cores[False]["step_cpu_s"] - cores[True]["step_cpu_s"]
     assert more > 15 * IDLE.join_ns * 1e-9
