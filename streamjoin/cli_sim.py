@@ -315,6 +315,8 @@ def _replay(args) -> int:
     rows, meta = load_rows(args.replay)
     if args.layout:
         rows = [r for r in rows if r.layout.removesuffix(", again") in args.layout]
+        if not rows:
+            raise ValueError(f"--replay {args.replay}: no row of --layout {args.layout}")
     profile = as_profile(args.machine) if args.machine else profile_for_this_host(warn=False)
     profile = _shared_as(profile, args.sharing)
     print(

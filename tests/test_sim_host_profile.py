@@ -365,6 +365,8 @@ def test_a_check_is_replayed_on_another_profile_without_ray(tmp_path, capsys):
     (tmp_path / "bad.json").write_text(json.dumps(broken))
     assert cli.main(["calibrate", "--replay", str(tmp_path / "bad.json")]) == 2
     assert "pace must be a" in capsys.readouterr().err
+    assert cli.main(["calibrate", "--replay", str(path), "--layout", "spo(2)"]) == 2
+    assert "no row of --layout ['spo(2)']" in capsys.readouterr().err
     assert cli.main(["calibrate", "--replay", str(path), "--check-only"]) == 2
     assert "--replay runs nothing on Ray" in capsys.readouterr().err
     assert cli.main(["calibrate", "--sharing", "ps"]) == 2
