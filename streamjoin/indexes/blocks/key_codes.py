@@ -77,14 +77,17 @@ def fit(keys: np.ndarray, headroom: float = 0.5) -> tuple[float, float]:
         # one value: scale 1 keeps neighbouring integers apart, and the key sits mid-range
         return lo - 2.0**31, 1.0
     span = 2.0 * width * (1.0 + 2.0 * headroom)
-    if not math.isfinite(span):
+    if not math.isfinite(hi - lo):  # a range wider than the largest float: no headroom
+        base = lo
+    else:
+        base = lo - headroom * (hi - lo)
+        if headroom > 0 and base >= lo:
+            # the headroom rounded away (a range of a few units near 2**52): a step below the
+            # lowest key, and room above the highest as wide
+            base = math.nextafter(lo, -math.inf)
+            span = max(span, (hi - base) * (1.0 + 2.0 * headroom))
+    if not math.isfinite(span):  # (the loop below would not end)
         span = 2.0**1023
-    base = lo - headroom * (hi - lo) if math.isfinite(hi - lo) else lo
-    if headroom > 0 and base >= lo:
-        # the headroom rounded away (a range of a few units near 2**52): a step below the
-        # lowest key, and room above the highest as wide
-        base = math.nextafter(lo, -math.inf)
-        span = max(span, (hi - base) * (1.0 + 2.0 * headroom))
     # the largest power of two with span · scale <= 2**32 - 1 (span = f · 2**e, f in [0.5, 1)),
     # and a finite one (a subnormal span would ask for more than 2**1023)
     exp = min(32 - math.frexp(span)[1], 1023)
