@@ -108,22 +108,33 @@ def test_shared_pim_tree_jobs_have_the_state_types_a_core_runs_with():
 
 def test_the_task_kernels_callees_are_compiled_ahead_for_the_types_a_run_calls():
     """The shared core's task kernel loads its two largest callees from the cache only if the
-    helper compiled them for the exact types it passes: compiling the task kernel afresh (not
-    from the cache, so that its callees are typed here) for a two-way and a self-join core's
-    step leaves each job's signature among the callees' signatures (other tests in the same
-    process may have compiled them for other index layouts too)."""
+    helper compiled them for the exact types it passes: numba's type inference of the task
+    kernel (its typing alone: a compile of it took ten times as long) for a two-way and a
+    self-join core's step calls each job's callee with the job's argument types."""
     import numba
+    from numba.core import compiler, typed_passes
 
     from streamjoin.actors.shared_index import kernels
     from streamjoin.actors.shared_index.core import TASK_KERNEL_JOBS, SharedIndexCore
 
-    fresh = numba.njit(nogil=True)(kernels.run_tasks.py_func)
+    task = kernels.run_tasks
+    called: dict[str, set] = {}  # callee -> the argument types the task kernel calls it with
     for self_join in (False, True):
         query = sj.Query(sj.band("x", 2.0), window=sj.CountWindow(100), self_join=self_join)
         core = SharedIndexCore(query, "pim_tree", {}, threads=1)
         core._open(8)
-        fresh.compile(compile_ahead._signature((0, 0, 0, *core._flight.args)))
+        sig = compile_ahead._signature((0, 0, 0, *core._flight.args))
         core.close()
-    for dispatcher, args in compile_ahead.jobs_of(TASK_KERNEL_JOBS):
-        sig = tuple(compile_ahead._signature(args))
-        assert sig in [tuple(s) for s in dispatcher.signatures], dispatcher.py_func.__name__
+        ir = compiler.run_frontend(task.py_func)
+        typemap, _, calltypes, _ = typed_passes.type_inference_stage(
+            task.typingctx, task.targetctx, ir, sig, None
+        )
+        for expr, call in calltypes.items():
+            callee = typemap.get(expr.func.name) if getattr(expr, "op", None) == "call" else None
+            if isinstance(callee, numba.types.Dispatcher):
+                called.setdefault(callee.dispatcher.py_func.__name__, set()).add(call.args)
+    jobs = compile_ahead.jobs_of(TASK_KERNEL_JOBS)
+    assert {d.py_func.__name__ for d, _ in jobs} == {"_join_tuples", "_join_tail"}
+    for dispatcher, args in jobs:
+        name = dispatcher.py_func.__name__
+        assert compile_ahead._signature(args) in called[name], name
