@@ -1,7 +1,8 @@
 """The command as a user types it, with a mistake: one line ``streamjoin: error: …`` on stderr
 that names the option, file or count to fix, exit status 2, no traceback (the whole one with
-``--debug``). Each case runs ``python -m streamjoin`` in a process of its own; none starts Spark
-or Ray (the Spark cases are in test_cli_bad_input.py).
+``--debug``). The cases call the command's ``main`` in this process (a process each cost a second,
+most of it importing); one case, and ``--debug``'s, run ``python -m streamjoin`` in a
+process of its own. None starts Spark or Ray (the Spark cases are in test_cli_bad_input.py).
 """
 
 import os
@@ -10,10 +11,30 @@ import sys
 
 import pytest
 
+from streamjoin.cli import main
+
 
 def streamjoin(*argv: str, cwd) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "streamjoin", *argv]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.fixture
+def command(capsys, monkeypatch):
+    """``command(*argv, cwd=...)``: the command's ``main`` run here, in ``cwd``, as a process's
+    exit status and output (argparse's mistakes exit through ``SystemExit``)."""
+
+    def call(*argv: str, cwd) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            code = main(list(argv))
+        except SystemExit as stop:
+            code = stop.code
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, code, out.out, out.err)
+
+    return call
 
 
 def one_error_line(out: subprocess.CompletedProcess) -> str:
@@ -80,38 +101,44 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
         ),
     ],
 )
-def test_a_mistake_is_one_line_and_exit_2(argv, line, tmp_path):
-    assert one_error_line(streamjoin(*argv, cwd=tmp_path)) == line
+def test_a_mistake_is_one_line_and_exit_2(argv, line, tmp_path, command):
+    assert one_error_line(command(*argv, cwd=tmp_path)) == line
     assert os.listdir(tmp_path) == []  # nothing written, no streamjoin-out/
 
 
-def test_run_refuses_an_output_folder_that_is_a_file(tmp_path):
+def test_the_command_in_a_process_of_its_own_prints_one_line_and_exits_2(tmp_path):
+    line = one_error_line(streamjoin("run", "-n", "0", cwd=tmp_path))
+    assert line == "argument -n/--tuples: must be an integer >= 1, got 0 (see: streamjoin run -h)"
+    assert os.listdir(tmp_path) == []
+
+
+def test_run_refuses_an_output_folder_that_is_a_file(tmp_path, command):
     (tmp_path / "results").write_text("mine")
-    line = one_error_line(streamjoin("run", "-n", "100", "-o", "results", cwd=tmp_path))
+    line = one_error_line(command("run", "-n", "100", "-o", "results", cwd=tmp_path))
     assert line == "-o results: exists and is not a folder; -o names the output folder"
     assert (tmp_path / "results").read_text() == "mine"
 
 
-def test_run_refuses_an_output_folder_it_cannot_make(tmp_path):
+def test_run_refuses_an_output_folder_it_cannot_make(tmp_path, command):
     (tmp_path / "results").write_text("mine")
-    line = one_error_line(streamjoin("run", "-n", "100", "-o", "results/run1", cwd=tmp_path))
+    line = one_error_line(command("run", "-n", "100", "-o", "results/run1", cwd=tmp_path))
     assert line == f"-o results/run1: {tmp_path / 'results'} is a file, not a folder"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_run_refuses_an_output_folder_it_cannot_write(tmp_path):
+def test_run_refuses_an_output_folder_it_cannot_write(tmp_path, command):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    line = one_error_line(streamjoin("run", "-n", "100", "-o", "locked/out", cwd=tmp_path))
+    line = one_error_line(command("run", "-n", "100", "-o", "locked/out", cwd=tmp_path))
     assert line == f"-o locked/out: cannot write in {locked} (permission denied)"
 
 
-def test_draw_replaces_an_existing_file_only_with_force(tmp_path):
+def test_draw_replaces_an_existing_file_only_with_force(tmp_path, command):
     (tmp_path / "graph.png").write_text("mine")
-    line = one_error_line(streamjoin("draw", "grid:2x2", cwd=tmp_path))
+    line = one_error_line(command("draw", "grid:2x2", cwd=tmp_path))
     assert line == "-o graph.png exists; pass --force to replace it"
     assert (tmp_path / "graph.png").read_text() == "mine"
-    out = streamjoin("draw", "grid:2x2", "--force", cwd=tmp_path)
+    out = command("draw", "grid:2x2", "--force", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "graph.png").read_bytes().startswith(b"\x89PNG")
 
