@@ -180,6 +180,16 @@ GALLERY = [
         simulated_args=(),
         simulated_minutes=6,
     ),
+    # measured 2026-12-01 on a quiet machine: 0.7 minutes
+    Experiment(
+        "step_charges",
+        "step_charges.py",
+        "our simulator's charge for each actor's steps against the host's time",
+        1.5,
+        0.3,
+        simulated_args=(),
+        simulated_minutes=1.5,
+    ),
     Experiment(
         "topologies", "topologies.py", "every topology on local and Ray", 2, 1, starts_ray=True
     ),

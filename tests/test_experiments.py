@@ -3,6 +3,7 @@ built), the index names every script, and a quick run writes results that say wh
 from."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -286,3 +287,33 @@ def test_panjoin_paper_draws_nothing_for_sections_without_panels(tmp_path):
     ]
     pp.plot(targets, ["targets"], sc, str(tmp_path / "one.png"))
     assert (tmp_path / "one.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_step_charges_scale_the_charge_by_the_drift_and_set_ray_beside(monkeypatch, tmp_path):
+    """``step_charges.py`` charges the same steps at the host's speed (the simulator's charge
+    is deterministic: a host twice as slow as at the fit doubles it exactly, whatever the host
+    times read), names every actor, and sets a check's Ray / sim ratio beside its row."""
+    import dataclasses
+
+    from streamjoin.runtime import sim
+
+    script = experiment("step_charges")
+    shipped = sim.default_profile()
+    fitted = dataclasses.replace(shipped, info={**shipped.info, "speed_probe_ns": 1000.0})
+    charged = {}
+    for probe in (1000.0, 2000.0):
+        monkeypatch.setattr(script, "speed_probe", lambda probe=probe: probe)
+        got = script.measure(fitted, "single", 3000, repeat=1)
+        assert got["drifts"] == [probe / 1000.0]
+        assert set(got["actors"]) == {"emitter", "core", "collector"}
+        assert all(a["host_s"] > 0 for a in got["actors"].values())
+        charged[probe] = {a: v["charged_s"] for a, v in got["actors"].items()}
+    for actor, seconds in charged[1000.0].items():
+        assert seconds > 0 and charged[2000.0][actor] == pytest.approx(2 * seconds)
+    rows = tmp_path / "rows.json"
+    actors = [{"actor": "core", "ray_step_cpu_s": 0.6, "sim_step_s": 0.8}]
+    rows.write_text(json.dumps({"rows": [{"layout": "single", "actors": actors}]}))
+    lines = script.table([got], script.ray_ratios(str(rows)))
+    core = next(line for line in lines if "| core |" in line)
+    assert core.endswith("| 0.75 |")
+    assert next(line for line in lines if "| emitter |" in line).endswith("|  |")
