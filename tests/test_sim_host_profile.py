@@ -4,6 +4,7 @@ otherwise; a calibration on a busy host refused unless forced; ``calibrate --che
 
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import os
@@ -117,7 +118,19 @@ def _quick_kw():
     }
 
 
-def test_a_busy_calibration_stores_nothing_unless_forced(cache, tmp_path, monkeypatch):
+@pytest.fixture
+def small_fit(monkeypatch):
+    """A quick fit of each index's first few workloads: for the tests of what a fit stores and
+    when, not of its coefficients (a quick fit of one index took 3.6 s here, this one 1.5)."""
+    real = calibrate_module._calibration_runs
+    monkeypatch.setattr(
+        calibrate_module,
+        "_calibration_runs",
+        lambda index, quick, seed: itertools.islice(real(index, quick, seed), 8),
+    )
+
+
+def test_a_busy_calibration_stores_nothing_unless_forced(cache, tmp_path, monkeypatch, small_fit):
     monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: ["load average 9.00"])
     out = tmp_path / "m.json"
     with pytest.raises(calibrate_module.BusyHostError, match="load average 9.00") as e:
@@ -129,7 +142,9 @@ def test_a_busy_calibration_stores_nothing_unless_forced(cache, tmp_path, monkey
     assert not cache.exists()  # one index measured: never stored as this host's
 
 
-def test_the_ray_phases_own_load_does_not_make_the_host_busy(cache, tmp_path, monkeypatch):
+def test_the_ray_phases_own_load_does_not_make_the_host_busy(
+    cache, tmp_path, monkeypatch, small_fit
+):
     """The end load is read before Ray's phase, whose own processes raise it: a load that
     rises only there is not the host's, one already high before it is."""
     from streamjoin.runtime.sim import ray_messages
@@ -151,7 +166,7 @@ def test_the_ray_phases_own_load_does_not_make_the_host_busy(cache, tmp_path, mo
         sim.calibrate(tmp_path / "m.json", **kw)
 
 
-def test_a_full_calibration_is_stored_as_this_hosts(cache, monkeypatch):
+def test_a_full_calibration_is_stored_as_this_hosts(cache, monkeypatch, small_fit):
     """Every registered index measured: the profile becomes this host's (the kernel timings
     are stubbed to one cheap index, so the test stays fast)."""
     real = calibrate_module._calibration_runs
@@ -167,7 +182,7 @@ def test_a_full_calibration_is_stored_as_this_hosts(cache, monkeypatch):
     assert prof.info["conditions"]["busy"] == [] and prof.info["conditions"]["seconds"] > 0
 
 
-def test_cli_calibrate_refuses_a_busy_fit(cache, tmp_path, monkeypatch, capsys):
+def test_cli_calibrate_refuses_a_busy_fit(cache, tmp_path, monkeypatch, capsys, small_fit):
     monkeypatch.setattr(calibrate_module, "busy_reasons", lambda *a: ["load average 9.00"])
     out = tmp_path / "m.json"
     args = ["calibrate", "--index", "hash", "--quick", "--no-ray", "--idle-gap-ms", "0"]
