@@ -256,7 +256,11 @@ def _calibration_runs(index: str, quick: bool, seed: int):
                     # chains' cores: the kernels behind forwarding and acknowledging, own
                     # costs each variant (at the higher match rate, whose pairs vary most)
                     yield query, data, topologies.handshake(2, index), b, chunk
-                    yield query, data, topologies.handshake(2, index, low_latency=True), b, chunk
+                    # the low-latency chain's at one batch a chunk, as a run hands them over:
+                    # fitted at chunks of 64, its cores' row charged the check's steps 0.71-0.78
+                    # of their host time in four refits, at one batch a chunk 0.86-1.18
+                    # (experiments/results/calibrate_check.md)
+                    yield query, data, topologies.handshake(2, index, low_latency=True), b, b
 
 
 #: Idle gap (s) before each step when :func:`measure_after_idle` times steps after idle time:
