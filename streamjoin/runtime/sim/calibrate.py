@@ -545,8 +545,9 @@ def _route_runs(quick: bool, seed: int):
     """Workloads for the emitter's steps on every route a topology gives it (one core, a
     split's, a grid's and the chains' splits of R from S, SPO-Join's broadcast) at chunks of
     :data:`ROUTE_CHUNKS`, one batch each, and a chunk cut into four batches: the index
-    workloads' chunks hold at most 64 tuples, and the emitter's per-tuple costs (stamping,
-    a route's copies) are what a run's chunks of a thousand or more tuples cost."""
+    workloads' chunks mostly hold 64 tuples or fewer (the low-latency chain's one batch), and
+    the emitter's per-tuple costs (stamping, a route's copies) are what a run's chunks of a
+    thousand or more tuples cost."""
     window, steps = (512, 8) if quick else (4096, 40)
     shapes = [(1024, 1024)] if quick else [(c, c) for c in ROUTE_CHUNKS] + [(4096, 1024)]
     layouts = [
