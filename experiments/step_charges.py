@@ -5,19 +5,18 @@ the simulator charges for them. A gap there may be the profile's model of the st
 processes: each actor's caches its own, a batch arriving from a socket. The simulator runs the
 real logic and times each step on the host as it charges it (``metrics["actors"][a]``:
 ``compute_wall_ns`` and ``step_cpu_s``), in one process where the actors' steps follow one
-another. So this runs the check's unpaced workload for each layout on the simulator (a run to warm its
-kernels up, then ``--repeat`` runs), charges its steps at the host's speed then (scaled by the speed
-probe's drift around the run, as the check scales its profile), and sets each actor's host time beside its charge and beside the
-check's Ray / sim ratio (from a check's rows, ``streamjoin calibrate --check --report F.md``
-writes ``F.json``). A ratio off 1 here is the model of the step; what the check's ratio adds
-to it is the processes'.
+another. So this runs the check's unpaced workload for each layout on the simulator (a run to
+warm its kernels up, then ``--repeat`` runs), charges its steps at the host's speed then
+(scaled by the speed probe's drift around the run, as the check scales its profile), and sets
+each actor's host time beside its charge and beside the check's Ray / sim ratio (from a check's
+rows: ``streamjoin calibrate --check --report F.md`` writes ``F.json``). A ratio off 1 here is
+the model of the step; what the check's ratio adds to it is the processes'.
 
-A shared-index core of more than one thread is left out: it is charged by its tasks on
-several processors, and its host time is the wall time of its threads' step. One of one thread
-is in, its step's host time with its waits for its merging thread (some 3% of it in the check's
-workload here), which its charge leaves out. The host's speed drifts from
-run to run (a join step by 20% within minutes here): each layout runs ``--repeat`` times after a
-warm-up, and the table gives each actor's median ratio and every run's.
+A shared-index core of more than one thread is left out: it is charged by its tasks on several
+processors, and its host time is the wall time of its threads' step. One of one thread is in,
+its step's host time with its waits for its merging thread, which its charge leaves out. The
+host's speed drifts from run to run: each layout runs ``--repeat`` times after a warm-up, and
+the table gives each actor's median ratio and every run's.
 
 Writes ``experiments/results/step_charges.md`` (``_quick`` with ``--quick``).
 
@@ -31,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import statistics
 import warnings
@@ -41,7 +39,13 @@ import report
 from streamjoin import run
 from streamjoin.runtime.sim import Arrival, Sim, as_profile, profile_for_this_host
 from streamjoin.runtime.sim.calibrate import speed_probe
-from streamjoin.runtime.sim.fidelity import CHECK_LAYOUTS, CHECK_TUPLES, FLOOD, workload
+from streamjoin.runtime.sim.fidelity import (
+    CHECK_LAYOUTS,
+    CHECK_TUPLES,
+    FLOOD,
+    load_rows,
+    workload,
+)
 
 ROWS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "check_rows")
 QUICK_LAYOUTS = ["single", "panjoin(2, 4)"]
@@ -99,13 +103,12 @@ def ray_ratios(path: str | None) -> dict:
     """``{(layout, actor): Ray step CPU / sim step}`` from a check's rows file."""
     if path is None:
         return {}
-    with open(path) as f:
-        rows = json.load(f)["rows"]
+    rows, _ = load_rows(path)
     return {
-        (r["layout"], a["actor"]): a["ray_step_cpu_s"] / a["sim_step_s"]
+        (r.layout, a.actor): a.ray_step_cpu_s / a.sim_step_s
         for r in rows
-        for a in r["actors"]
-        if a.get("ray_step_cpu_s") and a.get("sim_step_s")
+        for a in r.actors
+        if a.ray_step_cpu_s and a.sim_step_s
     }
 
 
@@ -164,13 +167,13 @@ def main() -> None:
         "",
         f"The check's unpaced workload ({tuples:,} tuples, a band join at match rate 2 or "
         "SPO-Join's two inequalities, count windows of 8,192, batches of 1,024) on the "
-        f"simulator; profile {profile.name!r} (fitted {date}), its charges scaled by *drift* (the "
-        "speed probe before and after each run against the fit's; the range over the runs). *host s*: the host time of the "
-        "actor's steps, in this process; *charged s*: what the profile charges "
-        "for the same steps (medians over the runs); the ratio is the median of the runs' "
-        "ratios, each run's in brackets. *Ray / sim (check)*: the actor's Ray step CPU time over its "
-        f"simulated steps in the check of `{rows_name}`. See the docstring of "
-        "`experiments/step_charges.py`.",
+        f"simulator; profile {profile.name!r} (fitted {date}), its charges scaled by *drift* "
+        "(the speed probe before and after each run against the fit's; the range over the "
+        "runs). *host s*: the host time of the actor's steps, in this process; *charged s*: "
+        "what the profile charges for the same steps (medians over the runs); the ratio is "
+        "the median of the runs' ratios, each run's in brackets. *Ray / sim (check)*: the "
+        "actor's Ray step CPU time over its simulated steps in the check of "
+        f"`{rows_name}`. See the docstring of `experiments/step_charges.py`.",
         "",
         prov.line(),
         "",

@@ -310,10 +310,13 @@ def test_step_charges_scale_the_charge_by_the_drift_and_set_ray_beside(monkeypat
         charged[probe] = {a: v["charged_s"] for a, v in got["actors"].items()}
     for actor, seconds in charged[1000.0].items():
         assert seconds > 0 and charged[2000.0][actor] == pytest.approx(2 * seconds)
-    rows = tmp_path / "rows.json"
-    actors = [{"actor": "core", "ray_step_cpu_s": 0.6, "sim_step_s": 0.8}]
-    rows.write_text(json.dumps({"rows": [{"layout": "single", "actors": actors}]}))
+    rows = EXPERIMENTS / "results" / "check_rows" / "2026-12-01-1705.json"
+    (single,) = [r for r in json.loads(rows.read_text())["rows"] if r["layout"] == "single"]
     lines = script.table([got], script.ray_ratios(str(rows)))
-    core = next(line for line in lines if "| core |" in line)
-    assert core.endswith("| 0.75 |")
-    assert next(line for line in lines if "| emitter |" in line).endswith("|  |")
+    for a in single["actors"]:
+        line = next(line for line in lines if f"| {a['actor']} |" in line)
+        assert line.endswith(f"| {a['ray_step_cpu_s'] / a['sim_step_s']:.2f} |")
+    bad = tmp_path / "rows.json"
+    bad.write_text(json.dumps({"rows": [{"layout": "single"}]}))
+    with pytest.raises(ValueError, match="not the rows of a check"):
+        script.ray_ratios(str(bad))

@@ -257,9 +257,8 @@ def _calibration_runs(index: str, quick: bool, seed: int):
                     # costs each variant (at the higher match rate, whose pairs vary most)
                     yield query, data, topologies.handshake(2, index), b, chunk
                     # the low-latency chain's at one batch a chunk, as a run hands them over:
-                    # fitted at chunks of 64, its cores' row charged the check's steps 0.71-0.78
-                    # of their host time in four refits, at one batch a chunk 0.86-1.18
-                    # (experiments/results/calibrate_check.md)
+                    # fitted at chunks of 64, its cores' row charged the check's steps less
+                    # than they took (experiments/results/calibrate_check.md)
                     yield query, data, topologies.handshake(2, index, low_latency=True), b, b
 
 
