@@ -159,20 +159,33 @@ def two_thread_speedup(
     return float(np.median(ratios))
 
 
-def cpu_times() -> tuple[int, int] | None:
-    """``(stolen, total)`` processor time of this machine so far, in clock ticks summed over
-    its processors (``/proc/stat``; None where there is none). Stolen time is what the host of
-    a virtual machine ran elsewhere while this one had work: take the difference over a timed
-    phase (:func:`steal_share`) to tell a slow figure from a slow moment."""
+#: The kinds of processor time ``/proc/stat`` counts, in its order.
+TICK_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def processor_ticks() -> np.ndarray | None:
+    """This machine's processor time so far by kind (:data:`TICK_KINDS`), in clock ticks
+    (``USER_HZ``, commonly 100 a second) summed over its processors: ``/proc/stat``'s first
+    line (None where there is none). A difference over a phase is good to a tick."""
     try:
         with open("/proc/stat") as f:
             fields = f.readline().split()
     except OSError:
         return None
-    if not fields or fields[0] != "cpu" or len(fields) < 9:
+    if not fields or fields[0] != "cpu" or len(fields) < 1 + len(TICK_KINDS):
         return None
-    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-    return ticks[7], sum(ticks)
+    return np.array([int(x) for x in fields[1 : 1 + len(TICK_KINDS)]], dtype=np.float64)
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """``(stolen, total)`` processor time of this machine so far, in clock ticks summed over
+    its processors (``/proc/stat``; None where there is none). Stolen time is what the host of
+    a virtual machine ran elsewhere while this one had work: take the difference over a timed
+    phase (:func:`steal_share`) to tell a slow figure from a slow moment."""
+    ticks = processor_ticks()
+    if ticks is None:
+        return None
+    return int(ticks[TICK_KINDS.index("steal")]), int(ticks.sum())
 
 
 def steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float:

@@ -1185,7 +1185,7 @@ def test_calibrate_ray_messages():
     """Through the executor's own hosts: the costs are the raw figures' (the sink's CPU per
     message the receive, the relay's less the sink's the send), the edges plain on loopback
     unless asked to seal."""
-    from streamjoin.runtime.sim.ray_messages import IDLE_GAPS_S, measure_messages
+    from streamjoin.runtime.sim.ray_messages import IDLE_GAPS_S, _kernel_line, measure_messages
     from streamjoin.runtime.sim.variability import PROBABILITIES, Variability, table_mean
 
     costs, raw = measure_messages(repeat=50, sizes=(1, 1024), rounds=1, idle_calls=12)
@@ -1259,9 +1259,82 @@ def test_calibrate_ray_messages():
     step, message = Variability(spread["step"], spread["message"]), spread["message"]
     assert table_mean(step.step) == pytest.approx(1.0, abs=1e-3)
     assert message[PROBABILITIES.index(0.5)] == pytest.approx(1.0, abs=1e-3)
+    # the kernel's delivery: the machine's softirq time over each size's runs, whose frames
+    # (the driver's to the relay and the relay's to the sink, on both pairs) are counted: 50
+    # back to back on each pair, 12 at each gap asleep and again busy
+    kernel = raw["kernel"]
+    assert kernel["frames"] == {"1": 2 * (50 + 50 + 2 * 2 * 12), "1024": 296}
+    assert all(t >= 0 for t in kernel["softirq_ms"].values())
+    sizes = ("1", "1024")
+    line = _kernel_line(
+        np.array([raw["by_batch_size"][n]["bytes"] for n in sizes]),
+        np.array([kernel["frames"][n] for n in sizes]),
+        np.array([kernel["softirq_ms"][n] * 1e6 for n in sizes]),
+    )
+    got = (costs.kernel_ns, costs.kernel_per_byte_ns)
+    np.testing.assert_allclose(got, line, rtol=1e-3, atol=0.2)  # (the raw are rounded)
     _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)
     assert sealed["spread"]["step"] == () and sealed["spread"]["message"] == ()  # too few
     assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["sink_cpu_ns"] > 0
+
+
+def test_the_kernels_delivery_is_a_line_over_frames_and_bytes():
+    """The softirq totals of a few message sizes give the kernel's delivery per frame and
+    per byte; a line that would fall or start below 0 is clipped to one term."""
+    from streamjoin.runtime.sim.ray_messages import _kernel_line
+
+    nbytes, frames = np.array([65.0, 50_000.0, 800_000.0]), np.array([3_000.0, 3_000.0, 900.0])
+    spent = frames * (9_000.0 + 0.125 * nbytes)
+    assert _kernel_line(nbytes, frames, spent) == pytest.approx((9_000.0, 0.125))
+    falling = frames * np.array([20_000.0, 10_000.0, 5_000.0])  # less for more bytes
+    assert _kernel_line(nbytes, frames, falling) == (pytest.approx(falling.sum() / 6_900), 0.0)
+    bytes_only = frames * 0.1 * nbytes - frames * 5_000.0  # a line below 0 at no bytes
+    per_byte = bytes_only.sum() / (frames * nbytes).sum()
+    assert _kernel_line(nbytes, frames, bytes_only) == (0.0, pytest.approx(per_byte))
+    assert _kernel_line(nbytes, np.zeros(3), np.zeros(3)) == (0.0, 0.0)
+
+
+def test_the_kernels_delivery_is_charged_to_the_sender():
+    """A profile's kernel costs are its senders' as a send's are (every virtual time the
+    same as with them in the send), and each actor counts what it was charged for them."""
+    p = _profile()
+    assert not p.messages.measured  # (sends on the lines)
+    kernel = {"kernel_ns": 7_000.0, "kernel_per_byte_ns": 0.25}
+    with_kernel = p.with_messages(dataclasses.replace(p.messages, **kernel))
+    in_send = p.with_messages(
+        dataclasses.replace(
+            p.messages,
+            send_ns=p.messages.send_ns + 7_000.0,
+            send_per_byte_ns=p.messages.send_per_byte_ns + 0.25,
+        )
+    )
+    q = sj.Query(sj.band("x", 2), window=sj.CountWindow(64))
+    data = sj.sources.synthetic(3_000, low=0, high=3_000, seed=5)
+    kw = {"backend": "sim", "batch_size": 32, "arrival": sim.Arrival.constant(20_000.0)}
+    for topo in (sj.topologies.split(2), sj.topologies.handshake(2)):
+        got = sj.run(q, data, topo, machine=with_kernel, **kw).metrics
+        same = sj.run(q, data, topo, machine=in_send, **kw).metrics
+        plain = sj.run(q, data, topo, machine=p, **kw).metrics
+        assert got["latency_ms"] == same["latency_ms"] != plain["latency_ms"]
+        assert got["elapsed_s"] == same["elapsed_s"]
+        for name, a in got["actors"].items():
+            assert a["busy_s"] == same["actors"][name]["busy_s"], (topo.name, name)
+            assert same["actors"][name]["kernel_ns"] == 0
+            if a["batches_out"]:
+                # at least the per-frame part for every message, its bytes' part besides
+                assert a["kernel_ns"] > 7_000 * a["batches_out"], (topo.name, name)
+            else:
+                assert a["kernel_ns"] == 0
+    # the same as the send's: a profile whose sends cost the kernel's delivery more
+    m = with_kernel.messages
+    batch = _batch_of(8)
+    nbytes = sim.message_nbytes(batch)
+    send, _ = p.messages.send_recv(nbytes)
+    assert m.send_recv(nbytes)[0] == pytest.approx(send + 7_000.0 + 0.25 * nbytes)
+    assert sim.CostModel(with_kernel).message_ns(batch)[0] == round(send + 7_000 + 0.25 * nbytes)
+    assert m.scaled(2.0).kernel_cost(nbytes) == pytest.approx(m.kernel_cost(nbytes) / 2)
+    constant = p.with_messages(sim.MessageCosts(send_ns=1_000.0, kernel_ns=500.0))
+    assert sim.CostModel(constant).message_ns(batch) == (1_500, 0, 0)
 
 
 def test_steps_after_idle_are_timed_in_blocks_of_one_gap(monkeypatch):

@@ -354,6 +354,11 @@ def test_a_check_is_replayed_on_another_profile_without_ray(tmp_path, capsys):
     )
     assert new[1].sim_tuples_per_s == flood["tuples_per_s"]
     assert new[1].sim_p50_ms == paced["p50_ms"] and new[1].ray_p50_ms == 3.0
+    # what the simulator charged for the kernel's delivery: none on the shipped profile
+    assert new[1].sim_kernel_s == flood["kernel_s"] == 0.0
+    kernel = prof.with_messages(dataclasses.replace(prof.messages, kernel_ns=5_000.0))
+    charged = fidelity.replay(loaded, kernel, reference_ns=100.0, cpus=2)
+    assert charged[1].sim_kernel_s > 0
     # a profile whose probe ran 1.2 times as long: the host was as fast as it
     slower = dataclasses.replace(prof, info={**prof.info, "speed_probe_ns": 120.0})
     same = fidelity.replay(loaded, slower, reference_ns=100.0, cpus=2)
@@ -430,10 +435,14 @@ def test_check_report_shows_where_each_actors_time_went():
     assert f"{emitter} – | – | – |" in text
     cpus = os.cpu_count() or 1
     ray_share, sim_share = 0.272 / (cpus * 0.4), 0.12 / (cpus * 0.25)
-    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | nan | nan |" in text
-    shares = dataclasses.replace(row, ray_idle=0.061, ray_softirq=0.024)
+    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | nan | nan | nan |" in text
+    # Ray's idle and softirq shares, and beside them the simulator's kernel charge
+    shares = dataclasses.replace(row, ray_idle=0.061, ray_softirq=0.024, sim_kernel_s=0.01)
     text = fidelity.markdown([shares], sim.default_profile(), 90.0)
-    assert f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | 0.06 | 0.02 |" in text
+    kernel = 0.01 / (cpus * 0.25)
+    assert (
+        f"| handshake(2) | {ray_share:.2f} | {sim_share:.2f} | 0.06 | 0.02 | {kernel:.2f} |" in text
+    )
     bare = dataclasses.replace(row, actors=())
     assert "Per actor" not in fidelity.markdown([bare], sim.default_profile(), 1.0)
 

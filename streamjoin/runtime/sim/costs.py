@@ -73,9 +73,17 @@ class CostModel:
     def __init__(self, profile: MachineProfile) -> None:
         self.profile = profile
         m = profile.messages
-        self._msg_const = (int(round(m.send_ns)), int(round(m.hop_ns)), int(round(m.recv_ns)))
+        self._msg_const = (
+            int(round(m.send_ns + m.kernel_ns)),
+            int(round(m.hop_ns)),
+            int(round(m.recv_ns)),
+        )
         self._per_byte = bool(
-            m.send_per_byte_ns or m.hop_per_byte_ns or m.recv_per_byte_ns or m.measured
+            m.send_per_byte_ns
+            or m.hop_per_byte_ns
+            or m.recv_per_byte_ns
+            or m.kernel_per_byte_ns
+            or m.measured
         )
         self._coefs: dict[tuple, tuple] = {}
         self.fallbacks: dict[str, str] = {}

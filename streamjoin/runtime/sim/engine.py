@@ -425,6 +425,11 @@ class _Simulation:
         # what a sender pays more for a message to a core that slept, by how long it slept
         self.rouse_cost = model.profile.messages.rouse_cost
         self.merge_cost = model.profile.messages.merge_cost
+        # the kernel's delivery of a message, charged in its send: counted apart too
+        messages = model.profile.messages
+        self.kernel_cost = (
+            messages.kernel_cost if messages.kernel_ns or messages.kernel_per_byte_ns else None
+        )
         self.rouses = bool(model.profile.messages.rouse_after)
         # on shared processors a write rouses only as many resting receivers as processors
         # are idle; the rest queue on busy ones (``_idle_to_rouse``): (sender, instant, left)
@@ -498,6 +503,8 @@ class _Simulation:
             env, marks = self.env, self.marks
             send, hop, recv = self.message_ns(msg)
             recv += self.cyclic_recv_ns
+            if self.kernel_cost is not None:
+                st.kernel_ns += round(self.kernel_cost(message_nbytes(msg))) * len(dests)
             hop_ns = hop
             room = 0  # messages a bounded link holds, for this message's size (0: not yet known)
             # a spread's factor lengthens or shortens its hop by the factor less one times

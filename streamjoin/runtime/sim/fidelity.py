@@ -44,6 +44,7 @@ import numpy as np
 from streamjoin import sources, topologies
 from streamjoin.checks import positive_int, positive_number
 from streamjoin.query import CountWindow, Query, band, greater, less
+from streamjoin.roofline import TICK_KINDS, processor_ticks
 from streamjoin.runtime.run import run
 from streamjoin.runtime.sim.arrival import Arrival
 from streamjoin.runtime.sim.calibrate import measure_cpu_share, speed_probe
@@ -149,6 +150,10 @@ class CheckRow:
     #: process's CPU time counts; nan where not measured
     ray_idle: float = float("nan")
     ray_softirq: float = float("nan")
+    #: what the simulator's unpaced run charged for the kernel's delivery of its messages
+    #: (``MessageCosts.kernel_ns``: in the senders' busy time), seconds: beside
+    #: ``ray_softirq``
+    sim_kernel_s: float = float("nan")
     #: Ray's own spread over its ``repeats`` runs, max / min: unpaced throughput and paced
     #: p50 (nan where not measured): how far a layout's Ray figure moves from run to run
     ray_tp_spread: float = float("nan")
@@ -184,7 +189,7 @@ class ProcStat:
     second), so a share over a run of a second on two processors is good to about 1%. Where
     there is no ``/proc/stat`` it samples nothing and :meth:`shares` is None."""
 
-    KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    KINDS = TICK_KINDS
 
     def __init__(self, every: float = 0.01) -> None:
         self.every = every
@@ -192,14 +197,7 @@ class ProcStat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    @staticmethod
-    def read() -> np.ndarray | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = f.readline().split()
-        except OSError:
-            return None
-        return np.array([int(v) for v in fields[1:9]], dtype=np.float64)
+    read = staticmethod(processor_ticks)
 
     def _take(self) -> bool:
         counts = self.read()
@@ -273,6 +271,7 @@ def _one(query, data, topo, backend, *, batch, chunk, pace, machine=None) -> dic
             a: (v["busy_s"], v.get("cpu_s"), v.get("step_cpu_s")) for a, v in m["actors"].items()
         },
         "lags": {a: v["lag_ms"] for a, v in m["actors"].items() if "lag_ms" in v},
+        "kernel_s": sum(v.get("kernel_ns", 0) for v in m["actors"].values()) / 1e9,
     }
 
 
@@ -384,6 +383,7 @@ def check(
             ),
             ray_elapsed_s=middle["elapsed_s"],
             sim_elapsed_s=sim_flood["elapsed_s"],
+            sim_kernel_s=sim_flood["kernel_s"],
             tuples=tuples,
             repeats=repeat,
             drift=drift,
@@ -450,6 +450,7 @@ def replay(
             sim_p99_ms=paced["p99_ms"],
             sim_mean_ms=paced["mean_ms"],
             sim_elapsed_s=flood["elapsed_s"],
+            sim_kernel_s=flood["kernel_s"],
             drift=drift,
             actors=tuple(
                 dataclasses.replace(
@@ -737,7 +738,9 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
         "compute. Below, the processors' time the actors' CPU (Ray) or "
         "steps (sim) fill, of what the run's elapsed time offers, and on Ray what no "
         "process used: the processors idle, and the kernel's softirq work (the loopback's "
-        "delivery of the frames, which no process's CPU time counts).",
+        "delivery of the frames, which no process's CPU time counts), beside what the "
+        "simulator charged for that delivery (`sim: kernel`, part of its senders' busy time: "
+        "the profile's `kernel_ns`, 0 in a profile fitted before it was measured).",
         "",
         "| layout | actor | Ray busy s | Ray CPU s | sim busy s | sim / Ray busy "
         "| busy share Ray | sim | steps: Ray CPU s | sim s | sim / Ray "
@@ -776,8 +779,8 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
     lines += [
         "",
         "| layout | Ray: actors' CPU (busy where not reported) / processors · elapsed "
-        "| sim: busy / processors · elapsed | Ray: idle | softirq |",
-        "|---|---:|---:|---:|---:|",
+        "| sim: busy / processors · elapsed | Ray: idle | softirq | sim: kernel |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     cpus = os.cpu_count() or 1
     for r in rows:
@@ -786,6 +789,6 @@ def actor_table(rows: list[CheckRow]) -> list[str]:
         lines.append(
             f"| {r.layout} | {ray_cpu / (cpus * r.ray_elapsed_s):.2f} | "
             f"{sim_busy / (cpus * r.sim_elapsed_s):.2f} | {r.ray_idle:.2f} | "
-            f"{r.ray_softirq:.2f} |"
+            f"{r.ray_softirq:.2f} | {r.sim_kernel_s / (cpus * r.sim_elapsed_s):.2f} |"
         )
     return [*lines, ""]

@@ -40,6 +40,7 @@ from streamjoin import indexes
 from streamjoin.actors.base import ActorConfig, Logic, RunSettings
 from streamjoin.batch import Batch
 from streamjoin.query import CountWindow, Query, band
+from streamjoin.roofline import TICK_KINDS, processor_ticks
 from streamjoin.runtime.coalesce import merge
 from streamjoin.runtime.ray import channels
 from streamjoin.runtime.ray.executor import one_machine
@@ -326,12 +327,40 @@ def _idle(pair: _Pair, msg, calls: int, spread: dict[str, list] | None = None) -
     return out
 
 
+def _softirq_ns(since: np.ndarray | None) -> float:
+    """The machine's softirq time (ns) since the :func:`~streamjoin.roofline.processor_ticks`
+    ``since`` (0 where there is no ``/proc/stat``)."""
+    now = processor_ticks()
+    if since is None or now is None:
+        return 0.0
+    k = TICK_KINDS.index("softirq")
+    return float(now[k] - since[k]) * 1e9 / os.sysconf("SC_CLK_TCK")
+
+
 def _by_gap(figures: list[list[float]]) -> list[float]:
     """The median at each gap of ``figures`` (one ``[at the shorter gap, at the longer]`` per
     host or size), clipped at 0, the longer gap's no less than the shorter's."""
     out = [max(0.0, float(np.median([f[k] for f in figures]))) for k in (0, 1)]
     out[1] = max(out)  # (a longer sleep costs no less)
     return out
+
+
+def _kernel_line(
+    nbytes: np.ndarray, frames: np.ndarray, spent_ns: np.ndarray
+) -> tuple[float, float]:
+    """``(per frame, per byte)`` ns of the kernel's delivery of a frame: ``spent_ns[i]`` is
+    its softirq time while ``frames[i]`` frames of ``nbytes[i]`` bytes went over loopback,
+    fitted as ``a · frames + b · frames · bytes`` by least squares on the totals (a total is
+    good to a clock tick whatever its size, so they weigh alike), each clipped at 0."""
+    x = np.column_stack([frames, frames * nbytes]).astype(np.float64)
+    if not frames.sum():
+        return 0.0, 0.0
+    (per_frame, per_byte), *_ = np.linalg.lstsq(x, spent_ns, rcond=None)
+    if per_byte < 0:
+        return max(0.0, float(spent_ns.sum() / x[:, 0].sum())), 0.0
+    if per_frame < 0:
+        return 0.0, max(0.0, float(spent_ns.sum() / x[:, 1].sum()))
+    return float(per_frame), float(per_byte)
 
 
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -392,7 +421,14 @@ def measure_messages(
       more per message is ``cyclic_recv_ns`` (the median over hosts and sizes, clipped at 0);
     - *merge*: in the pipelined runs the relay also merges each batch with itself as a host
       merges two batches waiting for a core (``coalesce.merge``), and drops the copy; a line
-      over the merged bytes is ``merge_ns`` and ``merge_per_byte_ns``.
+      over the merged bytes is ``merge_ns`` and ``merge_per_byte_ns``;
+    - *kernel*: the machine's softirq time (``/proc/stat``) over all of a size's runs, whose
+      frames (the driver's to the relay, the relay's to the sink, on both pairs) are counted:
+      the kernel's delivery of the frames (on loopback the receiving side of the TCP stack
+      runs in the writer's system call), which no process's CPU time counts. A line over the
+      frames and their bytes (:func:`_kernel_line`) is ``kernel_ns`` and
+      ``kernel_per_byte_ns``, charged to the sender. On an otherwise idle host the softirq
+      time is these frames' (no ticks in ten seconds of it here without them).
 
     The send and receive at each size are kept as measured (``MessageCosts.measured``,
     interpolated between the sizes), and ``send_*`` and ``recv_*`` are lines fitted to them
@@ -404,6 +440,7 @@ def measure_messages(
     after each gap (what a core's step costs more after idle time in a process of its own, as
     a Ray actor's; not charged: the profile's after-idle costs come from one process), and the
     merge), the
+    machine's softirq time, the frames and the kernel's delivery per frame by size, the
     wake at each gap by host and size, the rouse and the driver's own wake at each gap by
     size, Ray's threads' CPU per second by host and size, the spread of steps and messages
     (``"spread"``: tables for :class:`~streamjoin.runtime.sim.variability.Variability`, from
@@ -431,6 +468,8 @@ def measure_messages(
         loopback = one_machine()
         sealed = not loopback if sealed is None else sealed
         runs: dict = {n: [] for n in sizes}
+        # each size's softirq time (ns) and frames over loopback, over all its runs
+        kernel = {n: np.zeros(2) for n in sizes}
         spread: dict[str, list] = {"step": [], "message": []}
         for _ in range(rounds):
             # fresh hosts each round: where the kernel places a pair's two processes sets
@@ -445,6 +484,7 @@ def measure_messages(
                 for n in sizes:
                     msg = _batch(n)
                     calls = _pipelined_calls(repeat, n)
+                    ticks, sent = processor_ticks(), pair.sent + cyclic.sent
                     in_cycle = _pipelined(cyclic, msg, calls)
                     runs[n].append(
                         {
@@ -453,6 +493,7 @@ def measure_messages(
                             **{f"cyclic_{k}": v for k, v in in_cycle.items()},
                         }
                     )
+                    kernel[n] += _softirq_ns(ticks), 2 * (pair.sent + cyclic.sent - sent)
             finally:
                 pair.close()
                 cyclic.close()
@@ -509,7 +550,12 @@ def measure_messages(
     # the one-way time is taken at the longer gap: the sink pays the wake of that gap (the
     # driver's rouse is paid after its frame left, while the sink wakes)
     waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + recv + after[1])
+    frames = np.array([kernel[n][1] for n in sizes])
+    softirq = np.array([kernel[n][0] for n in sizes])
+    kernel_ns, kernel_per_byte = _kernel_line(nbytes, frames, softirq)
     costs = MessageCosts(
+        kernel_ns=kernel_ns,
+        kernel_per_byte_ns=kernel_per_byte,
         send_ns=send_ns,
         send_per_byte_ns=send_per_byte,
         hop_ns=max(0.0, float(np.median(waits))),
@@ -530,6 +576,16 @@ def measure_messages(
         "rouse_after_ns": {k: [round(x, 1) for x in v] for k, v in roused.items()},
         "driver_wake_after_ns": {k: [round(x, 1) for x in v] for k, v in driver_woken.items()},
         "cyclic_recv_ns": {k: round(v, 1) for k, v in handed.items()},
+        "kernel": {  # the machine's softirq time and the frames over loopback, by size
+            "frames": {str(n): int(f) for n, f in zip(sizes, frames, strict=True)},
+            "softirq_ms": {
+                str(n): round(float(t) / 1e6, 1) for n, t in zip(sizes, softirq, strict=True)
+            },
+            "ns_per_frame": {
+                str(n): round(float(t / f), 1) if f else None
+                for n, t, f in zip(sizes, softirq, frames, strict=True)
+            },
+        },
         "ray_threads_cpu_ns_per_s": {k: round(v, 1) for k, v in threads.items()},
         "spread": {
             "step": spread_table(spread["step"], mean_one=True),

@@ -22,6 +22,7 @@ class SimStats(ActorStats):
     compute_wall_ns: int = 0  # host time the logic took (model vs. host check)
     after_idle_steps: int = 0  # steps charged the profile's after-idle cost
     step_cpu_ns: int = 0  # the compute its steps were charged (messages left out)
+    kernel_ns: int = 0  # the kernel's delivery of its messages, charged in its sends
 
 
 @dataclass
