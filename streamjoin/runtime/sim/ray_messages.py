@@ -428,7 +428,8 @@ def measure_messages(
       runs in the writer's system call), which no process's CPU time counts. A line over the
       frames and their bytes (:func:`_kernel_line`) is ``kernel_ns`` and
       ``kernel_per_byte_ns``, charged to the sender. On an otherwise idle host the softirq
-      time is these frames' (no ticks in ten seconds of it here without them).
+      time is these frames' (an idle host, Ray's own processes included, spends next to
+      none).
 
     The send and receive at each size are kept as measured (``MessageCosts.measured``,
     interpolated between the sizes), and ``send_*`` and ``recv_*`` are lines fitted to them
