@@ -1273,6 +1273,12 @@ def test_calibrate_ray_messages():
     )
     got = (costs.kernel_ns, costs.kernel_per_byte_ns)
     np.testing.assert_allclose(got, line, rtol=1e-3, atol=0.2)  # (the raw are rounded)
+    # the hop: the one-way time at the longer gap less both ends' work, the kernel's
+    # delivery (in the relay's write) among it
+    ends = [s + costs.kernel_cost(b) + r + costs.wake_after[1][1] for b, s, r in costs.measured]
+    one_way = [raw["by_batch_size"][n]["one_way_ns"] for n in sizes]
+    hop = max(0.0, float(np.median(np.subtract(one_way, ends))))
+    assert costs.hop_ns == pytest.approx(hop, abs=2.0)
     _, sealed = measure_messages(repeat=20, sizes=(1,), rounds=1, idle_calls=3, sealed=True)
     assert sealed["spread"]["step"] == () and sealed["spread"]["message"] == ()  # too few
     assert sealed["sealed"] is True and sealed["by_batch_size"]["1"]["sink_cpu_ns"] > 0

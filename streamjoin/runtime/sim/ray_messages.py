@@ -413,9 +413,10 @@ def measure_messages(
       ``driver_wake_after`` (the same median, what a paced stream's source pays after its
       rest). What the rest of the process (Ray's threads) uses a second is kept with the
       raw figures, and not charged. The time from the relay's step to the sink's at the
-      longer gap, less the send, the receive and the wake (the rouse is paid after the frame
-      left, while the sink wakes), is what a message waits
-      besides the two ends' work (the kernel's delivery, the sink's process being scheduled):
+      longer gap, less the send, the kernel's delivery (*kernel*, below: it runs in the
+      relay's write), the receive and the wake (the rouse is paid after the frame left, while
+      the sink wakes), is what a message waits besides the two ends' work (the sink's process
+      being scheduled):
       ``hop_ns``, the median over the batch sizes (clipped at 0), with no per-byte part;
     - *cyclic*: the pipelined run again through hosts of a cyclic graph: what each host uses
       more per message is ``cyclic_recv_ns`` (the median over hosts and sizes, clipped at 0);
@@ -548,12 +549,14 @@ def measure_messages(
         for n in sizes
         for host in ("relay", "sink")
     }
-    # the one-way time is taken at the longer gap: the sink pays the wake of that gap (the
-    # driver's rouse is paid after its frame left, while the sink wakes)
-    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + recv + after[1])
     frames = np.array([kernel[n][1] for n in sizes])
     softirq = np.array([kernel[n][0] for n in sizes])
     kernel_ns, kernel_per_byte = _kernel_line(nbytes, frames, softirq)
+    # the one-way time is taken at the longer gap: the sink pays the wake of that gap (the
+    # driver's rouse is paid after its frame left, while the sink wakes); the kernel's
+    # delivery runs in the relay's write, before the sink can read
+    delivered = kernel_ns + kernel_per_byte * nbytes
+    waits = np.array([raw[n]["one_way_ns"] for n in sizes]) - (send + delivered + recv + after[1])
     costs = MessageCosts(
         kernel_ns=kernel_ns,
         kernel_per_byte_ns=kernel_per_byte,
