@@ -1265,6 +1265,8 @@ def test_calibrate_ray_messages():
     kernel = raw["kernel"]
     assert kernel["frames"] == {"1": 2 * (50 + 50 + 2 * 2 * 12), "1024": 296}
     assert all(t >= 0 for t in kernel["softirq_ms"].values())
+    for n, rounds in kernel["softirq_ms_by_round"].items():  # (one round here)
+        assert kernel["softirq_ms"][n] == pytest.approx(np.median(rounds) * len(rounds), abs=0.1)
     sizes = ("1", "1024")
     line = _kernel_line(
         np.array([raw["by_batch_size"][n]["bytes"] for n in sizes]),

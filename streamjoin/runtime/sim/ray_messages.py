@@ -423,8 +423,10 @@ def measure_messages(
     - *merge*: in the pipelined runs the relay also merges each batch with itself as a host
       merges two batches waiting for a core (``coalesce.merge``), and drops the copy; a line
       over the merged bytes is ``merge_ns`` and ``merge_per_byte_ns``;
-    - *kernel*: the machine's softirq time (``/proc/stat``) over all of a size's runs, whose
-      frames (the driver's to the relay, the relay's to the sink, on both pairs) are counted:
+    - *kernel*: the machine's softirq time (``/proc/stat``) over each round of a size's runs
+      (the median round's, for each round: another job's interrupts in one round do not
+      count), whose frames (the driver's to the relay, the relay's to the sink, on both
+      pairs) are counted:
       the kernel's delivery of the frames (on loopback the receiving side of the TCP stack
       runs in the writer's system call), which no process's CPU time counts. A line over the
       frames and their bytes (:func:`_kernel_line`) is ``kernel_ns`` and
@@ -470,8 +472,8 @@ def measure_messages(
         loopback = one_machine()
         sealed = not loopback if sealed is None else sealed
         runs: dict = {n: [] for n in sizes}
-        # each size's softirq time (ns) and frames over loopback, over all its runs
-        kernel = {n: np.zeros(2) for n in sizes}
+        # each size's softirq time (ns) and frames over loopback, each round
+        kernel: dict[int, list] = {n: [] for n in sizes}
         spread: dict[str, list] = {"step": [], "message": []}
         for _ in range(rounds):
             # fresh hosts each round: where the kernel places a pair's two processes sets
@@ -495,7 +497,7 @@ def measure_messages(
                             **{f"cyclic_{k}": v for k, v in in_cycle.items()},
                         }
                     )
-                    kernel[n] += _softirq_ns(ticks), 2 * (pair.sent + cyclic.sent - sent)
+                    kernel[n].append((_softirq_ns(ticks), 2 * (pair.sent + cyclic.sent - sent)))
             finally:
                 pair.close()
                 cyclic.close()
@@ -549,8 +551,10 @@ def measure_messages(
         for n in sizes
         for host in ("relay", "sink")
     }
-    frames = np.array([kernel[n][1] for n in sizes])
-    softirq = np.array([kernel[n][0] for n in sizes])
+    # a size's rounds send as many frames each: the median round's softirq for every round
+    # (another job's interrupts in one round do not count), summed over the rounds
+    frames = np.array([sum(f for _, f in kernel[n]) for n in sizes])
+    softirq = np.array([np.median([t for t, _ in kernel[n]]) * len(kernel[n]) for n in sizes])
     kernel_ns, kernel_per_byte = _kernel_line(nbytes, frames, softirq)
     # the one-way time is taken at the longer gap: the sink pays the wake of that gap (the
     # driver's rouse is paid after its frame left, while the sink wakes); the kernel's
@@ -582,6 +586,9 @@ def measure_messages(
         "cyclic_recv_ns": {k: round(v, 1) for k, v in handed.items()},
         "kernel": {  # the machine's softirq time and the frames over loopback, by size
             "frames": {str(n): int(f) for n, f in zip(sizes, frames, strict=True)},
+            "softirq_ms_by_round": {
+                str(n): [round(t / 1e6, 1) for t, _ in kernel[n]] for n in sizes
+            },
             "softirq_ms": {
                 str(n): round(float(t) / 1e6, 1) for n, t in zip(sizes, softirq, strict=True)
             },
