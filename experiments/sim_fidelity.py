@@ -472,7 +472,8 @@ def explanation(rat: list[dict], rows: list[dict], listed: dict, raw: dict) -> l
         "over each size's runs and their frames (`kernel` in the table above), and charged "
         "to the sender with the send: " + us_kernel + " µs a frame by batch size here.",
         "- **Hop latency** is the idle one-way time (the relay's step to the sink's, every "
-        "host asleep between messages) less the send, receive and wake-up costs, taken as the "
+        "host asleep between messages) less the send, the kernel's delivery, the receive and "
+        "the wake-up costs, taken as the "
         "median over the batch sizes (clipped at 0, nothing per byte). Here the idle one-way "
         "time is "
         + us(lambda r: r["one_way_ns"])

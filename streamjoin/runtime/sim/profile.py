@@ -3,7 +3,8 @@
 The simulator charges a step from what it *did* (:mod:`streamjoin.runtime.sim.costs`): a short
 feature vector per cost group (:data:`FEATURES`) dotted with the profile's coefficients, in ns
 per unit. Messages cost the sender ``send_ns + send_per_byte_ns · bytes`` of CPU per
-destination, travel ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy
+destination, and the kernel's delivery of it (``kernel_ns + kernel_per_byte_ns · bytes``: its
+softirq work, which no process's CPU time counts) on the sender's processor too, travel ``hop_ns + hop_per_byte_ns · bytes`` of wire latency (no core is busy
 meanwhile), and cost the receiver ``recv_ns + recv_per_byte_ns · bytes`` of CPU
 (:class:`MessageCosts`). A receiver that had nothing to do when a message reached it (its
 process asleep in a wait on its sockets) pays ``wake_ns`` of CPU more for that message, and
