@@ -172,6 +172,14 @@ GALLERY = [
         simulated_minutes=7,
     ),
     Experiment(
+        "ray_against_itself",
+        "ray_against_itself.py",
+        "how closely Ray agrees with itself: the precision of our simulator's check",
+        9,
+        0.5,
+        starts_ray=True,
+    ),
+    Experiment(
         "sim_windows",
         "sim_windows.py",
         "our simulator on windows past the caches",

@@ -628,6 +628,14 @@ def test_the_check_shows_the_hosts_drift_since_the_fit():
     assert "  1.23   0.5" in fidelity.table([drifted])
     text = fidelity.markdown([drifted], sim.default_profile(), 1.0)
     assert "| 1.00 | 1.23 | 0.5 |" in text and "`drift`" in text
+    # over the layouts: how far the host's speed moved from one to another
+    rows = [drifted, dataclasses.replace(row, layout="split(2)", drift=0.96)]
+    line = "The host's speed over the check (the speed probe over the fit's, each layout's "
+    line += "median): 0.96-1.23, 28% apart from one layout to another"
+    assert line in fidelity.table(rows) and line in fidelity.markdown(
+        rows, sim.default_profile(), 1
+    )
+    assert "The host's speed" not in fidelity.table([row])  # no probe, no line
     assert "| 1.00 | nan | 0.5 |" in fidelity.markdown([row], sim.default_profile(), 1.0)
 
 
@@ -672,3 +680,68 @@ def test_a_runs_window_is_on_its_clock():
     assert (hi - lo) / 1e9 == pytest.approx(m["elapsed_s"])
     m = sj.run(q, data, sj.topologies.single(), backend="sim", batch_size=64).metrics
     assert (m["window_ns"][1] - m["window_ns"][0]) / 1e9 == pytest.approx(m["elapsed_s"])
+
+
+def test_ray_against_itself_runs_the_checks_ray_runs_in_two_passes(monkeypatch):
+    """Ray's runs stubbed: every layout in a first pass, then every layout in a second at the
+    first's pace; each pass's figure is the median of its runs, and ``noise`` counts the
+    layouts within the check's band of the first pass as a check counts the simulator's."""
+    calls = []
+    # per (layout, pass): three unpaced runs' rates, then three paced runs' p50
+    flood = {
+        ("single", 0): [100.0, 90.0, 110.0],
+        ("split(2)", 0): [80.0, 80.0, 80.0],
+        ("single", 1): [130.0, 120.0, 125.0],
+        ("split(2)", 1): [60.0, 90.0, 70.0],
+    }
+    paced = {
+        ("single", 0): [2.0, 2.2, 1.8],
+        ("split(2)", 0): [1.0, 1.0, 1.0],
+        ("single", 1): [1.0, 1.1, 3.0],
+        ("split(2)", 1): [1.1, 1.1, 1.1],
+    }
+    probes = iter([1.0, 1.0, 1.0] * 2 + [1.5, 1.5, 2.0, 1.0, 1.0, 1.0])
+
+    def one(query, data, topo, backend, *, batch, chunk, pace, machine=None):
+        assert backend == "ray" and machine is None
+        name = "split(2)" if topo.name == "split(2)" else "single"
+        done = sum(1 for c in calls if c[0] == name)  # this layout's runs so far
+        k, i = divmod(done, 6)
+        calls.append((name, pace))
+        if pace is None:
+            return {"tuples_per_s": flood[name, k][i] * 1000, "p50_ms": 99.0}
+        p50 = paced[name, k][i - 3]
+        return {"tuples_per_s": 1.0, "p50_ms": p50, "p99_ms": 2 * p50, "mean_ms": p50}
+
+    monkeypatch.setattr(fidelity, "_one", one)
+    monkeypatch.setattr(fidelity, "speed_probe", lambda: next(probes))
+    seen = []
+    rows = fidelity.ray_against_itself(
+        layouts=["single", "split(2)"], tuples=20_000, repeat=3, report=seen.append
+    )
+    assert seen == [f"{n} (pass {k} of 2)" for k in (1, 2) for n in ("single", "split(2)")]
+    assert [c[0] for c in calls] == ["single"] * 6 + ["split(2)"] * 6 + ["single"] * 6 + [
+        "split(2)"
+    ] * 6
+    single, split = rows
+    assert single.tuples_per_s == (100_000.0, 125_000.0) and single.throughput_ratio == 1.25
+    assert single.p50_ms == (2.0, 1.1) and single.p50_ratio == pytest.approx(0.55)
+    assert single.p99_ratio == pytest.approx(0.55) and single.repeats == 3
+    assert single.probe_ns == (1.0, 1.5) and single.probe_ratio == 1.5
+    # both passes at the first pass's pace: a quarter of its median rate
+    assert single.pace == 25_000.0
+    assert {c[1] for c in calls if c[0] == "single" and c[1] is not None} == {25_000.0}
+    assert split.throughput_ratio == pytest.approx(70 / 80) and split.p50_ratio == 1.1
+    f = fidelity.noise(rows)
+    assert (f["throughput_within"], f["p50_within"], f["both_within"]) == (2, 1, 1)
+    assert f["mean_within"] == 1 and f["layouts"] == 2
+    assert f["apart"] == pytest.approx(1.25 / 0.875 - 1)
+    # the drift taken out: single's throughput ratio times its probe ratio, 1.25 · 1.5
+    assert f["drift_free_throughput_ratios"] == pytest.approx((0.875, 1.875))
+    text = fidelity.self_markdown(rows, 60.0)
+    assert "| single | 25,000 | 100,000 | 125,000 | 1.25 | 2.00 | 1.10 | 0.55 |" in text
+    assert "on 1 of 2 layouts (throughput 2, p50 1; throughput and mean 1)" in text
+    with pytest.raises(ValueError, match="unknown layout"):
+        fidelity.ray_against_itself(layouts=["mesh(9)"])
+    with pytest.raises(ValueError, match="no rows"):
+        fidelity.noise([])

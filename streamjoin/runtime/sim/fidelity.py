@@ -346,9 +346,7 @@ def check(
         middle = sorted(flood, key=lambda r: r["tuples_per_s"])[len(flood) // 2]
         shares = stat.shares(*middle["window_ns"]) or {}
         probes.append(speed_probe())
-        pace = float(max(100.0, round(pace_share * ray_rate, -2)))
-        chunk = max(1, int(pace * chunk_ms / 1000))
-        paced_data = data.slice(0, min(len(data), max(20 * chunk, int(pace * paced_seconds))))
+        pace, chunk, paced_data = _paced_input(data, ray_rate, pace_share, chunk_ms, paced_seconds)
         paced = [
             _one(query, paced_data, topo, "ray", batch=chunk, chunk=chunk, pace=pace)
             for _ in range(repeat)
@@ -403,6 +401,16 @@ def check(
     return rows
 
 
+def _paced_input(data, ray_rate, pace_share, chunk_ms, paced_seconds) -> tuple[float, int, object]:
+    """``(pace, chunk, paced_data)`` of a layout's paced runs: ``pace_share`` of Ray's unpaced
+    rate, a chunk (one batch) per ``chunk_ms`` of input, ``paced_seconds`` of input (at least
+    20 chunks)."""
+    pace = float(max(100.0, round(pace_share * ray_rate, -2)))
+    chunk = max(1, int(pace * chunk_ms / 1000))
+    paced_data = data.slice(0, min(len(data), max(20 * chunk, int(pace * paced_seconds))))
+    return pace, chunk, paced_data
+
+
 def _simulated(query, data, paced_data, topo, machine, batch, chunk, pace) -> tuple[dict, dict]:
     """The simulator's unpaced and paced runs of a check layout (``_one``'s figures)."""
     flood = _one(query, data, topo, "sim", batch=batch, chunk=batch, pace=None, machine=machine)
@@ -410,6 +418,201 @@ def _simulated(query, data, paced_data, topo, machine, batch, chunk, pace) -> tu
         query, paced_data, topo, "sim", batch=chunk, chunk=chunk, pace=pace, machine=machine
     )
     return flood, paced
+
+
+@dataclass(frozen=True)
+class SelfRow:
+    """One layout's Ray figures in two passes over the check's layouts
+    (:func:`ray_against_itself`), the first pass's then the second's: each the median of
+    ``repeats`` runs, as a check's are, and the speed probe's median around them."""
+
+    layout: str
+    pace: float
+    tuples_per_s: tuple[float, float]
+    p50_ms: tuple[float, float]
+    p99_ms: tuple[float, float]
+    mean_ms: tuple[float, float]
+    probe_ns: tuple[float, float]
+    load_1min: tuple[float, float]
+    repeats: int  # runs in each pass, each mode
+
+    @staticmethod
+    def _ratio(pair: tuple[float, float]) -> float:
+        return pair[1] / pair[0] if pair[0] else float("nan")
+
+    @property
+    def throughput_ratio(self) -> float:
+        return self._ratio(self.tuples_per_s)
+
+    @property
+    def p50_ratio(self) -> float:
+        return self._ratio(self.p50_ms)
+
+    @property
+    def p99_ratio(self) -> float:
+        return self._ratio(self.p99_ms)
+
+    @property
+    def mean_ratio(self) -> float:
+        return self._ratio(self.mean_ms)
+
+    @property
+    def probe_ratio(self) -> float:
+        """The host's speed probe in the second pass over the first (above 1: slower)."""
+        return self._ratio(self.probe_ns)
+
+
+def ray_against_itself(
+    *,
+    layouts: list[str] | None = None,
+    tuples: int = CHECK_TUPLES,
+    window: int = 2**13,
+    batch: int = 1024,
+    pace_share: float = 0.25,
+    chunk_ms: float = 10.0,
+    paced_seconds: float = 2.0,
+    repeat: int = CHECK_REPEAT,
+    report: Callable[[str], None] | None = None,
+) -> list[SelfRow]:
+    """How far a check's reference moves against itself over the minutes a check spans: the
+    Ray runs of :func:`check` (the same workloads and modes, ``repeat`` runs each, the
+    median kept) over all ``layouts`` in a first pass, then over all of them again in a
+    second, the second pass's paced runs at the first's pace. A model that matched every
+    layout's Ray figures in the first pass exactly meets, in the second, what the second
+    pass's figures over the first's (:class:`SelfRow`'s ratios; :func:`noise`) say: the
+    precision one check can have on this host, where a check's layouts run minutes after its
+    fit. Each layout's runs are timed by the speed probe before, between and after them, as
+    in a check (the median kept). ``report`` is told each layout's pass as it ends. The
+    first run starts Ray on this host's processors if none is running."""
+    names = list(CHECK_LAYOUTS) if layouts is None else layouts
+    unknown = [n for n in names if n not in CHECK_LAYOUTS]
+    if unknown:
+        raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
+    positive_int("repeat", repeat)
+    passes: list[dict[str, dict]] = [{}, {}]
+    inputs: dict[str, tuple] = {}  # each layout's paced input: pace, chunk and tuples
+    for k, figures in enumerate(passes):
+        for name in names:
+            make, inequality = CHECK_LAYOUTS[name]
+            topo = make()
+            query, data = workload(tuples, window, inequality)
+            probes = [speed_probe()]
+            flood = [
+                _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
+                for _ in range(repeat)
+            ]
+            probes.append(speed_probe())
+            rate = statistics.median(r["tuples_per_s"] for r in flood)
+            if not k:  # the second pass goes at the first's pace
+                inputs[name] = _paced_input(data, rate, pace_share, chunk_ms, paced_seconds)
+            pace, chunk, paced_data = inputs[name]
+            paced = [
+                _one(query, paced_data, topo, "ray", batch=chunk, chunk=chunk, pace=pace)
+                for _ in range(repeat)
+            ]
+            probes.append(speed_probe())
+            figures[name] = {
+                "pace": pace,
+                "tuples_per_s": rate,
+                **{
+                    key: statistics.median(r[key] for r in paced)
+                    for key in ("p50_ms", "p99_ms", "mean_ms")
+                },
+                "probe_ns": statistics.median(probes),
+                "load_1min": os.getloadavg()[0],
+            }
+            if report is not None:
+                report(f"{name} (pass {k + 1} of 2)")
+
+    def pair(name: str, key: str) -> tuple[float, float]:
+        return passes[0][name][key], passes[1][name][key]
+
+    return [
+        SelfRow(
+            layout=name,
+            pace=passes[0][name]["pace"],
+            tuples_per_s=pair(name, "tuples_per_s"),
+            p50_ms=pair(name, "p50_ms"),
+            p99_ms=pair(name, "p99_ms"),
+            mean_ms=pair(name, "mean_ms"),
+            probe_ns=pair(name, "probe_ns"),
+            load_1min=pair(name, "load_1min"),
+            repeats=repeat,
+        )
+        for name in names
+    ]
+
+
+def noise(rows: list[SelfRow]) -> dict:
+    """What :func:`ray_against_itself`'s rows say, counted as a check counts ``sim / ray``:
+    on how many layouts the second pass's figures are within the check's band of the
+    first's (throughput, p50, both; and throughput and mean latency), their ranges, and how
+    far apart the layouts' throughput ratios lie (max / min − 1, a check's "a layout
+    against another"); the same for the throughput ratios with the host's drift taken out
+    (each times its layout's probe ratio, as a check scales the simulator by the probe)."""
+    if not rows:
+        raise ValueError("no rows")
+    tp = np.array([r.throughput_ratio for r in rows])
+    p50 = np.array([r.p50_ratio for r in rows])
+    mean = np.array([r.mean_ratio for r in rows])
+    steady = tp * np.array([r.probe_ratio for r in rows])
+    return {
+        "layouts": len(rows),
+        "throughput_within": int(sum(_within(v) for v in tp)),
+        "p50_within": int(sum(_within(v) for v in p50)),
+        "both_within": int(sum(_within(a) and _within(b) for a, b in zip(tp, p50, strict=True))),
+        "mean_within": int(sum(_within(a) and _within(b) for a, b in zip(tp, mean, strict=True))),
+        "throughput_ratios": (float(tp.min()), float(tp.max())),
+        "p50_ratios": (float(np.nanmin(p50)), float(np.nanmax(p50))),
+        "apart": float(tp.max() / tp.min() - 1),
+        "drift_free_throughput_ratios": (float(steady.min()), float(steady.max())),
+        "drift_free_apart": float(steady.max() / steady.min() - 1),
+    }
+
+
+def noise_lines(rows: list[SelfRow]) -> list[str]:
+    """:func:`noise` in words."""
+    f = noise(rows)
+    n = f["layouts"]
+    return [
+        f"Ray against itself (the second pass over the first, each {_runs(rows[0].repeats)}"
+        f"): within 0.80-1.25 on throughput and p50 on {f['both_within']} of {n} "
+        f"layouts (throughput {f['throughput_within']}, p50 {f['p50_within']}; throughput "
+        f"and mean {f['mean_within']}); throughput {f['throughput_ratios'][0]:.2f}-"
+        f"{f['throughput_ratios'][1]:.2f}, p50 {f['p50_ratios'][0]:.2f}-"
+        f"{f['p50_ratios'][1]:.2f}; the layouts' throughput ratios {f['apart']:.0%} apart "
+        f"({f['drift_free_apart']:.0%} with the host's drift taken out: "
+        f"{f['drift_free_throughput_ratios'][0]:.2f}-{f['drift_free_throughput_ratios'][1]:.2f})",
+    ]
+
+
+def self_markdown(rows: list[SelfRow], seconds: float) -> str:
+    """A results page for :func:`ray_against_itself`: the host, the rows and :func:`noise`."""
+    lines = [
+        "# Ray against itself on this host (`experiments/ray_against_itself.py`)",
+        "",
+        f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} processors "
+        f"({cpu_model()}), {platform.platform()}; {seconds / 60:.1f} minutes. The Ray runs of "
+        "`streamjoin calibrate --check` (its layouts, workloads and modes, each figure "
+        f"{_runs(rows[0].repeats if rows else CHECK_REPEAT)}) over every layout, "
+        "then over every layout again, the second pass's paced runs at the first's pace. "
+        "`B / A`: the second pass's figure over the first's, what a model that had matched "
+        "the first pass exactly would read in the second. `probe`: the speed probe's median "
+        "around the layout's runs, second pass over first (above 1: the host slower).",
+        "",
+        "| layout | pace t/s | Ray t/s A | B | B / A | p50 ms A | B | B / A | p99 B / A "
+        "| mean B / A | probe B / A | load A, B |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.layout} | {r.pace:,.0f} | {r.tuples_per_s[0]:,.0f} | "
+            f"{r.tuples_per_s[1]:,.0f} | {r.throughput_ratio:.2f} | {r.p50_ms[0]:.2f} | "
+            f"{r.p50_ms[1]:.2f} | {r.p50_ratio:.2f} | {r.p99_ratio:.2f} | "
+            f"{r.mean_ratio:.2f} | {r.probe_ratio:.2f} | "
+            f"{r.load_1min[0]:.1f}, {r.load_1min[1]:.1f} |"
+        )
+    return "\n".join([*lines, "", *(noise_lines(rows) if rows else []), ""])
 
 
 def replay(
@@ -529,6 +732,14 @@ def load_rows(path: str | os.PathLike) -> tuple[list[CheckRow], dict]:
     return rows, {k: v for k, v in d.items() if k != "rows"}
 
 
+#: The check's band: a ``sim / ray`` ratio within it is a layout met.
+WITHIN = (0.8, 1.25)
+
+
+def _within(ratio: float) -> bool:
+    return WITHIN[0] <= ratio <= WITHIN[1]
+
+
 def _spread(values: list[float]) -> float:
     """max / min of ``values`` (nan where there is nothing to compare)."""
     low = min(values, default=0.0)
@@ -556,19 +767,11 @@ def table(rows: list[CheckRow]) -> str:
     repeated = [r for r in rows if r.again]
     rows = [r for r in rows if not r.again]
     if rows:
-        within = [
-            r.layout
-            for r in rows
-            if 0.8 <= r.throughput_ratio <= 1.25 and 0.8 <= r.p50_ratio <= 1.25
-        ]
-        by_mean = [
-            r.layout
-            for r in rows
-            if 0.8 <= r.throughput_ratio <= 1.25 and 0.8 <= r.mean_ratio <= 1.25
-        ]
+        within = [r.layout for r in rows if _within(r.throughput_ratio) and _within(r.p50_ratio)]
+        by_mean = [r.layout for r in rows if _within(r.throughput_ratio) and _within(r.mean_ratio)]
         tp = np.array([r.throughput_ratio for r in rows])
         p99 = np.array([r.p99_ratio for r in rows])
-        tails = int(np.sum((p99 >= 0.8) & (p99 <= 1.25)))
+        tails = sum(_within(v) for v in p99)
         lines.append(
             f"within 0.80-1.25 on throughput and p50: {len(within)} of {len(rows)} layouts"
             f"{' (' + ', '.join(within) + ')' if within else ''}; on throughput and mean "
@@ -583,6 +786,14 @@ def table(rows: list[CheckRow]) -> str:
                 f"Ray's own runs (max / min over {rows[0].repeats} a layout): throughput "
                 f"{min(t for t, _ in spreads):.2f}-{max(t for t, _ in spreads):.2f}, "
                 f"p50 {min(p for _, p in spreads):.2f}-{max(p for _, p in spreads):.2f}"
+            )
+        drifts = [r.drift for r in rows if not math.isnan(r.drift)]
+        if drifts:
+            lines.append(
+                f"The host's speed over the check (the speed probe over the fit's, each "
+                f"layout's median): {min(drifts):.2f}-{max(drifts):.2f}, "
+                f"{max(drifts) / min(drifts) - 1:.0%} apart from one layout to another (the "
+                "simulator's compute follows it; Ray's figures follow it only in part)"
             )
     for last in repeated:
         first = next((r for r in rows if r.layout == last.layout.removesuffix(", again")), None)
@@ -663,7 +874,11 @@ def markdown(
     summary = table(rows).splitlines()
     lines += [
         "",
-        *[line for line in summary if line.startswith(("within", "Ray's own", "Again"))],
+        *[
+            line
+            for line in summary
+            if line.startswith(("within", "Ray's own", "The host's speed", "Again"))
+        ],
         "",
     ]
     if any(not np.isnan(r.ray_tp_spread) for r in rows):
