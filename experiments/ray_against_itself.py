@@ -5,8 +5,9 @@ asks for ``sim / ray`` within 0.80–1.25 on every layout and the layouts' ratio
 one another. A check's layouts run minutes after its fit, and Ray's figures move on a shared
 host meanwhile, so even a model that had matched every layout exactly at the fit would miss
 some. This measures by how much: the check's Ray runs (its workloads, modes and pace, each
-figure the median of ``--repeat`` runs) over every layout, then over every layout again, and
-the second pass set against the first as a check sets the simulator against Ray
+figure the median of ``--repeat`` runs, in rounds over the layouts) over every layout, then
+over every layout again, and the second pass set against the first as a check sets the
+simulator against Ray
 (:func:`streamjoin.runtime.sim.fidelity.ray_against_itself` and
 :func:`~streamjoin.runtime.sim.fidelity.noise`).
 
@@ -59,7 +60,7 @@ def main() -> None:
         prov.note()
         print(f"{step}: done", flush=True)
 
-    rows = ray_against_itself(layouts=names, tuples=tuples, repeat=repeat, report=progress)
+    rows = ray_against_itself(layouts=names, tuples=tuples, repeat=repeat, progress=progress)
     text = self_markdown(rows, time.perf_counter() - t0)
     head, _, rest = text.partition("\n\n")
     text = f"{head}\n\n{prov.line()}\n\n{rest}"

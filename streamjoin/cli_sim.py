@@ -361,16 +361,23 @@ def _check(profile, layouts, report_md: str | None, tuples: int | None, repeat: 
 
     from streamjoin.runtime.sim.fidelity import CHECK_REPEAT, CHECK_TUPLES, check, table
 
-    print(f"check: each layout on Ray, then on the simulator ({os.cpu_count()} processors shared)")
+    print(
+        f"check: the layouts on Ray in rounds, then on the simulator ({os.cpu_count()} "
+        "processors shared)"
+    )
 
     def report(row) -> None:
         print(table([row]).splitlines()[1], flush=True)
+
+    def progress(step: str) -> None:
+        print(f"  Ray: {step}", flush=True)
 
     t0 = time.perf_counter()
     rows = check(
         profile,
         layouts=layouts,
         report=report,
+        progress=progress,
         tuples=CHECK_TUPLES if tuples is None else tuples,
         repeat=CHECK_REPEAT if repeat is None else repeat,
     )

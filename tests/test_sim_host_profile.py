@@ -628,10 +628,13 @@ def test_the_check_shows_the_hosts_drift_since_the_fit():
     assert "  1.23   0.5" in fidelity.table([drifted])
     text = fidelity.markdown([drifted], sim.default_profile(), 1.0)
     assert "| 1.00 | 1.23 | 0.5 |" in text and "`drift`" in text
-    # over the layouts: how far the host's speed moved from one to another
-    rows = [drifted, dataclasses.replace(row, layout="split(2)", drift=0.96)]
-    line = "The host's speed over the check (the speed probe over the fit's, each layout's "
-    line += "median): 0.96-1.23, 28% apart from one layout to another"
+    # how far the host's speed moved over the check: the lowest probe to the highest
+    rows = [
+        dataclasses.replace(drifted, drift_range=(1.1, 1.4)),
+        dataclasses.replace(row, layout="split(2)", drift=0.96, drift_range=(0.9, 1.0)),
+    ]
+    line = "The host's speed over the check (the speed probe over the fit's): 0.90-1.40, a "
+    line += "move of 56%"
     assert line in fidelity.table(rows) and line in fidelity.markdown(
         rows, sim.default_profile(), 1
     )
@@ -682,47 +685,95 @@ def test_a_runs_window_is_on_its_clock():
     assert (m["window_ns"][1] - m["window_ns"][0]) / 1e9 == pytest.approx(m["elapsed_s"])
 
 
-def test_ray_against_itself_runs_the_checks_ray_runs_in_two_passes(monkeypatch):
-    """Ray's runs stubbed: every layout in a first pass, then every layout in a second at the
-    first's pace; each pass's figure is the median of its runs, and ``noise`` counts the
-    layouts within the check's band of the first pass as a check counts the simulator's."""
-    calls = []
-    # per (layout, pass): three unpaced runs' rates, then three paced runs' p50
-    flood = {
-        ("single", 0): [100.0, 90.0, 110.0],
-        ("split(2)", 0): [80.0, 80.0, 80.0],
-        ("single", 1): [130.0, 120.0, 125.0],
-        ("split(2)", 1): [60.0, 90.0, 70.0],
-    }
-    paced = {
-        ("single", 0): [2.0, 2.2, 1.8],
-        ("split(2)", 0): [1.0, 1.0, 1.0],
-        ("single", 1): [1.0, 1.1, 3.0],
-        ("split(2)", 1): [1.1, 1.1, 1.1],
-    }
-    probes = iter([1.0, 1.0, 1.0] * 2 + [1.5, 1.5, 2.0, 1.0, 1.0, 1.0])
+def _stub_ray(monkeypatch, flood: dict, paced: dict, calls: list) -> None:
+    """Ray's runs stubbed: a layout's n-th unpaced run reads ``flood[name][n]`` thousand
+    tuples/s, its n-th paced run ``paced[name][n]`` ms of p50 (twice that of p99); every run
+    is recorded in ``calls`` as (layout, pace)."""
 
     def one(query, data, topo, backend, *, batch, chunk, pace, machine=None):
-        assert backend == "ray" and machine is None
+        if backend == "sim":
+            return real(
+                query, data, topo, backend, batch=batch, chunk=chunk, pace=pace, machine=machine
+            )
         name = "split(2)" if topo.name == "split(2)" else "single"
-        done = sum(1 for c in calls if c[0] == name)  # this layout's runs so far
-        k, i = divmod(done, 6)
+        n = sum(1 for c in calls if c[0] == name and (c[1] is None) == (pace is None))
         calls.append((name, pace))
+        now = time.monotonic_ns()
         if pace is None:
-            return {"tuples_per_s": flood[name, k][i] * 1000, "p50_ms": 99.0}
-        p50 = paced[name, k][i - 3]
-        return {"tuples_per_s": 1.0, "p50_ms": p50, "p99_ms": 2 * p50, "mean_ms": p50}
+            rate, p50 = flood[name][n] * 1000, 99.0
+        else:
+            rate, p50 = 1.0, paced[name][n]
+        return {
+            "window_ns": (now, now + 1),
+            "tuples_per_s": rate,
+            "p50_ms": p50,
+            "p99_ms": 2 * p50,
+            "mean_ms": p50,
+            "elapsed_s": 0.1,
+            "actors": {},
+            "lags": {},
+            "kernel_s": 0.0,
+        }
 
+    real = fidelity._one
     monkeypatch.setattr(fidelity, "_one", one)
+    monkeypatch.setattr(fidelity, "measure_cpu_share", lambda *a, **k: ((1.0, 1.0), {}))
+
+
+def test_the_checks_ray_runs_go_in_rounds_over_the_layouts(monkeypatch):
+    """Every layout once a round, unpaced rounds then paced ones, the first layout again
+    after them, its runs back to back; each layout's figure is the median of its runs, and
+    the simulator's compute is scaled by the median of the probes before the first round and
+    after each."""
+    calls = []
+    flood = {"single": [100.0, 90.0, 50.0, 60.0], "split(2)": [80.0, 70.0]}
+    paced = {"single": [2.0, 2.2, 3.0, 3.2], "split(2)": [1.0, 1.2]}
+    _stub_ray(monkeypatch, flood, paced, calls)
+    probes = iter([1.0e6, 1.1e6, 1.3e6, 1.2e6, 1.0e6] + [2.0e6] * 5)
+    monkeypatch.setattr(fidelity, "speed_probe", lambda: next(probes))
+    profile = sim.default_profile()
+    profile = dataclasses.replace(profile, info={**profile.info, "speed_probe_ns": 1e6})
+    steps = []
+    rows = fidelity.check(
+        profile, layouts=["single", "split(2)"], tuples=3_000, repeat=2, progress=steps.append
+    )
+    assert [c[0] for c in calls] == ["single", "split(2)"] * 4 + ["single"] * 4
+    assert [c[1] is None for c in calls] == [True] * 4 + [False] * 4 + [True] * 2 + [False] * 2
+    assert steps == [
+        "unpaced round 1 of 2",
+        "unpaced round 2 of 2",
+        "paced round 1 of 2",
+        "paced round 2 of 2",
+    ]
+    single, split, again = rows
+    assert (single.layout, split.layout, again.layout) == ("single", "split(2)", "single, again")
+    assert single.ray_tuples_per_s == 95_000.0 and split.ray_tuples_per_s == 75_000.0
+    assert single.ray_p50_ms == 2.1 and split.ray_p50_ms == 1.1
+    assert (single.pace, split.pace) == (23_800.0, 18_800.0)  # a quarter of its median rate
+    assert single.drift == split.drift == 1.1 and single.drift_range == (1.0, 1.3)
+    assert again.ray_tuples_per_s == 55_000.0 and again.drift == 2.0
+    with pytest.raises(ValueError, match="repeat"):
+        fidelity.check(profile, layouts=["single"], repeat=0)
+
+
+def test_ray_against_itself_runs_the_checks_ray_runs_in_two_passes(monkeypatch):
+    """Ray's runs stubbed: the check's rounds over every layout in a first pass, then in a
+    second at the first's pace; each pass's figure is the median of its runs, and ``noise``
+    counts the layouts within the check's band of the first pass as a check counts the
+    simulator's."""
+    calls = []
+    flood = {"single": [100.0, 90.0, 110.0, 130.0, 120.0, 125.0], "split(2)": [80.0] * 3}
+    flood["split(2)"] += [60.0, 90.0, 70.0]
+    paced = {"single": [2.0, 2.2, 1.8, 1.0, 1.1, 3.0], "split(2)": [1.0] * 3 + [1.1] * 3}
+    _stub_ray(monkeypatch, flood, paced, calls)
+    probes = iter([1.0] * 7 + [1.5, 1.5, 2.0, 1.0, 1.5, 1.5, 1.5])
     monkeypatch.setattr(fidelity, "speed_probe", lambda: next(probes))
     seen = []
     rows = fidelity.ray_against_itself(
-        layouts=["single", "split(2)"], tuples=20_000, repeat=3, report=seen.append
+        layouts=["single", "split(2)"], tuples=20_000, repeat=3, progress=seen.append
     )
-    assert seen == [f"{n} (pass {k} of 2)" for k in (1, 2) for n in ("single", "split(2)")]
-    assert [c[0] for c in calls] == ["single"] * 6 + ["split(2)"] * 6 + ["single"] * 6 + [
-        "split(2)"
-    ] * 6
+    assert seen[0] == "pass 1: unpaced round 1 of 3" and seen[-1] == "pass 2: paced round 3 of 3"
+    assert len(seen) == 12 and [c[0] for c in calls] == ["single", "split(2)"] * 12
     single, split = rows
     assert single.tuples_per_s == (100_000.0, 125_000.0) and single.throughput_ratio == 1.25
     assert single.p50_ms == (2.0, 1.1) and single.p50_ratio == pytest.approx(0.55)
@@ -736,8 +787,8 @@ def test_ray_against_itself_runs_the_checks_ray_runs_in_two_passes(monkeypatch):
     assert (f["throughput_within"], f["p50_within"], f["both_within"]) == (2, 1, 1)
     assert f["mean_within"] == 1 and f["layouts"] == 2
     assert f["apart"] == pytest.approx(1.25 / 0.875 - 1)
-    # the drift taken out: single's throughput ratio times its probe ratio, 1.25 · 1.5
-    assert f["drift_free_throughput_ratios"] == pytest.approx((0.875, 1.875))
+    # the drift taken out: each throughput ratio times the probe ratio, 1.5
+    assert f["drift_free_throughput_ratios"] == pytest.approx((0.875 * 1.5, 1.875))
     text = fidelity.self_markdown(rows, 60.0)
     assert "| single | 25,000 | 100,000 | 125,000 | 1.25 | 2.00 | 1.10 | 0.55 |" in text
     assert "on 1 of 2 layouts (throughput 2, p50 1; throughput and mean 1)" in text

@@ -16,12 +16,14 @@ next). The mean moves with the clusters, not across them.
 
 The simulated machine is the profile with this host's processors shared by all actors, as
 Ray's driver and actors share them here (``profile.with_cpus(os.cpu_count(), share)``, with
-``share`` the processor share busy processes got right before the layout's Ray runs), its
-compute scaled to the host's speed meanwhile: a fixed join timed before, between and after
-the layout's runs on Ray against the same at the fit, the median of the three
+``share`` the processor share busy processes got right before the layout's first Ray run),
+its compute scaled to the host's speed meanwhile: a fixed join timed before the first round
+of Ray runs and after each against the same at the fit, the median of them
 (:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's ``drift``), as a shared
 host's speed drifts within the hour, and a probe of some 70 ms can meet a slow spell of a
-second. Each row says how loaded the host was. A layout's ``sim / ray`` ratio is the
+second. Ray's runs go in rounds over the layouts, each round running every layout once, so
+that a slow spell falls on one run of every layout rather than on every run of one, and the
+layouts' ratios against one another hold. Each row says how loaded the host was. A layout's ``sim / ray`` ratio is the
 simulator's error for it on this host at this moment; the fidelity target is 0.80–1.25.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -138,12 +141,13 @@ class CheckRow:
     sim_mean_ms: float = float("nan")
     tuples: int = CHECK_TUPLES  # of the unpaced runs
     repeats: int = 3  # Ray runs in each mode, the median kept
-    #: the speed probe over the profile's, the median of three probes: before the layout's
-    #: unpaced runs on Ray, between them and the paced ones, and after those (above 1: the
-    #: host was slower than when the profile was fitted; the simulator's compute was scaled
-    #: by it), nan where the profile has no probe
+    #: the speed probe over the profile's, the median of the probes around the Ray runs (a
+    #: check's: before its first round and after each; a check before rounds: before,
+    #: between and after the layout's runs) (above 1: the host was slower than when the
+    #: profile was fitted; the simulator's compute was scaled by it), nan where the profile
+    #: has no probe
     drift: float = float("nan")
-    #: the lowest and the highest of the three probes over the profile's
+    #: the lowest and the highest of those probes over the profile's
     drift_range: tuple[float, float] = (float("nan"), float("nan"))
     #: the processors' idle and softirq shares in Ray's median unpaced run (``ProcStat``):
     #: time no process used, and the kernel's delivery of loopback packets, which no
@@ -296,6 +300,90 @@ def _paced_figures(ray: dict, sim: dict) -> tuple[PacedFigures, ...]:
     )
 
 
+@dataclass
+class _RayRuns:
+    """One layout's Ray runs in :func:`_ray_rounds`."""
+
+    query: Query
+    data: object
+    topo: Topology
+    share: tuple
+    flood: list[dict] = dataclasses.field(default_factory=list)
+    paced: list[dict] = dataclasses.field(default_factory=list)
+    paced_input: tuple = ()  # (pace, chunk, tuples)
+    shares: dict = dataclasses.field(default_factory=dict)  # ProcStat's, its median run
+    load_1min: float = float("nan")
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(r["tuples_per_s"] for r in self.flood)
+
+    @property
+    def middle(self) -> dict:
+        """The unpaced run of median throughput."""
+        return sorted(self.flood, key=lambda r: r["tuples_per_s"])[len(self.flood) // 2]
+
+    def median(self, key: str) -> float:
+        return statistics.median(r[key] for r in self.paced)
+
+
+def _ray_rounds(
+    names: list[str],
+    *,
+    tuples: int,
+    window: int,
+    batch: int,
+    pace_share: float,
+    chunk_ms: float,
+    paced_seconds: float,
+    repeat: int,
+    paced_inputs: dict[str, tuple] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, _RayRuns], list[float]]:
+    """The Ray runs of a check over ``names``, in rounds: each round runs every layout once,
+    unpaced (``repeat`` rounds), then paced at a share of the layout's median unpaced rate
+    (``repeat`` rounds; at ``paced_inputs[name]``'s pace, chunk and tuples where given). So
+    each layout's median is taken over runs spread across the whole sitting, the other
+    layouts' alike: a slow spell of the host falls on a run of every layout, not on all the
+    runs of one. Returns the runs by layout and the speed probe before the first round and
+    after each (the host's speed over the sitting); ``progress`` is told of each round as it
+    ends. The first run starts Ray on this host's processors if none is running."""
+    cpus = os.cpu_count() or 1
+    runs: dict[str, _RayRuns] = {}
+    for name in names:
+        make, inequality = CHECK_LAYOUTS[name]
+        query, data = workload(tuples, window, inequality)
+        runs[name] = _RayRuns(query, data, make(), ())
+    probes = [speed_probe()]
+    with ProcStat() as stat:
+        for k in range(repeat):
+            for r in runs.values():
+                if not k:  # the share of a processor busy processes get, before its runs
+                    r.share = measure_cpu_share(cpus, seconds=0.3, rounds=1)[0]
+                r.flood.append(
+                    _one(r.query, r.data, r.topo, "ray", batch=batch, chunk=batch, pace=None)
+                )
+            probes.append(speed_probe())
+            if progress is not None:
+                progress(f"unpaced round {k + 1} of {repeat}")
+    for name, r in runs.items():
+        r.shares = stat.shares(*r.middle["window_ns"]) or {}
+        r.paced_input = (paced_inputs or {}).get(name) or _paced_input(
+            r.data, r.rate, pace_share, chunk_ms, paced_seconds
+        )
+    for k in range(repeat):
+        for r in runs.values():
+            pace, chunk, paced_data = r.paced_input
+            r.paced.append(
+                _one(r.query, paced_data, r.topo, "ray", batch=chunk, chunk=chunk, pace=pace)
+            )
+            r.load_1min = os.getloadavg()[0]
+        probes.append(speed_probe())
+        if progress is not None:
+            progress(f"paced round {k + 1} of {repeat}")
+    return runs, probes
+
+
 def check(
     profile: MachineProfile,
     *,
@@ -308,96 +396,95 @@ def check(
     paced_seconds: float = 2.0,
     repeat: int = CHECK_REPEAT,
     report: Callable[[CheckRow], None] | None = None,
+    progress: Callable[[str], None] | None = None,
     again: bool = True,
 ) -> list[CheckRow]:
     """Run each layout on Ray (``repeat`` times each mode, the median kept: Ray's figures vary
-    by a third from run to run here) and once on the simulator with ``profile`` (module
-    docstring); returns a :class:`CheckRow` per layout, each passed to ``report`` as it is
-    measured. The first Ray run starts Ray on this host's processors if none is running.
+    by a third from run to run here), in rounds over the layouts (:func:`_ray_rounds`), and
+    then once on the simulator with ``profile`` (module docstring); returns a
+    :class:`CheckRow` per layout, each passed to ``report`` as it is simulated, and tells
+    ``progress`` of each round of Ray runs. The first Ray run starts Ray on this host's
+    processors if none is running.
 
-    With ``again`` and two layouts or more, the first runs once more after the others, as a
-    row with ``again`` set: the same layout's ``sim / ray`` minutes apart, the precision a
-    layout's ratio against another's can be known with in one check (:func:`table`)."""
+    With ``again`` and two layouts or more, the first runs once more after the rounds, its
+    runs back to back, as a row with ``again`` set: the same layout's ``sim / ray`` minutes
+    apart, the precision a layout's ratio against another's can be known with in one check
+    (:func:`table`)."""
     names = list(CHECK_LAYOUTS) if layouts is None else layouts
     unknown = [n for n in names if n not in CHECK_LAYOUTS]
     if unknown:
         raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
+    positive_int("repeat", repeat)
     cpus = os.cpu_count() or 1
     reference = profile.info.get("speed_probe_ns")
-    rows = []  # the first ray run starts Ray on this machine (on loopback) for the rest
-    runs = [(name, False) for name in names]
+    rounds = functools.partial(
+        _ray_rounds,
+        tuples=tuples,
+        window=window,
+        batch=batch,
+        pace_share=pace_share,
+        chunk_ms=chunk_ms,
+        paced_seconds=paced_seconds,
+        repeat=repeat,
+    )
+    sittings = [(rounds(names, progress=progress), False)]
     if again and len(names) > 1:
-        runs.append((names[0], True))
-    for name, repeated in runs:
-        make, inequality = CHECK_LAYOUTS[name]
-        topo = make()
-        query, data = workload(tuples, window, inequality)
-        share = measure_cpu_share(cpus, seconds=0.3, rounds=1)[0]
-        machine = profile.with_cpus(cpus, share)
-        # the host's speed before, between and after the layout's Ray runs (a probe takes
-        # some 70 ms; a slow spell of a second or two must not scale the whole layout)
-        probes = [speed_probe()]
-        with ProcStat() as stat:
-            flood = [
-                _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
-                for _ in range(repeat)
-            ]
-        ray_rate = statistics.median(r["tuples_per_s"] for r in flood)
-        middle = sorted(flood, key=lambda r: r["tuples_per_s"])[len(flood) // 2]
-        shares = stat.shares(*middle["window_ns"]) or {}
-        probes.append(speed_probe())
-        pace, chunk, paced_data = _paced_input(data, ray_rate, pace_share, chunk_ms, paced_seconds)
-        paced = [
-            _one(query, paced_data, topo, "ray", batch=chunk, chunk=chunk, pace=pace)
-            for _ in range(repeat)
-        ]
-        probes.append(speed_probe())
+        sittings.append((rounds(names[:1]), True))
+    rows = []
+    for (runs, probes), repeated in sittings:
+        # the host's speed over the rounds against the fit's: the simulator's compute is
+        # scaled by the median (a probe takes some 70 ms; a slow spell of a second or two
+        # must not scale the whole check)
         drifts = [p / reference if reference else float("nan") for p in probes]
         drift = statistics.median(drifts)
-        if reference:  # the compute as fast as the host was meanwhile
-            machine = machine.scaled(cpu=1 / drift)
-        sim_flood, sim_paced = _simulated(
-            query, data, paced_data, topo, machine, batch, chunk, pace
-        )
-        row = CheckRow(
-            layout=f"{name}, again" if repeated else name,
-            ray_tuples_per_s=ray_rate,
-            sim_tuples_per_s=sim_flood["tuples_per_s"],
-            pace=pace,
-            ray_p50_ms=statistics.median(r["p50_ms"] for r in paced),
-            sim_p50_ms=sim_paced["p50_ms"],
-            ray_p99_ms=statistics.median(r["p99_ms"] for r in paced),
-            sim_p99_ms=sim_paced["p99_ms"],
-            ray_mean_ms=statistics.median(r["mean_ms"] for r in paced),
-            sim_mean_ms=sim_paced["mean_ms"],
-            cpu_share=tuple(round(float(v), 2) for v in share),
-            load_1min=os.getloadavg()[0],
-            actors=tuple(
-                ActorFigures(a, busy, cpu, sim_busy, step, sim_step)
-                for a, (busy, cpu, step) in middle["actors"].items()
-                for sim_busy, _, sim_step in [
-                    sim_flood["actors"].get(a, (float("nan"), None, None))
-                ]
-            ),
-            ray_elapsed_s=middle["elapsed_s"],
-            sim_elapsed_s=sim_flood["elapsed_s"],
-            sim_kernel_s=sim_flood["kernel_s"],
-            tuples=tuples,
-            repeats=repeat,
-            drift=drift,
-            drift_range=(min(drifts), max(drifts)),
-            ray_idle=shares.get("idle", float("nan")),
-            ray_softirq=shares.get("softirq", float("nan")),
-            ray_tp_spread=_spread([r["tuples_per_s"] for r in flood]),
-            ray_p50_spread=_spread([r["p50_ms"] for r in paced]),
-            paced_actors=_paced_figures(
-                sorted(paced, key=lambda r: r["p50_ms"])[len(paced) // 2], sim_paced
-            ),
-            again=repeated,
-        )
-        rows.append(row)
-        if report is not None:
-            report(row)
+        for name, r in runs.items():
+            machine = profile.with_cpus(cpus, r.share)
+            if reference:  # the compute as fast as the host was meanwhile
+                machine = machine.scaled(cpu=1 / drift)
+            pace, chunk, paced_data = r.paced_input
+            sim_flood, sim_paced = _simulated(
+                r.query, r.data, paced_data, r.topo, machine, batch, chunk, pace
+            )
+            middle = r.middle
+            row = CheckRow(
+                layout=f"{name}, again" if repeated else name,
+                ray_tuples_per_s=r.rate,
+                sim_tuples_per_s=sim_flood["tuples_per_s"],
+                pace=pace,
+                ray_p50_ms=r.median("p50_ms"),
+                sim_p50_ms=sim_paced["p50_ms"],
+                ray_p99_ms=r.median("p99_ms"),
+                sim_p99_ms=sim_paced["p99_ms"],
+                ray_mean_ms=r.median("mean_ms"),
+                sim_mean_ms=sim_paced["mean_ms"],
+                cpu_share=tuple(round(float(v), 2) for v in r.share),
+                load_1min=r.load_1min,
+                actors=tuple(
+                    ActorFigures(a, busy, cpu, sim_busy, step, sim_step)
+                    for a, (busy, cpu, step) in middle["actors"].items()
+                    for sim_busy, _, sim_step in [
+                        sim_flood["actors"].get(a, (float("nan"), None, None))
+                    ]
+                ),
+                ray_elapsed_s=middle["elapsed_s"],
+                sim_elapsed_s=sim_flood["elapsed_s"],
+                sim_kernel_s=sim_flood["kernel_s"],
+                tuples=tuples,
+                repeats=repeat,
+                drift=drift,
+                drift_range=(min(drifts), max(drifts)),
+                ray_idle=r.shares.get("idle", float("nan")),
+                ray_softirq=r.shares.get("softirq", float("nan")),
+                ray_tp_spread=_spread([x["tuples_per_s"] for x in r.flood]),
+                ray_p50_spread=_spread([x["p50_ms"] for x in r.paced]),
+                paced_actors=_paced_figures(
+                    sorted(r.paced, key=lambda x: x["p50_ms"])[len(r.paced) // 2], sim_paced
+                ),
+                again=repeated,
+            )
+            rows.append(row)
+            if report is not None:
+                report(row)
     return rows
 
 
@@ -472,71 +559,53 @@ def ray_against_itself(
     chunk_ms: float = 10.0,
     paced_seconds: float = 2.0,
     repeat: int = CHECK_REPEAT,
-    report: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[SelfRow]:
     """How far a check's reference moves against itself over the minutes a check spans: the
-    Ray runs of :func:`check` (the same workloads and modes, ``repeat`` runs each, the
-    median kept) over all ``layouts`` in a first pass, then over all of them again in a
+    Ray runs of :func:`check` (the same workloads, modes and rounds, ``repeat`` runs each,
+    the median kept) over all ``layouts`` in a first pass, then over all of them again in a
     second, the second pass's paced runs at the first's pace. A model that matched every
     layout's Ray figures in the first pass exactly meets, in the second, what the second
     pass's figures over the first's (:class:`SelfRow`'s ratios; :func:`noise`) say: the
     precision one check can have on this host, where a check's layouts run minutes after its
-    fit. Each layout's runs are timed by the speed probe before, between and after them, as
-    in a check (the median kept). ``report`` is told each layout's pass as it ends. The
-    first run starts Ray on this host's processors if none is running."""
+    fit. Each pass's speed probes (before its first round and after each) give its
+    ``probe_ns``, their median. ``progress`` is told of each round as it ends. The first
+    run starts Ray on this host's processors if none is running."""
     names = list(CHECK_LAYOUTS) if layouts is None else layouts
     unknown = [n for n in names if n not in CHECK_LAYOUTS]
     if unknown:
         raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
     positive_int("repeat", repeat)
-    passes: list[dict[str, dict]] = [{}, {}]
-    inputs: dict[str, tuple] = {}  # each layout's paced input: pace, chunk and tuples
-    for k, figures in enumerate(passes):
-        for name in names:
-            make, inequality = CHECK_LAYOUTS[name]
-            topo = make()
-            query, data = workload(tuples, window, inequality)
-            probes = [speed_probe()]
-            flood = [
-                _one(query, data, topo, "ray", batch=batch, chunk=batch, pace=None)
-                for _ in range(repeat)
-            ]
-            probes.append(speed_probe())
-            rate = statistics.median(r["tuples_per_s"] for r in flood)
-            if not k:  # the second pass goes at the first's pace
-                inputs[name] = _paced_input(data, rate, pace_share, chunk_ms, paced_seconds)
-            pace, chunk, paced_data = inputs[name]
-            paced = [
-                _one(query, paced_data, topo, "ray", batch=chunk, chunk=chunk, pace=pace)
-                for _ in range(repeat)
-            ]
-            probes.append(speed_probe())
-            figures[name] = {
-                "pace": pace,
-                "tuples_per_s": rate,
-                **{
-                    key: statistics.median(r[key] for r in paced)
-                    for key in ("p50_ms", "p99_ms", "mean_ms")
-                },
-                "probe_ns": statistics.median(probes),
-                "load_1min": os.getloadavg()[0],
-            }
-            if report is not None:
-                report(f"{name} (pass {k + 1} of 2)")
+    rounds = functools.partial(
+        _ray_rounds,
+        tuples=tuples,
+        window=window,
+        batch=batch,
+        pace_share=pace_share,
+        chunk_ms=chunk_ms,
+        paced_seconds=paced_seconds,
+        repeat=repeat,
+    )
+    passes: list[tuple[dict[str, _RayRuns], list[float]]] = []
+    for k in range(2):
+        tell = None if progress is None else (lambda step, k=k: progress(f"pass {k + 1}: {step}"))
+        paces = {n: r.paced_input for n, r in passes[0][0].items()} if k else None
+        passes.append(rounds(names, paced_inputs=paces, progress=tell))
 
-    def pair(name: str, key: str) -> tuple[float, float]:
-        return passes[0][name][key], passes[1][name][key]
+    def pair(get: Callable[[_RayRuns, list[float]], float], name: str) -> tuple[float, float]:
+        first, second = ((get(runs[name], probes)) for runs, probes in passes)
+        return first, second
 
     return [
         SelfRow(
             layout=name,
-            pace=passes[0][name]["pace"],
-            tuples_per_s=pair(name, "tuples_per_s"),
-            p50_ms=pair(name, "p50_ms"),
-            p99_ms=pair(name, "p99_ms"),
-            mean_ms=pair(name, "mean_ms"),
-            probe_ns=pair(name, "probe_ns"),
-            load_1min=pair(name, "load_1min"),
+            pace=passes[0][0][name].paced_input[0],
+            tuples_per_s=pair(lambda r, _: r.rate, name),
+            p50_ms=pair(lambda r, _: r.median("p50_ms"), name),
+            p99_ms=pair(lambda r, _: r.median("p99_ms"), name),
+            mean_ms=pair(lambda r, _: r.median("mean_ms"), name),
+            probe_ns=pair(lambda _, probes: statistics.median(probes), name),
+            load_1min=pair(lambda r, _: r.load_1min, name),
             repeats=repeat,
         )
         for name in names
@@ -787,13 +856,14 @@ def table(rows: list[CheckRow]) -> str:
                 f"{min(t for t, _ in spreads):.2f}-{max(t for t, _ in spreads):.2f}, "
                 f"p50 {min(p for _, p in spreads):.2f}-{max(p for _, p in spreads):.2f}"
             )
-        drifts = [r.drift for r in rows if not math.isnan(r.drift)]
-        if drifts:
+        lows = [r.drift_range[0] for r in rows if not math.isnan(r.drift_range[0])]
+        if lows:
+            high = max(r.drift_range[1] for r in rows if not math.isnan(r.drift_range[1]))
             lines.append(
-                f"The host's speed over the check (the speed probe over the fit's, each "
-                f"layout's median): {min(drifts):.2f}-{max(drifts):.2f}, "
-                f"{max(drifts) / min(drifts) - 1:.0%} apart from one layout to another (the "
-                "simulator's compute follows it; Ray's figures follow it only in part)"
+                f"The host's speed over the check (the speed probe over the fit's): "
+                f"{min(lows):.2f}-{high:.2f}, a move of {high / min(lows) - 1:.0%} (the "
+                "simulator's compute follows the median; Ray's figures follow the host only "
+                "in part)"
             )
     for last in repeated:
         first = next((r for r in rows if r.layout == last.layout.removesuffix(", again")), None)
@@ -846,10 +916,10 @@ def markdown(
         "host's processors shared by all "
         f"actors. Unpaced: {rows[0].tuples if rows else CHECK_TUPLES:,} tuples as fast as the "
         "join takes them; paced: a quarter of "
-        "Ray's unpaced rate, a batch per 10 ms of input. `drift`: a fixed join's steps timed "
-        "before, between and after the layout's runs on Ray over the same at the fit, the "
-        "median of the three (the simulator's compute scaled by it) and, in brackets, the "
-        "lowest and the highest."
+        "Ray's unpaced rate, a batch per 10 ms of input; Ray's runs in rounds over the layouts, "
+        "each round running every layout once. `drift`: a fixed join's steps timed before the "
+        "first round and after each over the same at the fit, the median (the simulator's "
+        "compute scaled by it) and, in brackets, the lowest and the highest."
         + (
             f" Replayed: Ray's figures are those of the check of {replayed}, the simulator's "
             "were run again on this profile at the pace, share and drift recorded."
