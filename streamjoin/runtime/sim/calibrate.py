@@ -506,8 +506,9 @@ def speed_probe(repeats: int = 5) -> float:
     in this process (each step timed as a calibration times it, the median of ``repeats``).
 
     A calibration probes before and after each index's workloads and fits every workload's
-    steps as if timed at the median speed over the indexes; the check probes before each
-    layout and runs the simulator with the profile's compute scaled to the host's speed then
+    steps as if timed at the median speed over the indexes; the check probes around its
+    rounds of Ray runs and runs the simulator with the profile's compute scaled to the
+    host's speed then
     (:func:`~streamjoin.runtime.sim.fidelity.check`): a shared host's speed can drift by
     more within an hour than most effects a profile describes.
     """

@@ -22,9 +22,11 @@ of Ray runs and after each against the same at the fit, the median of them
 (:func:`~streamjoin.runtime.sim.calibrate.speed_probe`; the row's ``drift``), as a shared
 host's speed drifts within the hour, and a probe of some 70 ms can meet a slow spell of a
 second. Ray's runs go in rounds over the layouts, each round running every layout once, so
-that a slow spell falls on one run of every layout rather than on every run of one, and the
-layouts' ratios against one another hold. Each row says how loaded the host was. A layout's ``sim / ray`` ratio is the
-simulator's error for it on this host at this moment; the fidelity target is 0.80–1.25.
+that a slow spell falls on one run of every layout rather than on every run of one: the
+layouts are compared over the same minutes. Each row says how loaded the host was. A
+layout's ``sim / ray`` ratio is the simulator's error for it on this host at this moment;
+the fidelity target is 0.80–1.25. How far Ray's own figures move over the minutes a check
+spans (:func:`ray_against_itself`) bounds how closely a check can agree.
 """
 
 from __future__ import annotations
