@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -386,6 +387,17 @@ def _ray_rounds(
     return runs, probes
 
 
+def _planned(layouts: list[str] | None, **options: Any) -> tuple[list[str], Callable]:
+    """The layouts named (every check layout by default; an unknown one is refused) and
+    :func:`_ray_rounds` with ``options`` (the check's sizes, pace and ``repeat``)."""
+    names = list(CHECK_LAYOUTS) if layouts is None else layouts
+    unknown = [n for n in names if n not in CHECK_LAYOUTS]
+    if unknown:
+        raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
+    positive_int("repeat", options["repeat"])
+    return names, functools.partial(_ray_rounds, **options)
+
+
 def check(
     profile: MachineProfile,
     *,
@@ -412,15 +424,8 @@ def check(
     runs back to back, as a row with ``again`` set: the same layout's ``sim / ray`` minutes
     apart, the precision a layout's ratio against another's can be known with in one check
     (:func:`table`)."""
-    names = list(CHECK_LAYOUTS) if layouts is None else layouts
-    unknown = [n for n in names if n not in CHECK_LAYOUTS]
-    if unknown:
-        raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
-    positive_int("repeat", repeat)
-    cpus = os.cpu_count() or 1
-    reference = profile.info.get("speed_probe_ns")
-    rounds = functools.partial(
-        _ray_rounds,
+    names, rounds = _planned(
+        layouts,
         tuples=tuples,
         window=window,
         batch=batch,
@@ -429,6 +434,8 @@ def check(
         paced_seconds=paced_seconds,
         repeat=repeat,
     )
+    cpus = os.cpu_count() or 1
+    reference = profile.info.get("speed_probe_ns")
     sittings = [(rounds(names, progress=progress), False)]
     if again and len(names) > 1:
         sittings.append((rounds(names[:1]), True))
@@ -573,13 +580,8 @@ def ray_against_itself(
     fit. Each pass's speed probes (before its first round and after each) give its
     ``probe_ns``, their median. ``progress`` is told of each round as it ends. The first
     run starts Ray on this host's processors if none is running."""
-    names = list(CHECK_LAYOUTS) if layouts is None else layouts
-    unknown = [n for n in names if n not in CHECK_LAYOUTS]
-    if unknown:
-        raise ValueError(f"unknown layout(s) {unknown}; known: {list(CHECK_LAYOUTS)}")
-    positive_int("repeat", repeat)
-    rounds = functools.partial(
-        _ray_rounds,
+    names, rounds = _planned(
+        layouts,
         tuples=tuples,
         window=window,
         batch=batch,
