@@ -7,8 +7,7 @@ host meanwhile, so even a model that had matched every layout exactly at the fit
 some. This measures by how much: the check's Ray runs (its workloads, modes and pace, each
 figure the median of ``--repeat`` runs, in rounds over the layouts) over every layout, then
 over every layout again, and the second pass set against the first as a check sets the
-simulator against Ray
-(:func:`streamjoin.runtime.sim.fidelity.ray_against_itself` and
+simulator against Ray (:func:`streamjoin.runtime.sim.fidelity.ray_against_itself` and
 :func:`~streamjoin.runtime.sim.fidelity.noise`).
 
 Writes ``experiments/results/ray_against_itself.md`` and the rows beside it as JSON

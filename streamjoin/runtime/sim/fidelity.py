@@ -520,7 +520,7 @@ def _simulated(query, data, paced_data, topo, machine, batch, chunk, pace) -> tu
 class SelfRow:
     """One layout's Ray figures in two passes over the check's layouts
     (:func:`ray_against_itself`), the first pass's then the second's: each the median of
-    ``repeats`` runs, as a check's are, and the speed probe's median around them."""
+    ``repeats`` runs, as a check's are, and the median of each pass's speed probes."""
 
     layout: str
     pace: float
@@ -596,20 +596,22 @@ def ray_against_itself(
         paces = {n: r.paced_input for n, r in passes[0][0].items()} if k else None
         passes.append(rounds(names, paced_inputs=paces, progress=tell))
 
-    def pair(get: Callable[[_RayRuns, list[float]], float], name: str) -> tuple[float, float]:
-        first, second = ((get(runs[name], probes)) for runs, probes in passes)
-        return first, second
+    (first, first_probes), (second, second_probes) = passes
+    probe_ns = statistics.median(first_probes), statistics.median(second_probes)
+
+    def pair(get: Callable[[_RayRuns], float], name: str) -> tuple[float, float]:
+        return get(first[name]), get(second[name])
 
     return [
         SelfRow(
             layout=name,
-            pace=passes[0][0][name].paced_input[0],
-            tuples_per_s=pair(lambda r, _: r.rate, name),
-            p50_ms=pair(lambda r, _: r.median("p50_ms"), name),
-            p99_ms=pair(lambda r, _: r.median("p99_ms"), name),
-            mean_ms=pair(lambda r, _: r.median("mean_ms"), name),
-            probe_ns=pair(lambda _, probes: statistics.median(probes), name),
-            load_1min=pair(lambda r, _: r.load_1min, name),
+            pace=first[name].paced_input[0],
+            tuples_per_s=pair(lambda r: r.rate, name),
+            p50_ms=pair(lambda r: r.median("p50_ms"), name),
+            p99_ms=pair(lambda r: r.median("p99_ms"), name),
+            mean_ms=pair(lambda r: r.median("mean_ms"), name),
+            probe_ns=probe_ns,
+            load_1min=pair(lambda r: r.load_1min, name),
             repeats=repeat,
         )
         for name in names
