@@ -786,12 +786,18 @@ def test_ray_against_itself_runs_the_checks_ray_runs_in_two_passes(monkeypatch):
     f = fidelity.noise(rows)
     assert (f["throughput_within"], f["p50_within"], f["both_within"]) == (2, 1, 1)
     assert f["mean_within"] == 1 and f["layouts"] == 2
+    # midway between the passes, a ratio within the band squared meets both: 1.4 does, a p50
+    # of 0.55 (under 0.64) does not
+    assert f["both_within_midway"] == 1
+    faster = dataclasses.replace(single, tuples_per_s=(100_000.0, 140_000.0), p50_ms=(2.0, 1.4))
+    assert fidelity.noise([faster, split])["both_within_midway"] == 2
+    assert fidelity.noise([faster, split])["both_within"] == 1
     assert f["apart"] == pytest.approx(1.25 / 0.875 - 1)
     # the drift taken out: each throughput ratio times the probe ratio, 1.5
     assert f["drift_free_throughput_ratios"] == pytest.approx((0.875 * 1.5, 1.875))
     text = fidelity.self_markdown(rows, 60.0)
     assert "| single | 25,000 | 100,000 | 125,000 | 1.25 | 2.00 | 1.10 | 0.55 |" in text
-    assert "on 1 of 2 layouts (throughput 2, p50 1; throughput and mean 1)" in text
+    assert "on 1 of 2 layouts (throughput 2, p50 1; throughput and mean 1; a model midway " in text
     with pytest.raises(ValueError, match="unknown layout"):
         fidelity.ray_against_itself(layouts=["mesh(9)"])
     with pytest.raises(ValueError, match="no rows"):

@@ -624,7 +624,12 @@ def noise(rows: list[SelfRow]) -> dict:
     first's (throughput, p50, both; and throughput and mean latency), their ranges, and how
     far apart the layouts' throughput ratios lie (max / min − 1, a check's "a layout
     against another"); the same for the throughput ratios with the host's drift taken out
-    (each times its layout's probe ratio, as a check scales the simulator by the probe)."""
+    (each times its layout's probe ratio, as a check scales the simulator by the probe).
+
+    The counts are what a model that had matched the first pass exactly would read against
+    the second. ``both_within_midway`` is the most a model that does not follow the host
+    can read: one whose figures lie midway between the passes (their geometric mean) is
+    within the band of both where the square root of each ratio is."""
     if not rows:
         raise ValueError("no rows")
     tp = np.array([r.throughput_ratio for r in rows])
@@ -637,6 +642,9 @@ def noise(rows: list[SelfRow]) -> dict:
         "p50_within": int(sum(_within(v) for v in p50)),
         "both_within": int(sum(_within(a) and _within(b) for a, b in zip(tp, p50, strict=True))),
         "mean_within": int(sum(_within(a) and _within(b) for a, b in zip(tp, mean, strict=True))),
+        "both_within_midway": int(
+            sum(_within(a**0.5) and _within(b**0.5) for a, b in zip(tp, p50, strict=True))
+        ),
         "throughput_ratios": (float(tp.min()), float(tp.max())),
         "p50_ratios": (float(np.nanmin(p50)), float(np.nanmax(p50))),
         "apart": float(tp.max() / tp.min() - 1),
@@ -653,7 +661,8 @@ def noise_lines(rows: list[SelfRow]) -> list[str]:
         f"Ray against itself (the second pass over the first, each {_runs(rows[0].repeats)}"
         f"): within 0.80-1.25 on throughput and p50 on {f['both_within']} of {n} "
         f"layouts (throughput {f['throughput_within']}, p50 {f['p50_within']}; throughput "
-        f"and mean {f['mean_within']}); throughput {f['throughput_ratios'][0]:.2f}-"
+        f"and mean {f['mean_within']}; a model midway between the passes "
+        f"{f['both_within_midway']}); throughput {f['throughput_ratios'][0]:.2f}-"
         f"{f['throughput_ratios'][1]:.2f}, p50 {f['p50_ratios'][0]:.2f}-"
         f"{f['p50_ratios'][1]:.2f}; the layouts' throughput ratios {f['apart']:.0%} apart "
         f"({f['drift_free_apart']:.0%} with the host's drift taken out: "
