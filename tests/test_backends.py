@@ -188,5 +188,11 @@ def test_a_paced_runs_steps_say_when_they_began_and_ended_after_the_tuples_arriv
     # how long a step's thread waited for a processor: Ray's hosts count it (Linux)
     assert ("wait_mean" in lag["core"]) == (backend == "ray")
     assert lag["core"].get("wait_mean", 0) >= 0
-    latency = np.median(res.latency_ns()) / 1e6
-    assert lag["collector"]["start_p50"] == pytest.approx(latency, rel=0.1)
+    # a step stamps its pairs at one time against one chunk's arrival: one latency a step
+    # (a median over pairs leans to the steps with many pairs: 15% off on a busy host)
+    per_step = np.unique(res.latency_ns())
+    start, latency = lag["collector"]["start_p50"], np.median(per_step) / 1e6
+    if lag["core"]["steps"] == 40:
+        assert start == pytest.approx(latency, rel=0.1)
+    else:  # a merged step's older batch waited a batch's interval (5 ms) longer
+        assert 0.9 * latency - 5 <= start <= 1.1 * latency
