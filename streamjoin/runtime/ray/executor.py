@@ -103,6 +103,7 @@ from streamjoin.runtime.ray.host import (
 from streamjoin.runtime.ray.recovery import (
     PROGRESS_PORT,
     REPLAY,
+    Delivered,
     Retention,
     feeds,
     recoverable_nodes,
@@ -776,7 +777,7 @@ class _Run:
         self.node_of[node] = listening[2]
         successors = sorted(set(self.graph.successors(node)))
         answers = self.wait([self.hosts[q].expect.remote(node, 30.0) for q in successors])
-        addresses, delivered = dict(self.addresses), (-1, -1)
+        addresses, delivered = dict(self.addresses), Delivered()
         taken = set()
         for q, answer in zip(successors, answers, strict=True):
             if answer is None:
@@ -784,7 +785,7 @@ class _Run:
             addresses[q] = tuple(answer[0])
             taken.add(q)
             if q == self.collector and answer[1] is not None:
-                delivered = tuple(answer[1])
+                delivered = answer[1]
         wiring = self._wiring(node, addresses, resume=delivered)
         routes = {
             port: [(d, p) for d, p in dests if d in taken] for port, dests in wiring.routes.items()
@@ -818,7 +819,7 @@ class _Run:
             "actor %r lost; restarted and rebuilt from %d kept tuples (progress %s) in %.1f s",
             node,
             sum(len(b) for _, b in kept),
-            delivered,
+            delivered.upto,
             took,
         )
 

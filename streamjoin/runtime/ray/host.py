@@ -15,7 +15,6 @@ import selectors
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,7 +38,14 @@ from streamjoin.runtime.ray.inbox import (
     NewEdge,
     ThreadFailed,
 )
-from streamjoin.runtime.ray.recovery import PROGRESS_PORT, REPLAY, Progress
+from streamjoin.runtime.ray.recovery import (
+    PROGRESS_PORT,
+    REPLAY,
+    Delivered,
+    DeliveryLog,
+    Handled,
+    Progress,
+)
 from streamjoin.runtime.trace import ActorStats, newest_ingest, run_queue_reader
 from streamjoin.validation import Columns
 
@@ -84,8 +90,8 @@ class Wiring:
         Nodes whose loss the run survives: a broken edge to or from one is not an error.
     reports_to : str or None
         Where this node sends its :class:`Progress` (a recoverable core: the collector).
-    resume : tuple or None
-        A restarted core: ``(r, s)``, the progress its last life delivered.
+    resume : Delivered or None
+        A restarted core: what its last life delivered.
     """
 
     routes: dict
@@ -98,7 +104,7 @@ class Wiring:
     sealed: bool = True
     recoverable: frozenset = frozenset()
     reports_to: str | None = None
-    resume: tuple | None = None
+    resume: Delivered | None = None
 
 
 class Node:
@@ -132,9 +138,8 @@ class Node:
         self.activity: tuple[str, float] | None = None  # what it does, since when
         # a recoverable core: its progress, where it reports it, what its last life delivered
         self.reports_to: str | None = None
-        self.upto = [-1, -1]
-        self.handled: deque[list[int]] = deque()  # progress of batches whose output is held
-        self.delivered: tuple[int, int] | None = None
+        self.handled = Handled(query.self_join)
+        self.delivered: Delivered | None = None
         self.quiet_steps = 0
         self.logic = self._guard(config.build, query, settings, time.monotonic_ns)
 
@@ -188,7 +193,7 @@ class Node:
         pairs = False
         for port, msg in messages:
             if self.delivered is not None and isinstance(msg, PairBatch):
-                msg = self._undelivered(msg)
+                msg = self.delivered.undelivered(msg)  # its last life delivered the rest
                 if not len(msg):
                     continue
             # a marker follows pairs: the collector takes both once progress covers them
@@ -203,22 +208,13 @@ class Node:
         if report and self.reports_to is not None:
             self.quiet_steps = 0 if pairs else self.quiet_steps + 1
             if pairs or self.quiet_steps >= PROGRESS_EVERY:
-                progress = channels.frame(PROGRESS_PORT, channels.payload(Progress(*self.upto)))
+                upto = Progress(*self.handled.upto)
+                progress = channels.frame(PROGRESS_PORT, channels.payload(upto))
                 frames.setdefault(self.reports_to, []).append(progress)
                 self.quiet_steps = 0
         for dest, fs in frames.items():
             self.frames_sent += len(fs)  # before the receiver can count them handled
             self._write(dest, fs)
-
-    def _undelivered(self, pairs: PairBatch) -> PairBatch:
-        """``pairs`` less those among tuples this core's last life had handled and
-        delivered (module docstring)."""
-        assert self.delivered is not None  # (only a restarted core filters)
-        r, s = self.delivered
-        keep = (pairs.r > r) | (pairs.s > s)
-        if keep.all():
-            return pairs
-        return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
 
     def _write(self, dest: str, frames: list) -> None:
         with self.lock:
@@ -282,25 +278,8 @@ class Node:
             self.stats.lag(newest_ingest(lag_of), start, end, self.step_cpu, self.step_wait)
         self.activity = None
         if self.reports_to is not None:
-            self._advance(batch)
+            self.handled.advance(batch, self.logic.held_batches)
         self._send(out, report=True)
-
-    def _advance(self, batch: Batch | None) -> None:
-        """Progress: the last ``seq`` of each stream in the handled batches whose output has
-        left (a logic may hold the last ones' output: ``held_batches``)."""
-        if batch is not None:
-            last = [-1, -1]
-            for y in (0,) if self.self_join else (0, 1):
-                seqs = batch.seq[batch.stream == y]
-                if len(seqs):
-                    last[y] = int(seqs[-1])
-            self.handled.append(last)
-        while len(self.handled) > self.logic.held_batches:
-            last = self.handled.popleft()
-            for y in (0, 1):
-                self.upto[y] = max(self.upto[y], last[y])
-        if self.self_join:
-            self.upto[1] = self.upto[0]
 
     def on_chunk(self, cols: Columns) -> list:
         """Stamp and send a chunk (the emitter); returns the messages it sent."""
@@ -316,7 +295,7 @@ class Node:
         """The end-of-stream step; with ``end_edges`` the outgoing edges end after it."""
         out = self._timed(self.logic.on_eof)
         if self.reports_to is not None:
-            self._advance(None)
+            self.handled.advance(None, self.logic.held_batches)
         self._send(out, report=True)
         if self.reports_to is not None and self.quiet_steps:  # the last progress
             self.quiet_steps = PROGRESS_EVERY
@@ -361,7 +340,7 @@ class Host(Node):
         self.ended: set[str] = set()  # senders whose edge ended
         self.stepped_eof = False  # end() ran: a cyclic graph's edges may close from now on
         self.held: dict[str, list] = {}  # pairs waiting for their sender's progress
-        self.progress: dict[str, tuple[int, int]] = {}  # delivered progress by sender
+        self.deliveries: dict[str, DeliveryLog] = {}  # what each recoverable sender delivered
         self.last_seq: dict[str, int] = {}  # last seq taken on each port
         self.dedup = False  # drop tuples at or below last_seq (a neighbour was restarted)
         self.waiting: list = []  # edges read after the replay
@@ -378,8 +357,8 @@ class Host(Node):
         self.bounded_senders = set(wiring.bounded)
         self.reports_to = wiring.reports_to
         if wiring.resume is not None:
-            self.delivered = tuple(wiring.resume)
-            self.upto = list(wiring.resume)
+            self.delivered = wiring.resume
+            self.handled = Handled(self.self_join, wiring.resume.upto)
             self.dedup = True
         self.inputs = wiring.inputs
         self.gate = MarkerGate([s for s in wiring.senders if s != REPLAY])
@@ -455,9 +434,11 @@ class Host(Node):
         if (port == PROGRESS_PORT) != isinstance(msg, Progress):
             raise self._refuse(sender, f"a {type(msg).__name__} frame on port {port!r}")
         if isinstance(msg, Progress):  # the pairs before it are delivered, whole
-            for port_, pairs in self.held.pop(sender, ()):
-                self.inbox.put(Message(sender, port_, pairs))
-            self.progress[sender] = (msg.r, msg.s)
+            held = self.held.pop(sender, [])
+            for port_, m in held:
+                self.inbox.put(Message(sender, port_, m))
+            taken = [m for _, m in held if isinstance(m, PairBatch)]
+            self.deliveries.setdefault(sender, DeliveryLog()).commit(taken, msg)
         elif sender in self.recoverable and (
             isinstance(msg, PairBatch) or (isinstance(msg, Marker) and self.held.get(sender))
         ):  # (a marker after held pairs waits with them; only the collector holds pairs)
@@ -642,12 +623,12 @@ class Host(Node):
 
     def frontiers(self) -> dict[str, tuple[int, int]]:
         """The progress each recoverable sender has delivered here (the collector)."""
-        return dict(getattr(self, "progress", {}))
+        return {n: log.upto for n, log in getattr(self, "deliveries", {}).items()}
 
     def expect(self, sender: str, timeout: float) -> tuple | None:
         """Take a new edge from ``sender``, restarted: once the old edge is seen broken,
-        listen for the new one; returns ``(address, delivered progress or None)``, or None
-        if the old edge had ended (nothing more is needed from it)."""
+        listen for the new one; returns ``(address, Delivered or None)``, or None if the old
+        edge had ended (nothing more is needed from it)."""
         with self.edges:
             if not self.edges.wait_for(
                 lambda: sender in self.lost or sender in self.ended, timeout
@@ -662,7 +643,8 @@ class Host(Node):
         threading.Thread(
             target=self._take_edge, args=(acceptor, server, sender), daemon=True
         ).start()
-        return server.getsockname()[:2], self.progress.get(sender)
+        log = self.deliveries.get(sender)
+        return server.getsockname()[:2], None if log is None else log.delivered()
 
     def _take_edge(self, acceptor, server, sender: str) -> None:
         try:

@@ -3,8 +3,8 @@ ray_executor`).
 
 A join core's whole state is the contents of its windows, and every tuple in them came from
 the emitter, in the driver. When the process of a ``join_core`` node dies (killed, OOM,
-node lost) in an acyclic topology (``single``, ``split``, ``grid`` with either forwarding),
-Ray restarts it (``max_restarts``) and the driver rebuilds it:
+node lost) in an acyclic topology (``single``, ``split``, ``grid`` with either forwarding,
+``shared_index``), Ray restarts it (``max_restarts``) and the driver rebuilds it:
 
 *What the driver keeps.* For each emitter output port, the batches it sent there
 (:class:`Retention`). Each core *c* reports to the collector, after every step that found
@@ -29,6 +29,12 @@ were delivered before, and reports progress from ``D_c`` on. Everything its chai
 predecessors send after reconnecting is newer than or equal to what the replay held, so
 each port drops tuples at or below the last ``seq`` it took.
 
+*Pairs beyond the progress.* A logic that holds batches (a pipelined shared-index core,
+whose tasks run on past the step) sends the pairs of a held batch as far as its tasks have
+run, so a step's pairs may lie beyond the ``D_c`` sent with them. The collector remembers
+those it took (:class:`DeliveryLog`) until a later ``D_c`` covers them, and a restarted core
+drops them as well (:class:`Delivered`).
+
 *Duplicates.* The restarted core re-delivers nothing (the ``D_c`` filter); a chain successor
 that the dead core had already passed batches on to receives the replay again and drops it
 by ``seq``; a predecessor's batches lost in the dead core's socket are in the replay.
@@ -42,15 +48,16 @@ again) — ends the run with :class:`ActorFailed` naming the actor.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import struct
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from streamjoin.actors.join_core import JoinCoreConfig
-from streamjoin.batch import Batch
+from streamjoin.batch import Batch, PairBatch
 from streamjoin.runtime.ray import wire
 from streamjoin.topologies.base import Topology
 
@@ -81,6 +88,85 @@ def _decode_progress(meta: bytes, body: wire.Body) -> Progress:
 
 
 wire.register(wire.Codec(6, Progress, lambda p: (_PROGRESS.pack(p.r, p.s), []), _decode_progress))
+
+
+class Handled:
+    """A recoverable core's progress (:class:`Progress`): the last ``seq`` of each stream in
+    the batches it has handled whose output has all left. A logic may hold the output of its
+    last ``held_batches``; they count once it holds fewer."""
+
+    def __init__(self, self_join: bool, upto: tuple[int, int] = (-1, -1)) -> None:
+        self.self_join = self_join
+        self.upto = list(upto)
+        self.batches: deque[list[int]] = deque()  # the last seqs of those still held
+
+    def advance(self, batch: Batch | None, held: int) -> None:
+        """A step has handled ``batch`` (None: a step without one) and its logic now holds
+        the output of its last ``held`` batches."""
+        if batch is not None:
+            last = [-1, -1]
+            for y in (0,) if self.self_join else (0, 1):
+                seqs = batch.seq[batch.stream == y]
+                if len(seqs):
+                    last[y] = int(seqs[-1])
+            self.batches.append(last)
+        while len(self.batches) > held:
+            last = self.batches.popleft()
+            for y in (0, 1):
+                self.upto[y] = max(self.upto[y], last[y])
+        if self.self_join:
+            self.upto[1] = self.upto[0]
+
+
+_NONE = np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What a recoverable core's last life delivered to the collector: every pair among its
+    tuples at or below ``upto`` (``(r, s)``, per stream), and the pairs ``beyond`` it
+    (``beyond_r[i], beyond_s[i]``) of batches it still held."""
+
+    upto: tuple[int, int] = (-1, -1)
+    beyond_r: np.ndarray = field(default_factory=_NONE.copy)
+    beyond_s: np.ndarray = field(default_factory=_NONE.copy)
+
+    def undelivered(self, pairs: PairBatch) -> PairBatch:
+        """``pairs`` less those delivered."""
+        r, s = self.upto
+        keep = (pairs.r > r) | (pairs.s > s)
+        if len(self.beyond_r):
+            top = max(int(self.beyond_r.max()), int(self.beyond_s.max()))
+            for i in np.flatnonzero(keep & (np.maximum(pairs.r, pairs.s) <= top)):
+                if (int(pairs.r[i]), int(pairs.s[i])) in self._beyond:
+                    keep[i] = False
+        if keep.all():
+            return pairs
+        return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
+
+    @functools.cached_property
+    def _beyond(self) -> set[tuple[int, int]]:
+        return set(zip(self.beyond_r.tolist(), self.beyond_s.tolist(), strict=True))
+
+
+class DeliveryLog:
+    """The collector's record of what one recoverable core has delivered (:class:`Delivered`):
+    its last progress, and the pairs it took beyond that progress."""
+
+    def __init__(self) -> None:
+        self.upto = (-1, -1)
+        self.beyond_r = self.beyond_s = _NONE
+
+    def commit(self, pairs: list[PairBatch], progress: Progress) -> None:
+        """The core's ``pairs`` sent before ``progress`` are taken, with it."""
+        self.upto = (progress.r, progress.s)
+        r = np.concatenate([self.beyond_r, *(p.r for p in pairs)])
+        s = np.concatenate([self.beyond_s, *(p.s for p in pairs)])
+        beyond = (r > progress.r) | (s > progress.s)
+        self.beyond_r, self.beyond_s = r[beyond], s[beyond]
+
+    def delivered(self) -> Delivered:
+        return Delivered(self.upto, self.beyond_r, self.beyond_s)
 
 
 def recoverable_nodes(topology: Topology) -> frozenset[str]:
