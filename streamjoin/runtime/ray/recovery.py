@@ -160,10 +160,13 @@ class DeliveryLog:
     def commit(self, pairs: list[PairBatch], progress: Progress) -> None:
         """The core's ``pairs`` sent before ``progress`` are taken, with it."""
         self.upto = (progress.r, progress.s)
-        r = np.concatenate([self.beyond_r, *(p.r for p in pairs)])
-        s = np.concatenate([self.beyond_s, *(p.s for p in pairs)])
-        beyond = (r > progress.r) | (s > progress.s)
-        self.beyond_r, self.beyond_s = r[beyond], s[beyond]
+        kept = []
+        for r, s in [(self.beyond_r, self.beyond_s), *((p.r, p.s) for p in pairs)]:
+            beyond = (r > progress.r) | (s > progress.s)
+            if beyond.any():
+                kept.append((r[beyond], s[beyond]))
+        self.beyond_r = np.concatenate([r for r, _ in kept]) if kept else _NONE
+        self.beyond_s = np.concatenate([s for _, s in kept]) if kept else _NONE
 
     def delivered(self) -> Delivered:
         return Delivered(self.upto, self.beyond_r, self.beyond_s)
