@@ -135,18 +135,24 @@ class Delivered:
         """``pairs`` less those delivered."""
         r, s = self.upto
         keep = (pairs.r > r) | (pairs.s > s)
-        if len(self.beyond_r):
-            top = max(int(self.beyond_r.max()), int(self.beyond_s.max()))
-            for i in np.flatnonzero(keep & (np.maximum(pairs.r, pairs.s) <= top)):
-                if (int(pairs.r[i]), int(pairs.s[i])) in self._beyond:
-                    keep[i] = False
+        if len(self.beyond_r):  # (those with a later row past them cannot be among them)
+            near = keep & (np.maximum(pairs.r, pairs.s) <= self._beyond[0])
+            keep[near] = ~np.isin(_pair_keys(pairs.r[near], pairs.s[near]), self._beyond[1])
         if keep.all():
             return pairs
         return PairBatch(pairs.r[keep], pairs.s[keep], pairs.ingest_ns[keep])
 
     @functools.cached_property
-    def _beyond(self) -> set[tuple[int, int]]:
-        return set(zip(self.beyond_r.tolist(), self.beyond_s.tolist(), strict=True))
+    def _beyond(self) -> tuple[int, np.ndarray]:
+        """The largest row of the pairs beyond ``upto``, and the pairs as keys."""
+        top = max(int(self.beyond_r.max()), int(self.beyond_s.max()))
+        return top, _pair_keys(self.beyond_r, self.beyond_s)
+
+
+def _pair_keys(r: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """A pair a value, ``r`` and ``s`` side by side (16 bytes), for ``np.isin``."""
+    rs = np.ascontiguousarray(np.stack([r, s], axis=1), dtype=np.int64)
+    return rs.view(np.dtype((np.void, 16))).ravel()
 
 
 class DeliveryLog:
