@@ -92,7 +92,7 @@ def test_a_core_rebuilt_from_the_kept_batches_gives_the_exact_answer(data):
 def test_a_pipelined_shared_core_rebuilt_after_it_sent_pairs_beyond_its_progress():
     """A pipelined shared-index core sends a held batch's pairs as far as its tasks have run,
     beyond the progress it reports with them: lost just after the collector took such pairs,
-    it is rebuilt without sending them again (a CI run on Ray once returned one twice)."""
+    it is rebuilt without sending them again (a loaded test run on Ray once returned one twice)."""
     query = sj.Query(sj.band("x", 2), window=sj.CountWindow(300, 200))
     table = sj.sources.synthetic(6000, low=0, high=3000, seed=1)
     topo = sj.topologies.shared_index(2, "bplus_tree", pipelined=True)
