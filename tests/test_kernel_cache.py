@@ -6,11 +6,19 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from numba.core import config
 
 from streamjoin.kernel_cache import STAMPS, _cache_dir, _imports, _modules, refresh
 
 CALL = "import pkg.a; print(pkg.a.f())"
+
+
+@pytest.fixture(autouse=True)
+def _in_tree_cache(monkeypatch):
+    """The in-tree ``__pycache__``, whatever ``NUMBA_CACHE_DIR`` the test run has (the tests
+    that check another cache directory set their own)."""
+    monkeypatch.setattr(config, "CACHE_DIR", "")
 
 
 def _package(tmp_path):
