@@ -29,9 +29,9 @@ were delivered before, and reports progress from ``D_c`` on. Everything its chai
 predecessors send after reconnecting is newer than or equal to what the replay held, so
 each port drops tuples at or below the last ``seq`` it took.
 
-*Pairs beyond the progress.* A logic that holds batches (a pipelined shared-index core,
-whose tasks run on past the step) sends the pairs of a held batch as far as its tasks have
-run, so a step's pairs may lie beyond the ``D_c`` sent with them. The collector remembers
+*Pairs beyond the progress.* A logic that holds batches (a shared-index core, whose pool
+threads run a batch's tasks on past the step) sends the pairs of a held batch as far as its
+tasks have run, so a step's pairs may lie beyond the ``D_c`` sent with them. The collector remembers
 those it took (:class:`DeliveryLog`) until a later ``D_c`` covers them, and a restarted core
 drops them as well (:class:`Delivered`).
 
